@@ -1,0 +1,71 @@
+"""The ``odradek`` command line.
+
+Each sub-command lives in its own module with a ``register(subparsers)`` function that adds its
+parser and sets ``func`` (returning the exit code). ``COMMANDS`` lists the modules in help order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from ..config import ConfigError
+from ..errors import OdradekError
+
+COMMANDS: tuple[str, ...] = (
+    "odradek.cli.plugins_cmd",
+    "odradek.cli.config_cmd",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="odradek",
+        description="odradek: a Kafka-compatible distributed commit log (broker, client tools, perf).",
+    )
+    parser.add_argument("--version", action="version", version=f"odradek {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMANDS:
+        importlib.import_module(module_name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        code: int = args.func(args)
+    except (ConfigError, OdradekError) as exc:
+        print(f"odradek: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config FILE`` and ``--set key=value`` for commands that load the broker config."""
+    parser.add_argument("--config", metavar="FILE", help="TOML config file")
+    parser.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="override one config key (Kafka property name); repeatable",
+    )
+
+
+def parse_sets(items: Sequence[str]) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        out.append((key.strip(), value))
+    return out

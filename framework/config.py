@@ -1,0 +1,482 @@
+"""The broker's one config model, with Kafka's property names.
+
+Sources, later ones winning: built-in defaults, a TOML file, ``ODRADEK_*`` environment variables
+(``ODRADEK_LOG_DIRS`` -> ``log.dirs``), then ``--set key=value`` from the CLI. TOML dotted keys
+(``log.segment.bytes = 1048576`` or a ``[log]`` table) are flattened back to Kafka's dotted names.
+Every key is declared (built-ins here, plugin keys through the ``odradek_config_keys`` hook), so an
+unknown key or a value of the wrong type is rejected with a message naming the key.
+
+Topic-level configs (``segment.bytes``, ``retention.ms``, ``cleanup.policy`` ...) default to their
+broker-level counterparts (``log.segment.bytes`` ...) exactly as in Kafka; :class:`TopicConfig`
+holds one topic's effective values.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import InvalidConfig, OdradekError
+from .interfaces import ConfigKey, Endpoint
+
+if TYPE_CHECKING:
+    from .manager import Plugins
+
+ENV_PREFIX = "ODRADEK_"
+LONG_MAX = 2**63 - 1
+
+
+class ConfigError(OdradekError):
+    """A config key is unknown or its value is invalid; the message names the key."""
+
+
+def _k(
+    name: str,
+    type_: type,
+    default: Any,
+    doc: str,
+    *,
+    choices: Sequence[Any] | None = None,
+    minimum: float | None = None,
+    topic_key: str | None = None,
+) -> ConfigKey:
+    return ConfigKey(name, type_, default, doc, choices=choices, minimum=minimum, topic_key=topic_key)
+
+
+#: Built-in broker keys. ``topic_key`` marks broker defaults of topic-level configs.
+BROKER_KEYS: tuple[ConfigKey, ...] = (
+    # -- which plugins assemble this broker
+    _k("storage", str, "segment", "Storage engine plugin (odradek_register_storage name)."),
+    _k("metadata", str, "local", "Metadata store plugin: local, zookeeper or etcd."),
+    _k("transport", str, "", "Transport plugin name; empty picks one by listener security protocol."),
+    _k("plugins", list, [], "Extra plugins to load: entry-point names or module paths."),
+    _k("plugins.disabled", list, [], "Loaded plugins to unregister by name."),
+    # -- identity and listeners
+    _k("broker.id", int, 0, "This broker's id in the cluster.", minimum=0),
+    _k("cluster.id", str, "", "Cluster id; generated and stored by the metadata store when empty."),
+    _k("listeners", list, ["PLAINTEXT://127.0.0.1:9092"], "Where to listen: NAME://host:port, comma separated."),
+    _k("advertised.listeners", list, [], "Addresses given to clients; default: listeners."),
+    _k("log.dirs", list, ["./data"], "Directories holding partition logs (the first also holds metadata)."),
+    # -- network
+    _k("socket.request.max.bytes", int, 104857600, "Largest request frame accepted.", minimum=1024),
+    _k("connections.max.idle.ms", int, 600000, "Close connections idle for this long.", minimum=1),
+    _k("queued.max.requests", int, 500, "In-flight requests per connection before reading pauses.", minimum=1),
+    _k("socket.send.buffer.bytes", int, 102400, "SO_SNDBUF for client sockets (-1: OS default)."),
+    _k("socket.receive.buffer.bytes", int, 102400, "SO_RCVBUF for client sockets (-1: OS default)."),
+    _k("fetch.max.bytes", int, 57671680, "Largest Fetch response the broker returns.", minimum=1024),
+    # -- topics
+    _k("num.partitions", int, 1, "Partitions of auto-created topics.", minimum=1),
+    _k("default.replication.factor", int, 1, "Replication factor of auto-created topics.", minimum=1),
+    _k("auto.create.topics.enable", bool, True, "Create a topic on first Metadata/Produce for it."),
+    _k("delete.topic.enable", bool, True, "Allow DeleteTopics."),
+    _k("message.max.bytes", int, 1048588, "Largest record batch accepted.", minimum=0, topic_key="max.message.bytes"),
+    _k("compression.type", str, "producer", "Broker-side compression of stored batches (producer keeps the producer's).",
+       choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), topic_key="compression.type"),
+    _k("log.message.timestamp.type", str, "CreateTime", "Timestamp kept in batches.",
+       choices=("CreateTime", "LogAppendTime"), topic_key="message.timestamp.type"),
+    _k("min.insync.replicas", int, 1, "Replicas that must be in sync for acks=all.", minimum=1, topic_key="min.insync.replicas"),
+    _k("unclean.leader.election.enable", bool, False, "Allow an out-of-sync replica to become leader.",
+       topic_key="unclean.leader.election.enable"),
+    # -- log segments and indexes
+    _k("log.segment.bytes", int, 1073741824, "Roll a segment at this size.", minimum=14, topic_key="segment.bytes"),
+    _k("log.roll.ms", int, 604800000, "Roll a segment this long after its first record.", minimum=1, topic_key="segment.ms"),
+    _k("log.index.size.max.bytes", int, 10485760, "Preallocated size of offset/time indexes.", minimum=4096,
+       topic_key="segment.index.bytes"),
+    _k("log.index.interval.bytes", int, 4096, "Bytes between offset-index entries.", minimum=0, topic_key="index.interval.bytes"),
+    _k("log.flush.interval.messages", int, LONG_MAX, "fsync after this many messages (default: never, trust the page cache).",
+       minimum=1, topic_key="flush.messages"),
+    _k("log.flush.interval.ms", int, LONG_MAX, "fsync after this long (default: never, trust the page cache).",
+       minimum=0, topic_key="flush.ms"),
+    _k("log.flush.scheduler.interval.ms", int, 1000, "How often the flusher checks flush.ms.", minimum=1),
+    _k("log.flush.offset.checkpoint.interval.ms", int, 60000, "How often the recovery point is checkpointed.", minimum=1),
+    # -- retention and compaction
+    _k("log.retention.ms", int, 604800000, "Delete segments older than this (-1: keep forever).", minimum=-1, topic_key="retention.ms"),
+    _k("log.retention.bytes", int, -1, "Delete oldest segments beyond this size per partition (-1: no limit).",
+       minimum=-1, topic_key="retention.bytes"),
+    _k("log.retention.check.interval.ms", int, 300000, "How often retention runs.", minimum=1),
+    _k("log.cleanup.policy", list, ["delete"], "delete, compact, or both.", topic_key="cleanup.policy"),
+    _k("log.cleaner.enable", bool, True, "Run the compaction cleaner."),
+    _k("log.cleaner.backoff.ms", int, 15000, "Cleaner sleep when nothing is dirty.", minimum=0),
+    _k("log.cleaner.min.cleanable.ratio", float, 0.5, "Dirty ratio that triggers compaction.", minimum=0,
+       topic_key="min.cleanable.dirty.ratio"),
+    _k("log.cleaner.delete.retention.ms", int, 86400000, "Keep tombstones this long after compaction.", minimum=0,
+       topic_key="delete.retention.ms"),
+    _k("log.cleaner.min.compaction.lag.ms", int, 0, "Never compact records younger than this.", minimum=0,
+       topic_key="min.compaction.lag.ms"),
+    _k("log.segment.delete.delay.ms", int, 60000, "Delay before a deleted segment's files are removed.", minimum=0,
+       topic_key="file.delete.delay.ms"),
+    # -- replication (used by the cluster metadata plugins)
+    _k("replica.lag.time.max.ms", int, 30000, "A follower not caught up for this long leaves the ISR.", minimum=1),
+    _k("replica.fetch.max.bytes", int, 1048576, "Bytes per partition a follower fetches.", minimum=1),
+    _k("replica.fetch.wait.max.ms", int, 500, "Follower fetch long-poll.", minimum=0),
+    # -- groups and offsets
+    _k("offsets.topic.num.partitions", int, 50, "Partitions of __consumer_offsets.", minimum=1),
+    _k("offsets.topic.replication.factor", int, 1, "Replication factor of __consumer_offsets.", minimum=1),
+    _k("offsets.topic.segment.bytes", int, 104857600, "Segment size of __consumer_offsets.", minimum=14),
+    _k("offsets.retention.minutes", int, 10080, "Forget committed offsets of empty groups after this.", minimum=1),
+    _k("offsets.retention.check.interval.ms", int, 600000, "How often expired offsets are removed.", minimum=1),
+    _k("offset.metadata.max.bytes", int, 4096, "Largest commit metadata string.", minimum=0),
+    _k("group.min.session.timeout.ms", int, 6000, "Smallest session timeout a member may ask for.", minimum=0),
+    _k("group.max.session.timeout.ms", int, 1800000, "Largest session timeout a member may ask for.", minimum=0),
+    _k("group.initial.rebalance.delay.ms", int, 3000, "Wait for more members before the first rebalance.", minimum=0),
+    _k("group.max.size", int, 2147483647, "Most members of one group.", minimum=1),
+    # -- producers and transactions
+    _k("producer.id.expiration.ms", int, 86400000, "Forget idle producer ids after this.", minimum=1),
+    _k("transactional.id.expiration.ms", int, 604800000, "Forget idle transactional ids after this.", minimum=1),
+    _k("transaction.state.log.num.partitions", int, 50, "Partitions of __transaction_state.", minimum=1),
+    _k("transaction.max.timeout.ms", int, 900000, "Largest transaction timeout a producer may ask for.", minimum=1),
+    # -- operations
+    _k("log.level", str, "INFO", "Logging level of the broker process.",
+       choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+)
+
+#: Topic-level keys that have no broker-level default key.
+TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = (
+    _k("segment.jitter.ms", int, 0, "Random jitter subtracted from segment.ms.", minimum=0),
+    _k("preallocate", bool, False, "Preallocate segment files."),
+    _k("message.timestamp.difference.max.ms", int, LONG_MAX, "Largest allowed |append time - record time|.", minimum=0),
+)
+
+
+def _parse_value(key: ConfigKey, raw: Any) -> Any:
+    """Coerce ``raw`` (a TOML value or a string from env/CLI) to the key's type, or raise."""
+    t = key.type
+    try:
+        if t is bool:
+            if isinstance(raw, bool):
+                value: Any = raw
+            elif isinstance(raw, str) and raw.strip().lower() in {"true", "false"}:
+                value = raw.strip().lower() == "true"
+            else:
+                raise ValueError(f"expected true or false, got {raw!r}")
+        elif t is int:
+            if isinstance(raw, bool) or isinstance(raw, float):
+                raise ValueError(f"expected an integer, got {raw!r}")
+            value = int(raw.replace("_", "")) if isinstance(raw, str) else int(raw)
+        elif t is float:
+            if isinstance(raw, bool):
+                raise ValueError(f"expected a number, got {raw!r}")
+            value = float(raw)
+        elif t is list:
+            if isinstance(raw, str):
+                value = [part.strip() for part in raw.split(",") if part.strip()]
+            elif isinstance(raw, list | tuple):
+                value = [str(v) for v in raw]
+            else:
+                raise ValueError(f"expected a list or comma-separated string, got {raw!r}")
+        elif t is str:
+            if not isinstance(raw, str):
+                raise ValueError(f"expected a string, got {raw!r}")
+            value = raw
+        else:
+            value = t(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid value for {key.name!r}: {exc}") from None
+    if key.choices is not None:
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if item not in key.choices:
+                raise ConfigError(
+                    f"invalid value for {key.name!r}: {item!r} is not one of {list(key.choices)}"
+                )
+    if key.minimum is not None and isinstance(value, int | float) and value < key.minimum:
+        raise ConfigError(f"invalid value for {key.name!r}: {value} is below the minimum {key.minimum}")
+    return value
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for name, value in table.items():
+        full = f"{prefix}{name}"
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{full}.")
+        else:
+            yield full, value
+
+
+_CLEANUP_CHOICES = ("delete", "compact")
+
+
+class Config(Mapping[str, Any]):
+    """The effective broker config: every declared key with its value (a read-only mapping).
+
+    ``config["log.segment.bytes"]`` returns the typed value; ``config.source(key)`` says where it
+    came from (default, file, env, cli).
+    """
+
+    def __init__(
+        self,
+        keys: Mapping[str, ConfigKey],
+        values: Mapping[str, Any],
+        sources: Mapping[str, str],
+        plugins: Plugins | None = None,
+    ) -> None:
+        self._keys = dict(keys)
+        self._values = dict(values)
+        self._sources = dict(sources)
+        self.plugins = plugins
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise ConfigError(f"unknown config key {name!r}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def key(self, name: str) -> ConfigKey:
+        return self._keys[name]
+
+    def source(self, name: str) -> str:
+        return self._sources.get(name, "default")
+
+    def replace(self, **updates: Any) -> Config:
+        """A copy with some keys changed (names with ``_`` for ``.``), validated like a load."""
+        values = dict(self._values)
+        sources = dict(self._sources)
+        for raw_name, raw in updates.items():
+            name = raw_name.replace("_", ".")
+            if name not in self._keys:
+                raise ConfigError(f"unknown config key {name!r}")
+            values[name] = _parse_value(self._keys[name], raw)
+            sources[name] = "override"
+        _check_cross_keys(values)
+        return Config(self._keys, values, sources, self.plugins)
+
+    # -- typed views of keys many modules need ------------------------------------------------
+    @property
+    def broker_id(self) -> int:
+        return int(self["broker.id"])
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return [Path(d) for d in self["log.dirs"]]
+
+    @property
+    def listeners(self) -> list[Endpoint]:
+        return [parse_listener(s) for s in self["listeners"]]
+
+    @property
+    def advertised_listeners(self) -> list[Endpoint]:
+        adv = self["advertised.listeners"]
+        return [parse_listener(s) for s in adv] if adv else self.listeners
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Topic-level config names with the broker's defaults for them."""
+        out: dict[str, Any] = {}
+        for key in self._keys.values():
+            if key.topic_key is not None:
+                out[key.topic_key] = self._values[key.name]
+        for key in TOPIC_ONLY_KEYS:
+            out[key.name] = key.default
+        return out
+
+    def topic_config(self, overrides: Mapping[str, Any] | None = None) -> TopicConfig:
+        return TopicConfig.build(self, overrides or {})
+
+
+def parse_listener(spec: str) -> Endpoint:
+    """``PLAINTEXT://127.0.0.1:9092`` -> Endpoint; the listener name doubles as security protocol
+    for the standard names (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)."""
+    name, sep, rest = spec.partition("://")
+    if not sep:
+        raise ConfigError(f"invalid value for 'listeners': {spec!r} is not NAME://host:port")
+    host, colon, port_s = rest.rpartition(":")
+    if not colon or not port_s.isdigit() or not (0 <= int(port_s) <= 65535):
+        raise ConfigError(f"invalid value for 'listeners': {spec!r} has no valid port")
+    host = host.strip("[]") or "0.0.0.0"
+    protocol = name.upper() if name.upper() in {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"} else "PLAINTEXT"
+    return Endpoint(name=name.upper(), host=host, port=int(port_s), security_protocol=protocol)
+
+
+def _check_cross_keys(values: Mapping[str, Any]) -> None:
+    for policy in values.get("log.cleanup.policy", []):
+        if policy not in _CLEANUP_CHOICES:
+            raise ConfigError(f"invalid value for 'log.cleanup.policy': {policy!r} is not delete or compact")
+    if values.get("group.min.session.timeout.ms", 0) > values.get("group.max.session.timeout.ms", 1):
+        raise ConfigError("invalid value for 'group.min.session.timeout.ms': above group.max.session.timeout.ms")
+    for spec in values.get("listeners", []):
+        parse_listener(spec)
+    for spec in values.get("advertised.listeners", []):
+        parse_listener(spec)
+
+
+def all_keys(plugins: Plugins | None) -> dict[str, ConfigKey]:
+    """Built-in keys plus every plugin's keys; a plugin redefining a built-in key is an error."""
+    keys = {k.name: k for k in BROKER_KEYS}
+    if plugins is not None:
+        for key in plugins.config_keys():
+            if key.name in keys:
+                raise ConfigError(f"plugin config key {key.name!r} redefines a built-in key")
+            keys[key.name] = key
+    return keys
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | Iterable[tuple[str, Any]] = (),
+    env: Mapping[str, str] | None = None,
+    plugins: Plugins | None = None,
+) -> Config:
+    """Defaults <- TOML file <- ``ODRADEK_*`` env <- overrides (``--set``), validated.
+
+    ``plugins`` contributes plugin-declared keys; without it only built-in keys are known.
+    """
+    keys = all_keys(plugins)
+    values = {name: key.default for name, key in keys.items()}
+    sources: dict[str, str] = {}
+
+    def apply(name: str, raw: Any, source: str) -> None:
+        if name == "log.dir":  # Kafka accepts the singular form too
+            name = "log.dirs"
+        if name not in keys:
+            raise ConfigError(f"unknown config key {name!r} (from {source})")
+        values[name] = _parse_value(keys[name], raw)
+        sources[name] = source
+
+    if path is not None:
+        p = Path(path)
+        try:
+            table = tomllib.loads(p.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(p)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from None
+        for name, raw in _flatten(table):
+            apply(name, raw, f"file {p}")
+    environ = os.environ if env is None else env
+    for var, raw in environ.items():
+        if var.startswith(ENV_PREFIX) and var not in _NON_CONFIG_ENV:
+            apply(var[len(ENV_PREFIX) :].lower().replace("_", "."), raw, f"env {var}")
+    items = overrides.items() if isinstance(overrides, Mapping) else overrides
+    for name, raw in items:
+        apply(name, raw, "cli")
+    _check_cross_keys(values)
+    return Config(keys, values, sources, plugins)
+
+
+#: ODRADEK_* variables that are switches of the process, not config keys.
+_NON_CONFIG_ENV = frozenset({"ODRADEK_DISABLE_PLUGIN_AUTOLOAD", "ODRADEK_TRACE_HOOKS", "ODRADEK_TEST_KEEP"})
+
+
+class TopicConfig(Mapping[str, Any]):
+    """One topic's effective configs: Kafka's topic-level names, broker defaults underneath.
+
+    Validation raises :class:`odradek.errors.InvalidConfig` (INVALID_CONFIG to clients) naming
+    the key. Frequently used values have typed properties.
+    """
+
+    def __init__(self, values: Mapping[str, Any], overrides: Mapping[str, Any]) -> None:
+        self._values = dict(values)
+        self.overrides = dict(overrides)
+
+    @classmethod
+    def build(cls, broker: Config, overrides: Mapping[str, Any]) -> TopicConfig:
+        defaults = broker.topic_defaults()
+        key_for = {k.topic_key: k for k in broker._keys.values() if k.topic_key}
+        key_for.update({k.name: k for k in TOPIC_ONLY_KEYS})
+        values = dict(defaults)
+        parsed: dict[str, Any] = {}
+        for name, raw in overrides.items():
+            if name not in key_for:
+                raise InvalidConfig(f"unknown topic config {name!r}")
+            k = key_for[name]
+            try:
+                value = _parse_value(ConfigKey(name, k.type, k.default, k.doc, choices=k.choices, minimum=k.minimum), raw)
+            except ConfigError as exc:
+                raise InvalidConfig(str(exc)) from None
+            if name == "cleanup.policy" and any(p not in _CLEANUP_CHOICES for p in value):
+                raise InvalidConfig(f"invalid value for 'cleanup.policy': {raw!r}")
+            values[name] = value
+            parsed[name] = value
+        return cls(values, parsed)
+
+    @classmethod
+    def known_keys(cls, broker: Config) -> list[str]:
+        return sorted(broker.topic_defaults())
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def segment_bytes(self) -> int:
+        return int(self["segment.bytes"])
+
+    @property
+    def segment_ms(self) -> int:
+        return int(self["segment.ms"])
+
+    @property
+    def segment_index_bytes(self) -> int:
+        return int(self["segment.index.bytes"])
+
+    @property
+    def index_interval_bytes(self) -> int:
+        return int(self["index.interval.bytes"])
+
+    @property
+    def retention_ms(self) -> int:
+        return int(self["retention.ms"])
+
+    @property
+    def retention_bytes(self) -> int:
+        return int(self["retention.bytes"])
+
+    @property
+    def cleanup_policy(self) -> list[str]:
+        return list(self["cleanup.policy"])
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self["cleanup.policy"]
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self["cleanup.policy"]
+
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self["max.message.bytes"])
+
+    @property
+    def flush_messages(self) -> int:
+        return int(self["flush.messages"])
+
+    @property
+    def flush_ms(self) -> int:
+        return int(self["flush.ms"])
+
+    @property
+    def delete_retention_ms(self) -> int:
+        return int(self["delete.retention.ms"])
+
+    @property
+    def min_compaction_lag_ms(self) -> int:
+        return int(self["min.compaction.lag.ms"])
+
+    @property
+    def message_timestamp_type(self) -> str:
+        return str(self["message.timestamp.type"])
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return int(self["min.insync.replicas"])
+
+
+def default_config(**overrides: Any) -> Config:
+    """Built-in defaults with some keys changed (names with ``_`` for ``.``): for tests and
+    embedders. Environment variables are ignored."""
+    return load_config(env={}, overrides={k.replace("_", "."): v for k, v in overrides.items()})

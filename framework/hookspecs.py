@@ -1,0 +1,144 @@
+"""Every hook odradek's kernel calls, grouped by role.
+
+All hooks are ``register_*`` hooks in the datasette style: each plugin returns a list of named
+factories, the kernel merges the lists from every plugin, refuses duplicates with an error naming
+both plugins, and picks the one the config selects (``storage = "segment"``). So every hook is
+*collected* (pluggy calls every implementation and returns the list of results); none is
+``firstresult``. Hooks are synchronous and cheap: they describe what a plugin offers, they never do
+I/O. The objects they return have ``async`` methods for I/O, which the kernel runs inside its own
+nurseries.
+
+Names are prefixed ``odradek_``; the plugin manager rejects an implementation of an unknown
+``odradek_*`` hook at registration, so a misspelt hook is an error, not silently ignored.
+docs/plugins.md documents every hook with its exact signature (a test checks that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .interfaces import (
+        Assignor,
+        Codec,
+        ConfigKey,
+        MetadataFactory,
+        Partitioner,
+        StorageFactory,
+        TransportFactory,
+    )
+
+PROJECT = "odradek"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# ============================================================================================
+# Kernel: configuration
+# ============================================================================================
+
+
+@hookspec
+def odradek_config_keys() -> Sequence[ConfigKey]:
+    """Config keys a plugin adds to the broker config model.
+
+    Called by: :func:`odradek.config.load_config` (through the plugin manager), once per load,
+    before the config file is validated, so plugin keys are typed and checked like built-ins.
+    Result: collected; a key defined twice is an error naming both plugins.
+    """
+
+
+# ============================================================================================
+# Storage role
+# ============================================================================================
+
+
+@hookspec
+def odradek_register_storage() -> Sequence[StorageFactory]:
+    """Storage engines this plugin offers (a ``StorageFactory`` builds a ``LogStorage``).
+
+    Called by: the broker at start-up, to resolve the ``storage`` config key (default
+    ``"segment"``). The chosen factory's ``create(config)`` is called once per broker.
+    Result: collected and merged by name.
+    """
+
+
+# ============================================================================================
+# Transport role
+# ============================================================================================
+
+
+@hookspec
+def odradek_register_transports() -> Sequence[TransportFactory]:
+    """Transports this plugin offers: a server side (``listener``) and a client side
+    (``connector``) for the security protocols it names (``PLAINTEXT``, ``SSL``).
+
+    Called by: the broker at start-up, once per entry in ``listeners``, to find the transport
+    for that listener's security protocol (overridable with the ``transport`` key); and by
+    odradek's client when it opens connections.
+    Result: collected and merged by name.
+    """
+
+
+# ============================================================================================
+# Metadata role
+# ============================================================================================
+
+
+@hookspec
+def odradek_register_metadata() -> Sequence[MetadataFactory]:
+    """Metadata stores this plugin offers (``local``, ``zookeeper``, ``etcd``).
+
+    Called by: the broker at start-up, to resolve the ``metadata`` config key (default
+    ``"local"``). The chosen factory's ``create(config)`` is called once per broker.
+    Result: collected and merged by name.
+    """
+
+
+# ============================================================================================
+# Compression role
+# ============================================================================================
+
+
+@hookspec
+def odradek_register_codecs() -> Sequence[Codec]:
+    """Compression codecs, each with Kafka's codec id (1 gzip, 2 snappy, 3 lz4, 4 zstd).
+
+    Called by: :func:`odradek.manager.build_plugin_manager` users through
+    ``Plugins.codecs()``, when the records layer needs to (de)compress a batch: the broker only
+    on paths that must read records (compaction, validation of compacted topics), clients on
+    every produce and consume.
+    Result: collected and merged by id; two codecs with one id is an error naming both plugins.
+    """
+
+
+# ============================================================================================
+# Partitioner role (client side)
+# ============================================================================================
+
+
+@hookspec
+def odradek_register_partitioners() -> Sequence[type[Partitioner]]:
+    """Partitioner classes (instantiated with no arguments, one per producer) for the producer's ``partitioner`` setting ("murmur2", "sticky", ...).
+
+    Called by: odradek's producer when it is created, to resolve its ``partitioner`` config.
+    Result: collected and merged by name.
+    """
+
+
+# ============================================================================================
+# Assignor role (client side, consumer groups)
+# ============================================================================================
+
+
+@hookspec
+def odradek_register_assignors() -> Sequence[type[Assignor]]:
+    """Assignor classes (instantiated with no arguments, one per consumer) for ``partition.assignment.strategy`` ("range", ...).
+
+    Called by: odradek's consumer when it joins a group, to list the protocols it supports in
+    JoinGroup and, as group leader, to compute the assignment.
+    Result: collected and merged by name.
+    """

@@ -1,0 +1,657 @@
+"""The interfaces plugins implement, as ``typing.Protocol`` classes, in Kafka's vocabulary.
+
+Hooks (:mod:`odradek.hookspecs`) are synchronous factories; what they return satisfies one of the
+protocols below. Methods that may block on a disk flush, a network peer or a coordination server
+are ``async`` and run inside the kernel's nurseries. Methods on the produce/fetch hot path that only
+touch the page cache (``PartitionLog.append_as_leader``, ``PartitionLog.read``) are synchronous on
+purpose: a sequential write of a batch into the page cache takes microseconds, a thread hop to make
+it "async" would cost more than the write (this is the seeds' argument for trusting the page cache).
+
+The interfaces cover the whole system, not only what is built first: the partition log has
+truncation, a leader-epoch cache, a log start offset and producer-state snapshots for replication
+and idempotence; the metadata store has liveness, elections, compare-and-set and watches for the
+ZooKeeper and etcd plugins (see ../shared/design/CLUSTER.md).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .config import TopicConfig
+
+
+# --------------------------------------------------------------------------------------------
+# Shared value types
+# --------------------------------------------------------------------------------------------
+
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic: Kafka's ``TopicPartition``; ``str()`` gives ``topic-partition``."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+# --------------------------------------------------------------------------------------------
+# Storage role: LogStorage (Kafka's LogManager) and PartitionLog (Kafka's UnifiedLog)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMeta:
+    """What the broker learned about one RecordBatch from its 61-byte header while validating it.
+
+    Storage uses it to update indexes without parsing the batch again. Offsets are absolute
+    (after the broker assigned them) for ``append_as_leader`` results and for follower appends.
+    """
+
+    position: int  # byte position of the batch inside the appended buffer
+    size: int  # whole batch size in bytes (batchLength + 12)
+    last_offset_delta: int
+    record_count: int
+    max_timestamp: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    is_transactional: bool = False
+    is_control: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """Result of an append: Kafka's ``LogAppendInfo``."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int  # ms since epoch when the append happened (-1 if not LogAppendTime)
+    log_start_offset: int
+    valid_bytes: int
+
+
+class FileRange(NamedTuple):
+    """A byte range of an open file that a transport may ``os.sendfile`` to a socket.
+
+    ``fd`` stays valid at least until the read that produced it is released
+    (``FetchDataInfo.release``); a transport that cannot use sendfile (TLS) calls
+    ``FetchDataInfo.to_bytes`` instead.
+    """
+
+    fd: int
+    position: int
+    length: int
+
+
+@runtime_checkable
+class FetchDataInfo(Protocol):
+    """Records read from a partition log: a run of whole batches starting at a batch boundary.
+
+    The first batch may start before the requested offset (the client skips leading records).
+    """
+
+    fetch_offset: int  # offset that was asked for
+    first_batch_offset: int  # base offset of the first batch in the slice (-1 when empty)
+    size: int  # byte length of the slice (0 when nothing to return)
+
+    def file_range(self) -> FileRange | None:
+        """The slice as a file range for zero-copy send, or None when the engine holds no file."""
+        ...
+
+    def to_bytes(self) -> bytes:
+        """The slice's bytes (copying); used by TLS and by non-file engines."""
+        ...
+
+    def release(self) -> None:
+        """Called once the transport has sent the slice; lets the engine close pinned files."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEntry:
+    """One leader-epoch-checkpoint entry: ``epoch`` started at ``start_offset``."""
+
+    epoch: int
+    start_offset: int
+
+
+@runtime_checkable
+class PartitionLog(Protocol):
+    """One partition's log on one broker (Kafka's ``UnifiedLog``).
+
+    Offsets: ``log_start_offset`` <= every readable offset < ``log_end_offset`` (LEO). The high
+    watermark is *not* kept here: the broker core owns it, since it depends on replicas.
+    All synchronous methods are safe to call from the trio thread; none may block for long.
+    """
+
+    topic_partition: TopicPartition
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def size_in_bytes(self) -> int: ...
+
+    def append_as_leader(
+        self, data: bytearray, batches: Sequence[BatchMeta], leader_epoch: int
+    ) -> LogAppendInfo:
+        """Assign offsets from the LEO and append validated batches, unchanged but for headers.
+
+        ``data`` holds one or more whole batches; the log rewrites each batch's baseOffset and
+        partitionLeaderEpoch in place (both outside the CRC) and writes the bytes in one write.
+        Raises ``KafkaStorageError`` if the write fails; nothing partial stays visible then.
+        """
+        ...
+
+    def append_as_follower(self, data: bytes, batches: Sequence[BatchMeta]) -> LogAppendInfo:
+        """Append batches that already carry offsets and leader epochs (replication)."""
+        ...
+
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FetchDataInfo:
+        """Whole batches from ``fetch_offset``: at most ``max_bytes`` (but at least one batch when
+        ``min_one_batch``), none at or past ``max_offset`` (the high watermark or LSO).
+
+        Raises ``OffsetOutOfRange`` when ``fetch_offset`` is outside [log start, log end].
+        """
+        ...
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first batch with max timestamp >= ``timestamp``, or None."""
+        ...
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """(timestamp, offset) of the record with the largest timestamp; (-1, -1) when empty."""
+        ...
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch at or after ``offset`` (follower truncation; never below HW by a leader)."""
+        ...
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete all data; the log restarts empty at ``offset``."""
+        ...
+
+    def delete_records_before(self, offset: int) -> int:
+        """Advance the log start offset to ``offset`` (DeleteRecords); returns the new start."""
+        ...
+
+    # leader-epoch cache (KIP-101): kept with the log so truncation and epochs stay consistent
+    def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` begins at ``start_offset`` (a new leader's first offset)."""
+        ...
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (largest known epoch <= ``epoch``, its end offset), or (-1, -1)."""
+        ...
+
+    def epoch_entries(self) -> Sequence[EpochEntry]:
+        """The leader-epoch checkpoint, oldest first."""
+        ...
+
+    # small per-partition state that must live and die with the log (producer-state snapshots)
+    def write_state(self, name: str, data: bytes) -> None:
+        """Atomically persist ``data`` under ``name`` beside the log (write-temp, fsync, rename)."""
+        ...
+
+    def read_state(self, name: str) -> bytes | None:
+        """The bytes last written under ``name``, or None."""
+        ...
+
+    def update_config(self, config: TopicConfig) -> None:
+        """Apply changed topic configs (segment size, retention, cleanup.policy) live."""
+        ...
+
+    async def flush(self) -> None:
+        """fsync everything appended so far and advance the recovery point."""
+        ...
+
+    async def close(self) -> None:
+        """Flush and release files; the object is unusable afterwards."""
+        ...
+
+
+@runtime_checkable
+class LogStorage(Protocol):
+    """All partition logs of one broker (Kafka's ``LogManager``); one per broker process."""
+
+    async def open(self) -> None:
+        """Load and recover existing logs (scan past the recovery point, cut torn tails)."""
+        ...
+
+    def get_log(self, tp: TopicPartition) -> PartitionLog | None:
+        """The log for ``tp`` if this broker has it."""
+        ...
+
+    def get_or_create_log(self, tp: TopicPartition, config: TopicConfig) -> PartitionLog:
+        """The log for ``tp``, created empty when missing."""
+        ...
+
+    def all_logs(self) -> Mapping[TopicPartition, PartitionLog]:
+        """Every log this broker holds."""
+        ...
+
+    async def delete_log(self, tp: TopicPartition) -> None:
+        """Remove a partition's log and its files (DeleteTopics)."""
+        ...
+
+    def write_checkpoint(self, name: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Atomically persist a per-broker offset checkpoint (e.g. replication-offset-checkpoint)."""
+        ...
+
+    def read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
+        """The checkpoint last written under ``name`` (empty when none)."""
+        ...
+
+    async def run(self) -> None:
+        """Background work (retention, compaction, scheduled flushes) until cancelled.
+
+        The kernel runs this in its nursery; engines without background work return at once.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Flush and close every log, write the recovery-point checkpoint."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Compression role
+# --------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Codec(Protocol):
+    """A batch compression codec with Kafka's id (attributes bits 0-2): 1 gzip .. 4 zstd."""
+
+    id: int
+    name: str
+
+    def compress(self, data: bytes, level: int | None = None) -> bytes:
+        """Compress a batch's records section."""
+        ...
+
+    def decompress(self, data: bytes | memoryview) -> bytes:
+        """Decompress a batch's records section (accepting every framing clients write)."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Partitioner and assignor roles (client side)
+# --------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Partitioner(Protocol):
+    """Chooses a partition for a record without an explicit partition (client side)."""
+
+    name: str
+
+    def partition(
+        self, topic: str, key: bytes | None, value: bytes | None, num_partitions: int
+    ) -> int:
+        """The partition for this record, in ``range(num_partitions)``."""
+        ...
+
+    def on_new_batch(self, topic: str, previous_partition: int, num_partitions: int) -> None:
+        """Called when the accumulator closed a batch (lets sticky partitioners switch)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    """A member of a consumer group as the leader sees it during assignment."""
+
+    member_id: str
+    group_instance_id: str | None
+    topics: Sequence[str]
+    user_data: bytes | None = None
+    owned_partitions: Sequence[TopicPartition] = ()
+    generation: int = -1
+    rack_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemberAssignment:
+    """What one member is given (ConsumerProtocolAssignment)."""
+
+    partitions: Sequence[TopicPartition]
+    user_data: bytes | None = None
+
+
+@runtime_checkable
+class Assignor(Protocol):
+    """A consumer-group partition assignor (``partition.assignment.strategy``).
+
+    ``name`` is the protocol name carried in JoinGroup ("range", "roundrobin", "sticky",
+    "cooperative-sticky"), so it must match the Java client's for mixed groups.
+    """
+
+    name: str
+    #: "eager" (revoke everything on rebalance) or "cooperative" (incremental, KIP-429)
+    rebalance_protocol: str
+
+    def subscription_user_data(
+        self, topics: Sequence[str], owned: Sequence[TopicPartition], generation: int
+    ) -> bytes | None:
+        """User data this member puts into its JoinGroup subscription."""
+        ...
+
+    def assign(
+        self, partitions_per_topic: Mapping[str, int], members: Sequence[GroupMember]
+    ) -> dict[str, MemberAssignment]:
+        """The group leader's assignment: member id -> its partitions."""
+        ...
+
+    def on_assignment(self, assignment: MemberAssignment, generation: int) -> None:
+        """Called on every member with what it was given (sticky assignors remember it)."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Metadata role (meta_local, meta_zk, meta_etcd) -- see ../shared/design/CLUSTER.md
+# --------------------------------------------------------------------------------------------
+
+
+class SessionState(enum.Enum):
+    """Connection state of a metadata session (ZooKeeper's, mirrored for etcd leases)."""
+
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"  # connection lost, session (and ephemerals) may still live
+    LOST = "lost"  # session expired: ephemerals are gone, leadership must be given up
+
+
+class Absent(enum.Enum):
+    """Sentinel for ``expect=ABSENT``: the key must not exist."""
+
+    ABSENT = "absent"
+
+
+class AnyVersion(enum.Enum):
+    """Sentinel for ``expect=ANY``: write whatever the current version."""
+
+    ANY = "any"
+
+
+ABSENT = Absent.ABSENT
+ANY = AnyVersion.ANY
+Expect = int | Absent | AnyVersion
+
+
+@dataclass(frozen=True, slots=True)
+class Versioned:
+    """A value with its per-key version (ZK stat.version / etcd mod_revision / local counter)
+    and creation revision (ZK czxid / etcd create_revision), used as epochs for fencing."""
+
+    value: bytes
+    version: int
+    create_revision: int
+
+
+class MetadataConflict(Exception):
+    """A compare-and-set or transaction check failed; ``index`` names the failing check."""
+
+    def __init__(self, key: str, index: int = 0) -> None:
+        super().__init__(f"version check failed on {key!r} (check #{index})")
+        self.key = key
+        self.index = index
+
+
+class MetadataCompacted(Exception):
+    """A watch asked for history the backend no longer has: re-read with ``list`` and re-watch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """A transaction precondition: ``key`` currently has version ``expect`` (or is ABSENT)."""
+
+    key: str
+    expect: Expect
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """A transaction write."""
+
+    key: str
+    value: bytes
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """A transaction delete."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One change under a watched prefix; ``value`` is None for deletions."""
+
+    key: str
+    value: bytes | None
+    version: int
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Leadership:
+    """Held leadership of an election: ``epoch`` increases with every new leader and
+    ``fence`` is a check to include in every write made as leader."""
+
+    name: str
+    epoch: int
+    fence: Check
+
+
+@runtime_checkable
+class MetadataStore(Protocol):
+    """Cluster metadata with liveness, compare-and-set and watches.
+
+    Keys are '/'-separated paths (``/brokers/ids/1``); values are bytes (JSON by convention).
+    ``meta_local`` implements it in-process with atomic files; ZooKeeper and etcd implement it on
+    their servers. The broker core and controller use only this interface.
+    """
+
+    async def open(self, session_ttl_ms: int) -> None:
+        """Connect and start a session whose ephemerals die with it."""
+        ...
+
+    def session_states(self) -> AsyncIterator[SessionState]:
+        """Session state changes, starting with the current state."""
+        ...
+
+    async def get(self, key: str) -> Versioned | None: ...
+
+    async def list(self, prefix: str) -> tuple[dict[str, Versioned], int]:
+        """Every key under ``prefix`` as one snapshot, with the revision it reflects."""
+        ...
+
+    async def create(self, key: str, value: bytes, *, ephemeral: bool = False) -> Versioned:
+        """Create a key that must not exist (``MetadataConflict`` otherwise)."""
+        ...
+
+    async def put(self, key: str, value: bytes, *, expect: Expect = ANY) -> int:
+        """Write with an optional version check; returns the new version."""
+        ...
+
+    async def delete(self, key: str, *, expect: Expect = ANY) -> bool:
+        """Delete; False if it did not exist (with ``expect=ANY``)."""
+        ...
+
+    async def txn(self, checks: Sequence[Check], ops: Sequence[Put | Delete]) -> None:
+        """All checks hold and all ops apply, or nothing applies (``MetadataConflict``)."""
+        ...
+
+    def watch(self, prefix: str, *, after_revision: int) -> AsyncIterator[WatchEvent]:
+        """Changes under ``prefix`` after ``after_revision``, gap-free, until cancelled."""
+        ...
+
+    async def register_broker(self, broker_id: int, info: bytes) -> int:
+        """Ephemeral registration under ``/brokers/ids/<id>``; returns the broker epoch."""
+        ...
+
+    async def campaign(self, name: str, value: bytes) -> Leadership:
+        """Block until this session leads election ``name``; the epoch fences old leaders."""
+        ...
+
+    async def resign(self, leadership: Leadership) -> None: ...
+
+    async def leader(self, name: str) -> tuple[bytes, int] | None:
+        """(value, epoch) of the current leader of ``name``, or None."""
+        ...
+
+    async def next_id(self, key: str) -> int:
+        """Atomically increment a counter and return the new value (producer ids, broker ids)."""
+        ...
+
+    async def close(self) -> None:
+        """End the session; its ephemerals are deleted."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Transport role
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A listener address: ``PLAINTEXT://host:port`` in Kafka's notation."""
+
+    name: str  # listener name, e.g. "PLAINTEXT"
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+
+@runtime_checkable
+class Listener(Protocol):
+    """A server side of a transport: accepts client connections and serves Kafka requests."""
+
+    async def serve(self, *, task_status: Any) -> None:
+        """Bind, report the bound ``Endpoint`` list through ``task_status.started(...)`` (so
+        ``nursery.start`` works), then serve until cancelled, draining in-flight requests."""
+        ...
+
+
+@runtime_checkable
+class Connection(Protocol):
+    """A client-side connection to one broker that exchanges Kafka frames."""
+
+    async def send_frame(self, frame: bytes) -> None: ...
+
+    async def receive_frame(self) -> bytes: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Connector(Protocol):
+    """A client side of a transport: opens connections to brokers."""
+
+    async def connect(self, host: str, port: int, *, timeout_s: float) -> Connection: ...
+
+
+@dataclass(frozen=True)
+class TransportFactory:
+    """What the transport hook registers: a named way to serve and to reach brokers.
+
+    ``listener(config, broker, endpoint)`` builds a server for one configured listener;
+    ``connector(client_config)`` builds the client side used by odradek's own client.
+    """
+
+    name: str
+    security_protocols: Sequence[str]
+    listener: Any  # Callable[[Config, Any, Endpoint], Listener]
+    connector: Any  # Callable[[Mapping[str, str]], Connector]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class StorageFactory:
+    """What the storage hook registers: ``create(config)`` builds the broker's ``LogStorage``."""
+
+    name: str
+    create: Any  # Callable[[Config], LogStorage]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class MetadataFactory:
+    """What the metadata hook registers: ``create(config)`` builds a ``MetadataStore``."""
+
+    name: str
+    create: Any  # Callable[[Config], MetadataStore]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """A config key a plugin adds to the broker's config model (see :mod:`odradek.config`)."""
+
+    name: str
+    type: type
+    default: Any
+    doc: str
+    choices: Sequence[Any] | None = None
+    minimum: float | None = None
+    topic_key: str | None = None  # the topic-level name when this is a topic default
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+__all__ = [
+    "ABSENT",
+    "ANY",
+    "Absent",
+    "AnyVersion",
+    "Assignor",
+    "BatchMeta",
+    "Check",
+    "Codec",
+    "ConfigKey",
+    "Connection",
+    "Connector",
+    "Delete",
+    "Endpoint",
+    "EpochEntry",
+    "Expect",
+    "FetchDataInfo",
+    "FileRange",
+    "GroupMember",
+    "Leadership",
+    "Listener",
+    "LogAppendInfo",
+    "LogStorage",
+    "MemberAssignment",
+    "MetadataCompacted",
+    "MetadataConflict",
+    "MetadataFactory",
+    "MetadataStore",
+    "PartitionLog",
+    "Partitioner",
+    "Put",
+    "SessionState",
+    "StorageFactory",
+    "TopicPartition",
+    "TransportFactory",
+    "Versioned",
+    "WatchEvent",
+]

@@ -1,0 +1,1 @@
+"""Namespace for odradek's built-in plugins (installed from ``plugins/<name>/`` in the source tree)."""

@@ -1,0 +1,1 @@
+"""odradek built-in plugin: meta_etcd."""
