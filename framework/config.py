@@ -73,41 +73,140 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("auto.create.topics.enable", bool, True, "Create a topic on first Metadata/Produce for it."),
     _k("delete.topic.enable", bool, True, "Allow DeleteTopics."),
     _k("message.max.bytes", int, 1048588, "Largest record batch accepted.", minimum=0, topic_key="max.message.bytes"),
-    _k("compression.type", str, "producer", "Broker-side compression of stored batches (producer keeps the producer's).",
-       choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), topic_key="compression.type"),
-    _k("log.message.timestamp.type", str, "CreateTime", "Timestamp kept in batches.",
-       choices=("CreateTime", "LogAppendTime"), topic_key="message.timestamp.type"),
-    _k("min.insync.replicas", int, 1, "Replicas that must be in sync for acks=all.", minimum=1, topic_key="min.insync.replicas"),
-    _k("unclean.leader.election.enable", bool, False, "Allow an out-of-sync replica to become leader.",
-       topic_key="unclean.leader.election.enable"),
+    _k(
+        "compression.type",
+        str,
+        "producer",
+        "Broker-side compression of stored batches (producer keeps the producer's).",
+        choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+        topic_key="compression.type",
+    ),
+    _k(
+        "log.message.timestamp.type",
+        str,
+        "CreateTime",
+        "Timestamp kept in batches.",
+        choices=("CreateTime", "LogAppendTime"),
+        topic_key="message.timestamp.type",
+    ),
+    _k(
+        "min.insync.replicas",
+        int,
+        1,
+        "Replicas that must be in sync for acks=all.",
+        minimum=1,
+        topic_key="min.insync.replicas",
+    ),
+    _k(
+        "unclean.leader.election.enable",
+        bool,
+        False,
+        "Allow an out-of-sync replica to become leader.",
+        topic_key="unclean.leader.election.enable",
+    ),
     # -- log segments and indexes
     _k("log.segment.bytes", int, 1073741824, "Roll a segment at this size.", minimum=14, topic_key="segment.bytes"),
-    _k("log.roll.ms", int, 604800000, "Roll a segment this long after its first record.", minimum=1, topic_key="segment.ms"),
-    _k("log.index.size.max.bytes", int, 10485760, "Preallocated size of offset/time indexes.", minimum=4096,
-       topic_key="segment.index.bytes"),
-    _k("log.index.interval.bytes", int, 4096, "Bytes between offset-index entries.", minimum=0, topic_key="index.interval.bytes"),
-    _k("log.flush.interval.messages", int, LONG_MAX, "fsync after this many messages (default: never, trust the page cache).",
-       minimum=1, topic_key="flush.messages"),
-    _k("log.flush.interval.ms", int, LONG_MAX, "fsync after this long (default: never, trust the page cache).",
-       minimum=0, topic_key="flush.ms"),
+    _k(
+        "log.roll.ms",
+        int,
+        604800000,
+        "Roll a segment this long after its first record.",
+        minimum=1,
+        topic_key="segment.ms",
+    ),
+    _k(
+        "log.index.size.max.bytes",
+        int,
+        10485760,
+        "Preallocated size of offset/time indexes.",
+        minimum=4096,
+        topic_key="segment.index.bytes",
+    ),
+    _k(
+        "log.index.interval.bytes",
+        int,
+        4096,
+        "Bytes between offset-index entries.",
+        minimum=0,
+        topic_key="index.interval.bytes",
+    ),
+    _k(
+        "log.flush.interval.messages",
+        int,
+        LONG_MAX,
+        "fsync after this many messages (default: never, trust the page cache).",
+        minimum=1,
+        topic_key="flush.messages",
+    ),
+    _k(
+        "log.flush.interval.ms",
+        int,
+        LONG_MAX,
+        "fsync after this long (default: never, trust the page cache).",
+        minimum=0,
+        topic_key="flush.ms",
+    ),
     _k("log.flush.scheduler.interval.ms", int, 1000, "How often the flusher checks flush.ms.", minimum=1),
-    _k("log.flush.offset.checkpoint.interval.ms", int, 60000, "How often the recovery point is checkpointed.", minimum=1),
+    _k(
+        "log.flush.offset.checkpoint.interval.ms",
+        int,
+        60000,
+        "How often the recovery point is checkpointed.",
+        minimum=1,
+    ),
     # -- retention and compaction
-    _k("log.retention.ms", int, 604800000, "Delete segments older than this (-1: keep forever).", minimum=-1, topic_key="retention.ms"),
-    _k("log.retention.bytes", int, -1, "Delete oldest segments beyond this size per partition (-1: no limit).",
-       minimum=-1, topic_key="retention.bytes"),
+    _k(
+        "log.retention.ms",
+        int,
+        604800000,
+        "Delete segments older than this (-1: keep forever).",
+        minimum=-1,
+        topic_key="retention.ms",
+    ),
+    _k(
+        "log.retention.bytes",
+        int,
+        -1,
+        "Delete oldest segments beyond this size per partition (-1: no limit).",
+        minimum=-1,
+        topic_key="retention.bytes",
+    ),
     _k("log.retention.check.interval.ms", int, 300000, "How often retention runs.", minimum=1),
     _k("log.cleanup.policy", list, ["delete"], "delete, compact, or both.", topic_key="cleanup.policy"),
     _k("log.cleaner.enable", bool, True, "Run the compaction cleaner."),
     _k("log.cleaner.backoff.ms", int, 15000, "Cleaner sleep when nothing is dirty.", minimum=0),
-    _k("log.cleaner.min.cleanable.ratio", float, 0.5, "Dirty ratio that triggers compaction.", minimum=0,
-       topic_key="min.cleanable.dirty.ratio"),
-    _k("log.cleaner.delete.retention.ms", int, 86400000, "Keep tombstones this long after compaction.", minimum=0,
-       topic_key="delete.retention.ms"),
-    _k("log.cleaner.min.compaction.lag.ms", int, 0, "Never compact records younger than this.", minimum=0,
-       topic_key="min.compaction.lag.ms"),
-    _k("log.segment.delete.delay.ms", int, 60000, "Delay before a deleted segment's files are removed.", minimum=0,
-       topic_key="file.delete.delay.ms"),
+    _k(
+        "log.cleaner.min.cleanable.ratio",
+        float,
+        0.5,
+        "Dirty ratio that triggers compaction.",
+        minimum=0,
+        topic_key="min.cleanable.dirty.ratio",
+    ),
+    _k(
+        "log.cleaner.delete.retention.ms",
+        int,
+        86400000,
+        "Keep tombstones this long after compaction.",
+        minimum=0,
+        topic_key="delete.retention.ms",
+    ),
+    _k(
+        "log.cleaner.min.compaction.lag.ms",
+        int,
+        0,
+        "Never compact records younger than this.",
+        minimum=0,
+        topic_key="min.compaction.lag.ms",
+    ),
+    _k(
+        "log.segment.delete.delay.ms",
+        int,
+        60000,
+        "Delay before a deleted segment's files are removed.",
+        minimum=0,
+        topic_key="file.delete.delay.ms",
+    ),
     # -- replication (used by the cluster metadata plugins)
     _k("replica.lag.time.max.ms", int, 30000, "A follower not caught up for this long leaves the ISR.", minimum=1),
     _k("replica.fetch.max.bytes", int, 1048576, "Bytes per partition a follower fetches.", minimum=1),
@@ -129,8 +228,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("transaction.state.log.num.partitions", int, 50, "Partitions of __transaction_state.", minimum=1),
     _k("transaction.max.timeout.ms", int, 900000, "Largest transaction timeout a producer may ask for.", minimum=1),
     # -- operations
-    _k("log.level", str, "INFO", "Logging level of the broker process.",
-       choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+    _k("log.level", str, "INFO", "Logging level of the broker process.", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 )
 
 #: Topic-level keys that have no broker-level default key.
@@ -179,9 +277,7 @@ def _parse_value(key: ConfigKey, raw: Any) -> Any:
         items = value if isinstance(value, list) else [value]
         for item in items:
             if item not in key.choices:
-                raise ConfigError(
-                    f"invalid value for {key.name!r}: {item!r} is not one of {list(key.choices)}"
-                )
+                raise ConfigError(f"invalid value for {key.name!r}: {item!r} is not one of {list(key.choices)}")
     if key.minimum is not None and isinstance(value, int | float) and value < key.minimum:
         raise ConfigError(f"invalid value for {key.name!r}: {value} is below the minimum {key.minimum}")
     return value
@@ -389,7 +485,9 @@ class TopicConfig(Mapping[str, Any]):
                 raise InvalidConfig(f"unknown topic config {name!r}")
             k = key_for[name]
             try:
-                value = _parse_value(ConfigKey(name, k.type, k.default, k.doc, choices=k.choices, minimum=k.minimum), raw)
+                value = _parse_value(
+                    ConfigKey(name, k.type, k.default, k.doc, choices=k.choices, minimum=k.minimum), raw
+                )
             except ConfigError as exc:
                 raise InvalidConfig(str(exc)) from None
             if name == "cleanup.policy" and any(p not in _CLEANUP_CHOICES for p in value):

@@ -197,24 +197,44 @@ CorruptMessage = _error("CorruptMessage", ErrorCode.CORRUPT_MESSAGE, "CRC or fra
 InvalidRecord = _error("InvalidRecord", ErrorCode.INVALID_RECORD, "A batch's fields contradict each other.")
 MessageTooLarge = _error("MessageTooLarge", ErrorCode.MESSAGE_TOO_LARGE, "A batch exceeds max.message.bytes.")
 OffsetOutOfRange = _error("OffsetOutOfRange", ErrorCode.OFFSET_OUT_OF_RANGE, "An offset outside [log start, log end].")
-UnknownTopicOrPartition = _error("UnknownTopicOrPartition", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such topic or partition.")
+UnknownTopicOrPartition = _error(
+    "UnknownTopicOrPartition", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such topic or partition."
+)
 InvalidTopic = _error("InvalidTopic", ErrorCode.INVALID_TOPIC_EXCEPTION, "A topic name Kafka would refuse.")
 TopicAlreadyExists = _error("TopicAlreadyExists", ErrorCode.TOPIC_ALREADY_EXISTS, "CreateTopics for an existing topic.")
 InvalidPartitions = _error("InvalidPartitions", ErrorCode.INVALID_PARTITIONS, "A partition count that is not allowed.")
-InvalidReplicationFactor = _error("InvalidReplicationFactor", ErrorCode.INVALID_REPLICATION_FACTOR, "More replicas than brokers, or < 1.")
+InvalidReplicationFactor = _error(
+    "InvalidReplicationFactor", ErrorCode.INVALID_REPLICATION_FACTOR, "More replicas than brokers, or < 1."
+)
 InvalidConfig = _error("InvalidConfig", ErrorCode.INVALID_CONFIG, "A config key or value that is not allowed.")
-UnsupportedVersion = _error("UnsupportedVersion", ErrorCode.UNSUPPORTED_VERSION, "An API version odradek does not serve.")
-UnsupportedCompressionType = _error("UnsupportedCompressionType", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "No codec for a batch's compression id.")
-InvalidRequest = _error("InvalidRequest", ErrorCode.INVALID_REQUEST, "A request that cannot be parsed or is inconsistent.")
-KafkaStorageError = _error("KafkaStorageError", ErrorCode.KAFKA_STORAGE_ERROR, "The storage engine failed (disk full, I/O error).")
-NotLeaderOrFollower = _error("NotLeaderOrFollower", ErrorCode.NOT_LEADER_OR_FOLLOWER, "This broker does not host the partition as asked.")
+UnsupportedVersion = _error(
+    "UnsupportedVersion", ErrorCode.UNSUPPORTED_VERSION, "An API version odradek does not serve."
+)
+UnsupportedCompressionType = _error(
+    "UnsupportedCompressionType", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "No codec for a batch's compression id."
+)
+InvalidRequest = _error(
+    "InvalidRequest", ErrorCode.INVALID_REQUEST, "A request that cannot be parsed or is inconsistent."
+)
+KafkaStorageError = _error(
+    "KafkaStorageError", ErrorCode.KAFKA_STORAGE_ERROR, "The storage engine failed (disk full, I/O error)."
+)
+NotLeaderOrFollower = _error(
+    "NotLeaderOrFollower", ErrorCode.NOT_LEADER_OR_FOLLOWER, "This broker does not host the partition as asked."
+)
 NotEnoughReplicas = _error("NotEnoughReplicas", ErrorCode.NOT_ENOUGH_REPLICAS, "ISR below min.insync.replicas.")
 OutOfOrderSequence = _error("OutOfOrderSequence", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, "A producer sequence gap.")
-DuplicateSequence = _error("DuplicateSequence", ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "A producer sequence already written.")
-InvalidProducerEpoch = _error("InvalidProducerEpoch", ErrorCode.INVALID_PRODUCER_EPOCH, "A producer epoch older than the current one.")
+DuplicateSequence = _error(
+    "DuplicateSequence", ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "A producer sequence already written."
+)
+InvalidProducerEpoch = _error(
+    "InvalidProducerEpoch", ErrorCode.INVALID_PRODUCER_EPOCH, "A producer epoch older than the current one."
+)
 UnknownProducerId = _error("UnknownProducerId", ErrorCode.UNKNOWN_PRODUCER_ID, "No state for this producer id.")
 FencedLeaderEpoch = _error("FencedLeaderEpoch", ErrorCode.FENCED_LEADER_EPOCH, "A request with an older leader epoch.")
-UnknownLeaderEpoch = _error("UnknownLeaderEpoch", ErrorCode.UNKNOWN_LEADER_EPOCH, "A request with a newer leader epoch.")
+UnknownLeaderEpoch = _error(
+    "UnknownLeaderEpoch", ErrorCode.UNKNOWN_LEADER_EPOCH, "A request with a newer leader epoch."
+)
 RequestTimedOut = _error("RequestTimedOut", ErrorCode.REQUEST_TIMED_OUT, "A delayed operation expired.")
 
 __all__ = [

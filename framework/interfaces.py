@@ -142,9 +142,7 @@ class PartitionLog(Protocol):
     @property
     def size_in_bytes(self) -> int: ...
 
-    def append_as_leader(
-        self, data: bytearray, batches: Sequence[BatchMeta], leader_epoch: int
-    ) -> LogAppendInfo:
+    def append_as_leader(self, data: bytearray, batches: Sequence[BatchMeta], leader_epoch: int) -> LogAppendInfo:
         """Assign offsets from the LEO and append validated batches, unchanged but for headers.
 
         ``data`` holds one or more whole batches; the log rewrites each batch's baseOffset and
@@ -303,9 +301,7 @@ class Partitioner(Protocol):
 
     name: str
 
-    def partition(
-        self, topic: str, key: bytes | None, value: bytes | None, num_partitions: int
-    ) -> int:
+    def partition(self, topic: str, key: bytes | None, value: bytes | None, num_partitions: int) -> int:
         """The partition for this record, in ``range(num_partitions)``."""
         ...
 

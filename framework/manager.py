@@ -235,9 +235,7 @@ class Plugins:
 
     # -- introspection -------------------------------------------------------------------------
     def describe(self) -> list[PluginInfo]:
-        dists = {
-            ep.name: ep.dist for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.dist is not None
-        }
+        dists = {ep.name: ep.dist for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.dist is not None}
         infos = []
         for name, plugin in self.pm.list_name_plugin():
             if name is None or plugin is None:

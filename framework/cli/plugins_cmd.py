@@ -37,4 +37,3 @@ def run(args: argparse.Namespace) -> int:
         )
     Console(width=160).print(table)
     return 0
-
