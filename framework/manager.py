@@ -93,18 +93,21 @@ def build_plugin_manager(
     extra: Iterable[str | types.ModuleType | object] = (),
     disabled: Iterable[str] = (),
     trace: bool | None = None,
+    entry_points_enabled: bool = True,
 ) -> pluggy.PluginManager:
     """A new plugin manager with specs, entry points and the named extra plugins registered.
 
     ``autoload`` defaults to "not ``ODRADEK_DISABLE_PLUGIN_AUTOLOAD``"; ``trace`` to
     ``ODRADEK_TRACE_HOOKS``. ``extra`` items are entry-point names, module paths or objects.
+    ``entry_points_enabled=False`` loads no entry point at all, only ``extra`` (for unit tests that
+    assemble exactly the plugins they exercise).
     """
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     if autoload is None:
         autoload = not _env_flag(DISABLE_AUTOLOAD_ENV)
     eps = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    for ep in eps.values():
+    for ep in eps.values() if entry_points_enabled else ():
         dist = ep.dist.name if ep.dist is not None else ""
         if autoload or dist == BUILTIN_DISTRIBUTION:
             _register(pm, _load_entry_point(ep), ep.name)
