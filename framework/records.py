@@ -1,0 +1,878 @@
+"""Kafka's RecordBatch v2 (magic 2): parse, validate, build and decode, sans-IO.
+
+This is the one binary contract shared by producer, broker, storage and consumer. The layout (see
+docs/records.md for byte offsets) puts ``baseOffset`` and ``partitionLeaderEpoch`` *before* the
+CRC-32C range (byte 21 to the end), so the broker assigns offsets by rewriting 12 header bytes in
+place, and validates a produce payload from its 61-byte headers plus one CRC call per batch,
+without decompressing or decoding a single record (:func:`validate_batches`). Only clients, and
+the broker's compaction, decode records (:func:`decode_batch`, :func:`iter_batches`).
+
+Compression goes through codecs (``Mapping[int, Codec]``, Kafka's ids 1..4 and whatever a
+third-party plugin registers); ``codecs=None`` means the process-wide plugin set
+(:func:`odradek.manager.default_plugins`), resolved only when a compressed batch is met.
+
+Errors carry Kafka's codes: :class:`~odradek.errors.CorruptMessage` for bad CRC, bad magic and
+truncated framing; :class:`~odradek.errors.InvalidRecord` for fields that contradict each other;
+:class:`~odradek.errors.MessageTooLarge` for a batch over ``max.message.bytes``.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import TYPE_CHECKING, Protocol, TypeAlias
+
+from crc32c import crc32c
+
+from .errors import CorruptMessage, InvalidRecord, MessageTooLarge, UnsupportedCompressionType
+from .interfaces import BatchMeta
+
+if TYPE_CHECKING:
+    from .interfaces import Codec
+
+__all__ = [
+    "HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "BatchHeader",
+    "Compression",
+    "ControlRecord",
+    "ControlRecordType",
+    "Record",
+    "RecordBatch",
+    "RecordFields",
+    "build_batch",
+    "build_control_batch",
+    "compute_crc",
+    "decode_batch",
+    "decode_records",
+    "encode_records",
+    "iter_batches",
+    "iter_headers",
+    "parse_control_record",
+    "parse_header",
+    "set_base_offset",
+    "set_log_append_time",
+    "set_partition_leader_epoch",
+    "validate_batches",
+]
+
+Buffer: TypeAlias = bytes | bytearray | memoryview
+
+MAGIC = 2
+HEADER_SIZE = 61  # whole v2 batch header, up to and including recordCount
+LOG_OVERHEAD = 12  # baseOffset + batchLength: batchLength counts the bytes after these
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # smallest legal batchLength (49)
+
+# byte offsets inside a batch
+BASE_OFFSET_OFFSET = 0
+BATCH_LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21  # the CRC-32C covers from here to the end of the batch
+LAST_OFFSET_DELTA_OFFSET = 23
+FIRST_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORD_COUNT_OFFSET = 57
+
+# attributes bits
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40  # KIP-534: firstTimestamp holds the delete horizon
+
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+_INT32_MAX = 0x7FFFFFFF
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+# firstTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+assert _HEADER.size == HEADER_SIZE
+_unpack_header = _HEADER.unpack_from
+_pack_header_into = _HEADER.pack_into
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_INT16 = struct.Struct(">h")
+_MAX_TS = struct.Struct(">q")
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+
+
+class Compression(IntEnum):
+    """Kafka's codec ids (attributes bits 0-2)."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+class TimestampType(IntEnum):
+    """attributes bit 3: who set the records' timestamps."""
+
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class ControlRecordType(IntEnum):
+    """The type in a control record's key. ABORT/COMMIT are transaction markers (KIP-98); the
+    others are KRaft's and only recognised, never written by odradek."""
+
+    UNKNOWN = -1
+    ABORT = 0
+    COMMIT = 1
+    LEADER_CHANGE = 2
+    SNAPSHOT_HEADER = 3
+    SNAPSHOT_FOOTER = 4
+    KRAFT_VERSION = 5
+    KRAFT_VOTERS = 6
+
+
+# --------------------------------------------------------------------------------------------
+# Header
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The 61-byte header of one batch, field by field, in Kafka's names."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Whole batch size in bytes (batchLength counts what follows the first 12 bytes)."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression_id(self) -> int:
+        """The raw codec id (0..7); ids above 4 belong to third-party codecs."""
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def compression(self) -> Compression:
+        """The codec as Kafka's enum; raises UnsupportedCompressionType for a non-Kafka id."""
+        cid = self.attributes & COMPRESSION_MASK
+        if cid > Compression.ZSTD:
+            raise UnsupportedCompressionType(f"compression id {cid} is not one of Kafka's")
+        return Compression(cid)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType.LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else TimestampType.CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        """KIP-534: set by compaction; first_timestamp then holds the tombstone delete horizon."""
+        return bool(self.attributes & DELETE_HORIZON_MASK)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id > NO_PRODUCER_ID
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the batch's last record (wrapping at int32 max as Kafka does), or -1."""
+        base = self.base_sequence
+        if base == NO_SEQUENCE:
+            return NO_SEQUENCE
+        inc = self.last_offset_delta
+        if base > _INT32_MAX - inc:
+            return inc - (_INT32_MAX - base) - 1
+        return base + inc
+
+    def meta(self, position: int) -> BatchMeta:
+        """This header as the :class:`~odradek.interfaces.BatchMeta` storage indexes take."""
+        attrs = self.attributes
+        return BatchMeta(
+            position,
+            self.batch_length + LOG_OVERHEAD,
+            self.last_offset_delta,
+            self.record_count,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            bool(attrs & TRANSACTIONAL_MASK),
+            bool(attrs & CONTROL_MASK),
+        )
+
+
+def parse_header(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """The header of the batch at ``pos``; checks only that 61 bytes are there (no CRC, no magic)."""
+    if len(buf) - pos < HEADER_SIZE or pos < 0:
+        raise CorruptMessage(f"record batch header at {pos} is truncated: {max(len(buf) - pos, 0)} of 61 bytes")
+    return BatchHeader(*_unpack_header(buf, pos))
+
+
+def iter_headers(buf: Buffer) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each whole batch in ``buf``; stops at a trailing partial batch.
+
+    Used where batches are known to have been validated (storage recovery checks the CRC itself,
+    indexes and fetch slicing only need positions). A batchLength below the minimum is corrupt
+    framing and raises CorruptMessage, since nothing after it can be located.
+    """
+    n = len(buf)
+    pos = 0
+    while n - pos >= HEADER_SIZE:
+        header = BatchHeader(*_unpack_header(buf, pos))
+        if header.batch_length < MIN_BATCH_LENGTH:
+            raise CorruptMessage(f"record batch at {pos} has batchLength {header.batch_length} < {MIN_BATCH_LENGTH}")
+        size = header.batch_length + LOG_OVERHEAD
+        if pos + size > n:
+            return
+        yield pos, header
+        pos += size
+
+
+def compute_crc(buf: Buffer, pos: int = 0, size: int | None = None) -> int:
+    """CRC-32C of the batch at ``pos`` over bytes 21..end (``size`` defaults to the header's)."""
+    if size is None:
+        size = _INT32.unpack_from(buf, pos + BATCH_LENGTH_OFFSET)[0] + LOG_OVERHEAD
+    return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
+
+
+# --------------------------------------------------------------------------------------------
+# Header-only validation (the broker's produce path) and in-place rewrites
+# --------------------------------------------------------------------------------------------
+
+
+def validate_batches(
+    buf: Buffer,
+    *,
+    max_batch_bytes: int | None = None,
+    from_client: bool = False,
+    exact_counts: bool = True,
+) -> list[BatchMeta]:
+    """Validate every batch in a produce (or replication) payload from its header alone.
+
+    Per batch, in Kafka's order: magic 2 and sane framing (CorruptMessage), size against
+    ``max_batch_bytes`` (MessageTooLarge), CRC-32C over bytes 21..end (CorruptMessage), then the
+    counts (InvalidRecord): recordCount and lastOffsetDelta non-negative and, with
+    ``exact_counts`` (what a producer writes), recordCount == lastOffsetDelta + 1. Pass
+    ``exact_counts=False`` for replicated data, where compaction may have removed records from a
+    batch (then 0 <= recordCount <= lastOffsetDelta + 1). ``from_client=True`` adds the checks
+    Kafka applies to client produce: no control batches, baseOffset 0, at least one record.
+
+    Never decompresses or decodes records: O(1) Python work per batch plus one CRC call. The
+    payload must hold whole batches only; trailing bytes are CorruptMessage. Returns one
+    :class:`~odradek.interfaces.BatchMeta` per batch (positions relative to ``buf``).
+    """
+    n = len(buf)
+    mv = memoryview(buf)
+    out: list[BatchMeta] = []
+    append = out.append
+    unpack = _unpack_header
+    pos = 0
+    while pos < n:
+        if n - pos < HEADER_SIZE:
+            if n - pos > MAGIC_OFFSET and buf[pos + MAGIC_OFFSET] != MAGIC:
+                raise CorruptMessage(f"record batch at {pos} has magic {buf[pos + MAGIC_OFFSET]}, expected 2")
+            raise CorruptMessage(f"record batch at {pos} is truncated: {n - pos} bytes, header needs 61")
+        (base, blen, _ple, magic, crc, attrs, lod, _fts, maxts, pid, pep, bseq, count) = unpack(buf, pos)
+        if magic != MAGIC:
+            raise CorruptMessage(f"record batch at {pos} has magic {magic}, expected 2")
+        if blen < MIN_BATCH_LENGTH:
+            raise CorruptMessage(f"record batch at {pos} has batchLength {blen} < {MIN_BATCH_LENGTH}")
+        size = blen + LOG_OVERHEAD
+        end = pos + size
+        if end > n:
+            raise CorruptMessage(f"record batch at {pos} is truncated: batch is {size} bytes, {n - pos} present")
+        if max_batch_bytes is not None and size > max_batch_bytes:
+            raise MessageTooLarge(f"record batch at {pos} is {size} bytes, larger than the maximum {max_batch_bytes}")
+        actual = crc32c(mv[pos + ATTRIBUTES_OFFSET : end])
+        if actual != crc:
+            raise CorruptMessage(f"record batch at {pos} is corrupt: stored crc {crc:#010x}, computed {actual:#010x}")
+        if count < 0 or lod < 0:
+            raise InvalidRecord(f"record batch at {pos} has recordCount {count}, lastOffsetDelta {lod}")
+        if exact_counts:
+            if count != lod + 1:
+                raise InvalidRecord(
+                    f"record batch at {pos}: recordCount {count} does not match lastOffsetDelta {lod} + 1"
+                )
+        elif count > lod + 1:
+            raise InvalidRecord(f"record batch at {pos}: recordCount {count} exceeds lastOffsetDelta {lod} + 1")
+        if from_client:
+            if attrs & CONTROL_MASK:
+                raise InvalidRecord(f"record batch at {pos}: clients may not write control batches")
+            if base != 0:
+                raise InvalidRecord(f"record batch at {pos}: baseOffset must be 0 on produce, got {base}")
+            if count == 0:
+                raise InvalidRecord(f"record batch at {pos} holds no records")
+        append(
+            BatchMeta(
+                pos,
+                size,
+                lod,
+                count,
+                maxts,
+                pid,
+                pep,
+                bseq,
+                bool(attrs & TRANSACTIONAL_MASK),
+                bool(attrs & CONTROL_MASK),
+            )
+        )
+        pos = end
+    return out
+
+
+def set_base_offset(buf: bytearray, pos: int, offset: int) -> None:
+    """Rewrite the baseOffset of the batch at ``pos`` in place (outside the CRC: no recompute)."""
+    _INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, offset)
+
+
+def set_partition_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
+    """Rewrite the partitionLeaderEpoch of the batch at ``pos`` in place (outside the CRC)."""
+    _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def set_log_append_time(buf: bytearray, pos: int, timestamp: int) -> None:
+    """Stamp the batch at ``pos`` with LogAppendTime (topics with
+    ``message.timestamp.type=LogAppendTime``): set attributes bit 3 and maxTimestamp, then
+    recompute the CRC. Records are untouched: readers take every record's timestamp from
+    maxTimestamp for such batches, exactly as Kafka's broker does without recompressing.
+    """
+    attrs = _INT16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)[0]
+    _INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attrs | TIMESTAMP_TYPE_MASK)
+    _MAX_TS.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
+    _UINT32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos))
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+
+Header: TypeAlias = tuple[str, bytes | None]
+
+
+@dataclass(slots=True)
+class Record:
+    """One decoded record; offset and timestamp are absolute (base + delta)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header] = field(default_factory=list)
+
+
+class RecordFields(Protocol):
+    """Anything with a record's key, value, headers and timestamp (``Record`` qualifies)."""
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+    @property
+    def headers(self) -> Sequence[Header]: ...
+
+    @property
+    def timestamp(self) -> int | None: ...
+
+
+RecordTuple: TypeAlias = tuple[bytes | None, bytes | None, Sequence[Header], int | None]
+RecordInput: TypeAlias = RecordTuple | RecordFields
+
+
+@dataclass(slots=True)
+class RecordBatch:
+    """A decoded batch: its header and its records."""
+
+    header: BatchHeader
+    records: list[Record]
+
+    @property
+    def base_offset(self) -> int:
+        return self.header.base_offset
+
+    @property
+    def is_control(self) -> bool:
+        return self.header.is_control
+
+    @property
+    def is_transactional(self) -> bool:
+        return self.header.is_transactional
+
+
+# one-byte varints for zigzag values 0..127 (signed -64..63), the common case for lengths/deltas
+_ONE_BYTE = [bytes((i,)) for i in range(128)]
+
+
+def _varint(value: int) -> bytes:
+    """Kafka's signed varint: zigzag, then unsigned LEB128 (up to 10 bytes for a varlong)."""
+    z = (value << 1) ^ (value >> 63)
+    if z < 0x80:
+        return _ONE_BYTE[z]
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _read_varint_slow(data: bytes, first: int, pos: int) -> tuple[int, int]:
+    """Rest of a multi-byte varint whose first byte (``first`` >= 0x80) is already read."""
+    result = first & 0x7F
+    shift = 7
+    while True:
+        if shift > 63:
+            raise CorruptMessage("varint is longer than 10 bytes")
+        try:
+            b = data[pos]
+        except IndexError:
+            raise CorruptMessage("record is truncated inside a varint") from None
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+_NULL = _ONE_BYTE[1]  # varint -1: a null key, value or header value
+
+
+def encode_records(records: Sequence[RecordInput], first_timestamp: int, offset_deltas: Sequence[int]) -> bytes:
+    """The records section of a batch (uncompressed): each record as Kafka's varint layout."""
+    varint = _varint
+    one = _ONE_BYTE
+    null = _NULL
+    parts: list[bytes] = []
+    for rec, delta in zip(records, offset_deltas, strict=True):
+        if isinstance(rec, tuple):
+            key, value, headers, ts = rec
+        else:
+            key, value, headers, ts = rec.key, rec.value, rec.headers, rec.timestamp
+        body: list[bytes] = [b"\x00", varint(ts - first_timestamp) if ts is not None else b"\x00", varint(delta)]
+        if key is None:
+            body.append(null)
+        else:
+            body.append(varint(len(key)))
+            body.append(key)
+        if value is None:
+            body.append(null)
+        else:
+            body.append(varint(len(value)))
+            body.append(value)
+        if headers:
+            body.append(varint(len(headers)))
+            for hk, hv in headers:
+                hkb = hk.encode()
+                body.append(varint(len(hkb)))
+                body.append(hkb)
+                if hv is None:
+                    body.append(null)
+                else:
+                    body.append(varint(len(hv)))
+                    body.append(hv)
+        else:
+            body.append(b"\x00")
+        payload = b"".join(body)
+        size = len(payload)
+        parts.append(one[size << 1] if size < 64 else varint(size))
+        parts.append(payload)
+    return b"".join(parts)
+
+
+def decode_records(
+    data: bytes, count: int, base_offset: int, first_timestamp: int, log_append_time: int | None = None
+) -> list[Record]:
+    """Decode ``count`` records from an uncompressed records section.
+
+    ``log_append_time`` (the batch's maxTimestamp for LogAppendTime batches) replaces every
+    record's own timestamp, as Kafka's readers do. Framing errors raise CorruptMessage, records
+    whose fields contradict their length InvalidRecord.
+    """
+    out: list[Record] = []
+    append = out.append
+    slow = _read_varint_slow
+    pos = 0
+    n = len(data)
+    try:
+        for _ in range(count):
+            # record length
+            b = data[pos]
+            pos += 1
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+            else:
+                length, pos = slow(data, b, pos)
+            start = pos
+            end = pos + length
+            if length < 6 or end > n:
+                raise CorruptMessage(f"record at byte {start} has length {length}, {n - start} bytes left")
+            pos += 1  # attributes (unused)
+            b = data[pos]
+            pos += 1
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+            else:
+                ts_delta, pos = slow(data, b, pos)
+            b = data[pos]
+            pos += 1
+            if b < 0x80:
+                off_delta = (b >> 1) ^ -(b & 1)
+            else:
+                off_delta, pos = slow(data, b, pos)
+            b = data[pos]
+            pos += 1
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+            else:
+                klen, pos = slow(data, b, pos)
+            if klen >= 0:
+                key: bytes | None = data[pos : pos + klen]
+                pos += klen
+            else:
+                key = None
+            b = data[pos]
+            pos += 1
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+            else:
+                vlen, pos = slow(data, b, pos)
+            if vlen >= 0:
+                value: bytes | None = data[pos : pos + vlen]
+                pos += vlen
+            else:
+                value = None
+            b = data[pos]
+            pos += 1
+            if b < 0x80:
+                hcount = (b >> 1) ^ -(b & 1)
+            else:
+                hcount, pos = slow(data, b, pos)
+            headers: list[Header] = []
+            if hcount:
+                if hcount < 0:
+                    raise InvalidRecord(f"record at byte {start} has {hcount} headers")
+                for _h in range(hcount):
+                    b = data[pos]
+                    pos += 1
+                    if b < 0x80:
+                        hklen = (b >> 1) ^ -(b & 1)
+                    else:
+                        hklen, pos = slow(data, b, pos)
+                    if hklen < 0:
+                        raise InvalidRecord(f"record at byte {start} has a header key of length {hklen}")
+                    hkey = data[pos : pos + hklen].decode()
+                    pos += hklen
+                    b = data[pos]
+                    pos += 1
+                    if b < 0x80:
+                        hvlen = (b >> 1) ^ -(b & 1)
+                    else:
+                        hvlen, pos = slow(data, b, pos)
+                    if hvlen >= 0:
+                        headers.append((hkey, data[pos : pos + hvlen]))
+                        pos += hvlen
+                    else:
+                        headers.append((hkey, None))
+            if pos != end:
+                raise InvalidRecord(f"record at byte {start} declares {length} bytes but holds {pos - start}")
+            append(
+                Record(
+                    base_offset + off_delta,
+                    log_append_time if log_append_time is not None else first_timestamp + ts_delta,
+                    key,
+                    value,
+                    headers,
+                )
+            )
+    except IndexError:
+        raise CorruptMessage(f"records section is truncated at byte {pos} of {n}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord(f"record header key is not UTF-8: {exc}") from None
+    if pos != n:
+        raise InvalidRecord(f"records section has {n - pos} bytes after the {count} declared records")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Codecs
+# --------------------------------------------------------------------------------------------
+
+_default_codecs: Mapping[int, Codec] | None = None
+
+
+def _resolve_codecs(codecs: Mapping[int, Codec] | None) -> Mapping[int, Codec]:
+    """``codecs`` or the process-wide plugin set (looked up once, on the first compressed batch)."""
+    global _default_codecs
+    if codecs is not None:
+        return codecs
+    if _default_codecs is None:
+        from .manager import default_plugins
+
+        _default_codecs = default_plugins().codecs()
+    return _default_codecs
+
+
+def _codec(codecs: Mapping[int, Codec] | None, cid: int) -> Codec:
+    found = _resolve_codecs(codecs).get(cid)
+    if found is None:
+        raise UnsupportedCompressionType(f"no codec plugin is loaded for compression id {cid}")
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Build and decode batches
+# --------------------------------------------------------------------------------------------
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def build_batch(
+    records: Sequence[RecordInput],
+    *,
+    base_offset: int = 0,
+    compression: Compression | int = Compression.NONE,
+    codecs: Mapping[int, Codec] | None = None,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    is_control: bool = False,
+    offset_deltas: Sequence[int] | None = None,
+    compression_level: int | None = None,
+) -> bytes:
+    """A whole v2 batch for ``records``: (key, value, headers, timestamp) tuples or objects with
+    those attributes. A None timestamp means now; firstTimestamp is the first record's and
+    maxTimestamp the largest, as Kafka's producer writes them. Offset deltas are 0, 1, 2, ...
+    unless ``offset_deltas`` gives them (compaction keeps gaps). The records section is
+    compressed with ``codecs[compression]`` even if that does not make it smaller.
+    """
+    n = len(records)
+    if n == 0:
+        raise ValueError("a record batch needs at least one record")
+    if offset_deltas is None:
+        offset_deltas = range(n)
+    # resolve timestamps once so encode_records never sees None
+    now = -1
+    stamped: list[RecordInput] = []
+    timestamps: list[int] = []
+    for rec in records:
+        ts = rec[3] if isinstance(rec, tuple) else rec.timestamp
+        if ts is None:
+            if now < 0:
+                now = _now_ms()
+            ts = now
+            rec = (rec[0], rec[1], rec[2], ts) if isinstance(rec, tuple) else (rec.key, rec.value, rec.headers, ts)
+        stamped.append(rec)
+        timestamps.append(ts)
+    first_ts = timestamps[0]
+    max_ts = max(timestamps)
+    body = encode_records(stamped, first_ts, offset_deltas)
+    cid = int(compression)
+    if cid:
+        body = _codec(codecs, cid).compress(body, compression_level)
+    attrs = cid
+    if timestamp_type == TimestampType.LOG_APPEND_TIME:
+        attrs |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attrs |= TRANSACTIONAL_MASK
+    if is_control:
+        attrs |= CONTROL_MASK
+    return _assemble(
+        body,
+        base_offset,
+        partition_leader_epoch,
+        attrs,
+        max(offset_deltas),
+        first_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        n,
+    )
+
+
+def _assemble(
+    body: bytes,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attrs: int,
+    last_offset_delta: int,
+    first_ts: int,
+    max_ts: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    count: int,
+) -> bytes:
+    out = bytearray(HEADER_SIZE + len(body))
+    _pack_header_into(
+        out,
+        0,
+        base_offset,
+        HEADER_SIZE - LOG_OVERHEAD + len(body),
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        attrs,
+        last_offset_delta,
+        first_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    out[HEADER_SIZE:] = body
+    _UINT32.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+def decode_batch(
+    buf: Buffer, pos: int = 0, *, codecs: Mapping[int, Codec] | None = None, verify_crc: bool = True
+) -> RecordBatch:
+    """Decode the whole batch at ``pos``: header, CRC (unless ``verify_crc=False``), records
+    (decompressed through ``codecs``). Raises CorruptMessage for bad magic, CRC, truncation or a
+    codec failure, InvalidRecord for records inconsistent with the header."""
+    header = parse_header(buf, pos)
+    if header.magic != MAGIC:
+        raise CorruptMessage(f"record batch at {pos} has magic {header.magic}, expected 2")
+    if header.batch_length < MIN_BATCH_LENGTH:
+        raise CorruptMessage(f"record batch at {pos} has batchLength {header.batch_length} < {MIN_BATCH_LENGTH}")
+    end = pos + header.batch_length + LOG_OVERHEAD
+    if end > len(buf):
+        raise CorruptMessage(f"record batch at {pos} is truncated: {len(buf) - pos} of {end - pos} bytes")
+    mv = memoryview(buf)
+    if verify_crc:
+        actual = crc32c(mv[pos + ATTRIBUTES_OFFSET : end])
+        if actual != header.crc:
+            raise CorruptMessage(
+                f"record batch at {pos} is corrupt: stored crc {header.crc:#010x}, computed {actual:#010x}"
+            )
+    if header.record_count < 0:
+        raise InvalidRecord(f"record batch at {pos} has recordCount {header.record_count}")
+    cid = header.attributes & COMPRESSION_MASK
+    section = mv[pos + HEADER_SIZE : end]
+    if cid:
+        codec = _codec(codecs, cid)
+        try:
+            data = codec.decompress(section)
+        except Exception as exc:
+            raise CorruptMessage(f"record batch at {pos}: {codec.name} decompression failed: {exc!r}") from exc
+    else:
+        data = bytes(section)
+    lat = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    records = decode_records(data, header.record_count, header.base_offset, header.first_timestamp, lat)
+    return RecordBatch(header, records)
+
+
+def iter_batches(buf: Buffer, *, codecs: Mapping[int, Codec] | None = None) -> Iterator[RecordBatch]:
+    """Decode every whole batch in ``buf`` (a fetch response's records); stops at a trailing
+    partial batch, which a broker may send when a batch straddles ``max_bytes``."""
+    for pos, _header in iter_headers(buf):
+        yield decode_batch(buf, pos, codecs=codecs)
+
+
+# --------------------------------------------------------------------------------------------
+# Control batches (transaction markers)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRecord:
+    """A decoded control record: key (version, type) and, for markers, value (version, epoch)."""
+
+    type: ControlRecordType
+    version: int = 0
+    coordinator_epoch: int = -1
+
+
+def build_control_batch(
+    control_type: ControlRecordType,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int = 0,
+    timestamp: int | None = None,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """A transaction marker batch (KIP-98) as the transaction coordinator has the partition
+    leader write it: transactional + control attributes, one record whose key is
+    (version 0, type) and whose value is (version 0, coordinator epoch)."""
+    if control_type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        raise ValueError(f"only ABORT and COMMIT markers are written, not {control_type!r}")
+    key = _CONTROL_KEY.pack(0, int(control_type))
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    return build_batch(
+        [(key, value, (), timestamp)],
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+
+
+def parse_control_record(record: Record) -> ControlRecord:
+    """The marker in a control batch's record; unknown types come back as UNKNOWN."""
+    key = record.key
+    if key is None or len(key) < 4:
+        raise InvalidRecord("control record key must hold a version and a type (4 bytes)")
+    _version, ctype = _CONTROL_KEY.unpack_from(key)
+    try:
+        kind = ControlRecordType(ctype)
+    except ValueError:
+        kind = ControlRecordType.UNKNOWN
+    value = record.value
+    if kind in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        if value is None or len(value) < 6:
+            raise InvalidRecord("transaction marker value must hold a version and a coordinator epoch (6 bytes)")
+        version, epoch = _CONTROL_VALUE.unpack_from(value)
+        return ControlRecord(kind, version, epoch)
+    return ControlRecord(kind)
