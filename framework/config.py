@@ -251,7 +251,7 @@ def _parse_value(key: ConfigKey, raw: Any) -> Any:
             else:
                 raise ValueError(f"expected true or false, got {raw!r}")
         elif t is int:
-            if isinstance(raw, bool) or isinstance(raw, float):
+            if isinstance(raw, bool | float):
                 raise ValueError(f"expected an integer, got {raw!r}")
             value = int(raw.replace("_", "")) if isinstance(raw, str) else int(raw)
         elif t is float:

@@ -1,3 +1,4 @@
+# mypy: disable-error-code="empty-body"
 """Every hook odradek's kernel calls, grouped by role.
 
 All hooks are ``register_*`` hooks in the datasette style: each plugin returns a list of named
@@ -122,7 +123,8 @@ def odradek_register_codecs() -> Sequence[Codec]:
 
 @hookspec
 def odradek_register_partitioners() -> Sequence[type[Partitioner]]:
-    """Partitioner classes (instantiated with no arguments, one per producer) for the producer's ``partitioner`` setting ("murmur2", "sticky", ...).
+    """Partitioner classes (instantiated with no arguments, one per producer) for the producer's
+    ``partitioner`` setting ("murmur2", "sticky", ...).
 
     Called by: odradek's producer when it is created, to resolve its ``partitioner`` config.
     Result: collected and merged by name.
@@ -136,7 +138,8 @@ def odradek_register_partitioners() -> Sequence[type[Partitioner]]:
 
 @hookspec
 def odradek_register_assignors() -> Sequence[type[Assignor]]:
-    """Assignor classes (instantiated with no arguments, one per consumer) for ``partition.assignment.strategy`` ("range", ...).
+    """Assignor classes (instantiated with no arguments, one per consumer) for
+    ``partition.assignment.strategy`` ("range", ...).
 
     Called by: odradek's consumer when it joins a group, to list the protocols it supports in
     JoinGroup and, as group leader, to compute the assignment.

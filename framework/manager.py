@@ -161,7 +161,7 @@ class Plugins:
         hook = getattr(self.pm.hook, hook_name)
         out: list[tuple[str, Any]] = []
         trace = self.pm.trace.root.get("hook")
-        for impl in reversed(hook.get_hookimpls()):  # registration order
+        for impl in hook.get_hookimpls():  # registration order
             # each implementation is called on its own to know which plugin offered what
             trace(hook_name, impl.plugin_name)
             items = impl.function()

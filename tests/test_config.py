@@ -1,0 +1,85 @@
+"""The config model: sources and precedence, Kafka names, typed values, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from odradek.config import ConfigError, default_config, load_config, parse_listener
+from odradek.errors import InvalidConfig
+
+
+def test_defaults_use_kafka_names() -> None:
+    c = load_config(env={})
+    assert c["num.partitions"] == 1
+    assert c["log.segment.bytes"] == 1073741824
+    assert c["log.retention.ms"] == 604800000
+    assert c["storage"] == "segment" and c["metadata"] == "local"
+    assert c.listeners[0].port == 9092 and c.listeners[0].host == "127.0.0.1"
+    assert c.source("num.partitions") == "default"
+
+
+def test_file_env_cli_precedence(tmp_path: Path) -> None:
+    f = tmp_path / "broker.toml"
+    f.write_text('num.partitions = 3\n[log]\nsegment.bytes = 1048576\n"retention.ms" = 1000\n')
+    c = load_config(f, env={"ODRADEK_NUM_PARTITIONS": "5"}, overrides={"log.retention.ms": "2000"})
+    assert c["num.partitions"] == 5 and c.source("num.partitions") == "env ODRADEK_NUM_PARTITIONS"
+    assert c["log.segment.bytes"] == 1048576 and c.source("log.segment.bytes").startswith("file")
+    assert c["log.retention.ms"] == 2000 and c.source("log.retention.ms") == "cli"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"num.partition": "3"}, "num.partition"),
+        ({"num.partitions": "three"}, "num.partitions"),
+        ({"num.partitions": "0"}, "num.partitions"),
+        ({"auto.create.topics.enable": "maybe"}, "auto.create.topics.enable"),
+        ({"log.cleanup.policy": "shred"}, "log.cleanup.policy"),
+        ({"listeners": "PLAINTEXT://nohost"}, "listeners"),
+        ({"log.message.timestamp.type": "WallTime"}, "log.message.timestamp.type"),
+    ],
+)
+def test_bad_keys_and_values_name_the_key(overrides: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config(env={}, overrides=overrides)
+
+
+def test_bad_file(tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text("num.partitions = = 3")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(f, env={})
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.toml", env={})
+    f.write_text("mystery.key = 1")
+    with pytest.raises(ConfigError, match="mystery.key"):
+        load_config(f, env={})
+
+
+def test_topic_config_defaults_and_overrides() -> None:
+    c = default_config(log_segment_bytes=4096)
+    t = c.topic_config({"cleanup.policy": "compact,delete", "retention.ms": "60000"})
+    assert t.segment_bytes == 4096
+    assert t.retention_ms == 60000 and t.compact and t.delete
+    assert t.overrides == {"cleanup.policy": ["compact", "delete"], "retention.ms": 60000}
+    with pytest.raises(InvalidConfig, match="segment.byte"):
+        c.topic_config({"segment.byte": "1"})
+    with pytest.raises(InvalidConfig, match="cleanup.policy"):
+        c.topic_config({"cleanup.policy": "archive"})
+
+
+def test_listener_parsing() -> None:
+    e = parse_listener("PLAINTEXT://[::1]:19092")
+    assert (e.host, e.port, e.security_protocol) == ("::1", 19092, "PLAINTEXT")
+    assert parse_listener("INTERNAL://0.0.0.0:1").name == "INTERNAL"
+    c = default_config(listeners="PLAINTEXT://127.0.0.1:1", advertised_listeners="PLAINTEXT://example:2")
+    assert c.advertised_listeners[0].host == "example"
+
+
+def test_replace_validates() -> None:
+    c = default_config()
+    assert c.replace(num_partitions=4)["num.partitions"] == 4
+    with pytest.raises(ConfigError):
+        c.replace(num_partitions=-1)

@@ -1,0 +1,206 @@
+"""Every hook spec: documented with its exact signature, exercised by a test, resolvable by name.
+
+The meta-tests (the last two) fail when a hook spec is added without documentation in
+docs/plugins.md or without a ``test_hook_<name>`` test here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from odradek import hookspecs
+from odradek.config import load_config
+from odradek.hookspecs import hookimpl
+from odradek.interfaces import ConfigKey, MetadataFactory, StorageFactory, TransportFactory
+from odradek.manager import PluginError, Plugins, build_plugin_manager
+
+ROOT = Path(__file__).resolve().parents[1]
+HOOKS = sorted(n for n in dir(hookspecs) if n.startswith("odradek_"))
+
+
+def _signature(name: str) -> str:
+    return name + str(inspect.signature(getattr(hookspecs, name))).replace("'", "")
+
+
+def _plugins(*extra: object) -> Plugins:
+    return Plugins(build_plugin_manager(entry_points_enabled=False, extra=extra))
+
+
+def _module(name: str, **hooks: object) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    for hook_name, fn in hooks.items():
+        setattr(mod, hook_name, hookimpl(fn))  # type: ignore[call-overload]
+    return mod
+
+
+def test_hook_odradek_config_keys() -> None:
+    key = ConfigKey("example.flavour", str, "vanilla", "Flavour.", choices=("vanilla", "mint"))
+    plugins = _plugins(_module("flavours", odradek_config_keys=lambda: [key]))
+    assert load_config(env={}, plugins=plugins)["example.flavour"] == "vanilla"
+    assert load_config(env={}, plugins=plugins, overrides={"example.flavour": "mint"})["example.flavour"] == "mint"
+    with pytest.raises(Exception, match="example.flavour"):
+        load_config(env={}, plugins=plugins, overrides={"example.flavour": "tar"})
+    dup = _module("flavours2", odradek_config_keys=lambda: [key])
+    with pytest.raises(PluginError, match="flavours.*flavours2|flavours2.*flavours"):
+        _plugins(_module("flavours", odradek_config_keys=lambda: [key]), dup).config_keys()
+
+
+def test_hook_odradek_register_storage() -> None:
+    made: list[object] = []
+    factory = StorageFactory("toy", create=lambda config: made.append(config) or "storage")
+    plugins = _plugins(_module("toy_storage", odradek_register_storage=lambda: [factory]))
+    assert plugins.storage("toy").create("cfg") == "storage"
+    with pytest.raises(PluginError, match=r"no storage plugin named 'nope'.*available: toy"):
+        plugins.storage("nope")
+    clash = _module("other_storage", odradek_register_storage=lambda: [factory])
+    with pytest.raises(PluginError, match="toy_storage.*other_storage"):
+        _plugins(_module("toy_storage", odradek_register_storage=lambda: [factory]), clash).storage("toy")
+
+
+def test_hook_odradek_register_transports() -> None:
+    t = TransportFactory("carrier-pigeon", ("PIGEON",), listener=object, connector=object)
+    plugins = _plugins(_module("pigeons", odradek_register_transports=lambda: [t]))
+    assert plugins.transport_for("PIGEON") is t
+    assert plugins.transport("carrier-pigeon") is t
+    with pytest.raises(PluginError, match="SSL"):
+        plugins.transport_for("SSL")
+
+
+def test_hook_odradek_register_metadata() -> None:
+    m = MetadataFactory("notebook", create=lambda config: "store")
+    plugins = _plugins(_module("notebook", odradek_register_metadata=lambda: [m]))
+    assert plugins.metadata("notebook").create(None) == "store"
+    with pytest.raises(PluginError, match="metadata plugin named 'zookeeper'"):
+        plugins.metadata("zookeeper")
+
+
+class _Rot13:
+    id = 42
+    name = "rot13"
+
+    def compress(self, data: bytes, level: int | None = None) -> bytes:
+        return bytes(b ^ 13 for b in data)
+
+    def decompress(self, data: bytes | memoryview) -> bytes:
+        return bytes(b ^ 13 for b in bytes(data))
+
+
+def test_hook_odradek_register_codecs() -> None:
+    plugins = _plugins(_module("rot", odradek_register_codecs=lambda: [_Rot13()]))
+    codec = plugins.codecs()[42]
+    assert codec.decompress(codec.compress(b"kafka")) == b"kafka"
+    with pytest.raises(PluginError, match="42"):
+        _plugins(
+            _module("rot", odradek_register_codecs=lambda: [_Rot13()]),
+            _module("rot_again", odradek_register_codecs=lambda: [_Rot13()]),
+        ).codecs()
+
+
+class _AlwaysZero:
+    name = "zero"
+
+    def partition(self, topic: str, key: bytes | None, value: bytes | None, num_partitions: int) -> int:
+        return 0
+
+    def on_new_batch(self, topic: str, previous_partition: int, num_partitions: int) -> None:
+        return None
+
+
+def test_hook_odradek_register_partitioners() -> None:
+    plugins = _plugins(_module("zero", odradek_register_partitioners=lambda: [_AlwaysZero]))
+    a, b = plugins.partitioner("zero"), plugins.partitioner("zero")
+    assert a is not b  # one instance per producer: sticky state is never shared
+    assert a.partition("t", b"k", b"v", 8) == 0
+
+
+class _Everything:
+    name = "everything-to-first"
+    rebalance_protocol = "eager"
+
+    def subscription_user_data(self, topics: object, owned: object, generation: int) -> bytes | None:
+        return None
+
+    def assign(self, partitions_per_topic: dict[str, int], members: list[object]) -> dict[str, object]:
+        return {}
+
+    def on_assignment(self, assignment: object, generation: int) -> None:
+        return None
+
+
+def test_hook_odradek_register_assignors() -> None:
+    plugins = _plugins(_module("greedy", odradek_register_assignors=lambda: [_Everything]))
+    assert plugins.assignor_names() == ["everything-to-first"]
+    assert plugins.assignor("everything-to-first").rebalance_protocol == "eager"
+
+
+def test_unknown_hook_name_is_refused() -> None:
+    typo = types.ModuleType("typo")
+    typo.odradek_register_storages = hookimpl(lambda: [])  # type: ignore[attr-defined]
+    with pytest.raises(PluginError, match="odradek_register_storages"):
+        build_plugin_manager(entry_points_enabled=False, extra=[typo])
+
+
+def test_trace_env_prints_hook_calls(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("ODRADEK_TRACE_HOOKS", "1")
+    pm = build_plugin_manager(
+        entry_points_enabled=False, extra=[_module("zero", odradek_register_partitioners=lambda: [_AlwaysZero])]
+    )
+    Plugins(pm).partitioner("zero")
+    assert "odradek_register_partitioners" in capsys.readouterr().err
+
+
+def test_builtin_plugins_load_through_entry_points() -> None:
+    from odradek.manager import load_plugins
+
+    plugins = load_plugins()
+    names = {info.name for info in plugins.describe()}
+    assert {"compress", "storage_segment", "transport_tcp", "meta_local", "default_partitioners"} <= names
+    assert set(plugins.codecs()) >= {1, 2, 3, 4}
+    assert plugins.storage("segment").name == "segment"
+    assert plugins.metadata("local").name == "local"
+    assert plugins.transport_for("PLAINTEXT").name == "tcp"
+
+
+def test_disable_autoload_keeps_only_builtins(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib.metadata import entry_points
+
+    third_party = {ep.name for ep in entry_points(group="odradek") if ep.dist and ep.dist.name != "odradek"}
+    assert third_party, "the example third-party plugin (examples/memory_storage) must be installed"
+    assert third_party <= {name for name, _ in build_plugin_manager().list_name_plugin()}
+    monkeypatch.setenv("ODRADEK_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pm = build_plugin_manager()
+    loaded = {name for name, _ in pm.list_name_plugin()}
+    assert not (third_party & loaded)
+    assert "storage_segment" in loaded
+    explicit = build_plugin_manager(extra=sorted(third_party))
+    assert third_party <= {name for name, _ in explicit.list_name_plugin()}
+
+
+def test_missing_extra_plugin_is_named() -> None:
+    with pytest.raises(PluginError, match="no_such_plugin_module"):
+        build_plugin_manager(entry_points_enabled=False, extra=["no_such_plugin_module"])
+    assert "no_such_plugin_module" not in sys.modules
+
+
+# -- meta-tests ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_every_hook_is_documented_with_its_signature(hook: str) -> None:
+    docs = (ROOT / "docs" / "plugins.md").read_text()
+    assert _signature(hook) in docs, f"docs/plugins.md lacks the exact signature {_signature(hook)!r}"
+    assert f"### {hook}" in docs
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_every_hook_has_a_test(hook: str) -> None:
+    source = Path(__file__).read_text()
+    assert re.search(rf"^def test_hook_{hook}\(", source, re.M), f"no test_hook_{hook} in {__file__}"
+    documented = {h for h in re.findall(r"^### (odradek_\w+)", (ROOT / "docs" / "plugins.md").read_text(), re.M)}
+    assert documented == set(HOOKS), "docs/plugins.md documents hooks that do not exist"
