@@ -1,0 +1,24 @@
+"""The compress plugin: registers Kafka's codecs through the compression hook.
+
+A third-party codec plugin looks the same: a module (named by an ``odradek`` entry point) whose
+``odradek_register_codecs`` returns objects with ``id``, ``name``, ``compress`` and
+``decompress`` (:class:`odradek.interfaces.Codec`), under a new id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from odradek.hookspecs import hookimpl
+from odradek.interfaces import Codec
+
+from .gzip_codec import GzipCodec
+from .lz4_codec import Lz4Codec
+from .snappy_codec import SnappyCodec
+from .zstd_codec import ZstdCodec
+
+
+@hookimpl
+def odradek_register_codecs() -> Sequence[Codec]:
+    """gzip (1), snappy (2), lz4 (3), zstd (4)."""
+    return [GzipCodec(), SnappyCodec(), Lz4Codec(), ZstdCodec()]
