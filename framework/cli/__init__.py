@@ -18,6 +18,7 @@ from ..errors import OdradekError
 COMMANDS: tuple[str, ...] = (
     "odradek.cli.plugins_cmd",
     "odradek.cli.config_cmd",
+    "odradek.cli.perf",
 )
 
 
