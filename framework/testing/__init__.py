@@ -6,3 +6,5 @@ start real servers for integration tests (a broker subprocess, ZooKeeper, etcd, 
 Each concern lives in its own module; this module only re-exports, and imports nothing heavy:
 fixtures import pyspark, kazoo or etcd3 lazily, when a test asks for them.
 """
+
+from .spark import spark_session as spark_session
