@@ -162,9 +162,7 @@ def plan_ranges(
             if begin != 0:
                 data_loss(f"Added partition {tp[0]}-{tp[1]} starts from {begin} instead of 0", fail_on_data_loss)
         if until < begin:
-            data_loss(
-                f"Partition {tp[0]}-{tp[1]}'s offset was changed from {begin} to {until}", fail_on_data_loss
-            )
+            data_loss(f"Partition {tp[0]}-{tp[1]}'s offset was changed from {begin} to {until}", fail_on_data_loss)
             continue
         log_start = earliest.get(tp)
         if log_start is not None and begin < log_start:

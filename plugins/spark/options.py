@@ -185,7 +185,9 @@ def _parse_json_object(raw: str, name: str, example: str) -> dict[str, Any]:
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"Option '{name}' is not valid JSON ({exc.msg}); expected e.g. {example}, got {raw!r}") from None
+        raise ValueError(
+            f"Option '{name}' is not valid JSON ({exc.msg}); expected e.g. {example}, got {raw!r}"
+        ) from None
     if not isinstance(value, dict) or not value:
         raise ValueError(f"Option '{name}' must be a non-empty JSON object like {example}, got {raw!r}")
     return value
@@ -214,7 +216,9 @@ def parse_assign(raw: str) -> tuple[TopicPartition, ...]:
     tps: list[TopicPartition] = []
     for topic, parts in _parse_json_object(raw, "assign", example).items():
         if not isinstance(parts, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in parts):
-            raise ValueError(f"Option 'assign': topic {topic!r} must map to a list of partition numbers, like {example}")
+            raise ValueError(
+                f"Option 'assign': topic {topic!r} must map to a list of partition numbers, like {example}"
+            )
         if any(p < 0 for p in parts):
             raise ValueError(f"Option 'assign': partition numbers of topic {topic!r} must be >= 0")
         tps.extend((str(topic), p) for p in parts)
@@ -333,7 +337,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     min_per_trigger = parse_positive_int(opts, "minOffsetsPerTrigger")
     if max_per_trigger is not None and min_per_trigger is not None and min_per_trigger > max_per_trigger:
         raise ValueError(
-            f"Option 'minOffsetsPerTrigger' ({min_per_trigger}) must not exceed 'maxOffsetsPerTrigger' ({max_per_trigger})"
+            f"Option 'minOffsetsPerTrigger' ({min_per_trigger}) must not exceed "
+            f"'maxOffsetsPerTrigger' ({max_per_trigger})"
         )
     delay_raw = _get(opts, "maxTriggerDelay")
     if delay_raw is not None and min_per_trigger is None:

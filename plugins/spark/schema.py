@@ -23,7 +23,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-SOURCE_DDL = "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"
+SOURCE_DDL = (
+    "key binary, value binary, topic string, partition int, offset bigint, "
+    "timestamp timestamp, timestampType int"
+)
 HEADERS_DDL = "headers array<struct<key:string,value:binary>>"
 
 HEADER_TYPE = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
@@ -89,8 +92,18 @@ class ArrowBatchBuilder:
     list to a column in C. The constant columns (topic, partition) are built once per batch.
     """
 
-    __slots__ = ("_headers", "_keys", "_offsets", "_stamps", "_ts_types", "_values", "include_headers", "partition",
-                 "schema", "topic")
+    __slots__ = (
+        "_headers",
+        "_keys",
+        "_offsets",
+        "_stamps",
+        "_ts_types",
+        "_values",
+        "include_headers",
+        "partition",
+        "schema",
+        "topic",
+    )
 
     def __init__(self, topic: str, partition: int, *, include_headers: bool) -> None:
         self.topic = topic
