@@ -30,7 +30,8 @@ class SnappyCodec:
         parts = [XERIAL_HEADER]
         mv = memoryview(data)
         pack = _LEN.pack
-        for start in range(0, len(data), XERIAL_BLOCK_SIZE):
+        # empty input still gets one (empty) block: some readers only detect xerial past 16 bytes
+        for start in range(0, max(len(data), 1), XERIAL_BLOCK_SIZE):
             block = snappy.compress(mv[start : start + XERIAL_BLOCK_SIZE])
             parts.append(pack(len(block)))
             parts.append(block)
@@ -38,9 +39,10 @@ class SnappyCodec:
 
     def decompress(self, data: bytes | memoryview) -> bytes:
         """xerial-framed when the data starts with the xerial magic, raw snappy otherwise."""
-        if len(data) >= XERIAL_HEADER_SIZE and data[:8] == XERIAL_MAGIC:
-            return _decompress_xerial(memoryview(data))
-        return bytes(snappy.uncompress(data))
+        mv = memoryview(data)  # any buffer (bytes, memoryview, cramjam.Buffer) slices alike
+        if len(mv) >= XERIAL_HEADER_SIZE and mv[:8] == XERIAL_MAGIC:
+            return _decompress_xerial(mv)
+        return bytes(snappy.uncompress(mv))
 
 
 def _decompress_xerial(mv: memoryview) -> bytes:
