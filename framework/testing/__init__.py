@@ -7,4 +7,5 @@ Each concern lives in its own module; this module only re-exports, and imports n
 fixtures import pyspark, kazoo or etcd3 lazily, when a test asks for them.
 """
 
+from .metadata import MetadataStoreConformance as MetadataStoreConformance
 from .spark import spark_session as spark_session
