@@ -8,4 +8,11 @@ fixtures import pyspark, kazoo or etcd3 lazily, when a test asks for them.
 """
 
 from .metadata import MetadataStoreConformance as MetadataStoreConformance
+from .servers import EtcdServer as EtcdServer
+from .servers import ZooKeeperServer as ZooKeeperServer
+from .servers import etcd_server as etcd_server
+from .servers import start_etcd as start_etcd
+from .servers import start_zookeeper as start_zookeeper
+from .servers import unique_chroot as unique_chroot
+from .servers import zookeeper_server as zookeeper_server
 from .spark import spark_session as spark_session

@@ -1,0 +1,296 @@
+"""Real ZooKeeper and etcd servers for integration tests, on free loopback ports in temp dirs.
+
+``zookeeper_server`` and ``etcd_server`` are session-scoped fixtures: one server of each kind for
+the whole test run, shared by every test (isolate tests with a per-test ZooKeeper chroot or etcd
+key prefix: ``unique_chroot()``). Fault tests that kill or restart a server start their own with
+:func:`start_zookeeper` / :func:`start_etcd` (context managers) instead of disturbing the shared one.
+
+The servers come from Debian packages (``zookeeper`` with a Java runtime, ``etcd-server``; .ci/run
+installs them). A missing binary fails the test with the package to install: integration tests
+never skip silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+#: Optional slf4j binding so the server's warnings land in its log file (not installed: silence).
+SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    """A port that was free on 127.0.0.1 a moment ago (the server binds it right after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def unique_chroot(prefix: str = "test") -> str:
+    """A fresh path (``/test-<hex>``) to isolate one test's keys on a shared server."""
+    return f"/{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class _ServerProcess:
+    """A server subprocess with its command line, so a fault test can kill and restart it."""
+
+    name: str
+    command: list[str]
+    workdir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def spawn(self) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child process owns it
+        try:
+            self.process = subprocess.Popen(
+                self.command,
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env},
+                start_new_session=True,  # a Ctrl-C of pytest must not hit the server first
+            )
+        finally:
+            log.close()
+
+    def wait_ready(self, probe: object, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Poll ``probe()`` until it returns True; fail with the server's log otherwise."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                pytest.fail(f"{self.name} exited with {self.process.returncode} on start:\n{self.log_tail()}")
+            if probe():  # type: ignore[operator]
+                return
+            time.sleep(0.05)
+        self.kill()
+        pytest.fail(f"{self.name} did not answer within {timeout_s}s:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL: the server dies without closing sessions (a crash)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not exit promptly."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+@dataclass
+class ZooKeeperServer:
+    """A standalone ZooKeeper (``ZooKeeperServerMain``) on 127.0.0.1:``port``."""
+
+    port: int
+    data_dir: Path
+    server: _ServerProcess
+
+    @property
+    def connect_string(self) -> str:
+        """``host:port`` for ``zookeeper.connect`` (append a chroot to isolate a test)."""
+        return f"127.0.0.1:{self.port}"
+
+    def is_ready(self) -> bool:
+        """ZooKeeper's ``ruok`` four-letter word answers ``imok`` once it serves clients."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"ruok")
+                return s.recv(8) == b"imok"
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        """Start (or restart after ``kill``/``stop``) on the same port and data dir."""
+        self.server.spawn()
+        self.server.wait_ready(self.is_ready)
+
+    def kill(self) -> None:
+        self.server.kill()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+@dataclass
+class EtcdServer:
+    """A single-member etcd on 127.0.0.1:``client_port`` (peers on ``peer_port``)."""
+
+    client_port: int
+    peer_port: int
+    data_dir: Path
+    server: _ServerProcess
+
+    @property
+    def endpoint(self) -> str:
+        """``http://127.0.0.1:<port>`` for ``etcd.endpoints``."""
+        return f"http://127.0.0.1:{self.client_port}"
+
+    def is_ready(self) -> bool:
+        """``/health`` reports true once the member has elected itself leader."""
+        try:
+            with urllib.request.urlopen(f"{self.endpoint}/health", timeout=1) as r:
+                return b'"true"' in r.read()
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        self.server.spawn()
+        self.server.wait_ready(self.is_ready)
+
+    def kill(self) -> None:
+        self.server.kill()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None or not ZOOKEEPER_JAR.exists():
+        pytest.fail(
+            "ZooKeeper is not installed: install the Debian package 'zookeeper' "
+            "(apt-get install zookeeper, which brings a Java runtime); "
+            f"expected {ZOOKEEPER_JAR} and `java` on PATH"
+        )
+    return java
+
+
+def _etcd() -> str:
+    etcd = shutil.which("etcd") or ("/usr/bin/etcd" if Path("/usr/bin/etcd").exists() else None)
+    if etcd is None:
+        pytest.fail("etcd is not installed: install the Debian package 'etcd-server' (apt-get install etcd-server)")
+    return etcd
+
+
+@contextlib.contextmanager
+def start_zookeeper(workdir: Path | None = None) -> Iterator[ZooKeeperServer]:
+    """A private ZooKeeper for the ``with`` block (fault tests may kill and restart it).
+
+    tickTime 200 ms lets tests use session timeouts down to 400 ms; forceSync=no because a test
+    server needs no durability across machine crashes.
+    """
+    java = _java()
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="odradek-zk-")))
+        data_dir = workdir / "data"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        cfg = workdir / "zoo.cfg"
+        cfg.write_text(
+            "\n".join(
+                [
+                    "tickTime=200",
+                    f"dataDir={data_dir}",
+                    f"clientPort={port}",
+                    "clientPortAddress=127.0.0.1",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=ruok,srvr,stat",
+                    "maxClientCnxns=0",
+                    "minSessionTimeout=400",
+                    "maxSessionTimeout=60000",
+                    "forceSync=no",
+                    "",
+                ]
+            )
+        )
+        classpath = [str(ZOOKEEPER_JAR)] + ([str(SLF4J_SIMPLE_JAR)] if SLF4J_SIMPLE_JAR.exists() else [])
+        command = [
+            java,
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-Dzookeeper.jmx.log4j.disable=true",
+            "-cp",
+            ":".join(classpath),
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            str(cfg),
+        ]
+        zk = ZooKeeperServer(port, data_dir, _ServerProcess("zookeeper", command, workdir))
+        stack.callback(zk.stop)
+        zk.start()
+        yield zk
+
+
+@contextlib.contextmanager
+def start_etcd(workdir: Path | None = None) -> Iterator[EtcdServer]:
+    """A private single-member etcd for the ``with`` block.
+
+    Short heartbeat/election intervals make it elect itself within a fraction of a second and
+    allow lease TTLs down to 1 s (etcd's minimum TTL is 1.5 election timeouts).
+    """
+    etcd = _etcd()
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="odradek-etcd-")))
+        data_dir = workdir / "data"
+        client_port, peer_port = free_port(), free_port()
+        client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+        command = [
+            etcd,
+            "--name=odradek-test",
+            f"--data-dir={data_dir}",
+            f"--listen-client-urls={client_url}",
+            f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=odradek-test={peer_url}",
+            "--heartbeat-interval=50",
+            "--election-timeout=300",
+            "--log-level=warn",
+        ]
+        env = {"ETCD_UNSUPPORTED_ARCH": platform.machine()} if platform.machine() not in {"x86_64", "AMD64"} else {}
+        server = EtcdServer(client_port, peer_port, data_dir, _ServerProcess("etcd", command, workdir, env))
+        stack.callback(server.stop)
+        server.start()
+        yield server
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One real ZooKeeper for the whole test session (isolate tests with a chroot)."""
+    with start_zookeeper(tmp_path_factory.mktemp("zookeeper")) as zk:
+        yield zk
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """One real etcd for the whole test session (isolate tests with a key prefix)."""
+    with start_etcd(tmp_path_factory.mktemp("etcd")) as server:
+        yield server
