@@ -14,9 +14,18 @@ from collections.abc import AsyncIterator
 
 import trio
 
+from .errors import OdradekError
 from .interfaces import SessionState
 
 log = logging.getLogger(__name__)
+
+
+class MetadataUnavailable(OdradekError):
+    """The coordination service cannot be reached (or the session is closed).
+
+    For a write the outcome is unknown: the caller re-reads once the session is CONNECTED again.
+    """
+
 
 #: Session changes a subscriber may have unread before it is cut off (a consumer that far behind
 #: is stuck; a slow consumer must not make the feed grow without bound).

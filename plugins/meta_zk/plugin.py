@@ -1,0 +1,56 @@
+"""Registers the ZooKeeper metadata store as ``metadata = "zookeeper"`` and its config keys."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from odradek.config import Config
+from odradek.hookspecs import hookimpl
+from odradek.interfaces import ConfigKey, MetadataFactory
+
+from .store import ZooKeeperMetadataStore
+
+
+def create_store(config: Config) -> ZooKeeperMetadataStore:
+    return ZooKeeperMetadataStore(
+        config["zookeeper.connect"],
+        session_timeout_ms=config["zookeeper.session.timeout.ms"],
+        connection_timeout_ms=config["zookeeper.connection.timeout.ms"],
+    )
+
+
+@hookimpl
+def odradek_config_keys() -> Sequence[ConfigKey]:
+    return [
+        ConfigKey(
+            "zookeeper.connect",
+            str,
+            "127.0.0.1:2181",
+            "ZooKeeper ensemble as host:port[,host:port...][/chroot]; the chroot holds this cluster's keys.",
+        ),
+        ConfigKey(
+            "zookeeper.session.timeout.ms",
+            int,
+            18000,
+            "ZooKeeper session timeout: a broker silent this long loses its registration and leadership.",
+            minimum=1,
+        ),
+        ConfigKey(
+            "zookeeper.connection.timeout.ms",
+            int,
+            18000,
+            "How long opening the metadata store waits for a ZooKeeper connection.",
+            minimum=1,
+        ),
+    ]
+
+
+@hookimpl
+def odradek_register_metadata() -> Sequence[MetadataFactory]:
+    return [
+        MetadataFactory(
+            name="zookeeper",
+            create=create_store,
+            description="cluster metadata on a ZooKeeper ensemble (kazoo), zookeeper.connect",
+        )
+    ]

@@ -1,0 +1,452 @@
+"""``MetadataStore`` on ZooKeeper through kazoo (``metadata = "zookeeper"``).
+
+Mapping (see docs/cluster.md): a key is a znode under the connect string's chroot; ``version`` is
+the znode's ``stat.version`` and ``create_revision`` its ``czxid`` (the broker epoch of
+``/brokers/ids/<id>``); ephemerals are ephemeral znodes of this store's session; an election
+``name`` is the ephemeral ``/<name>`` plus the counter ``/<name>_epoch``, both written in one
+multi, and a leader's fence checks the counter's version (Kafka's ``/controller`` and
+``/controller_epoch``). Parents of keys are created as null-data znodes and are not keys
+(snapshot.py); multi-key transactions are translated in multi.py.
+
+kazoo runs its own threads. Every blocking kazoo call runs in a trio worker thread
+(``trio.to_thread.run_sync``, abandoned on cancellation); kazoo's session listener and watch
+callbacks never block: they only schedule a wake-up in the trio run (``TrioToken.run_sync_soon``).
+Reads survive a connection loss (retried after the next session change); a write whose connection
+drops raises ``MetadataUnavailable`` (its outcome is unknown: re-read and decide).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
+
+import trio
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+
+from odradek.interfaces import (
+    ABSENT,
+    ANY,
+    Absent,
+    AnyVersion,
+    Check,
+    Delete,
+    Expect,
+    Leadership,
+    MetadataCompacted,
+    MetadataConflict,
+    Put,
+    SessionState,
+    Versioned,
+    WatchEvent,
+)
+from odradek.sessions import MetadataUnavailable, SessionStateFeed, ThreadWakeup
+
+from . import multi
+from .snapshot import Node, Snapshot, base_without_history, diff, take_snapshot, versioned
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+BROKER_IDS = "/brokers/ids"
+#: list() snapshots kept so that a watch from a list's revision knows what was deleted since.
+SNAPSHOT_CACHE = 8
+#: Errors meaning "no answer from the server right now".
+_UNAVAILABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError, KazooTimeoutError)
+_STATES = {KazooState.CONNECTED: SessionState.CONNECTED, KazooState.SUSPENDED: SessionState.SUSPENDED}
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """``host:port[,host:port]/chroot`` -> (hosts, chroot without trailing slash, "" for none)."""
+    hosts, slash, chroot = connect.partition("/")
+    chroot = ("/" + chroot).rstrip("/") if slash else ""
+    return hosts, chroot
+
+
+class ZooKeeperMetadataStore:
+    """One ZooKeeper session as a ``MetadataStore``."""
+
+    def __init__(self, connect: str, *, session_timeout_ms: int = 18000, connection_timeout_ms: int = 18000) -> None:
+        self.hosts, self.chroot = split_connect(connect)
+        self.default_session_timeout_ms = session_timeout_ms
+        self.connection_timeout_ms = connection_timeout_ms
+        self._client: KazooClient | None = None
+        self._closed = False
+        self._states = SessionStateFeed()
+        self._snapshots: OrderedDict[tuple[str, int], Snapshot] = OrderedDict()
+
+    # -- plumbing --------------------------------------------------------------------------------
+    def _path(self, key: str) -> str:
+        if not key.startswith("/") or key.endswith("/") or "//" in key:
+            raise ValueError(f"metadata key {key!r} must be an absolute path like /brokers/ids/1")
+        return self.chroot + key
+
+    def _root(self, prefix: str) -> str:
+        """The znode a prefix names: list/watch report the keys strictly below it."""
+        if not prefix.startswith("/"):
+            raise ValueError(f"metadata prefix {prefix!r} must start with /")
+        return (self.chroot + prefix.rstrip("/")) or "/"
+
+    def _key(self, path: str) -> str:
+        return path[len(self.chroot) :]
+
+    def _visible(self, path: str) -> bool:
+        return bool(self.chroot) or not (path == "/zookeeper" or path.startswith("/zookeeper/"))
+
+    @property
+    def _top(self) -> str:
+        return self.chroot or "/"
+
+    def _live(self) -> KazooClient:
+        if self._client is None or self._closed:
+            raise MetadataUnavailable("the ZooKeeper metadata session is not open")
+        return self._client
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A blocking kazoo call in a worker thread."""
+        return await trio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), abandon_on_cancel=True)
+
+    async def _read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """An idempotent call: retried across connection losses until the store closes."""
+        while True:
+            self._live()
+            try:
+                return await self._run(fn, *args, **kwargs)
+            except _UNAVAILABLE:
+                await self._wait_for_session_change(0.5)
+
+    async def _write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        self._live()
+        try:
+            return await self._run(fn, *args, **kwargs)
+        except _UNAVAILABLE as exc:
+            raise MetadataUnavailable(f"ZooKeeper did not confirm the write: {exc!r}") from exc
+
+    async def _wait_for_session_change(self, timeout_s: float) -> None:
+        wakeup = ThreadWakeup()
+        self._states.add_wakeup(wakeup)
+        try:
+            with trio.move_on_after(timeout_s):
+                await wakeup.wait()
+        finally:
+            self._states.remove_wakeup(wakeup)
+
+    def _session_id(self) -> int:
+        client_id = self._live().client_id
+        return int(client_id[0]) if client_id else 0
+
+    # -- session ---------------------------------------------------------------------------------
+    async def open(self, session_ttl_ms: int) -> None:
+        """Connect and start a session of ``session_ttl_ms`` (<= 0: zookeeper.session.timeout.ms)."""
+        if self._client is not None:
+            return
+        ttl_ms = session_ttl_ms if session_ttl_ms > 0 else self.default_session_timeout_ms
+        self._states.bind()
+        client = KazooClient(
+            hosts=self.hosts,
+            timeout=ttl_ms / 1000,
+            # reconnect quickly and forever: giving up is the session timeout's job, not ours
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=min(1.0, ttl_ms / 3000)),
+        )
+        client.add_listener(self._on_kazoo_state)
+        try:
+            await trio.to_thread.run_sync(client.start, self.connection_timeout_ms / 1000)
+        except KazooTimeoutError as exc:
+            await trio.to_thread.run_sync(client.close)
+            raise MetadataUnavailable(
+                f"no ZooKeeper answered at {self.hosts} within {self.connection_timeout_ms} ms"
+            ) from exc
+        self._client = client
+        if self.chroot:  # the chroot and its ancestors, as implicit parents
+            await self._read(multi.ensure_parents, client, self.chroot + "/x", "/")
+        self._states.set(SessionState.CONNECTED)
+
+    def _on_kazoo_state(self, state: str) -> None:
+        """kazoo's listener, on kazoo's thread: hand the change to trio and return at once."""
+        self._states.set_threadsafe(_STATES.get(state, SessionState.LOST))  # type: ignore[call-overload]
+
+    async def session_states(self) -> AsyncIterator[SessionState]:  # type: ignore[override]
+        async for state in self._states.subscribe():
+            yield state
+
+    async def close(self) -> None:
+        """Close the session: ZooKeeper deletes its ephemerals before this returns."""
+        client = self._client
+        if client is None or self._closed:
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            try:
+                await trio.to_thread.run_sync(client.stop)
+            finally:
+                await trio.to_thread.run_sync(client.close)
+                self._states.set(SessionState.LOST)
+                self._states.close()
+
+    # -- reads -----------------------------------------------------------------------------------
+    async def get(self, key: str) -> Versioned | None:
+        path = self._path(key)
+        nodes = await self._read(multi.read_nodes, self._live(), [path])
+        node = nodes[path]
+        return versioned(node) if node is not None and node.data is not None else None
+
+    async def _snapshot(self, root: str, watcher: Callable[..., Any] | None = None) -> Snapshot:
+        return await self._read(take_snapshot, self._live(), root, watcher)
+
+    def _items(self, snap: Snapshot) -> dict[str, Node]:
+        return {p: n for p, n in snap.keys().items() if self._visible(p)}
+
+    async def list(self, prefix: str) -> tuple[dict[str, Versioned], int]:
+        """An atomic snapshot of the keys below ``prefix``; its revision is the largest zxid in it."""
+        root = self._root(prefix)
+        snap = await self._snapshot(root)
+        self._snapshots[(root, snap.revision)] = snap
+        while len(self._snapshots) > SNAPSHOT_CACHE:
+            self._snapshots.popitem(last=False)
+        return {self._key(p): versioned(n) for p, n in self._items(snap).items()}, snap.revision
+
+    # -- writes ----------------------------------------------------------------------------------
+    async def txn(self, checks: Sequence[Check], ops: Sequence[Put | Delete]) -> None:
+        await self._write(multi.commit, self._live(), checks, ops, self._path, self._top)
+
+    async def create(self, key: str, value: bytes, *, ephemeral: bool = False) -> Versioned:
+        path = self._path(key)
+        while True:
+            client = self._live()
+            try:
+                _, stat = await self._write(client.create, path, value, ephemeral=ephemeral, include_data=True)
+                return Versioned(value, stat.version, stat.czxid)
+            except NoNodeError:
+                await self._write(multi.ensure_parents, client, path, self._top)
+            except NodeExistsError:
+                existing = (await self._read(multi.read_nodes, client, [path]))[path]
+                if existing is None:
+                    continue
+                if existing.data is not None:
+                    raise MetadataConflict(key) from None
+                # an implicit parent sits there: make it the key (a multi pins its version)
+                await self.txn([Check(key, ABSENT)], [Put(key, value, ephemeral)])
+                created = await self.get(key)
+                if created is not None:
+                    return created
+
+    async def put(self, key: str, value: bytes, *, expect: Expect = ANY) -> int:
+        path = self._path(key)
+        if isinstance(expect, Absent):
+            return (await self.create(key, value)).version
+        client = self._live()
+        if isinstance(expect, AnyVersion):
+            while True:
+                try:
+                    stat = await self._write(client.set, path, value)
+                    return int(stat.version)
+                except NoNodeError:
+                    try:
+                        return (await self.create(key, value)).version
+                    except MetadataConflict:
+                        continue  # created meanwhile: set it
+        current = (await self._read(multi.read_nodes, client, [path]))[path]
+        if current is None or current.data is None:
+            raise MetadataConflict(key)
+        try:
+            stat = await self._write(client.set, path, value, version=expect)
+        except (BadVersionError, NoNodeError):
+            raise MetadataConflict(key) from None
+        return int(stat.version)
+
+    async def delete(self, key: str, *, expect: Expect = ANY) -> bool:
+        path = self._path(key)
+        client = self._live()
+        while True:
+            node = (await self._read(multi.read_nodes, client, [path]))[path]
+            if node is None or node.data is None:
+                if isinstance(expect, int):
+                    raise MetadataConflict(key)
+                return False
+            if isinstance(expect, Absent) or (isinstance(expect, int) and node.stat.version != expect):
+                raise MetadataConflict(key)
+            try:
+                if node.stat.numChildren:
+                    await self.txn([Check(key, node.stat.version)], [Delete(key)])
+                else:
+                    await self._write(client.delete, path, version=node.stat.version)
+                    await self._write(multi.prune_parents, client, path, self._top)
+                return True
+            except (BadVersionError, NotEmptyError, NoNodeError, MetadataConflict):
+                if isinstance(expect, int):
+                    raise MetadataConflict(key) from None
+                continue  # changed under us: look again
+
+    async def next_id(self, key: str) -> int:
+        """Increment the decimal counter at ``key`` (absent = 0) by compare-and-set on its version."""
+        while True:
+            current = await self.get(key)
+            value = int(current.value) + 1 if current is not None else 1
+            try:
+                await self.put(key, str(value).encode(), expect=current.version if current is not None else ABSENT)
+            except MetadataConflict:
+                continue
+            return value
+
+    # -- watches ---------------------------------------------------------------------------------
+    def _cached_base(self, root: str, after_revision: int) -> dict[str, Node] | None:
+        """The keys at ``after_revision`` from a cached list() of ``root`` or of an ancestor."""
+        for (cached_root, revision), snap in reversed(self._snapshots.items()):
+            if revision != after_revision:
+                continue
+            if cached_root == root:
+                return self._items(snap)
+            if root.startswith(cached_root.rstrip("/") + "/"):
+                return self._items(snap.restricted(root))
+        return None
+
+    async def watch(self, prefix: str, *, after_revision: int) -> AsyncIterator[WatchEvent]:  # type: ignore[override]
+        """Changes below ``prefix`` after ``after_revision``, until cancelled or closed.
+
+        Every re-read is a consistent snapshot that re-arms ZooKeeper watches on each node it
+        reads; any watch firing, or any session change (kazoo drops watches on disconnect),
+        triggers the next re-read, and the events are the difference (see snapshot.py). The
+        starting point is the cached ``list`` snapshot at ``after_revision``; without one, the
+        watch can only start if nothing was deleted since, else ``MetadataCompacted``.
+        """
+        root = self._root(prefix)
+        wakeup = ThreadWakeup()
+        self._states.add_wakeup(wakeup)
+        try:
+            base = self._cached_base(root, after_revision)
+            snap = await self._snapshot(root, wakeup.wake_threadsafe)
+            if base is None:
+                found = base_without_history(snap, after_revision)
+                if found is None:
+                    raise MetadataCompacted(
+                        f"no snapshot of {prefix!r} at revision {after_revision} is cached and children "
+                        "changed since: re-list and watch from the new revision"
+                    )
+                base = {p: n for p, n in found.items() if self._visible(p)}
+            while True:
+                for event in diff(base, snap, self._key):
+                    if self._visible(self.chroot + event.key):
+                        yield event
+                base = self._items(snap)
+                await wakeup.wait()
+                if self._closed:
+                    return
+                snap = await self._snapshot(root, wakeup.wake_threadsafe)
+        except MetadataUnavailable:
+            if not self._closed:
+                raise
+        finally:
+            self._states.remove_wakeup(wakeup)
+
+    # -- brokers and elections -------------------------------------------------------------------
+    async def register_broker(self, broker_id: int, info: bytes) -> int:
+        """Ephemeral ``/brokers/ids/<id>``; the broker epoch is its czxid. Re-registering in this
+        session re-creates the znode (a new epoch); a live registration of another session is a
+        ``MetadataConflict`` (broker id in use)."""
+        key = f"{BROKER_IDS}/{broker_id}"
+        path = self._path(key)
+        while True:
+            client = self._live()
+            node = (await self._read(multi.read_nodes, client, [path]))[path]
+            if node is not None and node.data is not None:
+                if node.stat.ephemeralOwner != self._session_id():
+                    raise MetadataConflict(key)
+                try:
+                    await self.txn([Check(key, node.stat.version)], [Delete(key)])
+                except MetadataConflict:
+                    continue
+            try:
+                return (await self.create(key, info, ephemeral=True)).create_revision
+            except MetadataConflict:
+                continue  # someone else was faster: look again who holds it
+
+    @staticmethod
+    def _election_keys(name: str) -> tuple[str, str]:
+        return f"/{name}", f"/{name}_epoch"
+
+    async def campaign(self, name: str, value: bytes) -> Leadership:
+        """Wait until ``/<name>`` is free, then create it (ephemeral) and bump ``/<name>_epoch``
+        in one multi. The fence is a check of the epoch counter's version, which only a new
+        leader changes: a deposed leader's fenced writes fail."""
+        leader_key, epoch_key = self._election_keys(name)
+        leader_path, epoch_path = self._path(leader_key), self._path(epoch_key)
+        wakeup = ThreadWakeup()
+        self._states.add_wakeup(wakeup)
+        try:
+            while True:
+                client = self._live()
+                nodes = await self._read(multi.read_nodes, client, [leader_path, epoch_path])
+                leader, epoch_node = nodes[leader_path], nodes[epoch_path]
+                epoch = int(epoch_node.data) if epoch_node is not None and epoch_node.data is not None else 0
+                if leader is not None and leader.data is not None:
+                    if leader.stat.ephemeralOwner == self._session_id():
+                        held = await self._held(name)
+                        if held is not None:
+                            return held  # this session already leads
+                    # wait for the leader's znode to change or go (the watch is set by this read)
+                    if await self._run(client.exists, leader_path, watch=wakeup.wake_threadsafe) is not None:
+                        await wakeup.wait()
+                    continue
+                epoch_expect: Expect = epoch_node.stat.version if epoch_node is not None else ABSENT
+                try:
+                    await self.txn(
+                        [Check(leader_key, ABSENT), Check(epoch_key, epoch_expect)],
+                        [Put(leader_key, value, ephemeral=True), Put(epoch_key, str(epoch + 1).encode())],
+                    )
+                except MetadataConflict:
+                    continue
+                held = await self._held(name)
+                if held is not None:
+                    return held
+                # the new leadership is already gone (the session expired at once): contend again
+        finally:
+            self._states.remove_wakeup(wakeup)
+
+    async def _held(self, name: str) -> Leadership | None:
+        """This session's leadership of ``name`` as it stands, or None if another session leads."""
+        leader_key, epoch_key = self._election_keys(name)
+        leader_path, epoch_path = self._path(leader_key), self._path(epoch_key)
+        nodes = await self._read(multi.read_nodes, self._live(), [leader_path, epoch_path])
+        leader, epoch = nodes[leader_path], nodes[epoch_path]
+        if leader is None or epoch is None or epoch.data is None:
+            return None
+        if leader.stat.ephemeralOwner != self._session_id() or leader.stat.czxid != epoch.stat.mzxid:
+            return None
+        return Leadership(name, int(epoch.data), Check(epoch_key, epoch.stat.version))
+
+    async def resign(self, leadership: Leadership) -> None:
+        """Delete ``/<name>`` if this leadership still holds (its fence passes); else nothing."""
+        leader_key, _ = self._election_keys(leadership.name)
+        try:
+            await self.txn([leadership.fence], [Delete(leader_key)])
+        except MetadataConflict:
+            pass
+
+    async def leader(self, name: str) -> tuple[bytes, int] | None:
+        """The leader's value and epoch, read together (both were written by one multi: the
+        leader znode's czxid equals the epoch counter's mzxid)."""
+        leader_key, epoch_key = self._election_keys(name)
+        leader_path, epoch_path = self._path(leader_key), self._path(epoch_key)
+        for _ in range(50):
+            nodes = await self._read(multi.read_nodes, self._live(), [leader_path, epoch_path])
+            leader, epoch = nodes[leader_path], nodes[epoch_path]
+            if leader is None or leader.data is None:
+                return None
+            if epoch is None or epoch.data is None:
+                continue
+            if leader.stat.czxid == epoch.stat.mzxid:
+                return leader.data, int(epoch.data)
+        raise MetadataUnavailable(f"election {name!r} keeps changing while being read")
