@@ -1,0 +1,124 @@
+"""What the client knows about the cluster: brokers, topics, partition leaders.
+
+Built from Metadata responses and replaced wholesale on every refresh (an immutable snapshot is
+cheap to share between the producer's send path, the sender task and the fetcher without locks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ErrorCode
+from ..interfaces import TopicPartition
+from .requests import error_code
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """A broker as Metadata describes it."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition's leadership; ``leader`` is -1 while no leader is available."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
+    error: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic as Metadata describes it (``error`` is set for unknown or leaderless topics)."""
+
+    name: str
+    error: ErrorCode
+    is_internal: bool
+    partitions: Mapping[int, PartitionInfo] = field(default_factory=dict)
+    topic_id: Any = None
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """One Metadata response's view of the cluster."""
+
+    brokers: Mapping[int, BrokerInfo] = field(default_factory=dict)
+    topics: Mapping[str, TopicInfo] = field(default_factory=dict)
+    controller_id: int = -1
+    cluster_id: str | None = None
+
+    def leader_for(self, tp: TopicPartition) -> int:
+        """Node id of ``tp``'s leader, -1 when unknown."""
+        topic = self.topics.get(tp.topic)
+        if topic is None:
+            return -1
+        p = topic.partitions.get(tp.partition)
+        return -1 if p is None else p.leader
+
+    def partitions_for(self, topic: str) -> int:
+        """Number of partitions of ``topic`` (0 when unknown or in error)."""
+        info = self.topics.get(topic)
+        return 0 if info is None or info.error is not ErrorCode.NONE else len(info.partitions)
+
+    def merged(self, update: ClusterSnapshot, refreshed: Iterable[str] | None) -> ClusterSnapshot:
+        """``update`` plus the topics of this snapshot it did not refresh (``refreshed`` None: all)."""
+        if refreshed is None:
+            return update
+        topics = dict(self.topics)
+        for name in refreshed:
+            topics.pop(name, None)
+        topics.update(update.topics)
+        return ClusterSnapshot(update.brokers, topics, update.controller_id, update.cluster_id)
+
+
+def snapshot_from_metadata(response: Any) -> ClusterSnapshot:
+    """A snapshot from a kio Metadata response (any version 0-12)."""
+    brokers = {
+        int(b.node_id): BrokerInfo(int(b.node_id), b.host, int(b.port), getattr(b, "rack", None))
+        for b in response.brokers
+    }
+    topics: dict[str, TopicInfo] = {}
+    for t in response.topics:
+        if t.name is None:
+            continue
+        parts: dict[int, PartitionInfo] = {}
+        for p in t.partitions:
+            parts[int(p.partition_index)] = PartitionInfo(
+                topic=t.name,
+                partition=int(p.partition_index),
+                leader=int(p.leader_id),
+                leader_epoch=int(getattr(p, "leader_epoch", -1)),
+                replicas=tuple(int(r) for r in p.replica_nodes),
+                isr=tuple(int(r) for r in p.isr_nodes),
+                offline_replicas=tuple(int(r) for r in getattr(p, "offline_replicas", ())),
+                error=error_code(p.error_code),
+            )
+        topics[t.name] = TopicInfo(
+            name=t.name,
+            error=error_code(t.error_code),
+            is_internal=bool(getattr(t, "is_internal", False)),
+            partitions=dict(sorted(parts.items())),
+            topic_id=getattr(t, "topic_id", None),
+        )
+    return ClusterSnapshot(
+        brokers=brokers,
+        topics=topics,
+        controller_id=int(getattr(response, "controller_id", -1)),
+        cluster_id=getattr(response, "cluster_id", None),
+    )

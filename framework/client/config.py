@@ -1,0 +1,177 @@
+"""Client configuration with Kafka's client property names, validated up front.
+
+Each client role (producer, consumer, admin) accepts the common keys plus its own; an unknown key
+or a value of the wrong type raises :class:`~odradek.config.ConfigError` naming the key, so a typo
+(``linger.msec``) fails at construction instead of being silently ignored. Values may be native
+(``{"linger.ms": 5}``) or strings (``{"linger.ms": "5"}``, as the CLI's ``--property`` and Spark
+options give them); they are coerced with the broker config's rules. Defaults are the Java
+client's, except where noted on the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ..config import ConfigError, _parse_value
+from ..interfaces import ConfigKey
+
+INT_MAX = 2**31 - 1
+
+
+def _k(
+    name: str, type_: type, default: Any, doc: str, *, choices: Any = None, minimum: float | None = None
+) -> ConfigKey:
+    return ConfigKey(name, type_, default, doc, choices=choices, minimum=minimum)
+
+
+COMMON_KEYS: tuple[ConfigKey, ...] = (
+    _k("bootstrap.servers", list, [], "host:port pairs to bootstrap from (comma separated)."),
+    _k("client.id", str, "odradek", "Client id sent with every request (broker logs, quotas)."),
+    _k("security.protocol", str, "PLAINTEXT", "Transport security protocol: picks the transport plugin."),
+    _k("ssl.ca.location", str, "", "CA bundle for SSL (transport plugins that support TLS)."),
+    _k("ssl.certificate.location", str, "", "Client certificate for SSL."),
+    _k("ssl.key.location", str, "", "Client private key for SSL."),
+    _k("ssl.key.password", str, "", "Password of the client private key."),
+    _k("ssl.endpoint.identification.algorithm", str, "https", "https: verify the broker host name; none: skip."),
+    _k("request.timeout.ms", int, 30000, "How long to wait for a response before failing and reconnecting.", minimum=1),
+    _k("default.api.timeout.ms", int, 60000, "Timeout of blocking calls without an explicit timeout.", minimum=1),
+    _k("retry.backoff.ms", int, 100, "First backoff before retrying a failed request.", minimum=0),
+    _k("retry.backoff.max.ms", int, 1000, "Cap of the exponential retry backoff.", minimum=0),
+    _k("reconnect.backoff.ms", int, 50, "First backoff before reconnecting to a broker.", minimum=0),
+    _k("reconnect.backoff.max.ms", int, 1000, "Cap of the exponential reconnect backoff.", minimum=0),
+    _k("socket.connection.setup.timeout.ms", int, 10000, "Connect timeout per attempt.", minimum=1),
+    _k("metadata.max.age.ms", int, 300000, "Refresh metadata at least this often.", minimum=0),
+    _k("connections.max.idle.ms", int, 540000, "Close connections idle this long.", minimum=1),
+)
+
+PRODUCER_KEYS: tuple[ConfigKey, ...] = (
+    _k("acks", str, "all", "Acknowledgements: 0, 1 or all (-1).", choices=("0", "1", "all", "-1")),
+    _k("linger.ms", int, 5, "Wait this long for more records before sending a batch.", minimum=0),
+    _k("batch.size", int, 16384, "Target size of one partition's batch in bytes.", minimum=0),
+    _k("buffer.memory", int, 33554432, "Bytes of records buffered before send() blocks.", minimum=0),
+    _k("max.block.ms", int, 60000, "How long send() blocks for metadata or buffer space.", minimum=0),
+    _k(
+        "compression.type",
+        str,
+        "none",
+        "Batch compression codec.",
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+    ),
+    _k("compression.level", int, -1, "Codec level (-1: the codec's default)."),
+    _k("enable.idempotence", bool, True, "Exactly-once per partition: producer id + sequence numbers."),
+    _k("retries", int, INT_MAX, "Retries of a failed batch (bounded by delivery.timeout.ms).", minimum=0),
+    _k("delivery.timeout.ms", int, 120000, "Upper bound on the time from send() to success or failure.", minimum=1),
+    _k(
+        "max.in.flight.requests.per.connection",
+        int,
+        5,
+        "Unacknowledged produce requests per broker (<= 5 with idempotence).",
+        minimum=1,
+    ),
+    _k("max.request.size", int, 1048576, "Largest produce request (and record) in bytes.", minimum=1),
+    _k("partitioner", str, "murmur2", "Partitioner plugin name: murmur2 (Java's default), sticky, roundrobin."),
+)
+
+CONSUMER_KEYS: tuple[ConfigKey, ...] = (
+    _k("group.id", str, "", "Consumer group; empty: no group (assign() only, no commits)."),
+    _k("group.instance.id", str, "", "Static membership id (KIP-345); empty: dynamic member."),
+    _k(
+        "auto.offset.reset",
+        str,
+        "latest",
+        "Where to start without a committed offset.",
+        choices=("latest", "earliest", "none"),
+    ),
+    _k("enable.auto.commit", bool, True, "Commit positions every auto.commit.interval.ms."),
+    _k("auto.commit.interval.ms", int, 5000, "Auto-commit period.", minimum=0),
+    _k("max.poll.records", int, 500, "Most records one poll() returns.", minimum=1),
+    _k("max.poll.interval.ms", int, 300000, "Leave the group when poll() is not called this long.", minimum=1),
+    _k("fetch.min.bytes", int, 1, "Broker waits for this many bytes before answering a fetch.", minimum=0),
+    _k("fetch.max.wait.ms", int, 500, "Broker waits at most this long for fetch.min.bytes.", minimum=0),
+    _k("fetch.max.bytes", int, 52428800, "Largest fetch response.", minimum=0),
+    _k("max.partition.fetch.bytes", int, 1048576, "Largest slice of one partition per fetch.", minimum=0),
+    _k("session.timeout.ms", int, 45000, "Group session timeout.", minimum=1),
+    _k("heartbeat.interval.ms", int, 3000, "Group heartbeat period.", minimum=1),
+    _k(
+        "partition.assignment.strategy",
+        list,
+        ["range", "cooperative-sticky"],
+        "Assignor plugin names in preference order (the group picks one all members support).",
+    ),
+    _k(
+        "isolation.level",
+        str,
+        "read_uncommitted",
+        "read_committed skips aborted transactions and stops at the last stable offset.",
+        choices=("read_uncommitted", "read_committed"),
+    ),
+    _k("check.crcs", bool, True, "Verify the CRC-32C of fetched batches."),
+    _k("allow.auto.create.topics", bool, True, "Let subscribing to a missing topic create it."),
+    _k("exclude.internal.topics", bool, True, "Pattern subscriptions skip internal topics."),
+)
+
+ROLE_KEYS: dict[str, tuple[ConfigKey, ...]] = {
+    "producer": COMMON_KEYS + PRODUCER_KEYS,
+    "consumer": COMMON_KEYS + CONSUMER_KEYS,
+    "admin": COMMON_KEYS,
+}
+
+
+class ClientConfig(Mapping[str, Any]):
+    """The effective config of one client: every key of its role with a typed value."""
+
+    def __init__(self, role: str, values: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        keys = {k.name: k for k in ROLE_KEYS[role]}
+        given: dict[str, Any] = dict(values or {})
+        # keyword form: bootstrap_servers="..." -> bootstrap.servers
+        for name, value in kwargs.items():
+            given[name.replace("_", ".")] = value
+        self.role = role
+        self._explicit = frozenset(given)
+        self._values: dict[str, Any] = {k.name: k.default for k in keys.values()}
+        for name, raw in given.items():
+            key = keys.get(name)
+            if key is None:
+                hint = _role_of(name)
+                extra = f" (it is a {hint} setting)" if hint else ""
+                raise ConfigError(f"unknown {role} config key {name!r}{extra}")
+            if isinstance(raw, int) and not isinstance(raw, bool) and key.type is str:
+                raw = str(raw)  # acks=1, acks=-1
+            self._values[name] = _parse_value(key, raw)
+        if not self._values["bootstrap.servers"]:
+            raise ConfigError(f"{role} config needs 'bootstrap.servers'")
+
+    def is_set(self, name: str) -> bool:
+        """Whether the user gave ``name`` (Java treats explicit and defaulted values differently)."""
+        return name in self._explicit
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def as_strings(self) -> dict[str, str]:
+        """Every value as a string (what transport connectors take)."""
+        return {k: ",".join(v) if isinstance(v, list) else str(v) for k, v in self._values.items()}
+
+    def bootstrap_addresses(self) -> list[tuple[str, int]]:
+        out = []
+        for item in self._values["bootstrap.servers"]:
+            spec = item.split("://", 1)[-1]
+            host, sep, port = spec.rpartition(":")
+            if not sep or not port.isdigit():
+                raise ConfigError(f"invalid value for 'bootstrap.servers': {item!r} is not host:port")
+            out.append((host.strip("[]") or "localhost", int(port)))
+        return out
+
+
+def _role_of(name: str) -> str:
+    for role, keys in (("producer", PRODUCER_KEYS), ("consumer", CONSUMER_KEYS)):
+        if any(k.name == name for k in keys):
+            return role
+    return ""
