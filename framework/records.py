@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias
 
 from crc32c import crc32c
 
@@ -147,9 +147,14 @@ class ControlRecordType(IntEnum):
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The 61-byte header of one batch, field by field, in Kafka's names."""
+class BatchHeader(NamedTuple):
+    """The 61-byte header of one batch, field by field, in Kafka's names.
+
+    Immutable and slotted like a frozen dataclass, but a ``NamedTuple``: it is built straight from
+    ``struct.unpack_from``'s tuple in C (~0.3 µs, against ~2 µs for a frozen dataclass's
+    ``__init__``), which matters to storage scans and fetches that parse a header per batch.
+    Use ``header._replace(field=...)`` for a modified copy.
+    """
 
     base_offset: int
     batch_length: int
@@ -240,11 +245,14 @@ class BatchHeader:
         )
 
 
+_new_header = tuple.__new__  # BatchHeader from unpack_from's tuple without a Python-level __init__
+
+
 def parse_header(buf: Buffer, pos: int = 0) -> BatchHeader:
     """The header of the batch at ``pos``; checks only that 61 bytes are there (no CRC, no magic)."""
     if len(buf) - pos < HEADER_SIZE or pos < 0:
         raise CorruptMessage(f"record batch header at {pos} is truncated: {max(len(buf) - pos, 0)} of 61 bytes")
-    return BatchHeader(*_unpack_header(buf, pos))
+    return _new_header(BatchHeader, _unpack_header(buf, pos))
 
 
 def iter_headers(buf: Buffer) -> Iterator[tuple[int, BatchHeader]]:
@@ -256,8 +264,10 @@ def iter_headers(buf: Buffer) -> Iterator[tuple[int, BatchHeader]]:
     """
     n = len(buf)
     pos = 0
+    new_header = _new_header
+    unpack = _unpack_header
     while n - pos >= HEADER_SIZE:
-        header = BatchHeader(*_unpack_header(buf, pos))
+        header = new_header(BatchHeader, unpack(buf, pos))
         if header.batch_length < MIN_BATCH_LENGTH:
             raise CorruptMessage(f"record batch at {pos} has batchLength {header.batch_length} < {MIN_BATCH_LENGTH}")
         size = header.batch_length + LOG_OVERHEAD
