@@ -1,0 +1,396 @@
+"""Log compaction (Kafka's ``LogCleaner``) for ``cleanup.policy`` ``compact`` and ``compact,delete``.
+
+A round on one log: (1) plan on the trio thread: the cleanable range runs from the first segment
+to the first uncleanable one (the active segment, or the first segment holding records younger
+than ``min.compaction.lag.ms``), and the round runs only when the dirty part (past the last
+round's end, ``cleaner-offset-checkpoint``) is at least ``min.cleanable.dirty.ratio`` of it;
+(2) in worker threads, in small steps: build key -> latest offset over the dirty part, then
+rewrite the range group by group into ``*.cleaned`` files, keeping a record when no later
+record has its key, dropping tombstones once their segment is older than
+``delete.retention.ms``; (3) back on the trio thread: swap each group in (``.cleaned`` ->
+``.swap`` -> final name), unless the log changed meanwhile (truncated, retention, closed), in
+which case the work is thrown away. Appends and reads never wait for any of it.
+
+Offsets and batch metadata are preserved: a batch that keeps all its records is copied byte for
+byte; one that loses some is rebuilt with ``records.build_batch`` at the same base offset, with
+the same producer id/epoch/sequence, leader epoch, compression and original offset span; one
+that loses all is kept as an empty batch when it is its producer's last batch in the log (so
+producer state survives) or ends the group (so the swapped segment covers the same offsets).
+Control batches (transaction markers) are kept as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from odradek import records
+from odradek.interfaces import Codec
+
+from .checkpoint import fsync_dir
+from .index import OffsetIndex, TimeIndex
+from .loader import CLEANED_SUFFIX, SWAP_SUFFIX
+from .log import SegmentLog
+from .scan import empty_batch_like, with_last_offset_delta
+from .segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+STEP_BYTES = 4 * 1024 * 1024  # bytes read per worker-thread step
+MAX_MAP_KEYS = 2_000_000  # bounds the key map (Kafka's log.cleaner.dedupe.buffer.size)
+
+
+@dataclass
+class _Input:
+    segment: LogSegment
+    fd: int
+    size: int
+    drop_tombstones: bool = False
+
+
+@dataclass
+class CleanPlan:
+    """A snapshot of what one round will clean, taken on the trio thread."""
+
+    log: SegmentLog
+    generation: int
+    inputs: list[_Input]  # segments from the first one up to the first uncleanable one
+    first_dirty: int
+    end_offset: int  # first uncleanable offset: nothing at or past it is touched
+    tail: list[_Input] = field(default_factory=list)  # the rest, read only for producer ids
+
+
+def dirty_ratio(log: SegmentLog, now_ms: int) -> tuple[float, list[LogSegment], int]:
+    """(dirty bytes / cleanable bytes, cleanable segments, first uncleanable offset)."""
+    lag = log.config.min_compaction_lag_ms
+    segs = log.segments
+    cleanable: list[LogSegment] = []
+    for seg in segs[:-1]:
+        if lag > 0 and seg.largest_timestamp() > now_ms - lag:
+            break
+        cleanable.append(seg)
+    if not cleanable:
+        return 0.0, [], segs[0].base_offset
+    end = segs[len(cleanable)].base_offset
+    first_dirty = max(log.first_dirty_offset, log.log_start_offset)
+    dirty = clean = 0
+    for seg, nxt in zip(cleanable, segs[1:], strict=False):
+        if nxt.base_offset <= first_dirty:
+            clean += seg.size
+        else:
+            dirty += seg.size
+    total = dirty + clean
+    return (dirty / total if total else 0.0), cleanable, end
+
+
+def plan_round(log: SegmentLog, now_ms: int) -> CleanPlan | None:
+    """Pin what a round needs, or None when the log is not due (policy, ratio, nothing dirty)."""
+    if log.closed or not log.config.compact:
+        return None
+    ratio, cleanable, end = dirty_ratio(log, now_ms)
+    threshold = float(log.config.get("min.cleanable.dirty.ratio", 0.5))
+    if not cleanable or ratio <= 0 or ratio < threshold:
+        return None
+    horizon = now_ms - log.config.delete_retention_ms
+    inputs = [_Input(s, s.log.pin(), s.size, s.largest_timestamp() <= horizon) for s in cleanable]
+    tail = [_Input(s, s.log.pin(), s.size) for s in log.segments[len(cleanable) :]]
+    first_dirty = max(log.first_dirty_offset, log.log_start_offset)
+    return CleanPlan(log, log.generation, inputs, first_dirty, end, tail)
+
+
+def _read_step(fd: int, size: int, pos: int) -> list[tuple[int, records.BatchHeader, memoryview]]:
+    """The whole batches in one read of up to STEP_BYTES at ``pos`` (at least one batch)."""
+    buf = os.pread(fd, min(STEP_BYTES, size - pos), pos)
+    mv = memoryview(buf)
+    out = [(pos + p, h, mv[p : p + h.size]) for p, h in records.iter_headers(buf)]
+    if not out:  # one batch larger than the step
+        h = records.parse_header(buf)
+        out = [(pos, h, memoryview(os.pread(fd, h.size, pos)))]
+    return out
+
+
+class OffsetMap:
+    """key -> offset of its latest record in the dirty range, plus each producer's last batch."""
+
+    def __init__(self, codecs: Mapping[int, Codec] | None, max_keys: int = MAX_MAP_KEYS) -> None:
+        self.codecs = codecs
+        self.max_keys = max_keys
+        self.latest: dict[bytes, int] = {}
+        self.producer_last: dict[int, int] = {}
+
+    @property
+    def full(self) -> bool:
+        return len(self.latest) >= self.max_keys
+
+    def add_step(self, inp: _Input, pos: int, end_offset: int, keys: bool) -> int:
+        """One worker-thread step over a segment from ``pos``: every producer's last batch and,
+        with ``keys``, the latest offset of every key below ``end_offset``. Returns the next
+        position (``inp.size`` when done)."""
+        latest = self.latest
+        nxt = pos
+        for p, h, batch in _read_step(inp.fd, inp.size, pos):
+            nxt = p + h.size
+            if h.producer_id >= 0:
+                self.producer_last[h.producer_id] = h.last_offset
+            if not keys or h.is_control or h.record_count == 0 or h.base_offset >= end_offset:
+                continue
+            for rec in records.decode_batch(batch, verify_crc=False, codecs=self.codecs).records:
+                if rec.key is not None and rec.offset < end_offset:
+                    latest[rec.key] = rec.offset
+        return nxt
+
+    async def add_segment(self, inp: _Input, end_offset: int, *, keys: bool) -> None:
+        pos = 0
+        while pos < inp.size:
+            pos = await trio.to_thread.run_sync(self.add_step, inp, pos, end_offset, keys)
+
+
+class GroupWriter:
+    """Writes one cleaned segment (``<base>.log.cleaned`` + indexes) from a group of inputs."""
+
+    def __init__(self, directory: Path, base_offset: int, index_interval: int, index_bytes: int) -> None:
+        self.base_offset = base_offset
+        name = f"{base_offset:020d}"
+        self.log_path = directory / (name + ".log" + CLEANED_SUFFIX)
+        self.index_path = directory / (name + ".index" + CLEANED_SUFFIX)
+        self.time_path = directory / (name + ".timeindex" + CLEANED_SUFFIX)
+        self._file = open(self.log_path, "wb")  # noqa: SIM115 -- closed in finish()/abort()
+        self.index_interval = index_interval
+        self.max_entries = index_bytes // OffsetIndex.ENTRY.size
+        self._index = bytearray()
+        self._times = bytearray()
+        self.size = 0
+        self._since = 0
+        self.max_ts = -1
+        self.offset_of_max_ts = base_offset
+        self.next_offset = base_offset
+        self._last_index_ts = -1
+
+    def write(self, batch: bytes | memoryview, h: records.BatchHeader) -> None:
+        if h.max_timestamp > self.max_ts:
+            self.max_ts, self.offset_of_max_ts = h.max_timestamp, h.last_offset
+        if self._since > self.index_interval and len(self._index) // 8 < self.max_entries:
+            self._index += OffsetIndex.ENTRY.pack(h.last_offset - self.base_offset, self.size)
+            self._add_time_entry()
+            self._since = 0
+        self._file.write(batch)
+        self.size += len(batch)
+        self._since += len(batch)
+        self.next_offset = h.next_offset
+
+    def _add_time_entry(self) -> None:
+        if self.max_ts > self._last_index_ts and len(self._times) // 12 < self.max_entries:
+            self._times += TimeIndex.ENTRY.pack(self.max_ts, self.offset_of_max_ts - self.base_offset)
+            self._last_index_ts = self.max_ts
+
+    def finish(self, mtime: float | None) -> None:
+        """Write the indexes and fsync all three files (worker thread)."""
+        self._add_time_entry()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        for path, data in ((self.index_path, self._index), (self.time_path, self._times)):
+            with open(path, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        if mtime is not None:
+            os.utime(self.log_path, (mtime, mtime))
+
+    def abort(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        for path in (self.log_path, self.index_path, self.time_path):
+            path.unlink(missing_ok=True)
+
+
+def clean_batch(
+    batch: memoryview, h: records.BatchHeader, inp: _Input, omap: OffsetMap, *, last_in_group: bool
+) -> bytes | memoryview | None:
+    """What a batch becomes after cleaning: itself, a rebuilt smaller batch, an empty batch, or
+    None (dropped)."""
+    if h.is_control:
+        return batch
+    kept: list[records.Record] = []
+    total = 0
+    if h.record_count:
+        decoded = records.decode_batch(batch, verify_crc=False, codecs=omap.codecs)
+        total = len(decoded.records)
+        latest = omap.latest
+        for rec in decoded.records:
+            if rec.key is None:
+                continue  # Kafka's cleaner drops keyless records of compacted topics
+            if rec.offset < latest.get(rec.key, -1):
+                continue
+            if rec.value is None and inp.drop_tombstones:
+                continue
+            kept.append(rec)
+    if kept and len(kept) == total:
+        return batch
+    if kept:
+        rebuilt = records.build_batch(
+            kept,
+            base_offset=h.base_offset,
+            compression=h.compression_id,
+            codecs=omap.codecs,
+            producer_id=h.producer_id,
+            producer_epoch=h.producer_epoch,
+            base_sequence=h.base_sequence,
+            is_transactional=h.is_transactional,
+            partition_leader_epoch=h.partition_leader_epoch,
+            timestamp_type=h.timestamp_type,
+            offset_deltas=[r.offset - h.base_offset for r in kept],
+        )
+        if kept[-1].offset != h.last_offset:
+            rebuilt = with_last_offset_delta(rebuilt, h.last_offset_delta)
+        return rebuilt
+    producer_last = h.producer_id >= 0 and omap.producer_last.get(h.producer_id) == h.last_offset
+    if producer_last or last_in_group:
+        return empty_batch_like(batch)
+    return None
+
+
+def clean_step(group: list[_Input], omap: OffsetMap, writer: GroupWriter, cursor: tuple[int, int]) -> tuple[int, int]:
+    """One worker-thread step: clean up to STEP_BYTES of ``group`` from ``cursor`` (input index,
+    position); returns the next cursor (index ``len(group)`` when done)."""
+    idx, pos = cursor
+    inp = group[idx]
+    last_input = idx == len(group) - 1
+    for p, h, batch in _read_step(inp.fd, inp.size, pos):
+        pos = p + h.size
+        out = clean_batch(batch, h, inp, omap, last_in_group=last_input and pos >= inp.size)
+        if out is not None:
+            writer.write(out, h if out is batch else records.parse_header(out))
+    return (idx + 1, 0) if pos >= inp.size else (idx, pos)
+
+
+def group_inputs(inputs: list[_Input], segment_bytes: int, index_bytes: int) -> list[list[_Input]]:
+    """Consecutive inputs whose total fits one segment (size, index and int32 offset span)."""
+    groups: list[list[_Input]] = []
+    for inp in inputs:
+        if inp.size == 0:
+            continue
+        cur = groups[-1] if groups else None
+        if (
+            cur is not None
+            and sum(i.size for i in cur) + inp.size <= segment_bytes
+            and sum(i.segment.offset_index.entries for i in cur) + inp.segment.offset_index.entries
+            < index_bytes // OffsetIndex.ENTRY.size
+            and inp.segment.next_offset - cur[0].segment.base_offset <= 0x7FFFFFFF
+        ):
+            cur.append(inp)
+        else:
+            groups.append([inp])
+    return groups
+
+
+class LogCleaner:
+    """Runs compaction rounds for the logs of one storage; one round at a time."""
+
+    def __init__(self, codecs: Mapping[int, Codec] | None, on_cleaned: Any, max_map_keys: int = MAX_MAP_KEYS):
+        self.codecs = codecs
+        self.on_cleaned = on_cleaned  # called with the log after a round that swapped anything
+        self.max_map_keys = max_map_keys
+        self.rounds = 0
+
+    async def clean(self, log_: SegmentLog, now_ms: int) -> bool:
+        """Run one round on ``log_`` if it is due; True when a round ran to the end."""
+        plan = plan_round(log_, now_ms)
+        if plan is None:
+            return False
+        try:
+            return await self._run(plan)
+        finally:
+            for inp in plan.inputs + plan.tail:
+                inp.segment.log.unpin()
+
+    async def _run(self, plan: CleanPlan) -> bool:
+        omap = OffsetMap(self.codecs, self.max_map_keys)
+        end = plan.end_offset
+        inputs = plan.inputs
+        for n, inp in enumerate(inputs):
+            dirty = n + 1 >= len(inputs) or inputs[n + 1].segment.base_offset > plan.first_dirty
+            if dirty and omap.full:  # the map is full: this round ends before this segment
+                end = inp.segment.base_offset
+                inputs = inputs[:n]
+                break
+            await omap.add_segment(inp, end, keys=dirty)
+        for inp in plan.inputs[len(inputs) :] + plan.tail:
+            await omap.add_segment(inp, end, keys=False)
+        if self._stale(plan, inputs):
+            return False
+        cfg = plan.log.config
+        swapped = 0
+        for group in group_inputs(inputs, cfg.segment_bytes, cfg.segment_index_bytes):
+            if not await self._clean_group(plan, group, omap):
+                return False
+            swapped += 1
+        plan.log.first_dirty_offset = max(plan.log.first_dirty_offset, end)
+        self.rounds += 1
+        log.info("%s: compacted %d group(s) up to offset %d", plan.log.topic_partition, swapped, end)
+        self.on_cleaned(plan.log)
+        return True
+
+    async def _clean_group(self, plan: CleanPlan, group: list[_Input], omap: OffsetMap) -> bool:
+        lg = plan.log
+        cfg = lg.config
+        writer = GroupWriter(lg.dir, group[0].segment.base_offset, cfg.index_interval_bytes, cfg.segment_index_bytes)
+        try:
+            cursor = (0, 0)
+            while cursor[0] < len(group):
+                cursor = await trio.to_thread.run_sync(clean_step, group, omap, writer, cursor)
+            mtimes = []
+            for inp in group:
+                try:
+                    mtimes.append(os.fstat(inp.fd).st_mtime)
+                except OSError:
+                    pass
+            await trio.to_thread.run_sync(writer.finish, max(mtimes) if mtimes else None)
+        except BaseException:
+            writer.abort()
+            raise
+        if self._stale(plan, group):
+            writer.abort()
+            log.info("%s: log changed during compaction; discarding the cleaned segment", lg.topic_partition)
+            return False
+        self._swap_in(plan, group, writer)
+        return True
+
+    @staticmethod
+    def _stale(plan: CleanPlan, inputs: list[_Input]) -> bool:
+        """The log changed since the plan (truncation, retention, close): drop the work."""
+        lg = plan.log
+        return lg.closed or lg.generation != plan.generation or any(i.segment not in lg.segments for i in inputs)
+
+    def _swap_in(self, plan: CleanPlan, group: list[_Input], writer: GroupWriter) -> None:
+        """Commit the cleaned files: ``.cleaned`` -> ``.swap`` (the log's rename is the commit
+        point a crash recovers from), retire the old segments, then take the final names."""
+        lg = plan.log
+        swaps = []
+        for path in (writer.index_path, writer.time_path, writer.log_path):
+            swap = path.with_name(path.name[: -len(CLEANED_SUFFIX)] + SWAP_SUFFIX)
+            os.replace(path, swap)
+            swaps.append(swap)
+        fsync_dir(lg.dir)
+        new = LogSegment(
+            lg.dir,
+            writer.base_offset,
+            lg.ctx,
+            size=writer.size,
+            index_bytes=lg.config.segment_index_bytes,
+            index_interval=lg.config.index_interval_bytes,
+            writable=False,
+        )
+        new.set_known_extent(writer.next_offset, (writer.max_ts, writer.offset_of_max_ts))
+        retired = lg.replace_segments([inp.segment for inp in group], new)
+        for swap in swaps:
+            os.replace(swap, swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
+        fsync_dir(lg.dir)
+        plan.generation = lg.generation
+        lg.retire_files(retired)

@@ -1,0 +1,91 @@
+"""The leader-epoch cache of one partition (Kafka's ``LeaderEpochFileCache``, KIP-101).
+
+It maps each leader epoch to the first offset written in it, so a follower can ask "where did
+epoch N end?" (OffsetForLeaderEpoch) and truncate exactly to the divergence point instead of to
+its high watermark. It lives beside the log (``leader-epoch-checkpoint``) and is edited together
+with the log: truncating the log's tail drops epochs that started in the cut part, advancing the
+log start offset moves the first epoch's start forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from odradek.interfaces import EpochEntry
+
+from .checkpoint import read_epochs, write_epochs
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+UNDEFINED = (-1, -1)
+
+
+class LeaderEpochCache:
+    """Epoch -> start offset, monotonic in both, persisted on every change."""
+
+    def __init__(self, path: Path, persist: Callable[[Path, list[EpochEntry]], None] = write_epochs) -> None:
+        self.path = path
+        self._persist = persist
+        self._entries: list[EpochEntry] = read_epochs(path)
+
+    def entries(self) -> list[EpochEntry]:
+        return list(self._entries)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._entries[-1].epoch if self._entries else -1
+
+    def _flush(self) -> None:
+        self._persist(self.path, self._entries)
+
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """Record that ``epoch`` starts at ``start_offset``; entries that contradict it (a later
+        or equal epoch, or a later or equal start) are dropped. Returns whether anything changed."""
+        if epoch < 0 or start_offset < 0:
+            raise ValueError(f"epoch {epoch} and start offset {start_offset} must be >= 0")
+        if self._entries:
+            last = self._entries[-1]
+            if last.epoch == epoch and start_offset >= last.start_offset:
+                return False
+        self._entries = [e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset]
+        self._entries.append(EpochEntry(epoch, start_offset))
+        self._flush()
+        return True
+
+    def end_offset_for(self, requested: int, log_end_offset: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch, with Kafka's answers: the latest epoch ends at the log end;
+        an older epoch ends where the next larger known epoch starts, reported under the
+        largest known epoch <= ``requested`` (or ``requested`` itself when it predates them all)."""
+        if requested < 0 or not self._entries:
+            return UNDEFINED
+        if requested == self._entries[-1].epoch:
+            return requested, log_end_offset
+        higher = next((e for e in self._entries if e.epoch > requested), None)
+        if higher is None:
+            return UNDEFINED
+        floor = None
+        for e in self._entries:
+            if e.epoch <= requested:
+                floor = e
+        return (floor.epoch if floor is not None else requested), higher.start_offset
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """The log was cut at ``end_offset``: forget epochs that started at or after it."""
+        kept = [e for e in self._entries if e.start_offset < end_offset]
+        if len(kept) != len(self._entries):
+            self._entries = kept
+            self._flush()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log now starts at ``start_offset``: the epoch covering it starts there."""
+        if not self._entries or self._entries[0].start_offset >= start_offset:
+            return
+        before = [e for e in self._entries if e.start_offset <= start_offset]
+        after = [e for e in self._entries if e.start_offset > start_offset]
+        self._entries = [EpochEntry(before[-1].epoch, start_offset), *after]
+        self._flush()
+
+    def clear(self) -> None:
+        if self._entries or self.path.exists():
+            self._entries = []
+            self._flush()

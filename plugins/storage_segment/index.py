@@ -1,0 +1,291 @@
+"""Kafka's sparse segment indexes: ``.index`` (OffsetIndex) and ``.timeindex`` (TimeIndex).
+
+Both are arrays of fixed-size big-endian entries, memory-mapped on first use. The active
+segment's indexes are preallocated to ``segment.index.bytes`` (a sparse file, so unused space
+costs nothing) and trimmed to their entries when the segment rolls or the log closes, so a
+reopened index knows its entry count from its length. Entries:
+
+- OffsetIndex, 8 bytes: offset relative to the segment's base (int32), file position (int32).
+  An entry is written for the batch that starts a new ``index.interval.bytes`` stretch, keyed by
+  the batch's *last* offset (as Kafka does), so "the largest entry <= target" is a batch that
+  starts at or before the batch holding ``target``.
+- TimeIndex, 12 bytes: the largest timestamp so far (int64), and the relative offset of the
+  batch that carried it (int32); timestamps only grow.
+
+Space for new entries is allocated with ``posix_fallocate`` before the log write that needs it,
+so a full disk surfaces as an error on append, never as SIGBUS on a store into the map.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import ClassVar
+
+from .handles import HandleCache
+
+_ALLOC_STEP = 64 * 1024
+INT32_MAX = 0x7FFFFFFF
+
+
+class _Index(ABC):
+    """An index file of fixed-size entries; subclasses say what an entry holds."""
+
+    ENTRY: ClassVar[struct.Struct]
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int, cache: HandleCache, *, writable: bool):
+        self.path = path
+        self.base_offset = base_offset
+        self._cache = cache
+        self.writable = writable
+        size = self.ENTRY.size
+        self.max_entries = max(max_index_size // size, 1)
+        self._mm: mmap.mmap | None = None
+        self._entries: int | None = None  # unknown until the file is first looked at
+        self._allocated = 0
+
+    # -- mapping ---------------------------------------------------------------------------
+    @property
+    def entries(self) -> int:
+        if self._entries is None:
+            self._map()
+        return self._entries or 0
+
+    @property
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    def _map(self) -> mmap.mmap | None:
+        """The map (None when the file is empty and read-only), mapping it if the cache closed it."""
+        if self._mm is not None:
+            self._cache.touch(self)
+            return self._mm
+        esize = self.ENTRY.size
+        flags = os.O_RDWR | os.O_CREAT if self.writable else os.O_RDONLY
+        fd = os.open(self.path, flags | os.O_CLOEXEC, 0o644)
+        try:
+            length = os.fstat(fd).st_size
+            if self._entries is None:
+                self._entries = min(length // esize, self.max_entries)
+            if self.writable:
+                self._allocated = max(self._allocated, min(length, self.max_entries * esize))
+                full = self.max_entries * esize
+                if length != full:
+                    os.ftruncate(fd, max(full, self._entries * esize))
+                    length = max(full, self._entries * esize)
+            if length == 0:
+                return None
+            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+            self._mm = mmap.mmap(fd, length, access=access)
+        finally:
+            os.close(fd)
+        self._cache.touch(self)
+        return self._mm
+
+    def evict(self) -> bool:
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+        return True
+
+    def _unmap(self) -> None:
+        self._cache.discard(self)
+        self.evict()
+
+    # -- entries ---------------------------------------------------------------------------
+    def _entry(self, i: int) -> tuple[int, int]:
+        mm = self._map()
+        assert mm is not None
+        return self.ENTRY.unpack_from(mm, i * self.ENTRY.size)  # type: ignore[return-value]
+
+    def _search(self, key_index: int, target: int, *, strict: bool = False) -> int:
+        """Index of the last entry whose field ``key_index`` is <= ``target`` (< when strict), or -1."""
+        lo, hi = 0, self.entries - 1
+        found = -1
+        if hi < 0:
+            return -1
+        mm = self._map()
+        assert mm is not None
+        unpack, size = self.ENTRY.unpack_from, self.ENTRY.size
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            key = unpack(mm, mid * size)[key_index]
+            if key < target or (key == target and not strict):
+                found = mid
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return found
+
+    def reserve(self, count: int) -> None:
+        """Make sure ``count`` more entries have disk blocks (raises OSError, e.g. ENOSPC)."""
+        esize = self.ENTRY.size
+        need = min(self.entries + count, self.max_entries) * esize
+        if need <= self._allocated:
+            return
+        target = min(-(-need // _ALLOC_STEP) * _ALLOC_STEP, self.max_entries * esize)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.posix_fallocate(fd, self._allocated, target - self._allocated)
+        finally:
+            os.close(fd)
+        self._allocated = target
+
+    def _append(self, *fields: int) -> None:
+        mm = self._map()
+        assert mm is not None and self._entries is not None
+        self.ENTRY.pack_into(mm, self._entries * self.ENTRY.size, *fields)
+        self._entries += 1
+
+    def _truncate_entries(self, count: int) -> None:
+        self._entries = max(0, min(count, self.entries))
+
+    def reset(self) -> None:
+        """Forget every entry (the index is about to be rebuilt from the log)."""
+        self._entries = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def trim(self) -> None:
+        """Shrink the file to its entries and stop writing (the segment rolled)."""
+        entries = self.entries
+        self._unmap()
+        if self.writable:
+            with open(self.path, "r+b") as f:
+                f.truncate(entries * self.ENTRY.size)
+            self._allocated = 0
+        self.writable = False
+
+    def make_writable(self) -> None:
+        """This segment became the active one again (the log was truncated back into it)."""
+        if not self.writable:
+            _ = self.entries
+            self._unmap()
+            self.writable = True
+
+    def close(self) -> None:
+        """Unmap; a writable index is trimmed so that reopening finds exactly its entries."""
+        if self.writable:
+            self.trim()
+            self.writable = True
+        else:
+            self._unmap()
+
+    def delete(self) -> None:
+        self._unmap()
+        self.path.unlink(missing_ok=True)
+
+    def sanity_error(self, log_size: int) -> str | None:
+        """Why the file cannot be trusted (cheap checks only), or None."""
+        try:
+            length = self.path.stat().st_size
+        except FileNotFoundError:
+            return "missing"
+        esize = self.ENTRY.size
+        if length % esize:
+            return f"length {length} is not a multiple of {esize}"
+        if length // esize > self.max_entries:
+            return f"{length // esize} entries, more than the {self.max_entries} allowed"
+        if length == 0:
+            return None
+        first = self._entry(0)
+        last = self._entry(length // esize - 1)
+        return self._check_entries(first, last, log_size)
+
+    @abstractmethod
+    def _check_entries(self, first: tuple[int, int], last: tuple[int, int], log_size: int) -> str | None:
+        """Why the first and last entries show the file is corrupt, or None."""
+
+
+class OffsetIndex(_Index):
+    """Relative offset -> file position of a batch start."""
+
+    ENTRY = struct.Struct(">ii")
+
+    def append(self, offset: int, position: int) -> None:
+        """Add an entry unless the index is full (a sparse index may skip entries)."""
+        if self.entries < self.max_entries:
+            self._append(offset - self.base_offset, position)
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """(offset, position) of the last entry with offset <= ``offset``, else (base, 0)."""
+        i = self._search(0, offset - self.base_offset)
+        if i < 0:
+            return self.base_offset, 0
+        rel, pos = self._entry(i)
+        return self.base_offset + rel, pos
+
+    def lookup_position(self, position: int) -> tuple[int, int]:
+        """(offset, position) of the last entry starting at or before ``position``, else (base, 0)."""
+        i = self._search(1, position)
+        if i < 0:
+            return self.base_offset, 0
+        rel, pos = self._entry(i)
+        return self.base_offset + rel, pos
+
+    def last_entry(self) -> tuple[int, int]:
+        n = self.entries
+        if n == 0:
+            return self.base_offset, 0
+        rel, pos = self._entry(n - 1)
+        return self.base_offset + rel, pos
+
+    def truncate_to_position(self, position: int) -> None:
+        """Drop entries for batches at or after ``position``."""
+        self._truncate_entries(self._search(1, position, strict=True) + 1)
+
+    def _check_entries(self, first: tuple[int, int], last: tuple[int, int], log_size: int) -> str | None:
+        if first[0] < 0 or last[0] < first[0]:
+            return f"relative offsets run from {first[0]} to {last[0]}"
+        if first[1] < 0 or last[1] < first[1] or last[1] >= max(log_size, 1):
+            return f"positions run from {first[1]} to {last[1]} in a log of {log_size} bytes"
+        return None
+
+
+class TimeIndex(_Index):
+    """Largest timestamp so far -> relative offset of the batch that carried it."""
+
+    ENTRY = struct.Struct(">qi")
+
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry, or (-1, base) when empty."""
+        n = self.entries
+        if n == 0:
+            return -1, self.base_offset
+        ts, rel = self._entry(n - 1)
+        return ts, self.base_offset + rel
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        """Add an entry when ``timestamp`` is larger than the last one (and there is room)."""
+        n = self.entries
+        if n >= self.max_entries:
+            return
+        if n and self._entry(n - 1)[0] >= timestamp:
+            return
+        self._append(timestamp, offset - self.base_offset)
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry with a timestamp < ``timestamp``, else (-1, base):
+        every record up to that offset is older than ``timestamp``."""
+        i = self._search(0, timestamp, strict=True)
+        if i < 0:
+            return -1, self.base_offset
+        ts, rel = self._entry(i)
+        return ts, self.base_offset + rel
+
+    def truncate_to_offset(self, offset: int) -> None:
+        """Drop entries pointing at ``offset`` or later."""
+        n = self.entries
+        keep = n
+        while keep and self._entry(keep - 1)[1] + self.base_offset >= offset:
+            keep -= 1
+        self._truncate_entries(keep)
+
+    def _check_entries(self, first: tuple[int, int], last: tuple[int, int], log_size: int) -> str | None:
+        if first[1] < 0 or last[1] < first[1]:
+            return f"relative offsets run from {first[1]} to {last[1]}"
+        if last[0] < first[0]:
+            return f"timestamps run backwards from {first[0]} to {last[0]}"
+        return None

@@ -1,0 +1,538 @@
+"""One partition's log (Kafka's ``UnifiedLog``/``LocalLog``): a sorted run of segments.
+
+Appends go to the last (active) segment, which rolls by size, age or a full index; reads find
+their segment by binary search over base offsets. All in-memory state changes on the trio
+thread; what may block (fsync, unlinking big files, compaction) runs in worker threads on
+files the trio thread has already taken out of service or pinned. ``_generation`` counts
+destructive changes (truncation, retention, cleaner swaps) so background work that started
+before one can tell its view is stale.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import random
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import trio
+
+from odradek import records
+from odradek.config import TopicConfig
+from odradek.errors import InvalidRecord, KafkaStorageError, OffsetOutOfRange
+from odradek.interfaces import BatchMeta, EpochEntry, FetchDataInfo, LogAppendInfo, TopicPartition
+
+from .checkpoint import atomic_write
+from .epochs import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from .fetch import SegmentFetchData
+from .scan import scan_headers
+from .segment import LogSegment, SegmentContext
+
+log = logging.getLogger(__name__)
+
+STATE_SUFFIX = ".state"
+_STATE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}$")
+_EPOCH_FIELD = 12  # partitionLeaderEpoch's byte offset in a batch header
+
+
+def fsync_paths(paths: Sequence[Path]) -> None:
+    """fsync files by path (a fresh descriptor flushes the inode's dirty pages, mmap'd or not)."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # deleted meanwhile: nothing left to make durable
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class SegmentLog:
+    """A partition log of segment files; satisfies :class:`odradek.interfaces.PartitionLog`."""
+
+    def __init__(
+        self,
+        topic_partition: TopicPartition,
+        directory: Path,
+        config: TopicConfig,
+        ctx: SegmentContext,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        retire: Callable[[list[Path]], None],
+        on_log_start_change: Callable[[SegmentLog], None],
+    ) -> None:
+        self.topic_partition = topic_partition
+        self.dir = directory
+        self.config = config
+        self.ctx = ctx
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._leo = segments[-1].next_offset
+        self._log_start = log_start_offset
+        self.recovery_point = min(recovery_point, self._leo)
+        self._size = sum(s.size for s in segments)
+        self._epochs = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)
+        self._retire_paths = retire
+        self._on_log_start_change = on_log_start_change
+        self._generation = 0
+        self._pending_flush: list[LogSegment] = []
+        self._last_flush_ms = ctx.time_ms()
+        self.first_dirty_offset = log_start_offset  # compaction progress (cleaner-offset-checkpoint)
+        self.closed = False
+        self._failure: str | None = None  # set when the log's files could not be kept consistent
+        self._epochs.truncate_from_end(self._leo)
+        self._epochs.truncate_from_start(self._log_start)
+
+    def __repr__(self) -> str:
+        return f"SegmentLog({self.topic_partition}, segments={len(self._segments)}, leo={self._leo})"
+
+    # -- offsets -------------------------------------------------------------------------------
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._size
+
+    @property
+    def segments(self) -> Sequence[LogSegment]:
+        return tuple(self._segments)
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        seg = LogSegment.create(
+            self.dir,
+            base_offset,
+            self.ctx,
+            index_bytes=self.config.segment_index_bytes,
+            index_interval=self.config.index_interval_bytes,
+        )
+        jitter = int(self.config.get("segment.jitter.ms", 0) or 0)
+        seg.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
+        return seg
+
+    # -- append --------------------------------------------------------------------------------
+    def append_as_leader(self, data: bytearray, batches: Sequence[BatchMeta], leader_epoch: int) -> LogAppendInfo:
+        self._check_open()
+        if not batches:
+            return self._nothing_appended()
+        _check_layout(data, batches)
+        first = offset = self._leo
+        last_offsets: list[int] = []
+        for meta in batches:
+            records.set_base_offset(data, meta.position, offset)
+            records.set_partition_leader_epoch(data, meta.position, leader_epoch)
+            offset += meta.last_offset_delta
+            last_offsets.append(offset)
+            offset += 1
+        info = self._append(data, batches, last_offsets, first)
+        if leader_epoch >= 0 and leader_epoch > self._epochs.latest_epoch:
+            self._epochs.assign(leader_epoch, first)
+        return info
+
+    def append_as_follower(self, data: bytes, batches: Sequence[BatchMeta]) -> LogAppendInfo:
+        self._check_open()
+        if not batches:
+            return self._nothing_appended()
+        _check_layout(data, batches)
+        last_offsets: list[int] = []
+        expect = self._leo
+        epochs: list[tuple[int, int]] = []
+        latest = self._epochs.latest_epoch
+        for meta in batches:
+            base = int.from_bytes(data[meta.position : meta.position + 8], "big", signed=True)
+            if base < expect:
+                raise InvalidRecord(
+                    f"{self.topic_partition}: follower append at offset {base} is below the expected {expect}"
+                )
+            epoch = int.from_bytes(
+                data[meta.position + _EPOCH_FIELD : meta.position + _EPOCH_FIELD + 4], "big", signed=True
+            )
+            if epoch > latest:
+                epochs.append((epoch, base))
+                latest = epoch
+            expect = base + meta.last_offset_delta + 1
+            last_offsets.append(expect - 1)
+        first = int.from_bytes(data[batches[0].position : batches[0].position + 8], "big", signed=True)
+        info = self._append(data, batches, last_offsets, first)
+        for epoch, start in epochs:
+            self._epochs.assign(epoch, start)
+        return info
+
+    def _nothing_appended(self) -> LogAppendInfo:
+        return LogAppendInfo(self._leo, self._leo - 1, -1, -1, -1, self._log_start, 0)
+
+    def _append(
+        self, data: bytes | bytearray, batches: Sequence[BatchMeta], last_offsets: list[int], first: int
+    ) -> LogAppendInfo:
+        cfg = self.config
+        seg = self._segments[-1]
+        roll_ms = cfg.segment_ms - seg.roll_jitter_ms
+        max_ts = max(meta.max_timestamp for meta in batches)
+        if seg.should_roll(len(data), len(batches), last_offsets[-1], max_ts, cfg.segment_bytes, roll_ms):
+            seg = self._roll(first)
+        try:
+            seg.append(data, batches, last_offsets)
+        except OSError as exc:
+            raise KafkaStorageError(f"{self.topic_partition}: append to {seg.log.path.name} failed: {exc}") from exc
+        self._leo = last_offsets[-1] + 1
+        self._size += len(data)
+        max_ts, off_max, append_time = -1, -1, -1
+        for meta, last in zip(batches, last_offsets, strict=True):
+            if meta.max_timestamp > max_ts:
+                max_ts, off_max = meta.max_timestamp, last
+            if data[meta.position + records.ATTRIBUTES_OFFSET + 1] & records.TIMESTAMP_TYPE_MASK:
+                append_time = meta.max_timestamp
+        if self._leo - self.recovery_point >= cfg.flush_messages:
+            self._flush_now()
+        return LogAppendInfo(first, last_offsets[-1], max_ts, off_max, append_time, self._log_start, len(data))
+
+    def _roll(self, base_offset: int) -> LogSegment:
+        """Start a new active segment at ``base_offset``; the old one is trimmed now and fsynced
+        by the background flusher (or at close), which then advances the recovery point."""
+        old = self._segments[-1]
+        try:
+            new = self._new_segment(base_offset)
+        except OSError as exc:
+            raise KafkaStorageError(f"{self.topic_partition}: cannot roll a new segment: {exc}") from exc
+        if old.size == 0:  # only offsets beyond int32 of its base roll an empty segment: replace it
+            self._segments.pop()
+            self._bases.pop()
+            self._retire_paths(old.retire())
+        else:
+            old.on_become_inactive()
+            self._pending_flush.append(old)
+        self._segments.append(new)
+        self._bases.append(base_offset)
+        log.debug("%s rolled segment %d", self.topic_partition, base_offset)
+        return new
+
+    # -- read ----------------------------------------------------------------------------------
+    def read(
+        self, fetch_offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> FetchDataInfo:
+        self._check_open()
+        if fetch_offset < self._log_start or fetch_offset > self._leo:
+            raise OffsetOutOfRange(
+                f"{self.topic_partition}: offset {fetch_offset} is outside [{self._log_start}, {self._leo}]"
+            )
+        if fetch_offset == self._leo or (max_offset is not None and fetch_offset >= max_offset):
+            return SegmentFetchData(fetch_offset, -1, 0, None, 0)
+        i = max(bisect.bisect_right(self._bases, fetch_offset) - 1, 0)
+        try:
+            while i < len(self._segments):
+                seg = self._segments[i]
+                found = seg.read(fetch_offset, max_bytes, max_offset, min_one_batch)
+                if found is not None:
+                    pos, length, first = found
+                    return SegmentFetchData(fetch_offset, first, length, seg.log, pos)
+                i += 1
+        except OSError as exc:
+            raise KafkaStorageError(f"{self.topic_partition}: read failed: {exc}") from exc
+        return SegmentFetchData(fetch_offset, -1, 0, None, 0)
+
+    def _batch_at(self, offset: int) -> tuple[bytes, records.BatchHeader] | None:
+        """The bytes and header of the batch holding ``offset``."""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        if i < 0:
+            return None
+        seg = self._segments[i]
+        found = seg.translate(offset)
+        if found is None:
+            return None
+        pos, h = found
+        return seg.read_bytes(pos, h.size), h
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        self._check_open()
+        best = (-1, -1)
+        for seg in self._segments:
+            ts, off = seg.max_timestamp_and_offset()
+            if ts > best[0]:
+                best = (ts, off)
+        if best[0] < 0:
+            return -1, -1
+        found = self._batch_at(best[1])
+        if found is not None:
+            exact = _first_record_at_or_after(found[0], best[0], self._log_start)
+            if exact is not None:
+                return best[0], exact[0]
+        return best
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        self._check_open()
+        for seg in self._segments:
+            if seg.max_timestamp_and_offset()[0] < timestamp:
+                continue
+            _, off = seg.time_index.lookup(timestamp)
+            _, pos = seg.offset_index.lookup(off)
+            for p, h in scan_headers(seg.log.fd(), pos, seg.size):
+                if h.max_timestamp < timestamp or h.last_offset < self._log_start:
+                    continue
+                exact = _first_record_at_or_after(seg.read_bytes(p, h.size), timestamp, self._log_start)
+                if exact is not None:
+                    return exact
+                return max(h.base_offset, self._log_start), h.max_timestamp
+        return None
+
+    # -- truncation and deletion ------------------------------------------------------------
+    def truncate_to(self, offset: int) -> None:
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        if offset >= self._leo:
+            return
+        if offset < self._log_start:
+            self.truncate_fully_and_start_at(offset)
+            return
+        self._generation += 1
+        doomed: list[Path] = []
+        while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
+            seg = self._segments.pop()
+            self._bases.pop()
+            doomed += seg.retire()
+        seg = self._segments[-1]
+        try:
+            cut = seg.truncate_to(offset)
+        except OSError as exc:
+            raise KafkaStorageError(f"{self.topic_partition}: truncation failed: {exc}") from exc
+        seg.make_active()
+        self._pending_flush = [s for s in self._pending_flush if s in self._segments[:-1]]
+        self._leo = offset if cut is None else min(offset, cut)
+        self._size = sum(s.size for s in self._segments)
+        self.recovery_point = min(self.recovery_point, self._leo)
+        self.first_dirty_offset = min(self.first_dirty_offset, self._leo)
+        self._epochs.truncate_from_end(self._leo)
+        self._retire_paths(doomed)
+        log.info("%s truncated to offset %d", self.topic_partition, self._leo)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"cannot start a log at negative offset {offset}")
+        self._generation += 1
+        doomed: list[Path] = []
+        for seg in self._segments:
+            doomed += seg.retire()
+        try:
+            self._segments = [self._new_segment(offset)]
+        except OSError as exc:
+            self._failure = f"no segment could be created after truncation: {exc}"
+            raise KafkaStorageError(f"{self.topic_partition}: {self._failure}") from exc
+        self._bases = [offset]
+        self._pending_flush = []
+        self._leo = self._log_start = self.recovery_point = self.first_dirty_offset = offset
+        self._size = 0
+        self._epochs.clear()
+        self._retire_paths(doomed)
+        self._on_log_start_change(self)
+        log.info("%s truncated fully, now starts at offset %d", self.topic_partition, offset)
+
+    def delete_records_before(self, offset: int) -> int:
+        self._check_open()
+        if offset > self._leo or offset < 0:
+            raise OffsetOutOfRange(f"{self.topic_partition}: cannot delete before {offset}, log end is {self._leo}")
+        if offset > self._log_start:
+            self._advance_log_start(offset)
+        return self._log_start
+
+    def _advance_log_start(self, offset: int) -> None:
+        self._log_start = offset
+        self.first_dirty_offset = max(self.first_dirty_offset, offset)
+        self._epochs.truncate_from_start(offset)
+        self._on_log_start_change(self)
+
+    def delete_segments(self, segments: Sequence[LogSegment], reason: str) -> int:
+        """Take old (never the active) segments out of the log; their files go to the retire
+        queue. The log start moves to the first remaining segment. Returns bytes freed."""
+        doomed = [s for s in segments if s is not self._segments[-1] and s in self._segments]
+        if not doomed:
+            return 0
+        self._generation += 1
+        freed = 0
+        paths: list[Path] = []
+        for seg in doomed:
+            i = self._segments.index(seg)
+            del self._segments[i]
+            del self._bases[i]
+            freed += seg.size
+            paths += seg.retire()
+            log.info("%s: deleting segment %d (%d bytes): %s", self.topic_partition, seg.base_offset, seg.size, reason)
+        self._pending_flush = [s for s in self._pending_flush if s not in doomed]
+        self._size -= freed
+        if self._segments[0].base_offset > self._log_start:
+            self._advance_log_start(self._segments[0].base_offset)
+        self._retire_paths(paths)
+        return freed
+
+    def replace_segments(self, old: Sequence[LogSegment], new: LogSegment) -> list[Path]:
+        """Swap cleaned ``new`` in for ``old`` (consecutive, not the active one). The caller has
+        renamed the new files to their final names; returns the retired files to unlink."""
+        i = self._segments.index(old[0])
+        if self._segments[i : i + len(old)] != list(old) or old[-1] is self._segments[-1]:
+            raise ValueError("only consecutive inactive segments can be replaced")
+        paths: list[Path] = []
+        for seg in old:
+            paths += seg.retire()
+        self._segments[i : i + len(old)] = [new]
+        self._bases[i : i + len(old)] = [new.base_offset]
+        self._size += new.size - sum(s.size for s in old)
+        self._pending_flush = [s for s in self._pending_flush if s not in old]
+        self._generation += 1
+        return paths
+
+    def retire_files(self, paths: list[Path]) -> None:
+        """Hand files taken out of the log to the storage's background unlinker."""
+        self._retire_paths(paths)
+
+    # -- leader epochs -------------------------------------------------------------------------
+    def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        self._check_open()
+        self._epochs.assign(epoch, start_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self._epochs.end_offset_for(epoch, self._leo)
+
+    def epoch_entries(self) -> Sequence[EpochEntry]:
+        return self._epochs.entries()
+
+    # -- state beside the log ------------------------------------------------------------------
+    def _state_path(self, name: str) -> Path:
+        if not _STATE_NAME.match(name):
+            raise ValueError(f"state name {name!r} must be letters, digits, '.', '_' or '-'")
+        return self.dir / (name + STATE_SUFFIX)
+
+    def write_state(self, name: str, data: bytes) -> None:
+        self._check_open()
+        try:
+            atomic_write(self._state_path(name), bytes(data))
+        except OSError as exc:
+            raise KafkaStorageError(f"{self.topic_partition}: writing state {name!r} failed: {exc}") from exc
+
+    def read_state(self, name: str) -> bytes | None:
+        try:
+            return self._state_path(name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def update_config(self, config: TopicConfig) -> None:
+        self.config = config
+        self._segments[-1].index_interval = config.index_interval_bytes
+
+    # -- durability ----------------------------------------------------------------------------
+    def _unflushed_paths(self) -> list[Path]:
+        """Files of the segment holding the recovery point and of every later one."""
+        first = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
+        return [p for s in self._segments[first:] for p in s.paths]
+
+    def _flush_now(self) -> None:
+        """flush.messages reached: fsync on this thread, as Kafka does in the append path."""
+        try:
+            fsync_paths(self._unflushed_paths())
+        except OSError as exc:
+            raise KafkaStorageError(f"{self.topic_partition}: fsync failed: {exc}") from exc
+        self._pending_flush = []
+        self.recovery_point = self._leo
+        self._last_flush_ms = self.ctx.time_ms()
+
+    async def flush(self) -> None:
+        """fsync every segment holding data past the recovery point, then advance it."""
+        if self.closed:
+            return
+        target, generation = self._leo, self._generation
+        paths = self._unflushed_paths()
+        flushed = list(self._pending_flush)
+        try:
+            await trio.to_thread.run_sync(fsync_paths, paths)
+        except OSError as exc:
+            raise KafkaStorageError(f"{self.topic_partition}: fsync failed: {exc}") from exc
+        self._last_flush_ms = self.ctx.time_ms()
+        self._pending_flush = [s for s in self._pending_flush if s not in flushed]
+        if generation == self._generation:  # a truncation meanwhile may have rewritten the tail
+            self.recovery_point = max(self.recovery_point, min(target, self._leo))
+
+    async def flush_rolled(self) -> None:
+        """fsync segments that rolled since the last flush (the "fsync on roll") and move the
+        recovery point to the end of the last of them."""
+        if not self._pending_flush or self.closed:
+            return
+        rolled = list(self._pending_flush)
+        generation = self._generation
+        upto = rolled[-1].next_offset
+        try:
+            await trio.to_thread.run_sync(fsync_paths, [p for s in rolled for p in s.paths])
+        except OSError as exc:
+            raise KafkaStorageError(f"{self.topic_partition}: fsync failed: {exc}") from exc
+        self._pending_flush = [s for s in self._pending_flush if s not in rolled]
+        if generation == self._generation:
+            self.recovery_point = max(self.recovery_point, min(upto, self._leo))
+
+    def flush_due(self, now_ms: int) -> bool:
+        return self._leo > self.recovery_point and now_ms - self._last_flush_ms >= self.config.flush_ms
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        await self.flush()
+        self.close_files()
+
+    def close_files(self) -> None:
+        self.closed = True
+        for seg in self._segments:
+            seg.close()
+
+    def abandon(self) -> None:
+        """Release descriptors and maps without trimming or flushing anything (a simulated crash)."""
+        self.closed = True
+        for seg in self._segments:
+            seg.offset_index._unmap()
+            seg.time_index._unmap()
+            seg.log.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise KafkaStorageError(f"{self.topic_partition}: the log is closed")
+        if self._failure is not None:
+            raise KafkaStorageError(f"{self.topic_partition}: {self._failure}")
+
+
+def _check_layout(data: bytes | bytearray, batches: Sequence[BatchMeta]) -> None:
+    """The metas must tile ``data`` exactly: a mismatch would write garbage into the log."""
+    pos = 0
+    for meta in batches:
+        if meta.position != pos or meta.size < records.HEADER_SIZE:
+            raise InvalidRecord(f"batch metadata does not match the data at position {pos}")
+        pos += meta.size
+    if pos != len(data):
+        raise InvalidRecord(f"batch metadata covers {pos} bytes of {len(data)}")
+
+
+def _first_record_at_or_after(batch: bytes, timestamp: int, min_offset: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record in ``batch`` with a timestamp >= ``timestamp``
+    at or after ``min_offset``; None when the batch cannot be decoded (e.g. no codec here)."""
+    try:
+        decoded = records.decode_batch(batch, verify_crc=False)
+    except Exception:  # an unknown codec must not break ListOffsets: fall back to the header
+        return None
+    for rec in decoded.records:
+        if rec.timestamp >= timestamp and rec.offset >= min_offset:
+            return rec.offset, rec.timestamp
+    return None

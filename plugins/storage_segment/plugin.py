@@ -1,0 +1,47 @@
+"""Registers the segment engine (``storage = "segment"``, the default) and its config keys."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from odradek.config import Config
+from odradek.hookspecs import hookimpl
+from odradek.interfaces import ConfigKey, StorageFactory
+
+from .storage import MAX_MAPPED_INDEXES_KEY, MAX_OPEN_FILES_KEY, SegmentLogStorage
+
+
+def _create(config: Config) -> SegmentLogStorage:
+    return SegmentLogStorage(config)
+
+
+@hookimpl
+def odradek_register_storage() -> Sequence[StorageFactory]:
+    return [
+        StorageFactory(
+            name="segment",
+            create=_create,
+            description="Kafka's segmented log: .log/.index/.timeindex files per partition in log.dirs",
+        )
+    ]
+
+
+@hookimpl
+def odradek_config_keys() -> Sequence[ConfigKey]:
+    return [
+        ConfigKey(
+            MAX_OPEN_FILES_KEY,
+            int,
+            0,
+            "Segment files kept open at once across all partitions (idle ones are closed); 0: a quarter "
+            "of the fd limit, at most 4096.",
+            minimum=0,
+        ),
+        ConfigKey(
+            MAX_MAPPED_INDEXES_KEY,
+            int,
+            0,
+            "Index files kept memory-mapped at once across all partitions; 0: twice the open-file budget.",
+            minimum=0,
+        ),
+    ]

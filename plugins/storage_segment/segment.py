@@ -1,0 +1,375 @@
+"""One segment of a partition log (Kafka's ``LogSegment``): a ``.log`` file and its two indexes.
+
+Files are named by the segment's base offset, zero-padded to 20 digits, in the partition's
+directory: ``00000000000000000000.log``, ``.index``, ``.timeindex``. Only the last segment of a
+log (the active one) is written; older ones are immutable until retention deletes them or the
+cleaner replaces them. Everything an old segment knows about itself (next offset, largest
+timestamp) is computed lazily from its indexes, so loading a log with many segments opens nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from odradek.errors import CorruptMessage
+from odradek.interfaces import BatchMeta
+from odradek.records import BatchHeader
+
+from .handles import HandleCache, LogFile
+from .index import OffsetIndex, TimeIndex
+from .scan import VerifiedScan, header_at, scan_headers
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+@dataclass
+class SegmentContext:
+    """What every segment of one broker shares: the fd and mmap budgets and the clock."""
+
+    files: HandleCache
+    maps: HandleCache
+    time_ms: Callable[[], int]
+
+
+class LogSegment:
+    """A ``.log`` file with a sparse offset index and a time index."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        ctx: SegmentContext,
+        *,
+        size: int,
+        index_bytes: int,
+        index_interval: int,
+        writable: bool,
+    ) -> None:
+        name = segment_name(base_offset)
+        self.base_offset = base_offset
+        self.ctx = ctx
+        self.log = LogFile(directory / (name + LOG_SUFFIX), ctx.files)
+        self.offset_index = OffsetIndex(
+            directory / (name + INDEX_SUFFIX), base_offset, index_bytes, ctx.maps, writable=writable
+        )
+        self.time_index = TimeIndex(
+            directory / (name + TIME_INDEX_SUFFIX), base_offset, index_bytes, ctx.maps, writable=writable
+        )
+        self.index_interval = index_interval
+        self.size = size
+        self.bytes_since_last_index_entry = 0
+        self.created_ms = ctx.time_ms()
+        self.roll_jitter_ms = 0
+        self._next_offset: int | None = None
+        self._max_ts: tuple[int, int] | None = None  # (largest timestamp, offset of its batch)
+        self._first_batch_ts: int | None = None
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log.path.name}, size={self.size})"
+
+    # -- creation ----------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls, directory: Path, base_offset: int, ctx: SegmentContext, *, index_bytes: int, index_interval: int
+    ) -> LogSegment:
+        """A new, empty active segment (its files are created now; a stale file is emptied)."""
+        seg = cls(
+            directory, base_offset, ctx, size=0, index_bytes=index_bytes, index_interval=index_interval, writable=True
+        )
+        for path in (seg.log.path, seg.offset_index.path, seg.time_index.path):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
+        seg.offset_index.reset()
+        seg.time_index.reset()
+        seg._next_offset = base_offset
+        seg._max_ts = (-1, base_offset)
+        return seg
+
+    @property
+    def paths(self) -> tuple[Path, Path, Path]:
+        return self.log.path, self.offset_index.path, self.time_index.path
+
+    # -- what the segment holds -----------------------------------------------------------------
+    @property
+    def next_offset(self) -> int:
+        """One past the last offset stored (the base offset when empty)."""
+        if self._next_offset is None:
+            nxt = self.base_offset
+            _, pos = self._index_lookup_last()
+            for _, h in scan_headers(self.log.fd(), pos, self.size):
+                nxt = h.next_offset
+            self._next_offset = nxt
+        return self._next_offset
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """(largest batch max timestamp, last offset of that batch); (-1, base) when none."""
+        if self._max_ts is None:
+            ts, off = self.time_index.last_entry()
+            _, pos = self._index_lookup_last()
+            for _, h in scan_headers(self.log.fd(), pos, self.size):
+                if h.max_timestamp > ts:
+                    ts, off = h.max_timestamp, h.last_offset
+            self._max_ts = (ts, off)
+        return self._max_ts
+
+    def largest_timestamp(self) -> int:
+        """What time retention compares: the largest record timestamp, else the file's mtime."""
+        ts = self.max_timestamp_and_offset()[0]
+        if ts >= 0:
+            return ts
+        try:
+            return int(self.log.path.stat().st_mtime * 1000)
+        except FileNotFoundError:
+            return self.ctx.time_ms()
+
+    def first_batch_timestamp(self) -> int:
+        """Max timestamp of the first batch (what segment.ms measures from), -1 when empty."""
+        if self._first_batch_ts is None:
+            h = header_at(self.log.fd(), 0) if self.size else None
+            self._first_batch_ts = h.max_timestamp if h is not None else -1
+        return self._first_batch_ts
+
+    def set_known_extent(self, next_offset: int, max_ts: tuple[int, int]) -> None:
+        """What the writer of a new segment file (the cleaner) already knows about it."""
+        self._next_offset = next_offset
+        self._max_ts = max_ts
+
+    def _index_lookup_last(self) -> tuple[int, int]:
+        try:
+            return self.offset_index.last_entry()
+        except (OSError, ValueError):
+            return self.base_offset, 0
+
+    # -- append --------------------------------------------------------------------------------
+    def append(self, data: bytes | bytearray, metas: Sequence[BatchMeta], last_offsets: Sequence[int]) -> None:
+        """Write ``data`` (whole batches) at the end in one write, then index its batches.
+
+        Raises OSError (ENOSPC, EIO ...) with the file cut back to where it was: a failed
+        append leaves nothing behind, so later appends and recovery see a clean end.
+        """
+        n = len(metas)
+        self.offset_index.reserve(n)
+        self.time_index.reserve(n)
+        fd = self.log.fd()
+        start = self.size
+        total = len(data)
+        try:
+            written = os.pwrite(fd, data, start)
+            while written < total:  # a short write: the rest, or the error that caused it
+                more = os.pwrite(fd, memoryview(data)[written:], start + written)
+                if more == 0:
+                    raise OSError(errno.ENOSPC, "short write")
+                written += more
+        except OSError:
+            try:
+                os.ftruncate(fd, start)
+            except OSError as cut_exc:
+                log.error("could not cut %s back to %d bytes after a failed write: %s", self.log.path, start, cut_exc)
+            raise
+        ts, off_of_ts = self.max_timestamp_and_offset()
+        pos = start
+        since = self.bytes_since_last_index_entry
+        interval = self.index_interval
+        for meta, last in zip(metas, last_offsets, strict=True):
+            if meta.max_timestamp > ts:
+                ts, off_of_ts = meta.max_timestamp, last
+            if since > interval:
+                self.offset_index.append(last, pos)
+                self.time_index.maybe_append(ts, off_of_ts)
+                since = 0
+            pos += meta.size
+            since += meta.size
+        if start == 0:
+            self._first_batch_ts = metas[0].max_timestamp
+        self.bytes_since_last_index_entry = since
+        self.size = pos
+        self._max_ts = (ts, off_of_ts)
+        self._next_offset = last_offsets[-1] + 1
+
+    def should_roll(
+        self, incoming: int, batches: int, last_offset: int, max_timestamp: int, segment_bytes: int, roll_ms: int
+    ) -> bool:
+        """Kafka's roll conditions: size, a full index, offsets beyond int32 of the base, or age:
+        the incoming records' timestamp minus the first batch's (record time, so replayed old
+        data does not roll every batch), or the segment's wall-clock age when it has none."""
+        if last_offset - self.base_offset > 0x7FFFFFFF:
+            return True
+        if self.size == 0:
+            return False
+        if self.size > segment_bytes - incoming:
+            return True
+        if self.offset_index.entries + batches > self.offset_index.max_entries or self.time_index.is_full:
+            return True
+        first_ts = self.first_batch_timestamp()
+        if first_ts >= 0 and max_timestamp >= 0:
+            return max_timestamp - first_ts > roll_ms
+        return self.ctx.time_ms() - self.created_ms > roll_ms
+
+    def on_become_inactive(self) -> None:
+        """The log rolled past this segment: record its largest timestamp, trim the indexes."""
+        ts, off = self.max_timestamp_and_offset()
+        if ts >= 0:
+            self.time_index.maybe_append(ts, off)
+        self.offset_index.trim()
+        self.time_index.trim()
+
+    def make_active(self) -> None:
+        """Truncation made this the last segment again: its indexes take writes."""
+        self.offset_index.make_writable()
+        self.time_index.make_writable()
+
+    # -- read ----------------------------------------------------------------------------------
+    def translate(self, offset: int, start: int = 0) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= ``offset``."""
+        try:
+            return self._translate(offset, start)
+        except CorruptMessage as exc:  # an index pointing into a batch: never trust it again
+            log.warning("rebuilding index of %s: %s", self.log.path, exc)
+            self.rebuild_indexes()
+            return self._translate(offset, start)
+
+    def _translate(self, offset: int, start: int) -> tuple[int, BatchHeader] | None:
+        _, pos = self.offset_index.lookup(offset)
+        if pos and pos >= self.size:
+            raise CorruptMessage(f"index entry at position {pos} is past the end ({self.size})")
+        for p, h in scan_headers(self.log.fd(), max(pos, start), self.size):
+            if h.last_offset >= offset:
+                return p, h
+        return None
+
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
+    ) -> tuple[int, int, int] | None:
+        """(position, length, first batch base offset) of whole batches from the one holding
+        ``offset``; None when no batch here reaches ``offset``; length 0 when nothing fits."""
+        found = self.translate(offset)
+        if found is None:
+            return None
+        start, first = found
+        if max_offset is not None and first.last_offset >= max_offset:
+            return start, 0, first.base_offset
+        limit = self.size
+        if max_offset is not None and max_offset < self.next_offset:
+            stop = self.translate(max_offset, start)
+            if stop is not None:
+                limit = stop[0]
+        want = start + max(max_bytes, 0)
+        if want >= limit:
+            end = limit
+        else:
+            _, boundary = self.offset_index.lookup_position(want)
+            end = max(boundary, start)
+            for p, h in scan_headers(self.log.fd(), end, limit):
+                if p + h.size > want:
+                    break
+                end = p + h.size
+        if end == start:
+            if not min_one_batch:
+                return start, 0, first.base_offset
+            end = start + first.size
+        return start, end - start, first.base_offset
+
+    def read_bytes(self, position: int, length: int) -> bytes:
+        return os.pread(self.log.fd(), length, position)
+
+    # -- truncation and recovery -------------------------------------------------------------
+    def truncate_to(self, offset: int) -> int | None:
+        """Cut every batch whose last offset is >= ``offset``; returns the base offset of the
+        first batch cut (None when nothing was)."""
+        found = self.translate(offset)
+        if found is None:
+            return None
+        pos, h = found
+        os.ftruncate(self.log.fd(), pos)
+        self.size = pos
+        self.offset_index.truncate_to_position(pos)
+        self.time_index.truncate_to_offset(h.base_offset)
+        self._next_offset = None
+        self._max_ts = None
+        self._first_batch_ts = None
+        self.bytes_since_last_index_entry = 0
+        return h.base_offset
+
+    def recover(self) -> tuple[int, str | None]:
+        """Verify every batch (CRC, framing, offset order), rebuild both indexes from them and
+        cut the file after the last good batch. Returns (bytes cut, why)."""
+        fd = self.log.fd()
+        file_size = os.fstat(fd).st_size
+        self.offset_index.make_writable()
+        self.time_index.make_writable()
+        self.offset_index.reset()
+        self.time_index.reset()
+        scan = VerifiedScan(fd, self.base_offset, file_size)
+        ts, off_of_ts = -1, self.base_offset
+        since = 0
+        nxt = self.base_offset
+        first_ts: int | None = None
+        interval = self.index_interval
+        for pos, h in scan:
+            if first_ts is None:
+                first_ts = h.max_timestamp
+            if h.max_timestamp > ts:
+                ts, off_of_ts = h.max_timestamp, h.last_offset
+            if since > interval:
+                self.offset_index.reserve(1)
+                self.time_index.reserve(1)
+                self.offset_index.append(h.last_offset, pos)
+                self.time_index.maybe_append(ts, off_of_ts)
+                since = 0
+            since += h.size
+            nxt = h.next_offset
+        valid = scan.valid_bytes
+        if valid < file_size:
+            os.ftruncate(fd, valid)
+        self.size = valid
+        self.bytes_since_last_index_entry = since
+        self._next_offset = nxt
+        self._max_ts = (ts, off_of_ts)
+        self._first_batch_ts = first_ts if first_ts is not None else -1
+        return file_size - valid, scan.stop_reason
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild the indexes of data already known good (a corrupt index found on read)."""
+        was_writable = self.offset_index.writable
+        cut, why = self.recover()
+        if cut:
+            log.error("%s: cut %d bytes while rebuilding its index: %s", self.log.path, cut, why)
+        if not was_writable:
+            self.offset_index.trim()
+            self.time_index.trim()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        self.log.close()
+
+    def retire(self) -> list[Path]:
+        """Take the segment out of service: rename its files to ``*.deleted`` (cheap, so the
+        caller's thread is not held by unlinking big files) and return the new paths to unlink.
+        Readers that pinned the log file keep reading it."""
+        self.offset_index._unmap()
+        self.time_index._unmap()
+        self.log.retire()
+        out: list[Path] = []
+        for path in self.paths:
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                os.replace(path, target)
+            except FileNotFoundError:
+                continue
+            out.append(target)
+        return out

@@ -1,0 +1,389 @@
+"""All partition logs of one broker (Kafka's ``LogManager``): the segment engine's ``LogStorage``.
+
+Each directory in ``log.dirs`` holds one ``<topic>-<partition>`` directory per log and the
+per-dir checkpoint files in Kafka's text format: ``recovery-point-offset-checkpoint`` (below it
+every byte is fsynced, so start-up only verifies what lies past it),
+``log-start-offset-checkpoint`` (DeleteRecords), ``cleaner-offset-checkpoint`` (compaction
+progress) and whatever the broker stores through :meth:`SegmentLogStorage.write_checkpoint`. A
+``.lock`` file (``flock``) keeps a second broker out; ``.kafka_cleanshutdown`` is written by a
+clean close and lets the next start skip recovery.
+
+:meth:`SegmentLogStorage.run` does the background work in one nursery: fsync of rolled segments
+and ``flush.ms`` flushes (``log.flush.scheduler.interval.ms``), retention
+(``log.retention.check.interval.ms``), checkpoints (``log.flush.offset.checkpoint.interval.ms``),
+unlinking retired files, and the cleaner (``log.cleaner.enable``, ``log.cleaner.backoff.ms``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import resource
+import shutil
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import trio
+
+from odradek.config import Config, ConfigError, TopicConfig
+from odradek.errors import InvalidTopic, KafkaStorageError
+from odradek.interfaces import TopicPartition
+
+from .checkpoint import atomic_write, read_offsets, write_offsets
+from .cleaner import LogCleaner, dirty_ratio
+from .handles import HandleCache
+from .loader import load_log, parse_partition_dir
+from .log import SegmentLog
+from .retention import apply_retention
+from .segment import SegmentContext
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+DELETE_DIR_SUFFIX = "-delete"
+RESERVED_CHECKPOINTS = frozenset({RECOVERY_POINT_CHECKPOINT, LOG_START_CHECKPOINT, CLEANER_CHECKPOINT})
+MAX_OPEN_FILES_KEY = "storage.segment.max.open.files"
+MAX_MAPPED_INDEXES_KEY = "storage.segment.max.mapped.indexes"
+_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def _option(config: Config, key: str, default: Any) -> Any:
+    """A plugin-declared key's value, or ``default`` when the config does not declare it
+    (configs built without the plugin manager, as in unit tests)."""
+    try:
+        return config[key]
+    except (KeyError, ConfigError):
+        return default
+
+
+def default_open_files() -> int:
+    """A quarter of the process's fd limit, at most 4096: leaves room for sockets."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(64, min(soft // 4 if soft > 0 else 1024, 4096))
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class SegmentLogStorage:
+    """Segmented logs in ``log.dirs``; satisfies :class:`odradek.interfaces.LogStorage`."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        time_ms: Callable[[], int] | None = None,
+        max_open_files: int | None = None,
+        max_mapped_indexes: int | None = None,
+    ) -> None:
+        self.config = config
+        self.log_dirs = [d.resolve() for d in config.log_dirs]
+        files = max_open_files or int(_option(config, MAX_OPEN_FILES_KEY, 0)) or default_open_files()
+        maps = max_mapped_indexes or int(_option(config, MAX_MAPPED_INDEXES_KEY, 0)) or 2 * files
+        self.ctx = SegmentContext(HandleCache(files), HandleCache(maps), time_ms or _now_ms)
+        self._logs: dict[TopicPartition, SegmentLog] = {}
+        self._retired: list[Path] = []
+        self._lock_fds: list[int] = []
+        self._opened = False
+        self._closed = False
+        self._log_start_dirty = False
+        self._cleaner_dirty = False
+        self._uncleanable: set[TopicPartition] = set()
+        self._checkpoint_lock = trio.Lock()
+        codecs = config.plugins.codecs() if getattr(config, "plugins", None) is not None else None
+        self.cleaner = LogCleaner(codecs, self._on_cleaned)
+
+    # -- open ----------------------------------------------------------------------------------
+    async def open(self) -> None:
+        if self._opened:
+            return
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+            fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                self._release_locks()
+                raise KafkaStorageError(f"log dir {d} is in use by another process: {exc}") from exc
+            self._lock_fds.append(fd)
+        try:
+            await trio.to_thread.run_sync(self._load_all)
+        except BaseException:
+            for lg in self._logs.values():
+                lg.close_files()
+            self._logs.clear()
+            self._release_locks()
+            raise
+        for d in self.log_dirs:
+            (d / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+        self._opened = True
+
+    def _load_all(self) -> None:
+        topic_defaults = self.config.topic_config()
+        for d in self.log_dirs:
+            clean = (d / CLEAN_SHUTDOWN_FILE).exists()
+            recovery = read_offsets(d / RECOVERY_POINT_CHECKPOINT)
+            starts = read_offsets(d / LOG_START_CHECKPOINT)
+            dirty = read_offsets(d / CLEANER_CHECKPOINT)
+            for entry in sorted(os.scandir(d), key=lambda e: e.name):
+                if not entry.is_dir():
+                    continue
+                if entry.name.endswith(DELETE_DIR_SUFFIX):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    continue
+                tp = parse_partition_dir(entry.name)
+                if tp is None:
+                    continue
+                if tp in self._logs:
+                    raise KafkaStorageError(f"{tp} is in two log dirs: {self._logs[tp].dir} and {entry.path}")
+                lg = load_log(
+                    Path(entry.path),
+                    tp,
+                    topic_defaults,
+                    self.ctx,
+                    recovery_point=recovery.get(tp),
+                    log_start_offset=starts.get(tp),
+                    clean_shutdown=clean,
+                    retire=self._retire,
+                    on_log_start_change=self._on_log_start_change,
+                )
+                lg.first_dirty_offset = max(dirty.get(tp, 0), lg.log_start_offset)
+                self._logs[tp] = lg
+        log.info("loaded %d partition logs from %s", len(self._logs), ", ".join(map(str, self.log_dirs)))
+
+    # -- logs ----------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if not self._opened or self._closed:
+            raise KafkaStorageError("the log storage is not open")
+
+    def get_log(self, tp: TopicPartition) -> SegmentLog | None:
+        return self._logs.get(tp)
+
+    def get_or_create_log(self, tp: TopicPartition, config: TopicConfig) -> SegmentLog:
+        self._check_open()
+        existing = self._logs.get(tp)
+        if existing is not None:
+            existing.update_config(config)
+            return existing
+        if not _TOPIC.match(tp.topic) or tp.topic in {".", ".."} or tp.partition < 0:
+            raise InvalidTopic(f"cannot store a log for {tp.topic!r} partition {tp.partition}")
+        counts = {d: 0 for d in self.log_dirs}
+        for lg in self._logs.values():
+            counts[lg.dir.parent] = counts.get(lg.dir.parent, 0) + 1
+        parent = min(self.log_dirs, key=lambda d: counts.get(d, 0))
+        directory = parent / str(tp)
+        try:
+            directory.mkdir(exist_ok=True)
+            lg = load_log(
+                directory,
+                tp,
+                config,
+                self.ctx,
+                recovery_point=None,
+                log_start_offset=None,
+                clean_shutdown=False,
+                retire=self._retire,
+                on_log_start_change=self._on_log_start_change,
+            )
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot create the log for {tp} in {parent}: {exc}") from exc
+        self._logs[tp] = lg
+        return lg
+
+    def all_logs(self) -> Mapping[TopicPartition, SegmentLog]:
+        return MappingProxyType(self._logs)
+
+    async def delete_log(self, tp: TopicPartition) -> None:
+        lg = self._logs.pop(tp, None)
+        if lg is None:
+            return
+        lg.close_files()
+        self._uncleanable.discard(tp)
+        target = lg.dir.with_name(f"{lg.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        try:
+            os.rename(lg.dir, target)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot delete the log of {tp}: {exc}") from exc
+        await trio.to_thread.run_sync(shutil.rmtree, target, True)
+        log.info("deleted the log of %s", tp)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def write_checkpoint(self, name: str, offsets: Mapping[TopicPartition, int]) -> None:
+        self._check_open()
+        if not _NAME.match(name) or name in RESERVED_CHECKPOINTS:
+            raise ValueError(f"{name!r} is not a checkpoint name the broker may write")
+        per_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        for tp, offset in offsets.items():
+            lg = self._logs.get(tp)
+            per_dir[lg.dir.parent if lg is not None else self.log_dirs[0]][tp] = offset
+        try:
+            for d, entries in per_dir.items():
+                write_offsets(d / name, entries)
+        except OSError as exc:
+            raise KafkaStorageError(f"writing checkpoint {name!r} failed: {exc}") from exc
+
+    def read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
+        if not _NAME.match(name):
+            raise ValueError(f"{name!r} is not a checkpoint name")
+        out: dict[TopicPartition, int] = {}
+        for d in self.log_dirs:
+            out.update(read_offsets(d / name))
+        return out
+
+    def _per_dir(self, value: Callable[[SegmentLog], int]) -> dict[Path, dict[TopicPartition, int]]:
+        per_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        for tp, lg in self._logs.items():
+            per_dir.setdefault(lg.dir.parent, {})[tp] = value(lg)
+        return per_dir
+
+    async def write_own_checkpoints(self, *, recovery: bool = True) -> None:
+        """Persist the recovery points, log start offsets and cleaner offsets of every log dir."""
+        files: list[tuple[Path, dict[TopicPartition, int]]] = []
+        if recovery:
+            files += [
+                (d / RECOVERY_POINT_CHECKPOINT, o) for d, o in self._per_dir(lambda lg: lg.recovery_point).items()
+            ]
+        self._log_start_dirty = self._cleaner_dirty = False
+        files += [(d / LOG_START_CHECKPOINT, o) for d, o in self._per_dir(lambda lg: lg.log_start_offset).items()]
+        files += [(d / CLEANER_CHECKPOINT, o) for d, o in self._per_dir(lambda lg: lg.first_dirty_offset).items()]
+        async with self._checkpoint_lock:
+            await trio.to_thread.run_sync(lambda: [write_offsets(path, offsets) for path, offsets in files])
+
+    def _on_log_start_change(self, _log: SegmentLog) -> None:
+        self._log_start_dirty = True
+
+    def _on_cleaned(self, _log: SegmentLog) -> None:
+        self._cleaner_dirty = True
+
+    def _retire(self, paths: list[Path]) -> None:
+        self._retired += paths
+
+    async def _unlink_retired(self) -> None:
+        paths, self._retired = self._retired, []
+        if paths:
+            await trio.to_thread.run_sync(lambda: [p.unlink(missing_ok=True) for p in paths])
+
+    # -- background work -----------------------------------------------------------------------
+    async def flush_tick(self) -> None:
+        """fsync rolled segments, flush logs due by flush.ms, unlink retired files, persist
+        changed log start / cleaner offsets."""
+        now = self.ctx.time_ms()
+        for lg in list(self._logs.values()):
+            if lg.closed:
+                continue
+            await lg.flush_rolled()
+            if lg.flush_due(now):
+                await lg.flush()
+        await self._unlink_retired()
+        if self._log_start_dirty or self._cleaner_dirty:
+            await self.write_own_checkpoints(recovery=False)
+
+    async def run_retention(self) -> int:
+        """One retention pass over every log; returns the bytes freed."""
+        now = self.ctx.time_ms()
+        freed = 0
+        for lg in list(self._logs.values()):
+            if not lg.closed:
+                freed += apply_retention(lg, now)
+        await self._unlink_retired()
+        if self._log_start_dirty:
+            await self.write_own_checkpoints(recovery=False)
+        return freed
+
+    async def run_cleaner(self) -> int:
+        """Compact every log that is due, dirtiest first; returns how many rounds ran."""
+        now = self.ctx.time_ms()
+        candidates = []
+        for tp, lg in list(self._logs.items()):
+            if lg.config.compact and not lg.closed and tp not in self._uncleanable:
+                candidates.append((dirty_ratio(lg, now)[0], tp, lg))
+        rounds = 0
+        for _ratio, tp, lg in sorted(candidates, key=lambda c: -c[0]):
+            try:
+                if await self.cleaner.clean(lg, now):
+                    rounds += 1
+            except (OSError, KafkaStorageError, ValueError) as exc:
+                log.error("compaction of %s failed, not cleaning it again until restart: %r", tp, exc)
+                self._uncleanable.add(tp)
+            except Exception as exc:  # a corrupt batch or a missing codec: keep serving the log
+                log.exception("compaction of %s failed, not cleaning it again until restart: %r", tp, exc)
+                self._uncleanable.add(tp)
+        await self._unlink_retired()
+        if self._cleaner_dirty:
+            await self.write_own_checkpoints(recovery=False)
+        return rounds
+
+    async def _every(self, interval_ms: int, work: Callable[[], Awaitable[Any]]) -> None:
+        while True:
+            await trio.sleep(interval_ms / 1000)
+            try:
+                await work()
+            except (OSError, KafkaStorageError) as exc:
+                log.error("background storage work failed (will retry): %r", exc)
+
+    async def _cleaner_loop(self) -> None:
+        backoff = int(self.config["log.cleaner.backoff.ms"]) / 1000
+        while True:
+            try:
+                rounds = await self.run_cleaner()
+            except (OSError, KafkaStorageError) as exc:
+                log.error("log cleaner failed (will retry): %r", exc)
+                rounds = 0
+            await trio.sleep(0 if rounds else backoff)
+
+    async def run(self) -> None:
+        self._check_open()
+        cfg = self.config
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._every, cfg["log.flush.scheduler.interval.ms"], self.flush_tick)
+            nursery.start_soon(self._every, cfg["log.retention.check.interval.ms"], self.run_retention)
+            nursery.start_soon(self._every, cfg["log.flush.offset.checkpoint.interval.ms"], self.write_own_checkpoints)
+            if cfg["log.cleaner.enable"]:
+                nursery.start_soon(self._cleaner_loop)
+
+    # -- close ---------------------------------------------------------------------------------
+    async def flush_all(self) -> None:
+        for lg in list(self._logs.values()):
+            await lg.flush()
+
+    async def close(self) -> None:
+        if self._closed or not self._opened:
+            self._release_locks()
+            return
+        try:
+            for lg in list(self._logs.values()):
+                await lg.flush()
+                lg.close_files()
+            await self.write_own_checkpoints()
+            await self._unlink_retired()
+            for d in self.log_dirs:
+                atomic_write(d / CLEAN_SHUTDOWN_FILE, b"")
+        finally:
+            self._closed = True
+            self._release_locks()
+
+    def abandon(self) -> None:
+        """Drop everything as a crash would (no flush, no checkpoints, indexes left untrimmed),
+        releasing descriptors and locks: for tests of recovery in one process."""
+        for lg in self._logs.values():
+            lg.abandon()
+        self._closed = True
+        self._release_locks()
+
+    def _release_locks(self) -> None:
+        for fd in self._lock_fds:
+            os.close(fd)
+        self._lock_fds = []
