@@ -614,3 +614,16 @@ def test_every_compression_crosses_both_ways(name: str, compression: Compression
     assert [(r.offset, r.key, r.value) for r in theirs] == [
         (1000 + i, k, v) for i, (k, v, _h, _t) in enumerate(records)
     ]
+
+
+def test_batch_header_is_immutable_and_parse_header_checks_length() -> None:
+    h = R.parse_header(_SAMPLE)
+    with pytest.raises(AttributeError):
+        h.base_offset = 5  # type: ignore[misc]
+    assert h._replace(base_offset=5).base_offset == 5 and h.base_offset == 0
+    assert R.parse_header(b"\x00" * 3 + _SAMPLE, 3) == h
+    for short in (b"", _SAMPLE[:60]):
+        with pytest.raises(CorruptMessage, match="truncated"):
+            R.parse_header(short)
+    with pytest.raises(CorruptMessage):
+        R.parse_header(_SAMPLE, len(_SAMPLE) - 60)
