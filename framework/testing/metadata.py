@@ -256,6 +256,34 @@ class MetadataStoreConformance:
         assert info.value.index == 0
         assert await store.get("/txn/a") == a
 
+    async def test_txn_checks_are_atomic_under_concurrency(self, open_store: OpenStore) -> None:
+        """Read-check-write increments from racing sessions lose no update (a check evaluated
+        apart from its writes would let two sessions both write over one version)."""
+        sessions = [await open_store() for _ in range(3)]
+        await sessions[0].create("/race/counter", b"0")
+
+        async def increment(s: MetadataStore, times: int) -> None:
+            for _ in range(times):
+                while True:
+                    current = await s.get("/race/counter")
+                    assert current is not None
+                    try:
+                        await s.txn(
+                            [Check("/race/counter", current.version)],
+                            [Put("/race/counter", str(int(current.value) + 1).encode()), Put("/race/last", b"x")],
+                        )
+                        break
+                    except MetadataConflict as exc:
+                        assert exc.index == 0
+
+        with trio.fail_after(self.wait_s * 3):
+            async with trio.open_nursery() as nursery:
+                for s in sessions:
+                    for _ in range(2):
+                        nursery.start_soon(increment, s, 5)
+        final = await sessions[0].get("/race/counter")
+        assert final is not None and final.value == b"30"
+
     async def test_txn_without_checks(self, store: MetadataStore) -> None:
         await store.txn([], [Put("/plain/a", b"1"), Put("/plain/b", b"2"), Delete("/plain/never")])
         items, _ = await store.list("/plain/")
