@@ -316,7 +316,8 @@ class SegmentLog:
             raise KafkaStorageError(f"{self.topic_partition}: truncation failed: {exc}") from exc
         seg.make_active()
         self._pending_flush = [s for s in self._pending_flush if s in self._segments[:-1]]
-        self._leo = offset if cut is None else min(offset, cut)
+        # a batch straddling the target goes whole; never end below the log start
+        self._leo = offset if cut is None else max(min(offset, cut), self._log_start)
         self._size = sum(s.size for s in self._segments)
         self.recovery_point = min(self.recovery_point, self._leo)
         self.first_dirty_offset = min(self.first_dirty_offset, self._leo)
