@@ -16,3 +16,5 @@ from .servers import start_zookeeper as start_zookeeper
 from .servers import unique_chroot as unique_chroot
 from .servers import zookeeper_server as zookeeper_server
 from .spark import spark_session as spark_session
+from .storage import StorageConformance as StorageConformance
+from .storage import check_storage as check_storage
