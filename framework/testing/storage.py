@@ -183,7 +183,7 @@ class StorageConformance:
 
     async def test_empty_log(self, tmp_path: Path) -> None:
         async with self.env(tmp_path) as env:
-            storage, log = await env.log()
+            _, log = await env.log()
             assert (log.log_start_offset, log.log_end_offset, log.size_in_bytes) == (0, 0, 0)
             empty = log.read(0, 1000)
             assert (empty.size, empty.first_batch_offset, empty.to_bytes()) == (0, -1, b"")
