@@ -17,8 +17,12 @@ from .lz4_codec import Lz4Codec
 from .snappy_codec import SnappyCodec
 from .zstd_codec import ZstdCodec
 
+# One instance each, shared by every caller: codecs are stateless but for zstd's per-thread
+# contexts, which are worth keeping across batches.
+_CODECS: tuple[Codec, ...] = (GzipCodec(), SnappyCodec(), Lz4Codec(), ZstdCodec())
+
 
 @hookimpl
 def odradek_register_codecs() -> Sequence[Codec]:
     """gzip (1), snappy (2), lz4 (3), zstd (4)."""
-    return [GzipCodec(), SnappyCodec(), Lz4Codec(), ZstdCodec()]
+    return list(_CODECS)
