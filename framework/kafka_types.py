@@ -38,6 +38,10 @@ class Reader:
         self.pos += n
         return view
 
+    def raw(self, n: int) -> bytes:
+        """The next ``n`` bytes."""
+        return bytes(self._take(n))
+
     def int16(self) -> int:
         value: int = _I16.unpack(self._take(2))[0]
         return value

@@ -1,0 +1,261 @@
+"""The broker's :class:`GroupCoordinator`: membership, offsets, admin APIs, loading, expiry.
+
+One coordinator per broker. It owns the groups of the ``__consumer_offsets`` partitions this
+broker leads (all of them on a single node): on start it reloads them from the log, answering
+COORDINATOR_LOAD_IN_PROGRESS for their groups until done; the topic itself is created on the
+first FindCoordinator, as Kafka does. A periodic task removes offsets past
+``offsets.retention.minutes`` (``offsets.retention.check.interval.ms``).
+
+Transports hold it as ``broker.group_coordinator`` and call it with decoded requests; see
+:mod:`odradek.broker.group.coordinator` for the membership protocol it inherits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+
+from ...errors import ErrorCode
+from ...interfaces import TopicPartition
+from .coordinator import MembershipProtocol
+from .metadata_manager import GroupMetadataManager, PartitionOffset
+from .offsets_log import OFFSETS_TOPIC, Coordinator
+from .state import GroupMetadata, GroupState, JoinGroupResult, SyncGroupResult
+
+if TYPE_CHECKING:
+    from ...config import Config
+    from .offsets_log import OffsetsLog
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinatorResult:
+    error: ErrorCode
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """DescribeGroups for one group; an unknown group is state "Dead" with no error (as Kafka)."""
+
+    group_id: str
+    error: ErrorCode
+    state: str = GroupState.DEAD.value
+    protocol_type: str = ""
+    protocol: str = ""
+    members: tuple[MemberDescription, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+class GroupCoordinator(MembershipProtocol):
+    """Kafka's group coordinator over an :class:`~.offsets_log.OffsetsLog`."""
+
+    def __init__(
+        self,
+        offsets_log: OffsetsLog,
+        config: Config,
+        *,
+        node_id: int | None = None,
+        now_ms: Callable[[], int] | None = None,
+    ) -> None:
+        super().__init__(GroupMetadataManager(offsets_log, config, self._now), config, now_ms)
+        self.log = offsets_log
+        self.node_id = config.broker_id if node_id is None else node_id
+        self.retention_check_interval_ms = int(config["offsets.retention.check.interval.ms"])
+        self._ownership_lock = trio.Lock()
+
+    def _now(self) -> int:
+        return self.now_ms()
+
+    def partition_for(self, group_id: str) -> int:
+        return self.manager.partition_for(group_id)
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load the owned partitions (in the background), serve, expire offsets; until cancelled."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(self.timers.run)
+                to_load = await self._partitions_to_own() if await self.log.exists() else set()
+                self.manager.loading.update(to_load)  # before serving: their groups answer "loading"
+                self.active = True
+                task_status.started()
+                for partition in sorted(to_load):
+                    await self._load(partition)
+                nursery.start_soon(self._expire_offsets_loop)
+        finally:
+            self.active = False
+            self._nursery = None
+
+    async def _partitions_to_own(self) -> set[int]:
+        leaders = await self.log.leaders()
+        return {p for p, node in leaders.items() if node.node_id == self.node_id}
+
+    async def _load(self, partition: int) -> None:
+        started = trio.current_time()
+        count = await self.manager.load_partition(partition, self.on_group_loaded)
+        if count:
+            log.info(
+                "loaded %d groups from %s-%d in %.0f ms",
+                count, OFFSETS_TOPIC, partition, (trio.current_time() - started) * 1000,
+            )  # fmt: skip
+
+    async def refresh_ownership(self) -> None:
+        """Own (loading them) the ``__consumer_offsets`` partitions this broker now leads, and
+        forget the groups of partitions it no longer leads. Called after the topic is created and
+        whenever leadership may have moved."""
+        async with self._ownership_lock:
+            mine = await self._partitions_to_own()
+            for partition in sorted(self.manager.owned - mine):
+                self.on_resigned(partition)
+            for partition in sorted(mine - self.manager.owned - self.manager.loading):
+                self.manager.loading.add(partition)
+                await self._load(partition)
+
+    def on_resigned(self, partition: int) -> None:
+        """This broker stopped leading ``partition``: drop its groups (members get NOT_COORDINATOR
+        on their next request and find the new coordinator)."""
+        self.manager.owned.discard(partition)
+        for group in list(self.manager.groups.values()):
+            if self.manager.partition_for(group.group_id) == partition:
+                for member in list(group.members.values()):
+                    self._cancel_heartbeat(group, member.member_id)
+                self.timers.cancel(("join", group.group_id))
+                self.timers.cancel(("sync", group.group_id))
+                group.transition_to(GroupState.DEAD, self.now_ms())
+                for member in group.members.values():
+                    group.invoke_sync(member, SyncGroupResult(ErrorCode.NOT_COORDINATOR))
+                    group.invoke_join(member, JoinGroupResult(ErrorCode.NOT_COORDINATOR, member.member_id))
+                del self.manager.groups[group.group_id]
+
+    async def _expire_offsets_loop(self) -> None:
+        while True:
+            await trio.sleep(self.retention_check_interval_ms / 1000)
+            removed = await self.manager.expire_offsets()
+            if removed:
+                log.info("removed %d expired offsets", removed)
+
+    # -- FindCoordinator ------------------------------------------------------------------------------
+    async def find_coordinator(self, group_id: str, listener_name: str | None = None) -> FindCoordinatorResult:
+        """The leader of the group's ``__consumer_offsets`` partition (creating the topic on
+        first use, as Kafka does); COORDINATOR_NOT_AVAILABLE while there is none."""
+        if not self.active:
+            return FindCoordinatorResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="coordinator not started")
+        if not await self.log.exists() and not await self.log.ensure_topic():
+            return FindCoordinatorResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="creating offsets topic")
+        partition = self.partition_for(group_id)
+        leaders = await self.log.leaders(listener_name)
+        node: Coordinator | None = leaders.get(partition)
+        if node is None:
+            return FindCoordinatorResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="no leader")
+        if node.node_id == self.node_id and partition not in self.manager.owned | self.manager.loading:
+            await self.refresh_ownership()
+        return FindCoordinatorResult(ErrorCode.NONE, node.node_id, node.host, node.port)
+
+    # -- OffsetFetch -----------------------------------------------------------------------------------
+    def fetch_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool = False
+    ) -> tuple[ErrorCode, dict[TopicPartition, PartitionOffset]]:
+        """Committed offsets of ``partitions`` (all the group has when None)."""
+        error = self.validate_group(group_id, allow_empty=True)
+        if error is not None:
+            return error, {tp: PartitionOffset(error=error) for tp in partitions or ()}
+        return ErrorCode.NONE, self.manager.get_offsets(group_id, partitions, require_stable)
+
+    # -- admin APIs ------------------------------------------------------------------------------------
+    def describe_group(self, group_id: str) -> GroupDescription:
+        error = self.validate_group(group_id, allow_empty=True)
+        if error is not None:
+            return GroupDescription(group_id, error)
+        group = self.manager.get_group(group_id)
+        if group is None:
+            return GroupDescription(group_id, ErrorCode.NONE)
+        stable = group.is_state(GroupState.STABLE) and group.protocol_name is not None
+        members = tuple(
+            MemberDescription(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata(group.protocol_name) if stable and group.protocol_name is not None else b"",
+                m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        )
+        return GroupDescription(
+            group_id,
+            ErrorCode.NONE,
+            group.state.value,
+            group.protocol_type or "",
+            (group.protocol_name or "") if stable else "",
+            members,
+        )
+
+    def list_groups(self, states: Sequence[str] = ()) -> tuple[ErrorCode, list[ListedGroup]]:
+        """Groups of the owned partitions; ``states`` (ListGroups v4) filters, case-insensitively."""
+        if not self.active:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        wanted = {s.lower() for s in states}
+        groups = [
+            ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
+            for g in self.manager.local_groups()
+            if not wanted or g.state.value.lower() in wanted
+        ]
+        error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.manager.loading else ErrorCode.NONE
+        return error, groups
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
+        """Delete empty groups with their offsets (tombstones in ``__consumer_offsets``)."""
+        result: dict[str, ErrorCode] = {}
+        eligible: list[GroupMetadata] = []
+        for group_id in group_ids:
+            error = self.validate_group(group_id, allow_empty=True)
+            if error is not None:
+                result[group_id] = error
+                continue
+            group = self.manager.get_group(group_id)
+            if group is None or group.is_state(GroupState.DEAD):
+                result[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
+            elif group.is_state(GroupState.EMPTY):
+                group.transition_to(GroupState.DEAD, self.now_ms())
+                eligible.append(group)
+                result[group_id] = ErrorCode.NONE
+            else:
+                result[group_id] = ErrorCode.NON_EMPTY_GROUP
+        if eligible:
+            await self.manager.cleanup_group_metadata(eligible, lambda g: list(g.offsets))
+        return result
+
+
+__all__ = [
+    "FindCoordinatorResult",
+    "GroupCoordinator",
+    "GroupDescription",
+    "ListedGroup",
+    "MemberDescription",
+]

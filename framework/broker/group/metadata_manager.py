@@ -1,0 +1,342 @@
+"""The group cache and its persistence in ``__consumer_offsets`` (Kafka's ``GroupMetadataManager``).
+
+It owns the groups of the ``__consumer_offsets`` partitions this broker leads: loads them from the
+log (offset commits, group metadata, tombstones; the last record per key wins, as compaction will
+eventually make physically true), appends group metadata after a rebalance and offset commits
+as they come, and expires offsets of groups no one uses any more (``offsets.retention.minutes``),
+writing tombstones so compaction drops them. Group membership rules live in the coordinator.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...errors import CorruptMessage, ErrorCode
+from ...interfaces import TopicPartition
+from .hashing import partition_for
+from .schema import (
+    GroupKey,
+    GroupRecord,
+    MemberRecord,
+    OffsetKey,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    group_key,
+    group_value,
+    offset_key,
+    offset_value,
+)
+from .state import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
+
+if TYPE_CHECKING:
+    from ...config import Config
+    from .offsets_log import OffsetsLog
+
+log = logging.getLogger(__name__)
+
+#: OffsetFetch's "no committed offset"
+INVALID_OFFSET = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffset:
+    """One partition of an OffsetFetch answer."""
+
+    offset: int = INVALID_OFFSET
+    leader_epoch: int = -1
+    metadata: str = ""
+    error: ErrorCode = ErrorCode.NONE
+
+
+def _commit_append_error(error: ErrorCode) -> ErrorCode:
+    """Kafka's mapping of a failed offsets append to what OffsetCommit returns."""
+    if error in (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+    ):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    return error
+
+
+def _group_append_error(error: ErrorCode) -> ErrorCode:
+    """Kafka's mapping of a failed group-metadata append to what SyncGroup/JoinGroup return."""
+    if error in (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+    ):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return error
+
+
+class GroupMetadataManager:
+    """Groups of the owned ``__consumer_offsets`` partitions, in memory and in the log."""
+
+    def __init__(self, offsets_log: OffsetsLog, config: Config, now_ms: Callable[[], int]) -> None:
+        self.log = offsets_log
+        self.num_partitions = offsets_log.num_partitions
+        self.now_ms = now_ms
+        self.groups: dict[str, GroupMetadata] = {}
+        self.owned: set[int] = set()
+        self.loading: set[int] = set()
+        self.max_metadata_bytes = int(config["offset.metadata.max.bytes"])
+        self.retention_ms = int(config["offsets.retention.minutes"]) * 60_000
+        self._commit_seq = itertools.count()
+        self._applied_seq: dict[tuple[str, TopicPartition], int] = {}
+
+    # -- ownership -------------------------------------------------------------------------------
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def is_loading(self, group_id: str) -> bool:
+        return self.partition_for(group_id) in self.loading
+
+    def is_local(self, group_id: str) -> bool:
+        return self.partition_for(group_id) in self.owned
+
+    def get_group(self, group_id: str) -> GroupMetadata | None:
+        return self.groups.get(group_id)
+
+    def add_group(self, group: GroupMetadata) -> GroupMetadata:
+        return self.groups.setdefault(group.group_id, group)
+
+    def local_groups(self) -> list[GroupMetadata]:
+        return [g for g in self.groups.values() if self.partition_for(g.group_id) in self.owned]
+
+    # -- loading -----------------------------------------------------------------------------------
+    async def load_partition(self, partition: int, on_loaded: Callable[[GroupMetadata], None]) -> int:
+        """Read ``partition`` from its log start and install its groups; returns how many groups.
+
+        The partition answers COORDINATOR_LOAD_IN_PROGRESS until this returns.
+        """
+        self.loading.add(partition)
+        try:
+            offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = defaultdict(dict)
+            records: dict[str, GroupRecord | None] = {}
+            async for key_bytes, value in self.log.read(partition):
+                try:
+                    key = decode_key(key_bytes)
+                    if isinstance(key, OffsetKey):
+                        if value is None:
+                            offsets[key.group].pop(key.tp, None)
+                        else:
+                            offsets[key.group][key.tp] = decode_offset_value(value)
+                    elif isinstance(key, GroupKey):
+                        records[key.group] = decode_group_value(value) if value is not None else None
+                except CorruptMessage as exc:
+                    log.warning("skipping unreadable __consumer_offsets-%d record: %s", partition, exc)
+            loaded = 0
+            for group_id in set(offsets) | set(records):
+                record = records.get(group_id)
+                group_offsets = offsets.get(group_id, {})
+                if record is None and not group_offsets:
+                    continue  # deleted group
+                group = self._group_from_record(group_id, record)
+                group.offsets.update(group_offsets)
+                self.groups[group_id] = group
+                loaded += 1
+                on_loaded(group)
+            self.owned.add(partition)
+            return loaded
+        finally:
+            self.loading.discard(partition)
+
+    def _group_from_record(self, group_id: str, record: GroupRecord | None) -> GroupMetadata:
+        if record is None:
+            return GroupMetadata(group_id, current_state_timestamp=None)
+        group = GroupMetadata(
+            group_id,
+            state=GroupState.STABLE if record.members else GroupState.EMPTY,
+            generation_id=record.generation,
+            protocol_type=record.protocol_type or None,
+            protocol_name=record.protocol,
+            leader_id=record.leader,
+            current_state_timestamp=record.current_state_timestamp if record.current_state_timestamp >= 0 else None,
+        )
+        for m in record.members:
+            member = MemberMetadata(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                record.protocol_type,
+                [(record.protocol or "", m.subscription)],
+                assignment=m.assignment,
+            )
+            group.members[m.member_id] = member
+            if m.group_instance_id is not None:
+                group.static_members[m.group_instance_id] = m.member_id
+            group.supported_protocols.update(member.protocols)
+        group.subscribed_topics = group.compute_subscribed_topics()
+        return group
+
+    # -- group metadata --------------------------------------------------------------------------
+    def group_record(self, group: GroupMetadata, assignment: Mapping[str, bytes]) -> GroupRecord:
+        protocol = group.protocol_name
+        members = tuple(
+            MemberRecord(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                m.metadata(protocol) if protocol is not None else b"",
+                assignment.get(m.member_id, b""),
+            )
+            for m in group.members.values()
+        )
+        ts = group.current_state_timestamp if group.current_state_timestamp is not None else -1
+        return GroupRecord(group.protocol_type or "", group.generation_id, protocol, group.leader_id, ts, members)
+
+    async def store_group(self, group: GroupMetadata, assignment: Mapping[str, bytes]) -> ErrorCode:
+        """Append the group's metadata (after a rebalance) and wait for it; NONE or the error to
+        return to the members."""
+        record = group_value(self.group_record(group, assignment))
+        error = await self.log.append(
+            self.partition_for(group.group_id), [(group_key(group.group_id), record)], self.now_ms()
+        )
+        return _group_append_error(error)
+
+    # -- offsets -------------------------------------------------------------------------------------
+    async def store_offsets(
+        self, group: GroupMetadata, offsets: Mapping[TopicPartition, OffsetAndMetadata]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Append offset commits; the cache changes only once the append succeeded."""
+        result: dict[TopicPartition, ErrorCode] = {}
+        valid: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, value in offsets.items():
+            if len(value.metadata.encode("utf-8")) > self.max_metadata_bytes:
+                result[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                valid[tp] = value
+        if not valid:
+            return result
+        seq = next(self._commit_seq)
+        records = [(offset_key(group.group_id, tp), offset_value(v)) for tp, v in valid.items()]
+        group.pending_offset_commits.update(valid.keys())
+        try:
+            error = await self.log.append(self.partition_for(group.group_id), records, self.now_ms())
+        finally:
+            group.pending_offset_commits.subtract(valid.keys())
+            group.pending_offset_commits += type(group.pending_offset_commits)()
+        if error != ErrorCode.NONE:
+            mapped = _commit_append_error(error)
+            return {**result, **dict.fromkeys(valid, mapped)}
+        if group.state is not GroupState.DEAD:
+            for tp, value in valid.items():
+                key = (group.group_id, tp)
+                if self._applied_seq.get(key, -1) <= seq:  # a slower, older commit must not win
+                    self._applied_seq[key] = seq
+                    group.offsets[tp] = value
+        return {**result, **dict.fromkeys(valid, ErrorCode.NONE)}
+
+    def get_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool = False
+    ) -> dict[TopicPartition, PartitionOffset]:
+        """Committed offsets (all of the group's when ``partitions`` is None); -1 when none."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return {tp: PartitionOffset() for tp in partitions or ()}
+        wanted: Iterable[TopicPartition] = partitions if partitions is not None else list(group.offsets)
+        out: dict[TopicPartition, PartitionOffset] = {}
+        for tp in wanted:
+            if require_stable and group.pending_offset_commits[tp] > 0:
+                out[tp] = PartitionOffset(error=ErrorCode.UNSTABLE_OFFSET_COMMIT)
+                continue
+            value = group.offsets.get(tp)
+            out[tp] = (
+                PartitionOffset(value.offset, value.leader_epoch, value.metadata)
+                if value is not None
+                else PartitionOffset()
+            )
+        return out
+
+    # -- expiry and deletion ---------------------------------------------------------------------------
+    def expired_offsets(self, group: GroupMetadata, now: int) -> list[TopicPartition]:
+        """Kafka's ``removeExpiredOffsets`` rule: an empty group's offsets expire a retention period
+        after it became empty; a stable consumer group's offsets of topics it no longer subscribes
+        to expire a retention period after their commit; a simple consumer's (no protocol) too;
+        a commit with an explicit expire timestamp (OffsetCommit v2-v4) expires then."""
+        if group.protocol_type is not None and group.state is GroupState.EMPTY:
+            subscribed: set[str] = set()
+
+            def base(v: OffsetAndMetadata) -> int:
+                ts = group.current_state_timestamp
+                return ts if ts is not None else v.commit_timestamp
+        elif (
+            group.protocol_type == "consumer"
+            and group.subscribed_topics is not None
+            and group.is_state(GroupState.STABLE)
+        ):
+            subscribed = group.subscribed_topics
+
+            def base(v: OffsetAndMetadata) -> int:
+                return v.commit_timestamp
+        elif group.protocol_type is None:
+            subscribed = set()
+
+            def base(v: OffsetAndMetadata) -> int:
+                return v.commit_timestamp
+        else:
+            return []
+        expired = []
+        for tp, value in group.offsets.items():
+            if tp.topic in subscribed or group.pending_offset_commits[tp] > 0:
+                continue
+            if value.expire_timestamp is not None:
+                if now >= value.expire_timestamp:
+                    expired.append(tp)
+            elif now - base(value) >= self.retention_ms:
+                expired.append(tp)
+        return expired
+
+    async def cleanup_group_metadata(
+        self, groups: Iterable[GroupMetadata], select: Callable[[GroupMetadata], list[TopicPartition]]
+    ) -> int:
+        """Remove the offsets ``select`` picks from each group, turn groups left empty and without
+        offsets Dead, forget Dead groups, and append the tombstones; returns offsets removed."""
+        tombstones: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
+        removed = 0
+        for group in list(groups):
+            partition = self.partition_for(group.group_id)
+            for tp in select(group):
+                group.offsets.pop(tp, None)
+                self._applied_seq.pop((group.group_id, tp), None)
+                tombstones[partition].append((offset_key(group.group_id, tp), None))
+                removed += 1
+            if group.state is GroupState.EMPTY and not group.has_offsets():
+                group.transition_to(GroupState.DEAD, self.now_ms())
+            if group.state is GroupState.DEAD and self.groups.get(group.group_id) is group:
+                del self.groups[group.group_id]
+                if group.generation_id > 0:  # offsets-only groups never wrote metadata
+                    tombstones[partition].append((group_key(group.group_id), None))
+        for partition, records in tombstones.items():
+            error = await self.log.append(partition, records, self.now_ms())
+            if error != ErrorCode.NONE:
+                log.warning("writing %d tombstones to __consumer_offsets-%d failed: %s", len(records), partition, error)
+        return removed
+
+    async def expire_offsets(self) -> int:
+        """The periodic ``offsets.retention.check.interval.ms`` task's work."""
+        now = self.now_ms()
+        return await self.cleanup_group_metadata(self.local_groups(), lambda g: self.expired_offsets(g, now))
