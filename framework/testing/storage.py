@@ -578,18 +578,18 @@ class StorageConformance:
             storage, log = await env.log()
             model: list[tuple[int, int, bytes]] = []  # (base, last, bytes)
             start = 0
-            for _step in range(400):
+            for _step in range(600):
                 end = model[-1][1] + 1 if model else start
                 assert (log.log_start_offset, log.log_end_offset) == (start, end)
                 op = rng.random()
                 if op < 0.45:
-                    data = make_batch(rng.randint(1, 6), value_size=rng.randint(1, 200))
+                    data = make_batch(rng.randint(1, 6), value_size=rng.randint(1, 60))
                     info = log.append_as_leader(data, metas(data), 0)
                     assert info.first_offset == end
                     model.append((info.first_offset, info.last_offset, bytes(data)))
                 elif op < 0.85 and end > start:
                     offset = rng.randint(start, end)
-                    max_bytes = rng.choice([0, 50, 300, 2000, 1 << 20])
+                    max_bytes = rng.choice([0, 50, 300, 700, 2000, 1 << 20])
                     max_offset = rng.choice([None, rng.randint(start, end)])
                     one = rng.random() < 0.8
                     fetched = log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=one)
