@@ -44,12 +44,13 @@ class TopicPartition(NamedTuple):
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMeta:
+class BatchMeta(NamedTuple):
     """What the broker learned about one RecordBatch from its 61-byte header while validating it.
 
     Storage uses it to update indexes without parsing the batch again. Offsets are absolute
     (after the broker assigned them) for ``append_as_leader`` results and for follower appends.
+    A NamedTuple, not a frozen dataclass: one is built per batch on the produce path, and a
+    tuple is several times cheaper to construct.
     """
 
     position: int  # byte position of the batch inside the appended buffer
