@@ -1,0 +1,176 @@
+"""Which Kafka APIs odradek speaks, at which versions: the one table the broker advertises from.
+
+The ranges follow ../shared/design/PROTOCOL.md (what librdkafka, kafka-python and aiokafka need);
+admin and group-listing APIs are added at the versions those clients send. ``SUPPORTED_VERSIONS``
+is what the codec accepts and the broker may advertise; ApiVersions advertises the subset that
+has a request handler registered (:func:`advertised_versions`), so an API appears in ApiVersions
+the moment a handler module for it is plugged in, never before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from enum import IntEnum
+from functools import cache
+from types import MappingProxyType
+from typing import NamedTuple
+
+import kio.schema.index as kio_index
+from kio.index import load_request_schema
+
+
+class ApiKey(IntEnum):
+    """Kafka's API keys (``org.apache.kafka.common.protocol.ApiKeys``) that odradek knows."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_CONFIGS = 32
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+
+
+class VersionRange(NamedTuple):
+    """An inclusive range of API versions."""
+
+    min: int
+    max: int
+
+    def __contains__(self, version: object) -> bool:
+        return isinstance(version, int) and self.min <= version <= self.max
+
+
+#: Every API odradek can decode and answer, with the version range it advertises.
+SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
+    {
+        # PROTOCOL.md's table: what the real clients need.
+        ApiKey.PRODUCE: VersionRange(0, 7),  # v0-2 advertised for old librdkafka, answered UNSUPPORTED_VERSION
+        ApiKey.FETCH: VersionRange(4, 11),  # v12+ is flexible, v13+ uses topic ids
+        ApiKey.LIST_OFFSETS: VersionRange(1, 5),
+        ApiKey.METADATA: VersionRange(0, 8),
+        ApiKey.OFFSET_COMMIT: VersionRange(2, 7),
+        ApiKey.OFFSET_FETCH: VersionRange(1, 5),
+        ApiKey.FIND_COORDINATOR: VersionRange(0, 2),
+        ApiKey.JOIN_GROUP: VersionRange(0, 5),
+        ApiKey.HEARTBEAT: VersionRange(0, 3),
+        ApiKey.LEAVE_GROUP: VersionRange(0, 3),
+        ApiKey.SYNC_GROUP: VersionRange(0, 3),
+        ApiKey.API_VERSIONS: VersionRange(0, 4),
+        ApiKey.INIT_PRODUCER_ID: VersionRange(0, 1),
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 3),
+        ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 2),
+        ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 2),
+        ApiKey.END_TXN: VersionRange(0, 2),
+        ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 2),
+        # Admin and group-inspection APIs, at every version kio models that needs no topic ids.
+        ApiKey.CREATE_TOPICS: VersionRange(2, 7),
+        ApiKey.DELETE_TOPICS: VersionRange(1, 5),  # v6 may name topics by id only
+        ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
+        ApiKey.DESCRIBE_CONFIGS: VersionRange(1, 4),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
+        ApiKey.DELETE_RECORDS: VersionRange(0, 2),
+        ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
+        ApiKey.LIST_GROUPS: VersionRange(0, 4),
+        ApiKey.DELETE_GROUPS: VersionRange(0, 2),
+    }
+)
+
+#: Produce versions the broker implements; older advertised ones get UNSUPPORTED_VERSION.
+PRODUCE_IMPLEMENTED = VersionRange(3, 7)
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API key (``Produce``), or ``ApiKey(n)`` for unknown keys; for logs."""
+    try:
+        return "".join(part.capitalize() for part in ApiKey(api_key).name.split("_"))
+    except ValueError:
+        return f"ApiKey({api_key})"
+
+
+def is_supported(api_key: int, api_version: int) -> bool:
+    """Whether the codec accepts this API at this version."""
+    rng = SUPPORTED_VERSIONS.get(api_key)
+    return rng is not None and api_version in rng
+
+
+def advertised_versions(handled: Iterable[int]) -> dict[int, VersionRange]:
+    """The ApiVersions key list: supported APIs that have a handler, ordered by key.
+
+    ApiVersions itself is always included: the codec answers it even with no handler.
+    """
+    keys = set(handled) | {ApiKey.API_VERSIONS}
+    return {k: SUPPORTED_VERSIONS[k] for k in sorted(keys) if k in SUPPORTED_VERSIONS}
+
+
+@cache
+def first_flexible_version(api_key: int) -> int | None:
+    """The first version of an API whose messages are flexible (KIP-482), None if none is.
+
+    Taken from kio's schemas (generated from Kafka's message JSON), so it is right for versions
+    odradek does not serve too: the request header of an unsupported version still parses.
+    """
+    name = kio_index.api_key_map.get(api_key)
+    if name is None:
+        return None
+    for version in sorted(kio_index.schema_name_map[name]):
+        if load_request_schema(api_key, version).__flexible__:
+            return version
+    return None
+
+
+def is_flexible(api_key: int, api_version: int) -> bool:
+    """Whether (api_key, api_version) uses compact encodings and tagged fields."""
+    first = first_flexible_version(api_key)
+    return first is not None and api_version >= first
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """Request header v2 (tagged fields) for flexible versions, v1 otherwise."""
+    return 2 if is_flexible(api_key, api_version) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """Response header v1 for flexible versions, v0 otherwise; ApiVersions always v0.
+
+    ApiVersions stays on v0 so a client can read the header before it knows what the broker
+    speaks (KIP-511).
+    """
+    if api_key == ApiKey.API_VERSIONS:
+        return 0
+    return 1 if is_flexible(api_key, api_version) else 0
+
+
+__all__ = [
+    "PRODUCE_IMPLEMENTED",
+    "SUPPORTED_VERSIONS",
+    "ApiKey",
+    "VersionRange",
+    "advertised_versions",
+    "api_name",
+    "first_flexible_version",
+    "is_flexible",
+    "is_supported",
+    "request_header_version",
+    "response_header_version",
+]

@@ -1,0 +1,261 @@
+"""Request/response codec over kio's schemas, both directions, sans-IO.
+
+The broker uses :func:`decode_request` and :func:`encode_response`; odradek's own client uses
+:func:`encode_request` and :func:`decode_response`; both sides share the version table in
+:mod:`odradek.protocol.apis`. Messages are kio's frozen dataclasses
+(``kio.schema.<api>.v<N>.{request,response}``) except two hand-written hot paths: Produce
+(:mod:`.produce`, decoded into writable buffers) and the Fetch response envelope
+(:mod:`.fetch`, written around sendfile'd slices).
+
+Framing: functions that read take a frame *without* its int32 size prefix; functions that write
+return a frame without it (the transport adds it), except the Fetch envelope, which carries its
+own size because it is streamed in parts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+from functools import cache
+from typing import Any
+
+import kio.schema.errors as kio_errors
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import DecodeError
+
+from ..errors import ErrorCode, InvalidRequest, UnsupportedVersion
+from .apis import PRODUCE_IMPLEMENTED, SUPPORTED_VERSIONS, ApiKey, VersionRange
+from .guard import check_message
+from .headers import encode_request_header, encode_response_header, parse_response_header
+from .produce import (
+    ProduceRequestData,
+    ProduceResponseData,
+    decode_produce_request,
+    decode_produce_response,
+    encode_produce_request,
+    encode_produce_response,
+)
+
+Buffer = bytes | bytearray | memoryview
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_API_VERSION_V0 = struct.Struct(">hhh")
+
+
+# -- kio type helpers ---------------------------------------------------------------------------
+
+
+def kio_error(code: int) -> kio_errors.ErrorCode:
+    """kio's ErrorCode member for a Kafka error code (what kio response fields hold)."""
+    try:
+        return kio_errors.ErrorCode(code)
+    except ValueError:
+        return kio_errors.ErrorCode.unknown_server_error
+
+
+def ms(value: datetime.timedelta | datetime.datetime | None) -> int:
+    """Milliseconds of a kio timedelta field, or ms since the epoch of a kio datetime (-1 for None)."""
+    if value is None:
+        return -1
+    if isinstance(value, datetime.datetime):
+        return round(value.timestamp() * 1000)
+    return round(value.total_seconds() * 1000)
+
+
+def timedelta_ms(value: int) -> datetime.timedelta:
+    """A kio ``i32Timedelta``/``i64Timedelta`` field value from milliseconds."""
+    return datetime.timedelta(milliseconds=value)
+
+
+def datetime_ms(value: int) -> datetime.datetime | None:
+    """A kio ``datetime_i64`` field value from ms since the epoch (None for -1)."""
+    if value < 0:
+        return None
+    return datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC)
+
+
+# -- schema lookup ------------------------------------------------------------------------------
+
+
+@cache
+def request_type(api_key: int, api_version: int) -> type[Any]:
+    """kio's request class for api/version (raises ``UnsupportedVersion`` when kio has none)."""
+    try:
+        return load_request_schema(api_key, api_version)
+    except Exception:
+        raise UnsupportedVersion(f"no request schema for api {api_key} v{api_version}") from None
+
+
+@cache
+def response_type(api_key: int, api_version: int) -> type[Any]:
+    """kio's response class for api/version (raises ``UnsupportedVersion`` when kio has none)."""
+    try:
+        return load_response_schema(api_key, api_version)
+    except Exception:
+        raise UnsupportedVersion(f"no response schema for api {api_key} v{api_version}") from None
+
+
+@cache
+def _reader(cls: type[Any]) -> Any:
+    return entity_reader(cls)
+
+
+@cache
+def _writer(cls: type[Any]) -> Any:
+    return entity_writer(cls)
+
+
+def _readonly(buf: Buffer) -> bytes | memoryview:
+    # kio's native readers refuse writable buffers
+    if isinstance(buf, bytes):
+        return buf
+    return memoryview(buf).toreadonly()
+
+
+def _kio_decode(cls: type[Any], buf: Buffer, offset: int, what: str) -> Any:
+    check_message(cls, buf, offset)  # kio's native reader must never see an implausible length
+    try:
+        value, consumed = _reader(cls)(_readonly(buf), offset)
+    except (DecodeError, ValueError, TypeError, IndexError, OverflowError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"cannot decode {what}: {exc}") from None
+    except Exception as exc:  # kio's native reader raises a few other types on garbage
+        raise InvalidRequest(f"cannot decode {what}: {type(exc).__name__}: {exc}") from None
+    if offset + consumed != len(buf):
+        raise InvalidRequest(f"{len(buf) - offset - consumed} unexpected bytes after {what}")
+    return value
+
+
+# -- server direction ---------------------------------------------------------------------------
+
+
+def decode_request(api_key: int, api_version: int, frame: Buffer, offset: int) -> Any:
+    """The request body in ``frame`` from ``offset`` (the header's ``body_offset``).
+
+    Produce gives a :class:`~odradek.protocol.produce.ProduceRequestData` (any advertised
+    version, so v0-2 can be answered with UNSUPPORTED_VERSION); everything else a kio request.
+    Raises ``UnsupportedVersion`` for versions outside the table, ``InvalidRequest`` for bytes
+    that do not decode (or leave bytes over).
+    """
+    rng = SUPPORTED_VERSIONS.get(api_key)
+    if rng is None or api_version not in rng:
+        raise UnsupportedVersion(f"api {api_key} v{api_version} is not supported")
+    if api_key == ApiKey.PRODUCE:
+        return decode_produce_request(api_version, frame, offset)
+    return _kio_decode(request_type(api_key, api_version), frame, offset, f"api {api_key} v{api_version} request")
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes:
+    """A response frame (header + body, no size prefix) for a request of api/version."""
+    out = io.BytesIO()
+    out.write(encode_response_header(api_key, api_version, correlation_id))
+    if isinstance(response, ProduceResponseData):
+        out.write(encode_produce_response(api_version, response))
+    else:
+        expected = response_type(api_key, api_version)
+        if type(response) is not expected:
+            raise TypeError(f"api {api_key} v{api_version} needs a {expected.__module__}.{expected.__name__}")
+        _writer(expected)(out, response)
+    return out.getvalue()
+
+
+def produce_unsupported_response(request: ProduceRequestData) -> ProduceResponseData:
+    """UNSUPPORTED_VERSION for every partition of a Produce request the broker does not serve."""
+    from .produce import PartitionProduceResponse, TopicProduceResponse
+
+    code = int(ErrorCode.UNSUPPORTED_VERSION)
+    return ProduceResponseData(
+        [
+            TopicProduceResponse(t.name, [PartitionProduceResponse(p.index, code) for p in t.partition_data])
+            for t in request.topic_data
+        ]
+    )
+
+
+def produce_version_implemented(api_version: int) -> bool:
+    """Whether the broker serves this Produce version (older advertised ones are refused)."""
+    return api_version in PRODUCE_IMPLEMENTED
+
+
+# -- ApiVersions --------------------------------------------------------------------------------
+
+
+def api_versions_response(api_version: int, advertised: dict[int, VersionRange], error_code: int = 0) -> Any:
+    """A kio ApiVersions response of ``api_version`` (0-4) listing ``advertised``."""
+    cls = response_type(ApiKey.API_VERSIONS, api_version)
+    module = __import__(cls.__module__, fromlist=["ApiVersion"])
+    keys = tuple(module.ApiVersion(api_key=k, min_version=r.min, max_version=r.max) for k, r in advertised.items())
+    kwargs: dict[str, Any] = {"error_code": kio_error(error_code), "api_keys": keys}
+    if api_version >= 1:
+        kwargs["throttle_time"] = timedelta_ms(0)
+    return cls(**kwargs)
+
+
+def api_versions_fallback(correlation_id: int, advertised: dict[int, VersionRange]) -> bytes:
+    """The frame answering an ApiVersions request of a version the broker does not know.
+
+    Kafka's rule (KIP-511): do not parse the body; answer with header v0 and a *v0* body carrying
+    UNSUPPORTED_VERSION and the full key list, so the client can retry with a version both know.
+    """
+    out = bytearray(_I32.pack(correlation_id))
+    out += _I16.pack(ErrorCode.UNSUPPORTED_VERSION)
+    out += _I32.pack(len(advertised))
+    for k, r in advertised.items():
+        out += _API_VERSION_V0.pack(k, r.min, r.max)
+    return bytes(out)
+
+
+# -- client direction ---------------------------------------------------------------------------
+
+
+def encode_request(request: Any, *, correlation_id: int, client_id: str | None) -> bytes:
+    """A request frame (header + body, no size prefix) for a kio request or ``ProduceRequestData``."""
+    if isinstance(request, ProduceRequestData):
+        api_key, api_version = ApiKey.PRODUCE, request.version
+        body = encode_produce_request(request)
+        return encode_request_header(api_key, api_version, correlation_id, client_id) + body
+    api_key, api_version = int(request.__api_key__), int(request.__version__)
+    out = io.BytesIO()
+    out.write(encode_request_header(api_key, api_version, correlation_id, client_id))
+    _writer(type(request))(out, request)
+    return out.getvalue()
+
+
+def decode_response(api_key: int, api_version: int, frame: Buffer) -> tuple[int, Any]:
+    """(correlation_id, response) from a response frame to a request of api/version.
+
+    Produce responses decode to :class:`~odradek.protocol.produce.ProduceResponseData`. An
+    ApiVersions reply with UNSUPPORTED_VERSION is read as the v0 body the broker falls back to.
+    """
+    correlation_id, pos = parse_response_header(api_key, api_version, frame)
+    if api_key == ApiKey.PRODUCE:
+        try:
+            return correlation_id, decode_produce_response(api_version, frame, pos)
+        except (struct.error, InvalidRequest) as exc:
+            raise InvalidRequest(f"cannot decode Produce v{api_version} response: {exc}") from None
+    if api_key == ApiKey.API_VERSIONS and api_version > 0 and len(frame) >= pos + 2:
+        (error,) = _I16.unpack_from(frame, pos)
+        if error == ErrorCode.UNSUPPORTED_VERSION:
+            api_version = 0
+    cls = response_type(api_key, api_version)
+    return correlation_id, _kio_decode(cls, frame, pos, f"api {api_key} v{api_version} response")
+
+
+__all__ = [
+    "api_versions_fallback",
+    "api_versions_response",
+    "datetime_ms",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "kio_error",
+    "ms",
+    "produce_unsupported_response",
+    "produce_version_implemented",
+    "request_type",
+    "response_type",
+    "timedelta_ms",
+]

@@ -1,0 +1,173 @@
+"""Hand-written Fetch response envelope (v4-v11) for zero-copy sends.
+
+The records of a Fetch response are the bulk of the bytes a broker sends, and they already sit
+in segment files in wire format. So the response is not encoded into one buffer: the envelope
+(size, header, every field around the records) is built in memory, with the total size computed
+up front from each slice's length, and each partition's records stay a reference to a slice
+(``FetchDataInfo``) that the transport ``os.sendfile``s from the segment file.
+
+Layout (non-flexible, response header v0), in wire order::
+
+    int32 size | int32 correlation_id | int32 throttle_time_ms
+    (v7+) int16 error_code, int32 session_id
+    int32 #topics, per topic: string topic, int32 #partitions, per partition:
+        int32 partition_index, int16 error_code, int64 high_watermark, int64 last_stable_offset,
+        (v5+) int64 log_start_offset, int32 #aborted (-1 = null) of (int64 producer_id,
+        int64 first_offset), (v11+) int32 preferred_read_replica, int32 records length, records
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from ..errors import UnsupportedVersion
+
+FETCH_ENVELOPE_VERSIONS = range(4, 12)
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_ABORTED = struct.Struct(">qq")
+
+
+@runtime_checkable
+class RecordsSlice(Protocol):
+    """What a partition's records may be besides plain bytes: ``odradek.interfaces.FetchDataInfo``."""
+
+    size: int
+
+    def to_bytes(self) -> bytes: ...
+
+    def release(self) -> None: ...
+
+
+Records = bytes | bytearray | memoryview | RecordsSlice
+
+
+@dataclass(slots=True)
+class FetchPartitionData:
+    """One partition of a Fetch response; ``records`` None is written as a null (-1) length."""
+
+    partition_index: int
+    error_code: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    aborted_transactions: Sequence[tuple[int, int]] | None = None  # (producer_id, first_offset)
+    preferred_read_replica: int = -1
+    records: Records | None = b""
+
+
+@dataclass(slots=True)
+class FetchTopicData:
+    topic: str
+    partitions: list[FetchPartitionData] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FetchResponseData:
+    """A Fetch response; ``session_id`` 0 declines fetch sessions (every fetch is a full fetch)."""
+
+    responses: list[FetchTopicData] = field(default_factory=list)
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    session_id: int = 0
+
+
+@dataclass(slots=True)
+class FetchEnvelope:
+    """A Fetch response ready to write: ``parts`` in wire order, memory chunks and record slices.
+
+    ``size`` is the number of bytes on the wire including the leading int32 size. The transport
+    writes ``bytes`` parts as they are and sends each ``RecordsSlice`` part from its file (or its
+    ``to_bytes()``); afterwards it calls :meth:`release` exactly once.
+    """
+
+    size: int
+    parts: list[bytes | RecordsSlice]
+    slices: list[RecordsSlice]
+
+    def release(self) -> None:
+        """Release every record slice (lets the storage engine unpin its files)."""
+        slices, self.slices = self.slices, []
+        for s in slices:
+            s.release()
+
+    def iter_bytes(self) -> Iterator[bytes]:
+        """The wire bytes, part by part, materialising slices in memory (TLS, tests)."""
+        for part in self.parts:
+            yield part if isinstance(part, bytes) else part.to_bytes()
+
+    def to_bytes(self) -> bytes:
+        return b"".join(self.iter_bytes())
+
+
+def _string(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    return _I16.pack(len(raw)) + raw
+
+
+def build_fetch_envelope(version: int, correlation_id: int, response: FetchResponseData) -> FetchEnvelope:
+    """The wire form of a Fetch response of ``version`` (4-11) answering ``correlation_id``."""
+    if version not in FETCH_ENVELOPE_VERSIONS:
+        raise UnsupportedVersion(f"the Fetch envelope is written for v4-v11, not v{version}")
+    parts: list[bytes | RecordsSlice] = []
+    slices: list[RecordsSlice] = []
+    chunk = bytearray(_I32.pack(0))  # the size, patched once the total is known
+    chunk += _I32.pack(correlation_id)
+    chunk += _I32.pack(response.throttle_time_ms)
+    if version >= 7:
+        chunk += struct.pack(">hi", response.error_code, response.session_id)
+    chunk += _I32.pack(len(response.responses))
+    total = 0
+    for topic in response.responses:
+        chunk += _string(topic.topic)
+        chunk += _I32.pack(len(topic.partitions))
+        for p in topic.partitions:
+            chunk += struct.pack(">ihqq", p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset)
+            if version >= 5:
+                chunk += struct.pack(">q", p.log_start_offset)
+            aborted = p.aborted_transactions
+            if aborted is None:
+                chunk += _I32.pack(-1)
+            else:
+                chunk += _I32.pack(len(aborted))
+                for producer_id, first_offset in aborted:
+                    chunk += _ABORTED.pack(producer_id, first_offset)
+            if version >= 11:
+                chunk += _I32.pack(p.preferred_read_replica)
+            records = p.records
+            if records is None:
+                chunk += _I32.pack(-1)
+            elif isinstance(records, bytes | bytearray | memoryview):
+                chunk += _I32.pack(len(records))
+                chunk += records
+            else:
+                slices.append(records)
+                chunk += _I32.pack(records.size)
+                if records.size > 0:
+                    total += len(chunk)
+                    parts.append(bytes(chunk))
+                    parts.append(records)
+                    total += records.size
+                    chunk = bytearray()
+    if chunk:
+        total += len(chunk)
+        parts.append(bytes(chunk))
+    first = parts[0]
+    assert isinstance(first, bytes)
+    parts[0] = _I32.pack(total - 4) + first[4:]
+    return FetchEnvelope(total, parts, slices)
+
+
+__all__ = [
+    "FETCH_ENVELOPE_VERSIONS",
+    "FetchEnvelope",
+    "FetchPartitionData",
+    "FetchResponseData",
+    "FetchTopicData",
+    "RecordsSlice",
+    "build_fetch_envelope",
+]

@@ -1,0 +1,442 @@
+"""odradek.protocol without sockets: headers, version table, round trips, fallbacks, Fetch envelope."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+import uuid
+from dataclasses import fields
+from typing import Any
+
+import kio.schema.errors as kio_errors
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.schema.fetch.v4.response import FetchResponse as FetchResponseV4
+from kio.serial import entity_writer
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveField,
+    PrimitiveTupleField,
+    classify_field,
+    get_schema_field_type,
+    is_optional,
+)
+
+from odradek.errors import ErrorCode, InvalidRequest, UnsupportedVersion
+from odradek.protocol import (
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    FetchPartitionData,
+    FetchResponseData,
+    FetchTopicData,
+    PartitionProduceData,
+    PartitionProduceResponse,
+    ProduceRequestData,
+    ProduceResponseData,
+    TopicProduceData,
+    TopicProduceResponse,
+    advertised_versions,
+    api_versions_fallback,
+    api_versions_response,
+    build_fetch_envelope,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    is_flexible,
+    parse_request_header,
+    produce_unsupported_response,
+    request_type,
+    response_type,
+)
+from odradek.protocol.produce import decode_produce_request, encode_produce_response
+
+# -- a deterministic sample instance of any kio entity, every field set ------------------------
+
+_PRIMITIVES: dict[str, Any] = {
+    "int8": 1,
+    "int16": 2,
+    "int32": 3,
+    "int64": 4,
+    "uint8": 5,
+    "uint16": 6,
+    "uint32": 7,
+    "uint64": 8,
+    "float64": 1.5,
+    "string": "odradek",
+    "bytes": b"bytes",
+    "records": b"records",
+    "bool": True,
+    "uuid": uuid.UUID(int=12345),
+    "error_code": kio_errors.ErrorCode.not_coordinator,
+    "timedelta_i32": datetime.timedelta(milliseconds=250),
+    "timedelta_i64": datetime.timedelta(milliseconds=300000),
+    "datetime_i64": datetime.datetime.fromtimestamp(1_700_000_000.123, tz=datetime.UTC),
+}
+
+
+def sample(cls: type[Any]) -> Any:
+    kwargs = {}
+    for f in fields(cls):
+        kind = classify_field(f)
+        if isinstance(kind, PrimitiveField):
+            kwargs[f.name] = _PRIMITIVES[get_schema_field_type(f)]
+        elif isinstance(kind, PrimitiveTupleField):
+            kwargs[f.name] = (_PRIMITIVES[get_schema_field_type(f)],)
+        elif isinstance(kind, EntityField):
+            kwargs[f.name] = sample(kind.type_)
+        elif isinstance(kind, EntityTupleField):
+            kwargs[f.name] = (sample(kind.type_),)
+        if f.name == "records" and is_optional(f) is False:
+            kwargs[f.name] = b"records"
+    return cls(**kwargs)
+
+
+KIO_VERSIONS = [
+    (key, version)
+    for key, rng in SUPPORTED_VERSIONS.items()
+    for version in range(rng.min, rng.max + 1)
+    if key != ApiKey.PRODUCE
+]
+
+
+# -- version table ------------------------------------------------------------------------------
+
+
+def test_version_table_matches_protocol_md() -> None:
+    expected = {
+        0: (0, 7),
+        1: (4, 11),
+        2: (1, 5),
+        3: (0, 8),
+        8: (2, 7),
+        9: (1, 5),
+        10: (0, 2),
+        11: (0, 5),
+        12: (0, 3),
+        13: (0, 3),
+        14: (0, 3),
+        18: (0, 4),
+        22: (0, 1),
+        23: (2, 3),
+        24: (0, 2),
+        25: (0, 2),
+        26: (0, 2),
+        28: (0, 2),
+    }
+    for key, rng in expected.items():
+        assert tuple(SUPPORTED_VERSIONS[key]) == rng, ApiKey(key).name
+    for key in (19, 20, 37, 32, 44, 21, 15, 16, 42):
+        assert key in SUPPORTED_VERSIONS
+    assert 47 not in SUPPORTED_VERSIONS  # OffsetDelete
+    assert 71 not in SUPPORTED_VERSIONS and 72 not in SUPPORTED_VERSIONS  # telemetry
+
+
+def test_every_supported_version_has_a_kio_schema() -> None:
+    for key, version in KIO_VERSIONS:
+        assert request_type(key, version).__version__ == version
+        assert response_type(key, version).__version__ == version
+
+
+def test_advertised_versions_only_handled_keys_plus_api_versions() -> None:
+    adv = advertised_versions([ApiKey.METADATA, ApiKey.PRODUCE, 999])
+    assert list(adv) == [ApiKey.PRODUCE, ApiKey.METADATA, ApiKey.API_VERSIONS]
+
+
+def test_flexible_versions() -> None:
+    assert not is_flexible(ApiKey.FETCH, 11) and is_flexible(ApiKey.FETCH, 12)
+    assert not is_flexible(ApiKey.API_VERSIONS, 2) and is_flexible(ApiKey.API_VERSIONS, 3)
+    assert is_flexible(ApiKey.API_VERSIONS, 9)  # unknown future versions stay flexible
+    assert not is_flexible(ApiKey.PRODUCE, 0)  # older than anything kio models
+    assert not is_flexible(9999, 0)
+
+
+# -- headers ------------------------------------------------------------------------------------
+
+
+def test_request_header_v1_and_v2() -> None:
+    v1 = struct.pack(">hhih", 3, 8, 77, 3) + b"cli" + b"BODY"
+    h = parse_request_header(v1)
+    assert (h.api_key, h.api_version, h.correlation_id, h.client_id) == (3, 8, 77, "cli")
+    assert v1[h.body_offset :] == b"BODY"
+    # v2: tagged fields after the (legacy-encoded) client id: one field tag 0 of 2 bytes
+    v2 = struct.pack(">hhih", 18, 3, 5, -1) + b"\x01\x00\x02zz" + b"BODY"
+    h = parse_request_header(v2)
+    assert (h.client_id, v2[h.body_offset :]) == (None, b"BODY")
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [b"", b"\x00\x03\x00", struct.pack(">hhih", 3, 8, 1, 10) + b"abc", struct.pack(">hhih", 3, 8, 1, -7)],
+)
+def test_request_header_malformed(frame: bytes) -> None:
+    with pytest.raises(InvalidRequest):
+        parse_request_header(frame)
+
+
+# -- round trips --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("key", "version"), KIO_VERSIONS)
+def test_round_trip_every_supported_version(key: int, version: int) -> None:
+    request = sample(request_type(key, version))
+    frame = encode_request(request, correlation_id=42, client_id="rt")
+    header = parse_request_header(frame)
+    assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == (key, version, 42, "rt")
+    assert decode_request(key, version, bytearray(frame), header.body_offset) == request
+
+    response = sample(response_type(key, version))
+    wire = encode_response(key, version, 42, response)
+    assert decode_response(key, version, wire) == (42, response)
+
+
+@pytest.mark.parametrize("version", range(0, 8))
+def test_produce_round_trip(version: int) -> None:
+    request = ProduceRequestData(
+        acks=-1,
+        timeout_ms=1500,
+        transactional_id="tx" if version >= 3 else None,
+        version=version,
+        topic_data=[
+            TopicProduceData("a", [PartitionProduceData(0, bytearray(b"batch-a0")), PartitionProduceData(3, None)]),
+            TopicProduceData("b", [PartitionProduceData(1, bytearray(b""))]),
+        ],
+    )
+    frame = encode_request(request, correlation_id=9, client_id=None)
+    header = parse_request_header(frame)
+    decoded = decode_request(ApiKey.PRODUCE, version, frame, header.body_offset)
+    assert decoded == request
+    assert isinstance(decoded.topic_data[0].partition_data[0].records, bytearray)
+
+    response = ProduceResponseData(
+        [TopicProduceResponse("a", [PartitionProduceResponse(0, 0, 10, -1, 0)])], throttle_time_ms=3
+    )
+    correlation_id, back = decode_response(ApiKey.PRODUCE, version, encode_response(0, version, 9, response))
+    assert correlation_id == 9
+    p = back.responses[0].partition_responses[0]
+    assert (p.index, p.error_code, p.base_offset) == (0, 0, 10)
+    if version >= 1:
+        assert back.throttle_time_ms == 3
+
+
+@pytest.mark.parametrize("version", range(3, 8))
+def test_produce_codec_matches_kio_bytes(version: int) -> None:
+    kio_request = sample(request_type(ApiKey.PRODUCE, version))
+    frame = encode_request(kio_request, correlation_id=1, client_id="k")
+    header = parse_request_header(frame)
+    mine = decode_request(ApiKey.PRODUCE, version, frame, header.body_offset)
+    assert mine.transactional_id == kio_request.transactional_id
+    assert mine.acks == kio_request.acks
+    assert [(t.name, [(p.index, bytes(p.records)) for p in t.partition_data]) for t in mine.topic_data] == [
+        (t.name, [(p.index, p.records) for p in t.partition_data]) for t in kio_request.topic_data
+    ]
+    kio_response = sample(response_type(ApiKey.PRODUCE, version))
+    buf = io.BytesIO()
+    entity_writer(type(kio_response))(buf, kio_response)
+    p = kio_response.responses[0].partition_responses[0]
+    mine_response = ProduceResponseData(
+        [
+            TopicProduceResponse(
+                kio_response.responses[0].name,
+                [
+                    PartitionProduceResponse(
+                        p.index,
+                        p.error_code.value,
+                        p.base_offset,
+                        round(p.log_append_time.timestamp() * 1000) if getattr(p, "log_append_time", None) else -1,
+                        getattr(p, "log_start_offset", -1),
+                    )
+                ],
+            )
+        ],
+        throttle_time_ms=round(kio_response.throttle_time.total_seconds() * 1000),
+    )
+    assert encode_produce_response(version, mine_response) == buf.getvalue()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200), st.integers(0, 7))
+def test_produce_decoder_rejects_garbage_cleanly(data: bytes, version: int) -> None:
+    try:
+        decode_produce_request(version, data)
+    except InvalidRequest:
+        pass
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=120), st.sampled_from([k for k, _ in KIO_VERSIONS]), st.integers(0, 12))
+def test_kio_decoder_rejects_garbage_cleanly(data: bytes, key: int, version: int) -> None:
+    try:
+        decode_request(key, version, data, 0)
+    except (InvalidRequest, UnsupportedVersion):
+        pass
+
+
+def test_decode_request_rejects_unsupported_and_trailing_bytes() -> None:
+    with pytest.raises(UnsupportedVersion):
+        decode_request(ApiKey.FETCH, 12, b"", 0)
+    with pytest.raises(UnsupportedVersion):
+        decode_request(47, 0, b"", 0)
+    request = sample(request_type(ApiKey.METADATA, 4))
+    frame = encode_request(request, correlation_id=1, client_id="x")
+    header = parse_request_header(frame)
+    with pytest.raises(InvalidRequest, match="unexpected bytes"):
+        decode_request(ApiKey.METADATA, 4, frame + b"\x00", header.body_offset)
+
+
+def test_produce_v0_2_answered_unsupported_version() -> None:
+    request = ProduceRequestData(1, 100, [TopicProduceData("t", [PartitionProduceData(2, bytearray(b"x"))])], None, 1)
+    frame = encode_request(request, correlation_id=5, client_id="old")
+    header = parse_request_header(frame)
+    decoded = decode_request(ApiKey.PRODUCE, 1, frame, header.body_offset)
+    response = produce_unsupported_response(decoded)
+    wire = encode_response(ApiKey.PRODUCE, 1, 5, response)
+    # v1: header, [topic "t", [partition 2, error 35, base_offset -1]], throttle 0
+    assert wire == struct.pack(">iih", 5, 1, 1) + b"t" + struct.pack(">iihqi", 1, 2, 35, -1, 0)
+
+
+# -- ApiVersions --------------------------------------------------------------------------------
+
+
+def test_api_versions_fallback_bytes() -> None:
+    adv = advertised_versions([ApiKey.PRODUCE, ApiKey.METADATA])
+    frame = api_versions_fallback(7, adv)
+    assert frame == (
+        struct.pack(">ihi", 7, 35, 3)
+        + struct.pack(">hhh", 0, 0, 7)
+        + struct.pack(">hhh", 3, 0, 8)
+        # ApiVersions itself is always listed
+        + struct.pack(">hhh", 18, 0, 4)
+    )
+    # a client that asked v3 reads the v0 body the broker fell back to
+    correlation_id, response = decode_response(ApiKey.API_VERSIONS, 3, frame)
+    assert correlation_id == 7 and response.error_code == ErrorCode.UNSUPPORTED_VERSION
+    assert [(k.api_key, k.min_version, k.max_version) for k in response.api_keys][-1] == (18, 0, 4)
+
+
+@pytest.mark.parametrize("version", range(0, 5))
+def test_api_versions_response_header_is_v0(version: int) -> None:
+    adv = advertised_versions([ApiKey.FETCH])
+    wire = encode_response(ApiKey.API_VERSIONS, version, 3, api_versions_response(version, adv))
+    assert wire[:6] == struct.pack(">ih", 3, 0)  # correlation id, then straight into error_code
+    _, back = decode_response(ApiKey.API_VERSIONS, version, wire)
+    assert [(k.api_key, k.min_version, k.max_version) for k in back.api_keys] == [(1, 4, 11), (18, 0, 4)]
+
+
+def test_flexible_response_header_has_tagged_fields() -> None:
+    response = sample(response_type(ApiKey.CREATE_TOPICS, 5))
+    wire = encode_response(ApiKey.CREATE_TOPICS, 5, 11, response)
+    assert wire[:5] == struct.pack(">i", 11) + b"\x00"
+
+
+# -- Fetch envelope -----------------------------------------------------------------------------
+
+
+class FakeSlice:
+    """A FetchDataInfo stand-in: bytes that the envelope must reference, not copy."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.size = len(data)
+        self.released = 0
+
+    def to_bytes(self) -> bytes:
+        return self.data
+
+    def release(self) -> None:
+        self.released += 1
+
+
+def _kio_fetch_bytes(version: int, correlation_id: int, response: FetchResponseData) -> bytes:
+    cls = response_type(ApiKey.FETCH, version)
+    module = __import__(cls.__module__, fromlist=["x"])
+    topics = []
+    for t in response.responses:
+        parts = []
+        for p in t.partitions:
+            records = p.records
+            if isinstance(records, FakeSlice):
+                records = records.data
+            kwargs: dict[str, Any] = dict(
+                partition_index=p.partition_index,
+                error_code=kio_errors.ErrorCode(p.error_code),
+                high_watermark=p.high_watermark,
+                last_stable_offset=p.last_stable_offset,
+                aborted_transactions=None
+                if p.aborted_transactions is None
+                else tuple(module.AbortedTransaction(producer_id=a, first_offset=b) for a, b in p.aborted_transactions),
+                records=records,
+            )
+            if version >= 5:
+                kwargs["log_start_offset"] = p.log_start_offset
+            if version >= 11:
+                kwargs["preferred_read_replica"] = p.preferred_read_replica
+            parts.append(module.PartitionData(**kwargs))
+        topics.append(module.FetchableTopicResponse(topic=t.topic, partitions=tuple(parts)))
+    kwargs = dict(throttle_time=datetime.timedelta(milliseconds=response.throttle_time_ms), responses=tuple(topics))
+    if version >= 7:
+        kwargs.update(error_code=kio_errors.ErrorCode(response.error_code), session_id=response.session_id)
+    body = encode_response(ApiKey.FETCH, version, correlation_id, cls(**kwargs))
+    return struct.pack(">i", len(body)) + body
+
+
+@pytest.mark.parametrize("version", range(4, 12))
+def test_fetch_envelope_byte_exact_vs_kio(version: int) -> None:
+    slices = [FakeSlice(b"A" * 70), FakeSlice(b""), FakeSlice(b"C" * 5)]
+    response = FetchResponseData(
+        [
+            FetchTopicData(
+                "orders",
+                [
+                    FetchPartitionData(0, 0, 100, 100, 0, [], -1, slices[0]),
+                    FetchPartitionData(1, 1, 5, 5, 2, None, -1, slices[1]),
+                    FetchPartitionData(2, 3, -1, -1, -1, None, -1, None),
+                ],
+            ),
+            FetchTopicData("ünï", [FetchPartitionData(7, 0, 9, 8, 1, [(1000, 3), (1001, 4)], 1, slices[2])]),
+            FetchTopicData("inline", [FetchPartitionData(0, 0, 1, 1, 0, None, -1, b"inline-bytes")]),
+        ],
+        throttle_time_ms=5,
+        error_code=0,
+        session_id=0,
+    )
+    envelope = build_fetch_envelope(version, 99, response)
+    wire = envelope.to_bytes()
+    assert wire == _kio_fetch_bytes(version, 99, response)
+    assert envelope.size == len(wire)
+    # the non-empty slices are referenced as parts, not copied into the envelope
+    assert [p for p in envelope.parts if not isinstance(p, bytes)] == [slices[0], slices[2]]
+    assert all(isinstance(p, bytes) for p in envelope.parts if p not in slices)
+    assert len(envelope.slices) == 3
+    envelope.release()
+    envelope.release()
+    assert [s.released for s in slices] == [1, 1, 1]
+    _, decoded = decode_response(ApiKey.FETCH, version, wire[4:])
+    assert decoded.responses[0].partitions[0].records == b"A" * 70
+
+
+def test_fetch_envelope_rejects_flexible_versions() -> None:
+    with pytest.raises(UnsupportedVersion):
+        build_fetch_envelope(12, 1, FetchResponseData())
+    assert response_type(ApiKey.FETCH, 4) is FetchResponseV4
+
+
+@pytest.mark.parametrize(
+    ("key", "version", "body"),
+    [
+        # compact array count of ~3.3e9: kio's native reader would preallocate ~26 GB and abort
+        (ApiKey.CREATE_PARTITIONS, 3, b"\xa2\x89\xd4\xb3\x0c"),
+        # legacy int32 topic count of 2**31-1 in a Metadata v4 request
+        (ApiKey.METADATA, 4, b"\x7f\xff\xff\xff\x01"),
+        # a tagged field whose size runs past the end of the frame
+        (ApiKey.API_VERSIONS, 3, b"\x02a\x02b\x01\x00\x7f"),
+        # an unknown tag
+        (ApiKey.API_VERSIONS, 3, b"\x02a\x02b\x01\x09\x00"),
+    ],
+)
+def test_guard_refuses_implausible_lengths_before_kio(key: int, version: int, body: bytes) -> None:
+    with pytest.raises(InvalidRequest):
+        decode_request(key, version, body, 0)
