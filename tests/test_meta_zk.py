@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
+import trio
+from kazoo.client import KazooClient
 
-from odradek.interfaces import MetadataStore
-from odradek.plugins.meta_zk.store import ZooKeeperMetadataStore
-from odradek.testing import ZooKeeperServer, unique_chroot
-from odradek.testing.metadata import MetadataStoreConformance
+from odradek.config import load_config
+from odradek.interfaces import MetadataStore, SessionState
+from odradek.manager import Plugins, build_plugin_manager
+from odradek.plugins.meta_zk.store import ZooKeeperMetadataStore, split_connect
+from odradek.sessions import MetadataUnavailable
+from odradek.testing import ZooKeeperServer, start_zookeeper, unique_chroot
+from odradek.testing.metadata import MetadataStoreConformance, _aclose
+from odradek.testing.servers import free_port
 
 
 class TestZooKeeperConformance(MetadataStoreConformance):
@@ -19,3 +26,111 @@ class TestZooKeeperConformance(MetadataStoreConformance):
     def metadata_store_factory(self, zookeeper_server: ZooKeeperServer) -> Callable[[], MetadataStore]:
         connect = zookeeper_server.connect_string + unique_chroot("conformance")
         return lambda: ZooKeeperMetadataStore(connect)
+
+
+async def _await_state(states: AsyncIterator[SessionState], wanted: SessionState, seen: list[SessionState]) -> None:
+    with trio.fail_after(20):
+        async for state in states:
+            seen.append(state)
+            if state is wanted:
+                return
+
+
+def test_plugin_registers_zookeeper_and_config_keys(zookeeper_server: ZooKeeperServer) -> None:
+    plugins = Plugins(build_plugin_manager(entry_points_enabled=False, extra=["odradek.plugins.meta_zk.plugin"]))
+    config = load_config(
+        env={},
+        plugins=plugins,
+        overrides={"metadata": "zookeeper", "zookeeper.connect": zookeeper_server.connect_string + "/cfg"},
+    )
+    assert config["zookeeper.session.timeout.ms"] == 18000
+    assert config["zookeeper.connection.timeout.ms"] == 18000
+    store = plugins.metadata(config["metadata"]).create(config)
+    assert isinstance(store, ZooKeeperMetadataStore) and isinstance(store, MetadataStore)
+    assert (store.hosts, store.chroot) == (zookeeper_server.connect_string, "/cfg")
+
+
+def test_split_connect() -> None:
+    assert split_connect("a:1,b:2/odradek/prod/") == ("a:1,b:2", "/odradek/prod")
+    assert split_connect("a:1") == ("a:1", "")
+
+
+async def test_open_fails_clearly_without_server() -> None:
+    store = ZooKeeperMetadataStore(f"127.0.0.1:{free_port()}", connection_timeout_ms=300)
+    with pytest.raises(MetadataUnavailable, match="no ZooKeeper answered"):
+        await store.open(2000)
+
+
+async def test_expired_session_is_lost_and_its_ephemerals_vanish(zookeeper_server: ZooKeeperServer) -> None:
+    """Expire the session from a second client with the same id/password (as Kafka's tests do):
+    the store reports LOST, then CONNECTED with a new session; others see its ephemerals gone."""
+    connect = zookeeper_server.connect_string + unique_chroot("expiry")
+    store, observer = ZooKeeperMetadataStore(connect), ZooKeeperMetadataStore(connect)
+    await store.open(4000)
+    await observer.open(4000)
+    try:
+        states = store.session_states()
+        seen: list[SessionState] = []
+        await _await_state(states, SessionState.CONNECTED, seen)
+        epoch = await store.register_broker(1, b"b1")
+        await store.create("/live/x", b"1", ephemeral=True)
+        client_id = store.client_id
+        assert client_id is not None
+
+        def expire() -> None:
+            twin = KazooClient(hosts=zookeeper_server.connect_string, client_id=client_id)
+            twin.start(timeout=10)
+            twin.stop()
+            twin.close()
+
+        await trio.to_thread.run_sync(expire)
+        assert await observer.get("/live/x") is None
+        assert await observer.get("/brokers/ids/1") is None
+        await _await_state(states, SessionState.LOST, seen)
+        await _await_state(states, SessionState.CONNECTED, seen)
+        assert store.client_id is not None and store.client_id[0] != client_id[0]
+        assert await store.register_broker(1, b"b1") > epoch
+        await _aclose(states)
+    finally:
+        await store.close()
+        await observer.close()
+
+
+async def test_server_crash_suspends_then_session_and_watch_resume(tmp_path: Path) -> None:
+    """Kill the server: SUSPENDED; restart it within the session timeout: CONNECTED with the same
+    session (ephemerals kept), and a watch opened before the crash reports changes made after."""
+    with start_zookeeper(tmp_path / "zk") as zk:
+        store, observer = (
+            ZooKeeperMetadataStore(zk.connect_string + "/c"),
+            ZooKeeperMetadataStore(zk.connect_string + "/c"),
+        )
+        await store.open(8000)
+        try:
+            await store.create("/live/x", b"1", ephemeral=True)
+            _, revision = await store.list("/keys/")
+            states = store.session_states()
+            seen: list[SessionState] = []
+            await _await_state(states, SessionState.CONNECTED, seen)
+            watch = store.watch("/keys/", after_revision=revision)
+            await store.put("/keys/before", b"1")
+            with trio.fail_after(10):
+                first = await watch.__anext__()
+            assert (first.key, first.value) == ("/keys/before", b"1")
+            session = store.client_id
+            await trio.to_thread.run_sync(zk.kill)
+            await _await_state(states, SessionState.SUSPENDED, seen)
+            await trio.to_thread.run_sync(zk.start)
+            await _await_state(states, SessionState.CONNECTED, seen)
+            assert store.client_id == session
+            await observer.open(8000)
+            got = await observer.get("/live/x")
+            assert got is not None and got.value == b"1"
+            await observer.put("/keys/after", b"2")
+            with trio.fail_after(10):
+                second = await watch.__anext__()
+            assert (second.key, second.value) == ("/keys/after", b"2")
+            await _aclose(watch)
+            await _aclose(states)
+        finally:
+            await store.close()
+            await observer.close()

@@ -135,6 +135,11 @@ class EtcdMetadataStore:
         self._states = SessionStateFeed()
         self._keepalive_scope: trio.CancelScope | None = None
 
+    @property
+    def lease_id(self) -> int:
+        """The lease of the current session (its ephemerals are attached to it)."""
+        return self._lease_id
+
     # -- plumbing --------------------------------------------------------------------------------
     def _k(self, key: str) -> bytes:
         if not key.startswith("/") or key.endswith("/") or "//" in key:

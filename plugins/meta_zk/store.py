@@ -144,6 +144,13 @@ class ZooKeeperMetadataStore:
         finally:
             self._states.remove_wakeup(wakeup)
 
+    @property
+    def client_id(self) -> tuple[int, bytes] | None:
+        """(session id, password) of the current ZooKeeper session (operators' tools and fault
+        tests use it to expire a session from another client, as Kafka's own tests do)."""
+        client = self._client
+        return None if client is None or client.client_id is None else tuple(client.client_id)  # type: ignore[return-value]
+
     def _session_id(self) -> int:
         client_id = self._live().client_id
         return int(client_id[0]) if client_id else 0
