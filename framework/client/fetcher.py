@@ -1,0 +1,517 @@
+"""The consumer's fetcher: prefetching Fetch requests, one in flight per broker, and decoding.
+
+A background task keeps one Fetch request in flight to every broker that leads a fetchable
+partition. A partition's response (a :class:`CompletedFetch`: the raw record bytes) is buffered
+until ``poll()`` decodes it; while one response per partition is being drained the next one is
+already requested from the offset where the buffered bytes end, so a steady consumer never waits
+a round trip. At most two responses per partition are buffered, and none is requested while the
+buffered bytes exceed ``fetch.max.bytes``: memory stays bounded however slowly ``poll()`` is
+called.
+
+Decoding happens in ``poll()``, in the caller's task, one batch at a time and only as far as
+``max.poll.records`` needs: batches that end before the position are skipped from their header
+alone, control batches are skipped, and with ``isolation.level=read_committed`` the batches of
+aborted transactions are dropped using the response's aborted-transaction list, as Kafka's
+consumer does.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from ..errors import ErrorCode, KafkaError
+from ..interfaces import Codec, TopicPartition
+from ..protocol import ApiKey
+from ..records import ControlRecordType, TimestampType, decode_batch, iter_headers, parse_control_record
+from .config import ClientConfig
+from .connection import BrokerConnection
+from .network import NetworkClient
+from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
+from .requests import error_code, make_request
+from .subscription import EARLIEST, LATEST, SubscriptionState
+
+log = logging.getLogger("odradek.client.consumer")
+
+_LEADER_ERRORS = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+    }
+)
+
+
+class NoOffsetForPartition(KafkaError):
+    """``auto.offset.reset=none`` and the partition has no committed offset (or it is out of range)."""
+
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class ConsumerRecord:
+    """One record as ``poll()`` returns it (Kafka's ``ConsumerRecord``)."""
+
+    __slots__ = ("headers", "key", "leader_epoch", "offset", "partition", "timestamp", "timestamp_type", "topic", "value")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp: int,
+        timestamp_type: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        leader_epoch: int = -1,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp = timestamp
+        self.timestamp_type = timestamp_type
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.leader_epoch = leader_epoch
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumerRecord(topic={self.topic!r}, partition={self.partition}, offset={self.offset}, "
+            f"timestamp={self.timestamp}, key={self.key!r}, value={self.value!r}, headers={self.headers!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerRecord):
+            return NotImplemented
+        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class CompletedFetch:
+    """One partition's records from one Fetch response, decoded lazily by :meth:`take`."""
+
+    __slots__ = (
+        "_aborted",
+        "_aborted_pids",
+        "_batches",
+        "_pending",
+        "_pending_index",
+        "assignment_id",
+        "data",
+        "end_offset",
+        "fetch_offset",
+        "high_watermark",
+        "last_stable_offset",
+        "log_start_offset",
+        "size",
+        "tp",
+    )
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        fetch_offset: int,
+        data: bytes,
+        *,
+        high_watermark: int,
+        last_stable_offset: int,
+        log_start_offset: int,
+        aborted: list[tuple[int, int]] | None,
+        assignment_id: int,
+    ) -> None:
+        self.tp = tp
+        self.fetch_offset = fetch_offset
+        self.data = data
+        self.size = len(data)
+        self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
+        self.log_start_offset = log_start_offset
+        self.assignment_id = assignment_id
+        self._batches = deque(iter_headers(data))
+        self.end_offset = self._batches[-1][1].next_offset if self._batches else fetch_offset
+        # read_committed: (first_offset, producer_id) heap of aborted transactions in this slice
+        self._aborted: list[tuple[int, int]] | None = None
+        if aborted is not None:
+            self._aborted = [(first, pid) for pid, first in aborted]
+            heapq.heapify(self._aborted)
+        self._aborted_pids: set[int] = set()
+        self._pending: list[Any] = []
+        self._pending_index = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return not self._batches and self._pending_index >= len(self._pending)
+
+    def take(
+        self, position: int, max_records: int, out: list[ConsumerRecord], codecs: Mapping[int, Codec] | None, check_crcs: bool
+    ) -> int:
+        """Append up to ``max_records`` records at or after ``position`` to ``out``; returns the
+        new position (past skipped control and aborted batches too)."""
+        topic, partition = self.tp
+        want = max_records
+        while want > 0:
+            if self._pending_index < len(self._pending):
+                pending = self._pending
+                i = self._pending_index
+                header, batch_records = pending[0], pending[1]
+                ts_type = TimestampType.LOG_APPEND_TIME if header.attributes & 0x08 else TimestampType.CREATE_TIME
+                n = len(batch_records)
+                while i < n and want > 0:
+                    r = batch_records[i]
+                    i += 1
+                    if r.offset < position:
+                        continue
+                    out.append(
+                        ConsumerRecord(
+                            topic,
+                            partition,
+                            r.offset,
+                            r.timestamp,
+                            ts_type,
+                            r.key,
+                            r.value,
+                            r.headers,
+                            header.partition_leader_epoch,
+                        )
+                    )
+                    position = r.offset + 1
+                    want -= 1
+                self._pending_index = i
+                if i >= n:
+                    position = max(position, header.next_offset)
+                    self._pending = []
+                    self._pending_index = 0
+                continue
+            if not self._batches:
+                break
+            pos, header = self._batches.popleft()
+            if header.next_offset <= position:
+                continue  # the whole batch is before the position
+            if self._aborted is not None and self._skip_aborted(header, pos):
+                position = max(position, header.next_offset)
+                continue
+            if header.is_control:
+                position = max(position, header.next_offset)
+                continue
+            batch = decode_batch(self.data, pos, codecs=codecs, verify_crc=check_crcs)
+            self._pending = [header, batch.records]
+            self._pending_index = 0
+        return position
+
+    def _skip_aborted(self, header: Any, pos: int) -> bool:
+        """read_committed bookkeeping for one batch; True when it must not be returned."""
+        aborted = self._aborted
+        assert aborted is not None
+        while aborted and aborted[0][0] <= header.last_offset:
+            self._aborted_pids.add(heapq.heappop(aborted)[1])
+        if header.is_control:
+            if header.producer_id in self._aborted_pids:
+                batch = decode_batch(self.data, pos, codecs=None, verify_crc=False)
+                if batch.records and parse_control_record(batch.records[0]).type is ControlRecordType.ABORT:
+                    self._aborted_pids.discard(header.producer_id)
+            return True
+        return header.is_transactional and header.producer_id in self._aborted_pids
+
+
+class Fetcher:
+    """Prefetching fetches and decoding for one consumer (see module doc)."""
+
+    def __init__(
+        self,
+        network: NetworkClient,
+        subscriptions: SubscriptionState,
+        config: ClientConfig,
+        codecs: Mapping[int, Codec] | None,
+    ) -> None:
+        self.network = network
+        self.subs = subscriptions
+        self.codecs = codecs
+        self.check_crcs = bool(config["check.crcs"])
+        self.min_bytes = config["fetch.min.bytes"]
+        self.max_wait_ms = config["fetch.max.wait.ms"]
+        self.max_bytes = config["fetch.max.bytes"]
+        self.partition_max_bytes = config["max.partition.fetch.bytes"]
+        self.isolation_level = 1 if config["isolation.level"] == "read_committed" else 0
+        self.request_timeout_s = config["request.timeout.ms"] / 1000.0 + self.max_wait_ms / 1000.0
+        self.default_timeout_s = config["default.api.timeout.ms"] / 1000.0
+        self._buffered: dict[TopicPartition, deque[CompletedFetch]] = {}
+        self._buffered_bytes = 0
+        self._in_flight_nodes: set[int] = set()
+        self._in_flight_partitions: set[TopicPartition] = set()
+        self._wakeup = trio.Event()
+        self.data_ready = trio.Event()
+        self._resetting = False
+        self._errors: list[KafkaError] = []
+        self.enabled = True
+
+    # -- waking ------------------------------------------------------------------------------------
+    def wakeup(self) -> None:
+        self._wakeup.set()
+
+    def _signal_data(self) -> None:
+        event, self.data_ready = self.data_ready, trio.Event()
+        event.set()
+
+    # -- fetch loop --------------------------------------------------------------------------------
+    async def run(self, nursery: trio.Nursery) -> None:
+        while True:
+            self._wakeup = trio.Event()
+            timeout = float("inf")
+            if self.enabled:
+                if self.subs.needing_reset() and not self._resetting:
+                    self._resetting = True
+                    nursery.start_soon(self._reset_positions)
+                by_node, unknown = self._fetchable_by_node()
+                if unknown:
+                    self.network.add_topics({tp.topic for tp in unknown})
+                    self.network.request_update()
+                    timeout = self.network.retry_backoff.base_ms / 1000.0 + 0.01
+                for node, parts in by_node.items():
+                    if node in self._in_flight_nodes:
+                        continue
+                    self._in_flight_nodes.add(node)
+                    self._in_flight_partitions.update(parts)
+                    nursery.start_soon(self._fetch, node, parts)
+            with trio.move_on_after(timeout):
+                await self._wakeup.wait()
+
+    def _fetch_position(self, tp: TopicPartition) -> int | None:
+        """Where the next fetch of ``tp`` starts: after its buffered data, else its position."""
+        buffered = self._buffered.get(tp)
+        if buffered:
+            if len(buffered) >= 2:
+                return None
+            return buffered[-1].end_offset
+        st = self.subs.assignment.get(tp)
+        return None if st is None else st.position
+
+    def _fetchable_by_node(self) -> tuple[dict[int, dict[TopicPartition, int]], list[TopicPartition]]:
+        by_node: dict[int, dict[TopicPartition, int]] = {}
+        unknown: list[TopicPartition] = []
+        if self._buffered_bytes >= self.max_bytes:
+            return by_node, unknown
+        cluster = self.network.cluster
+        for tp in self.subs.fetchable():
+            if tp in self._in_flight_partitions:
+                continue
+            offset = self._fetch_position(tp)
+            if offset is None:
+                continue
+            leader = cluster.leader_for(tp)
+            if leader < 0:
+                unknown.append(tp)
+                continue
+            by_node.setdefault(leader, {})[tp] = offset
+        return by_node, unknown
+
+    async def _fetch(self, node: int, parts: dict[TopicPartition, int]) -> None:
+        assignment_id = self.subs.assignment_id
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, offset in parts.items():
+            by_topic.setdefault(tp.topic, []).append(
+                {
+                    "partition": tp.partition,
+                    "current_leader_epoch": -1,
+                    "fetch_offset": offset,
+                    "log_start_offset": -1,
+                    "partition_max_bytes": self.partition_max_bytes,
+                }
+            )
+
+        def build(conn: BrokerConnection) -> Any:
+            version = conn.version(ApiKey.FETCH, min_version=4, max_version=12)
+            return make_request(
+                ApiKey.FETCH,
+                version,
+                replica_id=-1,
+                max_wait=self.max_wait_ms,
+                min_bytes=self.min_bytes,
+                max_bytes=self.max_bytes,
+                isolation_level=self.isolation_level,
+                session_id=0,
+                session_epoch=-1,
+                topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+                forgotten_topics_data=[],
+                rack_id="",
+            )
+
+        got_data = False
+        try:
+            try:
+                response = await self.network.send(node, build, timeout_s=self.request_timeout_s)
+            except KafkaError as exc:
+                log.debug("fetch from broker %d failed: %r", node, exc)
+                self.network.request_update()
+                await trio.sleep(self.network.retry_backoff.seconds(0))
+                return
+            top = error_code(getattr(response, "error_code", 0))
+            if top is not ErrorCode.NONE:
+                log.debug("fetch from broker %d: %s", node, top.name)
+                await trio.sleep(self.network.retry_backoff.seconds(0))
+                return
+            for topic in response.responses:
+                for p in topic.partitions:
+                    tp = TopicPartition(topic.topic, int(p.partition_index))
+                    offset = parts.get(tp)
+                    if offset is None:
+                        continue
+                    got_data |= self._handle_partition(tp, offset, p, assignment_id)
+        finally:
+            self._in_flight_nodes.discard(node)
+            self._in_flight_partitions.difference_update(parts)
+            self._wakeup.set()
+            if got_data:
+                self._signal_data()
+
+    def _handle_partition(self, tp: TopicPartition, offset: int, p: Any, assignment_id: int) -> bool:
+        st = self.subs.assignment.get(tp)
+        if st is None or assignment_id != self.subs.assignment_id and tp not in self.subs.assignment:
+            return False
+        code = error_code(p.error_code)
+        if code is ErrorCode.NONE:
+            st.high_watermark = int(p.high_watermark)
+            st.last_stable_offset = int(getattr(p, "last_stable_offset", -1))
+            st.log_start_offset = int(getattr(p, "log_start_offset", -1))
+            data = p.records
+            if not data:
+                return False
+            aborted = None
+            if self.isolation_level == 1:
+                aborted = [(int(a.producer_id), int(a.first_offset)) for a in (p.aborted_transactions or ())]
+            completed = CompletedFetch(
+                tp,
+                offset,
+                data,
+                high_watermark=st.high_watermark,
+                last_stable_offset=st.last_stable_offset,
+                log_start_offset=st.log_start_offset,
+                aborted=aborted,
+                assignment_id=assignment_id,
+            )
+            if completed.end_offset <= offset:
+                return False  # only a partial batch: nothing to return yet
+            self._buffered.setdefault(tp, deque()).append(completed)
+            self._buffered_bytes += completed.size
+            return True
+        if code is ErrorCode.OFFSET_OUT_OF_RANGE:
+            if st.position == offset:
+                if self.subs.default_reset == "none":
+                    self._errors.append(NoOffsetForPartition(f"fetch offset {offset} is out of range for {tp}"))
+                else:
+                    log.info("offset %d out of range for %s: resetting to %s", offset, tp, self.subs.default_reset)
+                    self.subs.request_reset(tp)
+            return False
+        if code in _LEADER_ERRORS:
+            self.network.request_update()
+            return False
+        if code.retriable:
+            return False
+        self._errors.append(KafkaError(f"fetch of {tp} failed with {code.name}", code=code))
+        return True
+
+    # -- positions ---------------------------------------------------------------------------------
+    async def _reset_positions(self) -> None:
+        """ListOffsets for every partition waiting for a reset (earliest / latest / timestamp)."""
+        try:
+            while True:
+                pending = self.subs.needing_reset()
+                if not pending:
+                    return
+                if any(v == "none" for v in pending.values()):
+                    bad = [tp for tp, v in pending.items() if v == "none"]
+                    for tp in bad:
+                        self.subs.state(tp).reset = None
+                    self._errors.append(NoOffsetForPartition(f"no committed offset for {', '.join(map(str, bad))}"))
+                    self._signal_data()
+                    continue
+                wanted = {
+                    tp: EARLIEST_TIMESTAMP if v == EARLIEST else LATEST_TIMESTAMP if v == LATEST else int(v)
+                    for tp, v in pending.items()
+                }
+                try:
+                    found = await list_offsets(
+                        self.network, wanted, isolation_level=self.isolation_level, timeout_s=self.default_timeout_s
+                    )
+                except KafkaError as exc:
+                    log.warning("offset reset failed: %s", exc)
+                    await trio.sleep(self.network.retry_backoff.seconds(3))
+                    continue
+                for tp, result in found.items():
+                    st = self.subs.assignment.get(tp)
+                    if st is None or st.position is not None or st.reset != pending.get(tp):
+                        continue  # seeked or unassigned meanwhile
+                    offset = result.offset
+                    if offset < 0:  # timestamp past the last record: go to the end
+                        latest = await list_offsets(
+                            self.network, {tp: LATEST_TIMESTAMP}, timeout_s=self.default_timeout_s
+                        )
+                        offset = latest[tp].offset
+                    st.position = offset
+                    st.reset = None
+        finally:
+            self._resetting = False
+            self._wakeup.set()
+
+    # -- draining (poll) ---------------------------------------------------------------------------
+    def raise_errors(self) -> None:
+        if self._errors:
+            error = self._errors.pop(0)
+            raise error
+
+    def discard(self, tp: TopicPartition) -> None:
+        """Drop buffered data of ``tp`` (seek, pause, revocation)."""
+        for completed in self._buffered.pop(tp, ()):
+            self._buffered_bytes -= completed.size
+
+    def has_buffered(self) -> bool:
+        return any(self._buffered.values())
+
+    def drain(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Decode up to ``max_records`` buffered records, advancing positions."""
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        if not self._buffered:
+            return out
+        want = max_records
+        assignment = self.subs.assignment
+        for tp in list(self._buffered):
+            if want <= 0:
+                break
+            queue = self._buffered[tp]
+            st = assignment.get(tp)
+            if st is None or st.paused or st.position is None:
+                self.discard(tp)
+                continue
+            while queue and want > 0:
+                completed = queue[0]
+                if not completed.fetch_offset <= st.position < completed.end_offset:
+                    self.discard(tp)  # a seek moved the position away: the data is stale
+                    break
+                records: list[ConsumerRecord] = []
+                st.position = completed.take(st.position, want, records, self.codecs, self.check_crcs)
+                completed.fetch_offset = st.position
+                if records:
+                    out[tp] = out[tp] + records if tp in out else records
+                    want -= len(records)
+                if completed.exhausted:
+                    queue.popleft()
+                    self._buffered_bytes -= completed.size
+            if not queue:
+                self._buffered.pop(tp, None)
+        self._wakeup.set()  # room for the next prefetch
+        return out
