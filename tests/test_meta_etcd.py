@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 
-from odradek.interfaces import MetadataStore
-from odradek.plugins.meta_etcd.store import EtcdMetadataStore
-from odradek.testing import EtcdServer, unique_chroot
-from odradek.testing.metadata import MetadataStoreConformance
+from odradek.config import load_config
+from odradek.interfaces import Delete, MetadataStore, Put, SessionState
+from odradek.manager import Plugins, build_plugin_manager
+from odradek.plugins.meta_etcd.store import EtcdMetadataStore, etcd3, parse_endpoint
+from odradek.sessions import MetadataUnavailable
+from odradek.testing import EtcdServer, start_etcd, unique_chroot
+from odradek.testing.metadata import MetadataStoreConformance, _aclose
+from odradek.testing.servers import free_port
 
 
 class TestEtcdConformance(MetadataStoreConformance):
@@ -17,3 +24,115 @@ class TestEtcdConformance(MetadataStoreConformance):
     def metadata_store_factory(self, etcd_server: EtcdServer) -> Callable[[], MetadataStore]:
         namespace = unique_chroot("conformance")
         return lambda: EtcdMetadataStore([etcd_server.endpoint], namespace=namespace)
+
+
+async def _await_state(states: AsyncIterator[SessionState], wanted: SessionState, seen: list[SessionState]) -> None:
+    with trio.fail_after(20):
+        async for state in states:
+            seen.append(state)
+            if state is wanted:
+                return
+
+
+def _observer(server: EtcdServer) -> Any:
+    host, port = parse_endpoint(server.endpoint)
+    return etcd3.client(host=host, port=port, timeout=5)
+
+
+def test_plugin_registers_etcd_and_config_keys(etcd_server: EtcdServer) -> None:
+    plugins = Plugins(build_plugin_manager(entry_points_enabled=False, extra=["odradek.plugins.meta_etcd.plugin"]))
+    config = load_config(
+        env={},
+        plugins=plugins,
+        overrides={"metadata": "etcd", "etcd.endpoints": etcd_server.endpoint, "etcd.namespace": "/cfg"},
+    )
+    assert config["etcd.lease.ttl.ms"] == 18000
+    store = plugins.metadata(config["metadata"]).create(config)
+    assert isinstance(store, EtcdMetadataStore) and isinstance(store, MetadataStore)
+    assert store.endpoints == [parse_endpoint(etcd_server.endpoint)] and store.namespace == "/cfg"
+
+
+def test_parse_endpoint() -> None:
+    assert parse_endpoint("http://10.0.0.1:2379") == ("10.0.0.1", 2379)
+    assert parse_endpoint("etcd:1234") == ("etcd", 1234)
+    with pytest.raises(ValueError, match="TLS"):
+        parse_endpoint("https://etcd:2379")
+
+
+async def test_open_fails_clearly_without_server() -> None:
+    store = EtcdMetadataStore([f"http://127.0.0.1:{free_port()}"], request_timeout_ms=300)
+    with pytest.raises(MetadataUnavailable, match="no etcd endpoint granted a lease"):
+        await store.open(2000)
+
+
+async def test_txn_writing_a_key_twice_is_refused(etcd_server: EtcdServer) -> None:
+    store = EtcdMetadataStore([etcd_server.endpoint], namespace=unique_chroot("dup"))
+    await store.open(5000)
+    try:
+        with pytest.raises(ValueError, match="each key once"):
+            await store.txn([], [Delete("/a"), Put("/a", b"1")])
+    finally:
+        await store.close()
+
+
+async def test_revoked_lease_is_lost_and_its_ephemerals_vanish(etcd_server: EtcdServer) -> None:
+    """Revoke the session's lease from another client: others see the ephemerals gone at once;
+    the store reports LOST, then CONNECTED on a new lease, and re-registers with a new epoch."""
+    store = EtcdMetadataStore([etcd_server.endpoint], namespace=unique_chroot("revoke"))
+    await store.open(1500)
+    observer = _observer(etcd_server)
+    try:
+        states = store.session_states()
+        seen: list[SessionState] = []
+        await _await_state(states, SessionState.CONNECTED, seen)
+        epoch = await store.register_broker(1, b"b1")
+        await store.create("/live/x", b"1", ephemeral=True)
+        old_lease = store.lease_id
+        await trio.to_thread.run_sync(observer.revoke_lease, old_lease)
+        assert await trio.to_thread.run_sync(observer.get, store.namespace + "/live/x") == (None, None)
+        await _await_state(states, SessionState.LOST, seen)
+        await _await_state(states, SessionState.CONNECTED, seen)
+        assert store.lease_id != old_lease
+        assert await store.register_broker(1, b"b1") > epoch
+        await _aclose(states)
+    finally:
+        observer.close()
+        await store.close()
+
+
+async def test_server_crash_suspends_loses_lease_and_recovers(tmp_path: Path) -> None:
+    """Kill etcd: SUSPENDED, and LOST once a whole TTL passed without a refresh (another broker
+    may hold our registration by then). Restart it: a new lease, CONNECTED; the old ephemerals
+    are gone for others, and a watch opened before the crash resumes without a gap."""
+    with start_etcd(tmp_path / "etcd") as server:
+        store = EtcdMetadataStore([server.endpoint], request_timeout_ms=1000)
+        await store.open(1000)
+        try:
+            await store.create("/live/x", b"1", ephemeral=True)
+            _, revision = await store.list("/keys/")
+            states = store.session_states()
+            seen: list[SessionState] = []
+            await _await_state(states, SessionState.CONNECTED, seen)
+            watch = store.watch("/keys/", after_revision=revision)
+            await store.put("/keys/before", b"1")
+            with trio.fail_after(10):
+                first = await watch.__anext__()
+            assert (first.key, first.value) == ("/keys/before", b"1")
+            await trio.to_thread.run_sync(server.kill)
+            await _await_state(states, SessionState.SUSPENDED, seen)
+            await _await_state(states, SessionState.LOST, seen)
+            await trio.to_thread.run_sync(server.start)
+            await _await_state(states, SessionState.CONNECTED, seen)
+            observer = _observer(server)
+            try:
+                assert await trio.to_thread.run_sync(observer.get, "/live/x") == (None, None)
+                await trio.to_thread.run_sync(observer.put, "/keys/after", b"2")
+            finally:
+                observer.close()
+            with trio.fail_after(10):
+                second = await watch.__anext__()
+            assert (second.key, second.value) == ("/keys/after", b"2")
+            await _aclose(watch)
+            await _aclose(states)
+        finally:
+            await store.close()

@@ -259,6 +259,7 @@ def start_etcd(workdir: Path | None = None) -> Iterator[EtcdServer]:
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="odradek-etcd-")))
+        workdir.mkdir(parents=True, exist_ok=True)
         data_dir = workdir / "data"
         client_port, peer_port = free_port(), free_port()
         client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
