@@ -161,7 +161,12 @@ class _Index(ABC):
     def make_writable(self) -> None:
         """This segment became the active one again (the log was truncated back into it)."""
         if not self.writable:
-            _ = self.entries
+            if self._entries is None:
+                try:
+                    length = self.path.stat().st_size
+                except FileNotFoundError:
+                    length = 0
+                self._entries = min(length // self.ENTRY.size, self.max_entries)
             self._unmap()
             self.writable = True
 

@@ -41,7 +41,8 @@ def odradek_config_keys() -> Sequence[ConfigKey]:
             MAX_MAPPED_INDEXES_KEY,
             int,
             0,
-            "Index files kept memory-mapped at once across all partitions; 0: twice the open-file budget.",
+            "Index files kept memory-mapped at once across all partitions (each map holds a descriptor); "
+            "0: the same as the open-file budget.",
             minimum=0,
         ),
     ]

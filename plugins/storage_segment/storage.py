@@ -68,7 +68,8 @@ def _option(config: Config, key: str, default: Any) -> Any:
 
 
 def default_open_files() -> int:
-    """A quarter of the process's fd limit, at most 4096: leaves room for sockets."""
+    """A quarter of the process's fd limit, at most 4096 (maps take as many again): half the
+    limit stays for sockets."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     return max(64, min(soft // 4 if soft > 0 else 1024, 4096))
 
@@ -91,7 +92,8 @@ class SegmentLogStorage:
         self.config = config
         self.log_dirs = [d.resolve() for d in config.log_dirs]
         files = max_open_files or int(_option(config, MAX_OPEN_FILES_KEY, 0)) or default_open_files()
-        maps = max_mapped_indexes or int(_option(config, MAX_MAPPED_INDEXES_KEY, 0)) or 2 * files
+        # every map holds a descriptor too (Python's mmap dups it): at most 2 * files in all
+        maps = max_mapped_indexes or int(_option(config, MAX_MAPPED_INDEXES_KEY, 0)) or files
         self.ctx = SegmentContext(HandleCache(files), HandleCache(maps), time_ms or _now_ms)
         self._logs: dict[TopicPartition, SegmentLog] = {}
         self._retired: list[Path] = []

@@ -1,0 +1,315 @@
+"""The segment engine's own behaviour: files on disk, indexes, rolling, checkpoints, recovery
+point, flush policy, bounded descriptors and maps."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+
+from odradek import records
+from odradek.errors import KafkaStorageError
+from odradek.interfaces import TopicPartition
+from odradek.plugins.storage_segment import segment as segment_module
+from odradek.plugins.storage_segment.storage import SegmentLogStorage
+from storage_helpers import TP, append, batch, config, log_of, open_storage, read_batches
+
+
+def _entries(path: Path, fmt: str) -> list[tuple[int, ...]]:
+    data = path.read_bytes()
+    size = struct.calcsize(fmt)
+    return [struct.unpack_from(fmt, data, i) for i in range(0, len(data), size)]
+
+
+async def test_layout_file_names_and_preallocated_indexes(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path, log_segment_bytes=300, log_index_size_max_bytes=8192)
+    log = log_of(storage)
+    part = tmp_path / "events-0"
+    first = part / "00000000000000000000"
+    append(log, batch(2))
+    assert first.with_suffix(".log").stat().st_size == log.size_in_bytes
+    assert first.with_suffix(".index").stat().st_size == 8192  # preallocated while active
+    assert first.with_suffix(".timeindex").stat().st_size == 8192 // 12 * 12
+    while len(log.segments) == 1:
+        append(log, batch(2))
+    second = log.segments[1].base_offset
+    assert (part / f"{second:020d}.log").exists()
+    assert first.with_suffix(".index").stat().st_size % 8 == 0
+    assert first.with_suffix(".index").stat().st_size < 8192  # trimmed on roll
+    assert first.with_suffix(".timeindex").stat().st_size == 12  # the final max-timestamp entry
+    await storage.close()
+
+
+async def test_index_entries_are_kafkas(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path, log_index_interval_bytes=0, log_segment_bytes=2000)
+    log = log_of(storage)
+    spans, positions, pos = [], [], 0
+    while len(log.segments) == 1:
+        data = batch(3, ts=5000 + 10 * len(spans))
+        positions.append(pos)
+        spans.append(append(log, data))
+        pos += len(data)
+    spans.pop()  # the last append went to the new segment
+    positions.pop()
+    await storage.close()
+    base = tmp_path / "events-0" / "00000000000000000000"
+    expected = [(last, p) for (_, last), p in zip(spans[1:], positions[1:], strict=True)]
+    assert _entries(base.with_suffix(".index"), ">ii") == expected
+    times = _entries(base.with_suffix(".timeindex"), ">qi")
+    assert [t for t, _ in times] == sorted({t for t, _ in times})
+    assert times[-1] == (5000 + 10 * (len(spans) - 1) + 2, spans[-1][1])
+
+
+async def test_roll_by_time_uses_record_timestamps(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path, log_roll_ms=1000)
+    log = log_of(storage)
+    append(log, batch(1, ts=1_000_000))
+    append(log, batch(1, ts=1_000_900))
+    assert len(log.segments) == 1
+    append(log, batch(1, ts=1_001_500))
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    await storage.close()
+
+
+async def test_roll_when_the_index_is_full(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path, log_index_size_max_bytes=4096, log_index_interval_bytes=0)
+    log = log_of(storage)
+    for _ in range(600):
+        append(log, batch(1))
+    first = log.segments[0]
+    assert len(log.segments) == 2 and first.offset_index.entries <= 512
+    assert first.size < storage.config["log.segment.bytes"]
+    await storage.close()
+
+
+async def test_offsets_beyond_int32_of_the_base_roll(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = log_of(storage)
+    append(log, batch(1))
+    far = batch(1, base_offset=2**31 + 10)
+    log.append_as_follower(bytes(far), records.validate_batches(far))
+    assert [s.base_offset for s in log.segments] == [0, 2**31 + 10]
+    assert log.log_end_offset == 2**31 + 11
+    await storage.close()
+
+
+async def test_file_range_is_sendfile_ready(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = log_of(storage)
+    for _ in range(5):
+        append(log, batch(4, value_size=100))
+    fetched = log.read(8, 1 << 20)
+    span = fetched.file_range()
+    assert span is not None and span.length == fetched.size
+    a, b = socket.socketpair()
+    try:
+        sent = os.sendfile(a.fileno(), span.fd, span.position, span.length)
+        assert sent == span.length
+        got = b""
+        while len(got) < sent:
+            got += b.recv(65536)
+        assert got == fetched.to_bytes()
+        assert [x.base_offset for x in records.iter_batches(got)] == [8, 12, 16]
+    finally:
+        a.close()
+        b.close()
+        fetched.release()
+    await storage.close()
+
+
+async def test_log_append_time_is_reported(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = log_of(storage)
+    data = batch(2)
+    records.set_log_append_time(data, 0, 1_234_567)
+    info = log.log_end_offset, log.append_as_leader(data, records.validate_batches(data), 0)
+    assert info[1].log_append_time == 1_234_567
+    await storage.close()
+
+
+async def test_checkpoint_files_use_kafkas_text_format(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = log_of(storage)
+    append(log, batch(3), epoch=4)
+    log.delete_records_before(1)
+    storage.write_checkpoint("replication-offset-checkpoint", {TP: 3})
+    await storage.close()
+    assert (tmp_path / "recovery-point-offset-checkpoint").read_text() == "0\n1\nevents 0 3\n"
+    assert (tmp_path / "log-start-offset-checkpoint").read_text() == "0\n1\nevents 0 1\n"
+    assert (tmp_path / "replication-offset-checkpoint").read_text() == "0\n1\nevents 0 3\n"
+    assert (tmp_path / "events-0" / "leader-epoch-checkpoint").read_text() == "0\n1\n4 1\n"
+    assert (tmp_path / ".kafka_cleanshutdown").exists()
+    storage = await open_storage(tmp_path)
+    assert not (tmp_path / ".kafka_cleanshutdown").exists()
+    with pytest.raises(ValueError):
+        storage.write_checkpoint("recovery-point-offset-checkpoint", {})
+    with pytest.raises(ValueError):
+        storage.write_checkpoint("../escape", {})
+    await storage.close()
+
+
+async def test_a_second_storage_cannot_take_the_same_dir(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    with pytest.raises(KafkaStorageError, match="in use"):
+        await open_storage(tmp_path)
+    await storage.close()
+
+
+def _count_recoveries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    recovered: list[int] = []
+    original = segment_module.LogSegment.recover
+
+    def spy(self: segment_module.LogSegment) -> tuple[int, str | None]:
+        recovered.append(self.base_offset)
+        return original(self)
+
+    monkeypatch.setattr(segment_module.LogSegment, "recover", spy)
+    return recovered
+
+
+async def test_recovery_scans_only_past_the_recovery_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = await open_storage(tmp_path, log_segment_bytes=400)
+    log = log_of(storage)
+    for _ in range(40):
+        append(log, batch(2))
+    await log.flush()
+    await storage.write_own_checkpoints()
+    flushed = log.log_end_offset
+    for _ in range(6):
+        append(log, batch(2))
+    expected = read_batches(log)
+    segments = len(log.segments)
+    storage.abandon()  # as kill -9 would leave it
+    recovered = _count_recoveries(monkeypatch)
+    storage = await open_storage(tmp_path, log_segment_bytes=400)
+    log = storage.get_log(TP)
+    assert log is not None
+    assert [b.header for b in read_batches(log)] == [b.header for b in expected]
+    assert recovered and min(recovered) <= flushed and len(recovered) < segments / 2
+    assert recovered == sorted(recovered) and recovered[-1] == log.segments[-1].base_offset
+    await storage.close()
+    recovered.clear()
+    storage = await open_storage(tmp_path, log_segment_bytes=400)
+    assert recovered == []  # clean shutdown: nothing to verify
+    await storage.close()
+
+
+async def test_missing_and_corrupt_indexes_are_rebuilt(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path, log_segment_bytes=600, log_index_interval_bytes=0)
+    log = log_of(storage)
+    for i in range(30):
+        append(log, batch(2, ts=1000 + i))
+    expected = read_batches(log)
+    await storage.close()
+    part = tmp_path / "events-0"
+    indexes = sorted(part.glob("*.index"))
+    indexes[0].unlink()
+    indexes[1].write_bytes(b"\x01\x02\x03")  # not a multiple of 8
+    # plausible entries (monotonic, in range) that point into the middle of batches
+    indexes[2].write_bytes(struct.pack(">iiii", 1, 5, 3, 9))
+    storage = await open_storage(tmp_path, log_segment_bytes=600, log_index_interval_bytes=0)
+    log = storage.get_log(TP)
+    assert log is not None
+    assert [b.header for b in read_batches(log)] == [b.header for b in expected]
+    for offset in range(log.log_end_offset):
+        fetched = log.read(offset, 1)
+        (found,) = records.iter_batches(fetched.to_bytes())
+        assert found.header.base_offset <= offset <= found.header.last_offset
+        fetched.release()
+    assert log.offset_for_timestamp(1010) == (19, 1010)  # batch 9 holds 1009 and 1010
+    await storage.close()
+
+
+async def test_flush_policy(tmp_path: Path) -> None:
+    now = [10_000_000]
+    storage = await open_storage(tmp_path / "a", time_ms=lambda: now[0], log_flush_interval_messages=1)
+    log = log_of(storage)
+    for _ in range(3):
+        append(log, batch(2))
+        assert log.recovery_point == log.log_end_offset  # fsynced in the append
+    await storage.close()
+
+    storage = await open_storage(tmp_path / "b", time_ms=lambda: now[0], log_flush_interval_ms=1000)
+    log = log_of(storage)
+    append(log, batch(2))
+    now[0] += 500
+    await storage.flush_tick()
+    assert log.recovery_point == 0
+    now[0] += 600
+    await storage.flush_tick()
+    assert log.recovery_point == 2
+    await storage.close()
+
+    storage = await open_storage(tmp_path / "c", time_ms=lambda: now[0], log_segment_bytes=300)
+    log = log_of(storage)
+    while len(log.segments) < 3:
+        append(log, batch(2))
+    assert log.recovery_point == 0  # default policy: the page cache, until a roll's fsync
+    await storage.flush_tick()
+    assert log.recovery_point == log.segments[-1].base_offset
+    await storage.close()
+
+
+async def test_open_files_and_maps_stay_within_budget(tmp_path: Path) -> None:
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def mapped_indexes() -> int:
+        with open("/proc/self/maps") as f:
+            return sum(1 for line in f if line.rstrip().endswith((".index", ".timeindex")) and str(tmp_path) in line)
+
+    storage = SegmentLogStorage(config(tmp_path, log_segment_bytes=300), max_open_files=8, max_mapped_indexes=8)
+    await storage.open()
+    before = open_fds()
+    tps = [TopicPartition("many", p) for p in range(60)]
+    for tp in tps:
+        log = log_of(storage, tp)
+        while len(log.segments) < 3:
+            append(log, batch(2))
+    for tp in tps:
+        log = storage.get_log(tp)
+        assert log is not None and len(read_batches(log)) == log.log_end_offset // 2
+    # an mmap holds a descriptor of its own (Python dups it): the fd budget is files + maps
+    assert open_fds() - before <= 8 + 8
+    assert mapped_indexes() <= 8
+    await storage.close()
+    storage = SegmentLogStorage(config(tmp_path, log_segment_bytes=300), max_open_files=8, max_mapped_indexes=8)
+    await storage.open()
+    assert open_fds() - before <= 8 + 8 and mapped_indexes() <= 8
+    await storage.close()
+
+
+async def test_a_fetch_pins_its_file(tmp_path: Path) -> None:
+    storage = SegmentLogStorage(config(tmp_path), max_open_files=2, max_mapped_indexes=2)
+    await storage.open()
+    for p in range(6):
+        append(log_of(storage, TopicPartition("pin", p)), batch(3, value_size=50))
+    log0 = storage.get_log(TopicPartition("pin", 0))
+    assert log0 is not None
+    held = log0.read(0, 1 << 20)
+    span = held.file_range()
+    assert span is not None
+    expected = held.to_bytes()
+    for p in range(1, 6):  # evicts everything it can
+        other = storage.get_log(TopicPartition("pin", p))
+        assert other is not None
+        other.read(0, 100).release()
+    await storage.delete_log(TopicPartition("pin", 0))
+    assert not (tmp_path / "pin-0").exists()
+    assert os.pread(span.fd, span.length, span.position) == expected  # still the old inode
+    file = log0.segments[0].log
+    assert file.is_open
+    held.release()
+    assert not file.is_open
+    await storage.close()
+
+
+async def test_delete_log_removes_the_directory(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    append(log_of(storage), batch(2))
+    await storage.delete_log(TP)
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
+    await storage.close()
