@@ -1,0 +1,376 @@
+"""Handlers for consumer groups: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups.
+
+They translate wire requests into calls on the broker's
+:class:`odradek.broker.group.GroupCoordinator` (``broker.group_coordinator``) and its results back,
+applying the few per-version rules Kafka's ``KafkaApis`` applies: JoinGroup v0 has no rebalance
+timeout (the session timeout serves), v4+ gets the MEMBER_ID_REQUIRED round trip, LeaveGroup
+v0-v2 leaves one member, OffsetCommit v2-v4 carries a retention time, OffsetFetch v1 has no
+top-level error and v2+ reads "all partitions" from a null topic list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from odradek.broker.group import GroupCoordinator, OffsetAndMetadata, PartitionOffset
+from odradek.errors import ErrorCode
+from odradek.interfaces import TopicPartition
+from odradek.protocol import ApiKey, ms, timedelta_ms
+
+from . import Handler, RequestContext
+from ._kio import kerr, make, response_class
+
+NO_THROTTLE = timedelta_ms(0)
+#: DescribeGroups authorized_operations when the client did not ask for them
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+#: READ, DELETE and DESCRIBE (AclOperation codes 3, 6, 8): what a group allows without an authorizer
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+COORDINATOR_KEY_GROUP = 0
+COORDINATOR_KEY_TRANSACTION = 1
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
+    return getattr(ctx.broker, "group_coordinator", None)
+
+
+def _client_host(peer: str) -> str:
+    """Kafka's ``clientAddress.toString``: ``/127.0.0.1`` (no port)."""
+    host = peer.rsplit(":", 1)[0] if peer.count(":") == 1 or peer.startswith("[") else peer
+    host = host.strip("[]")
+    return host if host.startswith("/") else f"/{host}"
+
+
+# -- FindCoordinator ------------------------------------------------------------------------------
+
+
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    """The group's coordinator (or, with key type 1, the transaction coordinator when the broker
+    runs one)."""
+    key_type = int(getattr(request, "key_type", COORDINATOR_KEY_GROUP))
+    cls = response_class(ApiKey.FIND_COORDINATOR, ctx.api_version)
+    if key_type == COORDINATOR_KEY_GROUP:
+        coordinator = _coordinator(ctx)
+        result = await coordinator.find_coordinator(request.key, ctx.listener.name) if coordinator else None
+    elif key_type == COORDINATOR_KEY_TRANSACTION:
+        txn = getattr(ctx.broker, "transaction_coordinator", None)
+        result = await txn.find_coordinator(request.key, ctx.listener.name) if txn else None
+    else:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(ErrorCode.INVALID_REQUEST),
+                    error_message=f"unknown coordinator key type {key_type}", node_id=-1, host="", port=-1)  # fmt: skip
+    if result is None:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    error_message="no coordinator runs on this broker", node_id=-1, host="", port=-1)  # fmt: skip
+    return make(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=kerr(result.error),
+        error_message=result.error_message,
+        node_id=result.node_id,
+        host=result.host,
+        port=result.port,
+    )
+
+
+# -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------------
+
+
+async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_class(ApiKey.JOIN_GROUP, version)
+    member_cls = response_class(ApiKey.JOIN_GROUP, version, "JoinGroupResponseMember")
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    generation_id=-1, protocol_name="", leader="", member_id=request.member_id, members=())  # fmt: skip
+    session_ms = ms(request.session_timeout)
+    rebalance_ms = ms(request.rebalance_timeout) if hasattr(request, "rebalance_timeout") else session_ms
+    result = await coordinator.join_group(
+        request.group_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        version >= 4,
+        ctx.header.client_id or "",
+        _client_host(ctx.peer),
+        rebalance_ms,
+        session_ms,
+        request.protocol_type,
+        [(p.name, bytes(p.metadata)) for p in request.protocols],
+    )
+    members = tuple(
+        make(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id, metadata=m.metadata)
+        for m in result.members
+    )
+    return make(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=kerr(result.error),
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name or "",
+        leader=result.leader_id,
+        member_id=result.member_id,
+        members=members,
+    )
+
+
+async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    cls = response_class(ApiKey.SYNC_GROUP, ctx.api_version)
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return make(
+            cls, throttle_time=NO_THROTTLE, error_code=kerr(ErrorCode.COORDINATOR_NOT_AVAILABLE), assignment=b""
+        )
+    result = await coordinator.sync_group(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        getattr(request, "protocol_type", None),
+        getattr(request, "protocol_name", None),
+        {a.member_id: bytes(a.assignment) for a in request.assignments},
+    )
+    return make(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=kerr(result.error),
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )
+
+
+async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    cls = response_class(ApiKey.HEARTBEAT, ctx.api_version)
+    coordinator = _coordinator(ctx)
+    error = (
+        coordinator.heartbeat(
+            request.group_id, request.member_id, getattr(request, "group_instance_id", None), request.generation_id
+        )
+        if coordinator is not None
+        else ErrorCode.COORDINATOR_NOT_AVAILABLE
+    )
+    return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(error))
+
+
+async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_class(ApiKey.LEAVE_GROUP, version)
+    if version >= 3:
+        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        leaving = [(request.member_id, None)]
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        error, per_member = ErrorCode.COORDINATOR_NOT_AVAILABLE, [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(leaving)
+    else:
+        error, per_member = coordinator.leave_group(request.group_id, leaving)
+    if version < 3:
+        # one member: its error is the request's error
+        top = error if error != ErrorCode.NONE else per_member[0]
+        return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(top))
+    member_cls = response_class(ApiKey.LEAVE_GROUP, version, "MemberResponse")
+    members = tuple(
+        make(member_cls, member_id=member_id, group_instance_id=instance, error_code=kerr(member_error))
+        for (member_id, instance), member_error in zip(leaving, per_member, strict=True)
+    )
+    return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(error), members=members)
+
+
+# -- OffsetCommit / OffsetFetch ---------------------------------------------------------------------
+
+
+async def _partition_counts(ctx: RequestContext, topics: Sequence[str]) -> dict[str, int]:
+    """Partition counts of the existing topics among ``topics`` (commits to others are refused)."""
+    if not topics:
+        return {}
+    md = await ctx.broker.metadata(list(topics), False, listener_name=ctx.listener.name)
+    return {t.name: len(t.partitions) for t in md.topics if t.error == ErrorCode.NONE}
+
+
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_class(ApiKey.OFFSET_COMMIT, version)
+    topic_cls = response_class(ApiKey.OFFSET_COMMIT, version, "OffsetCommitResponseTopic")
+    partition_cls = response_class(ApiKey.OFFSET_COMMIT, version, "OffsetCommitResponsePartition")
+    coordinator = _coordinator(ctx)
+    counts = await _partition_counts(ctx, [t.name for t in request.topics])
+    retention = getattr(request, "retention_time", None)
+    retention_ms = ms(retention) if retention is not None else -1
+    now = coordinator.now_ms() if coordinator is not None else 0
+    expire = now + retention_ms if retention_ms >= 0 else None
+    errors: dict[TopicPartition, ErrorCode] = {}
+    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = TopicPartition(topic.name, p.partition_index)
+            if p.partition_index >= counts.get(topic.name, 0) or p.partition_index < 0:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            epoch = getattr(p, "committed_leader_epoch", -1)
+            offsets[tp] = OffsetAndMetadata(p.committed_offset, epoch, p.committed_metadata or "", now, expire)
+    if offsets:
+        if coordinator is None:
+            errors.update(dict.fromkeys(offsets, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        else:
+            errors.update(
+                await coordinator.commit_offsets(
+                    request.group_id,
+                    request.member_id,
+                    getattr(request, "group_instance_id", None),
+                    request.generation_id_or_member_epoch,
+                    offsets,
+                )
+            )
+    topics = tuple(
+        make(
+            topic_cls,
+            name=topic.name,
+            partitions=tuple(
+                make(
+                    partition_cls,
+                    partition_index=p.partition_index,
+                    error_code=kerr(errors[TopicPartition(topic.name, p.partition_index)]),
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return make(cls, throttle_time=NO_THROTTLE, topics=topics)
+
+
+async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_class(ApiKey.OFFSET_FETCH, version)
+    topic_cls = response_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponseTopic")
+    partition_cls = response_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponsePartition")
+    requested: list[TopicPartition] | None
+    if request.topics is None:
+        requested = None
+    else:
+        requested = [TopicPartition(t.name, int(p)) for t in request.topics for p in t.partition_indexes]
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        offsets = {tp: PartitionOffset(error=error) for tp in requested or ()}
+    else:
+        error, offsets = coordinator.fetch_offsets(
+            request.group_id, requested, bool(getattr(request, "require_stable", False))
+        )
+    if version >= 2 and error != ErrorCode.NONE:
+        offsets = {}  # v2+: a group-level error is the top-level error, with no partitions
+    by_topic: dict[str, list[Any]] = {}
+    for tp, value in offsets.items():
+        by_topic.setdefault(tp.topic, []).append(
+            make(
+                partition_cls,
+                partition_index=tp.partition,
+                committed_offset=value.offset,
+                committed_leader_epoch=value.leader_epoch,
+                metadata=value.metadata,
+                error_code=kerr(value.error),
+            )
+        )
+    topics = tuple(make(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+    return make(cls, throttle_time=NO_THROTTLE, topics=topics, error_code=kerr(error))
+
+
+# -- DescribeGroups / ListGroups / DeleteGroups -------------------------------------------------------
+
+
+async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_class(ApiKey.DESCRIBE_GROUPS, version)
+    group_cls = response_class(ApiKey.DESCRIBE_GROUPS, version, "DescribedGroup")
+    member_cls = response_class(ApiKey.DESCRIBE_GROUPS, version, "DescribedGroupMember")
+    coordinator = _coordinator(ctx)
+    include_ops = bool(getattr(request, "include_authorized_operations", False))
+    groups = []
+    for group_id in request.groups:
+        if coordinator is None:
+            groups.append(
+                make(
+                    group_cls,
+                    error_code=kerr(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                    authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                )
+            )
+            continue
+        described = coordinator.describe_group(group_id)
+        members = tuple(
+            make(
+                member_cls,
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata,
+                member_assignment=m.assignment,
+            )
+            for m in described.members
+        )
+        groups.append(
+            make(
+                group_cls,
+                error_code=kerr(described.error),
+                group_id=group_id,
+                group_state=described.state if described.error == ErrorCode.NONE else "",
+                protocol_type=described.protocol_type,
+                protocol_data=described.protocol,
+                members=members,
+                authorized_operations=GROUP_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED,
+            )
+        )
+    return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_class(ApiKey.LIST_GROUPS, version)
+    listed_cls = response_class(ApiKey.LIST_GROUPS, version, "ListedGroup")
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(ErrorCode.COORDINATOR_NOT_AVAILABLE), groups=())
+    error, listed = coordinator.list_groups(tuple(getattr(request, "states_filter", ()) or ()))
+    groups = tuple(
+        make(listed_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state) for g in listed
+    )
+    return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(error), groups=groups)
+
+
+async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_class(ApiKey.DELETE_GROUPS, version)
+    result_cls = response_class(ApiKey.DELETE_GROUPS, version, "DeletableGroupResult")
+    coordinator = _coordinator(ctx)
+    names = list(request.groups_names)
+    if coordinator is None:
+        outcome = dict.fromkeys(names, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    else:
+        outcome = await coordinator.delete_groups(names)
+    results = tuple(make(result_cls, group_id=name, error_code=kerr(outcome[name])) for name in names)
+    return make(cls, throttle_time=NO_THROTTLE, results=results)
+
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.FIND_COORDINATOR: Handler(ApiKey.FIND_COORDINATOR, handle_find_coordinator, ordered=False),
+    # membership and commits change group state: in arrival order on a connection
+    ApiKey.JOIN_GROUP: Handler(ApiKey.JOIN_GROUP, handle_join_group, ordered=True),
+    ApiKey.SYNC_GROUP: Handler(ApiKey.SYNC_GROUP, handle_sync_group, ordered=True),
+    ApiKey.HEARTBEAT: Handler(ApiKey.HEARTBEAT, handle_heartbeat, ordered=True),
+    ApiKey.LEAVE_GROUP: Handler(ApiKey.LEAVE_GROUP, handle_leave_group, ordered=True),
+    ApiKey.OFFSET_COMMIT: Handler(ApiKey.OFFSET_COMMIT, handle_offset_commit, ordered=True),
+    ApiKey.OFFSET_FETCH: Handler(ApiKey.OFFSET_FETCH, handle_offset_fetch, ordered=False),
+    ApiKey.DESCRIBE_GROUPS: Handler(ApiKey.DESCRIBE_GROUPS, handle_describe_groups, ordered=False),
+    ApiKey.LIST_GROUPS: Handler(ApiKey.LIST_GROUPS, handle_list_groups, ordered=False),
+    ApiKey.DELETE_GROUPS: Handler(ApiKey.DELETE_GROUPS, handle_delete_groups, ordered=True),
+}
+
+__all__ = ["HANDLERS"]
