@@ -9,13 +9,13 @@ import struct
 from pathlib import Path
 
 import pytest
+from storage_helpers import TP, append, batch, config, log_of, open_storage, read_batches
 
 from odradek import records
 from odradek.errors import KafkaStorageError
 from odradek.interfaces import TopicPartition
 from odradek.plugins.storage_segment import segment as segment_module
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
-from storage_helpers import TP, append, batch, config, log_of, open_storage, read_batches
 
 
 def _entries(path: Path, fmt: str) -> list[tuple[int, ...]]:
