@@ -27,7 +27,7 @@ import functools
 import logging
 import math
 import warnings
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -365,7 +365,7 @@ class EtcdMetadataStore:
             return value
 
     # -- watches ---------------------------------------------------------------------------------
-    async def _watch_range(self, start: bytes, end: bytes | None, after_revision: int) -> AsyncIterator[Any]:
+    async def _watch_range(self, start: bytes, end: bytes | None, after_revision: int) -> AsyncGenerator[Any, None]:
         """Raw etcd events after ``after_revision``, re-creating the stream from the last delivered
         revision + 1 whenever it breaks (so nothing is lost or repeated)."""
         next_revision = after_revision + 1
@@ -435,11 +435,7 @@ class EtcdMetadataStore:
             leader, epoch, revision = await self._election(name)
             current = int(epoch.value) if epoch is not None else 0
             if leader is not None:
-                if (
-                    leader.lease == self._lease_id
-                    and epoch is not None
-                    and leader.create_revision == epoch.mod_revision
-                ):
+                if leader.lease == self._lease_id and epoch is not None and leader.mod_revision == epoch.mod_revision:
                     return Leadership(name, current, Check(epoch_key, int(epoch.mod_revision)))
                 # wait for the leader key to change (a re-check every second covers broken streams)
                 with trio.move_on_after(1.0):

@@ -16,7 +16,7 @@ the stream from its last revision + 1 (store.py), which keeps the event sequence
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 import grpc
@@ -89,7 +89,7 @@ class WatchStream:
         if call is not None:
             call.cancel()
 
-    async def responses(self) -> AsyncIterator[Any]:
+    async def responses(self) -> AsyncGenerator[Any, None]:
         """Responses carrying events, in order; raises at the stream's end (see module doc)."""
         send, receive = trio.open_memory_channel[Any](0)
         threading.Thread(target=self._pump, args=(send,), name="odradek-etcd-watch", daemon=True).start()

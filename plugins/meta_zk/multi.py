@@ -26,7 +26,7 @@ import posixpath
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (
     BadVersionError,
     NodeExistsError,
@@ -162,7 +162,7 @@ def _build(
     ops: Sequence[Put | Delete],
     op_paths: Sequence[str],
     nodes: dict[str, Node | None],
-) -> object:
+) -> TransactionRequest:
     tx = client.transaction()
     for check, path in zip(checks, check_paths, strict=True):
         node = nodes[path]

@@ -404,7 +404,7 @@ class ZooKeeperMetadataStore:
                         if held is not None:
                             return held  # this session already leads
                     # wait for the leader's znode to change or go (the watch is set by this read)
-                    if await self._run(client.exists, leader_path, watch=wakeup.wake_threadsafe) is not None:
+                    if await self._read(client.exists, leader_path, watch=wakeup.wake_threadsafe) is not None:
                         await wakeup.wait()
                     continue
                 epoch_expect: Expect = epoch_node.stat.version if epoch_node is not None else ABSENT
@@ -430,7 +430,7 @@ class ZooKeeperMetadataStore:
         leader, epoch = nodes[leader_path], nodes[epoch_path]
         if leader is None or epoch is None or epoch.data is None:
             return None
-        if leader.stat.ephemeralOwner != self._session_id() or leader.stat.czxid != epoch.stat.mzxid:
+        if leader.stat.ephemeralOwner != self._session_id() or leader.stat.mzxid != epoch.stat.mzxid:
             return None
         return Leadership(name, int(epoch.data), Check(epoch_key, epoch.stat.version))
 
@@ -443,8 +443,8 @@ class ZooKeeperMetadataStore:
             pass
 
     async def leader(self, name: str) -> tuple[bytes, int] | None:
-        """The leader's value and epoch, read together (both were written by one multi: the
-        leader znode's czxid equals the epoch counter's mzxid)."""
+        """The leader's value and epoch, read together (both were written by one multi, so the
+        leader znode's mzxid equals the epoch counter's; a mismatch means a read across an election)."""
         leader_key, epoch_key = self._election_keys(name)
         leader_path, epoch_path = self._path(leader_key), self._path(epoch_key)
         for _ in range(50):
@@ -454,6 +454,6 @@ class ZooKeeperMetadataStore:
                 return None
             if epoch is None or epoch.data is None:
                 continue
-            if leader.stat.czxid == epoch.stat.mzxid:
+            if leader.stat.mzxid == epoch.stat.mzxid:
                 return leader.data, int(epoch.data)
         raise MetadataUnavailable(f"election {name!r} keeps changing while being read")
