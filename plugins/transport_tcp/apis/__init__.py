@@ -1,0 +1,147 @@
+"""KafkaApis: request handlers by API key, one module per area, merged by the dispatcher.
+
+Each module in :data:`HANDLER_MODULES` exports ``HANDLERS: Mapping[int, Handler]``. A handler
+translates a decoded request (kio dataclass, or ``ProduceRequestData``) into calls on the broker
+core (:class:`odradek.broker.api.Broker`) and the core's results back into a response object;
+it never touches a socket. The dispatcher decodes, calls the handler and encodes, so the
+connection only moves bytes. Adding an area (consumer groups) is one module and one line here.
+
+ApiVersions advertises exactly the APIs that have a handler (see
+:func:`odradek.protocol.advertised_versions`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from odradek.config import Config
+from odradek.errors import InvalidRequest, UnsupportedVersion
+from odradek.interfaces import Endpoint
+from odradek.protocol import (
+    ApiKey,
+    FetchEnvelope,
+    FetchResponseData,
+    RequestHeader,
+    VersionRange,
+    advertised_versions,
+    api_name,
+    api_versions_fallback,
+    build_fetch_envelope,
+    decode_request,
+    encode_response,
+    is_supported,
+)
+
+#: Handler modules, merged in this order (a key defined twice is an error).
+HANDLER_MODULES: tuple[str, ...] = (
+    "odradek.plugins.transport_tcp.apis.core",
+    "odradek.plugins.transport_tcp.apis.admin",
+    "odradek.plugins.transport_tcp.apis.groups",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    header: RequestHeader
+    broker: Any  # odradek.broker.api.Broker
+    config: Config
+    listener: Endpoint
+    peer: str
+    advertised: Mapping[int, VersionRange]
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+
+HandlerFn = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    """A request handler; its coroutine returns a response object, or None for no response.
+
+    ``ordered`` handlers run one after another in arrival order on a connection (they change
+    state: Produce must append pipelined batches in sequence order); the others run
+    concurrently once every earlier ordered request of the connection has finished, so a
+    pipelined Metadata or Fetch never sees the state from before an earlier Produce.
+    """
+
+    api_key: int
+    handle: HandlerFn
+    ordered: bool = True
+
+
+#: What the dispatcher returns for a request: a frame, a Fetch envelope, or nothing (acks=0).
+Outcome = bytes | FetchEnvelope | None
+
+
+def load_handlers(modules: tuple[str, ...] = HANDLER_MODULES) -> dict[int, Handler]:
+    """Merge the ``HANDLERS`` of every module, refusing an api key handled twice."""
+    merged: dict[int, Handler] = {}
+    owner: dict[int, str] = {}
+    for name in modules:
+        module = importlib.import_module(name)
+        for key, handler in module.HANDLERS.items():
+            if key in merged:
+                raise ValueError(f"api {api_name(key)} is handled by both {owner[key]} and {name}")
+            merged[key] = handler
+            owner[key] = name
+    return merged
+
+
+class Dispatcher:
+    """Decode -> handle -> encode for one listener of one broker."""
+
+    def __init__(
+        self,
+        broker: Any,
+        config: Config,
+        listener: Endpoint,
+        handlers: Mapping[int, Handler] | None = None,
+    ) -> None:
+        self.broker = broker
+        self.config = config
+        self.listener = listener
+        self.handlers = dict(load_handlers() if handlers is None else handlers)
+        self.advertised = advertised_versions(self.handlers)
+
+    def handler_for(self, header: RequestHeader) -> Handler | None:
+        """The handler for a request; None for ApiVersions fallbacks, which need no handler."""
+        return self.handlers.get(header.api_key)
+
+    def check(self, header: RequestHeader) -> None:
+        """Raise for requests the broker will not answer (the connection is then closed).
+
+        Kafka closes the connection on an unknown API key or an unsupported version of any API
+        but ApiVersions, which gets the v0 fallback instead.
+        """
+        if header.api_key == ApiKey.API_VERSIONS:
+            return
+        if header.api_key not in self.handlers:
+            raise InvalidRequest(f"unsupported api key {header.api_key}")
+        if not is_supported(header.api_key, header.api_version):
+            raise UnsupportedVersion(f"{api_name(header.api_key)} v{header.api_version} is not supported")
+
+    async def process(self, header: RequestHeader, frame: bytearray, peer: str) -> Outcome:
+        """The wire response to one request. Raises on requests that must close the connection."""
+        key, version = header.api_key, header.api_version
+        if key == ApiKey.API_VERSIONS and not is_supported(key, version):
+            return api_versions_fallback(header.correlation_id, self.advertised)
+        self.check(header)
+        request = decode_request(key, version, frame, header.body_offset)
+        ctx = RequestContext(header, self.broker, self.config, self.listener, peer, self.advertised)
+        response = await self.handlers[key].handle(ctx, request)
+        if response is None:
+            return None
+        if isinstance(response, FetchResponseData):
+            return build_fetch_envelope(version, header.correlation_id, response)
+        return encode_response(key, version, header.correlation_id, response)
+
+
+__all__ = ["HANDLER_MODULES", "Dispatcher", "Handler", "HandlerFn", "Outcome", "RequestContext", "load_handlers"]

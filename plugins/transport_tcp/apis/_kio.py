@@ -1,0 +1,55 @@
+"""Small helpers to build kio responses in a version-independent way.
+
+kio has one module per API version, whose classes share names across versions but differ in
+fields. Handlers build responses with :func:`make`, passing every field any version has; the
+fields a version lacks are dropped, so one handler serves every version.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import fields
+from functools import cache
+from typing import Any
+
+from odradek.errors import ErrorCode, KafkaError
+from odradek.protocol import kio_error, response_type
+
+
+@cache
+def _field_names(cls: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def make(cls: type[Any], **values: Any) -> Any:
+    """``cls(**values)`` keeping only the fields ``cls`` has."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def has_field(cls: type[Any], name: str) -> bool:
+    return name in _field_names(cls)
+
+
+def response_class(api_key: int, api_version: int, name: str | None = None) -> type[Any]:
+    """The response class of api/version, or the nested class ``name`` from its module."""
+    cls = response_type(api_key, api_version)
+    if name is None:
+        return cls
+    nested: type[Any] = getattr(sys.modules[cls.__module__], name)
+    return nested
+
+
+def error_of(exc: BaseException) -> ErrorCode:
+    """The Kafka error code for an exception raised by the core (unknown ones: UNKNOWN_SERVER_ERROR)."""
+    if isinstance(exc, KafkaError):
+        return exc.code
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def kerr(code: int) -> Any:
+    """kio's ErrorCode for a Kafka code (what kio's error_code fields hold)."""
+    return kio_error(int(code))
+
+
+__all__ = ["error_of", "has_field", "kerr", "make", "response_class"]

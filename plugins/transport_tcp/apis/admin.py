@@ -1,0 +1,300 @@
+"""Handlers for topic administration: CreateTopics, DeleteTopics, CreatePartitions,
+DescribeConfigs, IncrementalAlterConfigs, DeleteRecords.
+
+All of them are ``ordered``: they change (or must observe) cluster state in the order a client
+sent them. Per-topic and per-resource failures come back from the core as error codes; a
+resource type the core does not know is refused here with INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from odradek.broker.api import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
+    ConfigResource,
+    ConfigResourceType,
+    CreatableTopic,
+    CreatePartitionsTopic,
+)
+from odradek.errors import ErrorCode, KafkaError
+from odradek.interfaces import TopicPartition
+from odradek.protocol import ApiKey, ms, timedelta_ms
+
+from . import Handler, RequestContext
+from ._kio import kerr, make, response_class
+
+NO_THROTTLE = timedelta_ms(0)
+
+
+# -- CreateTopics -----------------------------------------------------------------------------
+
+
+async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    topics = [
+        CreatableTopic(
+            name=t.name,
+            num_partitions=t.num_partitions,
+            replication_factor=t.replication_factor,
+            assignments={a.partition_index: tuple(a.broker_ids) for a in t.assignments},
+            configs={c.name: c.value for c in t.configs},
+        )
+        for t in request.topics
+    ]
+    results = await ctx.broker.create_topics(topics, ms(request.timeout), bool(request.validate_only))
+    result_cls = response_class(ApiKey.CREATE_TOPICS, version, "CreatableTopicResult")
+    config_cls = response_class(ApiKey.CREATE_TOPICS, version, "CreatableTopicConfigs") if version >= 5 else None
+    rows = []
+    for t in topics:
+        r = results.get(t.name)
+        if r is None:
+            rows.append(make(result_cls, name=t.name, topic_id=None, error_code=kerr(-1), error_message=None))
+            continue
+        configs = None
+        if config_cls is not None and r.error == ErrorCode.NONE:
+            configs = tuple(
+                make(
+                    config_cls,
+                    name=c.name,
+                    value=c.value,
+                    read_only=c.read_only,
+                    config_source=int(c.source),
+                    is_sensitive=c.is_sensitive,
+                )
+                for c in r.configs
+            )
+        rows.append(
+            make(
+                result_cls,
+                name=t.name,
+                topic_id=None,
+                error_code=kerr(r.error),
+                error_message=r.error_message,
+                num_partitions=r.num_partitions,
+                replication_factor=r.replication_factor,
+                configs=configs,
+            )
+        )
+    return make(response_class(ApiKey.CREATE_TOPICS, version), throttle_time=NO_THROTTLE, topics=tuple(rows))
+
+
+# -- DeleteTopics -----------------------------------------------------------------------------
+
+
+async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    names = list(request.topic_names)
+    results = await ctx.broker.delete_topics(names, ms(request.timeout))
+    result_cls = response_class(ApiKey.DELETE_TOPICS, version, "DeletableTopicResult")
+    rows = []
+    for name in names:
+        r = results.get(name)
+        rows.append(
+            make(
+                result_cls,
+                name=name,
+                error_code=kerr(r.error if r is not None else -1),
+                error_message=r.error_message if r is not None else None,
+            )
+        )
+    return make(response_class(ApiKey.DELETE_TOPICS, version), throttle_time=NO_THROTTLE, responses=tuple(rows))
+
+
+# -- CreatePartitions -------------------------------------------------------------------------
+
+
+async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    topics = [
+        CreatePartitionsTopic(
+            name=t.name,
+            count=t.count,
+            assignments=None if t.assignments is None else [tuple(a.broker_ids) for a in t.assignments],
+        )
+        for t in request.topics
+    ]
+    results = await ctx.broker.create_partitions(topics, ms(request.timeout), bool(request.validate_only))
+    result_cls = response_class(ApiKey.CREATE_PARTITIONS, version, "CreatePartitionsTopicResult")
+    rows = []
+    for t in topics:
+        r = results.get(t.name)
+        rows.append(
+            make(
+                result_cls,
+                name=t.name,
+                error_code=kerr(r.error if r is not None else -1),
+                error_message=r.error_message if r is not None else None,
+            )
+        )
+    return make(response_class(ApiKey.CREATE_PARTITIONS, version), throttle_time=NO_THROTTLE, results=tuple(rows))
+
+
+# -- DescribeConfigs --------------------------------------------------------------------------
+
+
+def _resource_type(value: int) -> ConfigResourceType | None:
+    try:
+        return ConfigResourceType(value)
+    except ValueError:
+        return None
+
+
+async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    result_cls = response_class(ApiKey.DESCRIBE_CONFIGS, version, "DescribeConfigsResult")
+    entry_cls = response_class(ApiKey.DESCRIBE_CONFIGS, version, "DescribeConfigsResourceResult")
+    synonym_cls = response_class(ApiKey.DESCRIBE_CONFIGS, version, "DescribeConfigsSynonym")
+    known: list[ConfigResource] = []
+    for res in request.resources:
+        rtype = _resource_type(res.resource_type)
+        if rtype is not None:
+            keys = None if res.configuration_keys is None else list(res.configuration_keys)
+            known.append(ConfigResource(rtype, res.resource_name, keys))
+    described = await ctx.broker.describe_configs(
+        known,
+        include_synonyms=bool(getattr(request, "include_synonyms", False)),
+        include_documentation=bool(getattr(request, "include_documentation", False)),
+    )
+    by_resource = {(int(r.resource_type), r.resource_name): r for r in described}
+    rows = []
+    for res in request.resources:
+        r = by_resource.get((res.resource_type, res.resource_name))
+        if r is None:
+            code = (
+                ErrorCode.INVALID_REQUEST
+                if _resource_type(res.resource_type) is None
+                else ErrorCode.UNKNOWN_SERVER_ERROR
+            )
+            rows.append(
+                make(
+                    result_cls,
+                    error_code=kerr(code),
+                    error_message=f"unsupported resource type {res.resource_type}",
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                    configs=(),
+                )
+            )
+            continue
+        entries = tuple(
+            make(
+                entry_cls,
+                name=c.name,
+                value=c.value,
+                read_only=c.read_only,
+                is_default=c.is_default,
+                config_source=int(c.source),
+                is_sensitive=c.is_sensitive,
+                synonyms=tuple(make(synonym_cls, name=n, value=v, source=int(s)) for n, v, s in c.synonyms),
+                config_type=int(c.config_type),
+                documentation=c.documentation,
+            )
+            for c in r.configs
+        )
+        rows.append(
+            make(
+                result_cls,
+                error_code=kerr(r.error),
+                error_message=r.error_message,
+                resource_type=int(r.resource_type),
+                resource_name=r.resource_name,
+                configs=entries,
+            )
+        )
+    return make(response_class(ApiKey.DESCRIBE_CONFIGS, version), throttle_time=NO_THROTTLE, results=tuple(rows))
+
+
+# -- IncrementalAlterConfigs ------------------------------------------------------------------
+
+
+async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    result_cls = response_class(ApiKey.INCREMENTAL_ALTER_CONFIGS, version, "AlterConfigsResourceResponse")
+    known: list[AlterConfigsResource] = []
+    refused: dict[tuple[int, str], str] = {}
+    for res in request.resources:
+        rtype = _resource_type(res.resource_type)
+        try:
+            ops = [AlterableConfig(c.name, AlterConfigOp(c.config_operation), c.value) for c in res.configs]
+        except ValueError:
+            refused[(res.resource_type, res.resource_name)] = "unknown config operation"
+            continue
+        if rtype is None:
+            refused[(res.resource_type, res.resource_name)] = f"unsupported resource type {res.resource_type}"
+            continue
+        known.append(AlterConfigsResource(rtype, res.resource_name, ops))
+    results = await ctx.broker.incremental_alter_configs(known, bool(request.validate_only)) if known else []
+    by_resource = {(int(r.resource_type), r.resource_name): r for r in results}
+    rows = []
+    for res in request.resources:
+        key = (res.resource_type, res.resource_name)
+        r = by_resource.get(key)
+        if r is None:
+            rows.append(
+                make(
+                    result_cls,
+                    error_code=kerr(ErrorCode.INVALID_REQUEST),
+                    error_message=refused.get(key, "not processed"),
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                )
+            )
+        else:
+            rows.append(
+                make(
+                    result_cls,
+                    error_code=kerr(r.error),
+                    error_message=r.error_message,
+                    resource_type=int(r.resource_type),
+                    resource_name=r.resource_name,
+                )
+            )
+    return make(
+        response_class(ApiKey.INCREMENTAL_ALTER_CONFIGS, version), throttle_time=NO_THROTTLE, responses=tuple(rows)
+    )
+
+
+# -- DeleteRecords ----------------------------------------------------------------------------
+
+
+async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    offsets = {TopicPartition(t.name, p.partition_index): p.offset for t in request.topics for p in t.partitions}
+    try:
+        results = await ctx.broker.delete_records(offsets, ms(request.timeout))
+        failure: ErrorCode | None = None
+    except KafkaError as exc:
+        results, failure = {}, exc.code
+    topic_cls = response_class(ApiKey.DELETE_RECORDS, version, "DeleteRecordsTopicResult")
+    partition_cls = response_class(ApiKey.DELETE_RECORDS, version, "DeleteRecordsPartitionResult")
+    rows = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            r = results.get(TopicPartition(t.name, p.partition_index))
+            error = r.error if r is not None else (failure or ErrorCode.UNKNOWN_SERVER_ERROR)
+            parts.append(
+                make(
+                    partition_cls,
+                    partition_index=p.partition_index,
+                    low_watermark=r.low_watermark if r is not None else -1,
+                    error_code=kerr(error),
+                )
+            )
+        rows.append(make(topic_cls, name=t.name, partitions=tuple(parts)))
+    return make(response_class(ApiKey.DELETE_RECORDS, version), throttle_time=NO_THROTTLE, topics=tuple(rows))
+
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.CREATE_TOPICS: Handler(ApiKey.CREATE_TOPICS, handle_create_topics),
+    ApiKey.DELETE_TOPICS: Handler(ApiKey.DELETE_TOPICS, handle_delete_topics),
+    ApiKey.CREATE_PARTITIONS: Handler(ApiKey.CREATE_PARTITIONS, handle_create_partitions),
+    ApiKey.DESCRIBE_CONFIGS: Handler(ApiKey.DESCRIBE_CONFIGS, handle_describe_configs),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: Handler(ApiKey.INCREMENTAL_ALTER_CONFIGS, handle_incremental_alter_configs),
+    ApiKey.DELETE_RECORDS: Handler(ApiKey.DELETE_RECORDS, handle_delete_records),
+}
+
+__all__ = ["HANDLERS"]

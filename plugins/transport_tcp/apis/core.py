@@ -1,0 +1,335 @@
+"""Handlers for the data path and bootstrap: ApiVersions, Metadata, Produce, Fetch, ListOffsets,
+InitProducerId, OffsetForLeaderEpoch.
+
+Each translates the wire request into the core's dataclasses (``odradek.broker.api``), calls
+the core, and maps results back; failures of one partition are that partition's error code.
+Responses echo every requested topic and partition in request order (kafka-python drops a
+Fetch response that leaves one out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from odradek.broker.api import (
+    FetchPartition,
+    FetchPartitionResult,
+    IsolationLevel,
+    ListOffsetsPartition,
+    OffsetForLeaderEpochPartition,
+    PartitionProduceResult,
+)
+from odradek.errors import ErrorCode, InvalidRequest, KafkaError
+from odradek.interfaces import TopicPartition
+from odradek.protocol import (
+    ApiKey,
+    FetchPartitionData,
+    FetchResponseData,
+    FetchTopicData,
+    PartitionProduceResponse,
+    ProduceRequestData,
+    ProduceResponseData,
+    TopicProduceResponse,
+    api_versions_response,
+    ms,
+    produce_unsupported_response,
+    produce_version_implemented,
+    timedelta_ms,
+)
+
+from . import Handler, RequestContext
+from ._kio import kerr, make, response_class
+
+NO_THROTTLE = timedelta_ms(0)
+
+
+def _isolation(value: int) -> IsolationLevel:
+    try:
+        return IsolationLevel(value)
+    except ValueError:
+        raise InvalidRequest(f"unknown isolation level {value}") from None
+
+
+# -- ApiVersions ------------------------------------------------------------------------------
+
+
+async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
+    """The advertised version table (unknown versions never get here: see the dispatcher)."""
+    return api_versions_response(ctx.api_version, dict(ctx.advertised))
+
+
+# -- Metadata ---------------------------------------------------------------------------------
+
+
+async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
+    """Brokers on this listener, controller, cluster id and topics (v0: empty list = all)."""
+    version = ctx.api_version
+    all_topics = request.topics is None or (version == 0 and not request.topics)
+    topics = None if all_topics else [t.name for t in request.topics]
+    allow_auto_create = bool(getattr(request, "allow_auto_topic_creation", True))
+    md = await ctx.broker.metadata(topics, allow_auto_create, listener_name=ctx.listener.name)
+    broker_cls = response_class(ApiKey.METADATA, version, "MetadataResponseBroker")
+    topic_cls = response_class(ApiKey.METADATA, version, "MetadataResponseTopic")
+    partition_cls = response_class(ApiKey.METADATA, version, "MetadataResponsePartition")
+    return make(
+        response_class(ApiKey.METADATA, version),
+        throttle_time=NO_THROTTLE,
+        brokers=tuple(make(broker_cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack) for b in md.brokers),
+        cluster_id=md.cluster_id,
+        controller_id=md.controller_id,
+        topics=tuple(
+            make(
+                topic_cls,
+                error_code=kerr(t.error),
+                name=t.name,
+                is_internal=t.is_internal,
+                partitions=tuple(
+                    make(
+                        partition_cls,
+                        error_code=kerr(p.error),
+                        partition_index=p.partition,
+                        leader_id=p.leader,
+                        leader_epoch=p.leader_epoch,
+                        replica_nodes=tuple(p.replicas),
+                        isr_nodes=tuple(p.isr),
+                        offline_replicas=tuple(p.offline_replicas),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in md.topics
+        ),
+    )
+
+
+# -- Produce ----------------------------------------------------------------------------------
+
+
+def _group_by_topic(order: Iterable[TopicPartition]) -> list[tuple[str, list[TopicPartition]]]:
+    """Topic runs in request order (a topic named twice in a request stays twice)."""
+    groups: list[tuple[str, list[TopicPartition]]] = []
+    for tp in order:
+        if groups and groups[-1][0] == tp.topic:
+            groups[-1][1].append(tp)
+        else:
+            groups.append((tp.topic, [tp]))
+    return groups
+
+
+async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> ProduceResponseData | None:
+    """Append each partition's batch; acks=0 gets no response at all."""
+    if not produce_version_implemented(request.version):
+        return None if request.acks == 0 else produce_unsupported_response(request)
+    order: list[TopicPartition] = []
+    partitions: dict[TopicPartition, bytearray] = {}
+    results: dict[TopicPartition, PartitionProduceResult] = {}
+    for topic in request.topic_data:
+        for p in topic.partition_data:
+            tp = TopicPartition(topic.name, p.index)
+            order.append(tp)
+            if p.records is None:  # v3+ needs exactly one batch per partition
+                results[tp] = PartitionProduceResult(ErrorCode.INVALID_RECORD, error_message="null records")
+            else:
+                partitions[tp] = p.records
+    if partitions:
+        try:
+            results.update(
+                await ctx.broker.produce(
+                    request.acks,
+                    request.timeout_ms,
+                    partitions,
+                    transactional_id=request.transactional_id,
+                    api_version=request.version,
+                )
+            )
+        except KafkaError as exc:
+            results.update({tp: PartitionProduceResult(exc.code, error_message=str(exc)) for tp in partitions})
+    if request.acks == 0:
+        return None
+    missing = PartitionProduceResult(ErrorCode.UNKNOWN_SERVER_ERROR)
+    return ProduceResponseData(
+        [
+            TopicProduceResponse(
+                topic,
+                [_partition_produce_response(tp.partition, results.get(tp, missing)) for tp in tps],
+            )
+            for topic, tps in _group_by_topic(order)
+        ]
+    )
+
+
+def _partition_produce_response(index: int, r: PartitionProduceResult) -> PartitionProduceResponse:
+    return PartitionProduceResponse(index, int(r.error), r.base_offset, r.log_append_time, r.log_start_offset)
+
+
+# -- Fetch ------------------------------------------------------------------------------------
+
+
+def _release_all(results: Iterable[FetchPartitionResult]) -> None:
+    for r in results:
+        if r.records is not None:
+            r.records.release()
+
+
+async def handle_fetch(ctx: RequestContext, request: Any) -> FetchResponseData:
+    """Full fetches only: session_id 0 in every response declines fetch sessions (KIP-227)."""
+    if request.session_id != 0:
+        return FetchResponseData([], error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
+    partitions: list[FetchPartition] = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            partitions.append(
+                FetchPartition(
+                    TopicPartition(topic.topic, p.partition),
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    getattr(p, "current_leader_epoch", -1),
+                    getattr(p, "log_start_offset", -1),
+                )
+            )
+    max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), int(ctx.config["fetch.max.bytes"]))
+    results: dict[TopicPartition, FetchPartitionResult] = await ctx.broker.fetch(
+        request.replica_id,
+        ms(request.max_wait),
+        request.min_bytes,
+        max_bytes,
+        _isolation(getattr(request, "isolation_level", 0)),
+        partitions,
+    )
+    try:
+        missing = FetchPartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR)
+        return FetchResponseData(
+            [
+                FetchTopicData(topic, [_fetch_partition(tp.partition, results.get(tp, missing)) for tp in tps])
+                for topic, tps in _group_by_topic(p.tp for p in partitions)
+            ]
+        )
+    except BaseException:
+        _release_all(results.values())
+        raise
+
+
+def _fetch_partition(index: int, r: FetchPartitionResult) -> FetchPartitionData:
+    aborted = None
+    if r.aborted_transactions is not None:
+        aborted = [(a.producer_id, a.first_offset) for a in r.aborted_transactions]
+    return FetchPartitionData(
+        index,
+        int(r.error),
+        r.high_watermark,
+        r.last_stable_offset,
+        r.log_start_offset,
+        aborted,
+        r.preferred_read_replica,
+        r.records if r.records is not None else b"",
+    )
+
+
+# -- ListOffsets ------------------------------------------------------------------------------
+
+
+async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
+    """Earliest (-2), latest (-1), max timestamp (-3) or the first offset at a timestamp."""
+    version = ctx.api_version
+    partitions = [
+        ListOffsetsPartition(
+            TopicPartition(t.name, p.partition_index), p.timestamp, getattr(p, "current_leader_epoch", -1)
+        )
+        for t in request.topics
+        for p in t.partitions
+    ]
+    results = await ctx.broker.list_offsets(
+        request.replica_id, _isolation(getattr(request, "isolation_level", 0)), partitions
+    )
+    topic_cls = response_class(ApiKey.LIST_OFFSETS, version, "ListOffsetsTopicResponse")
+    partition_cls = response_class(ApiKey.LIST_OFFSETS, version, "ListOffsetsPartitionResponse")
+    topics = []
+    for topic, tps in _group_by_topic(p.tp for p in partitions):
+        rows = []
+        for tp in tps:
+            r = results.get(tp)
+            if r is None:
+                rows.append(make(partition_cls, partition_index=tp.partition, error_code=kerr(-1)))
+                continue
+            rows.append(
+                make(
+                    partition_cls,
+                    partition_index=tp.partition,
+                    error_code=kerr(r.error),
+                    timestamp=r.timestamp,
+                    offset=r.offset,
+                    leader_epoch=r.leader_epoch,
+                )
+            )
+        topics.append(make(topic_cls, name=topic, partitions=tuple(rows)))
+    return make(response_class(ApiKey.LIST_OFFSETS, version), throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+# -- InitProducerId ---------------------------------------------------------------------------
+
+
+async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
+    """A producer id and epoch for an idempotent (or transactional) producer."""
+    try:
+        r = await ctx.broker.init_producer_id(request.transactional_id, ms(request.transaction_timeout))
+        error, producer_id, producer_epoch = r.error, r.producer_id, r.producer_epoch
+    except KafkaError as exc:
+        error, producer_id, producer_epoch = exc.code, -1, -1
+    return make(
+        response_class(ApiKey.INIT_PRODUCER_ID, ctx.api_version),
+        throttle_time=NO_THROTTLE,
+        error_code=kerr(error),
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+    )
+
+
+# -- OffsetForLeaderEpoch ---------------------------------------------------------------------
+
+
+async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
+    """End offset of each asked leader epoch (consumers validating their position, followers)."""
+    version = ctx.api_version
+    partitions: Sequence[OffsetForLeaderEpochPartition] = [
+        OffsetForLeaderEpochPartition(TopicPartition(t.topic, p.partition), p.leader_epoch, p.current_leader_epoch)
+        for t in request.topics
+        for p in t.partitions
+    ]
+    results = await ctx.broker.offset_for_leader_epoch(getattr(request, "replica_id", -1), partitions)
+    topic_cls = response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, version, "OffsetForLeaderTopicResult")
+    partition_cls = response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, version, "EpochEndOffset")
+    topics = []
+    for topic, tps in _group_by_topic(p.tp for p in partitions):
+        rows = []
+        for tp in tps:
+            r = results.get(tp)
+            error = r.error if r is not None else ErrorCode.UNKNOWN_SERVER_ERROR
+            rows.append(
+                make(
+                    partition_cls,
+                    error_code=kerr(error),
+                    partition=tp.partition,
+                    leader_epoch=r.leader_epoch if r is not None else -1,
+                    end_offset=r.end_offset if r is not None else -1,
+                )
+            )
+        topics.append(make(topic_cls, topic=topic, partitions=tuple(rows)))
+    return make(
+        response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, version), throttle_time=NO_THROTTLE, topics=tuple(topics)
+    )
+
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.API_VERSIONS: Handler(ApiKey.API_VERSIONS, handle_api_versions, ordered=False),
+    ApiKey.METADATA: Handler(ApiKey.METADATA, handle_metadata, ordered=True),  # may auto-create topics
+    ApiKey.PRODUCE: Handler(ApiKey.PRODUCE, handle_produce, ordered=True),
+    ApiKey.FETCH: Handler(ApiKey.FETCH, handle_fetch, ordered=False),
+    ApiKey.LIST_OFFSETS: Handler(ApiKey.LIST_OFFSETS, handle_list_offsets, ordered=False),
+    ApiKey.INIT_PRODUCER_ID: Handler(ApiKey.INIT_PRODUCER_ID, handle_init_producer_id, ordered=True),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: Handler(
+        ApiKey.OFFSET_FOR_LEADER_EPOCH, handle_offset_for_leader_epoch, ordered=False
+    ),
+}
+
+__all__ = ["HANDLERS"]

@@ -1,0 +1,62 @@
+"""The client side of the TCP transport: what odradek's own client uses to reach brokers.
+
+A ``TcpConnection`` moves frames only (``send_frame`` adds the size prefix, ``receive_frame``
+strips it); requests, correlation ids and versions are the client's business, through the same
+:mod:`odradek.protocol` codec the broker uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import trio
+
+from .framing import FrameError, FrameReader, send_frame
+
+#: librdkafka's default receive.message.max.bytes
+DEFAULT_MAX_RESPONSE_BYTES = 100_000_000
+
+
+class TcpConnection:
+    """One TCP connection to a broker. Sends are serialised so frames never interleave."""
+
+    def __init__(self, stream: trio.SocketStream, max_response_bytes: int) -> None:
+        self._stream = stream
+        self._sock = stream.socket
+        self._reader = FrameReader(self._sock, max_response_bytes)
+        self._send_lock = trio.StrictFIFOLock()
+        self._receive_lock = trio.StrictFIFOLock()
+
+    async def send_frame(self, frame: bytes) -> None:
+        async with self._send_lock:
+            await send_frame(self._sock, frame)
+
+    async def receive_frame(self) -> bytes:
+        """The next response frame; raises ``ConnectionError`` when the broker closed the connection."""
+        async with self._receive_lock:
+            try:
+                frame = await self._reader.read_frame()
+            except FrameError as exc:
+                raise ConnectionError(f"broken response framing: {exc}") from exc
+        if frame is None:
+            raise ConnectionError("connection closed by the broker")
+        return bytes(frame)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class TcpConnector:
+    """Opens ``TcpConnection``s; ``client_config`` may set ``receive.message.max.bytes``."""
+
+    def __init__(self, client_config: Mapping[str, str] | None = None) -> None:
+        config = client_config or {}
+        self.max_response_bytes = int(config.get("receive.message.max.bytes", DEFAULT_MAX_RESPONSE_BYTES))
+
+    async def connect(self, host: str, port: int, *, timeout_s: float) -> TcpConnection:
+        with trio.fail_after(timeout_s):
+            stream = await trio.open_tcp_stream(host, port)
+        return TcpConnection(stream, self.max_response_bytes)
+
+
+__all__ = ["TcpConnection", "TcpConnector"]

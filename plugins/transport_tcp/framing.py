@@ -1,0 +1,134 @@
+"""Kafka framing over a trio socket: size-prefixed frames in, bytes and file ranges out.
+
+Reading uses ``recv_into`` with a small read-ahead buffer for the many small requests, and reads
+a large frame straight into its own buffer (one copy from the kernel, no reassembly). The size
+limit is checked as soon as the 4 size bytes arrive, before any of the body is read.
+
+Writing is plain ``send`` loops plus :func:`sendfile`: trio has no sendfile helper, so it calls
+``os.sendfile`` on the non-blocking socket and waits with ``trio.lowlevel.wait_writable`` when
+the kernel's send buffer is full.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import trio
+
+_SIZE = struct.Struct(">i")
+
+
+class FrameError(Exception):
+    """The peer broke the framing: a negative or oversized length, or EOF inside a frame."""
+
+
+class FrameTooLarge(FrameError):
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"frame of {size} bytes exceeds the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class FrameReader:
+    """Reads whole frames (without their size prefix) from a trio socket."""
+
+    def __init__(self, sock: trio.socket.SocketType, max_frame: int, buffer_size: int = 64 * 1024) -> None:
+        self.sock = sock
+        self.max_frame = max_frame
+        self._buf = bytearray(buffer_size)
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+        #: True while part of a frame has been consumed (a cancel then leaves the stream unusable)
+        self.mid_frame = False
+
+    @property
+    def buffered(self) -> int:
+        return self._end - self._start
+
+    async def _fill(self, need: int) -> bool:
+        """Buffer at least ``need`` bytes; False on EOF before that."""
+        while self._end - self._start < need:
+            if self._end == len(self._buf) or len(self._buf) - self._start < need:
+                # compact: move what is left to the front
+                n = self._end - self._start
+                self._buf[:n] = self._buf[self._start : self._end]
+                self._start, self._end = 0, n
+            got = await self.sock.recv_into(self._view[self._end :])
+            if got == 0:
+                return False
+            self._end += got
+        return True
+
+    async def read_frame(self) -> bytearray | None:
+        """The next frame; None on EOF between frames. Raises ``FrameError`` on broken framing."""
+        if not await self._fill(4):
+            if self.buffered:
+                raise FrameError("connection closed inside a frame size")
+            return None
+        self.mid_frame = True
+        (size,) = _SIZE.unpack_from(self._buf, self._start)
+        if size < 0:
+            raise FrameError(f"negative frame size {size}")
+        if size > self.max_frame:
+            raise FrameTooLarge(size, self.max_frame)
+        self._start += 4
+        if size <= len(self._buf):
+            if not await self._fill(size):
+                raise FrameError("connection closed inside a frame")
+            frame = bytearray(self._view[self._start : self._start + size])
+            self._start += size
+        else:
+            frame = bytearray(size)
+            have = self.buffered
+            frame[:have] = self._view[self._start : self._end]
+            self._start = self._end = 0
+            view = memoryview(frame)
+            while have < size:
+                got = await self.sock.recv_into(view[have:], size - have)
+                if got == 0:
+                    raise FrameError("connection closed inside a frame")
+                have += got
+        self.mid_frame = False
+        return frame
+
+
+async def send_all(sock: trio.socket.SocketType, data: bytes | bytearray | memoryview) -> None:
+    """Write every byte of ``data`` (trio's socket ``send`` may write part of it)."""
+    view = memoryview(data)
+    while view:
+        sent = await sock.send(view)
+        view = view[sent:]
+
+
+async def send_frame(sock: trio.socket.SocketType, frame: bytes | bytearray) -> None:
+    """Write a frame with its size prefix (small frames in one write)."""
+    if len(frame) <= 64 * 1024:
+        await send_all(sock, _SIZE.pack(len(frame)) + frame)
+    else:
+        await send_all(sock, _SIZE.pack(len(frame)))
+        await send_all(sock, frame)
+
+
+async def sendfile(sock: trio.socket.SocketType, fd: int, offset: int, count: int) -> None:
+    """Send ``count`` bytes of file ``fd`` from ``offset`` to the socket with ``os.sendfile``.
+
+    Raises ``FrameError`` if the file ends early (truncated under us): the frame size is already
+    on the wire, so the connection cannot be saved and must be closed.
+    """
+    out = sock.fileno()
+    while count > 0:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            sent = os.sendfile(out, fd, offset, count)
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(sock)
+            continue
+        if sent == 0:
+            raise FrameError(f"file ended {count} bytes early during sendfile")
+        offset += sent
+        count -= sent
+
+
+__all__ = ["FrameError", "FrameReader", "FrameTooLarge", "send_all", "send_frame", "sendfile"]

@@ -1,0 +1,139 @@
+"""The server side of the TCP transport: one ``TcpListener`` per configured listener.
+
+Structure (after trio's ``serve_listeners`` and hypercorn): the listener binds, reports the bound
+endpoints through ``task_status.started`` (so port 0 works and the broker can advertise the real
+port), then runs accept loops in an inner nursery and connections in an outer, *shielded* one.
+When the broker cancels ``serve``, the accept loops stop and the sockets close, every
+connection is told to stop reading, and the connections' nursery gets a deadline
+(``transport.shutdown.grace.ms``): in-flight requests finish and are answered, or are cancelled
+when the deadline passes. Accept errors from exhausted resources (EMFILE and friends) are logged
+and retried after a pause -- backpressure at accept instead of a crash.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket as stdlib_socket
+from typing import Any
+
+import trio
+
+from odradek.config import Config
+from odradek.interfaces import Endpoint
+
+from .apis import Dispatcher
+from .connection import KafkaConnection
+
+log = logging.getLogger("odradek.transport.tcp")
+
+#: accept() errors that mean "out of a resource", worth waiting out (as trio.serve_listeners does)
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_BACKOFF_S = 0.1
+GRACE_KEY = "transport.shutdown.grace.ms"
+DEFAULT_GRACE_MS = 5000
+
+
+class TcpListener:
+    """Serves the Kafka protocol on one listener (``PLAINTEXT://host:port``)."""
+
+    def __init__(self, config: Config, broker: Any, endpoint: Endpoint) -> None:
+        self.config = config
+        self.broker = broker
+        self.endpoint = endpoint
+        self.connections: set[KafkaConnection] = set()
+        self.bound: list[Endpoint] = []
+
+    def _setting(self, name: str, default: Any) -> Any:
+        try:
+            return self.config[name]
+        except Exception:  # a config built without the transport plugin's keys
+            return default
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(self.endpoint.port, host=self.endpoint.host or None, backlog=512)
+        dispatcher = Dispatcher(self.broker, self.config, self.endpoint)
+        self.bound = []
+        for listener in listeners:
+            sockname = listener.socket.getsockname()
+            self.bound.append(Endpoint(self.endpoint.name, sockname[0], sockname[1], self.endpoint.security_protocol))
+        grace_s = int(self._setting(GRACE_KEY, DEFAULT_GRACE_MS)) / 1000
+        stopping = trio.Event()
+        async with trio.open_nursery() as outer:
+            connections: trio.Nursery = await outer.start(self._host_connections, stopping, grace_s)
+            try:
+                async with trio.open_nursery() as acceptors:
+                    for listener in listeners:
+                        acceptors.start_soon(self._accept_loop, listener.socket, dispatcher, connections)
+                    task_status.started(list(self.bound))
+            finally:
+                for listener in listeners:
+                    listener.socket.close()
+                stopping.set()
+
+    async def _host_connections(
+        self, stopping: trio.Event, grace_s: float, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Own the connections in a shielded nursery: the broker's cancel reaches them only as
+        ``stop_reading`` plus a deadline, so in-flight requests are answered before the close."""
+        with trio.CancelScope(shield=True) as scope:
+            async with trio.open_nursery() as nursery:
+                task_status.started(nursery)
+                await stopping.wait()
+                scope.deadline = trio.current_time() + grace_s
+                if self.connections:
+                    log.info("listener %s: draining %d connection(s)", self.endpoint.name, len(self.connections))
+                for conn in list(self.connections):
+                    conn.stop_reading()
+
+    async def _accept_loop(
+        self, sock: trio.socket.SocketType, dispatcher: Dispatcher, connections: trio.Nursery
+    ) -> None:
+        while True:
+            try:
+                client, address = await sock.accept()
+            except OSError as exc:
+                if exc.errno in ACCEPT_CAPACITY_ERRNOS:
+                    log.error(
+                        "accept on %s failed (%s); retrying in %.0f ms",
+                        self.endpoint.name,
+                        errno.errorcode.get(exc.errno or 0, exc.errno),
+                        ACCEPT_BACKOFF_S * 1000,
+                    )
+                    await trio.sleep(ACCEPT_BACKOFF_S)
+                    continue
+                raise
+            self._tune(client)
+            peer = f"{address[0]}:{address[1]}"
+            conn = KafkaConnection(
+                client,
+                dispatcher,
+                peer=peer,
+                max_request_bytes=int(self.config["socket.request.max.bytes"]),
+                max_in_flight=int(self.config["queued.max.requests"]),
+                idle_timeout_s=int(self.config["connections.max.idle.ms"]) / 1000,
+            )
+            connections.start_soon(self._run_connection, conn)
+
+    async def _run_connection(self, conn: KafkaConnection) -> None:
+        self.connections.add(conn)
+        log.debug("connection from %s on %s", conn.peer, self.endpoint.name)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+
+    def _tune(self, client: trio.socket.SocketType) -> None:
+        try:
+            client.setsockopt(stdlib_socket.IPPROTO_TCP, stdlib_socket.TCP_NODELAY, 1)
+            send_buffer = int(self.config["socket.send.buffer.bytes"])
+            receive_buffer = int(self.config["socket.receive.buffer.bytes"])
+            if send_buffer > 0:
+                client.setsockopt(stdlib_socket.SOL_SOCKET, stdlib_socket.SO_SNDBUF, send_buffer)
+            if receive_buffer > 0:
+                client.setsockopt(stdlib_socket.SOL_SOCKET, stdlib_socket.SO_RCVBUF, receive_buffer)
+        except OSError as exc:  # the peer may already be gone
+            log.debug("cannot tune socket: %r", exc)
+
+
+__all__ = ["ACCEPT_CAPACITY_ERRNOS", "GRACE_KEY", "TcpListener"]
