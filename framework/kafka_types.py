@@ -143,4 +143,34 @@ class Writer:
         return self.int32(n)
 
 
-__all__ = ["Reader", "Writer"]
+_MASK32 = 0xFFFFFFFF
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode``: ``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units, as a
+    signed 32-bit int (characters outside the BMP count as two surrogate units, as in Java).
+    Kafka places groups on ``__consumer_offsets`` partitions by it, and Java's ``HashMap``
+    iteration order (which the Java assignors' tie-breaking follows) derives from it."""
+    h = 0
+    data = s.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & _MASK32
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def java_hashmap_order(keys: list[str]) -> list[str]:
+    """The iteration order of a ``java.util.HashMap<String, ?>`` built by putting ``keys`` in
+    order into a default-sized map: by bucket (``(h ^ h >>> 16) & (capacity - 1)``), and in
+    insertion order within a bucket (Java keeps that order through resizes)."""
+    capacity = 16
+    while len(keys) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(key: str) -> int:
+        h = java_string_hash(key) & _MASK32
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    return sorted(keys, key=bucket)
+
+
+__all__ = ["Reader", "Writer", "java_hashmap_order", "java_string_hash"]

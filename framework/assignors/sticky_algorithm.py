@@ -13,8 +13,9 @@ by at most one when subscriptions allow) and moves as few previously owned parti
   to return a partition to its owner of the previous generation, and reverts when the moves did
   not improve balance.
 
-Java iterates ``HashMap``s in several places where ties are possible; here members and partitions
-are always visited in sorted order, so the result is deterministic.
+Java iterates ``HashMap``s where ties are possible; members are visited here in the order a Java
+``HashMap`` of their ids iterates (:func:`odradek.kafka_types.java_hashmap_order`), so the same
+subscriptions give the same assignment as the Java client (checked against its tests).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 from ..consumer_protocol import DEFAULT_GENERATION, java_string_key
 from ..interfaces import TopicPartition
+from ..kafka_types import java_hashmap_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +57,9 @@ def sticky_assign(
 ) -> tuple[dict[str, list[TopicPartition]], dict[TopicPartition, str] | None]:
     """(assignment, partitions transferring ownership) -- the latter None on the general path,
     where the cooperative assignor computes it from the members' owned partitions."""
-    ordered = sorted(members, key=lambda m: _key(m.member_id))
+    # Java iterates its HashMap of subscriptions; ties between members fall the same way here
+    by_id = {m.member_id: m for m in members}
+    ordered = [by_id[member_id] for member_id in java_hashmap_order(list(by_id))]
     equal, owned, multiply_claimed, max_generation = _claimed_partitions(partitions_per_topic, ordered)
     if equal:
         return _ConstrainedAssignment(partitions_per_topic, owned, multiply_claimed).build()

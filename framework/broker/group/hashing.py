@@ -8,23 +8,17 @@ by one stays readable by the other, and so the spread of groups over partitions 
 
 from __future__ import annotations
 
-_MASK32 = 0xFFFFFFFF
+from ...kafka_types import java_string_hash
+
 _INT_MIN = -(2**31)
-
-
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode``: ``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units, as a
-    signed 32-bit int (characters outside the BMP count as two surrogate units, as in Java)."""
-    h = 0
-    data = s.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & _MASK32
-    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def java_abs(n: int) -> int:
     """Kafka's ``Utils.abs``: ``Math.abs`` except that Integer.MIN_VALUE maps to 0."""
     return 0 if n == _INT_MIN else abs(n)
+
+
+__all__ = ["java_abs", "java_string_hash", "partition_for"]
 
 
 def partition_for(group_id: str, num_partitions: int) -> int:

@@ -1,0 +1,217 @@
+"""The consumer-group KafkaApis handlers over the wire codec: requests encoded as clients send them,
+run through the transport's dispatcher against a real GroupCoordinator, responses decoded."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from odradek.broker.api import BrokerNode, ClusterMetadata, PartitionMetadata, TopicMetadata
+from odradek.broker.group import GroupCoordinator, InMemoryOffsetsLog
+from odradek.config import default_config
+from odradek.consumer_protocol import Subscription, encode_subscription
+from odradek.errors import ErrorCode
+from odradek.interfaces import Endpoint
+from odradek.plugins.transport_tcp.apis import Dispatcher, load_handlers
+from odradek.protocol import ApiKey, decode_response, encode_request, parse_request_header, request_type
+
+GROUP = "wire-group"
+
+
+class GroupsBroker:
+    """The little of the broker facade the group handlers use: topic "t" with 4 partitions."""
+
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.group_coordinator = coordinator
+
+    async def metadata(self, topics: Any, allow_auto_create: bool, *, listener_name: str | None = None) -> Any:
+        known = {"t": 4}
+        return ClusterMetadata(
+            "cluster",
+            0,
+            (BrokerNode(0, "127.0.0.1", 9092),),
+            tuple(
+                TopicMetadata(
+                    ErrorCode.NONE if name in known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    name,
+                    partitions=tuple(
+                        PartitionMetadata(ErrorCode.NONE, p, 0, 0, (0,), (0,)) for p in range(known.get(name, 0))
+                    ),
+                )
+                for name in topics
+            ),
+        )
+
+
+def build(api_key: int, version: int, **fields: Any) -> Any:
+    cls = request_type(api_key, version)
+    names = set(cls.__dataclass_fields__)
+    return cls(**{k: v for k, v in fields.items() if k in names})
+
+
+def nested(api_key: int, version: int, class_name: str, /, **fields: Any) -> Any:
+    module = sys.modules[request_type(api_key, version).__module__]
+    cls = getattr(module, class_name)
+    names = set(cls.__dataclass_fields__)
+    return cls(**{k: v for k, v in fields.items() if k in names})
+
+
+class Wire:
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+        self.correlation = 0
+
+    async def call(self, api_key: int, version: int, request: Any) -> Any:
+        self.correlation += 1
+        frame = bytearray(encode_request(request, correlation_id=self.correlation, client_id="wire-client"))
+        header = parse_request_header(frame)
+        out = await self.dispatcher.process(header, frame, "127.0.0.1:5555")
+        assert isinstance(out, bytes)
+        correlation, response = decode_response(api_key, version, out)
+        assert correlation == self.correlation
+        return response
+
+
+@pytest.fixture
+async def wire(autojump_clock: trio.testing.MockClock) -> AsyncIterator[Wire]:
+    config = default_config(group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=4)
+    coordinator = GroupCoordinator(InMemoryOffsetsLog(4), config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(coordinator.run)
+        handlers = load_handlers(("odradek.plugins.transport_tcp.apis.groups",))
+        dispatcher = Dispatcher(GroupsBroker(coordinator), config, Endpoint("PLAINTEXT", "127.0.0.1", 9092), handlers)
+        yield Wire(dispatcher)
+        nursery.cancel_scope.cancel()
+
+
+def ms(value: int) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=value)
+
+
+SUBSCRIPTION = encode_subscription(Subscription(["t"]))
+
+
+async def join_v5(wire: Wire, member_id: str = "") -> Any:
+    protocol = nested(ApiKey.JOIN_GROUP, 5, "JoinGroupRequestProtocol", name="range", metadata=SUBSCRIPTION)
+    request = build(
+        ApiKey.JOIN_GROUP, 5, group_id=GROUP, session_timeout=ms(10_000), rebalance_timeout=ms(20_000),
+        member_id=member_id, group_instance_id=None, protocol_type="consumer", protocols=(protocol,),
+    )  # fmt: skip
+    return await wire.call(ApiKey.JOIN_GROUP, 5, request)
+
+
+async def test_find_coordinator_v0_and_v2(wire: Wire) -> None:
+    v0 = await wire.call(ApiKey.FIND_COORDINATOR, 0, build(ApiKey.FIND_COORDINATOR, 0, key=GROUP))
+    assert (int(v0.error_code), v0.node_id, v0.host, v0.port) == (0, 0, "127.0.0.1", 9092)
+    v2 = await wire.call(ApiKey.FIND_COORDINATOR, 2, build(ApiKey.FIND_COORDINATOR, 2, key=GROUP, key_type=0))
+    assert int(v2.error_code) == 0 and v2.port == 9092
+    txn = await wire.call(ApiKey.FIND_COORDINATOR, 2, build(ApiKey.FIND_COORDINATOR, 2, key="tx", key_type=1))
+    assert int(txn.error_code) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+async def test_group_lifecycle_over_the_wire(wire: Wire) -> None:
+    await wire.call(ApiKey.FIND_COORDINATOR, 2, build(ApiKey.FIND_COORDINATOR, 2, key=GROUP, key_type=0))
+    first = await join_v5(wire)
+    assert int(first.error_code) == ErrorCode.MEMBER_ID_REQUIRED and first.member_id
+    joined = await join_v5(wire, first.member_id)
+    assert int(joined.error_code) == 0
+    assert (joined.generation_id, joined.protocol_name, joined.leader) == (1, "range", first.member_id)
+    assert [m.metadata for m in joined.members] == [SUBSCRIPTION]
+    assignment = nested(
+        ApiKey.SYNC_GROUP, 3, "SyncGroupRequestAssignment", member_id=first.member_id, assignment=b"\x00\x00"
+    )
+    synced = await wire.call(
+        ApiKey.SYNC_GROUP, 3,
+        build(ApiKey.SYNC_GROUP, 3, group_id=GROUP, generation_id=1, member_id=first.member_id,
+              group_instance_id=None, assignments=(assignment,)),
+    )  # fmt: skip
+    assert int(synced.error_code) == 0 and synced.assignment == b"\x00\x00"
+    beat = await wire.call(
+        ApiKey.HEARTBEAT, 3,
+        build(ApiKey.HEARTBEAT, 3, group_id=GROUP, generation_id=1, member_id=first.member_id, group_instance_id=None),
+    )  # fmt: skip
+    assert int(beat.error_code) == 0
+    # commit v7 (one unknown partition), fetch v5 (all), fetch v1 (named partitions)
+    parts = (
+        nested(ApiKey.OFFSET_COMMIT, 7, "OffsetCommitRequestPartition", partition_index=1, committed_offset=33,
+               committed_leader_epoch=4, committed_metadata="hi"),
+        nested(ApiKey.OFFSET_COMMIT, 7, "OffsetCommitRequestPartition", partition_index=9, committed_offset=1,
+               committed_leader_epoch=-1, committed_metadata=None),
+    )  # fmt: skip
+    commit = await wire.call(
+        ApiKey.OFFSET_COMMIT, 7,
+        build(ApiKey.OFFSET_COMMIT, 7, group_id=GROUP, generation_id_or_member_epoch=1, member_id=first.member_id,
+              group_instance_id=None,
+              topics=(nested(ApiKey.OFFSET_COMMIT, 7, "OffsetCommitRequestTopic", name="t", partitions=parts),)),
+    )  # fmt: skip
+    assert [(p.partition_index, int(p.error_code)) for p in commit.topics[0].partitions] == [
+        (1, 0),
+        (9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ]
+    fetched = await wire.call(ApiKey.OFFSET_FETCH, 5, build(ApiKey.OFFSET_FETCH, 5, group_id=GROUP, topics=None))
+    [topic] = fetched.topics
+    [p] = topic.partitions
+    assert (topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata) == (
+        "t",
+        1,
+        33,
+        4,
+        "hi",
+    )
+    v1_topic = nested(ApiKey.OFFSET_FETCH, 1, "OffsetFetchRequestTopic", name="t", partition_indexes=(0, 1))
+    v1 = await wire.call(ApiKey.OFFSET_FETCH, 1, build(ApiKey.OFFSET_FETCH, 1, group_id=GROUP, topics=(v1_topic,)))
+    assert [(p.partition_index, p.committed_offset) for p in v1.topics[0].partitions] == [(0, -1), (1, 33)]
+    described = await wire.call(
+        ApiKey.DESCRIBE_GROUPS, 5,
+        build(ApiKey.DESCRIBE_GROUPS, 5, groups=(GROUP, "unknown"), include_authorized_operations=False),
+    )  # fmt: skip
+    group, unknown = described.groups
+    assert (group.group_state, group.protocol_type, group.protocol_data) == ("Stable", "consumer", "range")
+    assert group.members[0].client_id == "wire-client" and group.members[0].client_host == "/127.0.0.1"
+    assert unknown.group_state == "Dead"
+    listed = await wire.call(ApiKey.LIST_GROUPS, 4, build(ApiKey.LIST_GROUPS, 4, states_filter=("Stable",)))
+    assert [(g.group_id, g.group_state) for g in listed.groups] == [(GROUP, "Stable")]
+    busy = await wire.call(ApiKey.DELETE_GROUPS, 2, build(ApiKey.DELETE_GROUPS, 2, groups_names=(GROUP,)))
+    assert int(busy.results[0].error_code) == ErrorCode.NON_EMPTY_GROUP
+    member = nested(ApiKey.LEAVE_GROUP, 3, "MemberIdentity", member_id=first.member_id, group_instance_id=None)
+    left = await wire.call(ApiKey.LEAVE_GROUP, 3, build(ApiKey.LEAVE_GROUP, 3, group_id=GROUP, members=(member,)))
+    assert int(left.error_code) == 0 and int(left.members[0].error_code) == 0
+    deleted = await wire.call(ApiKey.DELETE_GROUPS, 2, build(ApiKey.DELETE_GROUPS, 2, groups_names=(GROUP,)))
+    assert int(deleted.results[0].error_code) == 0
+
+
+async def test_old_versions(wire: Wire) -> None:
+    await wire.call(ApiKey.FIND_COORDINATOR, 0, build(ApiKey.FIND_COORDINATOR, 0, key=GROUP))
+    protocol = nested(ApiKey.JOIN_GROUP, 0, "JoinGroupRequestProtocol", name="range", metadata=SUBSCRIPTION)
+    joined = await wire.call(
+        ApiKey.JOIN_GROUP, 0,
+        build(ApiKey.JOIN_GROUP, 0, group_id=GROUP, session_timeout=ms(10_000), member_id="",
+              protocol_type="consumer", protocols=(protocol,)),
+    )  # fmt: skip
+    assert int(joined.error_code) == 0 and joined.generation_id == 1  # v0: no MEMBER_ID_REQUIRED round trip
+    commit_part = nested(
+        ApiKey.OFFSET_COMMIT,
+        2,
+        "OffsetCommitRequestPartition",
+        partition_index=0,
+        committed_offset=5,
+        committed_metadata="",
+    )
+    simple = await wire.call(
+        ApiKey.OFFSET_COMMIT, 2,
+        build(ApiKey.OFFSET_COMMIT, 2, group_id="simple", generation_id_or_member_epoch=-1, member_id="",
+              retention_time=datetime.timedelta(milliseconds=60_000),
+              topics=(nested(ApiKey.OFFSET_COMMIT, 2, "OffsetCommitRequestTopic", name="t",
+                             partitions=(commit_part,)),)),
+    )  # fmt: skip
+    assert int(simple.topics[0].partitions[0].error_code) == 0
+    left = await wire.call(ApiKey.LEAVE_GROUP, 0, build(ApiKey.LEAVE_GROUP, 0, group_id=GROUP, member_id="nobody"))
+    assert int(left.error_code) == ErrorCode.UNKNOWN_MEMBER_ID
+    fetch_v2 = await wire.call(ApiKey.OFFSET_FETCH, 2, build(ApiKey.OFFSET_FETCH, 2, group_id="", topics=None))
+    assert int(fetch_v2.error_code) == 0 and fetch_v2.topics == ()
