@@ -153,8 +153,11 @@ class _Index(ABC):
         entries = self.entries
         self._unmap()
         if self.writable:
-            with open(self.path, "r+b") as f:
-                f.truncate(entries * self.ENTRY.size)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)  # a rebuilt index may be new
+            try:
+                os.ftruncate(fd, entries * self.ENTRY.size)
+            finally:
+                os.close(fd)
             self._allocated = 0
         self.writable = False
 

@@ -1,0 +1,281 @@
+"""Log compaction: latest record per key, tombstones, preserved offsets and batch metadata,
+producer-state batches, checkpoints, concurrency with appends and truncation, crash mid-swap."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+from storage_helpers import TP, append, batch, key_values, open_storage, read_batches
+
+from odradek import records
+from odradek.config import TopicConfig, load_config
+from odradek.manager import Plugins, build_plugin_manager
+from odradek.plugins.storage_segment.log import SegmentLog
+from odradek.plugins.storage_segment.storage import SegmentLogStorage
+
+COMPACT: dict[str, Any] = {"cleanup_policy": "compact", "segment_bytes": 400, "min_cleanable_dirty_ratio": 0.0}
+
+
+def compact_config(storage: SegmentLogStorage, **overrides: Any) -> TopicConfig:
+    return storage.config.topic_config({k.replace("_", "."): v for k, v in {**COMPACT, **overrides}.items()})
+
+
+def compacted_log(storage: SegmentLogStorage, **overrides: Any) -> SegmentLog:
+    return storage.get_or_create_log(TP, compact_config(storage, **overrides))
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def write_keys(log: SegmentLog, rounds: int, keys: int = 5, ts: int | None = None) -> dict[bytes, tuple[int, bytes]]:
+    """``rounds`` batches each updating every key; returns key -> (offset, value) of the latest."""
+    latest: dict[bytes, tuple[int, bytes]] = {}
+    for r in range(rounds):
+        names = [b"key-%d" % k for k in range(keys)]
+        values = [b"v%d-%d" % (r, k) for k in range(keys)]
+        first, _ = append(log, batch(keys, keys=names, values=values, ts=ts if ts is not None else now_ms()))
+        for i, (name, value) in enumerate(zip(names, values, strict=True)):
+            latest[name] = (first + i, value)
+    return latest
+
+
+def inactive_records(log: SegmentLog) -> list[tuple[int, bytes | None, bytes | None]]:
+    active = log.segments[-1].base_offset
+    return [kv for kv in key_values(log) if kv[0] < active]
+
+
+async def test_keeps_the_latest_record_per_key_at_its_offset(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    write_keys(log, 20)
+    before = key_values(log)
+    leo, active = log.log_end_offset, log.segments[-1].base_offset
+    assert await storage.run_cleaner() == 1
+    after = key_values(log)
+    assert log.log_end_offset == leo
+    cleaned = [kv for kv in after if kv[0] < active]
+    # the latest of each key below the active segment (the active one is never cleaned, and
+    # as in Kafka the key map covers only the cleanable range)
+    latest_below = {}
+    for offset, key, value in before:
+        if offset < active:
+            latest_below[key] = (offset, key, value)
+    assert cleaned == sorted(latest_below.values())
+    assert [kv for kv in after if kv[0] >= active] == [kv for kv in before if kv[0] >= active]
+    assert set(before) >= set(after)
+    for offset in range(log.log_start_offset, leo):  # any offset is still readable
+        fetched = log.read(offset, 1)
+        (found,) = records.iter_batches(fetched.to_bytes())
+        assert found.header.last_offset >= offset
+        fetched.release()
+    assert await storage.run_cleaner() == 0  # nothing dirty any more
+    await storage.close()
+
+
+async def test_tombstones_go_after_delete_retention(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage, delete_retention_ms=3_600_000)
+    write_keys(log, 3)
+    append(log, batch(1, keys=[b"key-1"], values=[None], ts=now_ms()))
+    write_keys(log, 6, keys=1)  # only key-0 from now on, to roll segments past the tombstone
+    await storage.run_cleaner()
+    kept = {k: v for _, k, v in inactive_records(log)}
+    assert kept[b"key-1"] is None  # the tombstone stays, the values it deleted do not
+    assert [v for _, k, v in inactive_records(log) if k == b"key-1"] == [None]
+    log.update_config(compact_config(storage, delete_retention_ms=0))
+    write_keys(log, 6, keys=1)
+    await storage.run_cleaner()
+    assert b"key-1" not in {k for _, k, _ in key_values(log)}
+    await storage.close()
+
+
+async def test_batch_metadata_and_compression_survive(tmp_path: Path) -> None:
+    plugins = Plugins(build_plugin_manager(entry_points_enabled=False, extra=["odradek.plugins.compress.plugin"]))
+    cfg = load_config(env={}, plugins=plugins, overrides={"log.dirs": str(tmp_path)})
+    storage = SegmentLogStorage(cfg)
+    await storage.open()
+    log = compacted_log(storage)
+    codecs = plugins.codecs()
+    keys = [b"a", b"b", b"c", b"d"]
+    data = bytearray(
+        records.build_batch(
+            [(k, b"old-" + k, [("h", b"1")], now_ms()) for k in keys],
+            compression=records.Compression.GZIP,
+            codecs=codecs,
+            producer_id=77,
+            producer_epoch=3,
+            base_sequence=40,
+        )
+    )
+    append(log, data, epoch=9)
+    append(log, batch(2, keys=[b"b", b"d"], values=[b"new-b", b"new-d"], ts=now_ms()), epoch=9)
+    while len(log.segments) < 2:
+        append(log, batch(1, keys=[b"z"], values=[b"filler" * 20], ts=now_ms()), epoch=9)
+    await storage.run_cleaner()
+    first = read_batches(log)[0]
+    h = first.header
+    assert (h.base_offset, h.last_offset_delta, h.record_count) == (0, 3, 2)  # offsets 0..3 kept as a span
+    assert (h.producer_id, h.producer_epoch, h.base_sequence) == (77, 3, 40)
+    assert h.partition_leader_epoch == 9 and h.compression == records.Compression.GZIP
+    assert [(r.offset, r.key, r.value, r.headers) for r in first.records] == [
+        (0, b"a", b"old-a", [("h", b"1")]),
+        (2, b"c", b"old-c", [("h", b"1")]),
+    ]
+    await storage.close()
+
+
+async def test_a_producers_last_batch_stays_as_an_empty_batch(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    append(log, batch(1, keys=[b"x"], values=[b"1"], ts=now_ms()))  # no producer: dropped
+    append(log, batch(1, keys=[b"p"], values=[b"1"], ts=now_ms(), producer_id=5, producer_epoch=1, base_sequence=0))
+    append(log, batch(2, keys=[b"x", b"p"], values=[b"2", b"2"], ts=now_ms()))
+    control = bytearray(records.build_control_batch(records.ControlRecordType.COMMIT, producer_id=6, producer_epoch=0))
+    append(log, control)
+    while len(log.segments) < 2:
+        append(log, batch(1, keys=[b"y"], values=[b"f" * 100], ts=now_ms()))
+    await storage.run_cleaner()
+    batches = read_batches(log)
+    assert batches[0].header.base_offset == 1  # offset 0 (x, no producer) is gone entirely
+    empty = batches[0].header
+    assert (empty.record_count, empty.producer_id, empty.producer_epoch, empty.base_sequence) == (0, 5, 1, 0)
+    assert batches[2].header.is_control and batches[2].header.producer_id == 6
+    await storage.close()
+
+
+async def test_min_compaction_lag_and_dirty_ratio(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage, min_compaction_lag_ms=3_600_000)
+    write_keys(log, 20)
+    assert await storage.run_cleaner() == 0  # every segment is younger than the lag
+    log.update_config(compact_config(storage))
+    assert await storage.run_cleaner() == 1
+    write_keys(log, 1)
+    log.update_config(compact_config(storage, min_cleanable_dirty_ratio=0.99))
+    assert await storage.run_cleaner() == 0  # a little new dirt over a clean log is below the ratio
+    await storage.close()
+
+
+async def test_progress_is_checkpointed(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    write_keys(log, 20)
+    await storage.run_cleaner()
+    end = log.first_dirty_offset
+    assert end == log.segments[-1].base_offset
+    await storage.close()
+    assert f"events 0 {end}\n" in (tmp_path / "cleaner-offset-checkpoint").read_text()
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    assert log.first_dirty_offset == end
+    assert await storage.run_cleaner() == 0
+    await storage.close()
+
+
+async def test_a_small_key_map_cleans_in_several_rounds(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    storage.cleaner.max_map_keys = 6
+    log = compacted_log(storage)
+    for r in range(30):
+        append(log, batch(3, keys=[b"k%d" % (r % 10), b"k%d" % ((r + 1) % 10), b"s"], ts=now_ms()))
+    rounds = 0
+    while await storage.run_cleaner():
+        rounds += 1
+    assert rounds > 1
+    keys = [k for _, k, _ in inactive_records(log)]
+    assert len(keys) == len(set(keys))
+    await storage.close()
+
+
+async def test_appends_and_reads_go_on_while_cleaning(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage, segment_bytes=20_000)
+    write_keys(log, 400, keys=20)
+    done = trio.Event()
+    appended = 0
+
+    async def clean() -> None:
+        await storage.run_cleaner()
+        done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(clean)
+        while not done.is_set():
+            append(log, batch(1, keys=[b"live"], values=[b"%d" % appended], ts=now_ms()))
+            fetched = log.read(log.log_start_offset, 1 << 16)
+            assert fetched.size > 0
+            fetched.release()
+            appended += 1
+            await trio.sleep(0)
+    assert appended > 1  # the cleaner yielded while it worked
+    live = [v for _, k, v in key_values(log) if k == b"live"]
+    assert live[-1] == b"%d" % (appended - 1)
+    await storage.close()
+
+
+async def test_truncation_during_a_round_discards_it(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    write_keys(log, 20)
+    before = key_values(log)
+    cut = log.segments[1].base_offset
+    result: list[int] = []
+
+    async def clean() -> None:
+        result.append(await storage.run_cleaner())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(clean)
+        await trio.testing.wait_all_tasks_blocked()  # the cleaner is in a worker thread now
+        log.truncate_to(cut)
+    assert result == [0]
+    assert key_values(log) == [kv for kv in before if kv[0] < cut]
+    assert not list((tmp_path / "events-0").glob("*.cleaned"))
+    await storage.close()
+
+
+async def test_a_crash_during_the_swap_is_completed_on_start(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    write_keys(log, 20)
+    original = SegmentLog.replace_segments
+
+    def crash(self: SegmentLog, old: Any, new: Any) -> Any:
+        raise RuntimeError("power cut after the .swap rename")
+
+    SegmentLog.replace_segments = crash  # type: ignore[method-assign]
+    try:
+        await storage.run_cleaner()
+    finally:
+        SegmentLog.replace_segments = original  # type: ignore[method-assign]
+    part = tmp_path / "events-0"
+    assert list(part.glob("*.log.swap"))
+    storage.abandon()
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    assert not list(part.glob("*.swap")) and not list(part.glob("*.cleaned"))
+    keys = [k for _, k, _ in inactive_records(log)]
+    assert len(keys) < 20 * 5 and b"key-0" in keys
+    offsets = [o for o, _, _ in key_values(log)]
+    assert offsets == sorted(set(offsets)) and offsets[-1] == log.log_end_offset - 1
+    await storage.close()
+
+
+async def test_a_crash_before_the_swap_leaves_the_log_as_it_was(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    write_keys(log, 20)
+    before = key_values(log)
+    (tmp_path / "events-0" / "00000000000000000000.log.cleaned").write_bytes(b"half written")
+    (tmp_path / "events-0" / "00000000000000000000.index.swap").write_bytes(b"\x00" * 8)
+    storage.abandon()
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    assert key_values(log) == before
+    assert not list((tmp_path / "events-0").glob("*.cleaned")) and not list((tmp_path / "events-0").glob("*.swap"))
+    await storage.close()

@@ -1,0 +1,103 @@
+"""Retention of the segment engine: by time, by size, by log start offset; whole inactive
+segments only; in the background under an autojump clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from storage_helpers import TP, append, batch, config, log_of, open_storage, read_batches
+
+from odradek.plugins.storage_segment.storage import SegmentLogStorage
+
+HOUR = 3_600_000
+
+
+async def _log_with_segments(tmp_path: Path, now: list[int], count: int = 12, **topic: object):
+    storage = await open_storage(tmp_path, time_ms=lambda: now[0], log_segment_bytes=250)
+    log = log_of(storage, segment_bytes=250, **topic)
+    for i in range(count):
+        append(log, batch(2, ts=now[0] - (count - i) * HOUR))  # one hour apart, oldest first
+    return storage, log
+
+
+async def test_time_retention_deletes_old_inactive_segments(tmp_path: Path) -> None:
+    now = [1_700_000_000_000]
+    storage, log = await _log_with_segments(tmp_path, now, retention_ms=5 * HOUR + 1)
+    before = len(log.segments)
+    assert before > 3
+    freed = await storage.run_retention()
+    remaining = log.segments
+    assert freed > 0 and len(remaining) < before
+    for seg in remaining[:-1]:
+        assert now[0] - seg.largest_timestamp() <= 5 * HOUR + 1
+    assert log.log_start_offset == remaining[0].base_offset
+    assert read_batches(log)[0].header.base_offset == log.log_start_offset
+    part = tmp_path / "events-0"
+    assert sorted(p.name for p in part.glob("*.log")) == [f"{s.base_offset:020d}.log" for s in remaining]
+    assert not list(part.glob("*.deleted"))
+    assert (tmp_path / "log-start-offset-checkpoint").read_text().endswith(f"events 0 {log.log_start_offset}\n")
+    await storage.close()
+
+
+async def test_the_active_segment_is_never_deleted(tmp_path: Path) -> None:
+    now = [1_700_000_000_000]
+    storage, log = await _log_with_segments(tmp_path, now, retention_ms=1)
+    leo = log.log_end_offset
+    await storage.run_retention()
+    assert len(log.segments) == 1 and log.log_end_offset == leo
+    assert log.log_start_offset == log.segments[0].base_offset
+    await storage.close()
+
+
+async def test_size_retention_keeps_at_least_retention_bytes(tmp_path: Path) -> None:
+    now = [1_700_000_000_000]
+    storage, log = await _log_with_segments(tmp_path, now, count=20, retention_bytes=1000)
+    await storage.run_retention()
+    assert log.size_in_bytes >= 1000
+    assert log.size_in_bytes - log.segments[0].size < 1000
+    await storage.close()
+
+
+async def test_compacted_topics_keep_old_segments_but_honour_the_log_start(tmp_path: Path) -> None:
+    now = [1_700_000_000_000]
+    storage, log = await _log_with_segments(tmp_path, now, retention_ms=1, cleanup_policy="compact")
+    before = len(log.segments)
+    await storage.run_retention()
+    assert len(log.segments) == before  # no time/size retention without "delete"
+    cut = log.segments[3].base_offset + 1
+    log.delete_records_before(cut)
+    await storage.run_retention()
+    assert log.segments[0].base_offset <= cut < log.segments[1].base_offset
+    assert len(log.segments) == before - 3 and log.log_start_offset == cut
+    await storage.close()
+    storage = await open_storage(tmp_path, log_segment_bytes=250)
+    reopened = storage.get_log(TP)
+    assert reopened is not None and reopened.log_start_offset == cut
+    await storage.close()
+
+
+@pytest.mark.trio
+async def test_retention_runs_in_the_background(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    wall = [1_700_000_000_000]
+
+    def now_ms() -> int:
+        return wall[0] + int(trio.current_time() * 1000)
+
+    cfg = config(tmp_path, log_segment_bytes=250, log_retention_check_interval_ms=60_000, log_retention_ms=HOUR)
+    storage = SegmentLogStorage(cfg, time_ms=now_ms)
+    await storage.open()
+    log = log_of(storage, segment_bytes=250)
+    for i in range(10):
+        append(log, batch(2, ts=now_ms() + i))
+    segments = len(log.segments)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(storage.run)
+        await trio.sleep(30 * 60)  # half the retention time: nothing goes
+        assert len(log.segments) == segments
+        await trio.sleep(45 * 60)
+        assert len(log.segments) == 1
+        nursery.cancel_scope.cancel()
+    await storage.close()
