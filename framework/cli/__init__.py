@@ -19,6 +19,7 @@ COMMANDS: tuple[str, ...] = (
     "odradek.cli.plugins_cmd",
     "odradek.cli.config_cmd",
     "odradek.cli.perf",
+    "odradek.cli.groups",
 )
 
 
