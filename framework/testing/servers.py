@@ -23,9 +23,10 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +34,10 @@ ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 #: Optional slf4j binding so the server's warnings land in its log file (not installed: silence).
 SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
 START_TIMEOUT_S = 30.0
+
+
+class ServerExited(Exception):
+    """The server process exited while starting (typically: its port was taken meanwhile)."""
 
 
 def free_port() -> int:
@@ -83,12 +88,13 @@ class _ServerProcess:
             log.close()
 
     def wait_ready(self, probe: object, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Poll ``probe()`` until it returns True; fail with the server's log otherwise."""
+        """Poll ``probe()`` until it returns True; ``ServerExited`` if the process died, a test
+        failure with the server's log if it never answered."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             assert self.process is not None
             if self.process.poll() is not None:
-                pytest.fail(f"{self.name} exited with {self.process.returncode} on start:\n{self.log_tail()}")
+                raise ServerExited(f"{self.name} exited with {self.process.returncode} on start:\n{self.log_tail()}")
             if probe():  # type: ignore[operator]
                 return
             time.sleep(0.05)
@@ -137,7 +143,10 @@ class ZooKeeperServer:
     def start(self) -> None:
         """Start (or restart after ``kill``/``stop``) on the same port and data dir."""
         self.server.spawn()
-        self.server.wait_ready(self.is_ready)
+        try:
+            self.server.wait_ready(self.is_ready)
+        except ServerExited as exc:
+            pytest.fail(str(exc))
 
     def kill(self) -> None:
         self.server.kill()
@@ -169,8 +178,12 @@ class EtcdServer:
             return False
 
     def start(self) -> None:
+        """Start (or restart after ``kill``/``stop``) on the same ports and data dir."""
         self.server.spawn()
-        self.server.wait_ready(self.is_ready)
+        try:
+            self.server.wait_ready(self.is_ready)
+        except ServerExited as exc:
+            pytest.fail(str(exc))
 
     def kill(self) -> None:
         self.server.kill()
@@ -197,6 +210,44 @@ def _etcd() -> str:
     return etcd
 
 
+#: Attempts with fresh ports when a server dies on start (another process took a port between
+#: ``free_port`` and the server's bind).
+START_ATTEMPTS = 3
+
+
+def _start_with_retries(make: Callable[[], Any]) -> Any:
+    """``make()`` builds a server on fresh ports; start it, retrying on early exit."""
+    for attempt in range(START_ATTEMPTS):
+        server = make()
+        server.server.spawn()
+        try:
+            server.server.wait_ready(server.is_ready)
+            return server
+        except ServerExited as exc:
+            server.stop()
+            if attempt == START_ATTEMPTS - 1:
+                pytest.fail(f"{exc}\n(after {START_ATTEMPTS} attempts on fresh ports)")
+    raise AssertionError("unreachable")
+
+
+def _zoo_cfg(data_dir: Path, port: int) -> str:
+    return "\n".join(
+        [
+            "tickTime=200",
+            f"dataDir={data_dir}",
+            f"clientPort={port}",
+            "clientPortAddress=127.0.0.1",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=ruok,srvr,stat",
+            "maxClientCnxns=0",
+            "minSessionTimeout=400",
+            "maxSessionTimeout=60000",
+            "forceSync=no",
+            "",
+        ]
+    )
+
+
 @contextlib.contextmanager
 def start_zookeeper(workdir: Path | None = None) -> Iterator[ZooKeeperServer]:
     """A private ZooKeeper for the ``with`` block (fault tests may kill and restart it).
@@ -210,41 +261,29 @@ def start_zookeeper(workdir: Path | None = None) -> Iterator[ZooKeeperServer]:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="odradek-zk-")))
         data_dir = workdir / "data"
         data_dir.mkdir(parents=True, exist_ok=True)
-        port = free_port()
-        cfg = workdir / "zoo.cfg"
-        cfg.write_text(
-            "\n".join(
-                [
-                    "tickTime=200",
-                    f"dataDir={data_dir}",
-                    f"clientPort={port}",
-                    "clientPortAddress=127.0.0.1",
-                    "admin.enableServer=false",
-                    "4lw.commands.whitelist=ruok,srvr,stat",
-                    "maxClientCnxns=0",
-                    "minSessionTimeout=400",
-                    "maxSessionTimeout=60000",
-                    "forceSync=no",
-                    "",
-                ]
-            )
-        )
         classpath = [str(ZOOKEEPER_JAR)] + ([str(SLF4J_SIMPLE_JAR)] if SLF4J_SIMPLE_JAR.exists() else [])
-        command = [
-            java,
-            "-Xmx256m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-            "-Dzookeeper.jmx.log4j.disable=true",
-            "-cp",
-            ":".join(classpath),
-            "org.apache.zookeeper.server.ZooKeeperServerMain",
-            str(cfg),
-        ]
-        zk = ZooKeeperServer(port, data_dir, _ServerProcess("zookeeper", command, workdir))
+
+        def make() -> ZooKeeperServer:
+            assert workdir is not None
+            port = free_port()
+            cfg = workdir / "zoo.cfg"
+            cfg.write_text(_zoo_cfg(data_dir, port))
+            command = [
+                java,
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                "-Dzookeeper.jmx.log4j.disable=true",
+                "-cp",
+                ":".join(classpath),
+                "org.apache.zookeeper.server.ZooKeeperServerMain",
+                str(cfg),
+            ]
+            return ZooKeeperServer(port, data_dir, _ServerProcess("zookeeper", command, workdir))
+
+        zk: ZooKeeperServer = _start_with_retries(make)
         stack.callback(zk.stop)
-        zk.start()
         yield zk
 
 
@@ -260,26 +299,34 @@ def start_etcd(workdir: Path | None = None) -> Iterator[EtcdServer]:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="odradek-etcd-")))
         workdir.mkdir(parents=True, exist_ok=True)
-        data_dir = workdir / "data"
-        client_port, peer_port = free_port(), free_port()
-        client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
-        command = [
-            etcd,
-            "--name=odradek-test",
-            f"--data-dir={data_dir}",
-            f"--listen-client-urls={client_url}",
-            f"--advertise-client-urls={client_url}",
-            f"--listen-peer-urls={peer_url}",
-            f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=odradek-test={peer_url}",
-            "--heartbeat-interval=50",
-            "--election-timeout=300",
-            "--log-level=warn",
-        ]
-        env = {"ETCD_UNSUPPORTED_ARCH": platform.machine()} if platform.machine() not in {"x86_64", "AMD64"} else {}
-        server = EtcdServer(client_port, peer_port, data_dir, _ServerProcess("etcd", command, workdir, env))
+        machine = platform.machine()
+        env = {"ETCD_UNSUPPORTED_ARCH": machine} if machine not in {"x86_64", "AMD64"} else {}
+
+        def make() -> EtcdServer:
+            assert workdir is not None
+            client_port = free_port()
+            peer_port = free_port()
+            while peer_port == client_port:
+                peer_port = free_port()
+            client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+            data_dir = workdir / f"data-{client_port}"  # a member's data dir remembers its peer URL
+            command = [
+                etcd,
+                "--name=odradek-test",
+                f"--data-dir={data_dir}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=odradek-test={peer_url}",
+                "--heartbeat-interval=50",
+                "--election-timeout=300",
+                "--log-level=warn",
+            ]
+            return EtcdServer(client_port, peer_port, data_dir, _ServerProcess("etcd", command, workdir, env))
+
+        server: EtcdServer = _start_with_retries(make)
         stack.callback(server.stop)
-        server.start()
         yield server
 
 
