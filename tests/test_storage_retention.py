@@ -86,7 +86,13 @@ async def test_retention_runs_in_the_background(tmp_path: Path, autojump_clock: 
     def now_ms() -> int:
         return wall[0] + int(trio.current_time() * 1000)
 
-    cfg = config(tmp_path, log_segment_bytes=250, log_retention_check_interval_ms=60_000, log_retention_ms=HOUR)
+    cfg = config(
+        tmp_path,
+        log_segment_bytes=250,
+        log_retention_check_interval_ms=60_000,
+        log_retention_ms=HOUR,
+        log_flush_scheduler_interval_ms=60_000,
+    )
     storage = SegmentLogStorage(cfg, time_ms=now_ms)
     await storage.open()
     log = log_of(storage, segment_bytes=250)
