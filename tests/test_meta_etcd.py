@@ -14,8 +14,8 @@ from odradek.interfaces import Delete, MetadataStore, Put, SessionState
 from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_etcd.store import EtcdMetadataStore, etcd3, parse_endpoint
 from odradek.sessions import MetadataUnavailable
-from odradek.testing import EtcdServer, start_etcd, unique_chroot
-from odradek.testing.metadata import MetadataStoreConformance, _aclose
+from odradek.testing import EtcdServer, servers, start_etcd, unique_chroot
+from odradek.testing.metadata import MetadataStoreConformance, close_iterator
 from odradek.testing.servers import free_port
 
 
@@ -94,7 +94,7 @@ async def test_revoked_lease_is_lost_and_its_ephemerals_vanish(etcd_server: Etcd
         await _await_state(states, SessionState.CONNECTED, seen)
         assert store.lease_id != old_lease
         assert await store.register_broker(1, b"b1") > epoch
-        await _aclose(states)
+        await close_iterator(states)
     finally:
         observer.close()
         await store.close()
@@ -132,7 +132,14 @@ async def test_server_crash_suspends_loses_lease_and_recovers(tmp_path: Path) ->
             with trio.fail_after(10):
                 second = await watch.__anext__()
             assert (second.key, second.value) == ("/keys/after", b"2")
-            await _aclose(watch)
-            await _aclose(states)
+            await close_iterator(watch)
+            await close_iterator(states)
         finally:
             await store.close()
+
+
+def test_missing_etcd_fails_naming_the_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(servers.shutil, "which", lambda name: None)
+    monkeypatch.setattr(servers, "ETCD_BINARY", tmp_path / "absent")
+    with pytest.raises(pytest.fail.Exception, match="Debian package 'etcd-server'"), start_etcd(tmp_path):
+        pass

@@ -14,8 +14,8 @@ from odradek.interfaces import MetadataStore, SessionState
 from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_zk.store import ZooKeeperMetadataStore, split_connect
 from odradek.sessions import MetadataUnavailable
-from odradek.testing import ZooKeeperServer, start_zookeeper, unique_chroot
-from odradek.testing.metadata import MetadataStoreConformance, _aclose
+from odradek.testing import ZooKeeperServer, servers, start_zookeeper, unique_chroot
+from odradek.testing.metadata import MetadataStoreConformance, close_iterator
 from odradek.testing.servers import free_port
 
 
@@ -90,7 +90,7 @@ async def test_expired_session_is_lost_and_its_ephemerals_vanish(zookeeper_serve
         await _await_state(states, SessionState.CONNECTED, seen)
         assert store.client_id is not None and store.client_id[0] != client_id[0]
         assert await store.register_broker(1, b"b1") > epoch
-        await _aclose(states)
+        await close_iterator(states)
     finally:
         await store.close()
         await observer.close()
@@ -129,8 +129,14 @@ async def test_server_crash_suspends_then_session_and_watch_resume(tmp_path: Pat
             with trio.fail_after(10):
                 second = await watch.__anext__()
             assert (second.key, second.value) == ("/keys/after", b"2")
-            await _aclose(watch)
-            await _aclose(states)
+            await close_iterator(watch)
+            await close_iterator(states)
         finally:
             await store.close()
             await observer.close()
+
+
+def test_missing_zookeeper_fails_naming_the_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(servers, "ZOOKEEPER_JAR", tmp_path / "absent.jar")
+    with pytest.raises(pytest.fail.Exception, match="Debian package 'zookeeper'"), start_zookeeper(tmp_path):
+        pass

@@ -100,7 +100,7 @@ class MetadataStoreConformance:
         with trio.fail_after(self.wait_s):
             first = await states.__anext__()
         assert first is SessionState.CONNECTED
-        await _aclose(states)
+        await close_iterator(states)
 
     async def test_close_is_idempotent(self, open_store: OpenStore) -> None:
         s = await open_store()
@@ -347,7 +347,7 @@ class MetadataStoreConformance:
                 extra = await watch.__anext__()
                 pytest.fail(f"watch reported {extra!r} after every change had been delivered")
         finally:
-            await _aclose(watch)
+            await close_iterator(watch)
 
         revisions = [e.revision for e in events]
         assert all(r > rev for r in revisions), (rev, events)
@@ -395,7 +395,7 @@ class MetadataStoreConformance:
             with trio.fail_after(self.wait_s):
                 event = await watch.__anext__()
         finally:
-            await _aclose(watch)
+            await close_iterator(watch)
         assert (event.key, event.value) == ("/w2/new", b"2") and event.revision > rev
 
     # -- brokers -------------------------------------------------------------------------------
@@ -513,7 +513,7 @@ class MetadataStoreConformance:
         assert sorted(got) == list(range(1, 19))
 
 
-async def _aclose(iterator: Any) -> None:
+async def close_iterator(iterator: Any) -> None:
     """Close an async generator early (a no-op for iterators without ``aclose``)."""
     aclose = getattr(iterator, "aclose", None)
     if aclose is not None:

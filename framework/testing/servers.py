@@ -33,6 +33,8 @@ import pytest
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 #: Optional slf4j binding so the server's warnings land in its log file (not installed: silence).
 SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
+#: Where Debian's etcd-server puts etcd, used when it is not on PATH.
+ETCD_BINARY = Path("/usr/bin/etcd")
 START_TIMEOUT_S = 30.0
 
 
@@ -204,7 +206,7 @@ def _java() -> str:
 
 
 def _etcd() -> str:
-    etcd = shutil.which("etcd") or ("/usr/bin/etcd" if Path("/usr/bin/etcd").exists() else None)
+    etcd = shutil.which("etcd") or (str(ETCD_BINARY) if ETCD_BINARY.exists() else None)
     if etcd is None:
         pytest.fail("etcd is not installed: install the Debian package 'etcd-server' (apt-get install etcd-server)")
     return etcd
