@@ -174,7 +174,7 @@ def _release_all(results: Iterable[FetchPartitionResult]) -> None:
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> FetchResponseData:
     """Full fetches only: session_id 0 in every response declines fetch sessions (KIP-227)."""
-    if request.session_id != 0:
+    if getattr(request, "session_id", 0) != 0:
         return FetchResponseData([], error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     partitions: list[FetchPartition] = []
     for topic in request.topics:

@@ -1,0 +1,456 @@
+"""transport_tcp in-process against a scripted broker: framing, pipelining, order, acks=0, limits,
+idle close, graceful drain, sendfile, and every core/admin handler at every version."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from test_protocol import sample
+
+from odradek.broker.api import (
+    AlterConfigsResult,
+    BrokerNode,
+    ClusterMetadata,
+    ConfigEntry,
+    ConfigSource,
+    CreateTopicResult,
+    DeleteRecordsResult,
+    DescribeConfigsResult,
+    EpochEndOffset,
+    FetchPartitionResult,
+    InitProducerIdResult,
+    ListOffsetsPartitionResult,
+    PartitionMetadata,
+    PartitionProduceResult,
+    TopicMetadata,
+    TopicResult,
+)
+from odradek.config import Config, default_config
+from odradek.errors import ErrorCode
+from odradek.interfaces import Endpoint, FileRange, TopicPartition
+from odradek.plugins.transport_tcp.apis import Dispatcher, load_handlers
+from odradek.plugins.transport_tcp.apis.admin import HANDLERS as ADMIN_HANDLERS
+from odradek.plugins.transport_tcp.apis.core import HANDLERS as CORE_HANDLERS
+from odradek.plugins.transport_tcp.client import TcpConnection, TcpConnector
+from odradek.plugins.transport_tcp.connection import KafkaConnection
+from odradek.plugins.transport_tcp.server import TcpListener
+from odradek.protocol import (
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    PartitionProduceData,
+    ProduceRequestData,
+    TopicProduceData,
+    decode_response,
+    encode_request,
+    parse_request_header,
+    request_type,
+)
+
+
+class FileSlice:
+    """A FetchDataInfo over a real file, as the segment engine returns one."""
+
+    def __init__(self, path: Path, position: int, length: int) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+        self.position = position
+        self.size = length
+        self.fetch_offset = 0
+        self.first_batch_offset = 0
+        self.released = 0
+
+    def file_range(self) -> FileRange:
+        return FileRange(self.fd, self.position, self.size)
+
+    def to_bytes(self) -> bytes:
+        return os.pread(self.fd, self.size, self.position)
+
+    def release(self) -> None:
+        self.released += 1
+        if self.released == 1:
+            os.close(self.fd)
+
+
+class ScriptedBroker:
+    """Implements the core facade with canned answers and hooks for the tests."""
+
+    def __init__(self, config: Config, records_file: Path | None = None) -> None:
+        self.config = config
+        self.node_id = 1
+        self.cluster_id = "scripted"
+        self.records_file = records_file
+        self.produced: list[tuple[int, dict[TopicPartition, bytes]]] = []
+        self.fetch_gate: trio.Event | None = None
+        self.fetch_calls = 0
+        self.slices: list[FileSlice] = []
+
+    async def produce(self, acks: int, timeout_ms: int, partitions: Mapping[TopicPartition, bytearray], **kw: Any):
+        assert all(isinstance(v, bytearray) for v in partitions.values())
+        self.produced.append((acks, {tp: bytes(v) for tp, v in partitions.items()}))
+        return {tp: PartitionProduceResult(ErrorCode.NONE, base_offset=10 * i) for i, tp in enumerate(partitions)}
+
+    async def fetch(self, replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, partitions):
+        self.fetch_calls += 1
+        if self.fetch_gate is not None:
+            await self.fetch_gate.wait()
+        out = {}
+        for p in partitions:
+            records: Any = None
+            if self.records_file is not None:
+                records = FileSlice(self.records_file, 3, 50)
+                self.slices.append(records)
+            out[p.tp] = FetchPartitionResult(ErrorCode.NONE, 100, 100, 0, None if isolation_level == 0 else (), records)
+        return out
+
+    async def list_offsets(self, replica_id, isolation_level, partitions):
+        return {p.tp: ListOffsetsPartitionResult(ErrorCode.NONE, p.timestamp, 42, 0) for p in partitions}
+
+    async def metadata(self, topics, allow_auto_create, *, listener_name=None):
+        names = list(topics) if topics is not None else ["t"]
+        return ClusterMetadata(
+            "scripted",
+            1,
+            (BrokerNode(1, "127.0.0.1", 9092),),
+            tuple(
+                TopicMetadata(ErrorCode.NONE, n, False, (PartitionMetadata(ErrorCode.NONE, 0, 1, 0, (1,), (1,)),))
+                for n in names
+            ),
+        )
+
+    async def create_topics(self, topics, timeout_ms, validate_only):
+        entry = ConfigEntry("retention.ms", "1000", False, False, ConfigSource.DYNAMIC_TOPIC_CONFIG)
+        return {t.name: CreateTopicResult(ErrorCode.NONE, None, 3, 1, (entry,)) for t in topics}
+
+    async def delete_topics(self, names, timeout_ms):
+        return {n: TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no") for n in names}
+
+    async def create_partitions(self, topics, timeout_ms, validate_only):
+        return {t.name: TopicResult(ErrorCode.NONE) for t in topics}
+
+    async def describe_configs(self, resources, *, include_synonyms=False, include_documentation=False):
+        entry = ConfigEntry("cleanup.policy", "delete", False, True, ConfigSource.DEFAULT_CONFIG)
+        return [DescribeConfigsResult(ErrorCode.NONE, None, r.resource_type, r.name, (entry,)) for r in resources]
+
+    async def incremental_alter_configs(self, resources, validate_only):
+        return [AlterConfigsResult(ErrorCode.NONE, None, r.resource_type, r.name) for r in resources]
+
+    async def delete_records(self, offsets, timeout_ms):
+        return {tp: DeleteRecordsResult(ErrorCode.NONE, o) for tp, o in offsets.items()}
+
+    async def init_producer_id(self, transactional_id, transaction_timeout_ms, producer_id=-1, producer_epoch=-1):
+        return InitProducerIdResult(ErrorCode.NONE, 7000, 0)
+
+    async def offset_for_leader_epoch(self, replica_id, partitions):
+        return {p.tp: EpochEndOffset(ErrorCode.NONE, p.leader_epoch, 55) for p in partitions}
+
+
+ENDPOINT = Endpoint("PLAINTEXT", "127.0.0.1", 0)
+CORE_AND_ADMIN = {**CORE_HANDLERS, **ADMIN_HANDLERS}
+
+
+def _config(**kw: Any) -> Config:
+    return default_config(**kw)
+
+
+@asynccontextmanager
+async def serving(broker: ScriptedBroker, **config: Any) -> AsyncIterator[tuple[TcpListener, Endpoint]]:
+    listener = TcpListener(_config(**config), broker, ENDPOINT)
+    async with trio.open_nursery() as nursery:
+        (bound,) = await nursery.start(listener.serve)
+        yield listener, bound
+        nursery.cancel_scope.cancel()
+
+
+async def connect(bound: Endpoint) -> TcpConnection:
+    return await TcpConnector().connect(bound.host, bound.port, timeout_s=5)
+
+
+async def call(conn: TcpConnection, request: Any, correlation_id: int = 1) -> Any:
+    await conn.send_frame(encode_request(request, correlation_id=correlation_id, client_id="t"))
+    frame = await conn.receive_frame()
+    header = parse_request_header(encode_request(request, correlation_id=0, client_id="t"))
+    cid, response = decode_response(header.api_key, header.api_version, frame)
+    assert cid == correlation_id
+    return response
+
+
+def api_versions_request(version: int = 3) -> Any:
+    cls = request_type(ApiKey.API_VERSIONS, version)
+    kwargs = {"client_software_name": "odradek-test", "client_software_version": "1"} if version >= 3 else {}
+    return cls(**kwargs)
+
+
+def metadata_request(version: int = 8, topics: Sequence[str] | None = ("t",)) -> Any:
+    cls = request_type(ApiKey.METADATA, version)
+    topic_cls = __import__(cls.__module__, fromlist=["x"]).MetadataRequestTopic
+    kwargs: dict[str, Any] = {"topics": None if topics is None else tuple(topic_cls(name=t) for t in topics)}
+    if version >= 4:
+        kwargs["allow_auto_topic_creation"] = True
+    if version >= 8:
+        kwargs.update(include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+    return cls(**kwargs)
+
+
+# -- the handler table ------------------------------------------------------------------------
+
+
+def test_handler_modules_merge_and_advertise() -> None:
+    handlers = load_handlers()
+    for key in (0, 1, 2, 3, 18, 19, 20, 21, 22, 23, 32, 37, 44):
+        assert key in handlers
+    with pytest.raises(ValueError, match="handled by both"):
+        load_handlers(("odradek.plugins.transport_tcp.apis.core", "odradek.plugins.transport_tcp.apis.core"))
+
+
+@pytest.mark.parametrize(
+    ("key", "version"),
+    [(k, v) for k in CORE_AND_ADMIN for v in range(SUPPORTED_VERSIONS[k].min, SUPPORTED_VERSIONS[k].max + 1) if k != 0],
+)
+async def test_every_core_and_admin_handler_answers_every_version(key: int, version: int, tmp_path: Path) -> None:
+    """Each version's response object builds from the core's results and survives the wire."""
+    broker = ScriptedBroker(_config())
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
+    request = sample(request_type(key, version))
+    if key == ApiKey.FETCH:
+        request = _replace(request, session_id=0, isolation_level=1)
+    if key in (ApiKey.LIST_OFFSETS,) and version >= 2:
+        request = _replace(request, isolation_level=0)
+    if key in (ApiKey.DESCRIBE_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
+        request = _replace(request, resources=tuple(_replace(r, resource_type=2) for r in request.resources))
+    if key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
+        request = _replace(
+            request,
+            resources=tuple(
+                _replace(r, configs=tuple(_replace(c, config_operation=0) for c in r.configs))
+                for r in request.resources
+            ),
+        )
+    frame = bytearray(encode_request(request, correlation_id=5, client_id="t"))
+    header = parse_request_header(frame)
+    outcome = await dispatcher.process(header, frame, "127.0.0.1:1")
+    wire = outcome.to_bytes()[4:] if hasattr(outcome, "to_bytes") else outcome
+    cid, response = decode_response(key, version, wire)
+    assert cid == 5
+    assert "error_code" not in dir(response) or int(response.error_code) == 0
+
+
+def _replace(obj: Any, **changes: Any) -> Any:
+    """dataclasses.replace for the fields this version has."""
+    names = {f.name for f in dataclasses.fields(obj)}
+    return dataclasses.replace(obj, **{k: v for k, v in changes.items() if k in names})
+
+
+# -- over real sockets ------------------------------------------------------------------------
+
+
+async def test_api_versions_and_fallback_over_tcp() -> None:
+    broker = ScriptedBroker(_config())
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        response = await call(conn, api_versions_request(3))
+        keys = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        assert keys[ApiKey.PRODUCE] == (0, 7) and keys[ApiKey.FETCH] == (4, 11) and keys[18] == (0, 4)
+        assert 47 not in keys
+        # an ApiVersions version from the future: v0 body with UNSUPPORTED_VERSION, header v0
+        frame = struct.pack(">hhih", 18, 9, 77, 1) + b"c" + b"\x00garbage-body"
+        await conn.send_frame(frame)
+        raw = await conn.receive_frame()
+        assert struct.unpack_from(">ih", raw) == (77, 35)
+        # the same connection keeps working
+        assert (await call(conn, metadata_request(), 78)).topics[0].name == "t"
+        await conn.aclose()
+
+
+async def test_pipelined_requests_are_answered_in_order_and_acks0_gets_nothing() -> None:
+    broker = ScriptedBroker(_config())
+    broker.fetch_gate = trio.Event()
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        fetch = sample(request_type(ApiKey.FETCH, 11))
+        fetch = _replace(fetch, session_id=0, isolation_level=0)
+        produce0 = ProduceRequestData(
+            0, 1000, [TopicProduceData("t", [PartitionProduceData(0, bytearray(b"batch"))])], None, 7
+        )
+        await conn.send_frame(encode_request(fetch, correlation_id=1, client_id="p"))
+        await conn.send_frame(encode_request(metadata_request(), correlation_id=2, client_id="p"))
+        await conn.send_frame(encode_request(produce0, correlation_id=3, client_id="p"))
+        await conn.send_frame(encode_request(api_versions_request(2), correlation_id=4, client_id="p"))
+        # the fetch is parked; the later requests were processed (the acks=0 produce reached the core)
+        with trio.fail_after(5):
+            while not broker.produced:
+                await trio.sleep(0.01)
+        broker.fetch_gate.set()
+        got = []
+        for api_key, version in ((1, 11), (3, 8), (18, 2)):
+            cid, _ = decode_response(api_key, version, await conn.receive_frame())
+            got.append(cid)
+        assert got == [1, 2, 4]  # in request order, and nothing for the acks=0 produce (3)
+        assert broker.produced[0][0] == 0
+        await conn.aclose()
+
+
+async def test_fetch_records_are_sent_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000000.log"
+    data = bytes(range(256)) * 4
+    path.write_bytes(data)
+    broker = ScriptedBroker(_config(), records_file=path)
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=1)
+        response = await call(conn, fetch, 9)
+        partition = response.responses[0].partitions[0]
+        assert partition.records == data[3:53]
+        assert partition.aborted_transactions == ()
+        await conn.aclose()
+    assert broker.slices and all(s.released == 1 for s in broker.slices)
+
+
+async def test_oversize_frame_closes_only_that_connection() -> None:
+    broker = ScriptedBroker(_config())
+    async with serving(broker, socket_request_max_bytes=2048) as (_listener, bound):
+        good = await connect(bound)
+        bad = trio.socket.socket()
+        await bad.connect((bound.host, bound.port))
+        await bad.send(struct.pack(">i", 10_000_000))  # only the size: the body is never read
+        with trio.fail_after(5):
+            assert await bad.recv(10) == b""  # closed by the broker
+        bad.close()
+        garbage = trio.socket.socket()
+        await garbage.connect((bound.host, bound.port))
+        await garbage.send(struct.pack(">i", 12) + b"\x00\x03\x00\x08\x00\x00\x00\x01\x00\x10zz")  # client id too long
+        with trio.fail_after(5):
+            assert await garbage.recv(10) == b""
+        garbage.close()
+        assert (await call(good, metadata_request(), 3)).topics[0].name == "t"
+        await good.aclose()
+
+
+async def test_unsupported_version_and_unknown_key_close_the_connection() -> None:
+    broker = ScriptedBroker(_config())
+    async with serving(broker) as (_listener, bound):
+        for frame in (struct.pack(">hhih", 3, 42, 1, -1), struct.pack(">hhih", 5000, 0, 1, -1)):
+            conn = await connect(bound)
+            await conn.send_frame(frame)
+            with trio.fail_after(5), pytest.raises(ConnectionError):
+                await conn.receive_frame()
+            await conn.aclose()
+
+
+async def test_request_that_fails_to_decode_closes_after_earlier_answers() -> None:
+    broker = ScriptedBroker(_config())
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        await conn.send_frame(encode_request(metadata_request(), correlation_id=1, client_id="x"))
+        await conn.send_frame(struct.pack(">hhih", 3, 8, 2, -1) + b"\x7f\xff\xff\xff")  # 2**31-1 topics
+        cid, _ = decode_response(3, 8, await conn.receive_frame())
+        assert cid == 1
+        with trio.fail_after(5), pytest.raises(ConnectionError):
+            await conn.receive_frame()
+        await conn.aclose()
+
+
+async def test_backpressure_stops_reading_at_queued_max_requests() -> None:
+    broker = ScriptedBroker(_config())
+    broker.fetch_gate = trio.Event()
+    async with serving(broker, queued_max_requests=2) as (_listener, bound):
+        conn = await connect(bound)
+        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0)
+        for cid in range(5):
+            await conn.send_frame(encode_request(fetch, correlation_id=cid, client_id="bp"))
+        await trio.sleep(0.2)
+        assert broker.fetch_calls == 2  # the other three stay unread in the socket
+        broker.fetch_gate.set()
+        for cid in range(5):
+            assert decode_response(1, 11, await conn.receive_frame())[0] == cid
+        await conn.aclose()
+
+
+async def test_graceful_shutdown_answers_in_flight_requests() -> None:
+    broker = ScriptedBroker(_config())
+    broker.fetch_gate = trio.Event()
+    listener = TcpListener(_config(), broker, ENDPOINT)
+    stop = trio.CancelScope()
+
+    async def run_listener(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        with stop:
+            await listener.serve(task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        (bound,) = await nursery.start(run_listener)
+        conn = await connect(bound)
+        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0)
+        await conn.send_frame(encode_request(fetch, correlation_id=31, client_id="g"))
+        while broker.fetch_calls == 0:
+            await trio.sleep(0.01)
+        stop.cancel()  # the broker stops while the fetch is parked
+        await trio.sleep(0.05)
+        # new connections are refused at once ...
+        with pytest.raises(OSError):
+            await connect(bound)
+        broker.fetch_gate.set()  # ... while the parked request still completes and is answered
+        with trio.fail_after(2):
+            cid, _ = decode_response(1, 11, await conn.receive_frame())
+            assert cid == 31
+            with pytest.raises(ConnectionError):
+                await conn.receive_frame()
+        await conn.aclose()
+    assert not listener.connections
+
+
+async def test_graceful_shutdown_deadline_cancels_stuck_requests(autojump_clock: trio.testing.MockClock) -> None:
+    broker = ScriptedBroker(_config())
+    broker.fetch_gate = trio.Event()  # never set: the request would wait forever
+    listener = TcpListener(_config(), broker, ENDPOINT)
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
+    a, b = trio.socket.socketpair()
+    conn = KafkaConnection(a, dispatcher, peer="pair", max_request_bytes=1 << 20, max_in_flight=4, idle_timeout_s=600)
+    listener.connections.add(conn)
+    stopping = trio.Event()
+    async with trio.open_nursery() as nursery:
+        connections = await nursery.start(listener._host_connections, stopping, 5.0)
+        connections.start_soon(conn.run)
+        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0)
+        frame = encode_request(fetch, correlation_id=1, client_id="s")
+        await b.send(struct.pack(">i", len(frame)) + frame)
+        await trio.sleep(1)
+        assert broker.fetch_calls == 1
+        start = trio.current_time()
+        stopping.set()
+        await conn.closed.wait()
+        assert trio.current_time() - start == pytest.approx(5.0)
+    b.close()
+
+
+async def test_idle_connection_is_closed(autojump_clock: trio.testing.MockClock) -> None:
+    broker = ScriptedBroker(_config())
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
+    a, b = trio.socket.socketpair()
+    conn = KafkaConnection(a, dispatcher, peer="pair", max_request_bytes=1 << 20, max_in_flight=4, idle_timeout_s=600)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        start = trio.current_time()
+        # one request resets the idle timer ...
+        await trio.sleep(500)
+        frame = encode_request(metadata_request(), correlation_id=1, client_id="i")
+        await b.send(struct.pack(">i", len(frame)) + frame)
+        await conn.closed.wait()
+        # ... so the connection closes 600 s after it, not after the start
+        assert trio.current_time() - start >= 1100
+    b.close()
+
+
+async def test_listener_reports_bound_port_for_port_zero() -> None:
+    broker = ScriptedBroker(_config())
+    async with serving(broker) as (listener, bound):
+        assert bound.port != 0 and listener.bound == [bound]
+        sock = trio.socket.socket()
+        await sock.connect((bound.host, bound.port))
+        sock.close()
