@@ -24,8 +24,7 @@ from pyspark.sql.types import (
 )
 
 SOURCE_DDL = (
-    "key binary, value binary, topic string, partition int, offset bigint, "
-    "timestamp timestamp, timestampType int"
+    "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"
 )
 HEADERS_DDL = "headers array<struct<key:string,value:binary>>"
 
@@ -76,10 +75,11 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 
 
 class RecordLike(Protocol):
-    """What a decoded Kafka record offers (odradek.records.Record and the client's records alike)."""
+    """What a fetched record offers (odradek's ``ConsumerRecord``)."""
 
     offset: int
     timestamp: int
+    timestamp_type: int
     key: bytes | None
     value: bytes | None
     headers: Sequence[tuple[str, bytes | None]]
@@ -123,30 +123,28 @@ class ArrowBatchBuilder:
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def add(self, records: Iterable[RecordLike], timestamp_type: int, *, from_offset: int, until_offset: int) -> int:
-        """Add the records whose offsets fall in ``[from_offset, until_offset)``; returns the next offset
-        after the last record seen (or ``from_offset`` when none was in range)."""
-        keys, values, offsets, stamps = self._keys, self._values, self._offsets, self._stamps
+    def add(self, records: Iterable[RecordLike], *, from_offset: int, until_offset: int) -> int:
+        """Add the records whose offsets fall in ``[from_offset, until_offset)``; returns the position
+        after them: past the last record added, ``until_offset`` once a record at or beyond it was
+        seen (gaps from compaction or transaction markers end the range too), else ``from_offset``."""
+        keys, values, offsets, stamps, ts_types = self._keys, self._values, self._offsets, self._stamps, self._ts_types
         headers = self._headers if self.include_headers else None
-        added = 0
-        next_offset = from_offset
+        position = from_offset
         for record in records:
             offset = record.offset
             if offset < from_offset:
                 continue
             if offset >= until_offset:
-                break
+                return until_offset
             keys.append(record.key)
             values.append(record.value)
             offsets.append(offset)
             stamps.append(record.timestamp * 1000)
+            ts_types.append(record.timestamp_type)
             if headers is not None:
-                headers.append([(k, v) for k, v in record.headers])
-            added += 1
-            next_offset = offset + 1
-        if added:
-            self._ts_types.extend([timestamp_type] * added)
-        return next_offset
+                headers.append(list(record.headers))
+            position = offset + 1
+        return position
 
     def build(self) -> pa.RecordBatch:
         """The accumulated rows as one batch of the exact source schema; the builder starts empty again."""

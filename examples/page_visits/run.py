@@ -1,0 +1,223 @@
+"""Run the page-visits pipeline end to end with one command.
+
+    .venv/bin/python examples/page_visits/run.py                      # embedded broker, 20 s
+    .venv/bin/python examples/page_visits/run.py --seconds 60 --rate 5000
+    .venv/bin/python examples/page_visits/run.py --bootstrap 127.0.0.1:9092
+
+Without ``--bootstrap`` it starts ``odradek serve`` on a free loopback port with a temporary data
+directory, and stops it at the end. Then, for a bounded time, the seeds' producer sends page-visit
+events (``"<ms>,www.example.com,<ip>"`` keyed by IP) while the Spark job (job.py) counts visits per
+/24 subnet per minute into an odradek topic and Parquet; finally it waits for the job to catch up
+and prints a summary that checks every produced visit was counted exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from job import final_counts, start_job
+
+SOURCE_TOPIC = "page_visits"
+SINK_TOPIC = "visits_per_subnet"
+
+
+# -- the embedded broker ----------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"odradek serve exited with code {process.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"odradek serve did not listen on 127.0.0.1:{port} within {timeout_s:.0f} s")
+
+
+@contextlib.contextmanager
+def embedded_broker(data_dir: Path, partitions: int) -> Iterator[str]:
+    """``odradek serve`` on a free port with its data in ``data_dir``; yields the bootstrap address."""
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "odradek",
+        "serve",
+        "--set",
+        f"listeners=PLAINTEXT://127.0.0.1:{port}",
+        "--set",
+        f"log.dirs={data_dir}",
+        "--set",
+        f"num.partitions={partitions}",
+    ]
+    log = open(data_dir.parent / "broker.log", "wb")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, process)
+        print(f"embedded broker: 127.0.0.1:{port}, data in {data_dir}")
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+# -- the seeds' producer ----------------------------------------------------------------------------
+def produce_visits(bootstrap: str, *, rate: int, seconds: float, subnets: int, seed: int = 7) -> int:
+    """Send ``rate`` page visits per second for ``seconds`` (IPs in ``subnets`` /24 subnets); returns the count."""
+    from odradek.client import Producer
+
+    rnd = random.Random(seed)
+    sent = 0
+    errors: list[BaseException] = []
+
+    def on_delivery(error: BaseException | None, _metadata: object) -> None:
+        if error is not None:
+            errors.append(error)
+
+    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as producer:
+        start = time.monotonic()
+        while (elapsed := time.monotonic() - start) < seconds:
+            due = int(elapsed * rate) + 1
+            while sent < due:
+                ip = f"192.168.{rnd.randrange(subnets)}.{rnd.randrange(255)}"
+                runtime = int(time.time() * 1000)
+                producer.send(SOURCE_TOPIC, f"{runtime},www.example.com,{ip}", key=ip, callback=on_delivery)
+                sent += 1
+            time.sleep(0.005)
+        producer.flush()
+    if errors:
+        raise RuntimeError(f"{len(errors)} visits were not delivered; first error: {errors[0]!r}")
+    return sent
+
+
+# -- Spark --------------------------------------------------------------------------------------------
+def local_spark():  # type: ignore[no-untyped-def]
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from odradek.plugins.spark import register
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("page-visits")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def run(
+    bootstrap: str,
+    workdir: Path,
+    *,
+    seconds: float,
+    rate: int,
+    subnets: int,
+    spark=None,  # type: ignore[no-untyped-def]
+) -> dict[str, int]:
+    """Producer + job for ``seconds``, then catch up, stop, and summarise; returns the summary figures."""
+    spark = spark or local_spark()
+    parquet_dir = workdir / "visits_per_subnet.parquet"
+    query = start_job(
+        spark,
+        bootstrap=bootstrap,
+        source_topic=SOURCE_TOPIC,
+        sink_topic=SINK_TOPIC,
+        parquet_dir=str(parquet_dir),
+        checkpoint_dir=str(workdir / "checkpoint"),
+    )
+    produced: list[int] = []
+    failure: list[BaseException] = []
+
+    def producer_thread() -> None:
+        try:
+            produced.append(produce_visits(bootstrap, rate=rate, seconds=seconds, subnets=subnets))
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=producer_thread, name="page-visits-producer")
+    thread.start()
+    thread.join()
+    try:
+        if failure:
+            raise failure[0]
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    finals = final_counts(spark, str(parquet_dir))
+    rows = finals.collect()
+    counted = sum(r["visits"] for r in rows)
+    changelog = (
+        spark.read.format("odradek")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", SINK_TOPIC)
+        .load()
+        .count()
+    )
+    print(
+        f"\nproduced {produced[0]} visits in {seconds:.0f} s; counted {counted} in {len(rows)} (minute, subnet) cells"
+    )
+    print(f"{SINK_TOPIC}: {changelog} update records; Parquet: {parquet_dir}")
+    print("\nbusiest subnets per minute:")
+    finals.orderBy("minute", finals.visits.desc()).show(12, truncate=False)
+    return {"produced": produced[0], "counted": counted, "cells": len(rows), "changelog": changelog}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap", help="an existing broker (default: start an embedded one)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long to produce (default 20)")
+    parser.add_argument("--rate", type=int, default=2000, help="page visits per second (default 2000)")
+    parser.add_argument("--subnets", type=int, default=8, help="distinct /24 subnets of visitors (default 8)")
+    parser.add_argument("--partitions", type=int, default=4, help="partitions of the embedded broker's topics")
+    parser.add_argument("--workdir", help="where Parquet and the checkpoint go (default: a temp dir, removed)")
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="page-visits-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        with contextlib.ExitStack() as stack:
+            bootstrap = args.bootstrap
+            if bootstrap is None:
+                data_dir = workdir / "broker-data"
+                data_dir.mkdir(exist_ok=True)
+                bootstrap = stack.enter_context(embedded_broker(data_dir, args.partitions))
+            summary = run(bootstrap, workdir, seconds=args.seconds, rate=args.rate, subnets=args.subnets)
+        ok = summary["counted"] == summary["produced"]
+        print("every visit counted exactly once" if ok else "MISMATCH between produced and counted visits")
+        return 0 if ok else 1
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
