@@ -94,7 +94,7 @@ def produce_visits(bootstrap: str, *, rate: int, seconds: float, subnets: int, s
     sent = 0
     errors: list[BaseException] = []
 
-    def on_delivery(error: BaseException | None, _metadata: object) -> None:
+    def on_delivery(_metadata: object, error: BaseException | None) -> None:
         if error is not None:
             errors.append(error)
 

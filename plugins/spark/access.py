@@ -15,6 +15,7 @@ only options, and each process builds its own clients from them.
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
 import time
@@ -23,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from odradek.client import Admin, Consumer, KafkaError, NoOffsetForPartition, Producer
+from odradek.client import Admin, Consumer, ConsumerRecord, KafkaError, NoOffsetForPartition, Producer
 from odradek.client.config import ROLE_KEYS
 
 from .offsets import OffsetRange, data_loss
@@ -155,8 +156,8 @@ def _consumer(options: SourceOptions) -> Consumer:
     return _cached(_consumers, _consumer_config(options), Consumer)
 
 
-def read_range(options: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """Records ``[rng.from_offset, rng.until_offset)`` of one partition as Arrow batches.
+def fetch_records(options: SourceOptions, rng: OffsetRange) -> Iterator[list[ConsumerRecord]]:
+    """The records of ``[rng.from_offset, rng.until_offset)`` of one partition, in fetched chunks.
 
     Gaps (compaction, transaction markers) are normal; a position below the log start offset or
     an end beyond the log end offset is data loss, handled per failOnDataLoss. A fetch that makes
@@ -166,7 +167,6 @@ def read_range(options: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
         return
     tp = (rng.topic, rng.partition)
     consumer = _consumer(options)
-    builder = ArrowBatchBuilder(rng.topic, rng.partition, include_headers=options.include_headers)
     try:
         consumer.assign([tp])
         consumer.seek(tp, rng.from_offset)
@@ -184,10 +184,15 @@ def read_range(options: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
                 continue
             records = polled.get(tp)
             if records:
-                position = builder.add(records, from_offset=position, until_offset=until)
+                first = bisect.bisect_left(records, position, key=_offset_of)
+                last = bisect.bisect_left(records, until, lo=first, key=_offset_of)
+                if last < len(records):
+                    position = until  # a record at or past the end: the range is complete
+                elif last > first:
+                    position = records[last - 1].offset + 1
+                if last > first:
+                    yield records[first:last] if first or last < len(records) else records
                 last_progress = time.monotonic()
-                if len(builder) >= ROWS_PER_BATCH:
-                    yield builder.build()
                 continue
             new_position = consumer.position(tp)  # moves past control batches and aborted records
             if new_position > position:
@@ -206,11 +211,25 @@ def read_range(options: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBa
                     f"No records from {rng.topic}-{rng.partition} at offset {position} for "
                     f"{options.poll_timeout_ms} ms (option 'kafkaConsumer.pollTimeoutMs'); wanted up to {until}"
                 )
-        if len(builder):
-            yield builder.build()
-    except BaseException:
-        _drop(_consumers, _consumer_config(options))  # never reuse a consumer in an unknown state
+    except BaseException as exc:
+        if not isinstance(exc, GeneratorExit):
+            _drop(_consumers, _consumer_config(options))  # never reuse a consumer in an unknown state
         raise
+
+
+def _offset_of(record: ConsumerRecord) -> int:
+    return record.offset
+
+
+def read_range(options: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """One task's range as Arrow batches of the source schema (about ``ROWS_PER_BATCH`` rows each)."""
+    builder = ArrowBatchBuilder(rng.topic, rng.partition, include_headers=options.include_headers)
+    for records in fetch_records(options, rng):
+        builder.add(records)
+        if len(builder) >= ROWS_PER_BATCH:
+            yield builder.build()
+    if len(builder):
+        yield builder.build()
 
 
 def _out_of_range(

@@ -123,28 +123,18 @@ class ArrowBatchBuilder:
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def add(self, records: Iterable[RecordLike], *, from_offset: int, until_offset: int) -> int:
-        """Add the records whose offsets fall in ``[from_offset, until_offset)``; returns the position
-        after them: past the last record added, ``until_offset`` once a record at or beyond it was
-        seen (gaps from compaction or transaction markers end the range too), else ``from_offset``."""
+    def add(self, records: Iterable[RecordLike]) -> None:
+        """Append records (already limited to the task's offset range)."""
         keys, values, offsets, stamps, ts_types = self._keys, self._values, self._offsets, self._stamps, self._ts_types
         headers = self._headers if self.include_headers else None
-        position = from_offset
         for record in records:
-            offset = record.offset
-            if offset < from_offset:
-                continue
-            if offset >= until_offset:
-                return until_offset
             keys.append(record.key)
             values.append(record.value)
-            offsets.append(offset)
+            offsets.append(record.offset)
             stamps.append(record.timestamp * 1000)
             ts_types.append(record.timestamp_type)
             if headers is not None:
                 headers.append(list(record.headers))
-            position = offset + 1
-        return position
 
     def build(self) -> pa.RecordBatch:
         """The accumulated rows as one batch of the exact source schema; the builder starts empty again."""
