@@ -22,10 +22,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -86,7 +86,9 @@ def embedded_broker(data_dir: Path, partitions: int) -> Iterator[str]:
 
 
 # -- the seeds' producer ----------------------------------------------------------------------------
-def produce_visits(bootstrap: str, *, rate: int, seconds: float, subnets: int, seed: int = 7) -> int:
+def produce_visits(
+    bootstrap: str, *, rate: int, seconds: float, subnets: int, topic: str = SOURCE_TOPIC, seed: int = 7
+) -> int:
     """Send ``rate`` page visits per second for ``seconds`` (IPs in ``subnets`` /24 subnets); returns the count."""
     from odradek.client import Producer
 
@@ -105,7 +107,7 @@ def produce_visits(bootstrap: str, *, rate: int, seconds: float, subnets: int, s
             while sent < due:
                 ip = f"192.168.{rnd.randrange(subnets)}.{rnd.randrange(255)}"
                 runtime = int(time.time() * 1000)
-                producer.send(SOURCE_TOPIC, f"{runtime},www.example.com,{ip}", key=ip, callback=on_delivery)
+                producer.send(topic, f"{runtime},www.example.com,{ip}", key=ip, callback=on_delivery)
                 sent += 1
             time.sleep(0.005)
         producer.flush()
@@ -115,7 +117,7 @@ def produce_visits(bootstrap: str, *, rate: int, seconds: float, subnets: int, s
 
 
 # -- Spark --------------------------------------------------------------------------------------------
-def local_spark():  # type: ignore[no-untyped-def]
+def local_spark() -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -142,7 +144,9 @@ def run(
     seconds: float,
     rate: int,
     subnets: int,
-    spark=None,  # type: ignore[no-untyped-def]
+    source_topic: str = SOURCE_TOPIC,
+    sink_topic: str = SINK_TOPIC,
+    spark: Any = None,
 ) -> dict[str, int]:
     """Producer + job for ``seconds``, then catch up, stop, and summarise; returns the summary figures."""
     spark = spark or local_spark()
@@ -150,26 +154,14 @@ def run(
     query = start_job(
         spark,
         bootstrap=bootstrap,
-        source_topic=SOURCE_TOPIC,
-        sink_topic=SINK_TOPIC,
+        source_topic=source_topic,
+        sink_topic=sink_topic,
         parquet_dir=str(parquet_dir),
         checkpoint_dir=str(workdir / "checkpoint"),
     )
-    produced: list[int] = []
-    failure: list[BaseException] = []
-
-    def producer_thread() -> None:
-        try:
-            produced.append(produce_visits(bootstrap, rate=rate, seconds=seconds, subnets=subnets))
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=producer_thread, name="page-visits-producer")
-    thread.start()
-    thread.join()
     try:
-        if failure:
-            raise failure[0]
+        # the job runs in Spark's threads meanwhile, one micro-batch per second
+        produced = produce_visits(bootstrap, rate=rate, seconds=seconds, subnets=subnets, topic=source_topic)
         query.processAllAvailable()
     finally:
         query.stop()
@@ -179,17 +171,15 @@ def run(
     changelog = (
         spark.read.format("odradek")
         .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", SINK_TOPIC)
+        .option("subscribe", sink_topic)
         .load()
         .count()
     )
-    print(
-        f"\nproduced {produced[0]} visits in {seconds:.0f} s; counted {counted} in {len(rows)} (minute, subnet) cells"
-    )
-    print(f"{SINK_TOPIC}: {changelog} update records; Parquet: {parquet_dir}")
+    print(f"\nproduced {produced} visits in {seconds:.0f} s; counted {counted} in {len(rows)} (minute, subnet) cells")
+    print(f"{sink_topic}: {changelog} update records; Parquet: {parquet_dir}")
     print("\nbusiest subnets per minute:")
     finals.orderBy("minute", finals.visits.desc()).show(12, truncate=False)
-    return {"produced": produced[0], "counted": counted, "cells": len(rows), "changelog": changelog}
+    return {"produced": produced, "counted": counted, "cells": len(rows), "changelog": changelog}
 
 
 def main(argv: list[str] | None = None) -> int:
