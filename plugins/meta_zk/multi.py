@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (
     BadVersionError,
+    KazooException,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -85,8 +86,9 @@ def ensure_parents(client: KazooClient, path: str, top: str) -> None:
 def prune_parents(client: KazooClient, path: str, top: str) -> None:
     """Remove implicit parents of ``path`` left without children, up to (not including) ``top``.
 
-    Best effort: a parent that meanwhile got data or a child stays (its version or child count
-    no longer matches, so the versioned delete fails).
+    Best effort, after the write it tidies up for has succeeded, so it never raises: a parent that
+    meanwhile got data or a child stays (its version or child count no longer matches, so the
+    versioned delete fails), and a connection loss just leaves the parent for a later delete.
     """
     parent = posixpath.dirname(path)
     while parent != "/" and parent != top and len(parent) > len(top):
@@ -95,7 +97,7 @@ def prune_parents(client: KazooClient, path: str, top: str) -> None:
             if data is not None or stat.numChildren:
                 return
             client.delete(parent, version=stat.version)
-        except (NoNodeError, NotEmptyError, BadVersionError):
+        except KazooException:
             return
         parent = posixpath.dirname(parent)
 
