@@ -257,29 +257,30 @@ class TimeIndex(_Index):
 
     ENTRY = struct.Struct(">qi")
 
-    def last_entry(self) -> tuple[int, int]:
-        """(timestamp, offset) of the last entry, or (-1, base) when empty."""
+    def last_entry(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the last entry, or None when empty."""
         n = self.entries
         if n == 0:
-            return -1, self.base_offset
+            return None
         ts, rel = self._entry(n - 1)
         return ts, self.base_offset + rel
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
-        """Add an entry when ``timestamp`` is larger than the last one (and there is room)."""
+        """Add an entry when ``timestamp`` is larger than the last one (and there is room);
+        batches without a timestamp (-1) are never indexed, so a negative entry is corrupt."""
         n = self.entries
-        if n >= self.max_entries:
+        if n >= self.max_entries or timestamp < 0:
             return
         if n and self._entry(n - 1)[0] >= timestamp:
             return
         self._append(timestamp, offset - self.base_offset)
 
-    def lookup(self, timestamp: int) -> tuple[int, int]:
-        """(timestamp, offset) of the last entry with a timestamp < ``timestamp``, else (-1, base):
+    def lookup(self, timestamp: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the last entry with a timestamp < ``timestamp``, else None:
         every record up to that offset is older than ``timestamp``."""
         i = self._search(0, timestamp, strict=True)
         if i < 0:
-            return -1, self.base_offset
+            return None
         ts, rel = self._entry(i)
         return ts, self.base_offset + rel
 

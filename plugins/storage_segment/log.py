@@ -282,9 +282,10 @@ class SegmentLog:
         for seg in self._segments:
             if seg.max_timestamp_and_offset()[0] < timestamp:
                 continue
-            _, off = seg.time_index.lookup(timestamp)
-            _, pos = seg.offset_index.lookup(off)
-            for p, h in scan_headers(seg.log.fd(), pos, seg.size):
+            found = seg.translate(seg.time_lookup(timestamp))
+            if found is None:
+                continue
+            for p, h in scan_headers(seg.log.fd(), found[0], seg.size):
                 if h.max_timestamp < timestamp or h.last_offset < self._log_start:
                     continue
                 exact = _first_record_at_or_after(seg.read_bytes(p, h.size), timestamp, self._log_start)

@@ -39,6 +39,8 @@ def scan_headers(fd: int, start: int, end: int, chunk: int = READ_CHUNK) -> Iter
     The bytes are trusted (below the segment's valid size); a batchLength below the minimum
     means an index pointed into the middle of a batch and raises CorruptMessage.
     """
+    if start < 0:
+        raise CorruptMessage(f"no record batch at negative position {start}")
     buf = b""
     buf_start = start
     pos = start

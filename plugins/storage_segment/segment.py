@@ -107,22 +107,36 @@ class LogSegment:
     def next_offset(self) -> int:
         """One past the last offset stored (the base offset when empty)."""
         if self._next_offset is None:
-            nxt = self.base_offset
-            _, pos = self._index_lookup_last()
-            for _, h in scan_headers(self.log.fd(), pos, self.size):
-                nxt = h.next_offset
-            self._next_offset = nxt
+            try:
+                self._next_offset = self._load_next_offset()
+            except CorruptMessage as exc:
+                log.warning("rebuilding index of %s: %s", self.log.path, exc)
+                self.rebuild_indexes()  # sets _next_offset from a full scan
+        assert self._next_offset is not None
         return self._next_offset
+
+    def _load_next_offset(self) -> int:
+        nxt = self.base_offset
+        for _, h in scan_headers(self.log.fd(), self._index_lookup_last()[1], self.size):
+            nxt = h.next_offset
+        return nxt
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         """(largest batch max timestamp, last offset of that batch); (-1, base) when none."""
         if self._max_ts is None:
-            ts, off = self.time_index.last_entry()
-            _, pos = self._index_lookup_last()
-            for _, h in scan_headers(self.log.fd(), pos, self.size):
-                if h.max_timestamp > ts:
-                    ts, off = h.max_timestamp, h.last_offset
-            self._max_ts = (ts, off)
+            try:
+                last = self.time_index.last_entry()
+                if last is not None and not self._entry_matches(last):
+                    raise CorruptMessage(f"time index entry {last} does not match its batch")
+                ts, off = last if last is not None else (-1, self.base_offset)
+                for _, h in scan_headers(self.log.fd(), self._index_lookup_last()[1], self.size):
+                    if h.max_timestamp > ts:
+                        ts, off = h.max_timestamp, h.last_offset
+                self._max_ts = (ts, off)
+            except CorruptMessage as exc:
+                log.warning("rebuilding indexes of %s: %s", self.log.path, exc)
+                self.rebuild_indexes()  # sets _max_ts from a full scan
+        assert self._max_ts is not None
         return self._max_ts
 
     def largest_timestamp(self) -> int:
@@ -148,10 +162,12 @@ class LogSegment:
         self._max_ts = max_ts
 
     def _index_lookup_last(self) -> tuple[int, int]:
+        """The last offset-index entry, if it points inside the file (else the start)."""
         try:
-            return self.offset_index.last_entry()
+            off, pos = self.offset_index.last_entry()
         except (OSError, ValueError):
             return self.base_offset, 0
+        return (off, pos) if 0 <= pos < max(self.size, 1) else (self.base_offset, 0)
 
     # -- append --------------------------------------------------------------------------------
     def append(self, data: bytes | bytearray, metas: Sequence[BatchMeta], last_offsets: Sequence[int]) -> None:
@@ -232,6 +248,26 @@ class LogSegment:
         self.time_index.make_writable()
 
     # -- read ----------------------------------------------------------------------------------
+    def time_lookup(self, timestamp: int) -> int:
+        """An offset from which to scan for the first record at or after ``timestamp``: the time
+        index entry below it, checked against the batch it names (that batch's last offset and
+        max timestamp must match the entry), with the indexes rebuilt once if it lies."""
+        entry = self.time_index.lookup(timestamp)
+        if entry is None:
+            return self.base_offset
+        if not self._entry_matches(entry):
+            log.warning("rebuilding indexes of %s: time index entry %s does not match its batch", self.log.path, entry)
+            self.rebuild_indexes()
+            entry = self.time_index.lookup(timestamp)
+        return entry[1] if entry is not None else self.base_offset
+
+    def _entry_matches(self, entry: tuple[int, int]) -> bool:
+        ts, off = entry
+        if ts < 0:
+            return False
+        found = self._translate(off, 0)
+        return found is not None and found[1].last_offset == off and found[1].max_timestamp == ts
+
     def translate(self, offset: int, start: int = 0) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= ``offset``."""
         try:
@@ -242,10 +278,14 @@ class LogSegment:
             return self._translate(offset, start)
 
     def _translate(self, offset: int, start: int) -> tuple[int, BatchHeader] | None:
-        _, pos = self.offset_index.lookup(offset)
+        entry_offset, pos = self.offset_index.lookup(offset)
         if pos and pos >= self.size:
             raise CorruptMessage(f"index entry at position {pos} is past the end ({self.size})")
         for p, h in scan_headers(self.log.fd(), max(pos, start), self.size):
+            if p == pos and pos and h.last_offset != entry_offset:
+                raise CorruptMessage(
+                    f"index entry says offset {entry_offset} at position {pos}, the batch there ends at {h.last_offset}"
+                )
             if h.last_offset >= offset:
                 return p, h
         return None
@@ -255,6 +295,16 @@ class LogSegment:
     ) -> tuple[int, int, int] | None:
         """(position, length, first batch base offset) of whole batches from the one holding
         ``offset``; None when no batch here reaches ``offset``; length 0 when nothing fits."""
+        try:
+            return self._read(offset, max_bytes, max_offset, min_one_batch)
+        except CorruptMessage as exc:
+            log.warning("rebuilding index of %s: %s", self.log.path, exc)
+            self.rebuild_indexes()
+            return self._read(offset, max_bytes, max_offset, min_one_batch)
+
+    def _read(
+        self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
+    ) -> tuple[int, int, int] | None:
         found = self.translate(offset)
         if found is None:
             return None
@@ -271,6 +321,8 @@ class LogSegment:
             end = limit
         else:
             _, boundary = self.offset_index.lookup_position(want)
+            if boundary < 0 or boundary > self.size:
+                raise CorruptMessage(f"index entry at position {boundary} is outside the file")
             end = max(boundary, start)
             for p, h in scan_headers(self.log.fd(), end, limit):
                 if p + h.size > want:

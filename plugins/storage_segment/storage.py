@@ -262,7 +262,11 @@ class SegmentLogStorage:
         files += [(d / LOG_START_CHECKPOINT, o) for d, o in self._per_dir(lambda lg: lg.log_start_offset).items()]
         files += [(d / CLEANER_CHECKPOINT, o) for d, o in self._per_dir(lambda lg: lg.first_dirty_offset).items()]
         async with self._checkpoint_lock:
-            await trio.to_thread.run_sync(lambda: [write_offsets(path, offsets) for path, offsets in files])
+            try:
+                await trio.to_thread.run_sync(lambda: [write_offsets(path, offsets) for path, offsets in files])
+            except OSError as exc:
+                self._log_start_dirty = self._cleaner_dirty = True  # try again next time
+                raise KafkaStorageError(f"writing checkpoints failed: {exc}") from exc
 
     def _on_log_start_change(self, _log: SegmentLog) -> None:
         self._log_start_dirty = True

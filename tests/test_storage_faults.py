@@ -1,0 +1,338 @@
+"""Faults the segment engine must survive: kill -9 mid-append, torn and corrupted files, a full disk."""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from storage_helpers import TP, append, batch, log_of, open_storage, read_batches
+
+from odradek import records
+from odradek.errors import KafkaStorageError
+from odradek.plugins.storage_segment import index as index_module
+from odradek.plugins.storage_segment import segment as segment_module
+from odradek.plugins.storage_segment.log import SegmentLog
+
+WRITER = r"""
+import os, random, sys, trio
+from odradek import records
+from odradek.config import default_config
+from odradek.interfaces import TopicPartition
+from odradek.plugins.storage_segment.storage import SegmentLogStorage
+
+async def main(path, seed, tear):
+    rng = random.Random(seed)
+    storage = SegmentLogStorage(default_config(log_dirs=[path], log_segment_bytes=1 << 20))
+    await storage.open()
+    log = storage.get_or_create_log(TopicPartition("events", 0), storage.config.topic_config())
+    print("ready", log.log_end_offset, flush=True)
+    while True:
+        count = rng.randint(1, 8)
+        recs = [(b"k%d" % i, rng.randbytes(rng.randint(10, 60_000)), [], 1_000 + i) for i in range(count)]
+        data = bytearray(records.build_batch(recs))
+        first = log.log_end_offset
+        print("begin", first, first + count - 1, flush=True)
+        if tear and rng.random() < 0.2:  # die in the middle of writing this batch
+            segment = log.segments[-1]
+            os.pwrite(segment.log.fd(), data[: rng.randrange(1, len(data))], segment.size)
+            print("torn", flush=True)
+            await trio.sleep_forever()
+        info = log.append_as_leader(data, records.validate_batches(data), 0)
+        print("done", info.last_offset, flush=True)
+
+trio.run(main, sys.argv[1], int(sys.argv[2]), sys.argv[3] == "tear")
+"""
+
+
+def _check_contiguous(log: SegmentLog) -> list[records.RecordBatch]:
+    """Every batch from the log start is whole, CRC-valid and follows the previous one."""
+    batches = read_batches(log)
+    expect = log.log_start_offset
+    for b in batches:
+        assert b.header.base_offset == expect
+        expect = b.header.next_offset
+    assert expect == log.log_end_offset
+    return batches
+
+
+async def test_kill_9_mid_append(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A writer appends as fast as it can and is killed at a random moment; every other round
+    it tears a batch on purpose first (half written, then killed), as a kill during a large
+    write() can. Every acknowledged batch must survive, the torn one must go."""
+    rng = random.Random(99)
+    expected_leo = 0
+    for round_ in range(6):
+        tear = round_ % 2 == 1
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path), str(round_), "tear" if tear else "run"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        ready = proc.stdout.readline().split()
+        assert ready == ["ready", str(expected_leo)], ready
+        done, began, torn = -1, None, False
+        if tear:
+            for line in proc.stdout:
+                kind, *offsets = line.split()
+                if kind == "begin":
+                    began = int(offsets[1])
+                elif kind == "done":
+                    done = int(offsets[0])
+                elif kind == "torn":
+                    torn = True
+                    break
+        else:
+            time.sleep(rng.uniform(0.05, 0.25))
+        proc.kill()
+        proc.wait()
+        for line in proc.stdout.read().splitlines():
+            kind, *offsets = line.split()
+            if kind == "begin":
+                began = int(offsets[1])
+            elif kind == "done":
+                done = int(offsets[0])
+        proc.stdout.close()
+        caplog.clear()
+        storage = await open_storage(tmp_path, log_segment_bytes=1 << 20)
+        log = storage.get_log(TP)
+        assert log is not None
+        batches = _check_contiguous(log)
+        leo = log.log_end_offset
+        # every acknowledged append survived; the in-flight one is there whole or not at all
+        acked = max(done, expected_leo - 1)
+        if torn:
+            assert leo == acked + 1
+            assert "recovery cut" in caplog.text
+        else:
+            assert leo in {acked + 1, (began if began is not None else acked) + 1}, (leo, acked, began)
+        assert all(len(b.records) == b.header.record_count for b in batches)
+        first, _ = append(log, batch(1))
+        assert first == leo
+        expected_leo = leo + 1
+        await storage.close()
+
+
+async def _crashed_log_files(path: Path, seed: int) -> tuple[list[tuple[int, int, bytes]], Path]:
+    """Write a few segments, then "crash"; returns (segment base, position, bytes) per batch."""
+    storage = await open_storage(path, log_segment_bytes=6000, log_index_interval_bytes=300)
+    log = log_of(storage)
+    rng = random.Random(seed)
+    for i in range(rng.randint(15, 40)):
+        append(log, batch(rng.randint(1, 5), value_size=rng.randint(5, 400), ts=10_000 + 10 * i))
+    layout = []
+    for seg in log.segments:
+        data = seg.read_bytes(0, seg.size)
+        layout += [(seg.base_offset, p, bytes(data[p : p + h.size])) for p, h in records.iter_headers(data)]
+    storage.abandon()
+    return layout, path / "events-0"
+
+
+def _damage(part: Path, active: int, rng: random.Random) -> tuple[str, int | None]:
+    """Damage the active segment or its indexes; returns (what, first damaged log byte or None)."""
+    log_file = part / f"{active:020d}.log"
+    size = log_file.stat().st_size
+    kind = rng.choice(["truncate-log", "flip-log", "garbage-tail", "index", "timeindex", "delete-indexes"])
+    if kind == "truncate-log":
+        cut = rng.randrange(0, size) if size else 0
+        os.truncate(log_file, cut)
+        return kind, cut
+    if kind == "flip-log" and size:
+        pos = rng.randrange(size)
+        data = bytearray(log_file.read_bytes())
+        for p in range(pos, min(pos + rng.randint(1, 3), size)):
+            data[p] ^= rng.randint(1, 255)
+        log_file.write_bytes(data)
+        return kind, pos
+    if kind == "garbage-tail":
+        with open(log_file, "ab") as f:
+            f.write(rng.randbytes(rng.randint(1, 200)))
+        return kind, size
+    for suffix in [".index", ".timeindex"] if kind == "delete-indexes" else ["." + kind]:
+        path = part / f"{active:020d}{suffix}"
+        if kind == "delete-indexes":
+            path.unlink(missing_ok=True)
+        elif path.exists() and path.stat().st_size:
+            data = bytearray(path.read_bytes())
+            for _ in range(rng.randint(1, 20)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            path.write_bytes(data[: rng.randint(0, len(data))])
+    return kind, None
+
+
+@pytest.mark.parametrize("seed", range(30))
+async def test_damaged_active_segment_recovers_every_batch_before_the_damage(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    layout, part = await _crashed_log_files(tmp_path, seed)
+    active = layout[-1][0]
+    kind, damage = _damage(part, active, rng)
+    storage = await open_storage(tmp_path, log_segment_bytes=6000, log_index_interval_bytes=300)
+    log = storage.get_log(TP)
+    assert log is not None, kind
+    batches = _check_contiguous(log)
+    intact = [raw for base, pos, raw in layout if base < active or damage is None or pos + len(raw) <= damage]
+    got = [records.build_batch([(r.key, r.value, r.headers, r.timestamp) for r in b.records]) for b in batches]
+    assert len(batches) >= len(intact), (kind, damage)
+    for raw, b in zip(intact, batches, strict=False):
+        assert records.decode_batch(raw).records == b.records, kind
+    if damage is None or kind == "garbage-tail":
+        assert len(batches) == len(layout), kind
+    assert len(got) == len(batches)
+    for offset in range(log.log_start_offset, log.log_end_offset, 3):
+        fetched = log.read(offset, 1)
+        (found,) = records.iter_batches(fetched.to_bytes())
+        assert found.header.base_offset <= offset <= found.header.last_offset
+        fetched.release()
+    first, _ = append(log, batch(2))
+    assert first == log.log_end_offset - 2
+    await storage.close()
+
+
+@pytest.mark.parametrize("seed", range(10))
+async def test_corrupt_indexes_after_a_clean_shutdown_are_caught(tmp_path: Path, seed: int) -> None:
+    """Indexes below the recovery point are trusted but checked on use: a lying entry is
+    detected (its batch does not match) and the index rebuilt, never served."""
+    rng = random.Random(seed)
+    storage = await open_storage(tmp_path, log_segment_bytes=4000, log_index_interval_bytes=200)
+    log = log_of(storage)
+    for i in range(40):
+        append(log, batch(rng.randint(1, 4), value_size=rng.randint(5, 150), ts=50_000 + 10 * i))
+    expected = [b.header for b in read_batches(log)]
+    by_offset = {o: b for b in expected for o in range(b.base_offset, b.next_offset)}
+    stamps = {
+        t: o for o, t in sorted(((r.offset, r.timestamp) for b in read_batches(log) for r in b.records), reverse=True)
+    }
+    await storage.close()
+    for path in rng.sample(sorted((tmp_path / "events-0").glob("*index")), 3):
+        data = bytearray(path.read_bytes())
+        if not data:
+            continue
+        entry = 8 if path.suffix == ".index" else 12
+        i = rng.randrange(len(data) // entry) * entry
+        data[i : i + entry] = rng.randbytes(entry) if rng.random() < 0.5 else data[0:entry]
+        path.write_bytes(data)
+    storage = await open_storage(tmp_path, log_segment_bytes=4000, log_index_interval_bytes=200)
+    log = storage.get_log(TP)
+    assert log is not None
+    for offset in range(log.log_end_offset):
+        fetched = log.read(offset, 1)
+        (found,) = records.iter_batches(fetched.to_bytes())
+        assert found.header == by_offset[offset]
+        fetched.release()
+    for ts in sorted(stamps)[:: max(1, len(stamps) // 15)]:
+        assert log.offset_for_timestamp(ts) == (stamps[ts], ts)
+    await storage.close()
+
+
+# -- disk full ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def small_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, real: bool
+) -> Iterator[tuple[Path, Callable[[], None], Callable[[], None]]]:
+    """With ``real``, a 4 MiB tmpfs when this process may mount one (root), else -- or without
+    ``real`` -- a simulated ENOSPC on the engine's writes. Yields (dir, fill(), free())."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = (
+        real
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+        == 0
+    )
+    if mounted:
+        filler = mount / "filler"
+
+        def fill() -> None:
+            fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                while True:
+                    os.write(fd, b"\0" * 4096)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+            finally:
+                os.close(fd)
+
+        def free() -> None:
+            filler.unlink()
+
+        try:
+            yield mount, fill, free
+        finally:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
+        return
+
+    full = [False]
+    real_pwrite, real_fallocate = os.pwrite, os.posix_fallocate
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        if full[0]:
+            if len(data) > 1:  # a short write first, as a filling disk does, then the error
+                full[0] = False
+                written = real_pwrite(fd, memoryview(data)[: len(data) // 2], offset)
+                full[0] = True
+                return written
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+        return real_pwrite(fd, data, offset)
+
+    def fallocate(fd: int, offset: int, length: int) -> None:
+        if full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+        real_fallocate(fd, offset, length)
+
+    monkeypatch.setattr(segment_module.os, "pwrite", pwrite)
+    monkeypatch.setattr(index_module.os, "posix_fallocate", fallocate)
+    yield mount, lambda: full.__setitem__(0, True), lambda: full.__setitem__(0, False)
+
+
+@pytest.mark.parametrize("real", [True, False], ids=["tmpfs-if-root", "simulated-enospc"])
+async def test_disk_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: bool) -> None:
+    with small_disk(tmp_path, monkeypatch, real=real) as (disk, fill, free):
+        storage = await open_storage(disk, log_segment_bytes=256 * 1024, log_index_size_max_bytes=4096)
+        try:
+            log = log_of(storage)
+            for _ in range(10):
+                append(log, batch(5, value_size=1000))
+            before = [b.header for b in read_batches(log)]
+            fill()
+            failures = 0
+            for _ in range(200):  # whatever space is left goes, then appends fail
+                leo, size = log.log_end_offset, log.size_in_bytes
+                try:
+                    append(log, batch(5, value_size=3000))
+                except KafkaStorageError:
+                    failures += 1
+                    assert (log.log_end_offset, log.size_in_bytes) == (leo, size)
+                    active = log.segments[-1]
+                    assert active.log.path.stat().st_size == active.size  # nothing partial left
+                    if failures >= 3:
+                        break
+            assert failures >= 3
+            kept = _check_contiguous(log)
+            assert [b.header for b in kept[: len(before)]] == before
+            free()
+            leo = log.log_end_offset
+            first, _ = append(log, batch(5, value_size=3000))
+            assert first == leo
+            _check_contiguous(log)
+        finally:
+            free_ok = True
+            try:
+                await storage.close()
+            except KafkaStorageError:
+                free_ok = False
+        assert free_ok
+        storage = await open_storage(disk, log_segment_bytes=256 * 1024, log_index_size_max_bytes=4096)
+        log = storage.get_log(TP)
+        assert log is not None and _check_contiguous(log)[-1].header.base_offset == first
+        await storage.close()
