@@ -128,10 +128,8 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Pr
         for p in topic.partition_data:
             tp = TopicPartition(topic.name, p.index)
             order.append(tp)
-            if p.records is None:  # v3+ needs exactly one batch per partition
-                results[tp] = PartitionProduceResult(ErrorCode.INVALID_RECORD, error_message="null records")
-            else:
-                partitions[tp] = p.records
+            # null records: the core answers INVALID_RECORD (v3+ needs exactly one batch per partition)
+            partitions[tp] = p.records if p.records is not None else bytearray()
     if partitions:
         try:
             results.update(
