@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from odradek.config import load_config
-from odradek.interfaces import Delete, MetadataStore, Put, SessionState
+from odradek.interfaces import Delete, MetadataCompacted, MetadataStore, Put, SessionState
 from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_etcd.store import EtcdMetadataStore, etcd3, parse_endpoint
 from odradek.sessions import MetadataUnavailable
@@ -143,3 +143,33 @@ def test_missing_etcd_fails_naming_the_package(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(servers, "ETCD_BINARY", tmp_path / "absent")
     with pytest.raises(pytest.fail.Exception, match="Debian package 'etcd-server'"), start_etcd(tmp_path):
         pass
+
+
+async def test_watch_from_compacted_revision_raises_compacted(tmp_path: Path) -> None:
+    """A private server, since compaction is cluster-wide."""
+    with start_etcd(tmp_path / "etcd") as server:
+        store = EtcdMetadataStore([server.endpoint])
+        await store.open(5000)
+        try:
+            await store.put("/c/a", b"1")
+            _, old = await store.list("/c/")
+            await store.put("/c/a", b"2")
+            await store.put("/c/a", b"2b")
+            _, now = await store.list("/c/")
+            observer = _observer(server)
+            try:
+                await trio.to_thread.run_sync(lambda: observer.compact(now, physical=True))
+            finally:
+                observer.close()
+            watch = store.watch("/c/", after_revision=old)
+            with pytest.raises(MetadataCompacted), trio.fail_after(10):
+                await watch.__anext__()
+            await close_iterator(watch)
+            watch = store.watch("/c/", after_revision=now)  # from the compaction point on: fine
+            await store.put("/c/a", b"3")
+            with trio.fail_after(10):
+                event = await watch.__anext__()
+            assert event.value == b"3"
+            await close_iterator(watch)
+        finally:
+            await store.close()

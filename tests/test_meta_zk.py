@@ -10,7 +10,7 @@ import trio
 from kazoo.client import KazooClient
 
 from odradek.config import load_config
-from odradek.interfaces import MetadataStore, SessionState
+from odradek.interfaces import MetadataCompacted, MetadataStore, SessionState
 from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_zk.store import ZooKeeperMetadataStore, split_connect
 from odradek.sessions import MetadataUnavailable
@@ -140,3 +140,30 @@ def test_missing_zookeeper_fails_naming_the_package(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(servers, "ZOOKEEPER_JAR", tmp_path / "absent.jar")
     with pytest.raises(pytest.fail.Exception, match="Debian package 'zookeeper'"), start_zookeeper(tmp_path):
         pass
+
+
+async def test_watch_without_cached_snapshot(zookeeper_server: ZooKeeperServer) -> None:
+    """A watch from a revision this store did not list can start only when nothing was deleted
+    since (ZooKeeper keeps no history of deletions): otherwise MetadataCompacted."""
+    connect = zookeeper_server.connect_string + unique_chroot("uncached")
+    lister, watcher = ZooKeeperMetadataStore(connect), ZooKeeperMetadataStore(connect)
+    await lister.open(5000)
+    await watcher.open(5000)
+    try:
+        await lister.put("/w/a", b"1")
+        await lister.put("/w/b", b"1")
+        _, revision = await lister.list("/w/")
+        await lister.put("/w/a", b"2")  # an update: recoverable from the current state
+        watch = watcher.watch("/w/", after_revision=revision)
+        with trio.fail_after(10):
+            event = await watch.__anext__()
+        assert (event.key, event.value) == ("/w/a", b"2")
+        await close_iterator(watch)
+        await lister.delete("/w/b")  # a deletion: not recoverable
+        watch = watcher.watch("/w/", after_revision=revision)
+        with pytest.raises(MetadataCompacted), trio.fail_after(10):
+            await watch.__anext__()
+        await close_iterator(watch)
+    finally:
+        await lister.close()
+        await watcher.close()
