@@ -167,3 +167,20 @@ async def test_watch_without_cached_snapshot(zookeeper_server: ZooKeeperServer) 
     finally:
         await lister.close()
         await watcher.close()
+
+
+async def test_watch_starts_from_a_cached_list_of_an_ancestor(zookeeper_server: ZooKeeperServer) -> None:
+    store = ZooKeeperMetadataStore(zookeeper_server.connect_string + unique_chroot("ancestor"))
+    await store.open(5000)
+    try:
+        await store.put("/w/a", b"1")
+        await store.put("/other/x", b"1")
+        _, revision = await store.list("/")
+        await store.delete("/w/a")  # known to be a deletion only through the cached snapshot
+        watch = store.watch("/w/", after_revision=revision)
+        with trio.fail_after(10):
+            event = await watch.__anext__()
+        assert (event.key, event.value) == ("/w/a", None) and event.revision > revision
+        await close_iterator(watch)
+    finally:
+        await store.close()
