@@ -16,6 +16,7 @@ from ..config import ConfigError
 from ..errors import OdradekError
 
 COMMANDS: tuple[str, ...] = (
+    "odradek.cli.serve",
     "odradek.cli.plugins_cmd",
     "odradek.cli.config_cmd",
     "odradek.cli.perf",

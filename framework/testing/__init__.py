@@ -7,6 +7,10 @@ Each concern lives in its own module; this module only re-exports, and imports n
 fixtures import pyspark, kazoo or etcd3 lazily, when a test asks for them.
 """
 
+from .broker import BrokerProcess as BrokerProcess
+from .broker import odradek_broker as odradek_broker
+from .broker import start_broker as start_broker
+from .broker import unique_topic as unique_topic
 from .metadata import MetadataStoreConformance as MetadataStoreConformance
 from .servers import EtcdServer as EtcdServer
 from .servers import ZooKeeperServer as ZooKeeperServer

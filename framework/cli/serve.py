@@ -1,0 +1,83 @@
+"""``odradek serve``: run one broker until Ctrl-C or SIGTERM.
+
+Loads the plugins and the config (defaults: a PLAINTEXT listener on 127.0.0.1:9092 and data
+under ./data), assembles the broker (:class:`odradek.broker.server.BrokerServer`) and logs where
+it listens and where its data is. The first SIGINT/SIGTERM shuts it down cleanly (listeners stop
+accepting, in-flight requests are answered, logs are flushed and closed); a second Ctrl-C
+during that shutdown aborts it.
+
+The ``listening on`` lines name the bound ports, so ``listeners = PLAINTEXT://127.0.0.1:0``
+works: test fixtures read the port from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+import trio
+
+from ..config import Config, load_config
+from ..manager import load_plugins
+from . import add_config_arguments, parse_sets
+
+log = logging.getLogger("odradek.serve")
+
+#: The line fixtures and scripts wait for, one per bound endpoint.
+LISTENING = "listening on"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run a broker (default: PLAINTEXT://127.0.0.1:9092, data in ./data)",
+        description="Run an odradek broker until Ctrl-C or SIGTERM.",
+    )
+    add_config_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _setup_logging(config: Config) -> None:
+    logging.basicConfig(
+        level=getattr(logging, str(config["log.level"]), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    plugins = load_plugins()
+    config = load_config(args.config, overrides=parse_sets(args.set), plugins=plugins)
+    _setup_logging(config)
+    try:
+        trio.run(serve, config)
+    except OSError as exc:  # typically: the listener's port is taken
+        log.error("broker failed to start: %s", exc)
+        return 1
+    return 0
+
+
+async def serve(config: Config) -> None:
+    """Run the broker for ``config`` until SIGINT or SIGTERM, then shut it down."""
+    from ..broker.server import BrokerServer  # the broker pulls in storage and metadata plugins
+
+    server = BrokerServer(config)
+    async with trio.open_nursery() as nursery:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            endpoints = await nursery.start(server.serve)
+            for ep in endpoints:
+                log.info("%s %s://%s:%d (broker %d)", LISTENING, ep.name, ep.host, ep.port, config.broker_id)
+            for directory in config.log_dirs:
+                log.info("data in %s", directory.resolve())
+            async for signum in signals:
+                log.info("%s received: shutting down", signal.Signals(signum).name)
+                break
+        # the receiver is closed: a second Ctrl-C now interrupts the shutdown itself
+        nursery.cancel_scope.cancel()
+    log.info("broker %d stopped", config.broker_id)
+
+
+__all__ = ["LISTENING", "register", "run", "serve"]
