@@ -1,7 +1,7 @@
 """odradek's pytest plugin (entry point ``pytest11: odradek``).
 
 It gives plugin authors -- ours and third parties' -- conformance suites to run against their own
-implementations (``check_storage(factory)``, ``check_metadata_store(factory)``) and fixtures that
+implementations (``check_storage(factory)``, ``MetadataStoreConformance``) and fixtures that
 start real servers for integration tests (a broker subprocess, ZooKeeper, etcd, a Spark session).
 Each concern lives in its own module; this module only re-exports, and imports nothing heavy:
 fixtures import pyspark, kazoo or etcd3 lazily, when a test asks for them.
