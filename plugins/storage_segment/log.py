@@ -86,6 +86,8 @@ class SegmentLog:
         self.first_dirty_offset = log_start_offset  # compaction progress (cleaner-offset-checkpoint)
         self.closed = False
         self._failure: str | None = None  # set when the log's files could not be kept consistent
+        self._dirty = self._leo > self.recovery_point  # anything written since the last fsync
+        self._dir_synced = False  # a new partition directory must reach its parent's entries
         self._epochs.truncate_from_end(self._leo)
         self._epochs.truncate_from_start(self._log_start)
 
@@ -195,6 +197,7 @@ class SegmentLog:
             raise KafkaStorageError(f"{self.topic_partition}: append to {seg.log.path.name} failed: {exc}") from exc
         self._leo = last_offsets[-1] + 1
         self._size += len(data)
+        self._dirty = True
         max_ts, off_max, append_time = -1, -1, -1
         for meta, last in zip(batches, last_offsets, strict=True):
             if meta.max_timestamp > max_ts:
@@ -322,6 +325,7 @@ class SegmentLog:
         self._size = sum(s.size for s in self._segments)
         self.recovery_point = min(self.recovery_point, self._leo)
         self.first_dirty_offset = min(self.first_dirty_offset, self._leo)
+        self._dirty = True
         self._epochs.truncate_from_end(self._leo)
         self._retire_paths(doomed)
         log.info("%s truncated to offset %d", self.topic_partition, self._leo)
@@ -343,6 +347,7 @@ class SegmentLog:
         self._pending_flush = []
         self._leo = self._log_start = self.recovery_point = self.first_dirty_offset = offset
         self._size = 0
+        self._dirty = True
         self._epochs.clear()
         self._retire_paths(doomed)
         self._on_log_start_change(self)
@@ -441,9 +446,13 @@ class SegmentLog:
 
     # -- durability ----------------------------------------------------------------------------
     def _unflushed_paths(self) -> list[Path]:
-        """Files of the segment holding the recovery point and of every later one."""
+        """Files of the segment holding the recovery point and of every later one, and the
+        directories whose entries changed (new segments; a new partition directory)."""
         first = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
-        return [p for s in self._segments[first:] for p in s.paths]
+        paths = [p for s in self._segments[first:] for p in s.paths] + [self.dir]
+        if not self._dir_synced:
+            paths.append(self.dir.parent)
+        return paths
 
     def _flush_now(self) -> None:
         """flush.messages reached: fsync on this thread, as Kafka does in the append path."""
@@ -454,22 +463,29 @@ class SegmentLog:
         self._pending_flush = []
         self.recovery_point = self._leo
         self._last_flush_ms = self.ctx.time_ms()
+        self._dirty = False
+        self._dir_synced = True
 
     async def flush(self) -> None:
         """fsync every segment holding data past the recovery point, then advance it."""
-        if self.closed:
+        if self.closed or not self._dirty:
             return
         target, generation = self._leo, self._generation
         paths = self._unflushed_paths()
         flushed = list(self._pending_flush)
+        self._dirty = False
         try:
             await trio.to_thread.run_sync(fsync_paths, paths)
         except OSError as exc:
+            self._dirty = True
             raise KafkaStorageError(f"{self.topic_partition}: fsync failed: {exc}") from exc
         self._last_flush_ms = self.ctx.time_ms()
+        self._dir_synced = True
         self._pending_flush = [s for s in self._pending_flush if s not in flushed]
         if generation == self._generation:  # a truncation meanwhile may have rewritten the tail
             self.recovery_point = max(self.recovery_point, min(target, self._leo))
+        else:
+            self._dirty = True
 
     async def flush_rolled(self) -> None:
         """fsync segments that rolled since the last flush (the "fsync on roll") and move the
@@ -488,7 +504,7 @@ class SegmentLog:
             self.recovery_point = max(self.recovery_point, min(upto, self._leo))
 
     def flush_due(self, now_ms: int) -> bool:
-        return self._leo > self.recovery_point and now_ms - self._last_flush_ms >= self.config.flush_ms
+        return self._dirty and now_ms - self._last_flush_ms >= self.config.flush_ms
 
     async def close(self) -> None:
         if self.closed:

@@ -52,6 +52,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 DELETE_DIR_SUFFIX = "-delete"
 RESERVED_CHECKPOINTS = frozenset({RECOVERY_POINT_CHECKPOINT, LOG_START_CHECKPOINT, CLEANER_CHECKPOINT})
+FLUSH_CONCURRENCY = 16
 MAX_OPEN_FILES_KEY = "storage.segment.max.open.files"
 MAX_MAPPED_INDEXES_KEY = "storage.segment.max.mapped.indexes"
 _NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}$")
@@ -362,16 +363,24 @@ class SegmentLogStorage:
 
     # -- close ---------------------------------------------------------------------------------
     async def flush_all(self) -> None:
-        for lg in list(self._logs.values()):
-            await lg.flush()
+        """fsync every log, several at a time (fsync waits on the disk, not on the GIL)."""
+        limiter = trio.CapacityLimiter(FLUSH_CONCURRENCY)
+
+        async def flush(lg: SegmentLog) -> None:
+            async with limiter:
+                await lg.flush()
+
+        async with trio.open_nursery() as nursery:
+            for lg in list(self._logs.values()):
+                nursery.start_soon(flush, lg)
 
     async def close(self) -> None:
         if self._closed or not self._opened:
             self._release_locks()
             return
         try:
+            await self.flush_all()
             for lg in list(self._logs.values()):
-                await lg.flush()
                 lg.close_files()
             await self.write_own_checkpoints()
             await self._unlink_retired()
