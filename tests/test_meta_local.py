@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from odradek.config import default_config
 from odradek.interfaces import (
@@ -22,6 +23,7 @@ from odradek.interfaces import (
 from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_local import store as store_mod
 from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore, open_local_store
+from odradek.testing.metadata import MetadataStoreConformance
 
 
 async def test_plugin_registers_local(tmp_path: Path) -> None:
@@ -191,3 +193,11 @@ async def test_leadership_lost_on_close(tmp_path: Path) -> None:
         assert await keeper.leader("c") is None
         again = await keeper.campaign("c", b"y")
         assert again.epoch == lead.epoch + 1
+
+
+class TestLocalStoreConformance(MetadataStoreConformance):
+    """The shared MetadataStore conformance suite (odradek.testing.metadata) against meta_local."""
+
+    @pytest.fixture
+    def metadata_store_factory(self, tmp_path: Path):  # type: ignore[no-untyped-def]
+        return lambda: LocalMetadataStore(tmp_path / FILE_NAME)

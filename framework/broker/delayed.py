@@ -1,0 +1,96 @@
+"""The two delayed operations of the data path: acks=all produce and long-poll fetch.
+
+Both are :class:`~odradek.broker.purgatory.DelayedOperation`s watched by ``TopicPartition``; the
+replica manager calls ``check_and_complete(tp)`` after every append and every high-watermark move.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+from ..errors import ErrorCode
+from ..interfaces import TopicPartition
+from .api import FetchPartitionResult, PartitionProduceResult
+from .partition import Partition
+from .purgatory import DelayedOperation
+
+
+class DelayedProduce(DelayedOperation):
+    """Waits until the high watermark of every appended partition passes its batch
+    (``required_offsets[tp]`` = last offset + 1), then answers; REQUEST_TIMED_OUT on expiry."""
+
+    def __init__(
+        self,
+        results: dict[TopicPartition, PartitionProduceResult],
+        required_offsets: Mapping[TopicPartition, int],
+        get_partition: Callable[[TopicPartition], Partition | None],
+    ) -> None:
+        super().__init__()
+        self.results = results
+        self._pending = dict(required_offsets)
+        self._get_partition = get_partition
+
+    def try_complete(self) -> bool:
+        for tp, required in list(self._pending.items()):
+            partition = self._get_partition(tp)
+            if partition is None:
+                done, error = True, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                done, error = partition.check_enough_replicas_reach_offset(required)
+            if done:
+                del self._pending[tp]
+                if error is not ErrorCode.NONE:
+                    self.results[tp] = PartitionProduceResult(error, error_message=error.name)
+        if not self._pending:
+            return self.force_complete()
+        return False
+
+    def on_expiration(self) -> None:
+        for tp in self._pending:
+            self.results[tp] = PartitionProduceResult(
+                ErrorCode.REQUEST_TIMED_OUT, error_message="not enough replicas caught up before the timeout"
+            )
+
+    def on_complete(self) -> None:
+        """The results dict is the response; successful partitions already hold their offsets."""
+
+
+ReadFn = Callable[[], tuple[dict[TopicPartition, FetchPartitionResult], int, bool]]
+
+
+class DelayedFetch(DelayedOperation):
+    """Waits until ``min_bytes`` are readable across the fetched partitions (or a partition
+    errors, e.g. leadership moved), reading again on every wake-up; on expiry it answers with
+    whatever is readable then. ``read()`` returns (results, total bytes, any error)."""
+
+    def __init__(self, read: ReadFn, min_bytes: int) -> None:
+        super().__init__()
+        self._read = read
+        self._min_bytes = min_bytes
+        self.results: dict[TopicPartition, FetchPartitionResult] = {}
+
+    def try_complete(self) -> bool:
+        results, total, errored = self._read()
+        if total >= self._min_bytes or errored:
+            self.results = results
+            return self.force_complete()
+        release_all(results)
+        return False
+
+    def on_expiration(self) -> None:
+        self.results, _, _ = self._read()
+
+    def on_complete(self) -> None:
+        """``results`` was filled by the read that completed (or expired) the operation."""
+
+
+def release_all(results: Mapping[TopicPartition, FetchPartitionResult]) -> None:
+    """Release the reads of a fetch that will not be sent."""
+    for r in results.values():
+        if r.records is not None:
+            r.records.release()
+
+
+def without_records(result: FetchPartitionResult) -> FetchPartitionResult:
+    return dataclasses.replace(result, records=None)

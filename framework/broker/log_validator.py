@@ -1,0 +1,138 @@
+"""Validation of a produce payload before it is appended (Kafka's ``LogValidator``).
+
+The hot path touches headers only: :func:`odradek.records.validate_batches` checks magic, framing,
+size against ``max.message.bytes``, the CRC and the counts from each 61-byte header plus one CRC
+call, then the rules Kafka applies to client produce are checked here: exactly one batch per
+partition (Produce v3+), no control batches, zstd only from Produce v7, a producer id on
+transactional batches. ``LogAppendTime`` topics get their timestamp written into the header (the
+CRC is recomputed, records stay untouched).
+
+Two rules need the records themselves and so leave the hot path, exactly where Kafka does too:
+compacted topics require a key on every record, and a topic whose ``compression.type`` names a
+codec recompresses batches written with another one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .. import records
+from ..config import LONG_MAX, TopicConfig
+from ..errors import ErrorCode, InvalidRecord, KafkaError, UnsupportedCompressionType
+from ..interfaces import BatchMeta, Codec
+from .producer_state import AppendOrigin
+
+#: Produce version from which zstd batches are allowed (KIP-110).
+ZSTD_MIN_PRODUCE_VERSION = 7
+LOG_APPEND_TIME = "LogAppendTime"
+_TOPIC_COMPRESSION = {
+    "uncompressed": records.Compression.NONE,
+    "gzip": records.Compression.GZIP,
+    "snappy": records.Compression.SNAPPY,
+    "lz4": records.Compression.LZ4,
+    "zstd": records.Compression.ZSTD,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedRecords:
+    """What the append path appends: the (possibly rewritten) bytes and their batch metadata."""
+
+    data: bytearray
+    batches: list[BatchMeta]
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+
+
+def validate_records(
+    data: bytearray,
+    config: TopicConfig,
+    *,
+    origin: AppendOrigin,
+    api_version: int,
+    now_ms: int,
+    codecs: Mapping[int, Codec],
+) -> ValidatedRecords:
+    """Validate ``data`` for a leader append, raising the Kafka error a client should see."""
+    if not data:
+        raise InvalidRecord("a produce request must hold one record batch per partition")
+    client = origin is AppendOrigin.CLIENT
+    batches = records.validate_batches(data, max_batch_bytes=config.max_message_bytes, from_client=client)
+    if client and len(batches) != 1:
+        raise InvalidRecord(f"produce requests may hold exactly one record batch per partition, got {len(batches)}")
+    for meta in batches:
+        cid = data[meta.position + records.ATTRIBUTES_OFFSET + 1] & records.COMPRESSION_MASK
+        if cid == records.Compression.ZSTD and api_version < ZSTD_MIN_PRODUCE_VERSION:
+            raise UnsupportedCompressionType(f"zstd needs Produce v{ZSTD_MIN_PRODUCE_VERSION}+, got v{api_version}")
+        if cid and cid not in codecs:
+            raise UnsupportedCompressionType(f"no codec with compression id {cid}")
+        if meta.is_transactional and meta.producer_id < 0:
+            raise InvalidRecord("a transactional batch needs a producer id")
+        if meta.producer_id >= 0 and meta.base_sequence < 0 and not meta.is_control:
+            raise InvalidRecord(f"producer {meta.producer_id} sent a batch without a sequence number")
+        if config.message_timestamp_type != LOG_APPEND_TIME:
+            _check_timestamps(data, meta, config, now_ms)
+    if client and config.compact:
+        _check_keys(data, batches, codecs)
+    target = config["compression.type"]
+    if client and target != "producer":
+        data, batches = _recompress(data, batches, _TOPIC_COMPRESSION[target], codecs)
+    log_append_time = -1
+    if config.message_timestamp_type == LOG_APPEND_TIME:
+        log_append_time = now_ms
+        for i, meta in enumerate(batches):
+            records.set_log_append_time(data, meta.position, now_ms)
+            batches[i] = dataclasses.replace(meta, max_timestamp=now_ms)
+    return ValidatedRecords(data, batches, log_append_time)
+
+
+def _check_timestamps(data: bytearray, meta: BatchMeta, config: TopicConfig, now_ms: int) -> None:
+    """``message.timestamp.difference.max.ms`` from the header's first and max timestamps."""
+    max_diff = int(config["message.timestamp.difference.max.ms"])
+    if max_diff >= LONG_MAX:
+        return
+    header = records.parse_header(data, meta.position)
+    for ts in (header.first_timestamp, header.max_timestamp):
+        if abs(now_ms - ts) > max_diff:
+            raise KafkaError(
+                f"timestamp {ts} is more than {max_diff} ms away from the broker's time {now_ms}",
+                code=ErrorCode.INVALID_TIMESTAMP,
+            )
+
+
+def _check_keys(data: bytearray, batches: list[BatchMeta], codecs: Mapping[int, Codec]) -> None:
+    for meta in batches:
+        batch = records.decode_batch(data, meta.position, codecs=codecs, verify_crc=False)
+        for rec in batch.records:
+            if rec.key is None:
+                raise InvalidRecord(f"compacted topics need a key on every record (offset delta {rec.offset})")
+
+
+def _recompress(
+    data: bytearray,
+    batches: list[BatchMeta],
+    target: records.Compression,
+    codecs: Mapping[int, Codec],
+) -> tuple[bytearray, list[BatchMeta]]:
+    """Rewrite batches whose codec differs from the topic's ``compression.type``."""
+    out = bytearray()
+    new_batches: list[BatchMeta] = []
+    for meta in batches:
+        header = records.parse_header(data, meta.position)
+        chunk: bytes | bytearray = data[meta.position : meta.position + meta.size]
+        if header.compression_id != target:
+            batch = records.decode_batch(data, meta.position, codecs=codecs, verify_crc=False)
+            chunk = records.build_batch(
+                [(r.key, r.value, r.headers, r.timestamp) for r in batch.records],
+                compression=target,
+                codecs=codecs,
+                producer_id=header.producer_id,
+                producer_epoch=header.producer_epoch,
+                base_sequence=header.base_sequence,
+                is_transactional=header.is_transactional,
+                offset_deltas=[r.offset - header.base_offset for r in batch.records],
+            )
+        new_batches.append(dataclasses.replace(meta, position=len(out), size=len(chunk)))
+        out += chunk
+    return out, new_batches

@@ -1,0 +1,371 @@
+"""One partition's replication state on this broker (Kafka's ``Partition``).
+
+The storage engine keeps bytes and offsets; everything that depends on *other* replicas lives
+here, in one place the metadata layer updates: leader and leader epoch, replicas and ISR, the
+follower log-end offsets the leader has seen, and the high watermark (HW), which is the minimum log
+end offset (LEO) over the ISR and never moves backwards while this broker leads. On a single node
+the ISR is just the leader, so the HW is the LEO right after every append.
+
+Two append paths, as in Kafka: :meth:`Partition.append_records_to_leader` (a client or a
+coordinator writes; offsets are assigned here, producer sequences are checked, duplicates are
+answered with their original offsets) and :meth:`Partition.append_records_as_follower` (the
+replica fetcher copies the leader's batches, offsets and epochs included). The last stable offset
+(LSO) is the HW capped by the first offset of any open transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .. import records
+from ..config import TopicConfig
+from ..errors import (
+    ErrorCode,
+    FencedLeaderEpoch,
+    KafkaError,
+    NotLeaderOrFollower,
+    OffsetOutOfRange,
+    UnknownLeaderEpoch,
+)
+from ..interfaces import BatchMeta, FetchDataInfo, LogAppendInfo, PartitionLog, TopicPartition
+from .api import IsolationLevel
+from .producer_state import AppendOrigin, BatchMetadata, CompletedTxn, ProducerStateManager, control_markers
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """What the leader knows of a follower: its LEO and when it last caught up."""
+
+    broker_id: int
+    log_end_offset: int = -1
+    log_start_offset: int = -1
+    last_fetch_time_ms: int = -1
+    last_caught_up_time_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAppendResult:
+    """A leader append: ``info`` when appended, ``duplicate`` when a retry was recognised."""
+
+    info: LogAppendInfo | None
+    duplicate: BatchMetadata | None = None
+    completed_txns: tuple[CompletedTxn, ...] = ()
+
+    @property
+    def first_offset(self) -> int:
+        if self.duplicate is not None:
+            return self.duplicate.first_offset
+        assert self.info is not None
+        return self.info.first_offset
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """A read with the offsets a fetch response reports alongside it."""
+
+    info: FetchDataInfo
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class Partition:
+    """Leader/follower state, HW, LSO and both append paths of one partition."""
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        log: PartitionLog,
+        local_broker_id: int,
+        config: TopicConfig,
+        *,
+        producer_id_expiration_ms: int = 86_400_000,
+    ) -> None:
+        self.topic_partition = tp
+        self.log = log
+        self.local_broker_id = local_broker_id
+        self.config = config
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr: frozenset[int] = frozenset()
+        self.remote_replicas: dict[int, ReplicaState] = {}
+        self._high_watermark = log.log_start_offset
+        self.producer_state = ProducerStateManager(producer_id_expiration_ms)
+
+    # -- state changes from the metadata layer -------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.local_broker_id
+
+    def make_leader(
+        self,
+        leader_epoch: int,
+        replicas: Sequence[int],
+        isr: Sequence[int],
+        partition_epoch: int = 0,
+        now_ms: int = 0,
+    ) -> bool:
+        """Become (or stay) leader at ``leader_epoch``; returns True if this is a new leadership.
+
+        A new epoch is recorded in the log's leader-epoch cache starting at the current LEO, so
+        followers can truncate by epoch (KIP-101).
+        """
+        new_leadership = not self.is_leader or leader_epoch != self.leader_epoch
+        self.leader_id = self.local_broker_id
+        self.replicas = tuple(replicas)
+        self.isr = frozenset(isr)
+        self.partition_epoch = partition_epoch
+        if new_leadership:
+            self.leader_epoch = leader_epoch
+            entries = self.log.epoch_entries()
+            if not entries or entries[-1].epoch < leader_epoch:
+                self.log.assign_epoch_start_offset(leader_epoch, self.log.log_end_offset)
+            self.remote_replicas = {
+                r: ReplicaState(r, last_caught_up_time_ms=now_ms) for r in replicas if r != self.local_broker_id
+            }
+        else:
+            for r in replicas:
+                if r != self.local_broker_id and r not in self.remote_replicas:
+                    self.remote_replicas[r] = ReplicaState(r, last_caught_up_time_ms=now_ms)
+        self.maybe_increment_high_watermark()
+        return new_leadership
+
+    def make_follower(
+        self, leader_id: int, leader_epoch: int, replicas: Sequence[int], isr: Sequence[int], partition_epoch: int = 0
+    ) -> bool:
+        """Follow ``leader_id``; returns True if the leader or epoch changed (the fetcher then
+        truncates by epoch before fetching)."""
+        changed = leader_id != self.leader_id or leader_epoch != self.leader_epoch
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replicas = tuple(replicas)
+        self.isr = frozenset(isr)
+        self.partition_epoch = partition_epoch
+        self.remote_replicas = {}
+        return changed
+
+    def update_config(self, config: TopicConfig) -> None:
+        """Apply changed topic configs live (to this object and to the log)."""
+        self.config = config
+        self.log.update_config(config)
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        """Kafka's fencing of requests that carry the requester's view of the leader epoch."""
+        if current_leader_epoch < 0:
+            return
+        if current_leader_epoch < self.leader_epoch:
+            raise FencedLeaderEpoch(f"{self.topic_partition}: epoch {current_leader_epoch} < {self.leader_epoch}")
+        if current_leader_epoch > self.leader_epoch:
+            raise UnknownLeaderEpoch(f"{self.topic_partition}: epoch {current_leader_epoch} > {self.leader_epoch}")
+
+    # -- offsets ---------------------------------------------------------------------------------
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        unstable = self.producer_state.first_unstable_offset()
+        hw = self._high_watermark
+        return hw if unstable is None else min(hw, unstable)
+
+    def restore_high_watermark(self, checkpointed: int) -> None:
+        """Start from the checkpointed HW (bounded by the log) after a restart."""
+        self._high_watermark = max(self.log.log_start_offset, min(checkpointed, self.log.log_end_offset))
+
+    def maybe_increment_high_watermark(self) -> bool:
+        """Leader: HW = min LEO over the ISR (never backwards). Returns True if it moved."""
+        if not self.is_leader:
+            return False
+        new_hw = self.log.log_end_offset
+        for r in self.isr:
+            if r == self.local_broker_id:
+                continue
+            state = self.remote_replicas.get(r)
+            new_hw = min(new_hw, state.log_end_offset if state is not None else -1)
+        if new_hw > self._high_watermark:
+            self._high_watermark = new_hw
+            return True
+        return False
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> bool:
+        """Follower: HW = min(leader's HW, own LEO) as reported in each fetch response."""
+        new_hw = max(self.log.log_start_offset, min(leader_high_watermark, self.log.log_end_offset))
+        moved = new_hw != self._high_watermark
+        self._high_watermark = new_hw
+        return moved
+
+    # -- the leader's view of followers ----------------------------------------------------------
+    def update_follower_fetch_state(
+        self, replica_id: int, fetch_offset: int, log_start_offset: int, now_ms: int
+    ) -> bool:
+        """A follower fetched from ``fetch_offset``: that is its LEO. Returns True if the HW moved."""
+        state = self.remote_replicas.get(replica_id)
+        if state is None:
+            raise NotLeaderOrFollower(f"{self.topic_partition}: broker {replica_id} is not a replica")
+        state.log_end_offset = fetch_offset
+        state.log_start_offset = log_start_offset
+        state.last_fetch_time_ms = now_ms
+        if fetch_offset >= self.log.log_end_offset:
+            state.last_caught_up_time_ms = now_ms
+        return self.maybe_increment_high_watermark()
+
+    def out_of_sync_replicas(self, now_ms: int, max_lag_ms: int) -> set[int]:
+        """ISR members that have not caught up to the leader's LEO within ``max_lag_ms``
+        (candidates for an ISR shrink, proposed through the metadata store)."""
+        out = set()
+        for r in self.isr:
+            if r == self.local_broker_id:
+                continue
+            state = self.remote_replicas.get(r)
+            if state is None or now_ms - state.last_caught_up_time_ms > max_lag_ms:
+                out.add(r)
+        return out
+
+    def can_join_isr(self, replica_id: int) -> bool:
+        """A follower rejoins once its LEO reached the HW and the start of the current epoch."""
+        state = self.remote_replicas.get(replica_id)
+        if state is None or replica_id in self.isr:
+            return False
+        entries = self.log.epoch_entries()
+        epoch_start = entries[-1].start_offset if entries else 0
+        return state.log_end_offset >= max(self._high_watermark, epoch_start)
+
+    def check_enough_replicas_reach_offset(self, required_offset: int) -> tuple[bool, ErrorCode]:
+        """acks=all: (done, error) for a batch ending before ``required_offset``."""
+        if not self.is_leader:
+            return True, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self._high_watermark >= required_offset:
+            if len(self.isr) < self.config.min_insync_replicas:
+                return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return True, ErrorCode.NONE
+        return False, ErrorCode.NONE
+
+    # -- appends ---------------------------------------------------------------------------------
+    def append_records_to_leader(
+        self,
+        data: bytearray,
+        batches: Sequence[BatchMeta],
+        origin: AppendOrigin,
+        required_acks: int = 1,
+    ) -> LeaderAppendResult:
+        """Append validated batches as leader: duplicate check, producer-state validation, offset
+        assignment by the log, producer-state update, HW advance. Synchronous from start to end,
+        so no other append can slip between the checks and the write."""
+        if not self.is_leader:
+            raise NotLeaderOrFollower(f"{self.topic_partition}: leader is {self.leader_id}")
+        if required_acks == -1 and len(self.isr) < self.config.min_insync_replicas:
+            raise KafkaError(
+                f"{self.topic_partition}: ISR {sorted(self.isr)} is smaller than min.insync.replicas "
+                f"{self.config.min_insync_replicas}",
+                code=ErrorCode.NOT_ENOUGH_REPLICAS,
+            )
+        if origin is AppendOrigin.CLIENT and len(batches) == 1:
+            dup = self.producer_state.find_duplicate(batches[0])
+            if dup is not None:
+                return LeaderAppendResult(None, duplicate=dup)
+        self.producer_state.validate(batches, origin)
+        markers = control_markers(data, batches) if any(b.is_control for b in batches) else {}
+        lso_before = self.last_stable_offset
+        info = self.log.append_as_leader(data, batches, self.leader_epoch)
+        firsts = _first_offsets(info.first_offset, batches)
+        completed = self.producer_state.update(batches, firsts, markers, lso_before)
+        self.maybe_increment_high_watermark()
+        return LeaderAppendResult(info, completed_txns=tuple(completed))
+
+    def append_records_as_follower(self, data: bytes, batches: Sequence[BatchMeta]) -> LogAppendInfo:
+        """Append the leader's batches unchanged (offsets and epochs already set)."""
+        if self.is_leader:
+            raise NotLeaderOrFollower(f"{self.topic_partition}: this broker leads, it cannot follow")
+        headers = [records.parse_header(data, b.position) for b in batches]
+        firsts = [h.base_offset for h in headers]
+        markers = control_markers(data, batches) if any(b.is_control for b in batches) else {}
+        self.producer_state.validate(batches, AppendOrigin.REPLICATION)
+        info = self.log.append_as_follower(data, batches)
+        self.producer_state.update(batches, firsts, markers, self.last_stable_offset)
+        for header in headers:
+            entries = self.log.epoch_entries()
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and (not entries or entries[-1].epoch < epoch):
+                self.log.assign_epoch_start_offset(epoch, header.base_offset)
+        return info
+
+    def truncate_to(self, offset: int) -> None:
+        """Follower truncation (by leader epoch): cut the log and make derived state match it."""
+        self.log.truncate_to(offset)
+        self.producer_state.truncate_and_reload(self.log)
+        self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
+
+    # -- reads -----------------------------------------------------------------------------------
+    def read_records(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        isolation_level: IsolationLevel,
+        *,
+        min_one_batch: bool,
+        replica_id: int = -1,
+        current_leader_epoch: int = -1,
+    ) -> ReadResult:
+        """Read for a consumer (up to the HW or LSO) or a follower (up to the LEO)."""
+        if not self.is_leader:  # consumers and followers both fetch from the leader
+            raise NotLeaderOrFollower(f"{self.topic_partition}: leader is {self.leader_id}")
+        self.check_leader_epoch(current_leader_epoch)
+        hw = self._high_watermark
+        lso = self.last_stable_offset
+        lstart = self.log.log_start_offset
+        leo = self.log.log_end_offset
+        if replica_id >= 0:
+            max_offset = None
+        elif isolation_level is IsolationLevel.READ_COMMITTED:
+            max_offset = lso
+        else:
+            max_offset = hw
+        if fetch_offset < lstart or fetch_offset > leo:
+            raise OffsetOutOfRange(f"{self.topic_partition}: offset {fetch_offset} is outside [{lstart}, {leo}]")
+        info = self.log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+        return ReadResult(info, hw, lso, lstart, leo)
+
+    def fetch_offset_for_timestamp(self, timestamp: int, isolation_level: IsolationLevel) -> tuple[int, int] | None:
+        """ListOffsets by time: (offset, timestamp) of the first batch at or after ``timestamp``
+        that is visible (below the HW or LSO), or None."""
+        bound = self.last_stable_offset if isolation_level is IsolationLevel.READ_COMMITTED else self._high_watermark
+        found = self.log.offset_for_timestamp(timestamp)
+        if found is None or found[0] >= bound:
+            return None
+        return found
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: advance the log start (never past the HW); -1 means the HW."""
+        if not self.is_leader:
+            raise NotLeaderOrFollower(f"{self.topic_partition}: leader is {self.leader_id}")
+        target = self._high_watermark if offset == -1 else offset
+        if target < 0 or target > self._high_watermark:
+            raise OffsetOutOfRange(
+                f"{self.topic_partition}: cannot delete records before {offset}: high watermark is "
+                f"{self._high_watermark}"
+            )
+        new_start = self.log.delete_records_before(target) if target > self.log.log_start_offset else target
+        self.producer_state.on_log_start_offset_advanced(self.log.log_start_offset)
+        return max(new_start, self.log.log_start_offset)
+
+
+def _first_offsets(first_offset: int, batches: Sequence[BatchMeta]) -> list[int]:
+    out = []
+    offset = first_offset
+    for b in batches:
+        out.append(offset)
+        offset += b.last_offset_delta + 1
+    return out

@@ -1,0 +1,383 @@
+"""Per-partition producer state for idempotence and transactions (Kafka's ``ProducerStateManager``).
+
+For every producer id that wrote to a partition it keeps the current epoch and the metadata of the
+last five batches (first/last sequence and offset): a retried batch matching one of them is a
+duplicate and is acknowledged with its *original* offset without appending it again; a batch whose
+first sequence does not follow the last one is OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is
+INVALID_PRODUCER_EPOCH (fenced). Five is the producer's ``max.in.flight.requests.per.connection``
+limit with idempotence, so any retry a correct producer sends is still in the window.
+
+It also tracks open transactions (first offset of each producer's ongoing transaction: the last
+stable offset cannot pass it) and the aborted-transaction index read_committed fetches return.
+
+State lives with the log: :meth:`snapshot` writes it through ``PartitionLog.write_state`` at flush
+and shutdown; :meth:`load` reads the snapshot and replays batch headers from the snapshot's offset
+to the log end (or the whole log if there is no usable snapshot), so the state survives restarts,
+crashes included. Replay reads headers only, except control batches, whose one tiny uncompressed
+record says commit or abort.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .. import records
+from ..errors import ErrorCode, InvalidProducerEpoch, KafkaError, OutOfOrderSequence
+from ..interfaces import BatchMeta, PartitionLog
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_NAME = "producer-state"
+SNAPSHOT_VERSION = 1
+#: Batches remembered per producer for duplicate detection (max in-flight requests with idempotence).
+NUM_BATCHES_TO_RETAIN = 5
+INT32_MAX = 2**31 - 1
+NO_SEQUENCE = -1
+NO_EPOCH = -1
+#: Bytes read per step when replaying the log tail.
+REPLAY_READ_BYTES = 1 << 20
+
+
+class AppendOrigin(Enum):
+    """Who is appending: clients get sequence checks and duplicate detection; the coordinator
+    writes markers; replication copies the leader's decisions without judging them."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
+    REPLICATION = "replication"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """What duplicate detection remembers of one batch."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int = NO_EPOCH
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int | None = None
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+    def copy(self) -> ProducerStateEntry:
+        return ProducerStateEntry(
+            self.producer_id,
+            self.producer_epoch,
+            deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN),
+            self.last_timestamp,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """One entry of the aborted-transaction index (Kafka's ``.txnindex``)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # offset of the ABORT marker
+    last_stable_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+def _in_sequence(last_seq: int, next_first_seq: int) -> bool:
+    return next_first_seq == last_seq + 1 or (next_first_seq == 0 and last_seq == INT32_MAX)
+
+
+def _last_seq(meta: BatchMeta) -> int:
+    if meta.base_sequence == NO_SEQUENCE:
+        return NO_SEQUENCE
+    inc = meta.last_offset_delta
+    if meta.base_sequence > INT32_MAX - inc:
+        return inc - (INT32_MAX - meta.base_sequence) - 1
+    return meta.base_sequence + inc
+
+
+class ProducerStateManager:
+    """Producer ids, epochs, sequences and transactions of one partition."""
+
+    def __init__(self, producer_id_expiration_ms: int = 86_400_000) -> None:
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.aborted: list[AbortedTxn] = []
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        #: log offset up to which this state reflects the log (exclusive)
+        self.map_end_offset = 0
+
+    # -- the append path -------------------------------------------------------------------------
+    def find_duplicate(self, meta: BatchMeta) -> BatchMetadata | None:
+        """The remembered batch a client retry repeats, if any (checked before validation)."""
+        if meta.producer_id < 0:
+            return None
+        entry = self.producers.get(meta.producer_id)
+        if entry is None:
+            return None
+        return entry.find_duplicate(meta.producer_epoch, meta.base_sequence, _last_seq(meta))
+
+    def validate(self, batches: Sequence[BatchMeta], origin: AppendOrigin) -> None:
+        """Raise the Kafka error a client append of ``batches`` deserves (epoch, sequence), without
+        changing any state. Batches of one producer are checked against each other in order."""
+        staged: dict[int, ProducerStateEntry] = {}
+        for meta in batches:
+            pid = meta.producer_id
+            if pid < 0:
+                continue
+            entry = staged.get(pid) or (self.producers[pid].copy() if pid in self.producers else None)
+            entry = entry or ProducerStateEntry(pid)
+            self._check(entry, meta, origin)
+            self._apply(entry, meta, first_offset=0, last_offset=0)
+            staged[pid] = entry
+
+    def _check(self, entry: ProducerStateEntry, meta: BatchMeta, origin: AppendOrigin) -> None:
+        epoch = meta.producer_epoch
+        if epoch < entry.producer_epoch:
+            if meta.is_control and origin is not AppendOrigin.REPLICATION:
+                raise KafkaError(
+                    f"marker epoch {epoch} is older than producer {entry.producer_id}'s epoch {entry.producer_epoch}",
+                    code=ErrorCode.PRODUCER_FENCED,
+                )
+            if origin is AppendOrigin.CLIENT:
+                raise InvalidProducerEpoch(
+                    f"producer {entry.producer_id} epoch {epoch} is older than the current epoch {entry.producer_epoch}"
+                )
+        if origin is not AppendOrigin.CLIENT or meta.is_control:
+            return
+        first = meta.base_sequence
+        if epoch != entry.producer_epoch:
+            # a bumped epoch starts over at sequence 0; an unknown producer (state expired or
+            # removed by retention/DeleteRecords) is accepted at any sequence, as Kafka does
+            if first != 0 and entry.producer_epoch != NO_EPOCH:
+                raise OutOfOrderSequence(
+                    f"producer {entry.producer_id}: sequence {first} for new epoch {epoch}, expected 0"
+                )
+        elif entry.batches and not _in_sequence(entry.last_seq, first):
+            raise OutOfOrderSequence(
+                f"producer {entry.producer_id} epoch {epoch}: sequence {first}, expected {entry.last_seq + 1}"
+            )
+
+    @staticmethod
+    def _apply(entry: ProducerStateEntry, meta: BatchMeta, first_offset: int, last_offset: int) -> None:
+        if meta.producer_epoch != entry.producer_epoch:
+            entry.producer_epoch = meta.producer_epoch
+            entry.batches.clear()
+        entry.last_timestamp = max(entry.last_timestamp, meta.max_timestamp)
+        if meta.is_control:
+            entry.current_txn_first_offset = None
+            return
+        if meta.base_sequence != NO_SEQUENCE:
+            entry.batches.append(
+                BatchMetadata(meta.base_sequence, _last_seq(meta), first_offset, last_offset, meta.max_timestamp)
+            )
+        if meta.is_transactional and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = first_offset
+
+    def update(
+        self,
+        batches: Sequence[BatchMeta],
+        first_offsets: Sequence[int],
+        markers: dict[int, records.ControlRecord] | None = None,
+        last_stable_offset: int = -1,
+    ) -> list[CompletedTxn]:
+        """Record appended batches (``first_offsets[i]`` is batch i's base offset). ``markers``
+        maps a control batch's index to its decoded marker. Returns completed transactions."""
+        completed: list[CompletedTxn] = []
+        for i, meta in enumerate(batches):
+            first = first_offsets[i]
+            last = first + meta.last_offset_delta
+            self.map_end_offset = max(self.map_end_offset, last + 1)
+            if meta.producer_id < 0:
+                continue
+            entry = self.producers.get(meta.producer_id)
+            if entry is None:
+                entry = self.producers[meta.producer_id] = ProducerStateEntry(meta.producer_id)
+            if meta.is_control:
+                marker = (markers or {}).get(i)
+                txn_first = entry.current_txn_first_offset
+                if marker is not None:
+                    entry.coordinator_epoch = marker.coordinator_epoch
+                    if txn_first is not None:
+                        aborted = marker.type is records.ControlRecordType.ABORT
+                        completed.append(CompletedTxn(meta.producer_id, txn_first, first, aborted))
+                        if aborted:
+                            lso = last_stable_offset if last_stable_offset >= 0 else txn_first
+                            self.aborted.append(AbortedTxn(meta.producer_id, txn_first, first, lso))
+            self._apply(entry, meta, first, last)
+        return completed
+
+    # -- reads -----------------------------------------------------------------------------------
+    def first_unstable_offset(self) -> int | None:
+        """Smallest first offset of an open transaction (the LSO may not pass it), or None."""
+        offsets = [
+            e.current_txn_first_offset for e in self.producers.values() if e.current_txn_first_offset is not None
+        ]
+        return min(offsets) if offsets else None
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound_offset)."""
+        return [a for a in self.aborted if a.last_offset >= fetch_offset and a.first_offset < upper_bound_offset]
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producers.get(producer_id)
+
+    # -- housekeeping ----------------------------------------------------------------------------
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producers idle longer than ``producer.id.expiration.ms`` without an open txn."""
+        cutoff = now_ms - self.producer_id_expiration_ms
+        expired = [
+            pid for pid, e in self.producers.items() if e.current_txn_first_offset is None and e.last_timestamp < cutoff
+        ]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
+    def on_log_start_offset_advanced(self, log_start_offset: int) -> None:
+        """Drop aborted-index entries wholly below the new log start (retention, DeleteRecords)."""
+        self.aborted = [a for a in self.aborted if a.last_offset >= log_start_offset]
+
+    # -- persistence -----------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        doc = {
+            "version": SNAPSHOT_VERSION,
+            "offset": self.map_end_offset,
+            "producers": [
+                {
+                    "pid": e.producer_id,
+                    "epoch": e.producer_epoch,
+                    "coordinator_epoch": e.coordinator_epoch,
+                    "last_timestamp": e.last_timestamp,
+                    "txn_first_offset": e.current_txn_first_offset,
+                    "batches": [
+                        [b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp] for b in e.batches
+                    ],
+                }
+                for e in self.producers.values()
+            ],
+            "aborted": [[a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset] for a in self.aborted],
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    def _restore(self, data: bytes) -> None:
+        doc = json.loads(data)
+        if doc.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(f"unknown producer-state snapshot version {doc.get('version')!r}")
+        self.producers = {}
+        for p in doc["producers"]:
+            entry = ProducerStateEntry(
+                int(p["pid"]),
+                int(p["epoch"]),
+                deque((BatchMetadata(*b) for b in p["batches"]), maxlen=NUM_BATCHES_TO_RETAIN),
+                int(p["last_timestamp"]),
+                int(p["coordinator_epoch"]),
+                p["txn_first_offset"],
+            )
+            self.producers[entry.producer_id] = entry
+        self.aborted = [AbortedTxn(*a) for a in doc["aborted"]]
+        self.map_end_offset = int(doc["offset"])
+
+    def snapshot(self, plog: PartitionLog) -> None:
+        """Persist the state beside the log (atomic in the storage engine)."""
+        plog.write_state(SNAPSHOT_NAME, self.to_bytes())
+
+    def load(self, plog: PartitionLog) -> None:
+        """Rebuild from the snapshot plus the log tail after it (or the whole log without one)."""
+        self.producers = {}
+        self.aborted = []
+        self.map_end_offset = plog.log_start_offset
+        data = plog.read_state(SNAPSHOT_NAME)
+        if data is not None:
+            try:
+                self._restore(data)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("%s: ignoring unreadable producer-state snapshot: %s", plog.topic_partition, exc)
+                self.producers, self.aborted, self.map_end_offset = {}, [], plog.log_start_offset
+            if self.map_end_offset > plog.log_end_offset:
+                # the log lost its tail after the snapshot (crash, truncation): replay from scratch
+                self.producers, self.aborted, self.map_end_offset = {}, [], plog.log_start_offset
+        self.map_end_offset = max(self.map_end_offset, plog.log_start_offset)
+        self.replay(plog, self.map_end_offset)
+        self.on_log_start_offset_advanced(plog.log_start_offset)
+
+    def replay(self, plog: PartitionLog, from_offset: int) -> None:
+        """Apply every batch in the log from ``from_offset`` to the log end (headers only)."""
+        offset = from_offset
+        end = plog.log_end_offset
+        while offset < end:
+            info = plog.read(offset, REPLAY_READ_BYTES, max_offset=end, min_one_batch=True)
+            try:
+                if info.size == 0:
+                    break
+                buf = info.to_bytes()
+            finally:
+                info.release()
+            metas, firsts, markers = _decode_for_replay(buf, offset)
+            if not metas:
+                break
+            self.update(metas, firsts, markers)
+            offset = firsts[-1] + metas[-1].last_offset_delta + 1
+        self.map_end_offset = max(self.map_end_offset, offset)
+
+    def truncate_and_reload(self, plog: PartitionLog) -> None:
+        """After the log was truncated (follower truncation) the state must match it again: a
+        snapshot past the new log end is ignored by :meth:`load`, which then replays the log."""
+        self.load(plog)
+
+
+def _decode_for_replay(
+    buf: bytes, skip_below: int
+) -> tuple[list[BatchMeta], list[int], dict[int, records.ControlRecord]]:
+    metas: list[BatchMeta] = []
+    firsts: list[int] = []
+    markers: dict[int, records.ControlRecord] = {}
+    for pos, header in records.iter_headers(buf):
+        if header.last_offset < skip_below:
+            continue
+        if header.is_control:
+            batch = records.decode_batch(buf, pos, verify_crc=False)
+            if batch.records:
+                markers[len(metas)] = records.parse_control_record(batch.records[0])
+        metas.append(header.meta(pos))
+        firsts.append(header.base_offset)
+    return metas, firsts, markers
+
+
+def control_markers(buf: bytes | bytearray, batches: Iterable[BatchMeta]) -> dict[int, records.ControlRecord]:
+    """Decode the marker of each control batch in an append (index -> marker)."""
+    out: dict[int, records.ControlRecord] = {}
+    for i, meta in enumerate(batches):
+        if meta.is_control:
+            batch = records.decode_batch(buf, meta.position, verify_crc=False)
+            if batch.records:
+                out[i] = records.parse_control_record(batch.records[0])
+    return out

@@ -1,0 +1,433 @@
+"""The append and read paths over this broker's partitions (Kafka's ``ReplicaManager``).
+
+Produce: for each partition, validate the payload from batch headers
+(:mod:`~odradek.broker.log_validator`), append as leader (:class:`~odradek.broker.partition.
+Partition` checks producer sequences and lets the log assign offsets), wake the purgatories
+watching the partition, then answer at once (acks 0/1) or park a
+:class:`~odradek.broker.delayed.DelayedProduce` until the high watermark passes the batches
+(acks=all). Fetch: read each partition up to its high watermark (or last stable offset), at least
+one whole batch from the first partition with data and at most ``max_bytes`` overall; if fewer than
+``min_bytes`` are readable, park a :class:`~odradek.broker.delayed.DelayedFetch` that every append
+to one of its partitions re-evaluates. Reads are file ranges the transport sends with sendfile.
+
+It also owns the partition registry (the metadata layer calls :meth:`ReplicaManager.
+become_leader` / :meth:`become_follower` / :meth:`remove_partition`), the high-watermark
+checkpoint (``replication-offset-checkpoint``) and producer-state snapshots.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import trio
+
+from ..config import TopicConfig
+from ..errors import ErrorCode, KafkaError, UnknownTopicOrPartition
+from ..interfaces import Codec, LogStorage, TopicPartition
+from .api import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    AbortedTransaction,
+    DeleteRecordsResult,
+    EpochEndOffset,
+    FetchPartition,
+    FetchPartitionResult,
+    IsolationLevel,
+    ListOffsetsPartition,
+    ListOffsetsPartitionResult,
+    OffsetForLeaderEpochPartition,
+    PartitionProduceResult,
+)
+from .delayed import DelayedFetch, DelayedProduce, release_all
+from .log_validator import validate_records
+from .partition import Partition
+from .producer_state import AppendOrigin
+from .purgatory import DelayedOperationPurgatory
+
+log = logging.getLogger(__name__)
+
+HW_CHECKPOINT = "replication-offset-checkpoint"
+#: Kafka's replica.high.watermark.checkpoint.interval.ms default.
+HW_CHECKPOINT_INTERVAL_MS = 5000
+#: Kafka's producer.id.expiration.check.interval.ms default.
+PRODUCER_EXPIRATION_CHECK_INTERVAL_MS = 600_000
+VALID_ACKS = (-1, 0, 1)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _error_of(exc: BaseException) -> ErrorCode:
+    if isinstance(exc, KafkaError):
+        return exc.code
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class ReplicaManager:
+    """Partitions hosted by this broker, with their append, read and wait paths."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        storage: LogStorage,
+        codecs: Mapping[int, Codec],
+        *,
+        producer_id_expiration_ms: int = 86_400_000,
+        clock_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.broker_id = broker_id
+        self.storage = storage
+        self.codecs = codecs
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.clock_ms = clock_ms
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("Produce")
+        self.fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("Fetch")
+        self._hw_checkpoint: dict[TopicPartition, int] | None = None
+        self._snapshot_offsets: dict[TopicPartition, int] = {}
+
+    # -- partition registry (driven by the metadata layer) ---------------------------------------
+    def get_partition(self, tp: TopicPartition) -> Partition | None:
+        return self.partitions.get(tp)
+
+    def _get_or_create_partition(self, tp: TopicPartition, config: TopicConfig) -> Partition:
+        partition = self.partitions.get(tp)
+        if partition is not None:
+            return partition
+        plog = self.storage.get_or_create_log(tp, config)
+        partition = Partition(
+            tp, plog, self.broker_id, config, producer_id_expiration_ms=self.producer_id_expiration_ms
+        )
+        partition.producer_state.load(plog)
+        self._snapshot_offsets[tp] = partition.producer_state.map_end_offset
+        if self._hw_checkpoint is None:
+            self._hw_checkpoint = self.storage.read_checkpoint(HW_CHECKPOINT)
+        partition.restore_high_watermark(self._hw_checkpoint.get(tp, plog.log_start_offset))
+        self.partitions[tp] = partition
+        return partition
+
+    def become_leader(
+        self,
+        tp: TopicPartition,
+        config: TopicConfig,
+        leader_epoch: int,
+        replicas: Sequence[int],
+        isr: Sequence[int],
+        partition_epoch: int = 0,
+    ) -> Partition:
+        """Host ``tp`` as its leader (creating the log if needed)."""
+        partition = self._get_or_create_partition(tp, config)
+        partition.make_leader(leader_epoch, replicas, isr, partition_epoch, now_ms=self.clock_ms())
+        self._wake(tp)
+        return partition
+
+    def become_follower(
+        self,
+        tp: TopicPartition,
+        config: TopicConfig,
+        leader_id: int,
+        leader_epoch: int,
+        replicas: Sequence[int],
+        isr: Sequence[int],
+        partition_epoch: int = 0,
+    ) -> Partition:
+        """Host ``tp`` as a follower of ``leader_id``; waiting produce/fetch requests are woken
+        (they now answer NOT_LEADER_OR_FOLLOWER)."""
+        partition = self._get_or_create_partition(tp, config)
+        partition.make_follower(leader_id, leader_epoch, replicas, isr, partition_epoch)
+        self._wake(tp)
+        return partition
+
+    async def remove_partition(self, tp: TopicPartition, *, delete: bool) -> None:
+        """Stop hosting ``tp``; with ``delete`` its log and files go too (DeleteTopics)."""
+        partition = self.partitions.pop(tp, None)
+        self._snapshot_offsets.pop(tp, None)
+        if self._hw_checkpoint is not None:
+            self._hw_checkpoint.pop(tp, None)
+        self._wake(tp)
+        if partition is not None and delete:
+            await self.storage.delete_log(tp)
+
+    def update_config(self, topic: str, config: TopicConfig) -> None:
+        """Apply a topic's changed configs to each of its partitions and logs, live."""
+        for tp, partition in self.partitions.items():
+            if tp.topic == topic:
+                partition.update_config(config)
+
+    def _wake(self, tp: TopicPartition) -> None:
+        self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+
+    def _leader_partition(self, tp: TopicPartition) -> Partition:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            raise UnknownTopicOrPartition(f"this broker does not host {tp}")
+        if not partition.is_leader:
+            raise KafkaError(f"{tp}: leader is broker {partition.leader_id}", code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return partition
+
+    # -- produce ---------------------------------------------------------------------------------
+    async def append_records(
+        self,
+        acks: int,
+        timeout_ms: int,
+        entries: Mapping[TopicPartition, bytearray],
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        api_version: int = 7,
+    ) -> dict[TopicPartition, PartitionProduceResult]:
+        """Validate, append and (for acks=all) wait; one result per partition in request order."""
+        if acks not in VALID_ACKS:
+            return {tp: PartitionProduceResult(ErrorCode.INVALID_REQUIRED_ACKS) for tp in entries}
+        results: dict[TopicPartition, PartitionProduceResult] = {}
+        required: dict[TopicPartition, int] = {}
+        now = self.clock_ms()
+        for tp, data in entries.items():
+            try:
+                partition = self._leader_partition(tp)
+                validated = validate_records(
+                    data, partition.config, origin=origin, api_version=api_version, now_ms=now, codecs=self.codecs
+                )
+                appended = partition.append_records_to_leader(validated.data, validated.batches, origin, acks)
+            except KafkaError as exc:
+                results[tp] = PartitionProduceResult(exc.code, error_message=str(exc))
+                continue
+            except Exception as exc:  # a storage or programming error must fail this partition only
+                log.exception("append to %s failed", tp)
+                results[tp] = PartitionProduceResult(_error_of(exc), error_message=repr(exc))
+                continue
+            if appended.duplicate is not None:
+                results[tp] = PartitionProduceResult(
+                    ErrorCode.NONE, appended.duplicate.first_offset, -1, partition.log_start_offset
+                )
+                continue
+            info = appended.info
+            assert info is not None
+            results[tp] = PartitionProduceResult(
+                ErrorCode.NONE, info.first_offset, validated.log_append_time, partition.log_start_offset
+            )
+            required[tp] = info.last_offset + 1
+            self._wake(tp)
+        if acks == -1 and required:
+            op = DelayedProduce(results, required, self.partitions.get)
+            await self.produce_purgatory.try_complete_else_watch(op, list(required), timeout_ms)
+        return results
+
+    # -- fetch -----------------------------------------------------------------------------------
+    async def fetch_messages(
+        self,
+        replica_id: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        isolation_level: IsolationLevel,
+        partitions: Sequence[FetchPartition],
+    ) -> dict[TopicPartition, FetchPartitionResult]:
+        """Read now; if fewer than ``min_bytes`` are readable and nothing failed, wait up to
+        ``max_wait_ms`` for appends. The caller releases every returned read after sending it."""
+        if replica_id >= 0:
+            self._update_follower_fetch_states(replica_id, partitions)
+
+        def read() -> tuple[dict[TopicPartition, FetchPartitionResult], int, bool]:
+            return self.read_from_local_log(replica_id, max_bytes, isolation_level, partitions)
+
+        results, total, errored = read()
+        if max_wait_ms <= 0 or not partitions or total >= min_bytes or errored:
+            return results
+        release_all(results)
+        op = DelayedFetch(read, min_bytes)
+        await self.fetch_purgatory.try_complete_else_watch(op, [p.tp for p in partitions], max_wait_ms)
+        return op.results
+
+    def _update_follower_fetch_states(self, replica_id: int, partitions: Sequence[FetchPartition]) -> None:
+        now = self.clock_ms()
+        for p in partitions:
+            partition = self.partitions.get(p.tp)
+            if partition is None or not partition.is_leader:
+                continue
+            try:
+                if partition.update_follower_fetch_state(replica_id, p.fetch_offset, p.log_start_offset, now):
+                    self._wake(p.tp)
+            except KafkaError:
+                continue  # reported by the read below
+
+    def read_from_local_log(
+        self,
+        replica_id: int,
+        max_bytes: int,
+        isolation_level: IsolationLevel,
+        partitions: Sequence[FetchPartition],
+    ) -> tuple[dict[TopicPartition, FetchPartitionResult], int, bool]:
+        """One pass over the partitions: (results in request order, bytes read, any error)."""
+        results: dict[TopicPartition, FetchPartitionResult] = {}
+        remaining = max(0, max_bytes)
+        min_one_batch = True
+        total = 0
+        errored = False
+        for p in partitions:
+            try:
+                partition = self._leader_partition(p.tp)
+                limit = min(p.partition_max_bytes, remaining)
+                read = partition.read_records(
+                    p.fetch_offset,
+                    limit,
+                    isolation_level,
+                    min_one_batch=min_one_batch,
+                    replica_id=replica_id,
+                    current_leader_epoch=p.current_leader_epoch,
+                )
+            except KafkaError as exc:
+                errored = True
+                partition = self.partitions.get(p.tp)
+                if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE and partition is not None:
+                    results[p.tp] = FetchPartitionResult(
+                        exc.code, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
+                    )
+                else:
+                    results[p.tp] = FetchPartitionResult(exc.code)
+                continue
+            size = read.info.size
+            if size > 0:
+                min_one_batch = False
+                remaining = max(0, remaining - size)
+                total += size
+            aborted: tuple[AbortedTransaction, ...] | None = None
+            if isolation_level is IsolationLevel.READ_COMMITTED:
+                aborted = tuple(
+                    AbortedTransaction(a.producer_id, a.first_offset)
+                    for a in partition.producer_state.aborted_transactions(p.fetch_offset, read.last_stable_offset)
+                )
+            results[p.tp] = FetchPartitionResult(
+                ErrorCode.NONE,
+                read.high_watermark,
+                read.last_stable_offset,
+                read.log_start_offset,
+                aborted,
+                read.info if size > 0 else None,
+            )
+            if size == 0:
+                read.info.release()
+        return results, total, errored
+
+    # -- list offsets, delete records, epochs -------------------------------------------------
+    def list_offsets(
+        self,
+        replica_id: int,
+        isolation_level: IsolationLevel,
+        partitions: Sequence[ListOffsetsPartition],
+    ) -> dict[TopicPartition, ListOffsetsPartitionResult]:
+        results: dict[TopicPartition, ListOffsetsPartitionResult] = {}
+        for p in partitions:
+            try:
+                partition = self._leader_partition(p.tp)
+                partition.check_leader_epoch(p.current_leader_epoch)
+                results[p.tp] = self._list_offset(partition, replica_id, isolation_level, p.timestamp)
+            except KafkaError as exc:
+                results[p.tp] = ListOffsetsPartitionResult(exc.code)
+        return results
+
+    @staticmethod
+    def _list_offset(
+        partition: Partition, replica_id: int, isolation_level: IsolationLevel, timestamp: int
+    ) -> ListOffsetsPartitionResult:
+        epoch = partition.leader_epoch
+        if timestamp == EARLIEST_TIMESTAMP:
+            return ListOffsetsPartitionResult(ErrorCode.NONE, -1, partition.log_start_offset, epoch)
+        if timestamp == LATEST_TIMESTAMP:
+            if replica_id >= 0:
+                offset = partition.log_end_offset
+            elif isolation_level is IsolationLevel.READ_COMMITTED:
+                offset = partition.last_stable_offset
+            else:
+                offset = partition.high_watermark
+            return ListOffsetsPartitionResult(ErrorCode.NONE, -1, offset, epoch)
+        if timestamp == MAX_TIMESTAMP:
+            ts, offset = partition.log.max_timestamp_and_offset()
+            return ListOffsetsPartitionResult(ErrorCode.NONE, ts, offset, epoch)
+        if timestamp < 0:
+            raise KafkaError(f"unknown special timestamp {timestamp}", code=ErrorCode.INVALID_REQUEST)
+        found = partition.fetch_offset_for_timestamp(timestamp, isolation_level)
+        if found is None:
+            return ListOffsetsPartitionResult(ErrorCode.NONE, -1, -1, epoch)
+        return ListOffsetsPartitionResult(ErrorCode.NONE, found[1], found[0], epoch)
+
+    def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, DeleteRecordsResult]:
+        """Advance log start offsets (single node: the new low watermark is immediately final)."""
+        results: dict[TopicPartition, DeleteRecordsResult] = {}
+        for tp, offset in offsets.items():
+            try:
+                partition = self._leader_partition(tp)
+                results[tp] = DeleteRecordsResult(ErrorCode.NONE, partition.delete_records_before(offset))
+            except KafkaError as exc:
+                results[tp] = DeleteRecordsResult(exc.code)
+            self._wake(tp)
+        return results
+
+    def offset_for_leader_epoch(
+        self, partitions: Sequence[OffsetForLeaderEpochPartition]
+    ) -> dict[TopicPartition, EpochEndOffset]:
+        """End offset of the largest epoch <= the asked one (the current epoch ends at the LEO)."""
+        results: dict[TopicPartition, EpochEndOffset] = {}
+        for p in partitions:
+            try:
+                partition = self._leader_partition(p.tp)
+                partition.check_leader_epoch(p.current_leader_epoch)
+                if p.leader_epoch == partition.leader_epoch:
+                    results[p.tp] = EpochEndOffset(ErrorCode.NONE, partition.leader_epoch, partition.log_end_offset)
+                    continue
+                epoch, end = partition.log.end_offset_for_epoch(p.leader_epoch)
+                results[p.tp] = EpochEndOffset(ErrorCode.NONE, epoch, end)
+            except KafkaError as exc:
+                results[p.tp] = EpochEndOffset(exc.code)
+        return results
+
+    # -- checkpoints, snapshots, housekeeping ----------------------------------------------------
+    def checkpoint_high_watermarks(self) -> None:
+        """Write every hosted partition's HW to ``replication-offset-checkpoint``."""
+        offsets = {tp: p.high_watermark for tp, p in self.partitions.items()}
+        self.storage.write_checkpoint(HW_CHECKPOINT, offsets)
+        self._hw_checkpoint = dict(offsets)
+
+    def snapshot_producer_states(self, *, only_changed: bool = True) -> int:
+        """Persist producer state of partitions whose state moved since the last snapshot."""
+        written = 0
+        for tp, p in self.partitions.items():
+            end = p.producer_state.map_end_offset
+            if only_changed and self._snapshot_offsets.get(tp) == end:
+                continue
+            p.producer_state.snapshot(p.log)
+            self._snapshot_offsets[tp] = end
+            written += 1
+        return written
+
+    def remove_expired_producers(self) -> int:
+        now = self.clock_ms()
+        return sum(p.producer_state.remove_expired_producers(now) for p in self.partitions.values())
+
+    async def run(self) -> None:
+        """Background: checkpoint HWs and snapshot producer state every few seconds, expire idle
+        producer ids, until cancelled."""
+        next_expiration = trio.current_time() + PRODUCER_EXPIRATION_CHECK_INTERVAL_MS / 1000
+        while True:
+            await trio.sleep(HW_CHECKPOINT_INTERVAL_MS / 1000)
+            try:
+                self.checkpoint_high_watermarks()
+                self.snapshot_producer_states()
+                if trio.current_time() >= next_expiration:
+                    self.remove_expired_producers()
+                    next_expiration = trio.current_time() + PRODUCER_EXPIRATION_CHECK_INTERVAL_MS / 1000
+            except Exception:
+                log.exception("replica manager housekeeping failed; retrying at the next interval")
+
+    async def shutdown(self) -> None:
+        """Answer parked requests, snapshot producer state, checkpoint HWs, flush every log."""
+        self.produce_purgatory.expire_all()
+        self.fetch_purgatory.expire_all()
+        self.snapshot_producer_states(only_changed=False)
+        self.checkpoint_high_watermarks()
+        for p in list(self.partitions.values()):
+            await p.log.flush()
