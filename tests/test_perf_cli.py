@@ -1,0 +1,94 @@
+"""``odradek perf produce|consume|e2e --json`` against the broker subprocess: the summary's fields.
+
+Tiny record counts and no assertions on speed (benchmarks live in bench/): these tests check that
+each mode runs end to end against odradek and reports what docs/performance.md says it reports.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from typing import Any
+
+import pytest
+
+from odradek.cli import main
+from odradek.perf import latency_summary
+from odradek.testing.broker import BrokerProcess, unique_topic
+
+pytestmark = pytest.mark.integration
+
+LATENCY_KEYS = {"avg", "p50", "p95", "p99", "p99.9", "max", "samples"}
+
+
+def _perf(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    code = main(["perf", *argv, "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    summary: dict[str, Any] = json.loads(out)  # --json prints the summary and nothing else
+    return summary
+
+
+def _check_common(summary: dict[str, Any], mode: str, records: int, record_size: int) -> None:
+    assert summary["mode"] == mode
+    assert summary["client"] == "librdkafka"
+    assert summary["records"] == records
+    assert summary["bytes"] == records * record_size
+    assert summary["seconds"] > 0
+    assert summary["records_per_s"] == pytest.approx(records / summary["seconds"])
+    assert summary["mb_per_s"] == pytest.approx(records * record_size / summary["seconds"] / 1e6)
+    assert summary["errors"] == 0
+
+
+def test_produce_then_consume_report_their_summaries(
+    odradek_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = unique_topic("perf")
+    common = ["--bootstrap-server", odradek_broker.bootstrap, "--topic", topic, "--partitions", "2"]
+    produced = _perf(
+        capsys,
+        "produce",
+        *common,
+        "--num-records", "500", "--record-size", "64", "--acks", "all",
+        "--compression", "lz4", "--linger-ms", "1", "--latency-every", "5",
+    )  # fmt: skip
+    _check_common(produced, "produce", 500, 64)
+    assert set(produced["latency_ms"]) == LATENCY_KEYS
+    assert produced["latency_ms"]["samples"] == 100  # every 5th of 500 records is timed
+    lat = produced["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]
+    assert produced["settings"]["acks"] == "all"
+    assert produced["settings"]["compression.type"] == "lz4"
+
+    consumed = _perf(capsys, "consume", *common, "--num-records", "500", "--timeout-s", "30")
+    _check_common(consumed, "consume", 500, 64)
+    assert consumed["latency_ms"] == {}
+
+
+def test_e2e_reports_end_to_end_latency(odradek_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    topic = unique_topic("perf-e2e")
+    summary = _perf(
+        capsys,
+        "e2e",
+        "--bootstrap-server", odradek_broker.bootstrap, "--topic", topic,
+        "--num-records", "200", "--record-size", "32", "--throughput", "2000",
+    )  # fmt: skip
+    _check_common(summary, "e2e", 200, 32)
+    assert set(summary["latency_ms"]) == LATENCY_KEYS
+    assert summary["latency_ms"]["samples"] == 200  # every record is stamped and timed
+    assert summary["latency_ms"]["p50"] > 0
+    assert summary["settings"] == {"throughput": 2000.0, "acks": "1", "linger.ms": 0}
+
+
+def test_latency_summary_percentiles() -> None:
+    samples = array("d", [float(i) for i in range(1000, 0, -1)])  # 1..1000 ms, unordered
+    got = latency_summary(samples)
+    assert got == {
+        "avg": 500.5,
+        "p50": 501.0,
+        "p95": 951.0,
+        "p99": 991.0,
+        "p99.9": 1000.0,
+        "max": 1000.0,
+        "samples": 1000.0,
+    }
