@@ -213,9 +213,8 @@ def api_versions_fallback(correlation_id: int, advertised: dict[int, VersionRang
 def encode_request(request: Any, *, correlation_id: int, client_id: str | None) -> bytes:
     """A request frame (header + body, no size prefix) for a kio request or ``ProduceRequestData``."""
     if isinstance(request, ProduceRequestData):
-        api_key, api_version = ApiKey.PRODUCE, request.version
         body = encode_produce_request(request)
-        return encode_request_header(api_key, api_version, correlation_id, client_id) + body
+        return encode_request_header(ApiKey.PRODUCE, request.version, correlation_id, client_id) + body
     api_key, api_version = int(request.__api_key__), int(request.__version__)
     out = io.BytesIO()
     out.write(encode_request_header(api_key, api_version, correlation_id, client_id))

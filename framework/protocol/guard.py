@@ -29,7 +29,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, KafkaError
 
 Buffer = bytes | bytearray | memoryview
 #: skip(buf, pos, end) -> position after the value; raises InvalidRequest when it does not fit
@@ -53,7 +53,7 @@ _FIXED = {
 }
 
 
-def _fail(what: str) -> InvalidRequest:
+def _fail(what: str) -> KafkaError:
     return InvalidRequest(f"malformed message: {what}")
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from odradek.config import Config
 from odradek.errors import InvalidRequest, UnsupportedVersion
@@ -78,7 +78,7 @@ class Handler:
 
 
 #: What the dispatcher returns for a request: a frame, a Fetch envelope, or nothing (acks=0).
-Outcome = bytes | FetchEnvelope | None
+Outcome: TypeAlias = bytes | FetchEnvelope | None
 
 
 def load_handlers(modules: tuple[str, ...] = HANDLER_MODULES) -> dict[int, Handler]:
