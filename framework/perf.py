@@ -311,3 +311,176 @@ def e2e_confluent(
     result = PerfResult("e2e", "librdkafka", received[0], received[0] * record_size, elapsed)
     result.settings = {"throughput": throughput, "acks": acks, "linger.ms": linger_ms}
     return result.finish(samples)
+
+
+# -- odradek's own client (--client odradek) ------------------------------------------------------
+
+
+def produce_odradek(
+    bootstrap: str,
+    topic: str,
+    num_records: int,
+    record_size: int,
+    *,
+    throughput: float = 0,
+    acks: str = "1",
+    compression: str = "none",
+    batch_size: int = 1_000_000,
+    linger_ms: float = 5,
+    latency_every: int = 10,
+    progress: ProgressFn | None = None,
+) -> PerfResult:
+    """Produce through :class:`odradek.client.Producer`: measures odradek's client, not the broker.
+
+    Every record's future counts errors; every ``latency_every``-th is also timed from ``send``.
+    """
+    from .client import Producer
+
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "acks": acks,
+        "compression.type": compression,
+        "batch.size": batch_size,
+        "linger.ms": int(linger_ms),
+        "enable.idempotence": False,
+        "buffer.memory": 256 << 20,
+        "max.request.size": max(1_048_576, batch_size + 4096),
+    }
+    value = payload_for(record_size)
+    samples: array[float] = array("d")
+    errors = [0]
+
+    def timed(sent: float) -> Callable[[Any], None]:
+        def done(future: Any) -> None:
+            if future.exception() is not None:
+                errors[0] += 1
+            else:
+                samples.append((time.perf_counter() - sent) * 1000.0)
+
+        return done
+
+    def untimed(future: Any) -> None:
+        if future.exception() is not None:
+            errors[0] += 1
+
+    throttle = Throttle(throughput)
+    with Producer(conf) as producer:
+        producer.partitions_for(topic)  # metadata before the clock starts, as librdkafka's bootstrap
+        send = producer.send
+        start = time.perf_counter()
+        for i in range(num_records):
+            future = send(topic, value)
+            future.add_done_callback(timed(time.perf_counter()) if i % latency_every == 0 else untimed)
+            if i % 2000 == 0:
+                throttle.wait(i)
+                if progress is not None:
+                    progress(i, i * record_size)
+        producer.flush(120)
+        elapsed = time.perf_counter() - start
+    if progress is not None:
+        progress(num_records, num_records * record_size)
+    result = PerfResult("produce", "odradek", num_records, num_records * record_size, elapsed, errors=errors[0])
+    result.settings = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
+    return result.finish(samples)
+
+
+def consume_odradek(
+    bootstrap: str,
+    topic: str,
+    num_records: int,
+    *,
+    timeout_s: float = 60.0,
+    progress: ProgressFn | None = None,
+) -> PerfResult:
+    """Consume ``num_records`` from the beginning of every partition with :class:`odradek.client.Consumer`."""
+    from .client import Consumer, TopicPartition
+
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "max.partition.fetch.bytes": 10_485_760,
+        "max.poll.records": 10_000,
+    }
+    count = 0
+    size = 0
+    with Consumer(conf) as consumer:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for(topic)]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(parts)
+        start = time.perf_counter()
+        deadline = start + timeout_s
+        while count < num_records:
+            if time.perf_counter() > deadline:
+                raise PerfError(f"consumed {count} of {num_records} records before the {timeout_s:.0f} s timeout")
+            for records in consumer.poll(0.5).values():
+                count += len(records)
+                size += sum(len(r.value or b"") for r in records)
+            if progress is not None:
+                progress(count, size)
+        elapsed = time.perf_counter() - start
+    return PerfResult("consume", "odradek", count, size, elapsed).finish(None)
+
+
+def e2e_odradek(
+    bootstrap: str,
+    topic: str,
+    num_records: int,
+    record_size: int,
+    *,
+    throughput: float = 10_000,
+    acks: str = "1",
+    linger_ms: float = 0,
+    progress: ProgressFn | None = None,
+) -> PerfResult:
+    """End-to-end latency at a fixed rate with odradek's producer and consumer (stamp in the value)."""
+    from .client import Consumer, Producer, TopicPartition
+
+    record_size = max(record_size, 8)
+    filler = payload_for(record_size - 8)
+    samples: array[float] = array("d")
+    received = [0]
+    done = threading.Event()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "enable.auto.commit": False, "fetch.max.wait.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": int(linger_ms), "enable.idempotence": False}
+    )
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for(topic)]
+        consumer.assign(parts)
+        for tp, end in consumer.end_offsets(parts).items():
+            consumer.seek(tp, end)
+        producer.partitions_for(topic)
+
+        def consume_loop() -> None:
+            while received[0] < num_records and not done.is_set():
+                for records in consumer.poll(0.1).values():
+                    now = time.time_ns()
+                    for r in records:
+                        (sent,) = struct.unpack_from(">q", r.value or bytes(8), 0)
+                        samples.append((now - sent) / 1e6)
+                    received[0] += len(records)
+
+        reader = threading.Thread(target=consume_loop, name="e2e-consumer", daemon=True)
+        reader.start()
+        throttle = Throttle(throughput)
+        start = time.perf_counter()
+        for i in range(num_records):
+            producer.send(topic, struct.pack(">q", time.time_ns()) + filler)
+            throttle.wait(i + 1)
+            if progress is not None and i % 500 == 0:
+                progress(received[0], received[0] * record_size)
+        producer.flush(60)
+        reader.join(timeout=60)
+        done.set()
+        reader.join(timeout=5)
+        elapsed = time.perf_counter() - start
+    finally:
+        done.set()
+        producer.close()
+        consumer.close()
+    if received[0] < num_records:
+        raise PerfError(f"only {received[0]} of {num_records} records arrived end to end")
+    result = PerfResult("e2e", "odradek", received[0], received[0] * record_size, elapsed)
+    result.settings = {"throughput": throughput, "acks": acks, "linger.ms": linger_ms}
+    return result.finish(samples)

@@ -29,9 +29,9 @@ def _perf(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
     return summary
 
 
-def _check_common(summary: dict[str, Any], mode: str, records: int, record_size: int) -> None:
+def _check_common(summary: dict[str, Any], mode: str, client: str, records: int, record_size: int) -> None:
     assert summary["mode"] == mode
-    assert summary["client"] == "librdkafka"
+    assert summary["client"] == client
     assert summary["records"] == records
     assert summary["bytes"] == records * record_size
     assert summary["seconds"] > 0
@@ -40,11 +40,15 @@ def _check_common(summary: dict[str, Any], mode: str, records: int, record_size:
     assert summary["errors"] == 0
 
 
+CLIENTS = pytest.mark.parametrize("client", ["librdkafka", "odradek"])
+
+
+@CLIENTS
 def test_produce_then_consume_report_their_summaries(
-    odradek_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+    odradek_broker: BrokerProcess, capsys: pytest.CaptureFixture[str], client: str
 ) -> None:
     topic = unique_topic("perf")
-    common = ["--bootstrap-server", odradek_broker.bootstrap, "--topic", topic, "--partitions", "2"]
+    common = ["--bootstrap-server", odradek_broker.bootstrap, "--topic", topic, "--partitions", "2", "--client", client]
     produced = _perf(
         capsys,
         "produce",
@@ -52,7 +56,7 @@ def test_produce_then_consume_report_their_summaries(
         "--num-records", "500", "--record-size", "64", "--acks", "all",
         "--compression", "lz4", "--linger-ms", "1", "--latency-every", "5",
     )  # fmt: skip
-    _check_common(produced, "produce", 500, 64)
+    _check_common(produced, "produce", client, 500, 64)
     assert set(produced["latency_ms"]) == LATENCY_KEYS
     assert produced["latency_ms"]["samples"] == 100  # every 5th of 500 records is timed
     lat = produced["latency_ms"]
@@ -61,19 +65,22 @@ def test_produce_then_consume_report_their_summaries(
     assert produced["settings"]["compression.type"] == "lz4"
 
     consumed = _perf(capsys, "consume", *common, "--num-records", "500", "--timeout-s", "30")
-    _check_common(consumed, "consume", 500, 64)
+    _check_common(consumed, "consume", client, 500, 64)
     assert consumed["latency_ms"] == {}
 
 
-def test_e2e_reports_end_to_end_latency(odradek_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+@CLIENTS
+def test_e2e_reports_end_to_end_latency(
+    odradek_broker: BrokerProcess, capsys: pytest.CaptureFixture[str], client: str
+) -> None:
     topic = unique_topic("perf-e2e")
     summary = _perf(
         capsys,
         "e2e",
-        "--bootstrap-server", odradek_broker.bootstrap, "--topic", topic,
+        "--bootstrap-server", odradek_broker.bootstrap, "--topic", topic, "--client", client,
         "--num-records", "200", "--record-size", "32", "--throughput", "2000",
     )  # fmt: skip
-    _check_common(summary, "e2e", 200, 32)
+    _check_common(summary, "e2e", client, 200, 32)
     assert set(summary["latency_ms"]) == LATENCY_KEYS
     assert summary["latency_ms"]["samples"] == 200  # every record is stamped and timed
     assert summary["latency_ms"]["p50"] > 0

@@ -28,7 +28,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         m.add_argument("--num-records", type=int, required=True)
         m.add_argument("--record-size", type=int, default=100)
         m.add_argument("--partitions", type=int, default=1, help="partitions when the topic is created")
-        m.add_argument("--client", choices=("librdkafka",), default="librdkafka")
+        m.add_argument(
+            "--client",
+            choices=("librdkafka", "odradek"),
+            default="librdkafka",
+            help="librdkafka (confluent-kafka; the load generator) or odradek's own client (to measure it)",
+        )
         m.add_argument("--json", action="store_true", help="print the summary as JSON, no progress display")
         if mode in ("produce", "e2e"):
             m.add_argument(
@@ -51,9 +56,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     perf.ensure_topic(args.bootstrap_server, args.topic, args.partitions)
+    own = args.client == "odradek"
     with _progress(console, args) as report:
         if args.perf_command == "produce":
-            result = perf.produce_confluent(
+            result = (perf.produce_odradek if own else perf.produce_confluent)(
                 args.bootstrap_server,
                 args.topic,
                 args.num_records,
@@ -67,11 +73,11 @@ def run(args: argparse.Namespace) -> int:
                 progress=report,
             )
         elif args.perf_command == "consume":
-            result = perf.consume_confluent(
+            result = (perf.consume_odradek if own else perf.consume_confluent)(
                 args.bootstrap_server, args.topic, args.num_records, timeout_s=args.timeout_s, progress=report
             )
         else:
-            result = perf.e2e_confluent(
+            result = (perf.e2e_odradek if own else perf.e2e_confluent)(
                 args.bootstrap_server,
                 args.topic,
                 args.num_records,
