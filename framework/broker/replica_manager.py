@@ -87,6 +87,11 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("Fetch")
+        #: KIP-890 verification of client transactional batches: (transactional id, producer id,
+        #: epoch, partition) -> whether the partition is in that producer's ongoing transaction.
+        #: Set by a transaction coordinator; without one every transactional batch is refused, so
+        #: no transaction can be left open forever, stalling the last stable offset.
+        self.verify_transaction: Callable[[str | None, int, int, TopicPartition], bool] | None = None
         self._hw_checkpoint: dict[TopicPartition, int] | None = None
         self._snapshot_offsets: dict[TopicPartition, int] = {}
 
@@ -179,6 +184,7 @@ class ReplicaManager:
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         api_version: int = 7,
+        transactional_id: str | None = None,
     ) -> dict[TopicPartition, PartitionProduceResult]:
         """Validate, append and (for acks=all) wait; one result per partition in request order."""
         if acks not in VALID_ACKS:
@@ -192,6 +198,9 @@ class ReplicaManager:
                 validated = validate_records(
                     data, partition.config, origin=origin, api_version=api_version, now_ms=now, codecs=self.codecs
                 )
+                if origin is AppendOrigin.CLIENT and validated.batches[0].is_transactional:
+                    self._verify_transaction(transactional_id, validated.batches[0].producer_id,
+                                             validated.batches[0].producer_epoch, tp)  # fmt: skip
                 appended = partition.append_records_to_leader(validated.data, validated.batches, origin, acks)
             except KafkaError as exc:
                 results[tp] = PartitionProduceResult(exc.code, error_message=str(exc))
@@ -216,6 +225,16 @@ class ReplicaManager:
             op = DelayedProduce(results, required, self.partitions.get)
             await self.produce_purgatory.try_complete_else_watch(op, list(required), timeout_ms)
         return results
+
+    def _verify_transaction(
+        self, transactional_id: str | None, producer_id: int, epoch: int, tp: TopicPartition
+    ) -> None:
+        verify = self.verify_transaction
+        if verify is None or not verify(transactional_id, producer_id, epoch, tp):
+            raise KafkaError(
+                f"{tp} is not part of an ongoing transaction of producer {producer_id} (epoch {epoch})",
+                code=ErrorCode.INVALID_TXN_STATE,
+            )
 
     # -- fetch -----------------------------------------------------------------------------------
     async def fetch_messages(

@@ -1,0 +1,335 @@
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions and auto-creation.
+
+Validation follows Kafka's ``AdminManager``/``Topic`` rules and error codes; every change is one
+compare-and-set transaction on the metadata store (the assignment key must be absent to create,
+at the version read to grow), so two brokers or tools racing on one topic cannot both win. After a
+successful write the :class:`~odradek.broker.metadata_cache.MetadataCache` is refreshed at once,
+so the topic is usable when the call returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+
+from ..config import Config, TopicConfig
+from ..errors import (
+    ErrorCode,
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidReplicationFactor,
+    InvalidRequest,
+    InvalidTopic,
+    KafkaError,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+from ..interfaces import ABSENT, Check, Delete, MetadataConflict, MetadataStore, Put
+from .api import CreatableTopic, CreatePartitionsTopic, CreateTopicResult, TopicResult
+from .configs import ConfigManager
+from .metadata_cache import (
+    INTERNAL_TOPICS,
+    MetadataCache,
+    PartitionState,
+    config_key,
+    encode,
+    partition_state_key,
+    topic_key,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's ``Topic.validate``: non-empty, not '.'/'..', <= 249 chars of [a-zA-Z0-9._-]."""
+    if not name:
+        raise InvalidTopic("topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopic(f"topic name cannot be {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidTopic(f"topic name is longer than {MAX_NAME_LENGTH} characters: {len(name)}")
+    if not _LEGAL.match(name):
+        raise InvalidTopic(f"topic name {name!r} is illegal: only ASCII alphanumerics, '.', '_' and '-' are allowed")
+
+
+def collision_name(name: str) -> str:
+    """Metric names replace '.' with '_', so Kafka refuses topics differing only in those."""
+    return name.replace(".", "_")
+
+
+def assign_replicas(
+    brokers: Sequence[int], num_partitions: int, replication_factor: int, first: int = 0
+) -> list[list[int]]:
+    """Kafka's rack-unaware assignment: leaders round-robin from a random start, followers
+    shifted so that replicas spread evenly. ``first`` is the first new partition's index."""
+    n = len(brokers)
+    ids = sorted(brokers)
+    start = random.randrange(n)
+    shift = random.randrange(n)
+    out: list[list[int]] = []
+    for i in range(num_partitions):
+        p = first + i
+        if p > 0 and p % n == 0:
+            shift += 1
+        lead = (p + start) % n
+        replicas = [ids[lead]]
+        for j in range(replication_factor - 1):
+            replicas.append(ids[(lead + 1 + (shift + j) % (n - 1)) % n])
+        out.append(replicas)
+    return out
+
+
+class AdminManager:
+    """Creates, deletes and grows topics through the metadata store."""
+
+    def __init__(self, config: Config, store: MetadataStore, cache: MetadataCache, describer: ConfigManager) -> None:
+        self.config = config
+        self.store = store
+        self.cache = cache
+        self.describer = describer
+
+    # -- CreateTopics ----------------------------------------------------------------------------
+    async def create_topics(
+        self, topics: Sequence[CreatableTopic], validate_only: bool
+    ) -> dict[str, CreateTopicResult]:
+        results: dict[str, CreateTopicResult] = {}
+        seen: dict[str, int] = {}
+        for t in topics:
+            seen[t.name] = seen.get(t.name, 0) + 1
+        for t in topics:
+            if seen[t.name] > 1:
+                results[t.name] = CreateTopicResult(ErrorCode.INVALID_REQUEST, "duplicate topic name in the request")
+                continue
+            try:
+                results[t.name] = await self._create_topic(t, validate_only)
+            except KafkaError as exc:
+                results[t.name] = CreateTopicResult(exc.code, str(exc))
+        return results
+
+    async def _create_topic(self, t: CreatableTopic, validate_only: bool) -> CreateTopicResult:
+        validate_topic_name(t.name)
+        if self.cache.contains_topic(t.name):
+            raise TopicAlreadyExists(f"topic {t.name!r} already exists")
+        clash = [n for n in self.cache.topics if collision_name(n) == collision_name(t.name)]
+        if clash:
+            raise InvalidTopic(f"topic {t.name!r} collides with existing topic {clash[0]!r} ('.' and '_' clash)")
+        if ("." in t.name or "_" in t.name) and t.name not in INTERNAL_TOPICS:
+            log.warning(
+                "topic %r has a period or underscore: it could collide with another topic's metric names", t.name
+            )
+        overrides = self._config_overrides(t.configs)
+        config = TopicConfig.build(self.config, overrides)
+        assignment = self._assignment_for(t)
+        if validate_only:
+            return self._created(t.name, assignment, overrides, config)
+        live = set(self.cache.live_broker_ids())
+        ops: list[Put | Delete] = [
+            Put(
+                topic_key(t.name),
+                encode({"version": 3, "topic_id": uuid.uuid4().hex, "partitions": _json_assignment(assignment)}),
+            )
+        ]
+        for p, replicas in enumerate(assignment):
+            ops.append(Put(partition_state_key(t.name, p), _initial_state(replicas, live).to_json()))
+        if overrides:
+            ops.append(Put(config_key(t.name), encode({"version": 1, "config": overrides})))
+        elif await self.store.get(config_key(t.name)) is not None:
+            ops.append(Delete(config_key(t.name)))  # left behind by an interrupted delete
+        try:
+            await self.store.txn([Check(topic_key(t.name), ABSENT)], ops)
+        except MetadataConflict:
+            raise TopicAlreadyExists(f"topic {t.name!r} already exists") from None
+        log.info(
+            "created topic %s with %d partitions, replication factor %d", t.name, len(assignment), len(assignment[0])
+        )
+        await self.cache.refresh_topic(t.name)
+        return self._created(t.name, assignment, overrides, config)
+
+    def _created(
+        self, name: str, assignment: list[list[int]], overrides: dict[str, str], config: TopicConfig
+    ) -> CreateTopicResult:
+        return CreateTopicResult(
+            ErrorCode.NONE,
+            None,
+            len(assignment),
+            len(assignment[0]),
+            tuple(self.describer.topic_entries(config, overrides, include_synonyms=False, include_documentation=False)),
+        )
+
+    @staticmethod
+    def _config_overrides(configs: Mapping[str, str | None]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for k, v in configs.items():
+            if v is None:
+                raise InvalidConfig(f"null value not supported for topic config {k!r}")
+            out[k] = v
+        return out
+
+    def _assignment_for(self, t: CreatableTopic) -> list[list[int]]:
+        live = self.cache.live_broker_ids()
+        if t.assignments:
+            if t.num_partitions != -1 or t.replication_factor != -1:
+                raise InvalidRequest("both a replica assignment and numPartitions/replicationFactor were given")
+            return _check_assignment(t.assignments, live, expected_first=0, expected_rf=None)
+        num = int(self.config["num.partitions"]) if t.num_partitions == -1 else t.num_partitions
+        rf = int(self.config["default.replication.factor"]) if t.replication_factor == -1 else t.replication_factor
+        if num <= 0:
+            raise InvalidPartitions(f"number of partitions must be larger than 0, got {num}")
+        if rf <= 0:
+            raise InvalidReplicationFactor(f"replication factor must be larger than 0, got {rf}")
+        if rf > len(live):
+            raise InvalidReplicationFactor(f"replication factor {rf} is larger than the {len(live)} available brokers")
+        return assign_replicas(live, num, rf)
+
+    async def auto_create(self, names: Sequence[str]) -> dict[str, CreateTopicResult]:
+        """Metadata's auto-creation with the broker defaults (races with another creator are fine)."""
+        results = await self.create_topics([CreatableTopic(n) for n in names], validate_only=False)
+        return {
+            n: (CreateTopicResult(ErrorCode.NONE) if r.error is ErrorCode.TOPIC_ALREADY_EXISTS else r)
+            for n, r in results.items()
+        }
+
+    # -- DeleteTopics ----------------------------------------------------------------------------
+    async def delete_topics(self, names: Sequence[str]) -> dict[str, TopicResult]:
+        results: dict[str, TopicResult] = {}
+        for name in names:
+            try:
+                await self._delete_topic(name)
+                results[name] = TopicResult(ErrorCode.NONE)
+            except KafkaError as exc:
+                results[name] = TopicResult(exc.code, str(exc))
+        return results
+
+    async def _delete_topic(self, name: str) -> None:
+        if not self.config["delete.topic.enable"]:
+            raise KafkaError(
+                "topic deletion is disabled (delete.topic.enable=false)", code=ErrorCode.TOPIC_DELETION_DISABLED
+            )
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopic(f"internal topic {name!r} cannot be deleted")
+        topic = self.cache.topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        children, _ = await self.store.list(topic_key(name) + "/")
+        ops: list[Put | Delete] = [Delete(k) for k in children]
+        ops.append(Delete(topic_key(name)))
+        if await self.store.get(config_key(name)) is not None:
+            ops.append(Delete(config_key(name)))
+        try:
+            await self.store.txn([Check(topic_key(name), topic.version)], ops)
+        except MetadataConflict:
+            # changed under us (deleted or grown elsewhere): decide again on fresh state
+            await self.cache.refresh_topic(name)
+            if not self.cache.contains_topic(name):
+                raise UnknownTopicOrPartition(f"topic {name!r} does not exist") from None
+            raise KafkaError(f"topic {name!r} changed concurrently; retry", code=ErrorCode.REQUEST_TIMED_OUT) from None
+        log.info("deleted topic %s", name)
+        await self.cache.refresh_topic(name)
+
+    # -- CreatePartitions ------------------------------------------------------------------------
+    async def create_partitions(
+        self, topics: Sequence[CreatePartitionsTopic], validate_only: bool
+    ) -> dict[str, TopicResult]:
+        results: dict[str, TopicResult] = {}
+        for t in topics:
+            try:
+                await self._create_partitions(t, validate_only)
+                results[t.name] = TopicResult(ErrorCode.NONE)
+            except KafkaError as exc:
+                results[t.name] = TopicResult(exc.code, str(exc))
+        return results
+
+    async def _create_partitions(self, t: CreatePartitionsTopic, validate_only: bool) -> None:
+        topic = self.cache.topics.get(t.name)
+        if topic is None:
+            raise UnknownTopicOrPartition(f"topic {t.name!r} does not exist")
+        current = topic.num_partitions
+        if t.count < current:
+            raise InvalidPartitions(
+                f"topic currently has {current} partitions, which is higher than the requested {t.count}"
+            )
+        if t.count == current:
+            raise InvalidPartitions(f"topic already has {current} partitions")
+        live = self.cache.live_broker_ids()
+        new = t.count - current
+        if t.assignments is not None:
+            if len(t.assignments) != new:
+                raise KafkaError(
+                    f"{len(t.assignments)} assignments given for {new} new partitions",
+                    code=ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                )
+            added = _check_assignment(
+                {current + i: a for i, a in enumerate(t.assignments)}, live, current, topic.replication_factor
+            )
+        else:
+            if topic.replication_factor > len(live):
+                raise InvalidReplicationFactor(
+                    f"replication factor {topic.replication_factor} is larger than the {len(live)} available brokers"
+                )
+            added = assign_replicas(live, new, topic.replication_factor, first=current)
+        if validate_only:
+            return
+        assignment = {p: list(r) for p, r in topic.assignment.items()}
+        live_set = set(live)
+        ops: list[Put | Delete] = []
+        for i, replicas in enumerate(added):
+            assignment[current + i] = replicas
+            ops.append(Put(partition_state_key(t.name, current + i), _initial_state(replicas, live_set).to_json()))
+        doc = encode({"version": 3, "topic_id": topic.topic_id, "partitions": _json_assignment_map(assignment)})
+        try:
+            await self.store.txn([Check(topic_key(t.name), topic.version)], [Put(topic_key(t.name), doc), *ops])
+        except MetadataConflict:
+            await self.cache.refresh_topic(t.name)
+            raise KafkaError(
+                f"topic {t.name!r} changed concurrently; retry", code=ErrorCode.REQUEST_TIMED_OUT
+            ) from None
+        log.info("topic %s now has %d partitions", t.name, t.count)
+        await self.cache.refresh_topic(t.name)
+
+
+def _initial_state(replicas: Sequence[int], live: set[int]) -> PartitionState:
+    in_sync = [r for r in replicas if r in live]
+    leader = in_sync[0] if in_sync else -1
+    return PartitionState(leader, 0, tuple(in_sync), 0)
+
+
+def _json_assignment(assignment: Sequence[Sequence[int]]) -> dict[str, list[int]]:
+    return {str(p): list(r) for p, r in enumerate(assignment)}
+
+
+def _json_assignment_map(assignment: Mapping[int, Sequence[int]]) -> dict[str, list[int]]:
+    return {str(p): list(r) for p, r in sorted(assignment.items())}
+
+
+def _check_assignment(
+    assignments: Mapping[int, Sequence[int]], live: Sequence[int], expected_first: int, expected_rf: int | None
+) -> list[list[int]]:
+    """Partitions numbered consecutively from ``expected_first``, each with distinct live brokers
+    and one replication factor for all."""
+    code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    partitions = sorted(assignments)
+    if partitions != list(range(expected_first, expected_first + len(partitions))):
+        raise KafkaError(f"partitions must be numbered consecutively from {expected_first}: {partitions}", code=code)
+    out = []
+    rf = expected_rf
+    for p in partitions:
+        replicas = [int(r) for r in assignments[p]]
+        if not replicas:
+            raise KafkaError(f"partition {p} has an empty replica list", code=code)
+        if len(set(replicas)) != len(replicas):
+            raise KafkaError(f"partition {p} lists a broker twice: {replicas}", code=code)
+        unknown = [r for r in replicas if r not in live]
+        if unknown:
+            raise KafkaError(f"partition {p} names unknown brokers {unknown}", code=code)
+        if rf is None:
+            rf = len(replicas)
+        elif len(replicas) != rf:
+            raise KafkaError(f"partition {p} has {len(replicas)} replicas, others have {rf}", code=code)
+        out.append(replicas)
+    return out

@@ -1,0 +1,276 @@
+"""DescribeConfigs and IncrementalAlterConfigs for topics (live) and the broker (read-only).
+
+Topic configs are overrides stored at ``/config/topics/<topic>`` over the broker's defaults.
+Altering writes the new overrides with a compare-and-set on that key and refreshes the metadata
+cache, which applies them to every partition log of the topic at once
+(``PartitionLog.update_config``): a new ``retention.ms`` or ``cleanup.policy`` is in force for
+the next retention or cleaner pass, a new ``max.message.bytes`` for the next produce.
+
+Broker configs come from the config file, environment and command line when the process starts;
+they are described (with their source) but cannot be altered at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..config import Config, TopicConfig
+from ..errors import ErrorCode, InvalidConfig, KafkaError, UnknownTopicOrPartition
+from ..interfaces import ABSENT, Check, MetadataConflict, MetadataStore, Put
+from .api import (
+    AlterConfigOp,
+    AlterConfigsResource,
+    AlterConfigsResult,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    ConfigSource,
+    ConfigType,
+    DescribeConfigsResult,
+)
+from .metadata_cache import MetadataCache, config_key, encode
+
+#: Configs Kafka types as INT (the rest of the integers are LONG).
+_INT_CONFIGS = frozenset(
+    {
+        "segment.bytes",
+        "max.message.bytes",
+        "min.insync.replicas",
+        "index.interval.bytes",
+        "segment.index.bytes",
+        "message.max.bytes",
+        "log.segment.bytes",
+        "num.partitions",
+        "default.replication.factor",
+        "log.index.size.max.bytes",
+        "log.index.interval.bytes",
+        "broker.id",
+    }
+)
+_LIST_CONFIGS = frozenset({"cleanup.policy"})
+
+
+def render(value: Any) -> str:
+    """A config value as Kafka shows it: true/false, comma-joined lists, plain numbers."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def config_type(name: str, value: Any) -> ConfigType:
+    if isinstance(value, bool):
+        return ConfigType.BOOLEAN
+    if isinstance(value, int):
+        return ConfigType.INT if name in _INT_CONFIGS else ConfigType.LONG
+    if isinstance(value, float):
+        return ConfigType.DOUBLE
+    if isinstance(value, list | tuple):
+        return ConfigType.LIST
+    return ConfigType.STRING
+
+
+class ConfigManager:
+    """Describes and alters configs; topic changes go through the store and the cache."""
+
+    def __init__(self, config: Config, store: MetadataStore | None = None, cache: MetadataCache | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.cache = cache
+        # topic-level name -> the broker key that provides its default
+        self._broker_key_for = {k.topic_key: k for k in (config.key(n) for n in config) if k.topic_key}
+
+    # -- describe --------------------------------------------------------------------------------
+    def topic_entries(
+        self,
+        config: TopicConfig,
+        overrides: Mapping[str, Any],
+        *,
+        include_synonyms: bool,
+        include_documentation: bool,
+        names: Sequence[str] | None = None,
+    ) -> list[ConfigEntry]:
+        out = []
+        for name in sorted(config):
+            if names is not None and name not in names:
+                continue
+            value = config[name]
+            broker_key = self._broker_key_for.get(name)
+            if name in overrides:
+                source = ConfigSource.DYNAMIC_TOPIC_CONFIG
+            elif broker_key is not None and self.config.source(broker_key.name) != "default":
+                source = ConfigSource.STATIC_BROKER_CONFIG
+            else:
+                source = ConfigSource.DEFAULT_CONFIG
+            synonyms: list[tuple[str, str | None, ConfigSource]] = []
+            if include_synonyms:
+                if name in overrides:
+                    synonyms.append((name, render(value), ConfigSource.DYNAMIC_TOPIC_CONFIG))
+                if broker_key is not None:
+                    bsource = self._broker_source(broker_key.name)
+                    synonyms.append((broker_key.name, render(self.config[broker_key.name]), bsource))
+            doc = None
+            if include_documentation:
+                doc = broker_key.doc if broker_key is not None else None
+            out.append(
+                ConfigEntry(
+                    name,
+                    render(value),
+                    read_only=False,
+                    is_default=source is ConfigSource.DEFAULT_CONFIG,
+                    source=source,
+                    synonyms=tuple(synonyms),
+                    config_type=config_type(name, value),
+                    documentation=doc,
+                )
+            )
+        return out
+
+    def _broker_source(self, key: str) -> ConfigSource:
+        return (
+            ConfigSource.DEFAULT_CONFIG if self.config.source(key) == "default" else ConfigSource.STATIC_BROKER_CONFIG
+        )
+
+    def broker_entries(
+        self, *, include_synonyms: bool, include_documentation: bool, names: Sequence[str] | None = None
+    ) -> list[ConfigEntry]:
+        out = []
+        for name in sorted(self.config):
+            if names is not None and name not in names:
+                continue
+            value = self.config[name]
+            source = self._broker_source(name)
+            out.append(
+                ConfigEntry(
+                    name,
+                    render(value),
+                    read_only=True,
+                    is_default=source is ConfigSource.DEFAULT_CONFIG,
+                    source=source,
+                    synonyms=((name, render(value), source),) if include_synonyms else (),
+                    config_type=config_type(name, value),
+                    documentation=self.config.key(name).doc if include_documentation else None,
+                )
+            )
+        return out
+
+    def describe(
+        self, resources: Sequence[ConfigResource], *, include_synonyms: bool, include_documentation: bool
+    ) -> list[DescribeConfigsResult]:
+        results = []
+        for r in resources:
+            names = list(r.config_names) if r.config_names is not None else None
+            try:
+                if r.resource_type == ConfigResourceType.TOPIC:
+                    entries = self._describe_topic(r.name, names, include_synonyms, include_documentation)
+                elif r.resource_type == ConfigResourceType.BROKER:
+                    self._check_broker_name(r.name)
+                    entries = self.broker_entries(
+                        include_synonyms=include_synonyms, include_documentation=include_documentation, names=names
+                    )
+                else:
+                    raise KafkaError(
+                        f"config resource type {r.resource_type!r} is not supported", code=ErrorCode.INVALID_REQUEST
+                    )
+            except KafkaError as exc:
+                results.append(DescribeConfigsResult(exc.code, str(exc), r.resource_type, r.name))
+                continue
+            results.append(DescribeConfigsResult(ErrorCode.NONE, None, r.resource_type, r.name, tuple(entries)))
+        return results
+
+    def _describe_topic(
+        self, name: str, names: list[str] | None, include_synonyms: bool, include_documentation: bool
+    ) -> list[ConfigEntry]:
+        assert self.cache is not None
+        topic = self.cache.topics.get(name)
+        config = self.cache.topic_config(name)
+        if topic is None or config is None:
+            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        return self.topic_entries(
+            config,
+            topic.overrides,
+            include_synonyms=include_synonyms,
+            include_documentation=include_documentation,
+            names=names,
+        )
+
+    def _check_broker_name(self, name: str) -> None:
+        if name not in ("", str(self.config.broker_id)):
+            raise KafkaError(
+                f"broker {name!r} is not this broker ({self.config.broker_id})", code=ErrorCode.INVALID_REQUEST
+            )
+
+    # -- alter -----------------------------------------------------------------------------------
+    async def incremental_alter(
+        self, resources: Sequence[AlterConfigsResource], validate_only: bool
+    ) -> list[AlterConfigsResult]:
+        results = []
+        for r in resources:
+            try:
+                if r.resource_type == ConfigResourceType.TOPIC:
+                    await self._alter_topic(r, validate_only)
+                elif r.resource_type == ConfigResourceType.BROKER:
+                    self._check_broker_name(r.name)
+                    raise InvalidConfig(
+                        "broker configs are static in odradek: set them in the config file or with --set and restart"
+                    )
+                else:
+                    raise KafkaError(
+                        f"config resource type {r.resource_type!r} is not supported", code=ErrorCode.INVALID_REQUEST
+                    )
+            except KafkaError as exc:
+                results.append(AlterConfigsResult(exc.code, str(exc), r.resource_type, r.name))
+                continue
+            results.append(AlterConfigsResult(ErrorCode.NONE, None, r.resource_type, r.name))
+        return results
+
+    async def _alter_topic(self, r: AlterConfigsResource, validate_only: bool) -> None:
+        assert self.cache is not None and self.store is not None
+        topic = self.cache.topics.get(r.name)
+        if topic is None:
+            raise UnknownTopicOrPartition(f"topic {r.name!r} does not exist")
+        names = [c.name for c in r.configs]
+        if len(set(names)) != len(names):
+            raise KafkaError("a config is named twice in one request", code=ErrorCode.INVALID_REQUEST)
+        current = self.cache.topic_config(r.name) or self.config.topic_config(topic.overrides)
+        overrides = dict(topic.overrides)
+        known = set(TopicConfig.known_keys(self.config))
+        for c in r.configs:
+            if c.name not in known:
+                raise InvalidConfig(f"unknown topic config {c.name!r}")
+            if c.op == AlterConfigOp.SET:
+                if c.value is None:
+                    raise InvalidConfig(f"null value for {c.name!r}")
+                overrides[c.name] = c.value
+            elif c.op == AlterConfigOp.DELETE:
+                overrides.pop(c.name, None)
+            elif c.op in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
+                if c.name not in _LIST_CONFIGS:
+                    raise InvalidConfig(f"{c.name!r} is not a list config: APPEND/SUBTRACT do not apply")
+                items = [i.strip() for i in (c.value or "").split(",") if i.strip()]
+                base = overrides.get(c.name)
+                present = [i for i in (base.split(",") if base is not None else current[c.name]) if i]
+                if c.op == AlterConfigOp.APPEND:
+                    present += [i for i in items if i not in present]
+                else:
+                    present = [i for i in present if i not in items]
+                overrides[c.name] = ",".join(present)
+            else:
+                raise KafkaError(f"unknown config operation {c.op!r}", code=ErrorCode.INVALID_REQUEST)
+        TopicConfig.build(self.config, overrides)  # raises InvalidConfig naming the key
+        if validate_only:
+            return
+        expect = topic.config_version if topic.config_version is not None else ABSENT
+        try:
+            await self.store.txn(
+                [Check(config_key(r.name), expect)],
+                [Put(config_key(r.name), encode({"version": 1, "config": overrides}))],
+            )
+        except MetadataConflict:
+            await self.cache.refresh_topic(r.name)
+            raise KafkaError(
+                f"configs of {r.name!r} changed concurrently; retry", code=ErrorCode.REQUEST_TIMED_OUT
+            ) from None
+        await self.cache.refresh_topic(r.name)

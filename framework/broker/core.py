@@ -1,0 +1,250 @@
+"""``BrokerCore``: the :class:`~odradek.broker.api.Broker` facade over the broker's parts.
+
+It owns no logic of its own beyond translating between the facade's dataclasses and the module
+that does each job:
+
+- produce, fetch, list offsets, delete records, OffsetForLeaderEpoch -> :class:`ReplicaManager`;
+- Metadata -> :class:`MetadataCache` (plus auto-creation through :class:`AdminManager`);
+- CreateTopics, DeleteTopics, CreatePartitions -> :class:`AdminManager`;
+- DescribeConfigs, IncrementalAlterConfigs -> :class:`ConfigManager`;
+- InitProducerId -> :class:`ProducerIdManager`.
+
+:class:`~odradek.broker.server.BrokerServer` builds it from config and plugins; tests build it
+directly with :meth:`BrokerCore.start` over any storage and metadata store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..config import Config
+from ..errors import ErrorCode, InvalidTopic
+from ..interfaces import Codec, LogStorage, MetadataStore, TopicPartition
+from .admin import AdminManager, validate_topic_name
+from .api import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    AlterConfigsResource,
+    AlterConfigsResult,
+    BrokerNode,
+    ClusterMetadata,
+    ConfigResource,
+    CreatableTopic,
+    CreatePartitionsTopic,
+    CreateTopicResult,
+    DeleteRecordsResult,
+    DescribeConfigsResult,
+    EpochEndOffset,
+    FetchPartition,
+    FetchPartitionResult,
+    InitProducerIdResult,
+    IsolationLevel,
+    ListOffsetsPartition,
+    ListOffsetsPartitionResult,
+    OffsetForLeaderEpochPartition,
+    PartitionMetadata,
+    PartitionProduceResult,
+    TopicMetadata,
+    TopicResult,
+)
+from .configs import ConfigManager
+from .metadata_cache import INTERNAL_TOPICS, MetadataCache
+from .producer_ids import ProducerIdManager
+from .producer_state import AppendOrigin
+from .replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+
+class BrokerCore:
+    """One broker's request handling, protocol-agnostic (implements ``api.Broker``)."""
+
+    def __init__(
+        self,
+        config: Config,
+        storage: LogStorage,
+        store: MetadataStore,
+        codecs: Mapping[int, Codec],
+        *,
+        cluster_id: str = "",
+    ) -> None:
+        self.config = config
+        self.node_id = config.broker_id
+        self.cluster_id = cluster_id
+        self.storage = storage
+        self.store = store
+        self.replica_manager = ReplicaManager(
+            config.broker_id,
+            storage,
+            codecs,
+            producer_id_expiration_ms=int(config["producer.id.expiration.ms"]),
+        )
+        self.metadata_cache = MetadataCache(config, store, self.replica_manager)
+        self.configs = ConfigManager(config, store, self.metadata_cache)
+        self.admin = AdminManager(config, store, self.metadata_cache, self.configs)
+        self.producer_ids = ProducerIdManager(store, int(config["transaction.max.timeout.ms"]))
+        #: the consumer-group coordinator, attached by BrokerServer (``odradek.broker.group``)
+        self.group_coordinator: Any = None
+
+    async def start(self) -> None:
+        """Load the metadata and host this broker's partitions (the watch runs separately:
+        ``metadata_cache.run`` and ``replica_manager.run`` belong in the owner's nursery)."""
+        await self.metadata_cache.load()
+
+    async def shutdown(self) -> None:
+        """Answer parked requests, snapshot producer state, checkpoint HWs, flush logs."""
+        await self.replica_manager.shutdown()
+
+    # -- data path -------------------------------------------------------------------------------
+    async def produce(
+        self,
+        acks: int,
+        timeout_ms: int,
+        partitions: Mapping[TopicPartition, bytearray],
+        *,
+        transactional_id: str | None = None,
+        api_version: int = 7,
+    ) -> dict[TopicPartition, PartitionProduceResult]:
+        return await self.replica_manager.append_records(
+            acks,
+            timeout_ms,
+            partitions,
+            origin=AppendOrigin.CLIENT,
+            api_version=api_version,
+            transactional_id=transactional_id,
+        )
+
+    async def fetch(
+        self,
+        replica_id: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        isolation_level: IsolationLevel,
+        partitions: Sequence[FetchPartition],
+    ) -> dict[TopicPartition, FetchPartitionResult]:
+        max_bytes = min(max_bytes, int(self.config["fetch.max.bytes"]))
+        return await self.replica_manager.fetch_messages(
+            replica_id, max_wait_ms, min_bytes, max_bytes, IsolationLevel(isolation_level), partitions
+        )
+
+    async def list_offsets(
+        self,
+        replica_id: int,
+        isolation_level: IsolationLevel,
+        partitions: Sequence[ListOffsetsPartition],
+    ) -> dict[TopicPartition, ListOffsetsPartitionResult]:
+        return self.replica_manager.list_offsets(replica_id, IsolationLevel(isolation_level), partitions)
+
+    async def delete_records(
+        self, offsets: Mapping[TopicPartition, int], timeout_ms: int
+    ) -> dict[TopicPartition, DeleteRecordsResult]:
+        return self.replica_manager.delete_records(offsets)
+
+    async def offset_for_leader_epoch(
+        self, replica_id: int, partitions: Sequence[OffsetForLeaderEpochPartition]
+    ) -> dict[TopicPartition, EpochEndOffset]:
+        return self.replica_manager.offset_for_leader_epoch(partitions)
+
+    async def init_producer_id(
+        self,
+        transactional_id: str | None,
+        transaction_timeout_ms: int,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> InitProducerIdResult:
+        return await self.producer_ids.init_producer_id(
+            transactional_id, transaction_timeout_ms, producer_id, producer_epoch
+        )
+
+    # -- metadata --------------------------------------------------------------------------------
+    async def metadata(
+        self,
+        topics: Sequence[str] | None,
+        allow_auto_create: bool,
+        *,
+        listener_name: str | None = None,
+    ) -> ClusterMetadata:
+        cache = self.metadata_cache
+        live = cache.live_broker_ids()
+        brokers = []
+        for b in live:
+            ep = cache.endpoint_for(b, listener_name)
+            if ep is not None:
+                brokers.append(BrokerNode(b, ep[0], ep[1], cache.rack_of(b)))
+        names = sorted(cache.topics) if topics is None else list(dict.fromkeys(topics))
+        invalid: dict[str, str] = {}
+        for name in names:
+            try:
+                validate_topic_name(name)
+            except InvalidTopic as exc:
+                invalid[name] = str(exc)
+        missing = [n for n in names if n not in cache.topics and n not in invalid and n not in INTERNAL_TOPICS]
+        created: dict[str, CreateTopicResult] = {}
+        if missing and allow_auto_create and self.config["auto.create.topics.enable"]:
+            created = await self.admin.auto_create(missing)
+        listed = {b.node_id for b in brokers}
+        out = []
+        for name in names:
+            if name in invalid:
+                out.append(TopicMetadata(ErrorCode.INVALID_TOPIC_EXCEPTION, name))
+                continue
+            topic = cache.topics.get(name)
+            if topic is None:
+                err = created[name].error if name in created else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                out.append(TopicMetadata(err if err is not ErrorCode.NONE else ErrorCode.LEADER_NOT_AVAILABLE, name))
+                continue
+            parts = []
+            for p, replicas in sorted(topic.assignment.items()):
+                state = topic.states.get(p)
+                leader = state.leader if state is not None and state.leader in live else -1
+                error = ErrorCode.NONE
+                if leader < 0:
+                    error = ErrorCode.LEADER_NOT_AVAILABLE
+                elif leader not in listed:
+                    error = ErrorCode.LISTENER_NOT_FOUND
+                parts.append(
+                    PartitionMetadata(
+                        error,
+                        p,
+                        leader,
+                        state.leader_epoch if state is not None else -1,
+                        replicas,
+                        state.isr if state is not None else (),
+                        tuple(r for r in replicas if r not in live),
+                    )
+                )
+            out.append(TopicMetadata(ErrorCode.NONE, name, name in INTERNAL_TOPICS, tuple(parts)))
+        return ClusterMetadata(self.cluster_id, cache.controller_id, tuple(brokers), tuple(out))
+
+    # -- administration --------------------------------------------------------------------------
+    async def create_topics(
+        self, topics: Sequence[CreatableTopic], timeout_ms: int, validate_only: bool
+    ) -> dict[str, CreateTopicResult]:
+        return await self.admin.create_topics(topics, validate_only)
+
+    async def delete_topics(self, names: Sequence[str], timeout_ms: int) -> dict[str, TopicResult]:
+        return await self.admin.delete_topics(names)
+
+    async def create_partitions(
+        self, topics: Sequence[CreatePartitionsTopic], timeout_ms: int, validate_only: bool
+    ) -> dict[str, TopicResult]:
+        return await self.admin.create_partitions(topics, validate_only)
+
+    async def describe_configs(
+        self,
+        resources: Sequence[ConfigResource],
+        *,
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+    ) -> list[DescribeConfigsResult]:
+        return self.configs.describe(
+            resources, include_synonyms=include_synonyms, include_documentation=include_documentation
+        )
+
+    async def incremental_alter_configs(
+        self, resources: Sequence[AlterConfigsResource], validate_only: bool
+    ) -> list[AlterConfigsResult]:
+        return await self.configs.incremental_alter(resources, validate_only)

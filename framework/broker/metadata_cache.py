@@ -1,0 +1,318 @@
+"""The broker's view of cluster metadata, kept in the MetadataStore (Kafka's ``MetadataCache``).
+
+Layout in the store (Kafka's ZooKeeper paths, JSON values, KRaft record names as a guide):
+
+- ``/cluster/id`` -- the cluster id;
+- ``/brokers/ids/<id>`` -- ephemeral broker registration: endpoints per listener, rack;
+- ``/brokers/topics/<topic>`` -- the assignment: topic id and partition -> replica list;
+- ``/brokers/topics/<topic>/partitions/<p>/state`` -- leader, leader epoch, ISR; its store
+  version is the partition epoch, and every change is a compare-and-set on it;
+- ``/config/topics/<topic>`` -- topic config overrides (strings, as clients sent them).
+
+:class:`MetadataCache` holds the decoded state in memory and answers every read from it (Metadata
+requests never touch the store). It is filled by one ``list`` of the store and kept current by a
+gap-free ``watch`` from that list's revision, so changes made by any broker or tool reach it. After
+each topic change it *reconciles* this broker with the new state through the replica manager:
+partitions it leads become leaders (a new leader epoch starts in their log), partitions it
+follows become followers, partitions it no longer hosts are removed, changed topic configs are
+applied to the logs live. Writers (:mod:`~odradek.broker.admin`) also call :meth:`MetadataCache.
+refresh_topic` after their own writes, so a CreateTopics is usable when it returns; reconciling is
+idempotent, so seeing the same change again through the watch is harmless.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from ..config import Config, TopicConfig
+from ..interfaces import MetadataCompacted, MetadataStore, TopicPartition, Versioned
+from .replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+CLUSTER_ID_KEY = "/cluster/id"
+BROKERS_PREFIX = "/brokers/ids/"
+TOPICS_PREFIX = "/brokers/topics/"
+CONFIG_PREFIX = "/config/topics/"
+CONTROLLER_ELECTION = "controller"
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def topic_key(topic: str) -> str:
+    return f"{TOPICS_PREFIX}{topic}"
+
+
+def partition_state_key(topic: str, partition: int) -> str:
+    return f"{TOPICS_PREFIX}{topic}/partitions/{partition}/state"
+
+
+def config_key(topic: str) -> str:
+    return f"{CONFIG_PREFIX}{topic}"
+
+
+def encode(doc: Mapping[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """A live broker: its endpoints by listener name -> (host, port, security protocol)."""
+
+    broker_id: int
+    endpoints: Mapping[str, tuple[str, int, str]]
+    rack: str | None
+    epoch: int
+
+    @classmethod
+    def decode(cls, broker_id: int, v: Versioned) -> BrokerRegistration:
+        doc = json.loads(v.value)
+        eps = {
+            e["name"]: (e["host"], int(e["port"]), e.get("security_protocol", "PLAINTEXT")) for e in doc["endpoints"]
+        }
+        return cls(broker_id, eps, doc.get("rack"), v.create_revision)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Leader, epoch and ISR of one partition; ``version`` is the store's CAS token."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    version: int
+
+    def to_json(self, controller_epoch: int = 0) -> bytes:
+        return encode(
+            {"leader": self.leader, "leader_epoch": self.leader_epoch, "isr": list(self.isr),
+             "controller_epoch": controller_epoch, "version": 1}
+        )  # fmt: skip
+
+    @classmethod
+    def decode(cls, v: Versioned) -> PartitionState:
+        doc = json.loads(v.value)
+        return cls(int(doc["leader"]), int(doc["leader_epoch"]), tuple(doc["isr"]), v.version)
+
+
+@dataclass(slots=True)
+class TopicState:
+    """Everything known about one topic."""
+
+    name: str
+    topic_id: str
+    assignment: dict[int, tuple[int, ...]]
+    version: int  # of the assignment key
+    states: dict[int, PartitionState] = field(default_factory=dict)
+    overrides: dict[str, str] = field(default_factory=dict)
+    config_version: int | None = None
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.assignment)
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.assignment[0]) if self.assignment else 0
+
+
+class MetadataCache:
+    """Topics, brokers and controller as this broker sees them, reconciled with its partitions."""
+
+    def __init__(self, config: Config, store: MetadataStore, replica_manager: ReplicaManager) -> None:
+        self.config = config
+        self.store = store
+        self.replica_manager = replica_manager
+        self.broker_id = config.broker_id
+        self.topics: dict[str, TopicState] = {}
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.local_endpoints: dict[str, tuple[str, int, str]] = {}
+        self.controller_id = -1
+        self.cluster_id = ""
+        self.revision = 0
+        self._topic_configs: dict[str, TopicConfig] = {}
+        # one reconciliation at a time: the watch and an admin call may refresh the same topic
+        self._lock = trio.Lock()
+
+    # -- loading ---------------------------------------------------------------------------------
+    async def load(self) -> None:
+        """Read the whole state once (the watch continues from its revision) and reconcile."""
+        brokers, rev1 = await self.store.list(BROKERS_PREFIX)
+        topic_items, rev2 = await self.store.list(TOPICS_PREFIX)
+        config_items, rev3 = await self.store.list(CONFIG_PREFIX)
+        self.revision = min(rev1, rev2, rev3)
+        self.brokers = {}
+        for key, v in brokers.items():
+            self._set_broker(key, v)
+        names = {_topic_of(k) for k in topic_items} | {k[len(CONFIG_PREFIX) :] for k in config_items}
+        for name in sorted(n for n in names if n):
+            await self.refresh_topic(name)
+        await self.refresh_controller()
+
+    def _set_broker(self, key: str, v: Versioned | None) -> None:
+        try:
+            broker_id = int(key[len(BROKERS_PREFIX) :])
+        except ValueError:
+            return
+        if v is None:
+            self.brokers.pop(broker_id, None)
+        else:
+            self.brokers[broker_id] = BrokerRegistration.decode(broker_id, v)
+
+    async def refresh_controller(self) -> None:
+        leader = await self.store.leader(CONTROLLER_ELECTION)
+        self.controller_id = int(leader[0]) if leader is not None else -1
+
+    async def refresh_topic(self, name: str) -> None:
+        """Re-read one topic from the store and reconcile this broker's partitions with it."""
+        async with self._lock:
+            await self._refresh_topic(name)
+
+    async def _refresh_topic(self, name: str) -> None:
+        items, _ = await self.store.list(topic_key(name) + "/")
+        assignment = await self.store.get(topic_key(name))
+        cfg = await self.store.get(config_key(name))
+        if assignment is None:
+            if self.topics.pop(name, None) is not None or any(
+                tp.topic == name for tp in self.replica_manager.partitions
+            ):
+                await self._remove_local(name, set())
+            self._topic_configs.pop(name, None)
+            return
+        doc = json.loads(assignment.value)
+        topic = TopicState(
+            name,
+            doc.get("topic_id", ""),
+            {int(p): tuple(int(r) for r in reps) for p, reps in doc["partitions"].items()},
+            assignment.version,
+        )
+        for key, v in items.items():
+            parts = key[len(topic_key(name)) + 1 :].split("/")
+            if len(parts) == 3 and parts[0] == "partitions" and parts[2] == "state":
+                topic.states[int(parts[1])] = PartitionState.decode(v)
+        if cfg is not None:
+            topic.overrides = dict(json.loads(cfg.value).get("config", {}))
+            topic.config_version = cfg.version
+        self.topics[name] = topic
+        await self._reconcile(topic)
+
+    async def _reconcile(self, topic: TopicState) -> None:
+        try:
+            config = self.config.topic_config(topic.overrides)
+        except Exception as exc:  # a bad override written by another tool must not stop the broker
+            log.error("topic %s has invalid configs %s: %s; using broker defaults", topic.name, topic.overrides, exc)
+            config = self.config.topic_config()
+        old_config = self._topic_configs.get(topic.name)
+        self._topic_configs[topic.name] = config
+        hosted: set[int] = set()
+        for p, replicas in sorted(topic.assignment.items()):
+            state = topic.states.get(p)
+            if self.broker_id not in replicas or state is None:
+                continue
+            hosted.add(p)
+            tp = TopicPartition(topic.name, p)
+            current = self.replica_manager.get_partition(tp)
+            if state.leader == self.broker_id:
+                if (
+                    current is None
+                    or not current.is_leader
+                    or current.leader_epoch != state.leader_epoch
+                    or (current.isr != frozenset(state.isr))
+                ):
+                    self.replica_manager.become_leader(
+                        tp, config, state.leader_epoch, replicas, state.isr, state.version
+                    )
+            elif current is None or current.leader_id != state.leader or current.leader_epoch != state.leader_epoch:
+                self.replica_manager.become_follower(
+                    tp, config, state.leader, state.leader_epoch, replicas, state.isr, state.version
+                )
+        if old_config is not None and dict(old_config) != dict(config):
+            self.replica_manager.update_config(topic.name, config)
+        await self._remove_local(topic.name, hosted)
+
+    async def _remove_local(self, name: str, keep: set[int]) -> None:
+        for tp in [tp for tp in self.replica_manager.partitions if tp.topic == name and tp.partition not in keep]:
+            await self.replica_manager.remove_partition(tp, delete=True)
+
+    # -- the watch -------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Follow the store's changes until cancelled (re-listing after a compaction)."""
+        while True:
+            try:
+                async for ev in self.store.watch("/", after_revision=self.revision):
+                    self.revision = max(self.revision, ev.revision)
+                    await self._on_change(ev.key, ev.value)
+                return  # the session ended
+            except MetadataCompacted:
+                log.warning("metadata watch fell behind; re-reading the whole state")
+                await self.load()
+
+    async def _on_change(self, key: str, value: bytes | None) -> None:
+        if key.startswith(BROKERS_PREFIX):
+            if value is None:
+                self.brokers.pop(_int_or(key[len(BROKERS_PREFIX) :]), None)
+            else:
+                v = await self.store.get(key)
+                if v is not None:
+                    self._set_broker(key, v)
+        elif key.startswith(TOPICS_PREFIX):
+            await self.refresh_topic(_topic_of(key))
+        elif key.startswith(CONFIG_PREFIX):
+            await self.refresh_topic(key[len(CONFIG_PREFIX) :])
+        elif key.startswith("/elections/" + CONTROLLER_ELECTION + "/"):
+            await self.refresh_controller()
+
+    # -- reads -----------------------------------------------------------------------------------
+    def topic_config(self, name: str) -> TopicConfig | None:
+        return self._topic_configs.get(name)
+
+    def contains_topic(self, name: str) -> bool:
+        return name in self.topics
+
+    def endpoint_for(self, broker_id: int, listener_name: str | None) -> tuple[str, int] | None:
+        """(host, port) of ``broker_id`` on ``listener_name`` (its first listener when None)."""
+        reg = self.brokers.get(broker_id)
+        endpoints = reg.endpoints if reg is not None else (self.local_endpoints if broker_id == self.broker_id else {})
+        if not endpoints:
+            return None
+        if listener_name is None:
+            host, port, _ = next(iter(endpoints.values()))
+            return host, port
+        ep = endpoints.get(listener_name)
+        return (ep[0], ep[1]) if ep is not None else None
+
+    def live_broker_ids(self) -> list[int]:
+        ids = set(self.brokers)
+        if self.local_endpoints:
+            ids.add(self.broker_id)  # before our own registration is visible
+        return sorted(ids)
+
+    def rack_of(self, broker_id: int) -> str | None:
+        reg = self.brokers.get(broker_id)
+        return reg.rack if reg is not None else None
+
+
+def _topic_of(key: str) -> str:
+    return key[len(TOPICS_PREFIX) :].split("/", 1)[0]
+
+
+def _int_or(s: str, default: int = -1) -> int:
+    try:
+        return int(s)
+    except ValueError:
+        return default
+
+
+def registration_json(endpoints: Sequence[tuple[str, str, int, str]], rack: str | None) -> bytes:
+    """The ``/brokers/ids/<id>`` value for (listener name, host, port, security protocol)s."""
+    return encode(
+        {
+            "endpoints": [{"name": n, "host": h, "port": p, "security_protocol": sp} for n, h, p, sp in endpoints],
+            "rack": rack,
+            "version": 1,
+        }
+    )

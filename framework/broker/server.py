@@ -1,0 +1,170 @@
+"""``BrokerServer``: one broker assembled from config and plugins, run in nurseries it owns.
+
+Start-up order (each step needs the previous one):
+
+1. storage: ``plugins.storage(config["storage"]).create(config)``, ``open()`` (recovers logs);
+2. metadata: ``plugins.metadata(config["metadata"]).create(config)``, ``open()``; the cluster id
+   is read from the store (created on first start);
+3. the core (:class:`~odradek.broker.core.BrokerCore`): loads topics and hosts this broker's
+   partitions (producer state rebuilt, high watermarks restored from the checkpoint);
+4. background tasks: ``LogStorage.run()`` (retention, cleaner, flushes), the replica manager's
+   checkpoints, the metadata watch, the group coordinator;
+5. listeners: one per ``listeners`` entry, through the transport serving its security protocol;
+   their bound addresses (port 0 resolved) are what the broker advertises unless
+   ``advertised.listeners`` says otherwise;
+6. registration: ``MetadataStore.register_broker`` (ephemeral), then the controller campaign.
+
+``serve(task_status=...)`` reports the bound endpoints through ``task_status.started`` so tests
+and ``odradek serve`` use ``nursery.start``. Cancelling it shuts down gracefully, in reverse:
+listeners stop accepting and drain in-flight requests, parked requests are answered, producer
+state is snapshotted, high watermarks checkpointed and logs flushed, the metadata session closes
+(its ephemerals vanish), storage closes.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import socket
+import uuid
+from typing import Any
+
+import trio
+
+from ..config import Config
+from ..errors import OdradekError
+from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore
+from ..manager import Plugins, load_plugins
+from .controller import Controller
+from .core import BrokerCore
+from .metadata_cache import CLUSTER_ID_KEY, registration_json
+
+log = logging.getLogger(__name__)
+
+#: Kafka's zookeeper.session.timeout.ms default, used as the metadata session TTL.
+SESSION_TTL_MS = 18000
+
+
+class InconsistentClusterId(OdradekError):
+    """``cluster.id`` in the config differs from the one stored in the metadata store."""
+
+
+def new_cluster_id() -> str:
+    """Kafka's format: a random UUID, URL-safe base64 without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+async def ensure_cluster_id(store: MetadataStore, configured: str) -> str:
+    """The stored cluster id, created from ``configured`` (or a new one) on first start."""
+    while True:
+        current = await store.get(CLUSTER_ID_KEY)
+        if current is not None:
+            stored = current.value.decode()
+            if configured and configured != stored:
+                raise InconsistentClusterId(f"cluster.id is {configured!r} but the metadata store holds {stored!r}")
+            return stored
+        try:
+            await store.put(CLUSTER_ID_KEY, (configured or new_cluster_id()).encode(), expect=ABSENT)
+        except MetadataConflict:
+            continue
+
+
+def advertised_endpoints(config: Config, bound: list[Endpoint]) -> list[Endpoint]:
+    """``advertised.listeners`` when set, else the bound addresses (a wildcard host becomes this
+    machine's name, as Kafka does)."""
+    if config["advertised.listeners"]:
+        return config.advertised_listeners
+    out = []
+    for ep in bound:
+        host = ep.host
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.getfqdn()
+        out.append(Endpoint(ep.name, host, ep.port, ep.security_protocol))
+    return out
+
+
+class BrokerServer:
+    """A whole broker: storage, metadata, core, background tasks, listeners."""
+
+    def __init__(self, config: Config, plugins: Plugins | None = None) -> None:
+        self.config = config
+        self.plugins = plugins or config.plugins or load_plugins()
+        self.storage: LogStorage | None = None
+        self.store: MetadataStore | None = None
+        self.core: BrokerCore | None = None
+        self.controller: Controller | None = None
+        self.endpoints: list[Endpoint] = []
+        self.broker_epoch = -1
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the broker until cancelled; reports the bound endpoints when it is serving."""
+        config = self.config
+        storage = self.plugins.storage(config["storage"]).create(config)
+        store = self.plugins.metadata(config["metadata"]).create(config)
+        self.storage, self.store = storage, store
+        await storage.open()
+        try:
+            await store.open(SESSION_TTL_MS)
+            try:
+                await self._serve_with(storage, store, task_status)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await store.close()
+        finally:
+            with trio.CancelScope(shield=True):
+                await storage.close()
+            log.info("broker %d: storage closed", config.broker_id)
+
+    run = serve  # ``nursery.start(server.run)`` reads as well
+
+    async def _serve_with(self, storage: LogStorage, store: MetadataStore, task_status: Any) -> None:
+        config = self.config
+        cluster_id = await ensure_cluster_id(store, str(config["cluster.id"]))
+        core = BrokerCore(config, storage, store, self.plugins.codecs(), cluster_id=cluster_id)
+        self.core = core
+        await core.start()
+        async with trio.open_nursery() as background:
+            background.start_soon(storage.run)
+            background.start_soon(core.replica_manager.run)
+            background.start_soon(core.metadata_cache.run)
+            await self._start_group_coordinator(core, background)
+            try:
+                async with trio.open_nursery() as listeners:
+                    bound: list[Endpoint] = []
+                    for ep in config.listeners:
+                        factory = (
+                            self.plugins.transport(config["transport"])
+                            if config["transport"]
+                            else self.plugins.transport_for(ep.security_protocol)
+                        )
+                        listener = factory.listener(config, core, ep)
+                        bound.extend(await listeners.start(listener.serve))
+                    self.endpoints = bound
+                    advertised = advertised_endpoints(config, bound)
+                    core.metadata_cache.local_endpoints = {
+                        e.name: (e.host, e.port, e.security_protocol) for e in advertised
+                    }
+                    info = registration_json([(e.name, e.host, e.port, e.security_protocol) for e in advertised], None)
+                    self.broker_epoch = await store.register_broker(config.broker_id, info)
+                    self.controller = Controller(config, store, core.metadata_cache)
+                    background.start_soon(self.controller.run)
+                    log.info(
+                        "broker %d serving cluster %s (broker epoch %d)",
+                        config.broker_id,
+                        cluster_id,
+                        self.broker_epoch,
+                    )
+                    task_status.started(bound)
+            finally:
+                # listeners have drained (or failed): answer parked requests, persist state
+                with trio.CancelScope(shield=True):
+                    await core.shutdown()
+                background.cancel_scope.cancel()
+
+    async def _start_group_coordinator(self, core: BrokerCore, nursery: trio.Nursery) -> None:
+        """The consumer-group coordinator over ``__consumer_offsets`` through the core."""
+        from .group import BrokerOffsetsLog, GroupCoordinator
+
+        coordinator = GroupCoordinator(BrokerOffsetsLog(core, self.config), self.config)
+        await nursery.start(coordinator.run)
+        core.group_coordinator = coordinator
