@@ -31,12 +31,16 @@ class HandleCache:
             raise ValueError("handle cache capacity must be >= 1")
         self.capacity = capacity
         self._lru: OrderedDict[int, Evictable] = OrderedDict()
+        self._newest: Evictable | None = None  # touching it again changes nothing
 
     def __len__(self) -> int:
         return len(self._lru)
 
     def touch(self, item: Evictable) -> None:
         """``item`` was just used (and is open): mark it newest, evict the oldest if over budget."""
+        if item is self._newest:
+            return
+        self._newest = item
         key = id(item)
         if key in self._lru:
             self._lru.move_to_end(key)
@@ -47,6 +51,8 @@ class HandleCache:
 
     def discard(self, item: Evictable) -> None:
         self._lru.pop(id(item), None)
+        if item is self._newest:
+            self._newest = None
 
     def _shrink(self) -> None:
         for key in list(self._lru)[:-1]:  # never the one just touched

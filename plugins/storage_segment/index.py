@@ -120,6 +120,11 @@ class _Index(ABC):
                 hi = mid - 1
         return found
 
+    @property
+    def allocated_entries(self) -> int:
+        """Entries whose disk blocks are allocated (writable indexes only)."""
+        return self._allocated // self.ENTRY.size if self.writable else 0
+
     def reserve(self, count: int) -> None:
         """Make sure ``count`` more entries have disk blocks (raises OSError, e.g. ENOSPC)."""
         esize = self.ENTRY.size

@@ -11,6 +11,7 @@ before one can tell its view is stale.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import os
 import random
@@ -36,6 +37,36 @@ log = logging.getLogger(__name__)
 STATE_SUFFIX = ".state"
 _STATE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}$")
 _EPOCH_FIELD = 12  # partitionLeaderEpoch's byte offset in a batch header
+_ATTRIBUTES_LOW_BYTE = records.ATTRIBUTES_OFFSET + 1  # attributes are a big-endian int16
+
+
+def _append_info_factory() -> Callable[..., LogAppendInfo]:
+    """A constructor of LogAppendInfo for the append path. The frozen dataclass's own
+    ``__init__`` sets each field through ``object.__setattr__`` (~1 µs of a ~5 µs append);
+    setting the slots through their descriptors builds the same object in a third of that."""
+    names = ("first_offset", "last_offset", "max_timestamp", "offset_of_max_timestamp")
+    names += ("log_append_time", "log_start_offset", "valid_bytes")
+    setters = [getattr(LogAppendInfo.__dict__.get(n), "__set__", None) for n in names]
+    if [f.name for f in dataclasses.fields(LogAppendInfo)] != list(names) or None in setters:
+        return LogAppendInfo  # the interface changed shape: use the plain constructor
+    s0, s1, s2, s3, s4, s5, s6 = setters
+    new = object.__new__
+
+    def make(a: int, b: int, c: int, d: int, e: int, f: int, g: int) -> LogAppendInfo:
+        info: LogAppendInfo = new(LogAppendInfo)
+        s0(info, a)  # type: ignore[misc]
+        s1(info, b)  # type: ignore[misc]
+        s2(info, c)  # type: ignore[misc]
+        s3(info, d)  # type: ignore[misc]
+        s4(info, e)  # type: ignore[misc]
+        s5(info, f)  # type: ignore[misc]
+        s6(info, g)  # type: ignore[misc]
+        return info
+
+    return make
+
+
+_append_info = _append_info_factory()
 
 
 def fsync_paths(paths: Sequence[Path]) -> None:
@@ -87,6 +118,7 @@ class SegmentLog:
         self.closed = False
         self._failure: str | None = None  # set when the log's files could not be kept consistent
         self._dirty = self._leo > self.recovery_point  # anything written since the last fsync
+        self._apply_settings()
         self._dir_synced = False  # a new partition directory must reach its parent's entries
         self._epochs.truncate_from_end(self._leo)
         self._epochs.truncate_from_start(self._log_start)
@@ -133,20 +165,35 @@ class SegmentLog:
 
     # -- append --------------------------------------------------------------------------------
     def append_as_leader(self, data: bytearray, batches: Sequence[BatchMeta], leader_epoch: int) -> LogAppendInfo:
-        self._check_open()
+        if self.closed or self._failure is not None:
+            self._check_open()
         if not batches:
             return self._nothing_appended()
-        _check_layout(data, batches)
+        # one pass over the (header-derived) metas: check they tile the data, assign offsets,
+        # rewrite the two header fields outside the CRC, note the max timestamp
         first = offset = self._leo
         last_offsets: list[int] = []
+        max_ts = off_max = append_time = -1
+        pos = 0
+        set_base, set_epoch = records.set_base_offset, records.set_partition_leader_epoch
         for meta in batches:
-            records.set_base_offset(data, meta.position, offset)
-            records.set_partition_leader_epoch(data, meta.position, leader_epoch)
+            at = meta.position
+            if at != pos or meta.size < records.HEADER_SIZE:
+                raise InvalidRecord(f"batch metadata does not match the data at position {pos}")
+            pos += meta.size
+            set_base(data, at, offset)
+            set_epoch(data, at, leader_epoch)
             offset += meta.last_offset_delta
             last_offsets.append(offset)
+            if meta.max_timestamp > max_ts:
+                max_ts, off_max = meta.max_timestamp, offset
+            if data[at + _ATTRIBUTES_LOW_BYTE] & records.TIMESTAMP_TYPE_MASK:
+                append_time = meta.max_timestamp
             offset += 1
-        info = self._append(data, batches, last_offsets, first)
-        if leader_epoch >= 0 and leader_epoch > self._epochs.latest_epoch:
+        if pos != len(data):
+            raise InvalidRecord(f"batch metadata covers {pos} bytes of {len(data)}")
+        info = self._append(data, batches, last_offsets, first, max_ts, off_max, append_time)
+        if leader_epoch > self._epochs.latest_epoch:
             self._epochs.assign(leader_epoch, first)
         return info
 
@@ -174,7 +221,13 @@ class SegmentLog:
             expect = base + meta.last_offset_delta + 1
             last_offsets.append(expect - 1)
         first = int.from_bytes(data[batches[0].position : batches[0].position + 8], "big", signed=True)
-        info = self._append(data, batches, last_offsets, first)
+        max_ts = off_max = append_time = -1
+        for meta, last in zip(batches, last_offsets, strict=True):
+            if meta.max_timestamp > max_ts:
+                max_ts, off_max = meta.max_timestamp, last
+            if data[meta.position + _ATTRIBUTES_LOW_BYTE] & records.TIMESTAMP_TYPE_MASK:
+                append_time = meta.max_timestamp
+        info = self._append(data, batches, last_offsets, first, max_ts, off_max, append_time)
         for epoch, start in epochs:
             self._epochs.assign(epoch, start)
         return info
@@ -183,30 +236,29 @@ class SegmentLog:
         return LogAppendInfo(self._leo, self._leo - 1, -1, -1, -1, self._log_start, 0)
 
     def _append(
-        self, data: bytes | bytearray, batches: Sequence[BatchMeta], last_offsets: list[int], first: int
+        self,
+        data: bytes | bytearray,
+        batches: Sequence[BatchMeta],
+        last_offsets: list[int],
+        first: int,
+        max_ts: int,
+        off_max: int,
+        append_time: int,
     ) -> LogAppendInfo:
-        cfg = self.config
         seg = self._segments[-1]
-        roll_ms = cfg.segment_ms - seg.roll_jitter_ms
-        max_ts = max(meta.max_timestamp for meta in batches)
-        if seg.should_roll(len(data), len(batches), last_offsets[-1], max_ts, cfg.segment_bytes, roll_ms):
+        size = len(data)
+        if seg.should_roll(size, len(batches), last_offsets[-1], max_ts, self._segment_bytes, self._segment_ms):
             seg = self._roll(first)
         try:
             seg.append(data, batches, last_offsets)
         except OSError as exc:
             raise KafkaStorageError(f"{self.topic_partition}: append to {seg.log.path.name} failed: {exc}") from exc
-        self._leo = last_offsets[-1] + 1
-        self._size += len(data)
+        self._leo = leo = last_offsets[-1] + 1
+        self._size += size
         self._dirty = True
-        max_ts, off_max, append_time = -1, -1, -1
-        for meta, last in zip(batches, last_offsets, strict=True):
-            if meta.max_timestamp > max_ts:
-                max_ts, off_max = meta.max_timestamp, last
-            if data[meta.position + records.ATTRIBUTES_OFFSET + 1] & records.TIMESTAMP_TYPE_MASK:
-                append_time = meta.max_timestamp
-        if self._leo - self.recovery_point >= cfg.flush_messages:
+        if leo - self.recovery_point >= self._flush_messages:
             self._flush_now()
-        return LogAppendInfo(first, last_offsets[-1], max_ts, off_max, append_time, self._log_start, len(data))
+        return _append_info(first, leo - 1, max_ts, off_max, append_time, self._log_start, size)
 
     def _roll(self, base_offset: int) -> LogSegment:
         """Start a new active segment at ``base_offset``; the old one is trimmed now and fsynced
@@ -443,6 +495,14 @@ class SegmentLog:
     def update_config(self, config: TopicConfig) -> None:
         self.config = config
         self._segments[-1].index_interval = config.index_interval_bytes
+        self._apply_settings()
+
+    def _apply_settings(self) -> None:
+        """Topic configs the append path reads, as plain attributes (it runs per batch)."""
+        cfg = self.config
+        self._segment_bytes = cfg.segment_bytes
+        self._segment_ms = cfg.segment_ms
+        self._flush_messages = cfg.flush_messages
 
     # -- durability ----------------------------------------------------------------------------
     def _unflushed_paths(self) -> list[Path]:

@@ -74,6 +74,7 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         self.created_ms = ctx.time_ms()
         self.roll_jitter_ms = 0
+        self._index_room = 0  # index entries both indexes can take without allocating
         self._next_offset: int | None = None
         self._max_ts: tuple[int, int] | None = None  # (largest timestamp, offset of its batch)
         self._first_batch_ts: int | None = None
@@ -177,8 +178,8 @@ class LogSegment:
         append leaves nothing behind, so later appends and recovery see a clean end.
         """
         n = len(metas)
-        self.offset_index.reserve(n)
-        self.time_index.reserve(n)
+        if n > self._index_room:
+            self._reserve(n)
         fd = self.log.fd()
         start = self.size
         total = len(data)
@@ -195,16 +196,18 @@ class LogSegment:
             except OSError as cut_exc:
                 log.error("could not cut %s back to %d bytes after a failed write: %s", self.log.path, start, cut_exc)
             raise
-        ts, off_of_ts = self.max_timestamp_and_offset()
+        max_ts = self._max_ts or self.max_timestamp_and_offset()
+        ts = max_ts[0]
         pos = start
         since = self.bytes_since_last_index_entry
         interval = self.index_interval
         for meta, last in zip(metas, last_offsets, strict=True):
             if meta.max_timestamp > ts:
-                ts, off_of_ts = meta.max_timestamp, last
+                ts = meta.max_timestamp
+                max_ts = (ts, last)
             if since > interval:
                 self.offset_index.append(last, pos)
-                self.time_index.maybe_append(ts, off_of_ts)
+                self.time_index.maybe_append(ts, max_ts[1])
                 since = 0
             pos += meta.size
             since += meta.size
@@ -212,24 +215,34 @@ class LogSegment:
             self._first_batch_ts = metas[0].max_timestamp
         self.bytes_since_last_index_entry = since
         self.size = pos
-        self._max_ts = (ts, off_of_ts)
+        self._max_ts = max_ts
         self._next_offset = last_offsets[-1] + 1
+        self._index_room -= n
+
+    def _reserve(self, count: int) -> None:
+        """Allocate index space for ``count`` more entries (each batch adds at most one)."""
+        oi, ti = self.offset_index, self.time_index
+        oi.reserve(count)
+        ti.reserve(count)
+        self._index_room = min(oi.allocated_entries - oi.entries, ti.allocated_entries - ti.entries, 1 << 30)
 
     def should_roll(
-        self, incoming: int, batches: int, last_offset: int, max_timestamp: int, segment_bytes: int, roll_ms: int
+        self, incoming: int, batches: int, last_offset: int, max_timestamp: int, segment_bytes: int, segment_ms: int
     ) -> bool:
         """Kafka's roll conditions: size, a full index, offsets beyond int32 of the base, or age:
         the incoming records' timestamp minus the first batch's (record time, so replayed old
         data does not roll every batch), or the segment's wall-clock age when it has none."""
         if last_offset - self.base_offset > 0x7FFFFFFF:
             return True
-        if self.size == 0:
+        size = self.size
+        if size == 0:
             return False
-        if self.size > segment_bytes - incoming:
+        if size > segment_bytes - incoming:
             return True
         if self.offset_index.entries + batches > self.offset_index.max_entries or self.time_index.is_full:
             return True
-        first_ts = self.first_batch_timestamp()
+        roll_ms = segment_ms - self.roll_jitter_ms
+        first_ts = self._first_batch_ts if self._first_batch_ts is not None else self.first_batch_timestamp()
         if first_ts >= 0 and max_timestamp >= 0:
             return max_timestamp - first_ts > roll_ms
         return self.ctx.time_ms() - self.created_ms > roll_ms
@@ -241,11 +254,13 @@ class LogSegment:
             self.time_index.maybe_append(ts, off)
         self.offset_index.trim()
         self.time_index.trim()
+        self._index_room = 0
 
     def make_active(self) -> None:
         """Truncation made this the last segment again: its indexes take writes."""
         self.offset_index.make_writable()
         self.time_index.make_writable()
+        self._index_room = 0
 
     # -- read ----------------------------------------------------------------------------------
     def time_lookup(self, timestamp: int) -> int:
@@ -364,6 +379,7 @@ class LogSegment:
         self.time_index.make_writable()
         self.offset_index.reset()
         self.time_index.reset()
+        self._index_room = 0
         scan = VerifiedScan(fd, self.base_offset, file_size)
         ts, off_of_ts = -1, self.base_offset
         since = 0
