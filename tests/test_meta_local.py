@@ -23,7 +23,6 @@ from odradek.interfaces import (
 from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_local import store as store_mod
 from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore, open_local_store
-from odradek.testing.metadata import MetadataStoreConformance
 
 
 async def test_plugin_registers_local(tmp_path: Path) -> None:
@@ -194,10 +193,3 @@ async def test_leadership_lost_on_close(tmp_path: Path) -> None:
         again = await keeper.campaign("c", b"y")
         assert again.epoch == lead.epoch + 1
 
-
-class TestLocalStoreConformance(MetadataStoreConformance):
-    """The shared MetadataStore conformance suite (odradek.testing.metadata) against meta_local."""
-
-    @pytest.fixture
-    def metadata_store_factory(self, tmp_path: Path):  # type: ignore[no-untyped-def]
-        return lambda: LocalMetadataStore(tmp_path / FILE_NAME)
