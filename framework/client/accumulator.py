@@ -77,6 +77,7 @@ class ProducerBatch:
         "created",
         "done",
         "error",
+        "finish_hook",
         "full",
         "in_retry",
         "log_append_time",
@@ -87,9 +88,12 @@ class ProducerBatch:
         "retry_at",
         "size",
         "tp",
+        "waiters",
     )
 
-    def __init__(self, tp: TopicPartition, created: float) -> None:
+    def __init__(
+        self, tp: TopicPartition, created: float, finish_hook: Callable[[ProducerBatch], None] | None = None
+    ) -> None:
         self.tp = tp
         self.records: list[tuple[bytes | None, bytes | None, Sequence[Header], int]] = []
         self.size = BATCH_OVERHEAD
@@ -106,8 +110,12 @@ class ProducerBatch:
         self.base_offset = -1
         self.log_append_time = -1
         self.error: BaseException | None = None
-        #: (record index, callback) pairs; sync futures use the same list
+        #: (record index, callback) pairs, called when the batch finishes
         self.callbacks: list[tuple[int, Callback]] | None = None
+        #: called (in the trio thread) after the batch finished: the sync facade's futures
+        self.finish_hook = finish_hook
+        #: whatever the finish hook keeps per batch (sync futures being waited on)
+        self.waiters: Any = None
 
     @property
     def record_count(self) -> int:
@@ -157,6 +165,8 @@ class ProducerBatch:
         if callbacks:
             for index, cb in callbacks:
                 _call(cb, *self.result(index))
+        if self.finish_hook is not None:
+            self.finish_hook(self)
 
 
 def _call(cb: Callback, metadata: RecordMetadata | None, error: BaseException | None) -> None:
@@ -177,16 +187,10 @@ def _now() -> float:
         return -1.0
 
 
-class AppendResult:
-    """Where an append went, and whether the sender must look now."""
-
-    __slots__ = ("batch", "index", "new_batch", "wake")
-
-    def __init__(self, batch: ProducerBatch, index: int, new_batch: bool, wake: bool) -> None:
-        self.batch = batch
-        self.index = index
-        self.new_batch = new_batch
-        self.wake = wake
+#: What an append returns: (batch, record index, wake) -- ``wake`` tells the caller the sender
+#: must look now (a new batch started its linger timer, or a batch filled up). A plain tuple:
+#: this is the producer's per-record hot path.
+AppendResult = tuple["ProducerBatch", int, bool]
 
 
 #: try_append's answer when a new batch would be needed and the caller asked to be told first
@@ -216,6 +220,8 @@ class RecordAccumulator:
         self._flushing = 0
         self.closing = False
         self._drain_start = 0
+        #: given to every new batch as its finish hook (the sync facade's futures)
+        self.on_batch_finish: Callable[[ProducerBatch], None] | None = None
 
     # -- appending (any thread) ------------------------------------------------------------------
     @property
@@ -232,39 +238,50 @@ class RecordAccumulator:
         size: int,
         *,
         abort_on_new_batch: bool = False,
+        callback: Callback | None = None,
     ) -> AppendResult | object | None:
-        """Append to ``tp``'s open batch, or open one. Returns an :class:`AppendResult`,
+        """Append to ``tp``'s open batch, or open one. Returns an :data:`AppendResult`,
         :data:`ABORT_FOR_NEW_BATCH` (only with ``abort_on_new_batch``), or None when
-        ``buffer.memory`` has no room for ``size`` more bytes."""
+        ``buffer.memory`` has no room for ``size`` more bytes. ``callback(metadata, exception)``
+        is registered under the same lock, so a batch cannot finish between append and
+        registration."""
         with self._lock:
-            if self._used + size > self.buffer_memory and self._used > 0:
+            used = self._used
+            if used + size > self.buffer_memory and used > 0:
                 return None
             dq = self._batches.get(tp)
             if dq is None:
                 dq = self._batches[tp] = deque()
             last = dq[-1] if dq else None
             if last is not None and not last.full and last.payload is None:
-                if last.size + size <= self.batch_size or not last.records:
-                    last.records.append((key, value, headers, timestamp))
-                    last.size += size
-                    self._used += size
-                    wake = last.size >= self.batch_size
+                bsize = last.size + size
+                if bsize <= self.batch_size or not last.records:
+                    records = last.records
+                    records.append((key, value, headers, timestamp))
+                    last.size = bsize
+                    self._used = used + size
+                    wake = bsize >= self.batch_size
                     if wake:
                         last.full = True
-                    return AppendResult(last, len(last.records) - 1, False, wake)
+                    if callback is not None:
+                        if last.callbacks is None:
+                            last.callbacks = []
+                        last.callbacks.append((len(records) - 1, callback))
+                    return last, len(records) - 1, wake
                 last.full = True
             if abort_on_new_batch:
                 return ABORT_FOR_NEW_BATCH
-            batch = ProducerBatch(tp, _now())
+            batch = ProducerBatch(tp, _now(), self.on_batch_finish)
             batch.records.append((key, value, headers, timestamp))
             batch.size += size
             self._used += size
             dq.append(batch)
             self._incomplete.add(batch)
-            full = batch.size >= self.batch_size
-            batch.full = full
+            batch.full = batch.size >= self.batch_size
+            if callback is not None:
+                batch.callbacks = [(0, callback)]
             # a new batch starts a linger timer the sender must know about; a closed one is ready
-            return AppendResult(batch, 0, True, True)
+            return batch, 0, True
 
     def release(self, batch: ProducerBatch) -> None:
         """Give back a finished batch's memory (idempotent: later calls for the batch do nothing)."""

@@ -71,7 +71,8 @@ class AsyncClient:
         except Exception as e:  # report it after the nursery is closed
             close_error = e
         try:
-            await self._stack.__aexit__(exc_type, exc, tb)
+            # True when the nursery absorbed the body's exception (the Cancelled of close())
+            suppressed = await self._stack.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
             # the nursery wraps whatever crossed it; give the user the plain exception
             leaves = _leaves(group)
@@ -82,7 +83,7 @@ class AsyncClient:
             raise
         if close_error is not None:
             raise close_error
-        return None
+        return suppressed
 
     async def start(self) -> None:
         """Open the nursery and start background tasks (``async with`` does this)."""

@@ -62,6 +62,12 @@ class ClusterSnapshot:
     topics: Mapping[str, TopicInfo] = field(default_factory=dict)
     controller_id: int = -1
     cluster_id: str | None = None
+    #: topic -> partition count for topics without error (the producer's per-record lookup)
+    partition_counts: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        counts = {n: len(t.partitions) for n, t in self.topics.items() if t.error is ErrorCode.NONE and t.partitions}
+        object.__setattr__(self, "partition_counts", counts)
 
     def leader_for(self, tp: TopicPartition) -> int:
         """Node id of ``tp``'s leader, -1 when unknown."""
@@ -73,8 +79,7 @@ class ClusterSnapshot:
 
     def partitions_for(self, topic: str) -> int:
         """Number of partitions of ``topic`` (0 when unknown or in error)."""
-        info = self.topics.get(topic)
-        return 0 if info is None or info.error is not ErrorCode.NONE else len(info.partitions)
+        return self.partition_counts.get(topic, 0)
 
     def merged(self, update: ClusterSnapshot, refreshed: Iterable[str] | None) -> ClusterSnapshot:
         """``update`` plus the topics of this snapshot it did not refresh (``refreshed`` None: all)."""

@@ -154,7 +154,9 @@ class AsyncConsumer(AsyncClient):
     async def _wait_for_data(self) -> None:
         """Until fetched data, a needed rejoin, or a fetch error (checked by the poll loop)."""
         data = self.fetcher.data_ready
-        if self.subscriptions.subscribed and (self.coordinator.rejoin_needed or self.coordinator.subscription_changed()):
+        if self.subscriptions.subscribed and (
+            self.coordinator.rejoin_needed or self.coordinator.subscription_changed()
+        ):
             return
         with trio.move_on_after(self.coordinator.heartbeat_interval_s if self.group_id else float("inf")):
             await data.wait()
@@ -204,7 +206,11 @@ class AsyncConsumer(AsyncClient):
         self._reset(partitions, LATEST)
 
     def _reset(self, partitions: Iterable[TopicPartition | tuple[str, int]] | None, strategy: str) -> None:
-        parts = [TopicPartition(*tp) for tp in partitions] if partitions is not None else list(self.subscriptions.assignment)
+        parts = (
+            [TopicPartition(*tp) for tp in partitions]
+            if partitions is not None
+            else list(self.subscriptions.assignment)
+        )
         for tp in parts:
             self.subscriptions.request_reset(tp, strategy)
             self.fetcher.discard(tp)
@@ -303,7 +309,9 @@ class AsyncConsumer(AsyncClient):
         return {name: info.num_partitions for name, info in cluster.topics.items() if info.error is ErrorCode.NONE}
 
     # -- commits -----------------------------------------------------------------------------------
-    async def commit(self, offsets: Mapping[TopicPartition | tuple[str, int], int | OffsetAndMetadata] | None = None) -> None:
+    async def commit(
+        self, offsets: Mapping[TopicPartition | tuple[str, int], int | OffsetAndMetadata] | None = None
+    ) -> None:
         """Commit ``offsets`` (the next offsets to read), or the positions of every assigned
         partition (what the last polls returned); waits for the coordinator's answer."""
         self._check_open()
@@ -326,7 +334,9 @@ class AsyncConsumer(AsyncClient):
         self._check_open()
         assert self._nursery is not None
         snapshot = (
-            dict(offsets) if offsets is not None else {tp: OffsetAndMetadata(p) for tp, p in self.subscriptions.positions().items()}
+            dict(offsets)
+            if offsets is not None
+            else {tp: OffsetAndMetadata(p) for tp, p in self.subscriptions.positions().items()}
         )
 
         async def run() -> None:

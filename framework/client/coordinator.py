@@ -477,7 +477,9 @@ class ConsumerCoordinator:
                 self.rejoin_needed = True
             raise
 
-    async def committed(self, partitions: Iterable[TopicPartition], timeout_s: float) -> dict[TopicPartition, OffsetAndMetadata]:
+    async def committed(
+        self, partitions: Iterable[TopicPartition], timeout_s: float
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
         parts = list(partitions)
 
         async def attempt() -> dict[TopicPartition, OffsetAndMetadata]:

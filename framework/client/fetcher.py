@@ -61,7 +61,17 @@ class NoOffsetForPartition(KafkaError):
 class ConsumerRecord:
     """One record as ``poll()`` returns it (Kafka's ``ConsumerRecord``)."""
 
-    __slots__ = ("headers", "key", "leader_epoch", "offset", "partition", "timestamp", "timestamp_type", "topic", "value")
+    __slots__ = (
+        "headers",
+        "key",
+        "leader_epoch",
+        "offset",
+        "partition",
+        "timestamp",
+        "timestamp_type",
+        "topic",
+        "value",
+    )
 
     def __init__(
         self,
@@ -159,7 +169,12 @@ class CompletedFetch:
         return not self._batches and self._pending_index >= len(self._pending)
 
     def take(
-        self, position: int, max_records: int, out: list[ConsumerRecord], codecs: Mapping[int, Codec] | None, check_crcs: bool
+        self,
+        position: int,
+        max_records: int,
+        out: list[ConsumerRecord],
+        codecs: Mapping[int, Codec] | None,
+        check_crcs: bool,
     ) -> int:
         """Append up to ``max_records`` records at or after ``position`` to ``out``; returns the
         new position (past skipped control and aborted batches too)."""
@@ -381,7 +396,7 @@ class Fetcher:
 
     def _handle_partition(self, tp: TopicPartition, offset: int, p: Any, assignment_id: int) -> bool:
         st = self.subs.assignment.get(tp)
-        if st is None or assignment_id != self.subs.assignment_id and tp not in self.subs.assignment:
+        if st is None or (assignment_id != self.subs.assignment_id and tp not in self.subs.assignment):
             return False
         code = error_code(p.error_code)
         if code is ErrorCode.NONE:

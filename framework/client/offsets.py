@@ -123,8 +123,12 @@ async def _list_offsets_on(
             if code is ErrorCode.NONE:
                 out[tp] = OffsetAndTimestamp(int(p.offset), int(p.timestamp), int(getattr(p, "leader_epoch", -1)))
             else:
-                if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                            ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.FENCED_LEADER_EPOCH):
+                if code in (
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    ErrorCode.LEADER_NOT_AVAILABLE,
+                    ErrorCode.FENCED_LEADER_EPOCH,
+                ):
                     network.request_update()
                 out[tp] = KafkaError(f"ListOffsets for {tp} failed with {code.name}", code=code)
     return out

@@ -33,6 +33,7 @@ from ..manager import Plugins
 from ..records import Compression
 from .accumulator import (
     ABORT_FOR_NEW_BATCH,
+    RECORD_OVERHEAD,
     AppendResult,
     BufferExhausted,
     Callback,
@@ -183,35 +184,44 @@ class AsyncProducer(AsyncClient):
         headers: Sequence[tuple[str, bytes | None]],
         partition: int | None,
         timestamp: int | None,
+        callback: Callback | None = None,
     ) -> AppendResult | None:
         """Partition and append without waiting; None when the topic's metadata is missing or
-        ``buffer.memory`` is full (the caller then waits in :meth:`send`). Thread-safe: the sync
-        facade calls it from user threads, then wakes the sender if the result says so."""
-        num_partitions = self.network.cluster.partitions_for(topic)
+        ``buffer.memory`` is full (the caller then waits in :meth:`append_waiting`). Thread-safe:
+        the sync facade calls it from user threads, then wakes the sender if the result says so.
+        This is the per-record hot path: keep it lean."""
+        num_partitions = self.network.cluster.partition_counts.get(topic, 0)
         if num_partitions == 0:
             return None
-        size = record_size(key, value, headers)
+        size = RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+        if headers:
+            size = record_size(key, value, headers)
         if size > self.max_request_size:
             raise MessageTooLarge(f"the record is {size} bytes, larger than max.request.size={self.max_request_size}")
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
+        accumulator = self.accumulator
         if partition is not None:
             if not 0 <= partition < num_partitions:
                 raise KafkaError(
                     f"partition {partition} of {topic!r} does not exist ({num_partitions} partitions)",
                     code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 )
-            result = self.accumulator.try_append(TopicPartition(topic, partition), key, value, headers, timestamp, size)
-        else:
-            p = self.partitioner.partition(topic, key, value, num_partitions)
-            result = self.accumulator.try_append(
-                TopicPartition(topic, p), key, value, headers, timestamp, size, abort_on_new_batch=True
+            return accumulator.try_append(  # type: ignore[return-value]
+                TopicPartition(topic, partition), key, value, headers, timestamp, size, callback=callback
             )
-            if result is ABORT_FOR_NEW_BATCH:
-                self.partitioner.on_new_batch(topic, p, num_partitions)
-                p = self.partitioner.partition(topic, key, value, num_partitions)
-                result = self.accumulator.try_append(TopicPartition(topic, p), key, value, headers, timestamp, size)
-        assert result is not ABORT_FOR_NEW_BATCH
+        partitioner = self.partitioner
+        p = partitioner.partition(topic, key, value, num_partitions)
+        result = accumulator.try_append(
+            TopicPartition(topic, p), key, value, headers, timestamp, size, abort_on_new_batch=True, callback=callback
+        )
+        if result is ABORT_FOR_NEW_BATCH:
+            # KIP-480: a record that would open a new batch lets a sticky partitioner move on
+            partitioner.on_new_batch(topic, p, num_partitions)
+            p = partitioner.partition(topic, key, value, num_partitions)
+            result = accumulator.try_append(
+                TopicPartition(topic, p), key, value, headers, timestamp, size, callback=callback
+            )
         return result  # type: ignore[return-value]
 
     async def send(
@@ -230,16 +240,20 @@ class AsyncProducer(AsyncClient):
         Waits up to ``max.block.ms`` for the topic's metadata and for buffer space; raises
         ``KafkaError`` (REQUEST_TIMED_OUT) when either does not come.
         """
-        self._check_open()
-        result = await self.append_waiting(
-            topic, to_bytes(value, "value"), to_bytes(key, "key"), to_headers(headers), partition, timestamp
-        )
-        if result.wake:
+        if self._closed or self._nursery is None:
+            self._check_open()
+        if value is not None and type(value) is not bytes:
+            value = to_bytes(value, "value")
+        if key is not None and type(key) is not bytes:
+            key = to_bytes(key, "key")
+        hdrs = to_headers(headers) if headers else ()
+        result = self.append_nowait(topic, value, key, hdrs, partition, timestamp, callback)  # type: ignore[arg-type]
+        if result is None:
+            result = await self.append_waiting(topic, value, key, hdrs, partition, timestamp, callback)  # type: ignore[arg-type]
+        batch, index, wake = result
+        if wake:
             self.sender.wakeup()
-        future = RecordFuture(result.batch, result.index)
-        if callback is not None:
-            future.add_callback(callback)
-        return future
+        return RecordFuture(batch, index)
 
     async def send_and_wait(
         self,
@@ -262,11 +276,12 @@ class AsyncProducer(AsyncClient):
         headers: Sequence[tuple[str, bytes | None]],
         partition: int | None,
         timestamp: int | None,
+        callback: Callback | None = None,
     ) -> AppendResult:
         """:meth:`append_nowait`, waiting up to ``max.block.ms`` for metadata and memory."""
         deadline = trio.current_time() + self.max_block_s
         while True:
-            result = self.append_nowait(topic, value, key, headers, partition, timestamp)
+            result = self.append_nowait(topic, value, key, headers, partition, timestamp, callback)
             if result is not None:
                 return result
             if self._closed:

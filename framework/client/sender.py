@@ -91,6 +91,9 @@ class Sender:
         self._tp_node: dict[TopicPartition, int] = {}
         self._tp_blocked: set[TopicPartition] = set()
         self._wakeup = trio.Event()
+        #: set by other threads when they scheduled a wakeup, so they schedule at most one per
+        #: loop iteration (each costs a syscall that hands the GIL to this thread)
+        self.wake_requested = False
         self._idle = trio.Event()  # set whenever nothing is in flight
         self._idle.set()
         self._running = True
@@ -118,6 +121,7 @@ class Sender:
             if not self._running and not acc.has_queued() and self.in_flight == 0:
                 return
             self._wakeup = trio.Event()
+            self.wake_requested = False
             now = trio.current_time()
             if self._need_new_producer_id and self.in_flight == 0:
                 await self._init_producer_id()

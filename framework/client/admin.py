@@ -1,0 +1,617 @@
+"""The trio-native admin client: topics, configs, groups, offsets, records.
+
+Each call goes where Kafka wants it: topic creation, deletion and partition changes to the
+controller, group calls to the group's coordinator (ListGroups to every broker), DeleteRecords to
+each partition's leader, config calls to any broker (broker resources to that broker). Calls that
+act on several topics or groups return one result per name -- ``None`` for success or the
+``KafkaError`` -- so a batch can partly succeed, as with Kafka's ``Admin``; the ``*_or_raise``
+style is left to the caller (the CLI raises the first error).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from ..consumer_protocol import decode_assignment
+from ..errors import ErrorCode, KafkaError
+from ..interfaces import TopicPartition
+from ..protocol import ApiKey
+from .base import AsyncClient
+from .cluster import BrokerInfo, PartitionInfo
+from .connection import BrokerConnection
+from .group_ops import CoordinatorLookup, OffsetAndMetadata, commit_offsets, fetch_committed
+from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, OffsetAndTimestamp, list_offsets
+from .requests import error_code, make_request
+
+
+class ConfigResourceType(enum.IntEnum):
+    """DescribeConfigs / IncrementalAlterConfigs resource types."""
+
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+
+
+class AlterConfigOp(enum.IntEnum):
+    """IncrementalAlterConfigs operations."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create; -1 partitions / replication factor mean the broker's defaults."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = field(default_factory=dict)
+    replica_assignment: Mapping[int, Sequence[int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    is_internal: bool
+    partitions: Sequence[PartitionInfo]
+    topic_id: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: Sequence[BrokerInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: int = -1
+    read_only: bool = False
+    sensitive: bool = False
+    is_default: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: Sequence[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: Sequence[MemberDescription]
+    coordinator: int = -1
+
+
+OffsetSpec = str | int  # "earliest" | "latest" | "max-timestamp" | a timestamp in ms
+
+_SPECS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP, "max-timestamp": MAX_TIMESTAMP}
+
+
+def _error(code: Any, what: str, message: str | None = None) -> KafkaError | None:
+    c = error_code(code)
+    if c is ErrorCode.NONE:
+        return None
+    return KafkaError(f"{what}: {c.name}" + (f" ({message})" if message else ""), code=c)
+
+
+class AsyncAdmin(AsyncClient):
+    """Kafka admin client for trio (see module doc)."""
+
+    role = "admin"
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        self.network.topics = None  # admin metadata requests cover every topic
+        self.timeout_s = self.config["default.api.timeout.ms"] / 1000.0
+
+    # -- helpers -----------------------------------------------------------------------------------
+    async def _to_controller(self, build: Any, timeout: float | None) -> Any:
+        """Send to the controller (any broker when the metadata names none), retrying."""
+
+        async def attempt() -> Any:
+            cluster = self.network.cluster
+            if cluster.controller_id not in cluster.brokers:
+                cluster = await self.network.refresh_metadata([])
+            if cluster.controller_id in cluster.brokers:
+                return await self.network.send(cluster.controller_id, build)
+            return await self.network.send_any(build)
+
+        return await self.network.call_with_retries(attempt, timeout_s=self._default_timeout(timeout), what="admin")
+
+    # -- cluster and topics ------------------------------------------------------------------------
+    async def describe_cluster(self, timeout: float | None = None) -> ClusterDescription:
+        self._check_open()
+        with trio.fail_after(self._default_timeout(timeout)):
+            cluster = await self.network.refresh_metadata([])
+        return ClusterDescription(
+            cluster.cluster_id, cluster.controller_id, sorted(cluster.brokers.values(), key=lambda b: b.node_id)
+        )
+
+    async def list_topics(self, *, include_internal: bool = False, timeout: float | None = None) -> dict[str, int]:
+        """Every topic with its partition count."""
+        self._check_open()
+        with trio.fail_after(self._default_timeout(timeout)):
+            cluster = await self.network.refresh_metadata(all_topics=True)
+        return {
+            name: info.num_partitions
+            for name, info in sorted(cluster.topics.items())
+            if info.error is ErrorCode.NONE and (include_internal or not info.is_internal)
+        }
+
+    async def describe_topics(
+        self, topics: Iterable[str] | None = None, timeout: float | None = None
+    ) -> dict[str, TopicDescription | KafkaError]:
+        """Partitions, leaders, replicas and ISR of ``topics`` (all when None)."""
+        self._check_open()
+        names = None if topics is None else list(topics)
+        with trio.fail_after(self._default_timeout(timeout)):
+            cluster = await self.network.refresh_metadata(names, all_topics=names is None, allow_auto_create=False)
+        out: dict[str, TopicDescription | KafkaError] = {}
+        for name in names if names is not None else sorted(cluster.topics):
+            info = cluster.topics.get(name)
+            if info is None:
+                out[name] = KafkaError(
+                    f"topic {name!r}: UNKNOWN_TOPIC_OR_PARTITION", code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+            elif info.error is not ErrorCode.NONE:
+                out[name] = KafkaError(f"topic {name!r}: {info.error.name}", code=info.error)
+            else:
+                out[name] = TopicDescription(name, info.is_internal, list(info.partitions.values()), info.topic_id)
+        return out
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], *, validate_only: bool = False, timeout: float | None = None
+    ) -> dict[str, KafkaError | None]:
+        self._check_open()
+        timeout_ms = int(self._default_timeout(timeout) * 1000)
+        entries = [
+            {
+                "name": t.name,
+                "num_partitions": t.num_partitions,
+                "replication_factor": t.replication_factor,
+                "assignments": [
+                    {"partition_index": p, "broker_ids": list(brokers)}
+                    for p, brokers in (t.replica_assignment or {}).items()
+                ],
+                "configs": [{"name": k, "value": v} for k, v in t.configs.items()],
+            }
+            for t in topics
+        ]
+
+        def build(conn: BrokerConnection) -> Any:
+            return make_request(
+                ApiKey.CREATE_TOPICS,
+                conn.version(ApiKey.CREATE_TOPICS, max_version=7),
+                topics=entries,
+                timeout=timeout_ms,
+                validate_only=validate_only,
+            )
+
+        response = await self._to_controller(build, timeout)
+        result = {
+            r.name: _error(r.error_code, f"create topic {r.name!r}", getattr(r, "error_message", None))
+            for r in response.topics
+        }
+        self.network.request_update()
+        return result
+
+    async def delete_topics(self, names: Sequence[str], timeout: float | None = None) -> dict[str, KafkaError | None]:
+        self._check_open()
+        timeout_ms = int(self._default_timeout(timeout) * 1000)
+
+        def build(conn: BrokerConnection) -> Any:
+            version = conn.version(ApiKey.DELETE_TOPICS, max_version=5)
+            return make_request(
+                ApiKey.DELETE_TOPICS,
+                version,
+                topic_names=list(names),
+                topics=[{"name": n, "topic_id": None} for n in names],
+                timeout=timeout_ms,
+            )
+
+        response = await self._to_controller(build, timeout)
+        self.network.request_update()
+        return {
+            r.name: _error(r.error_code, f"delete topic {r.name!r}", getattr(r, "error_message", None))
+            for r in response.responses
+        }
+
+    async def create_partitions(
+        self, new_totals: Mapping[str, int], *, validate_only: bool = False, timeout: float | None = None
+    ) -> dict[str, KafkaError | None]:
+        """Grow topics to ``new_totals[topic]`` partitions."""
+        self._check_open()
+        timeout_ms = int(self._default_timeout(timeout) * 1000)
+
+        def build(conn: BrokerConnection) -> Any:
+            return make_request(
+                ApiKey.CREATE_PARTITIONS,
+                conn.version(ApiKey.CREATE_PARTITIONS, max_version=3),
+                topics=[{"name": t, "count": n, "assignments": None} for t, n in new_totals.items()],
+                timeout=timeout_ms,
+                validate_only=validate_only,
+            )
+
+        response = await self._to_controller(build, timeout)
+        self.network.request_update()
+        return {
+            r.name: _error(r.error_code, f"create partitions of {r.name!r}", getattr(r, "error_message", None))
+            for r in response.results
+        }
+
+    # -- configs -----------------------------------------------------------------------------------
+    async def _config_node(self, resource_type: int, name: str) -> int | None:
+        if resource_type in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER) and name:
+            return int(name)
+        return None
+
+    async def describe_configs(
+        self, resources: Sequence[tuple[int, str]], timeout: float | None = None
+    ) -> dict[tuple[int, str], dict[str, ConfigEntry] | KafkaError]:
+        """Configs of ``(resource_type, name)`` resources (topics: type 2, brokers: type 4)."""
+        self._check_open()
+        out: dict[tuple[int, str], dict[str, ConfigEntry] | KafkaError] = {}
+        for rtype, name in resources:
+
+            def build(conn: BrokerConnection, rtype: int = rtype, name: str = name) -> Any:
+                return make_request(
+                    ApiKey.DESCRIBE_CONFIGS,
+                    conn.version(ApiKey.DESCRIBE_CONFIGS, max_version=4),
+                    resources=[{"resource_type": int(rtype), "resource_name": name, "configuration_keys": None}],
+                    include_synonyms=False,
+                    include_documentation=False,
+                )
+
+            node = await self._config_node(rtype, name)
+
+            async def attempt(node: int | None = node, build: Any = build) -> Any:
+                if node is None:
+                    return await self.network.send_any(build)
+                return await self.network.send(node, build)
+
+            response = await self.network.call_with_retries(
+                attempt, timeout_s=self._default_timeout(timeout), what="DescribeConfigs"
+            )
+            for r in response.results:
+                err = _error(r.error_code, f"describe configs of {r.resource_name!r}", r.error_message)
+                if err is not None:
+                    out[(int(r.resource_type), r.resource_name)] = err
+                    continue
+                entries = {}
+                for c in r.configs:
+                    source = int(getattr(c, "config_source", -1))
+                    entries[c.name] = ConfigEntry(
+                        c.name,
+                        c.value,
+                        source,
+                        bool(c.read_only),
+                        bool(c.is_sensitive),
+                        source == 5 or bool(getattr(c, "is_default", False)),
+                    )
+                out[(int(r.resource_type), r.resource_name)] = entries
+        return out
+
+    async def incremental_alter_configs(
+        self,
+        changes: Mapping[tuple[int, str], Sequence[tuple[str, int, str | None]]],
+        *,
+        validate_only: bool = False,
+        timeout: float | None = None,
+    ) -> dict[tuple[int, str], KafkaError | None]:
+        """Apply ``(key, AlterConfigOp, value)`` changes per resource."""
+        self._check_open()
+        out: dict[tuple[int, str], KafkaError | None] = {}
+        for (rtype, name), ops in changes.items():
+            payload = [
+                {
+                    "resource_type": int(rtype),
+                    "resource_name": name,
+                    "configs": [{"name": k, "config_operation": int(op), "value": v} for k, op, v in ops],
+                }
+            ]
+
+            def build(conn: BrokerConnection, payload: Any = payload) -> Any:
+                return make_request(
+                    ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                    conn.version(ApiKey.INCREMENTAL_ALTER_CONFIGS, max_version=1),
+                    resources=payload,
+                    validate_only=validate_only,
+                )
+
+            node = await self._config_node(rtype, name)
+
+            async def attempt(node: int | None = node, build: Any = build) -> Any:
+                if node is None:
+                    return await self.network.send_any(build)
+                return await self.network.send(node, build)
+
+            response = await self.network.call_with_retries(
+                attempt, timeout_s=self._default_timeout(timeout), what="IncrementalAlterConfigs"
+            )
+            for r in response.responses:
+                out[(int(r.resource_type), r.resource_name)] = _error(
+                    r.error_code, f"alter configs of {r.resource_name!r}", r.error_message
+                )
+        return out
+
+    # -- offsets and records -----------------------------------------------------------------------
+    async def list_offsets(
+        self,
+        specs: Mapping[TopicPartition | tuple[str, int], OffsetSpec],
+        *,
+        isolation_level: int = 0,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
+        """Offsets per partition for "earliest", "latest", "max-timestamp" or a timestamp (ms)."""
+        self._check_open()
+        wanted = {TopicPartition(*tp): (_SPECS[s] if isinstance(s, str) else int(s)) for tp, s in specs.items()}
+        return await list_offsets(
+            self.network, wanted, isolation_level=isolation_level, timeout_s=self._default_timeout(timeout)
+        )
+
+    async def delete_records(
+        self, before: Mapping[TopicPartition | tuple[str, int], int], timeout: float | None = None
+    ) -> dict[TopicPartition, int | KafkaError]:
+        """Delete records before ``before[tp]`` (-1: the high watermark); returns the new low
+        watermark (log start offset) per partition."""
+        self._check_open()
+        wanted = {TopicPartition(*tp): off for tp, off in before.items()}
+        self.network.add_topics({tp.topic for tp in wanted})
+        out: dict[TopicPartition, int | KafkaError] = {}
+        timeout_s = self._default_timeout(timeout)
+
+        async def attempt() -> None:
+            pending = {tp: off for tp, off in wanted.items() if not isinstance(out.get(tp), int)}
+            cluster = self.network.cluster
+            if any(cluster.leader_for(tp) < 0 for tp in pending):
+                cluster = await self.network.refresh_metadata({tp.topic for tp in pending})
+            by_leader: dict[int, dict[TopicPartition, int]] = {}
+            for tp, off in pending.items():
+                leader = cluster.leader_for(tp)
+                if leader < 0:
+                    out[tp] = KafkaError(f"no leader for {tp}", code=ErrorCode.LEADER_NOT_AVAILABLE)
+                    continue
+                by_leader.setdefault(leader, {})[tp] = off
+            async with trio.open_nursery() as nursery:
+                for node, parts in by_leader.items():
+                    nursery.start_soon(self._delete_records_on, node, parts, out, int(timeout_s * 1000))
+            retriable = [e for e in out.values() if isinstance(e, KafkaError) and e.retriable]
+            if retriable:
+                raise retriable[0]
+
+        try:
+            await self.network.call_with_retries(attempt, timeout_s=timeout_s, what="DeleteRecords")
+        except KafkaError:
+            pass  # per-partition errors are in ``out``
+        return out
+
+    async def _delete_records_on(
+        self,
+        node: int,
+        parts: Mapping[TopicPartition, int],
+        out: dict[TopicPartition, int | KafkaError],
+        timeout_ms: int,
+    ) -> None:
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for tp, off in parts.items():
+            by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition, "offset": off})
+
+        def build(conn: BrokerConnection) -> Any:
+            return make_request(
+                ApiKey.DELETE_RECORDS,
+                conn.version(ApiKey.DELETE_RECORDS, max_version=2),
+                topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+                timeout=timeout_ms,
+            )
+
+        try:
+            response = await self.network.send(node, build)
+        except KafkaError as exc:
+            for tp in parts:
+                out[tp] = exc
+            return
+        for t in response.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, int(p.partition_index))
+                err = _error(p.error_code, f"delete records of {tp}")
+                if err is not None and err.code in (
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                ):
+                    self.network.request_update()
+                out[tp] = err if err is not None else int(p.low_watermark)
+
+    # -- groups ------------------------------------------------------------------------------------
+    async def list_groups(self, timeout: float | None = None) -> list[ListedGroup]:
+        """Every group of every broker (each broker lists the groups it coordinates)."""
+        self._check_open()
+        with trio.fail_after(self._default_timeout(timeout)):
+            cluster = await self.network.refresh_metadata([])
+        found: dict[str, ListedGroup] = {}
+        errors: list[KafkaError] = []
+
+        async def ask(node: int) -> None:
+            def build(conn: BrokerConnection) -> Any:
+                return make_request(
+                    ApiKey.LIST_GROUPS,
+                    conn.version(ApiKey.LIST_GROUPS, max_version=4),
+                    states_filter=[],
+                    types_filter=[],
+                )
+
+            try:
+                response = await self.network.send(node, build)
+            except KafkaError as exc:
+                errors.append(exc)
+                return
+            err = _error(response.error_code, f"ListGroups on broker {node}")
+            if err is not None:
+                errors.append(err)
+                return
+            for g in response.groups:
+                found[g.group_id] = ListedGroup(g.group_id, g.protocol_type, getattr(g, "group_state", ""))
+
+        async with trio.open_nursery() as nursery:
+            for node in cluster.brokers:
+                nursery.start_soon(ask, node)
+        if errors and not found:
+            raise errors[0]
+        return sorted(found.values(), key=lambda g: g.group_id)
+
+    async def describe_groups(
+        self, group_ids: Sequence[str], timeout: float | None = None
+    ) -> dict[str, GroupDescription | KafkaError]:
+        self._check_open()
+        out: dict[str, GroupDescription | KafkaError] = {}
+        for gid in group_ids:
+            lookup = CoordinatorLookup(self.network, gid)
+
+            def build(conn: BrokerConnection, gid: str = gid) -> Any:
+                return make_request(
+                    ApiKey.DESCRIBE_GROUPS,
+                    conn.version(ApiKey.DESCRIBE_GROUPS, max_version=5),
+                    groups=[gid],
+                    include_authorized_operations=False,
+                )
+
+            async def attempt(lookup: CoordinatorLookup = lookup, build: Any = build) -> Any:
+                response = await lookup.send(build)
+                for g in response.groups:
+                    code = error_code(g.error_code)
+                    lookup.check(code)
+                    if code.retriable:
+                        raise KafkaError(f"describe group {g.group_id!r}: {code.name}", code=code)
+                return response
+
+            try:
+                response = await self.network.call_with_retries(
+                    attempt, timeout_s=self._default_timeout(timeout), what="DescribeGroups"
+                )
+            except KafkaError as exc:
+                out[gid] = exc
+                continue
+            for g in response.groups:
+                err = _error(g.error_code, f"describe group {g.group_id!r}")
+                if err is not None:
+                    out[g.group_id] = err
+                    continue
+                members = []
+                for m in g.members:
+                    try:
+                        parts = (
+                            list(decode_assignment(m.member_assignment).partitions)
+                            if g.protocol_type == "consumer"
+                            else []
+                        )
+                    except KafkaError:
+                        parts = []
+                    members.append(
+                        MemberDescription(
+                            m.member_id, getattr(m, "group_instance_id", None), m.client_id, m.client_host, parts
+                        )
+                    )
+                out[g.group_id] = GroupDescription(
+                    g.group_id,
+                    g.group_state,
+                    g.protocol_type,
+                    g.protocol_data,
+                    members,
+                    lookup.node if lookup.node is not None else -1,
+                )
+        return out
+
+    async def delete_groups(
+        self, group_ids: Sequence[str], timeout: float | None = None
+    ) -> dict[str, KafkaError | None]:
+        self._check_open()
+        out: dict[str, KafkaError | None] = {}
+        for gid in group_ids:
+            lookup = CoordinatorLookup(self.network, gid)
+
+            def build(conn: BrokerConnection, gid: str = gid) -> Any:
+                return make_request(
+                    ApiKey.DELETE_GROUPS, conn.version(ApiKey.DELETE_GROUPS, max_version=2), groups_names=[gid]
+                )
+
+            async def attempt(lookup: CoordinatorLookup = lookup, build: Any = build) -> Any:
+                response = await lookup.send(build)
+                for r in response.results:
+                    code = error_code(r.error_code)
+                    lookup.check(code)
+                    if code.retriable:
+                        raise KafkaError(f"delete group {r.group_id!r}: {code.name}", code=code)
+                return response
+
+            try:
+                response = await self.network.call_with_retries(
+                    attempt, timeout_s=self._default_timeout(timeout), what="DeleteGroups"
+                )
+            except KafkaError as exc:
+                out[gid] = exc
+                continue
+            for r in response.results:
+                out[r.group_id] = _error(r.error_code, f"delete group {r.group_id!r}")
+        return out
+
+    async def list_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (every partition it committed when ``partitions`` is None)."""
+        self._check_open()
+        lookup = CoordinatorLookup(self.network, group_id)
+        parts = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+
+        async def attempt() -> dict[TopicPartition, OffsetAndMetadata]:
+            return await fetch_committed(lookup, parts)
+
+        return await self.network.call_with_retries(
+            attempt, timeout_s=self._default_timeout(timeout), what="OffsetFetch"
+        )
+
+    async def alter_consumer_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition | tuple[str, int], int | OffsetAndMetadata],
+        timeout: float | None = None,
+    ) -> None:
+        """Set committed offsets of a group with no active members (``groups reset-offsets``)."""
+        self._check_open()
+        lookup = CoordinatorLookup(self.network, group_id)
+        wanted = {
+            TopicPartition(*tp): v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(int(v))
+            for tp, v in offsets.items()
+        }
+
+        async def attempt() -> None:
+            await commit_offsets(lookup, wanted)
+
+        await self.network.call_with_retries(attempt, timeout_s=self._default_timeout(timeout), what="OffsetCommit")

@@ -1,0 +1,54 @@
+"""odradek's trio-native client API: use each client inside ``async with``.
+
+::
+
+    from odradek.client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
+
+See :mod:`odradek.client` for the blocking facade with the same names minus ``Async``.
+"""
+
+from __future__ import annotations
+
+from ..interfaces import TopicPartition
+from .accumulator import RecordMetadata
+from .admin import (
+    AlterConfigOp,
+    AsyncAdmin,
+    ClusterDescription,
+    ConfigEntry,
+    ConfigResourceType,
+    GroupDescription,
+    ListedGroup,
+    MemberDescription,
+    NewTopic,
+    TopicDescription,
+)
+from .base import ClientClosedError
+from .consumer import AsyncConsumer
+from .fetcher import ConsumerRecord, NoOffsetForPartition
+from .group_ops import OffsetAndMetadata
+from .offsets import OffsetAndTimestamp
+from .producer import AsyncProducer, RecordFuture
+
+__all__ = [
+    "AlterConfigOp",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "ClientClosedError",
+    "ClusterDescription",
+    "ConfigEntry",
+    "ConfigResourceType",
+    "ConsumerRecord",
+    "GroupDescription",
+    "ListedGroup",
+    "MemberDescription",
+    "NewTopic",
+    "NoOffsetForPartition",
+    "OffsetAndMetadata",
+    "OffsetAndTimestamp",
+    "RecordFuture",
+    "RecordMetadata",
+    "TopicDescription",
+    "TopicPartition",
+]
