@@ -440,3 +440,10 @@ def test_fetch_envelope_rejects_flexible_versions() -> None:
 def test_guard_refuses_implausible_lengths_before_kio(key: int, version: int, body: bytes) -> None:
     with pytest.raises(InvalidRequest):
         decode_request(key, version, body, 0)
+
+
+def test_header_of_unknown_api_versions_version_parses_even_with_garbage_after_client_id() -> None:
+    frame = struct.pack(">hhih", 18, 99, 5, -1) + b"\xff\xff"
+    assert parse_request_header(frame).correlation_id == 5
+    with pytest.raises(InvalidRequest):
+        parse_request_header(struct.pack(">hhih", 18, 3, 5, -1) + b"\xff\xff")

@@ -15,7 +15,7 @@ import struct
 from typing import NamedTuple
 
 from ..errors import InvalidRequest
-from .apis import request_header_version, response_header_version
+from .apis import ApiKey, is_supported, request_header_version, response_header_version
 
 _HEADER_FIXED = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 _INT32 = struct.Struct(">i")
@@ -96,8 +96,14 @@ def parse_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader
         except UnicodeDecodeError:
             raise InvalidRequest("client id is not UTF-8") from None
         pos = end
-    if api_key >= 0 and request_header_version(api_key, api_version) >= 2:
-        pos = skip_tagged_fields(frame, pos)
+    if request_header_version(api_key, api_version) >= 2:
+        try:
+            pos = skip_tagged_fields(frame, pos)
+        except InvalidRequest:
+            # An ApiVersions request of a version the broker does not know is answered from
+            # the header alone (KIP-511), so what follows the client id need not parse.
+            if api_key != ApiKey.API_VERSIONS or is_supported(api_key, api_version):
+                raise
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
 
 
