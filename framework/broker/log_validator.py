@@ -14,7 +14,6 @@ codec recompresses batches written with another one.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -83,7 +82,7 @@ def validate_records(
         log_append_time = now_ms
         for i, meta in enumerate(batches):
             records.set_log_append_time(data, meta.position, now_ms)
-            batches[i] = dataclasses.replace(meta, max_timestamp=now_ms)
+            batches[i] = meta._replace(max_timestamp=now_ms)
     return ValidatedRecords(data, batches, log_append_time)
 
 
@@ -133,6 +132,6 @@ def _recompress(
                 is_transactional=header.is_transactional,
                 offset_deltas=[r.offset - header.base_offset for r in batch.records],
             )
-        new_batches.append(dataclasses.replace(meta, position=len(out), size=len(chunk)))
+        new_batches.append(meta._replace(position=len(out), size=len(chunk)))
         out += chunk
     return out, new_batches

@@ -1,0 +1,221 @@
+"""Broker core: produce, fetch, list offsets, delete records and validation, against segment storage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from broker_harness import batch, create, fetch_records, produce, running_broker
+
+from odradek import records
+from odradek.broker.api import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    FetchPartition,
+    IsolationLevel,
+    ListOffsetsPartition,
+    OffsetForLeaderEpochPartition,
+)
+from odradek.errors import ErrorCode
+from odradek.interfaces import TopicPartition
+
+TP = TopicPartition("t", 0)
+
+
+async def test_produce_fetch_round_trip(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        offsets = [(await produce(core, TP, batch([b"a", b"b", b"c"]))).base_offset for _ in range(3)]
+        assert offsets == [0, 3, 6]
+        got = await fetch_records(core, TP)
+        assert [(r.offset, r.value) for r in got][:4] == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"a")]
+        assert len(got) == 9
+        for level, aborted in ((IsolationLevel.READ_UNCOMMITTED, None), (IsolationLevel.READ_COMMITTED, ())):
+            r = (await core.fetch(-1, 0, 0, 1 << 20, level, [FetchPartition(TP, 4, 1 << 20)]))[TP]
+            assert r.error == ErrorCode.NONE
+            assert (r.high_watermark, r.last_stable_offset, r.log_start_offset) == (9, 9, 0)
+            assert r.aborted_transactions == aborted
+            assert r.records is not None and r.records.first_batch_offset == 3  # the batch holding 4
+            r.records.release()
+        # reading at the end is empty, not an error
+        r = (await core.fetch(-1, 0, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 9, 1000)]))[TP]
+        assert r.error == ErrorCode.NONE and r.records is None and r.high_watermark == 9
+
+
+async def test_unknown_topic_and_offset_out_of_range(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        for tp in (TopicPartition("nope", 0), TopicPartition("t", 1)):
+            assert (await produce(core, tp, batch([b"x"]))).error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            r = await core.fetch(-1, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(tp, 0, 100)])
+            assert r[tp].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        await produce(core, TP, batch([b"x"]))
+        r = await core.fetch(-1, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 5, 100)])
+        assert r[TP].error == ErrorCode.OFFSET_OUT_OF_RANGE and r[TP].high_watermark == 1
+
+
+async def test_validation_errors_carry_kafka_codes(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        good = batch([b"v"])
+        corrupt = bytearray(good)
+        corrupt[-1] ^= 0xFF
+        assert (await produce(core, TP, corrupt)).error == ErrorCode.CORRUPT_MESSAGE
+        assert (await produce(core, TP, batch([b"a"]) + batch([b"b"]))).error == ErrorCode.INVALID_RECORD
+        assert (await produce(core, TP, bytearray())).error == ErrorCode.INVALID_RECORD
+        control = bytearray(
+            records.build_control_batch(records.ControlRecordType.COMMIT, producer_id=1, producer_epoch=0)
+        )
+        assert (await produce(core, TP, control)).error == ErrorCode.INVALID_RECORD
+        zstd = batch([b"z" * 100], compression=records.Compression.ZSTD)
+        assert (await produce(core, TP, bytearray(zstd), api_version=6)).error == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+        assert (await produce(core, TP, zstd, api_version=7)).error == ErrorCode.NONE
+        results = await core.produce(2, 1000, {TP: batch([b"v"])})
+        assert results[TP].error == ErrorCode.INVALID_REQUIRED_ACKS
+        # without a transaction coordinator no partition is part of a transaction (KIP-890)
+        txn = batch([b"t"], producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
+        assert (await produce(core, TP, txn)).error == ErrorCode.INVALID_TXN_STATE
+        # nothing of the refused batches was appended
+        assert [r.value for r in await fetch_records(core, TP)] == [b"z" * 100]
+
+
+async def test_message_too_large_and_compacted_keys(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "small", **{"max.message.bytes": "200"})
+        tp = TopicPartition("small", 0)
+        assert (await produce(core, tp, batch([b"x" * 300]))).error == ErrorCode.MESSAGE_TOO_LARGE
+        assert (await produce(core, tp, batch([b"x" * 10]))).error == ErrorCode.NONE
+        await create(core, "compacted", **{"cleanup.policy": "compact"})
+        ctp = TopicPartition("compacted", 0)
+        assert (await produce(core, ctp, batch([b"v"]))).error == ErrorCode.INVALID_RECORD
+        assert (await produce(core, ctp, batch([b"v"], keys=[b"k"]))).error == ErrorCode.NONE
+
+
+async def test_log_append_time(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "lat", **{"message.timestamp.type": "LogAppendTime"})
+        tp = TopicPartition("lat", 0)
+        result = await produce(core, tp, batch([b"a", b"b"], timestamp=1000))
+        assert result.error == ErrorCode.NONE and result.log_append_time > 1000
+        r = (await core.fetch(-1, 0, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(tp, 0, 1 << 20)]))[tp]
+        assert r.records is not None
+        data = r.records.to_bytes()
+        r.records.release()
+        decoded = records.decode_batch(data)  # verifies the recomputed CRC
+        assert decoded.header.timestamp_type == records.TimestampType.LOG_APPEND_TIME
+        assert decoded.header.max_timestamp == result.log_append_time
+        assert [rec.timestamp for rec in decoded.records] == [result.log_append_time] * 2
+        # CreateTime topics keep the producer's timestamp and report -1
+        await create(core, "ct")
+        assert (await produce(core, TopicPartition("ct", 0), batch([b"a"], timestamp=1000))).log_append_time == -1
+
+
+async def test_topic_compression_type_recompresses(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "gz", **{"compression.type": "gzip"})
+        tp = TopicPartition("gz", 0)
+        assert (await produce(core, tp, batch([b"a" * 50, b"b"]))).error == ErrorCode.NONE
+        r = (await core.fetch(-1, 0, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(tp, 0, 1 << 20)]))[tp]
+        assert r.records is not None
+        data = r.records.to_bytes()
+        r.records.release()
+        decoded = records.decode_batch(data)
+        assert decoded.header.compression == records.Compression.GZIP
+        assert [x.value for x in decoded.records] == [b"a" * 50, b"b"]
+
+
+async def test_fetch_max_bytes_across_partitions(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "m", partitions=3)
+        tps = [TopicPartition("m", p) for p in range(3)]
+        for tp in tps:
+            for _ in range(2):
+                await produce(core, tp, batch([b"x" * 1000]))
+        size = 1000 + 61 + 10  # roughly one batch
+        parts = [FetchPartition(tp, 0, 10 * size) for tp in tps]
+        # max_bytes smaller than one batch: the first partition still returns one whole batch
+        res = await core.fetch(-1, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, parts)
+        assert list(res) == tps  # every requested partition echoed, in order
+        first = res[tps[0]].records
+        assert first is not None and first.size > 100 and first.size < 2 * size
+        first.release()
+        assert res[tps[1]].records is None and res[tps[2]].records is None
+        assert all(r.high_watermark == 2 for r in res.values())
+        # partition_max_bytes limits each partition, the total limit the sum
+        res = await core.fetch(
+            -1, 0, 0, 10 * size, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(tp, 0, 1) for tp in tps]
+        )
+        sizes = [r.records.size if r.records else 0 for r in res.values()]
+        assert sizes[0] > 0 and sizes[1] == 0  # min one batch applies to the first partition only
+        for r in res.values():
+            if r.records:
+                r.records.release()
+
+
+async def test_list_offsets(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        for ts in (1000, 3000, 2000):
+            await produce(core, TP, batch([b"v"], timestamp=ts))
+
+        async def ask(timestamp: int) -> tuple[int, int, int]:
+            r = (await core.list_offsets(-1, IsolationLevel.READ_UNCOMMITTED, [ListOffsetsPartition(TP, timestamp)]))[
+                TP
+            ]
+            assert r.error == ErrorCode.NONE
+            return r.offset, r.timestamp, r.leader_epoch
+
+        assert (await ask(EARLIEST_TIMESTAMP))[0] == 0
+        assert (await ask(LATEST_TIMESTAMP))[0] == 3
+        assert (await ask(MAX_TIMESTAMP))[:2] == (1, 3000)
+        assert (await ask(1500))[:2] == (1, 3000)
+        assert (await ask(500))[:2] == (0, 1000)
+        assert (await ask(9999))[:2] == (-1, -1)
+        assert (await ask(LATEST_TIMESTAMP))[2] == 0  # leader epoch of a new topic
+        r = await core.list_offsets(
+            -1, IsolationLevel.READ_UNCOMMITTED, [ListOffsetsPartition(TopicPartition("x", 0), -1)]
+        )
+        assert r[TopicPartition("x", 0)].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_delete_records(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        for _ in range(5):
+            await produce(core, TP, batch([b"v"]))
+        res = await core.delete_records({TP: 3}, 1000)
+        assert res[TP].error == ErrorCode.NONE and res[TP].low_watermark == 3
+        r = await core.fetch(-1, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 0, 100)])
+        assert r[TP].error == ErrorCode.OFFSET_OUT_OF_RANGE and r[TP].log_start_offset == 3
+        earliest = await core.list_offsets(
+            -1, IsolationLevel.READ_UNCOMMITTED, [ListOffsetsPartition(TP, EARLIEST_TIMESTAMP)]
+        )
+        assert earliest[TP].offset == 3
+        assert [x.offset for x in await fetch_records(core, TP, 3)] == [3, 4]
+        assert (await core.delete_records({TP: 9}, 1000))[TP].error == ErrorCode.OFFSET_OUT_OF_RANGE
+        res = await core.delete_records({TP: -1}, 1000)  # -1: up to the high watermark
+        assert res[TP].low_watermark == 5
+        unknown = TopicPartition("nope", 0)
+        assert (await core.delete_records({unknown: 1}, 1000))[unknown].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_offset_for_leader_epoch_and_epoch_fencing(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        for _ in range(4):
+            await produce(core, TP, batch([b"v"]))
+        res = await core.offset_for_leader_epoch(-1, [OffsetForLeaderEpochPartition(TP, 0)])
+        assert res[TP].error == ErrorCode.NONE and (res[TP].leader_epoch, res[TP].end_offset) == (0, 4)
+        fenced = FetchPartition(TP, 0, 100, current_leader_epoch=1)
+        r = await core.fetch(-1, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [fenced])
+        assert r[TP].error == ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+@pytest.mark.parametrize("compression", list(records.Compression))
+async def test_every_compression_round_trips(tmp_path: Path, compression: records.Compression) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        data = batch([b"v%d" % i for i in range(50)], compression=compression)
+        assert (await produce(core, TP, data)).error == ErrorCode.NONE
+        assert [r.value for r in await fetch_records(core, TP)] == [b"v%d" % i for i in range(50)]
