@@ -1,0 +1,126 @@
+"""Idempotent producers: producer ids, epochs, sequences, duplicates of the last 5 batches, restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker_harness import batch, create, fetch_records, produce, running_broker
+
+from odradek.broker.core import BrokerCore
+from odradek.broker.producer_state import SNAPSHOT_NAME
+from odradek.errors import ErrorCode
+from odradek.interfaces import TopicPartition
+
+TP = TopicPartition("t", 0)
+
+
+def pbatch(pid: int, epoch: int, seq: int, n: int = 1, tag: bytes = b"v") -> bytearray:
+    return batch([tag + b"%d" % (seq + i) for i in range(n)], producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+async def new_producer(core: BrokerCore) -> int:
+    result = await core.init_producer_id(None, 60000)
+    assert result.error == ErrorCode.NONE and result.producer_epoch == 0
+    return result.producer_id
+
+
+async def test_producer_ids_are_unique_and_survive_restart(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        ids = [await new_producer(core) for _ in range(3)]
+        assert len(set(ids)) == 3
+    async with running_broker(tmp_path) as core:
+        later = await new_producer(core)
+        assert later > max(ids)  # a new block: ids are never handed out twice
+
+
+async def test_duplicates_of_last_five_batches_keep_original_offsets(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        pid = await new_producer(core)
+        firsts = [(await produce(core, TP, pbatch(pid, 0, seq * 2, n=2))).base_offset for seq in range(6)]
+        assert firsts == [0, 2, 4, 6, 8, 10]
+        # a retry of any of the last five batches: acknowledged with the original offset, not appended
+        for seq in (2, 4, 10):
+            result = await produce(core, TP, pbatch(pid, 0, seq, n=2))
+            assert result.error == ErrorCode.NONE and result.base_offset == seq
+        assert len(await fetch_records(core, TP)) == 12
+        # the first batch left the window: a retry of it is out of order
+        assert (await produce(core, TP, pbatch(pid, 0, 0, n=2))).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        # a retry overlapping but not matching a batch is out of order too
+        assert (await produce(core, TP, pbatch(pid, 0, 9, n=2))).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert (await produce(core, TP, pbatch(pid, 0, 12))).base_offset == 12
+
+
+async def test_gaps_and_epochs(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        pid = await new_producer(core)
+        assert (await produce(core, TP, pbatch(pid, 0, 0))).error == ErrorCode.NONE
+        assert (await produce(core, TP, pbatch(pid, 0, 2))).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert (await produce(core, TP, pbatch(pid, 0, 1))).error == ErrorCode.NONE
+        # a bumped epoch starts again at 0 and fences the old one
+        assert (await produce(core, TP, pbatch(pid, 1, 5))).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert (await produce(core, TP, pbatch(pid, 1, 0))).error == ErrorCode.NONE
+        assert (await produce(core, TP, pbatch(pid, 0, 2))).error == ErrorCode.INVALID_PRODUCER_EPOCH
+        # a producer the partition has never seen is accepted at any sequence (Kafka >= 2.5:
+        # its state may have been removed by retention or DeleteRecords)
+        other = await new_producer(core)
+        assert (await produce(core, TP, pbatch(other, 0, 42))).error == ErrorCode.NONE
+        assert (await produce(core, TP, pbatch(other, 0, 44))).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert [r.value for r in await fetch_records(core, TP)] == [b"v0", b"v1", b"v0", b"v42"]
+
+
+async def test_sequence_wraps_at_int32_max(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        pid = await new_producer(core)
+        top = 2**31 - 1
+        assert (await produce(core, TP, pbatch(pid, 0, top - 1, n=2))).error == ErrorCode.NONE
+        assert (await produce(core, TP, pbatch(pid, 0, 0))).error == ErrorCode.NONE
+
+
+async def test_producer_state_survives_restart(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        pid = await new_producer(core)
+        for seq in range(3):
+            await produce(core, TP, pbatch(pid, 0, seq))
+    async with running_broker(tmp_path) as core:
+        # the retry of the last batch after a restart is still recognised
+        result = await produce(core, TP, pbatch(pid, 0, 2))
+        assert result.error == ErrorCode.NONE and result.base_offset == 2
+        assert (await produce(core, TP, pbatch(pid, 0, 4))).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert (await produce(core, TP, pbatch(pid, 0, 3))).base_offset == 3
+
+
+async def test_producer_state_rebuilt_from_log_without_snapshot(tmp_path: Path) -> None:
+    """A crash before any snapshot: the state is replayed from the log's batch headers."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        pid = await new_producer(core)
+        for seq in range(0, 6, 2):
+            await produce(core, TP, pbatch(pid, 0, seq, n=2))
+    snapshots = list(tmp_path.glob(f"t-0/{SNAPSHOT_NAME}*"))
+    assert snapshots, "clean shutdown writes a producer-state snapshot"
+    for s in snapshots:
+        s.unlink()
+    async with running_broker(tmp_path) as core:
+        assert (await produce(core, TP, pbatch(pid, 0, 2, n=2))).base_offset == 2
+        assert (await produce(core, TP, pbatch(pid, 0, 6))).base_offset == 6
+
+
+async def test_transactional_init_producer_id_bumps_epoch(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        first = await core.init_producer_id("txn-a", 60000)
+        second = await core.init_producer_id("txn-a", 60000)
+        assert first.error == second.error == ErrorCode.NONE
+        assert second.producer_id == first.producer_id and second.producer_epoch == first.producer_epoch + 1
+        stale = await core.init_producer_id("txn-a", 60000, first.producer_id, first.producer_epoch)
+        assert stale.error == ErrorCode.PRODUCER_FENCED
+        assert (await core.init_producer_id("txn-a", 10**9)).error == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+        assert (await core.init_producer_id("", 60000)).error == ErrorCode.INVALID_REQUEST
+        other = await core.init_producer_id("txn-b", 60000)
+        assert other.producer_id != first.producer_id
+    async with running_broker(tmp_path) as core:
+        again = await core.init_producer_id("txn-a", 60000)
+        assert again.producer_id == first.producer_id and again.producer_epoch == second.producer_epoch + 1

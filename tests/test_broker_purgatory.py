@@ -1,0 +1,235 @@
+"""Purgatory: long-poll fetch and acks=all produce, timed on trio's autojump clock."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from broker_harness import batch, create, produce, running_broker
+
+from odradek.broker.api import FetchPartition, FetchPartitionResult, IsolationLevel
+from odradek.broker.core import BrokerCore
+from odradek.broker.metadata_cache import partition_state_key, topic_key
+from odradek.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
+from odradek.errors import ErrorCode
+from odradek.interfaces import Check, Put, TopicPartition
+
+TP = TopicPartition("t", 0)
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+async def long_poll(
+    core: BrokerCore, offset: int, max_wait_ms: int, min_bytes: int = 1
+) -> tuple[float, FetchPartitionResult]:
+    start = trio.current_time()
+    res = await core.fetch(
+        -1, max_wait_ms, min_bytes, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, offset, 1 << 20)]
+    )
+    r = res[TP]
+    if r.records is not None:
+        r.records.release()
+    return trio.current_time() - start, r
+
+
+# -- the generic purgatory -------------------------------------------------------------------------
+
+
+class Flag(DelayedOperation):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready = False
+        self.events: list[str] = []
+
+    def try_complete(self) -> bool:
+        return self.force_complete() if self.ready else False
+
+    def on_complete(self) -> None:
+        self.events.append("complete")
+
+    def on_expiration(self) -> None:
+        self.events.append("expired")
+
+
+async def test_purgatory_completes_on_check_and_expires(autojump_clock: trio.testing.MockClock) -> None:
+    purgatory: DelayedOperationPurgatory[str] = DelayedOperationPurgatory("test")
+    woken, expiring = Flag(), Flag()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(purgatory.try_complete_else_watch, woken, ["a", "b"], 1000)
+        nursery.start_soon(purgatory.try_complete_else_watch, expiring, ["a"], 300)
+        await trio.testing.wait_all_tasks_blocked()
+        assert purgatory.watched("a") == 2 and purgatory.watched() == 2
+        assert purgatory.check_and_complete("b") == 0  # condition not met yet
+        await trio.sleep(0.5)  # the 300 ms operation expires meanwhile
+        woken.ready = True
+        assert purgatory.check_and_complete("b") == 1
+    assert woken.events == ["complete"] and not woken.expired
+    assert expiring.events == ["expired", "complete"] and expiring.expired
+    assert purgatory.watched() == 0
+
+
+async def test_purgatory_cancelled_waiter_leaves_no_watchers(autojump_clock: trio.testing.MockClock) -> None:
+    purgatory: DelayedOperationPurgatory[str] = DelayedOperationPurgatory("test")
+    op = Flag()
+    with trio.move_on_after(0.1):
+        await purgatory.try_complete_else_watch(op, ["k"], 10_000)
+    assert purgatory.watched() == 0 and op.events == []
+    ready = Flag()
+    ready.ready = True
+    await purgatory.try_complete_else_watch(ready, ["k"], 10_000)  # completes without parking
+    assert ready.events == ["complete"]
+
+
+# -- delayed fetch ---------------------------------------------------------------------------------
+
+
+async def test_fetch_waits_max_wait_when_no_data(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        elapsed, r = await long_poll(core, 0, 500)
+        assert elapsed == pytest.approx(0.5) and r.error == ErrorCode.NONE and r.records is None
+
+
+async def test_fetch_returns_as_soon_as_data_arrives(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        got: list[tuple[float, FetchPartitionResult]] = []
+
+        async def consumer() -> None:
+            got.append(await long_poll(core, 0, 10_000))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consumer)
+            await trio.sleep(0.2)
+            await produce(core, TP, batch([b"hello"]))
+        elapsed, r = got[0]
+        assert elapsed == pytest.approx(0.2) and r.high_watermark == 1
+
+
+async def test_fetch_waits_for_min_bytes(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        got: list[tuple[float, FetchPartitionResult]] = []
+
+        async def consumer() -> None:
+            got.append(await long_poll(core, 0, 10_000, min_bytes=2000))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consumer)
+            await trio.sleep(0.1)
+            await produce(core, TP, batch([b"x" * 100]))  # not enough yet
+            await trio.sleep(0.1)
+            assert not got
+            await produce(core, TP, batch([b"y" * 3000]))
+        elapsed, r = got[0]
+        assert elapsed == pytest.approx(0.2) and r.high_watermark == 2
+
+
+async def test_fetch_returns_at_once_with_data_or_zero_wait(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        assert (await long_poll(core, 0, 0))[0] == 0
+        await produce(core, TP, batch([b"x"]))
+        elapsed, r = await long_poll(core, 0, 10_000)
+        assert elapsed == 0 and r.high_watermark == 1
+
+
+async def test_fetch_woken_by_topic_deletion(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        got: list[tuple[float, FetchPartitionResult]] = []
+
+        async def consumer() -> None:
+            got.append(await long_poll(core, 0, 10_000))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consumer)
+            await trio.sleep(0.1)
+            await core.delete_topics(["t"], 1000)
+        elapsed, r = got[0]
+        # woken by the deletion, not the 10 s max wait (the metadata store's fsync runs in a
+        # thread, during which the autojump clock may skip to the next housekeeping deadline)
+        assert elapsed < 10 and r.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def add_in_sync_follower(core: BrokerCore, tp: TopicPartition, follower: int) -> None:
+    """Make ``follower`` a replica in the ISR through the metadata store, as a controller would."""
+    store = core.store
+    assignment = await store.get(topic_key(tp.topic))
+    state = await store.get(partition_state_key(tp.topic, tp.partition))
+    assert assignment is not None and state is not None
+    doc = json.loads(assignment.value)
+    doc["partitions"][str(tp.partition)].append(follower)
+    st = json.loads(state.value)
+    st["isr"].append(follower)
+    await store.txn(
+        [
+            Check(topic_key(tp.topic), assignment.version),
+            Check(partition_state_key(tp.topic, tp.partition), state.version),
+        ],
+        [
+            Put(topic_key(tp.topic), json.dumps(doc).encode()),
+            Put(partition_state_key(tp.topic, tp.partition), json.dumps(st).encode()),
+        ],
+    )
+    await core.metadata_cache.refresh_topic(tp.topic)
+
+
+# -- delayed produce -------------------------------------------------------------------------------
+
+
+async def test_acks_all_single_node_completes_at_once(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        start = trio.current_time()
+        result = await produce(core, TP, batch([b"x"]), acks=-1, timeout_ms=3000)
+        assert result.error == ErrorCode.NONE and result.base_offset == 0 and trio.current_time() == start
+
+
+async def test_acks_all_waits_for_followers_then_times_out(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """With a follower (broker 2) in the ISR, acks=all waits until the follower's fetch moves
+    the high watermark past the batch, and times out if it never does."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        await add_in_sync_follower(core, TP, 2)
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None and partition.isr == {0, 2}
+        start = trio.current_time()
+        timed_out = await produce(core, TP, batch([b"a"]), acks=-1, timeout_ms=700)
+        assert timed_out.error == ErrorCode.REQUEST_TIMED_OUT and trio.current_time() - start == pytest.approx(0.7)
+        assert partition.high_watermark == 0 and partition.log_end_offset == 1
+        results = []
+
+        async def producer() -> None:
+            results.append(await produce(core, TP, batch([b"b"]), acks=-1, timeout_ms=10_000))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(producer)
+            await trio.sleep(0.3)
+            # the follower fetches from its log end: it has everything the leader has
+            await core.fetch(2, 0, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 2, 1 << 20)])
+        assert results[0].error == ErrorCode.NONE and results[0].base_offset == 1
+        assert partition.high_watermark == 2
+        # a consumer never reads past the high watermark
+        await produce(core, TP, batch([b"c"]), acks=1)
+        elapsed, r = await long_poll(core, 2, 200)
+        assert r.records is None and r.high_watermark == 2 and elapsed == pytest.approx(0.2)
+
+
+async def test_acks_all_refused_below_min_insync_replicas(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", **{"min.insync.replicas": "2"})
+        assert (await produce(core, TP, batch([b"a"]), acks=-1)).error == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert (await produce(core, TP, batch([b"a"]), acks=1)).error == ErrorCode.NONE
