@@ -1,0 +1,249 @@
+"""Broker core: topics (create/delete/grow, names, auto-creation), Metadata, configs (live), restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from broker_harness import batch, create, fetch_records, produce, running_broker
+
+from odradek.broker.admin import assign_replicas, validate_topic_name
+from odradek.broker.api import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
+    ConfigResource,
+    ConfigResourceType,
+    ConfigSource,
+    CreatableTopic,
+    CreatePartitionsTopic,
+    FetchPartition,
+    IsolationLevel,
+)
+from odradek.broker.core import BrokerCore
+from odradek.errors import ErrorCode, InvalidTopic
+from odradek.interfaces import TopicPartition
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "é", "a/b"])
+def test_invalid_topic_names(name: str) -> None:
+    with pytest.raises(InvalidTopic):
+        validate_topic_name(name)
+
+
+def test_valid_topic_names_and_assignment() -> None:
+    for name in ("a", "a.b_c-D9", "a" * 249):
+        validate_topic_name(name)
+    assignment = assign_replicas([1, 2, 3], 6, 2)
+    assert all(len(set(r)) == 2 for r in assignment)
+    assert sorted(r[0] for r in assignment) == [1, 1, 2, 2, 3, 3]  # leaders spread evenly
+
+
+async def test_create_topics_validation(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+
+        async def create_one(topic: CreatableTopic, validate_only: bool = False) -> ErrorCode:
+            return (await core.create_topics([topic], 1000, validate_only))[topic.name].error
+
+        assert await create_one(CreatableTopic("ok", 3, 1)) == ErrorCode.NONE
+        assert await create_one(CreatableTopic("ok", 3, 1)) == ErrorCode.TOPIC_ALREADY_EXISTS
+        assert await create_one(CreatableTopic("bad name")) == ErrorCode.INVALID_TOPIC_EXCEPTION
+        assert await create_one(CreatableTopic("a.b")) == ErrorCode.NONE
+        assert await create_one(CreatableTopic("a_b")) == ErrorCode.INVALID_TOPIC_EXCEPTION  # collides with a.b
+        assert await create_one(CreatableTopic("zero", 0, 1)) == ErrorCode.INVALID_PARTITIONS
+        assert await create_one(CreatableTopic("rf", 1, 2)) == ErrorCode.INVALID_REPLICATION_FACTOR
+        assert await create_one(CreatableTopic("rf0", 1, 0)) == ErrorCode.INVALID_REPLICATION_FACTOR
+        bad_cfg = CreatableTopic("cfg", configs={"retention.ms": "soon"})
+        assert await create_one(bad_cfg) == ErrorCode.INVALID_CONFIG
+        assert await create_one(CreatableTopic("cfg2", configs={"no.such.config": "1"})) == ErrorCode.INVALID_CONFIG
+        assert await create_one(CreatableTopic("cfg3", configs={"retention.ms": None})) == ErrorCode.INVALID_CONFIG
+        assert await create_one(CreatableTopic("both", 2, 1, assignments={0: [0]})) == ErrorCode.INVALID_REQUEST
+        assert (
+            await create_one(CreatableTopic("asg", assignments={0: [0], 2: [0]}))
+            == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        )
+        assert await create_one(CreatableTopic("asg", assignments={0: [7]})) == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        assert await create_one(CreatableTopic("asg", assignments={0: [0], 1: [0]})) == ErrorCode.NONE
+        assert await create_one(CreatableTopic("dry", 4, 1), validate_only=True) == ErrorCode.NONE
+        dup = await core.create_topics([CreatableTopic("d"), CreatableTopic("d")], 1000, False)
+        assert dup["d"].error == ErrorCode.INVALID_REQUEST
+        md = await core.metadata(None, False)
+        assert sorted(t.name for t in md.topics) == ["a.b", "asg", "ok"]
+        assert [len(t.partitions) for t in md.topics if t.name == "asg"] == [2]
+
+
+async def test_create_topic_result_describes_configs(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        res = (await core.create_topics([CreatableTopic("c", 2, 1, configs={"retention.ms": "1000"})], 1000, False))[
+            "c"
+        ]
+        assert (res.num_partitions, res.replication_factor) == (2, 1)
+        entries = {e.name: e for e in res.configs}
+        assert (
+            entries["retention.ms"].value == "1000"
+            and entries["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG
+        )
+        assert entries["cleanup.policy"].value == "delete" and entries["cleanup.policy"].is_default
+
+
+async def test_metadata_brokers_controller_and_partitions(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", partitions=2)
+        md = await core.metadata(["t", "missing", "bad name"], False, listener_name="PLAINTEXT")
+        assert md.cluster_id == core.cluster_id and len(md.cluster_id) == 22
+        assert md.controller_id == 0
+        assert [(b.node_id, b.host, b.port) for b in md.brokers] == [(0, "127.0.0.1", 9092)]
+        by_name = {t.name: t for t in md.topics}
+        assert by_name["missing"].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert by_name["bad name"].error == ErrorCode.INVALID_TOPIC_EXCEPTION
+        t = by_name["t"]
+        assert t.error == ErrorCode.NONE and not t.is_internal
+        assert [(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr) for p in t.partitions] == [
+            (0, 0, 0, (0,), (0,)),
+            (1, 0, 0, (0,), (0,)),
+        ]
+        # a listener the broker does not have: no broker address, partitions say so
+        other = await core.metadata(["t"], False, listener_name="EXTERNAL")
+        assert other.brokers == () and other.topics[0].partitions[0].error == ErrorCode.LISTENER_NOT_FOUND
+
+
+async def test_metadata_auto_creates_topics(tmp_path: Path) -> None:
+    async with running_broker(tmp_path, num_partitions=3) as core:
+        md = await core.metadata(["auto"], True)
+        assert md.topics[0].error == ErrorCode.NONE and len(md.topics[0].partitions) == 3
+        md = await core.metadata(["not-asked"], False)
+        assert md.topics[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        # internal topics are created by their coordinators, never by a Metadata request
+        md = await core.metadata(["__transaction_state"], True)
+        assert md.topics[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    async with running_broker(tmp_path / "off", auto_create_topics_enable=False) as core:
+        md = await core.metadata(["auto"], True)
+        assert md.topics[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_delete_topics(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "gone", partitions=2)
+        await produce(core, TopicPartition("gone", 0), batch([b"x"]))
+        assert (tmp_path / "gone-0").exists()
+        res = await core.delete_topics(["gone", "never"], 1000)
+        assert res["gone"].error == ErrorCode.NONE and res["never"].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert core.storage.get_log(TopicPartition("gone", 0)) is None
+        assert (await core.metadata(["gone"], False)).topics[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        # re-created from scratch
+        await create(core, "gone")
+        assert await fetch_records(core, TopicPartition("gone", 0)) == []
+    async with running_broker(tmp_path / "nodelete", delete_topic_enable=False) as core:
+        await create(core, "kept")
+        assert (await core.delete_topics(["kept"], 1000))["kept"].error == ErrorCode.TOPIC_DELETION_DISABLED
+
+
+async def test_create_partitions(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "g")
+        res = await core.create_partitions([CreatePartitionsTopic("g", 3)], 1000, False)
+        assert res["g"].error == ErrorCode.NONE
+        assert (await produce(core, TopicPartition("g", 2), batch([b"x"]))).error == ErrorCode.NONE
+        for count, code in ((3, ErrorCode.INVALID_PARTITIONS), (2, ErrorCode.INVALID_PARTITIONS)):
+            assert (await core.create_partitions([CreatePartitionsTopic("g", count)], 1000, False))["g"].error == code
+        bad = CreatePartitionsTopic("g", 5, [[0]])
+        assert (await core.create_partitions([bad], 1000, False))["g"].error == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        ok = CreatePartitionsTopic("g", 5, [[0], [0]])
+        assert (await core.create_partitions([ok], 1000, True))["g"].error == ErrorCode.NONE  # validate only
+        assert len((await core.metadata(["g"], False)).topics[0].partitions) == 3
+        none = await core.create_partitions([CreatePartitionsTopic("none", 2)], 1000, False)
+        assert none["none"].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def describe_topic(core: BrokerCore, name: str, *names: str) -> dict[str, tuple[str | None, ConfigSource]]:
+    res = await core.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name, list(names) or None)])
+    assert res[0].error == ErrorCode.NONE, res[0]
+    return {e.name: (e.value, e.source) for e in res[0].configs}
+
+
+async def alter(core: BrokerCore, name: str, *ops: AlterableConfig, validate_only: bool = False) -> ErrorCode:
+    resource = AlterConfigsResource(ConfigResourceType.TOPIC, name, ops)
+    return (await core.incremental_alter_configs([resource], validate_only))[0].error
+
+
+async def test_describe_configs(tmp_path: Path) -> None:
+    async with running_broker(tmp_path, log_retention_ms=12345) as core:
+        await create(core, "t", **{"segment.bytes": "1048576"})
+        cfg = await describe_topic(core, "t")
+        assert cfg["segment.bytes"] == ("1048576", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+        assert cfg["retention.ms"] == ("12345", ConfigSource.STATIC_BROKER_CONFIG)
+        assert cfg["cleanup.policy"] == ("delete", ConfigSource.DEFAULT_CONFIG)
+        assert list(await describe_topic(core, "t", "retention.ms")) == ["retention.ms"]
+        res = await core.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, "t", ["retention.ms"])], include_synonyms=True
+        )
+        assert [s[0] for s in res[0].configs[0].synonyms] == ["log.retention.ms"]
+        missing = await core.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "nope")])
+        assert missing[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        broker = await core.describe_configs([ConfigResource(ConfigResourceType.BROKER, "0", ["log.retention.ms"])])
+        entry = broker[0].configs[0]
+        assert entry.read_only and entry.value == "12345" and entry.source == ConfigSource.STATIC_BROKER_CONFIG
+
+
+async def test_incremental_alter_configs_apply_live(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        tp = TopicPartition("t", 0)
+        partition = core.replica_manager.get_partition(tp)
+        assert partition is not None
+        assert await alter(core, "t", AlterableConfig("max.message.bytes", AlterConfigOp.SET, "200")) == ErrorCode.NONE
+        # in force for the next produce, without a restart, on the partition and on its log
+        assert (await produce(core, tp, batch([b"x" * 300]))).error == ErrorCode.MESSAGE_TOO_LARGE
+        assert partition.config.max_message_bytes == 200
+        assert partition.log.config.max_message_bytes == 200  # type: ignore[attr-defined]
+        assert await alter(core, "t", AlterableConfig("retention.ms", AlterConfigOp.SET, "1000")) == ErrorCode.NONE
+        assert partition.log.config.retention_ms == 1000  # type: ignore[attr-defined]
+        compact = AlterableConfig("cleanup.policy", AlterConfigOp.APPEND, "compact")
+        assert await alter(core, "t", compact) == ErrorCode.NONE
+        assert (await describe_topic(core, "t", "cleanup.policy"))["cleanup.policy"][0] == "delete,compact"
+        assert partition.config.compact
+        remove = AlterableConfig("cleanup.policy", AlterConfigOp.SUBTRACT, "delete")
+        assert await alter(core, "t", remove) == ErrorCode.NONE
+        assert partition.log.config.cleanup_policy == ["compact"]  # type: ignore[attr-defined]
+        assert (
+            await alter(core, "t", AlterableConfig("max.message.bytes", AlterConfigOp.DELETE, None)) == ErrorCode.NONE
+        )
+        assert (await produce(core, tp, batch([b"x" * 300], keys=[b"k"]))).error == ErrorCode.NONE
+        # refused changes
+        assert (
+            await alter(core, "t", AlterableConfig("retention.ms", AlterConfigOp.SET, "x")) == ErrorCode.INVALID_CONFIG
+        )
+        assert await alter(core, "t", AlterableConfig("nope", AlterConfigOp.SET, "1")) == ErrorCode.INVALID_CONFIG
+        assert (
+            await alter(core, "t", AlterableConfig("retention.ms", AlterConfigOp.APPEND, "1"))
+            == ErrorCode.INVALID_CONFIG
+        )
+        assert await alter(core, "zz", AlterableConfig("retention.ms", AlterConfigOp.SET, "1")) == (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
+        dry = AlterableConfig("retention.ms", AlterConfigOp.SET, "5")
+        assert await alter(core, "t", dry, validate_only=True) == ErrorCode.NONE
+        assert partition.log.config.retention_ms == 1000  # type: ignore[attr-defined]
+        broker = AlterConfigsResource(ConfigResourceType.BROKER, "0", [dry])
+        assert (await core.incremental_alter_configs([broker], False))[0].error == ErrorCode.INVALID_CONFIG
+
+
+async def test_restart_keeps_topics_configs_data_and_offsets(tmp_path: Path) -> None:
+    tp = TopicPartition("t", 1)
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", partitions=2, **{"retention.ms": "99999"})
+        for i in range(3):
+            await produce(core, tp, batch([b"v%d" % i]))
+        cluster_id = core.cluster_id
+    async with running_broker(tmp_path) as core:
+        assert core.cluster_id == cluster_id
+        md = await core.metadata(["t"], False)
+        assert len(md.topics[0].partitions) == 2
+        assert (await describe_topic(core, "t", "retention.ms"))["retention.ms"] == (
+            "99999",
+            ConfigSource.DYNAMIC_TOPIC_CONFIG,
+        )
+        assert (await produce(core, tp, batch([b"v3"]))).base_offset == 3
+        assert [r.value for r in await fetch_records(core, tp)] == [b"v0", b"v1", b"v2", b"v3"]
+        r = await core.fetch(-1, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(tp, 4, 100)])
+        assert r[tp].high_watermark == 4
