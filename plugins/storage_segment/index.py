@@ -140,17 +140,25 @@ class _Index(ABC):
         self._allocated = target
 
     def _append(self, *fields: int) -> None:
-        mm = self._map()
-        assert mm is not None and self._entries is not None
-        self.ENTRY.pack_into(mm, self._entries * self.ENTRY.size, *fields)
-        self._entries += 1
+        # the append path does not touch the LRU: a hot index that ages out is simply remapped
+        mm = self._mm if self._mm is not None else self._map()
+        n = self.entries
+        assert mm is not None
+        self.ENTRY.pack_into(mm, n * self.ENTRY.size, *fields)
+        self._entries = n + 1
 
     def _truncate_entries(self, count: int) -> None:
         self._entries = max(0, min(count, self.entries))
+        self._forget_cached()
+
+    @abstractmethod
+    def _forget_cached(self) -> None:
+        """Entries were removed: drop anything cached about the last one."""
 
     def reset(self) -> None:
         """Forget every entry (the index is about to be rebuilt from the log)."""
         self._entries = 0
+        self._forget_cached()
 
     # -- lifecycle -------------------------------------------------------------------------
     def trim(self) -> None:
@@ -217,6 +225,9 @@ class OffsetIndex(_Index):
 
     ENTRY = struct.Struct(">ii")
 
+    def _forget_cached(self) -> None:
+        """Nothing about offset entries is cached."""
+
     def append(self, offset: int, position: int) -> None:
         """Add an entry unless the index is full (a sparse index may skip entries)."""
         if self.entries < self.max_entries:
@@ -261,6 +272,10 @@ class TimeIndex(_Index):
     """Largest timestamp so far -> relative offset of the batch that carried it."""
 
     ENTRY = struct.Struct(">qi")
+    _last_ts: tuple[int, int] | None = None  # (entry count, timestamp of the last entry)
+
+    def _forget_cached(self) -> None:
+        self._last_ts = None
 
     def last_entry(self) -> tuple[int, int] | None:
         """(timestamp, offset) of the last entry, or None when empty."""
@@ -276,9 +291,14 @@ class TimeIndex(_Index):
         n = self.entries
         if n >= self.max_entries or timestamp < 0:
             return
-        if n and self._entry(n - 1)[0] >= timestamp:
-            return
+        if n:
+            cached = self._last_ts
+            last = cached[1] if cached is not None and cached[0] == n else self._entry(n - 1)[0]
+            if last >= timestamp:
+                self._last_ts = (n, last)
+                return
         self._append(timestamp, offset - self.base_offset)
+        self._last_ts = (n + 1, timestamp)
 
     def lookup(self, timestamp: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the last entry with a timestamp < ``timestamp``, else None:
