@@ -1,0 +1,174 @@
+"""Partition state without a server: leader and follower appends, HW over the ISR, truncation by
+leader epoch, transactions' last stable offset and aborted index, producer-state persistence."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from broker_harness import batch, broker_plugins
+
+from odradek import records
+from odradek.broker.api import IsolationLevel
+from odradek.broker.controller import elect_leader
+from odradek.broker.metadata_cache import PartitionState
+from odradek.broker.partition import Partition
+from odradek.broker.producer_state import AbortedTxn, AppendOrigin, ProducerStateManager
+from odradek.config import default_config
+from odradek.errors import ErrorCode, InvalidProducerEpoch, KafkaError, NotLeaderOrFollower
+from odradek.interfaces import LogStorage, TopicPartition
+
+TP = TopicPartition("t", 0)
+
+
+@asynccontextmanager
+async def storage_at(path: Path) -> AsyncIterator[LogStorage]:
+    config = default_config(log_dirs=str(path))
+    storage = broker_plugins().storage("segment").create(config)
+    await storage.open()
+    try:
+        yield storage
+    finally:
+        await storage.close()
+
+
+def new_partition(storage: LogStorage, broker_id: int) -> Partition:
+    config = default_config().topic_config()
+    p = Partition(TP, storage.get_or_create_log(TP, config), broker_id, config)
+    p.producer_state.load(p.log)
+    return p
+
+
+def leader_append(p: Partition, data: bytearray, origin: AppendOrigin = AppendOrigin.CLIENT) -> int:
+    metas = records.validate_batches(data, from_client=origin is AppendOrigin.CLIENT)
+    result = p.append_records_to_leader(data, metas, origin)
+    return result.first_offset
+
+
+def replicate(leader: Partition, follower: Partition) -> int:
+    """One follower fetch: read from the follower's LEO, append as follower, report the LEO."""
+    read = leader.read_records(
+        follower.log_end_offset,
+        1 << 20,
+        IsolationLevel.READ_UNCOMMITTED,
+        min_one_batch=True,
+        replica_id=follower.local_broker_id,
+    )
+    try:
+        data = read.info.to_bytes()
+    finally:
+        read.info.release()
+    if data:
+        metas = records.validate_batches(data, exact_counts=False)
+        follower.append_records_as_follower(data, metas)
+    follower.update_follower_high_watermark(read.high_watermark)
+    leader.update_follower_fetch_state(follower.local_broker_id, follower.log_end_offset, follower.log_start_offset, 0)
+    return follower.log_end_offset
+
+
+async def test_follower_append_hw_and_truncation_by_epoch(tmp_path: Path) -> None:
+    async with storage_at(tmp_path / "a") as sa, storage_at(tmp_path / "b") as sb:
+        a, b = new_partition(sa, 0), new_partition(sb, 1)
+        a.make_leader(0, [0, 1], [0, 1])
+        b.make_follower(0, 0, [0, 1], [0, 1])
+        with pytest.raises(NotLeaderOrFollower):
+            leader_append(b, batch([b"x"]))
+        leader_append(a, batch([b"a", b"b"], producer_id=5, producer_epoch=0, base_sequence=0))
+        leader_append(a, batch([b"c"]))
+        assert (a.log_end_offset, a.high_watermark) == (3, 0)  # the follower has not fetched yet
+        assert replicate(a, b) == 3
+        assert a.high_watermark == 3  # min LEO over the ISR
+        replicate(a, b)
+        assert b.high_watermark == 3
+        assert [(e.epoch, e.start_offset) for e in b.log.epoch_entries()] == [(0, 0)]
+        entry = b.producer_state.last_entry(5)
+        assert entry is not None and entry.last_seq == 1  # follower's producer state follows the leader's
+        # leadership moves to b at epoch 1; a wrote a batch nobody replicated (it diverges)
+        leader_append(a, batch([b"lost"]))
+        b.make_leader(1, [0, 1], [1])
+        a.make_follower(1, 1, [0, 1], [1])
+        assert [(e.epoch, e.start_offset) for e in b.log.epoch_entries()] == [(0, 0), (1, 3)]
+        leader_append(b, batch([b"d"]))
+        epoch, end = b.log.end_offset_for_epoch(0)  # what a asks with OffsetForLeaderEpoch
+        assert (epoch, end) == (0, 3)
+        a.truncate_to(min(end, a.log_end_offset))
+        assert a.log_end_offset == 3
+        replicate(b, a)
+        assert a.log_end_offset == 4 and [(e.epoch, e.start_offset) for e in a.log.epoch_entries()] == [(0, 0), (1, 3)]
+
+
+async def test_isr_lag_and_rejoin(tmp_path: Path) -> None:
+    async with storage_at(tmp_path) as s:
+        p = new_partition(s, 0)
+        p.make_leader(0, [0, 1, 2], [0, 1], now_ms=1000)
+        leader_append(p, batch([b"x"]))
+        p.update_follower_fetch_state(1, 1, 0, now_ms=2000)
+        assert p.high_watermark == 1
+        assert p.out_of_sync_replicas(now_ms=2500, max_lag_ms=1000) == set()
+        assert p.out_of_sync_replicas(now_ms=4000, max_lag_ms=1000) == {1}
+        assert not p.can_join_isr(2)
+        p.update_follower_fetch_state(2, 1, 0, now_ms=2000)
+        assert p.can_join_isr(2)
+        leader_append(p, batch([b"y"]))
+        p.update_follower_fetch_state(1, 1, 0, now_ms=3000)  # behind, but the HW never goes back
+        assert p.high_watermark == 1
+
+
+def test_offline_leader_election() -> None:
+    state = PartitionState(leader=1, leader_epoch=4, isr=(1, 2), version=7)
+    assert elect_leader((1, 2, 3), state, live={2, 3}, unclean=False) == PartitionState(2, 5, (2,), 7)
+    assert elect_leader((1, 2, 3), PartitionState(1, 4, (1,), 7), live={2, 3}, unclean=False) is None
+    assert elect_leader((1, 2, 3), PartitionState(1, 4, (1,), 7), live={3}, unclean=True) == PartitionState(
+        3, 5, (3,), 7
+    )
+
+
+async def test_transactions_last_stable_offset_and_aborted_index(tmp_path: Path) -> None:
+    async with storage_at(tmp_path) as s:
+        p = new_partition(s, 0)
+        p.make_leader(0, [0], [0])
+        leader_append(p, batch([b"t1", b"t2"], producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True))
+        leader_append(p, batch([b"plain"]))
+        assert (p.high_watermark, p.last_stable_offset) == (3, 0)
+        committed = p.read_records(0, 1 << 20, IsolationLevel.READ_COMMITTED, min_one_batch=True)
+        assert committed.info.size == 0 and committed.last_stable_offset == 0
+        committed.info.release()
+        abort = bytearray(records.build_control_batch(records.ControlRecordType.ABORT, producer_id=9, producer_epoch=0))
+        assert leader_append(p, abort, AppendOrigin.COORDINATOR) == 3
+        assert (p.high_watermark, p.last_stable_offset) == (4, 4)
+        expected = [AbortedTxn(9, 0, 3, 0)]
+        assert p.producer_state.aborted_transactions(0, 4) == expected
+        assert p.producer_state.aborted_transactions(4, 10) == []
+        # a marker from an older epoch is fenced
+        old = bytearray(records.build_control_batch(records.ControlRecordType.COMMIT, producer_id=9, producer_epoch=0))
+        leader_append(p, batch([b"t3"], producer_id=9, producer_epoch=1, base_sequence=0, is_transactional=True))
+        with pytest.raises(KafkaError) as fenced:
+            leader_append(p, old, AppendOrigin.COORDINATOR)
+        assert fenced.value.code == ErrorCode.PRODUCER_FENCED
+        with pytest.raises(InvalidProducerEpoch):
+            leader_append(p, batch([b"late"], producer_id=9, producer_epoch=0, base_sequence=3))
+        assert p.last_stable_offset == 4  # the epoch-1 transaction is open
+        # persistence: from the snapshot, and rebuilt from the log alone (markers decoded)
+        p.producer_state.snapshot(p.log)
+        restored = ProducerStateManager()
+        restored.load(p.log)
+        assert restored.aborted == expected and restored.first_unstable_offset() == 4
+        p.log.write_state("producer-state", b"not json")
+        rebuilt = ProducerStateManager()
+        rebuilt.load(p.log)
+        assert rebuilt.aborted == [AbortedTxn(9, 0, 3, 0)] and rebuilt.first_unstable_offset() == 4
+        entry = rebuilt.last_entry(9)
+        assert entry is not None and entry.producer_epoch == 1
+
+
+async def test_expired_producers_are_forgotten(tmp_path: Path) -> None:
+    async with storage_at(tmp_path) as s:
+        p = new_partition(s, 0)
+        p.make_leader(0, [0], [0])
+        leader_append(p, batch([b"x"], producer_id=3, producer_epoch=0, base_sequence=0, timestamp=1000))
+        state = p.producer_state
+        assert state.remove_expired_producers(now_ms=1000 + state.producer_id_expiration_ms) == 0
+        assert state.remove_expired_producers(now_ms=1001 + state.producer_id_expiration_ms) == 1
+        assert state.last_entry(3) is None
