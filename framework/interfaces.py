@@ -172,7 +172,8 @@ class PartitionLog(Protocol):
         ...
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first batch with max timestamp >= ``timestamp``, or None."""
+        """(offset, timestamp) of the first record, in offset order, whose timestamp is >= ``timestamp``
+        (found through the first batch whose max timestamp is >= it, as ListOffsets needs), or None."""
         ...
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
