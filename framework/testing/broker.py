@@ -101,7 +101,8 @@ class BrokerProcess:
         while True:
             if self.process.poll() is not None:
                 raise BrokerDied(
-                    f"odradek serve exited with {self.process.returncode} while starting; log:\n{self.log_tail()}"
+                    f"odradek serve exited with {self.process.returncode} while starting; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
                 )
             match = _LISTENING.search(self.log_path.read_text(errors="replace"))
             if match and self._accepts(int(match.group(3))):
@@ -118,6 +119,16 @@ class BrokerProcess:
                 return True
         except OSError:
             return False
+
+    def log_problems(self) -> list[str]:
+        """ERROR/CRITICAL lines and tracebacks in every log of this broker: bugs, not client errors
+        (those are WARNINGs)."""
+        problems = []
+        for path in sorted(self.workdir.glob("broker-*.log")):
+            for line in path.read_text(errors="replace").splitlines():
+                if " ERROR " in line or " CRITICAL " in line or line.startswith("Traceback"):
+                    problems.append(f"{path.name}: {line}")
+        return problems
 
     def check_alive(self) -> None:
         """Raise ``BrokerDied`` (with the log tail) unless the broker is still running."""
@@ -171,8 +182,14 @@ def start_broker(
 
 @pytest.fixture(scope="session")
 def odradek_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """One broker subprocess for the whole test session (share it; use unique topic names)."""
-    with start_broker(tmp_path_factory.mktemp("odradek-broker")) as broker:
+    """One broker subprocess for the whole test session (share it; use unique topic names).
+
+    With ``ODRADEK_TEST_KEEP=<dir>`` its data and logs go to ``<dir>/odradek-broker`` and stay
+    there after the run (pytest's own temp dirs are rotated away by later runs).
+    """
+    keep = os.environ.get("ODRADEK_TEST_KEEP")
+    workdir = Path(keep) / "odradek-broker" if keep else tmp_path_factory.mktemp("odradek-broker")
+    with start_broker(workdir) as broker:
         yield broker
 
 

@@ -1,0 +1,144 @@
+"""Hostile bytes against a live broker: every bad connection is closed on its own, the broker
+stays up, and a well-behaved client keeps producing and consuming throughout."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+import pytest
+from client_helpers import TIMEOUT_S, consume
+from confluent_kafka import Producer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_protocol import sample
+
+from odradek.protocol import SUPPORTED_VERSIONS, ApiKey, encode_request, request_type
+from odradek.testing import BrokerProcess, unique_topic
+
+pytestmark = pytest.mark.integration
+
+#: socket.request.max.bytes of the session broker (the default)
+MAX_REQUEST = 104857600
+
+VALID_FRAMES = [
+    encode_request(sample(request_type(key, version)), correlation_id=7, client_id="fuzz")
+    for key, rng in SUPPORTED_VERSIONS.items()
+    if key not in (ApiKey.PRODUCE,)
+    for version in (rng.min, rng.max)
+]
+
+
+def _header(api_key: int, api_version: int) -> bytes:
+    return struct.pack(">hhih", api_key, api_version, 1, 4) + b"fuzz"
+
+
+frames = st.one_of(
+    # random bytes, sized honestly
+    st.binary(max_size=300).map(lambda b: struct.pack(">i", len(b)) + b),
+    # raw garbage with no framing at all
+    st.binary(min_size=1, max_size=64),
+    # a valid request cut short (the size promises more than arrives)
+    st.tuples(st.sampled_from(VALID_FRAMES), st.floats(0, 0.99)).map(
+        lambda t: struct.pack(">i", len(t[0])) + t[0][: int(len(t[0]) * t[1])]
+    ),
+    # a valid request with flipped bytes in its body
+    st.tuples(
+        st.sampled_from(VALID_FRAMES), st.lists(st.tuples(st.integers(10, 400), st.integers(0, 255)), max_size=4)
+    ).map(lambda t: _flip(*t)),
+    # a valid header followed by garbage
+    st.tuples(st.sampled_from(sorted(SUPPORTED_VERSIONS)), st.binary(max_size=80)).map(
+        lambda t: _framed(_header(t[0], SUPPORTED_VERSIONS[t[0]].max) + t[1])
+    ),
+    # wrong api versions and unknown api keys
+    st.tuples(st.integers(-3, 120), st.integers(-5, 60)).map(lambda t: _framed(_header(*t) + b"\x00" * 8)),
+    # sizes that are negative or beyond socket.request.max.bytes (the body is never sent)
+    st.integers(MAX_REQUEST + 1, 2**31 - 1).map(lambda n: struct.pack(">i", n) + b"\x00" * 16),
+    st.integers(-(2**31), -1).map(lambda n: struct.pack(">i", n)),
+)
+
+
+def _framed(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+def _flip(frame: bytes, flips: list[tuple[int, int]]) -> bytes:
+    body = bytearray(frame)
+    for pos, value in flips:
+        if pos < len(body):
+            body[pos] = value
+    return _framed(bytes(body))
+
+
+def _send_and_drain(broker: BrokerProcess, data: bytes) -> bytes:
+    """Send, half-close, and read until the broker closes (it must, within the timeout)."""
+    with socket.create_connection((broker.host, broker.port), timeout=10) as sock:
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)  # EOF: a truncated frame can never complete
+        except OSError:
+            return b""  # the broker already closed it (oversize frame): that is the point
+        received = bytearray()
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            received += chunk
+        return bytes(received)
+
+
+class WellBehavedClient:
+    def __init__(self, broker: BrokerProcess) -> None:
+        self.topic = unique_topic("steady")
+        self.delivered: list[Any] = []
+        self.errors: list[Any] = []
+        self.producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+
+    def produce_one(self) -> None:
+        def done(err: Any, msg: Any) -> None:
+            (self.errors if err else self.delivered).append(err or msg.offset())
+
+        self.producer.produce(self.topic, b"steady-%d" % len(self.delivered), on_delivery=done)
+        assert self.producer.flush(TIMEOUT_S) == 0
+        assert not self.errors, self.errors
+
+
+def test_hostile_frames_close_their_connection_only(odradek_broker: BrokerProcess) -> None:
+    client = WellBehavedClient(odradek_broker)
+    client.produce_one()
+    seen = {"examples": 0}
+
+    @settings(
+        max_examples=250,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        database=None,
+    )
+    @given(frames)
+    def attack(data: bytes) -> None:
+        _send_and_drain(odradek_broker, data)
+        seen["examples"] += 1
+        if seen["examples"] % 25 == 0:
+            odradek_broker.check_alive()
+            client.produce_one()
+
+    attack()
+    odradek_broker.check_alive()
+    # every bad frame was a client error (logged as a WARNING): nothing failed unexpectedly
+    assert not [p for p in odradek_broker.log_problems() if "unexpectedly" in p or "Traceback" in p]
+    client.produce_one()
+    assert client.delivered == list(range(len(client.delivered)))
+    got = consume(odradek_broker, client.topic, len(client.delivered))
+    assert [m.value() for m in got] == [b"steady-%d" % i for i in range(len(client.delivered))]
+
+
+def test_api_versions_of_unknown_version_gets_the_v0_fallback(odradek_broker: BrokerProcess) -> None:
+    reply = _send_and_drain(odradek_broker, _framed(struct.pack(">hhih", 18, 99, 1234, -1) + b"\xff" * 10))
+    size, correlation_id, error, count = struct.unpack_from(">iihi", reply)
+    assert (size, correlation_id, error) == (len(reply) - 4, 1234, 35)
+    keys = {struct.unpack_from(">hhh", reply, 14 + 6 * i) for i in range(count)}
+    assert (18, 0, 4) in keys and (0, 0, 7) in keys and (1, 4, 11) in keys

@@ -1,0 +1,164 @@
+"""confluent-kafka (librdkafka) against an ``odradek serve`` subprocess: produce with every
+compression, delivery reports, assign+seek and subscribe consumers, long-poll, admin APIs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from client_helpers import TIMEOUT_S, consume, produce
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+
+from odradek.testing import BrokerProcess, unique_topic
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_produce_and_consume_with_each_compression(odradek_broker: BrokerProcess, compression: str) -> None:
+    topic = unique_topic(compression)
+    records = [(f"k{i}".encode(), f"value-{i}-".encode() * (i % 7 + 1)) for i in range(200)]
+    delivered = produce(odradek_broker, topic, records, **{"compression.type": compression})
+    # delivery reports carry the offsets the broker assigned: 0..199 in order on partition 0
+    assert [m.offset() for m in delivered] == list(range(200))
+    assert {m.partition() for m in delivered} == {0}
+    # the default isolation.level (read_committed) reads them back
+    got = consume(odradek_broker, topic, 200)
+    assert [(m.key(), m.value(), m.offset()) for m in got] == [(k, v, i) for i, (k, v) in enumerate(records)]
+    assert got[5].headers() == [("h", b"k5")]
+
+
+def test_seek_into_the_middle_and_read_uncommitted(odradek_broker: BrokerProcess) -> None:
+    topic = unique_topic("seek")
+    produce(odradek_broker, topic, [(b"k", str(i).encode()) for i in range(30)], **{"batch.num.messages": 7})
+    got = consume(odradek_broker, topic, 10, offset=20, **{"isolation.level": "read_uncommitted"})
+    assert [m.offset() for m in got] == list(range(20, 30))
+    assert [m.value() for m in got] == [str(i).encode() for i in range(20, 30)]
+
+
+def test_admin_topics_configs_partitions_and_delete_records(odradek_broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": odradek_broker.bootstrap})
+    topic = unique_topic("admin")
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=2, replication_factor=1, config={"retention.ms": "3600000"})]
+    )
+    futures[topic].result(TIMEOUT_S)
+    metadata = admin.list_topics(topic, timeout=TIMEOUT_S)
+    assert sorted(metadata.topics[topic].partitions) == [0, 1]
+    # explicit partitions: delivery offsets are per partition
+    producer = Producer({"bootstrap.servers": odradek_broker.bootstrap})
+    reports: list[Any] = []
+    for i in range(10):
+        producer.produce(topic, value=b"v", partition=i % 2, on_delivery=lambda err, msg: reports.append((err, msg)))
+    assert producer.flush(TIMEOUT_S) == 0
+    assert all(err is None for err, _ in reports)
+    assert sorted((m.partition(), m.offset()) for _, m in reports) == [(p, o) for p in (0, 1) for o in range(5)]
+    # configs: describe, alter incrementally, describe again
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(TIMEOUT_S)
+    assert configs["retention.ms"].value == "3600000"
+    alter = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)],
+    )
+    admin.incremental_alter_configs([alter])[alter].result(TIMEOUT_S)
+    configs = admin.describe_configs([resource])[resource].result(TIMEOUT_S)
+    assert configs["cleanup.policy"].value == "compact"
+    # more partitions
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(TIMEOUT_S)
+    assert sorted(admin.list_topics(topic, timeout=TIMEOUT_S).topics[topic].partitions) == [0, 1, 2]
+    # delete records below offset 3 of partition 0: the low watermark moves
+    deleted = admin.delete_records([TopicPartition(topic, 0, 3)])
+    assert next(iter(deleted.values())).result(TIMEOUT_S).low_watermark == 3
+    consumer = Consumer({"bootstrap.servers": odradek_broker.bootstrap, "group.id": unique_topic("g")})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT_S)
+        assert (low, high) == (3, 5)
+    finally:
+        consumer.close()
+    # delete the topic
+    admin.delete_topics([topic])[topic].result(TIMEOUT_S)
+    assert topic not in admin.list_topics(timeout=TIMEOUT_S).topics
+
+
+def test_long_poll_delivers_records_produced_later(odradek_broker: BrokerProcess) -> None:
+    topic = unique_topic("longpoll")
+    produce(odradek_broker, topic, [(b"k", b"first")])
+    consumer = Consumer(
+        {
+            "bootstrap.servers": odradek_broker.bootstrap,
+            "group.id": unique_topic("g"),
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 5000,  # the broker parks each fetch for up to 5 s
+        }
+    )
+    received: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 1)])  # past the only record: nothing to read yet
+        assert consumer.poll(1.0) is None
+
+        def late_produce() -> None:
+            time.sleep(0.5)
+            produce(odradek_broker, topic, [(b"k", b"late")])
+
+        thread = threading.Thread(target=late_produce)
+        thread.start()
+        deadline = time.monotonic() + TIMEOUT_S
+        while not received and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                received.append(msg.value())
+        thread.join()
+    finally:
+        consumer.close()
+    assert received == [b"late"]
+
+
+def test_subscribe_commit_and_resume(odradek_broker: BrokerProcess) -> None:
+    """The full consumer-group flow librdkafka runs: FindCoordinator, Join/Sync, OffsetCommit/Fetch."""
+    topic = unique_topic("group")
+    group = unique_topic("g")
+    produce(odradek_broker, topic, [(b"k", str(i).encode()) for i in range(20)])
+    conf = {
+        "bootstrap.servers": odradek_broker.bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 6000,
+    }
+    first = Consumer(conf)
+    try:
+        first.subscribe([topic])
+        got: list[Any] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < 12 and time.monotonic() < deadline:
+            msg = first.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg)
+        assert len(got) >= 12
+        first.commit(message=got[11], asynchronous=False)  # commits offset 12
+    finally:
+        first.close()
+    second = Consumer(conf)
+    try:
+        second.subscribe([topic])
+        deadline = time.monotonic() + TIMEOUT_S
+        msg = None
+        while msg is None and time.monotonic() < deadline:
+            candidate = second.poll(0.5)
+            if candidate is not None and candidate.error() is None:
+                msg = candidate
+        assert msg is not None and msg.offset() == 12
+    finally:
+        second.close()
