@@ -162,9 +162,7 @@ class BrokerProcess:
 
 
 @contextlib.contextmanager
-def start_broker(
-    workdir: Path | None = None, settings: Mapping[str, Any] | None = None
-) -> Iterator[BrokerProcess]:
+def start_broker(workdir: Path | None = None, settings: Mapping[str, Any] | None = None) -> Iterator[BrokerProcess]:
     """A broker of its own for one test (restarts, kills, special configs); stopped afterwards."""
     with contextlib.ExitStack() as stack:
         if workdir is None:
