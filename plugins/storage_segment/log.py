@@ -556,7 +556,7 @@ class SegmentLog:
         generation = self._generation
         upto = rolled[-1].next_offset
         try:
-            await trio.to_thread.run_sync(fsync_paths, [p for s in rolled for p in s.paths])
+            await trio.to_thread.run_sync(fsync_paths, [*(p for s in rolled for p in s.paths), self.dir])
         except OSError as exc:
             raise KafkaStorageError(f"{self.topic_partition}: fsync failed: {exc}") from exc
         self._pending_flush = [s for s in self._pending_flush if s not in rolled]
