@@ -52,22 +52,37 @@ def run(args: argparse.Namespace) -> int:
     plugins = load_plugins()
     config = load_config(args.config, overrides=parse_sets(args.set), plugins=plugins)
     _setup_logging(config)
+    state = {"started": False}
+    failed: BaseException | None = None
     try:
-        trio.run(serve, config)
-    except OSError as exc:  # typically: the listener's port is taken
-        log.error("broker failed to start: %s", exc)
+        trio.run(serve, config, state)
+    except* OSError as group:  # typically: a listener's port is taken
+        failed = _first_leaf(group)
+    if failed is not None:
+        log.error("broker %s: %s", "failed" if state["started"] else "failed to start", failed)
         return 1
     return 0
 
 
-async def serve(config: Config) -> None:
-    """Run the broker for ``config`` until SIGINT or SIGTERM, then shut it down."""
+def _first_leaf(exc: BaseException) -> BaseException:
+    """The first non-group exception inside (nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+async def serve(config: Config, state: dict[str, bool] | None = None) -> None:
+    """Run the broker for ``config`` until SIGINT or SIGTERM, then shut it down.
+
+    ``state["started"]`` becomes True once the broker listens (for the exit message)."""
     from ..broker.server import BrokerServer  # the broker pulls in storage and metadata plugins
 
     server = BrokerServer(config)
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             endpoints = await nursery.start(server.serve)
+            if state is not None:
+                state["started"] = True
             for ep in endpoints:
                 log.info("%s %s://%s:%d (broker %d)", LISTENING, ep.name, ep.host, ep.port, config.broker_id)
             for directory in config.log_dirs:
