@@ -454,3 +454,42 @@ async def test_listener_reports_bound_port_for_port_zero() -> None:
         sock = trio.socket.socket()
         await sock.connect((bound.host, bound.port))
         sock.close()
+
+
+async def test_accept_backs_off_when_out_of_file_descriptors(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    import errno
+
+    class ExhaustedSocket:
+        """accept() fails with EMFILE three times, then a real connection arrives."""
+
+        def __init__(self, real: trio.socket.SocketType) -> None:
+            self.real = real
+            self.calls: list[float] = []
+
+        async def accept(self) -> Any:
+            self.calls.append(trio.current_time())
+            if len(self.calls) <= 3:
+                raise OSError(errno.EMFILE, "Too many open files")
+            return await self.real.accept()
+
+    broker = ScriptedBroker(_config())
+    listener = TcpListener(_config(), broker, ENDPOINT)
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
+    real = trio.socket.socket()
+    await real.bind(("127.0.0.1", 0))
+    real.listen()
+    fake = ExhaustedSocket(real)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(listener._accept_loop, fake, dispatcher, nursery)
+        client = trio.socket.socket()
+        await client.connect(real.getsockname())
+        while not listener.connections:
+            await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    client.close()
+    real.close()
+    gaps = [b - a for a, b in zip(fake.calls, fake.calls[1:], strict=False)][:3]
+    assert all(g >= 0.1 for g in gaps), gaps  # waited between attempts instead of spinning
+    assert sum("EMFILE" in r.getMessage() for r in caplog.records) == 3
