@@ -311,5 +311,7 @@ async def test_delete_log_removes_the_directory(tmp_path: Path) -> None:
     storage = await open_storage(tmp_path)
     append(log_of(storage), batch(2))
     await storage.delete_log(TP)
+    assert not (tmp_path / "events-0").exists()  # renamed to <dir>.<uuid>-delete at once
+    await storage.flush_tick()  # removed in the background
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
     await storage.close()

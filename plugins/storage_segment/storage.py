@@ -75,6 +75,15 @@ def default_open_files() -> int:
     return max(64, min(soft // 4 if soft > 0 else 1024, 4096))
 
 
+def _remove_all(paths: list[Path]) -> None:
+    """Unlink retired files and remove deleted partition directories (worker thread)."""
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -220,7 +229,7 @@ class SegmentLogStorage:
             os.rename(lg.dir, target)
         except OSError as exc:
             raise KafkaStorageError(f"cannot delete the log of {tp}: {exc}") from exc
-        await trio.to_thread.run_sync(shutil.rmtree, target, True)
+        self._retired.append(target)  # removed by the background flusher (or close, or next start)
         log.info("deleted the log of %s", tp)
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -281,7 +290,7 @@ class SegmentLogStorage:
     async def _unlink_retired(self) -> None:
         paths, self._retired = self._retired, []
         if paths:
-            await trio.to_thread.run_sync(lambda: [p.unlink(missing_ok=True) for p in paths])
+            await trio.to_thread.run_sync(_remove_all, paths)
 
     # -- background work -----------------------------------------------------------------------
     async def flush_tick(self) -> None:
