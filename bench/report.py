@@ -71,7 +71,7 @@ def summarize(sc: Scenario, runs: list[Run], baselines: dict[str, Baseline]) -> 
     if with_broker:
         s.broker_cpu_s_per_gb = statistics.median(r.broker.cpu_s / (r.bytes / 1e9) for r in with_broker if r.broker)
         s.broker_peak_rss_mb = max(r.broker.peak_rss_mb for r in with_broker if r.broker)
-    s.client_cores = statistics.median(r.client_cpu_s / r.seconds for r in runs if r.seconds > 0)
+    s.client_cores = statistics.median(r.client_cpu_s / r.client_wall_s for r in runs if r.client_wall_s > 0)
     if runs[0].latency_ms:
         s.latency_ms = {k: statistics.median(r.latency_ms[k] for r in runs) for k in runs[0].latency_ms}
     for key in runs[0].extra:
@@ -180,7 +180,8 @@ def markdown(doc: dict[str, Any], summaries: list[Summary], baselines: dict[str,
         f"# odradek bench {doc['started']}",
         "",
         f"Machine: {env['cpu']}, {env['cores']} cores, {env['memory_gb']:.0f} GB RAM, kernel {env['kernel']}; "
-        f"Python {env['python']}; kcat {env['kcat']}; load average at start {env['loadavg']}. "
+        f"Python {env['python']}; kcat {env['kcat']}; "
+        f"load average at start {env['loadavg']}, at end {env.get('loadavg_end', '?')}. "
         f"Loopback only, broker and load generator share the cores. "
         f"{doc['settings']['repeat']} runs per figure: median (min..max). "
         f"{'Quick mode. ' if doc['settings']['quick'] else ''}"

@@ -150,12 +150,15 @@ def main(argv: list[str] | None = None) -> int:
             settings = dict(S.split_setting(item) for item in args.broker_set)
             with Broker(data_dir / "broker", broker_log, settings) as broker:
                 print(f"broker: {' '.join(broker.command())} (pid {broker.pid})", flush=True)
-                ctx = S.Context(broker.bootstrap, broker.pid, work_dir, args.quick, profile_dir)
+                ctx = S.Context(
+                    broker.bootstrap, broker.pid, work_dir, args.quick, profile_dir, data_dir=broker.proc.data_dir
+                )
                 summaries = run_all(ctx, chosen, args.repeat, baselines, doc)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
         shutil.rmtree(data_dir, ignore_errors=True)
 
+    doc["environment"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     by_name = {s.name: s for s in summaries}
     goals = report.evaluate_goals(by_name, baselines)
     md = report.markdown(doc, summaries, baselines, goals)
