@@ -16,6 +16,9 @@ election, controlled shutdown, reassignment) builds on the same loop and fence.
 from __future__ import annotations
 
 import logging
+from typing import Any
+
+import trio
 
 from ..config import Config
 from ..interfaces import Check, Leadership, MetadataCompacted, MetadataConflict, MetadataStore, Put
@@ -33,8 +36,15 @@ class Controller:
         self.cache = cache
         self.leadership: Leadership | None = None
 
-    async def run(self) -> None:
-        """Campaign (blocks while another broker controls), then elect on every broker change."""
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Campaign (blocks while another broker controls), then elect on every broker change.
+        Reports started as soon as *some* broker is known to be the controller."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._lead)
+            await self.cache.controller_known.wait()
+            task_status.started()
+
+    async def _lead(self) -> None:
         self.leadership = await self.store.campaign(CONTROLLER_ELECTION, str(self.config.broker_id).encode())
         log.info("broker %d is the controller (epoch %d)", self.config.broker_id, self.leadership.epoch)
         await self.cache.refresh_controller()

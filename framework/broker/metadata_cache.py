@@ -132,6 +132,8 @@ class MetadataCache:
         self.brokers: dict[int, BrokerRegistration] = {}
         self.local_endpoints: dict[str, tuple[str, int, str]] = {}
         self.controller_id = -1
+        #: set once any broker is known to be the controller
+        self.controller_known = trio.Event()
         self.cluster_id = ""
         self.revision = 0
         self._topic_configs: dict[str, TopicConfig] = {}
@@ -166,6 +168,8 @@ class MetadataCache:
     async def refresh_controller(self) -> None:
         leader = await self.store.leader(CONTROLLER_ELECTION)
         self.controller_id = int(leader[0]) if leader is not None else -1
+        if self.controller_id >= 0:
+            self.controller_known.set()
 
     async def refresh_topic(self, name: str) -> None:
         """Re-read one topic from the store and reconcile this broker's partitions with it."""

@@ -124,10 +124,14 @@ class BrokerServer:
         self.core = core
         await core.start()
         async with trio.open_nursery() as background:
-            background.start_soon(storage.run)
-            background.start_soon(core.replica_manager.run)
-            background.start_soon(core.metadata_cache.run)
-            await self._start_group_coordinator(core, background)
+            # background work outlives the listeners: while they drain in-flight requests after a
+            # cancel, the metadata watch, the storage's flushes and the group coordinator must
+            # still run, so each runs in a shielded scope cancelled only after the drain
+            scopes: list[trio.CancelScope] = []
+            self._spawn(background, scopes, storage.run)
+            self._spawn(background, scopes, core.replica_manager.run)
+            self._spawn(background, scopes, core.metadata_cache.run)
+            await self._start_group_coordinator(core, background, scopes)
             try:
                 async with trio.open_nursery() as listeners:
                     bound: list[Endpoint] = []
@@ -147,7 +151,7 @@ class BrokerServer:
                     info = registration_json([(e.name, e.host, e.port, e.security_protocol) for e in advertised], None)
                     self.broker_epoch = await store.register_broker(config.broker_id, info)
                     self.controller = Controller(config, store, core.metadata_cache)
-                    background.start_soon(self.controller.run)
+                    await self._start(background, scopes, self.controller.run)
                     log.info(
                         "broker %d serving cluster %s (broker epoch %d)",
                         config.broker_id,
@@ -159,12 +163,38 @@ class BrokerServer:
                 # listeners have drained (or failed): answer parked requests, persist state
                 with trio.CancelScope(shield=True):
                     await core.shutdown()
-                background.cancel_scope.cancel()
+                for scope in scopes:
+                    scope.cancel()
 
-    async def _start_group_coordinator(self, core: BrokerCore, nursery: trio.Nursery) -> None:
+    @staticmethod
+    def _spawn(nursery: trio.Nursery, scopes: list[trio.CancelScope], fn: Any) -> None:
+        scope = trio.CancelScope(shield=True)
+        scopes.append(scope)
+
+        async def run_shielded() -> None:
+            with scope:
+                await fn()
+
+        nursery.start_soon(run_shielded)
+
+    @staticmethod
+    async def _start(nursery: trio.Nursery, scopes: list[trio.CancelScope], fn: Any) -> Any:
+        """``nursery.start(fn)`` with ``fn`` shielded like :meth:`_spawn`."""
+        scope = trio.CancelScope(shield=True)
+        scopes.append(scope)
+
+        async def run_shielded(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+            with scope:
+                await fn(task_status=task_status)
+
+        return await nursery.start(run_shielded)
+
+    async def _start_group_coordinator(
+        self, core: BrokerCore, nursery: trio.Nursery, scopes: list[trio.CancelScope]
+    ) -> None:
         """The consumer-group coordinator over ``__consumer_offsets`` through the core."""
         from .group import BrokerOffsetsLog, GroupCoordinator
 
         coordinator = GroupCoordinator(BrokerOffsetsLog(core, self.config), self.config)
-        await nursery.start(coordinator.run)
+        await self._start(nursery, scopes, coordinator.run)
         core.group_coordinator = coordinator
