@@ -219,3 +219,11 @@ async def test_every_compression_round_trips(tmp_path: Path, compression: record
         data = batch([b"v%d" % i for i in range(50)], compression=compression)
         assert (await produce(core, TP, data)).error == ErrorCode.NONE
         assert [r.value for r in await fetch_records(core, TP)] == [b"v%d" % i for i in range(50)]
+
+
+async def test_fetch_from_a_broker_that_is_not_a_replica(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        await produce(core, TP, batch([b"x"]))
+        r = await core.fetch(5, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 0, 100)])
+        assert r[TP].error == ErrorCode.NOT_LEADER_OR_FOLLOWER and r[TP].records is None

@@ -322,6 +322,8 @@ class Partition:
         """Read for a consumer (up to the HW or LSO) or a follower (up to the LEO)."""
         if not self.is_leader:  # consumers and followers both fetch from the leader
             raise NotLeaderOrFollower(f"{self.topic_partition}: leader is {self.leader_id}")
+        if replica_id >= 0 and replica_id not in self.remote_replicas:
+            raise NotLeaderOrFollower(f"{self.topic_partition}: broker {replica_id} is not a follower of it")
         self.check_leader_epoch(current_leader_epoch)
         hw = self._high_watermark
         lso = self.last_stable_offset

@@ -259,7 +259,13 @@ class ReplicaManager:
             return results
         release_all(results)
         op = DelayedFetch(read, min_bytes)
-        await self.fetch_purgatory.try_complete_else_watch(op, [p.tp for p in partitions], max_wait_ms)
+        try:
+            await self.fetch_purgatory.try_complete_else_watch(op, [p.tp for p in partitions], max_wait_ms)
+        except BaseException:
+            # cancelled (client gone, shutdown) possibly after completion: nobody will send these
+            if op.is_completed:
+                release_all(op.results)
+            raise
         return op.results
 
     def _update_follower_fetch_states(self, replica_id: int, partitions: Sequence[FetchPartition]) -> None:

@@ -2,7 +2,8 @@
 
 One coordinator per broker. It owns the groups of the ``__consumer_offsets`` partitions this
 broker leads (all of them on a single node): on start it reloads them from the log, answering
-COORDINATOR_LOAD_IN_PROGRESS for their groups until done; the topic itself is created on the
+COORDINATOR_LOAD_IN_PROGRESS for their groups until done, and it follows leadership changes (a
+partition led here is loaded, one led elsewhere is given up); the topic itself is created on the
 first FindCoordinator, as Kafka does. A periodic task removes offsets past
 ``offsets.retention.minutes`` (``offsets.retention.check.interval.ms``).
 
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
     from .offsets_log import OffsetsLog
 
 log = logging.getLogger(__name__)
+
+#: how often the coordinator checks which ``__consumer_offsets`` partitions this broker leads
+OWNERSHIP_REFRESH_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,7 @@ class GroupCoordinator(MembershipProtocol):
                 for partition in sorted(to_load):
                     await self._load(partition)
                 nursery.start_soon(self._expire_offsets_loop)
+                nursery.start_soon(self._ownership_loop)
         finally:
             self.active = False
             self._nursery = None
@@ -130,8 +135,11 @@ class GroupCoordinator(MembershipProtocol):
         forget the groups of partitions it no longer leads. Called after the topic is created and
         whenever leadership may have moved."""
         async with self._ownership_lock:
-            mine = await self._partitions_to_own()
-            for partition in sorted(self.manager.owned - mine):
+            leaders = await self.log.leaders()
+            mine = {p for p, node in leaders.items() if node.node_id == self.node_id}
+            # only a leader elsewhere moves a partition away; "no leader right now" keeps the groups
+            moved = {p for p in self.manager.owned if p in leaders and leaders[p].node_id != self.node_id}
+            for partition in sorted(moved):
                 self.on_resigned(partition)
             for partition in sorted(mine - self.manager.owned - self.manager.loading):
                 self.manager.loading.add(partition)
@@ -152,6 +160,14 @@ class GroupCoordinator(MembershipProtocol):
                     group.invoke_sync(member, SyncGroupResult(ErrorCode.NOT_COORDINATOR))
                     group.invoke_join(member, JoinGroupResult(ErrorCode.NOT_COORDINATOR, member.member_id))
                 del self.manager.groups[group.group_id]
+
+    async def _ownership_loop(self) -> None:
+        """Follow leadership of ``__consumer_offsets``: at start this broker leads nothing until it
+        is registered and elected, and in a cluster leadership moves."""
+        while True:
+            await trio.sleep(OWNERSHIP_REFRESH_S)
+            if await self.log.exists():
+                await self.refresh_ownership()
 
     async def _expire_offsets_loop(self) -> None:
         while True:
