@@ -227,3 +227,11 @@ async def test_fetch_from_a_broker_that_is_not_a_replica(tmp_path: Path) -> None
         await produce(core, TP, batch([b"x"]))
         r = await core.fetch(5, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 0, 100)])
         assert r[TP].error == ErrorCode.NOT_LEADER_OR_FOLLOWER and r[TP].records is None
+
+
+async def test_timestamp_difference_limit(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "ts", **{"message.timestamp.difference.max.ms": "60000"})
+        tp = TopicPartition("ts", 0)
+        assert (await produce(core, tp, batch([b"old"], timestamp=1000))).error == ErrorCode.INVALID_TIMESTAMP
+        assert (await produce(core, tp, batch([b"now"]))).error == ErrorCode.NONE

@@ -1,0 +1,45 @@
+"""The controller's offline-partition election, end to end through the metadata store: a second
+broker (a second meta_local session in this process) leads a partition; when it goes away, this
+broker's controller elects it leader with a bumped epoch and the core follows the new state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+from broker_harness import batch, produce, running_broker
+
+from odradek.broker.api import CreatableTopic
+from odradek.broker.metadata_cache import registration_json
+from odradek.errors import ErrorCode
+from odradek.interfaces import TopicPartition
+from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
+
+TP = TopicPartition("t", 0)
+
+
+async def test_offline_partition_gets_a_new_leader(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        other = LocalMetadataStore(tmp_path / FILE_NAME)
+        await other.open(6000)
+        await other.register_broker(7, registration_json([("PLAINTEXT", "127.0.0.1", 9999, "PLAINTEXT")], None))
+        with trio.fail_after(5):
+            while 7 not in core.metadata_cache.live_broker_ids():
+                await trio.sleep(0.01)
+        res = await core.create_topics([CreatableTopic("t", assignments={0: [7, 0]})], 1000, False)
+        assert res["t"].error == ErrorCode.NONE
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None and not partition.is_leader and partition.leader_id == 7
+        assert (await produce(core, TP, batch([b"x"]))).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        md = await core.metadata(["t"], False)
+        assert [b.node_id for b in md.brokers] == [0, 7] and md.topics[0].partitions[0].leader == 7
+
+        await other.close()  # broker 7 is gone: its registration vanishes with its session
+        with trio.fail_after(5):
+            while not partition.is_leader:
+                await trio.sleep(0.01)
+        assert partition.leader_epoch == 1 and partition.isr == {0}
+        assert [(e.epoch, e.start_offset) for e in partition.log.epoch_entries()] == [(1, 0)]
+        assert (await produce(core, TP, batch([b"x"]))).error == ErrorCode.NONE
+        p = (await core.metadata(["t"], False)).topics[0].partitions[0]
+        assert (p.leader, p.leader_epoch, p.isr, p.offline_replicas) == (0, 1, (0,), (7,))
