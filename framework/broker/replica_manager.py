@@ -307,10 +307,10 @@ class ReplicaManager:
                 )
             except KafkaError as exc:
                 errored = True
-                partition = self.partitions.get(p.tp)
-                if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE and partition is not None:
+                hosted = self.partitions.get(p.tp)
+                if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE and hosted is not None:
                     results[p.tp] = FetchPartitionResult(
-                        exc.code, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
+                        exc.code, hosted.high_watermark, hosted.last_stable_offset, hosted.log_start_offset
                     )
                 else:
                     results[p.tp] = FetchPartitionResult(exc.code)
