@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .. import records
 from ..config import LONG_MAX, TopicConfig
@@ -26,6 +27,8 @@ from .producer_state import AppendOrigin
 #: Produce version from which zstd batches are allowed (KIP-110).
 ZSTD_MIN_PRODUCE_VERSION = 7
 LOG_APPEND_TIME = "LogAppendTime"
+#: attributes is an int16 at byte 21; the codec id sits in the low bits of its second byte
+_COMPRESSION_BYTE = records.ATTRIBUTES_OFFSET + 1
 _TOPIC_COMPRESSION = {
     "uncompressed": records.Compression.NONE,
     "gzip": records.Compression.GZIP,
@@ -36,8 +39,32 @@ _TOPIC_COMPRESSION = {
 
 
 @dataclass(frozen=True, slots=True)
-class ValidatedRecords:
-    """What the append path appends: the (possibly rewritten) bytes and their batch metadata."""
+class AppendSettings:
+    """The topic configs the append path reads, resolved once per config change (reading them
+    from a TopicConfig on every produce costs more than validating the batch headers)."""
+
+    max_message_bytes: int
+    log_append_time: bool
+    compact: bool
+    target_compression: int | None  # None: keep the producer's codec
+    timestamp_max_diff_ms: int | None  # None: no limit
+
+    @classmethod
+    def from_config(cls, config: TopicConfig) -> AppendSettings:
+        target = config["compression.type"]
+        max_diff = int(config["message.timestamp.difference.max.ms"])
+        return cls(
+            config.max_message_bytes,
+            config.message_timestamp_type == LOG_APPEND_TIME,
+            config.compact,
+            None if target == "producer" else int(_TOPIC_COMPRESSION[target]),
+            None if max_diff >= LONG_MAX else max_diff,
+        )
+
+
+class ValidatedRecords(NamedTuple):
+    """What the append path appends: the (possibly rewritten) bytes and their batch metadata
+    (a NamedTuple: one is built per produced partition)."""
 
     data: bytearray
     batches: list[BatchMeta]
@@ -46,7 +73,7 @@ class ValidatedRecords:
 
 def validate_records(
     data: bytearray,
-    config: TopicConfig,
+    settings: AppendSettings,
     *,
     origin: AppendOrigin,
     api_version: int,
@@ -57,28 +84,30 @@ def validate_records(
     if not data:
         raise InvalidRecord("a produce request must hold one record batch per partition")
     client = origin is AppendOrigin.CLIENT
-    batches = records.validate_batches(data, max_batch_bytes=config.max_message_bytes, from_client=client)
+    batches = records.validate_batches(data, max_batch_bytes=settings.max_message_bytes, from_client=client)
     if client and len(batches) != 1:
         raise InvalidRecord(f"produce requests may hold exactly one record batch per partition, got {len(batches)}")
+    max_diff = settings.timestamp_max_diff_ms
     for meta in batches:
-        cid = data[meta.position + records.ATTRIBUTES_OFFSET + 1] & records.COMPRESSION_MASK
-        if cid == records.Compression.ZSTD and api_version < ZSTD_MIN_PRODUCE_VERSION:
-            raise UnsupportedCompressionType(f"zstd needs Produce v{ZSTD_MIN_PRODUCE_VERSION}+, got v{api_version}")
-        if cid and cid not in codecs:
-            raise UnsupportedCompressionType(f"no codec with compression id {cid}")
-        if meta.is_transactional and meta.producer_id < 0:
+        cid = data[meta.position + _COMPRESSION_BYTE] & records.COMPRESSION_MASK
+        if cid:
+            if cid == records.Compression.ZSTD and api_version < ZSTD_MIN_PRODUCE_VERSION:
+                raise UnsupportedCompressionType(f"zstd needs Produce v{ZSTD_MIN_PRODUCE_VERSION}+, got v{api_version}")
+            if cid not in codecs:
+                raise UnsupportedCompressionType(f"no codec with compression id {cid}")
+        if meta.producer_id >= 0:
+            if meta.base_sequence < 0 and not meta.is_control:
+                raise InvalidRecord(f"producer {meta.producer_id} sent a batch without a sequence number")
+        elif meta.is_transactional:
             raise InvalidRecord("a transactional batch needs a producer id")
-        if meta.producer_id >= 0 and meta.base_sequence < 0 and not meta.is_control:
-            raise InvalidRecord(f"producer {meta.producer_id} sent a batch without a sequence number")
-        if config.message_timestamp_type != LOG_APPEND_TIME:
-            _check_timestamps(data, meta, config, now_ms)
-    if client and config.compact:
+        if max_diff is not None and not settings.log_append_time:
+            _check_timestamps(data, meta, max_diff, now_ms)
+    if client and settings.compact:
         _check_keys(data, batches, codecs)
-    target = config["compression.type"]
-    if client and target != "producer":
-        data, batches = _recompress(data, batches, _TOPIC_COMPRESSION[target], codecs)
+    if client and settings.target_compression is not None:
+        data, batches = _recompress(data, batches, records.Compression(settings.target_compression), codecs)
     log_append_time = -1
-    if config.message_timestamp_type == LOG_APPEND_TIME:
+    if settings.log_append_time:
         log_append_time = now_ms
         for i, meta in enumerate(batches):
             records.set_log_append_time(data, meta.position, now_ms)
@@ -86,11 +115,8 @@ def validate_records(
     return ValidatedRecords(data, batches, log_append_time)
 
 
-def _check_timestamps(data: bytearray, meta: BatchMeta, config: TopicConfig, now_ms: int) -> None:
+def _check_timestamps(data: bytearray, meta: BatchMeta, max_diff: int, now_ms: int) -> None:
     """``message.timestamp.difference.max.ms`` from the header's first and max timestamps."""
-    max_diff = int(config["message.timestamp.difference.max.ms"])
-    if max_diff >= LONG_MAX:
-        return
     header = records.parse_header(data, meta.position)
     for ts in (header.first_timestamp, header.max_timestamp):
         if abs(now_ms - ts) > max_diff:

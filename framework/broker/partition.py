@@ -30,6 +30,7 @@ from ..errors import (
 )
 from ..interfaces import BatchMeta, FetchDataInfo, LogAppendInfo, PartitionLog, TopicPartition
 from .api import IsolationLevel
+from .log_validator import AppendSettings
 from .producer_state import AppendOrigin, BatchMetadata, CompletedTxn, ProducerStateManager, control_markers
 
 
@@ -87,6 +88,7 @@ class Partition:
         self.log = log
         self.local_broker_id = local_broker_id
         self.config = config
+        self.append_settings = AppendSettings.from_config(config)
         self.leader_id = -1
         self.leader_epoch = -1
         self.partition_epoch = -1
@@ -151,6 +153,7 @@ class Partition:
     def update_config(self, config: TopicConfig) -> None:
         """Apply changed topic configs live (to this object and to the log)."""
         self.config = config
+        self.append_settings = AppendSettings.from_config(config)
         self.log.update_config(config)
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:

@@ -196,7 +196,12 @@ class ReplicaManager:
             try:
                 partition = self._leader_partition(tp)
                 validated = validate_records(
-                    data, partition.config, origin=origin, api_version=api_version, now_ms=now, codecs=self.codecs
+                    data,
+                    partition.append_settings,
+                    origin=origin,
+                    api_version=api_version,
+                    now_ms=now,
+                    codecs=self.codecs,
                 )
                 if origin is AppendOrigin.CLIENT and validated.batches[0].is_transactional:
                     self._verify_transaction(transactional_id, validated.batches[0].producer_id,
