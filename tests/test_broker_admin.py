@@ -235,6 +235,9 @@ async def test_restart_keeps_topics_configs_data_and_offsets(tmp_path: Path) -> 
         for i in range(3):
             await produce(core, tp, batch([b"v%d" % i]))
         cluster_id = core.cluster_id
+    # shutdown checkpointed the high watermarks (Kafka's text format: version, count, entries)
+    checkpoint = (tmp_path / "replication-offset-checkpoint").read_text().splitlines()
+    assert "t 1 3" in checkpoint and "t 0 0" in checkpoint
     async with running_broker(tmp_path) as core:
         assert core.cluster_id == cluster_id
         md = await core.metadata(["t"], False)

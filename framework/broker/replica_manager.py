@@ -44,7 +44,7 @@ from .api import (
 from .delayed import DelayedFetch, DelayedProduce, release_all
 from .log_validator import validate_records
 from .partition import Partition
-from .producer_state import AppendOrigin
+from .producer_state import SNAPSHOT_NAME, AppendOrigin
 from .purgatory import DelayedOperationPurgatory
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class ReplicaManager:
         #: no transaction can be left open forever, stalling the last stable offset.
         self.verify_transaction: Callable[[str | None, int, int, TopicPartition], bool] | None = None
         self._hw_checkpoint: dict[TopicPartition, int] | None = None
+        self._persist_lock = trio.Lock()
         self._snapshot_offsets: dict[TopicPartition, int] = {}
 
     # -- partition registry (driven by the metadata layer) ---------------------------------------
@@ -416,23 +417,30 @@ class ReplicaManager:
         return results
 
     # -- checkpoints, snapshots, housekeeping ----------------------------------------------------
-    def checkpoint_high_watermarks(self) -> None:
-        """Write every hosted partition's HW to ``replication-offset-checkpoint``."""
-        offsets = {tp: p.high_watermark for tp, p in self.partitions.items()}
-        self.storage.write_checkpoint(HW_CHECKPOINT, offsets)
-        self._hw_checkpoint = dict(offsets)
-
-    def snapshot_producer_states(self, *, only_changed: bool = True) -> int:
-        """Persist producer state of partitions whose state moved since the last snapshot."""
-        written = 0
-        for tp, p in self.partitions.items():
-            end = p.producer_state.map_end_offset
-            if only_changed and self._snapshot_offsets.get(tp) == end:
-                continue
-            p.producer_state.snapshot(p.log)
-            self._snapshot_offsets[tp] = end
-            written += 1
-        return written
+    async def persist_state(self, *, only_changed: bool = True) -> int:
+        """Checkpoint every hosted partition's HW (``replication-offset-checkpoint``) and snapshot
+        the producer state of partitions whose state moved since their last snapshot (all with
+        ``only_changed=False``). The files are fsynced in a worker thread so the event loop keeps
+        serving; one writer at a time. Returns how many snapshots were written."""
+        async with self._persist_lock:
+            offsets = {tp: p.high_watermark for tp, p in self.partitions.items()}
+            await trio.to_thread.run_sync(self.storage.write_checkpoint, HW_CHECKPOINT, offsets)
+            self._hw_checkpoint = dict(offsets)
+            written = 0
+            for tp, p in list(self.partitions.items()):
+                end = p.producer_state.map_end_offset
+                if only_changed and self._snapshot_offsets.get(tp) == end:
+                    continue
+                data = p.producer_state.to_bytes()
+                try:
+                    await trio.to_thread.run_sync(p.log.write_state, SNAPSHOT_NAME, data)
+                except Exception:
+                    if self.partitions.get(tp) is p:
+                        raise
+                    continue  # deleted meanwhile: nothing to keep
+                self._snapshot_offsets[tp] = end
+                written += 1
+            return written
 
     def remove_expired_producers(self) -> int:
         now = self.clock_ms()
@@ -445,8 +453,7 @@ class ReplicaManager:
         while True:
             await trio.sleep(HW_CHECKPOINT_INTERVAL_MS / 1000)
             try:
-                self.checkpoint_high_watermarks()
-                self.snapshot_producer_states()
+                await self.persist_state()
                 if trio.current_time() >= next_expiration:
                     self.remove_expired_producers()
                     next_expiration = trio.current_time() + PRODUCER_EXPIRATION_CHECK_INTERVAL_MS / 1000
@@ -457,7 +464,7 @@ class ReplicaManager:
         """Answer parked requests, snapshot producer state, checkpoint HWs, flush every log."""
         self.produce_purgatory.expire_all()
         self.fetch_purgatory.expire_all()
-        self.snapshot_producer_states(only_changed=False)
-        self.checkpoint_high_watermarks()
+        with trio.CancelScope(shield=True):
+            await self.persist_state(only_changed=False)
         for p in list(self.partitions.values()):
             await p.log.flush()
