@@ -18,7 +18,8 @@ from ..interfaces import TopicPartition
 from .accumulator import RecordMetadata
 from .admin import AlterConfigOp, ConfigResourceType, NewTopic
 from .base import ClientClosedError
-from .fetcher import ConsumerRecord, NoOffsetForPartition
+from .decoding import ConsumerRecord
+from .fetcher import NoOffsetForPartition
 from .group_ops import OffsetAndMetadata
 from .offsets import OffsetAndTimestamp
 from .sync import Admin, Consumer, Producer

@@ -25,7 +25,8 @@ from .admin import (
 )
 from .base import ClientClosedError
 from .consumer import AsyncConsumer
-from .fetcher import ConsumerRecord, NoOffsetForPartition
+from .decoding import ConsumerRecord
+from .fetcher import NoOffsetForPartition
 from .group_ops import OffsetAndMetadata
 from .offsets import OffsetAndTimestamp
 from .producer import AsyncProducer, RecordFuture

@@ -40,11 +40,12 @@ class NetworkError(KafkaError):
 class _Pending:
     """A request waiting for its response."""
 
-    __slots__ = ("api_key", "done", "error", "response", "version")
+    __slots__ = ("api_key", "done", "error", "response", "timeout_s", "version")
 
-    def __init__(self, api_key: int, version: int) -> None:
+    def __init__(self, api_key: int, version: int, timeout_s: float) -> None:
         self.api_key = api_key
         self.version = version
+        self.timeout_s = timeout_s
         self.done = trio.Event()
         self.response: Any = None
         self.error: BaseException | None = None
@@ -175,12 +176,10 @@ class BrokerConnection:
         return high
 
     # -- requests --------------------------------------------------------------------------------
-    async def request(self, request: Any, *, timeout_s: float, expect_response: bool = True) -> Any:
-        """Send ``request`` and wait for its response (None when ``expect_response`` is False).
-
-        On timeout the connection is closed and ``NetworkError`` raised; a caller cancelled while
-        waiting just stops waiting (the response is dropped when it arrives).
-        """
+    async def send_request(self, request: Any, *, timeout_s: float, expect_response: bool = True) -> _Pending | None:
+        """Write ``request`` and return the handle :meth:`wait_response` takes (None when no
+        response is expected). Requests written by one task go out in call order, which the
+        producer relies on for its sequence numbers (trio schedules spawned tasks randomly)."""
         if self._closed:
             raise self._close_reason or NetworkError(f"connection to broker {self.node_id} is closed")
         if isinstance(request, ProduceRequestData):
@@ -189,14 +188,14 @@ class BrokerConnection:
             api_key, version = int(request.__api_key__), int(request.__version__)
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         frame = encode_request(request, correlation_id=correlation_id, client_id=self.client_id)
-        pending = _Pending(api_key, version) if expect_response else None
+        pending = _Pending(api_key, version, timeout_s) if expect_response else None
         if pending is not None:
             self._pending[correlation_id] = pending
-        deadline = trio.current_time() + timeout_s if math.isfinite(timeout_s) else math.inf
         self.last_used = trio.current_time()
         # a frame is written whole or the connection dies: never cancel half-way through a write
         with trio.CancelScope(shield=True) as scope:
-            scope.deadline = deadline
+            if math.isfinite(timeout_s):
+                scope.deadline = trio.current_time() + timeout_s
             try:
                 async with self._send_lock:
                     await self._conn.send_frame(frame)
@@ -206,14 +205,19 @@ class BrokerConnection:
             await self.close(NetworkError(f"send to broker {self.node_id} timed out"))
         if self._closed and (pending is None or not pending.done.is_set()):
             raise self._close_reason or NetworkError(f"connection to broker {self.node_id} is closed")
-        if pending is None:
-            return None
-        with trio.move_on_at(deadline) as wait:
+        return pending
+
+    async def wait_response(self, pending: _Pending) -> Any:
+        """The response for a :meth:`send_request` handle; on timeout the connection is closed
+        and ``NetworkError`` raised. A cancelled caller just stops waiting (the response is
+        dropped when it arrives)."""
+        timeout_s = pending.timeout_s
+        with trio.move_on_after(timeout_s) as wait:
             await pending.done.wait()
         if wait.cancelled_caught:
             await self.close(
                 NetworkError(
-                    f"request {ApiKey(api_key).name} to broker {self.node_id} timed out after {timeout_s:.1f}s"
+                    f"request {ApiKey(pending.api_key).name} to broker {self.node_id} timed out after {timeout_s:.1f}s"
                 )
             )
         if pending.error is not None:
@@ -222,3 +226,10 @@ class BrokerConnection:
             raise self._close_reason or NetworkError(f"connection to broker {self.node_id} closed")
         self.last_used = trio.current_time()
         return pending.response
+
+    async def request(self, request: Any, *, timeout_s: float, expect_response: bool = True) -> Any:
+        """Send ``request`` and wait for its response (None when ``expect_response`` is False)."""
+        pending = await self.send_request(request, timeout_s=timeout_s, expect_response=expect_response)
+        if pending is None:
+            return None
+        return await self.wait_response(pending)

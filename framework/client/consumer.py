@@ -30,7 +30,8 @@ from ..interfaces import Connector, TopicPartition
 from ..manager import Plugins
 from .base import AsyncClient
 from .coordinator import ConsumerCoordinator, MemberState, RebalanceListener
-from .fetcher import ConsumerRecord, Fetcher
+from .decoding import ConsumerRecord
+from .fetcher import Fetcher
 from .group_ops import OffsetAndMetadata
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetAndTimestamp, list_offsets
 from .subscription import EARLIEST, LATEST, SubscriptionState

@@ -8,11 +8,11 @@ a round trip. At most two responses per partition are buffered, and none is requ
 buffered bytes exceed ``fetch.max.bytes``: memory stays bounded however slowly ``poll()`` is
 called.
 
-Decoding happens in ``poll()``, in the caller's task, one batch at a time and only as far as
-``max.poll.records`` needs: batches that end before the position are skipped from their header
-alone, control batches are skipped, and with ``isolation.level=read_committed`` the batches of
-aborted transactions are dropped using the response's aborted-transaction list, as Kafka's
-consumer does.
+Decoding happens in ``poll()``, in the caller's task, record by record and only as far as
+``max.poll.records`` needs (:mod:`odradek.client.decoding`): batches that end before the position
+are skipped from their header alone, control batches are skipped, and with
+``isolation.level=read_committed`` the batches of aborted transactions are dropped using the
+response's aborted-transaction list, as Kafka's consumer does.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ import trio
 from ..errors import ErrorCode, KafkaError
 from ..interfaces import Codec, TopicPartition
 from ..protocol import ApiKey
-from ..records import ControlRecordType, TimestampType, decode_batch, iter_headers, parse_control_record
+from ..records import ControlRecordType, decode_batch, iter_headers, parse_control_record
 from .config import ClientConfig
 from .connection import BrokerConnection
+from .decoding import ConsumerRecord, RecordCursor, records_section
 from .network import NetworkClient
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
 from .requests import error_code, make_request
@@ -58,61 +59,6 @@ class NoOffsetForPartition(KafkaError):
     code = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
-class ConsumerRecord:
-    """One record as ``poll()`` returns it (Kafka's ``ConsumerRecord``)."""
-
-    __slots__ = (
-        "headers",
-        "key",
-        "leader_epoch",
-        "offset",
-        "partition",
-        "timestamp",
-        "timestamp_type",
-        "topic",
-        "value",
-    )
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        timestamp: int,
-        timestamp_type: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes | None]],
-        leader_epoch: int = -1,
-    ) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.timestamp = timestamp
-        self.timestamp_type = timestamp_type
-        self.key = key
-        self.value = value
-        self.headers = headers
-        self.leader_epoch = leader_epoch
-
-    @property
-    def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
-
-    def __repr__(self) -> str:
-        return (
-            f"ConsumerRecord(topic={self.topic!r}, partition={self.partition}, offset={self.offset}, "
-            f"timestamp={self.timestamp}, key={self.key!r}, value={self.value!r}, headers={self.headers!r})"
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ConsumerRecord):
-            return NotImplemented
-        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]
-
-
 class CompletedFetch:
     """One partition's records from one Fetch response, decoded lazily by :meth:`take`."""
 
@@ -120,8 +66,7 @@ class CompletedFetch:
         "_aborted",
         "_aborted_pids",
         "_batches",
-        "_pending",
-        "_pending_index",
+        "_cursor",
         "assignment_id",
         "data",
         "end_offset",
@@ -161,12 +106,11 @@ class CompletedFetch:
             self._aborted = [(first, pid) for pid, first in aborted]
             heapq.heapify(self._aborted)
         self._aborted_pids: set[int] = set()
-        self._pending: list[Any] = []
-        self._pending_index = 0
+        self._cursor: RecordCursor | None = None  # the batch being returned
 
     @property
     def exhausted(self) -> bool:
-        return not self._batches and self._pending_index >= len(self._pending)
+        return not self._batches and (self._cursor is None or self._cursor.exhausted)
 
     def take(
         self,
@@ -181,37 +125,10 @@ class CompletedFetch:
         topic, partition = self.tp
         want = max_records
         while want > 0:
-            if self._pending_index < len(self._pending):
-                pending = self._pending
-                i = self._pending_index
-                header, batch_records = pending[0], pending[1]
-                ts_type = TimestampType.LOG_APPEND_TIME if header.attributes & 0x08 else TimestampType.CREATE_TIME
-                n = len(batch_records)
-                while i < n and want > 0:
-                    r = batch_records[i]
-                    i += 1
-                    if r.offset < position:
-                        continue
-                    out.append(
-                        ConsumerRecord(
-                            topic,
-                            partition,
-                            r.offset,
-                            r.timestamp,
-                            ts_type,
-                            r.key,
-                            r.value,
-                            r.headers,
-                            header.partition_leader_epoch,
-                        )
-                    )
-                    position = r.offset + 1
-                    want -= 1
-                self._pending_index = i
-                if i >= n:
-                    position = max(position, header.next_offset)
-                    self._pending = []
-                    self._pending_index = 0
+            cursor = self._cursor
+            if cursor is not None and not cursor.exhausted:
+                position, taken = cursor.take(topic, partition, position, want, out)
+                want -= taken
                 continue
             if not self._batches:
                 break
@@ -224,9 +141,7 @@ class CompletedFetch:
             if header.is_control:
                 position = max(position, header.next_offset)
                 continue
-            batch = decode_batch(self.data, pos, codecs=codecs, verify_crc=check_crcs)
-            self._pending = [header, batch.records]
-            self._pending_index = 0
+            self._cursor = RecordCursor(records_section(self.data, pos, header, codecs, check_crcs), header)
         return position
 
     def _skip_aborted(self, header: Any, pos: int) -> bool:

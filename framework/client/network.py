@@ -89,6 +89,8 @@ class NetworkClient:
         self.allow_auto_create = False
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, trio.Event] = {}
+        #: called after every background connect attempt (the producer's sender wakes up)
+        self.connect_listeners: list[Callable[[], None]] = []
         self._failures: dict[int, tuple[int, float]] = {}  # node -> (consecutive failures, retry-at)
         self._nursery: trio.Nursery | None = None
         self._closed = False
@@ -150,6 +152,30 @@ class NetworkClient:
         self._failures.pop(node_id, None)
         self._connections[node_id] = conn
         return conn
+
+    def connection_nowait(self, node_id: int) -> BrokerConnection | None:
+        """The open connection to ``node_id``, or None after starting to connect in the background
+        (unless a connect is already under way or the node is in reconnect backoff)."""
+        conn = self._connections.get(node_id)
+        if conn is not None and not conn.closed:
+            return conn
+        if node_id in self._connecting or self._nursery is None or self._closed:
+            return None
+        _failures, retry_at = self._failures.get(node_id, (0, 0.0))
+        if retry_at > trio.current_time():
+            return None
+        self._nursery.start_soon(self._connect_quietly, node_id)
+        return None
+
+    async def _connect_quietly(self, node_id: int) -> None:
+        try:
+            await self.connection(node_id)
+        except NetworkError as exc:
+            log.debug("connect to broker %d failed: %r", node_id, exc)
+            self.request_update()
+        finally:
+            for listener in self.connect_listeners:
+                listener()
 
     def _candidates(self) -> list[int]:
         """Nodes to ask cluster-wide questions, best first: connected and idle, then known brokers

@@ -98,6 +98,7 @@ class Sender:
         self._idle.set()
         self._running = True
         self.fatal_error: BaseException | None = None
+        network.connect_listeners.append(self.wakeup)
 
     # -- waking ------------------------------------------------------------------------------------
     def wakeup(self) -> None:
@@ -144,12 +145,17 @@ class Sender:
                 next_check = check.next_check
             if not self._need_new_producer_id:
                 for node in check.nodes:
-                    while self._node_in_flight.get(node, 0) < self.max_in_flight:
+                    conn = self.network.connection_nowait(node)
+                    if conn is None:
+                        continue  # connecting in the background; connect_listeners wake us
+                    while self._node_in_flight.get(node, 0) < self.max_in_flight and not conn.closed:
                         batches = acc.drain(node, cluster_leader, self._can_send, self.max_request_size, now)
                         if not batches:
                             break
                         self._prepare(node, batches)
-                        nursery.start_soon(self._send, node, batches)
+                        # written here, in drain order: sequence numbers reach the broker in order
+                        pending = await self._write(node, conn, batches)
+                        nursery.start_soon(self._send, node, conn, pending, batches)
             with trio.move_on_at(next_check if math.isfinite(next_check) else math.inf):
                 await self._wakeup.wait()
 
@@ -192,23 +198,32 @@ class Sender:
         self._idle = trio.Event() if self._idle.is_set() else self._idle
 
     # -- one request -------------------------------------------------------------------------------
-    async def _send(self, node: int, batches: list[ProducerBatch]) -> None:
+    async def _write(self, node: int, conn: BrokerConnection, batches: list[ProducerBatch]) -> Any:
+        """Write one Produce request for ``batches``; the pending response, None for acks=0, or
+        the KafkaError that broke the connection (handled by :meth:`_send`)."""
         by_topic: dict[str, list[PartitionProduceData]] = {}
         for b in batches:
             by_topic.setdefault(b.tp.topic, []).append(PartitionProduceData(b.tp.partition, b.payload))  # type: ignore[arg-type]
-
-        def build(conn: BrokerConnection) -> Any:
-            version = conn.version(ApiKey.PRODUCE, min_version=3)
-            return ProduceRequestData(
+        try:
+            request = ProduceRequestData(
                 acks=self.acks,
                 timeout_ms=self.request_timeout_ms,
                 topic_data=[TopicProduceData(t, parts) for t, parts in by_topic.items()],
-                version=version,
+                version=conn.version(ApiKey.PRODUCE, min_version=3),
             )
+            return await conn.send_request(
+                request, timeout_s=self.network.request_timeout_s, expect_response=self.acks != 0
+            )
+        except KafkaError as exc:
+            return exc
 
+    async def _send(self, node: int, conn: BrokerConnection, pending: Any, batches: list[ProducerBatch]) -> None:
+        """Wait for the response to a written Produce request and settle its batches."""
         try:
             try:
-                response = await self.network.send(node, build, expect_response=self.acks != 0)
+                if isinstance(pending, KafkaError):
+                    raise pending
+                response = None if pending is None else await conn.wait_response(pending)
             except KafkaError as exc:  # network error, timeout, unsupported version
                 for b in batches:
                     self._on_error(b, exc.code, exc)

@@ -30,7 +30,7 @@ from .accumulator import Callback, RecordMetadata
 from .admin import AsyncAdmin
 from .base import AsyncClient, ClientClosedError
 from .consumer import AsyncConsumer
-from .fetcher import ConsumerRecord
+from .decoding import ConsumerRecord
 from .futures import FutureHub, RecordFuture
 from .producer import AsyncProducer, HeadersIn, to_bytes, to_headers
 
