@@ -21,6 +21,9 @@ COMMANDS: tuple[str, ...] = (
     "odradek.cli.config_cmd",
     "odradek.cli.perf",
     "odradek.cli.groups",
+    "odradek.cli.topics",
+    "odradek.cli.produce",
+    "odradek.cli.consume",
 )
 
 

@@ -1,0 +1,198 @@
+"""``odradek topics create|list|describe|delete|alter``: kafka-topics.sh with sub-commands.
+
+Flags are Kafka's (``--bootstrap-server``, ``--topic``, ``--partitions``,
+``--replication-factor``, ``--config k=v``, ``--if-not-exists`` ...); ``describe`` prints
+kafka-topics' layout, so scripts that parse it keep working.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import ErrorCode, KafkaError, OdradekError
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class TopicsCommandError(OdradekError):
+    """A topics command cannot do what was asked (the message says why)."""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("topics", help="create, list, describe, alter and delete topics (kafka-topics)")
+    tsub = p.add_subparsers(dest="topics_command", metavar="SUBCOMMAND", required=True)
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--bootstrap-server", required=True, metavar="HOST:PORT", help="broker(s) to connect to, comma separated"
+        )
+        parser.add_argument(
+            "--command-config",
+            metavar="KEY=VALUE",
+            action="append",
+            default=[],
+            help="admin client property (repeatable)",
+        )
+        parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds (default 30)")
+
+    create = tsub.add_parser("create", help="create a topic")
+    common(create)
+    create.add_argument("--topic", required=True)
+    create.add_argument("--partitions", type=int, default=-1, help="partition count (default: broker's num.partitions)")
+    create.add_argument(
+        "--replication-factor", type=int, default=-1, help="replicas (default: broker's default.replication.factor)"
+    )
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="topic config (repeatable)")
+    create.add_argument("--if-not-exists", action="store_true", help="succeed when the topic exists already")
+    create.set_defaults(func=run_create)
+
+    lst = tsub.add_parser("list", help="list topic names")
+    common(lst)
+    lst.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
+    lst.set_defaults(func=run_list)
+
+    desc = tsub.add_parser("describe", help="partitions, leaders, replicas, ISR and configs")
+    common(desc)
+    desc.add_argument("--topic", action="append", default=[], help="topic to describe (repeatable; default all)")
+    desc.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
+    desc.set_defaults(func=run_describe)
+
+    delete = tsub.add_parser("delete", help="delete topics")
+    common(delete)
+    delete.add_argument("--topic", action="append", required=True, help="topic to delete (repeatable)")
+    delete.add_argument("--if-exists", action="store_true", help="succeed when the topic does not exist")
+    delete.set_defaults(func=run_delete)
+
+    alter = tsub.add_parser("alter", help="add partitions or change topic configs")
+    common(alter)
+    alter.add_argument("--topic", required=True)
+    alter.add_argument("--partitions", type=int, help="new (larger) partition count")
+    alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="set a topic config")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="KEY", help="reset a config to default")
+    alter.set_defaults(func=run_alter)
+
+
+def parse_key_values(items: Sequence[str], flag: str) -> dict[str, str]:
+    """``key=value`` strings (``--config``) as a dict; raises on items without ``=``."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise TopicsCommandError(f"{flag} expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def _admin(args: argparse.Namespace) -> Any:
+    from ..client import Admin
+
+    config = {"bootstrap.servers": args.bootstrap_server, "client.id": "odradek-topics"}
+    config.update(parse_key_values(args.command_config, "--command-config"))
+    return Admin(config)
+
+
+def _fail(message: str) -> int:
+    print(f"Error: {message}", file=sys.stderr)
+    return 1
+
+
+def run_create(args: argparse.Namespace) -> int:
+    from ..client import NewTopic
+
+    configs = parse_key_values(args.config, "--config")
+    with _admin(args) as admin:
+        result = admin.create_topics(
+            [NewTopic(args.topic, args.partitions, args.replication_factor, configs)], timeout=args.timeout
+        )
+    error = result.get(args.topic)
+    if error is not None:
+        if args.if_not_exists and error.code is ErrorCode.TOPIC_ALREADY_EXISTS:
+            return 0
+        return _fail(str(error))
+    print(f"Created topic {args.topic}.")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        topics = admin.list_topics(include_internal=not args.exclude_internal, timeout=args.timeout)
+    for name in sorted(topics):
+        print(name)
+    return 0
+
+
+def run_describe(args: argparse.Namespace) -> int:
+    from ..client import ConfigResourceType
+
+    status = 0
+    with _admin(args) as admin:
+        names = args.topic or sorted(
+            admin.list_topics(include_internal=not args.exclude_internal, timeout=args.timeout)
+        )
+        described = admin.describe_topics(names, timeout=args.timeout)
+        configs = admin.describe_configs([(ConfigResourceType.TOPIC, n) for n in names], timeout=args.timeout)
+    for name in names:
+        desc = described.get(name)
+        if isinstance(desc, KafkaError) or desc is None:
+            status = _fail(
+                f"topic '{name}' does not exist"
+                if desc is None or desc.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else str(desc)
+            )
+            continue
+        entries = configs.get((int(ConfigResourceType.TOPIC), name))
+        changed = (
+            ",".join(f"{e.name}={e.value}" for e in sorted(entries.values(), key=lambda e: e.name) if not e.is_default)
+            if isinstance(entries, dict)
+            else ""
+        )
+        rf = len(desc.partitions[0].replicas) if desc.partitions else 0
+        topic_id = f"\tTopicId: {desc.topic_id}" if desc.topic_id is not None else ""
+        count = len(desc.partitions)
+        print(f"Topic: {name}{topic_id}\tPartitionCount: {count}\tReplicationFactor: {rf}\tConfigs: {changed}")
+        for p in desc.partitions:
+            replicas = ",".join(map(str, p.replicas))
+            isr = ",".join(map(str, p.isr))
+            print(f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {p.leader if p.leader >= 0 else 'none'}\t"
+                  f"Replicas: {replicas}\tIsr: {isr}")  # fmt: skip
+    return status
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        results = admin.delete_topics(args.topic, timeout=args.timeout)
+    status = 0
+    for name in args.topic:
+        error = results.get(name)
+        if error is None:
+            continue
+        if args.if_exists and error.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            continue
+        status = _fail(str(error))
+    return status
+
+
+def run_alter(args: argparse.Namespace) -> int:
+    from ..client import AlterConfigOp, ConfigResourceType
+
+    sets = parse_key_values(args.config, "--config")
+    if args.partitions is None and not sets and not args.delete_config:
+        raise TopicsCommandError("alter needs --partitions, --config or --delete-config")
+    with _admin(args) as admin:
+        if args.partitions is not None:
+            error = admin.create_partitions({args.topic: args.partitions}, timeout=args.timeout).get(args.topic)
+            if error is not None:
+                return _fail(str(error))
+        if sets or args.delete_config:
+            ops: list[tuple[str, int, str | None]] = [(k, AlterConfigOp.SET, v) for k, v in sets.items()]
+            ops += [(k, AlterConfigOp.DELETE, None) for k in args.delete_config]
+            result = admin.incremental_alter_configs(
+                {(ConfigResourceType.TOPIC, args.topic): ops}, timeout=args.timeout
+            )
+            for error in result.values():
+                if error is not None:
+                    return _fail(str(error))
+    return 0
