@@ -1,0 +1,252 @@
+"""Consumer groups with real clients against an ``odradek serve`` subprocess.
+
+librdkafka consumers run as subprocesses (tests/group_consumer_proc.py) printing every assignment,
+revocation, message and commit with a wall-clock time, so the test can check, over the merged
+timeline: no partition is ever owned by two consumers at once, every partition has an owner once
+the group settles, nothing produced is lost, and a message is redelivered only if its offset was
+never committed before (at-least-once, redelivery bounded by what was uncommitted).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from group_client_helpers import (
+    TIMEOUT_S,
+    AioKafkaMember,
+    Group,
+    KafkaPythonMember,
+    Produced,
+    create_topic,
+    wait_for,
+)
+
+from odradek.testing import BrokerProcess, start_broker, unique_topic
+
+pytestmark = pytest.mark.integration
+
+#: what the group tests' broker changes: fast first rebalance, short sessions allowed
+GROUP_BROKER_SETTINGS = {
+    "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 1000,
+    "offsets.topic.num.partitions": 10,
+}
+
+
+@pytest.fixture(scope="module")
+def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with start_broker(tmp_path_factory.mktemp("groups-broker"), GROUP_BROKER_SETTINGS) as broker:
+        yield broker
+        assert not broker.log_problems(), "\n".join(broker.log_problems())
+
+
+def committed_offsets(broker: BrokerProcess, group: str, topic: str, partitions: int) -> list[int]:
+    probe = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        found = probe.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=TIMEOUT_S)
+    finally:
+        probe.close()
+    return [c.offset for c in found]
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_three_consumers_leave_join_and_crash(group_broker: BrokerProcess, strategy: str) -> None:
+    topic = unique_topic("grp6")
+    create_topic(group_broker, topic, 6)
+    produced = Produced(group_broker, topic, 6)
+    produced.batch(10)
+    group = Group(group_broker, topic, 6, strategy)
+    try:
+        a, b, _c = group.add("a"), group.add("b"), group.add("c")
+        group.settle_and_drain(produced, "three members")
+        a.stop()  # leaves: LeaveGroup
+        group.settle_and_drain(produced, "after a left")
+        group.add("d")
+        group.settle_and_drain(produced, "after d joined")
+        b.kill()  # crashes: its partitions move after the session timeout
+        group.settle_and_drain(produced, "after b was killed")
+    finally:
+        group.close()
+    redelivered = group.check(produced)
+    # only b's last in-flight messages (processed, not yet committed) may come back
+    assert sum(redelivered.values()) <= 6, redelivered
+
+
+def test_static_member_restart_gets_its_partitions_back_without_rebalance(group_broker: BrokerProcess) -> None:
+    topic = unique_topic("static")
+    create_topic(group_broker, topic, 4)
+    produced = Produced(group_broker, topic, 4)
+    group = Group(group_broker, topic, 4, "range")
+    try:
+        s1 = group.add("s1", instance_id="static-1", session_ms="20000")
+        s2 = group.add("s2", instance_id="static-2", session_ms="20000")
+        group.settle_and_drain(produced, "two static members")
+        before = s1.owned
+        s2_events = len([e for e in s2.events if e["ev"] in ("assign", "revoke")])
+        s1.kill()
+        s1_again = group.add("s1-restarted", instance_id="static-1", session_ms="20000")
+        wait_for(lambda: s1_again.owned == before, "the restarted static member to get its partitions back")
+        produced.batch(5)
+        wait_for(lambda: group.consumed(produced), "records consumed after the restart")
+        s2_after = len([e for e in s2.events if e["ev"] in ("assign", "revoke")])
+        assert s2_after == s2_events, "the other member saw a rebalance"
+    finally:
+        group.close()
+    group.check(produced)
+
+
+def test_broker_restart_keeps_offsets_and_group(tmp_path: Path) -> None:
+    with start_broker(tmp_path / "restart", GROUP_BROKER_SETTINGS) as broker:
+        topic = unique_topic("restart")
+        create_topic(broker, topic, 2)
+        produced = Produced(broker, topic, 2)
+        produced.batch(5)
+        group = Group(broker, topic, 2, "range")
+        try:
+            member = group.add("m", session_ms="10000")
+            group.settle_and_drain(produced, "before the restart")
+            broker.restart()
+            produced.producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 2})
+            produced.batch(5)
+            wait_for(lambda: group.consumed(produced), "records consumed after the broker restart")
+            assert member.alive
+        finally:
+            group.close()
+        redelivered = group.check(produced)
+        assert redelivered == {}, f"committed records were consumed again: {redelivered}"
+        # a new consumer of the group starts where the group committed
+        assert committed_offsets(broker, group.group, topic, 2) == produced.counts
+        assert not broker.log_problems(), "\n".join(broker.log_problems())
+
+
+def test_kafka_python_group(group_broker: BrokerProcess) -> None:
+    topic = unique_topic("kpg")
+    create_topic(group_broker, topic, 4)
+    produced = Produced(group_broker, topic, 4)
+    produced.batch(10)
+    group = Group(group_broker, topic, 4, "range")
+    try:
+        for name in ("kp-1", "kp-2"):
+            group.add_member(KafkaPythonMember(name, group_broker, group.group, topic, "range"))
+        group.settle_and_drain(produced, "two kafka-python members")
+    finally:
+        group.close()
+    group.check(produced)
+    assert committed_offsets(group_broker, group.group, topic, 4) == produced.counts
+
+
+def test_aiokafka_group(group_broker: BrokerProcess) -> None:
+    topic = unique_topic("aiog")
+    create_topic(group_broker, topic, 4)
+    produced = Produced(group_broker, topic, 4)
+    produced.batch(10)
+    group = Group(group_broker, topic, 4, "range")
+    try:
+        for name in ("aio-1", "aio-2"):
+            group.add_member(AioKafkaMember(name, group_broker, group.group, topic))
+        group.settle_and_drain(produced, "two aiokafka members")
+    finally:
+        group.close()
+    group.check(produced)
+    assert committed_offsets(group_broker, group.group, topic, 4) == produced.counts
+
+
+@pytest.mark.parametrize("assignor", ["range", "roundrobin"])
+def test_librdkafka_and_kafka_python_share_a_group(group_broker: BrokerProcess, assignor: str) -> None:
+    topic = unique_topic("mixed")
+    create_topic(group_broker, topic, 5)
+    produced = Produced(group_broker, topic, 5)
+    produced.batch(6)
+    group = Group(group_broker, topic, 5, assignor)
+    try:
+        group.add("rdkafka")
+        group.add_member(KafkaPythonMember("kafka-python", group_broker, group.group, topic, assignor))
+        group.settle_and_drain(produced, f"a mixed {assignor} group")
+        assert all(m.owned for m in group.live()), "each client got partitions"
+    finally:
+        group.close()
+    group.check(produced)
+
+
+def test_kcat_balanced_consumer(group_broker: BrokerProcess) -> None:
+    kcat = shutil.which("kcat")
+    assert kcat, "kcat is not installed (Debian package: kcat)"
+    topic = unique_topic("kcatg")
+    create_topic(group_broker, topic, 3)
+    produced = Produced(group_broker, topic, 3)
+    produced.batch(7)
+    group = unique_topic("kcat-grp")
+    result = subprocess.run(
+        [kcat, "-b", group_broker.bootstrap, "-G", group, "-X", "auto.offset.reset=earliest",
+         "-X", "session.timeout.ms=6000", "-c", "21", "-e", "-f", "%p %o\n", topic],
+        capture_output=True, timeout=TIMEOUT_S, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    got = sorted(tuple(map(int, line.split())) for line in result.stdout.splitlines())
+    assert got == [(p, o) for p in range(3) for o in range(7)]
+    assert committed_offsets(group_broker, group, topic, 3) == produced.counts
+
+
+class Cli:
+    """``odradek groups ...`` run in-process (the same ``main`` the console script runs)."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str], bootstrap: str) -> None:
+        self.capsys = capsys
+        self.bootstrap = bootstrap
+
+    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
+        from odradek.cli import main
+
+        self.capsys.readouterr()
+        code = main(["groups", *args, "--bootstrap-server", self.bootstrap])
+        out, err = self.capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+
+def test_groups_cli(group_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    topic = unique_topic("cli")
+    create_topic(group_broker, topic, 2)
+    produced = Produced(group_broker, topic, 2)
+    produced.batch(8)
+    group = Group(group_broker, topic, 2, "range")
+    odradek_cli = Cli(capsys, group_broker.bootstrap)
+    try:
+        member = group.add("cli-member")
+        group.settle_and_drain(produced, "one member")
+        listed = odradek_cli("list")
+        assert listed.returncode == 0, listed.stderr
+        assert any(line.split()[:2] == [group.group, "Stable"] for line in listed.stdout.splitlines())
+        described = odradek_cli("describe", group.group)
+        assert described.returncode == 0, described.stderr
+        assert f"GROUP {group.group}  STATE Stable  PROTOCOL range  MEMBERS 1" in described.stdout
+        rows = [line.split() for line in described.stdout.splitlines() if line.startswith(group.group + " ")]
+        assert [(r[1], r[2], r[3], r[4], r[5]) for r in rows] == [(topic, str(p), "18", "18", "0") for p in range(2)]
+        assert all(r[8] == "proc-dyn" for r in rows)  # the owner's client id
+        busy = odradek_cli("reset-offsets", group.group, "--topic", topic, "--to-earliest", "--execute")
+        assert busy.returncode == 1 and "inactive" in busy.stderr
+        member.stop()
+        dry = odradek_cli("reset-offsets", group.group, "--topic", f"{topic}:1", "--shift-by", "-5")
+        assert dry.returncode == 0, dry.stderr
+        assert [line.split()[1:] for line in dry.stdout.splitlines()[1:2]] == [[topic, "1", "18", "13"]]
+        assert "dry run" in dry.stdout
+        assert committed_offsets(group_broker, group.group, topic, 2) == [18, 18]
+        done = odradek_cli("reset-offsets", group.group, "--all-topics", "--to-earliest", "--execute")
+        assert done.returncode == 0, done.stderr
+        assert committed_offsets(group_broker, group.group, topic, 2) == [0, 0]
+        latest = odradek_cli("reset-offsets", group.group, "--topic", topic, "--to-datetime", "2100-01-01T00:00:00",
+                             "--execute")  # fmt: skip
+        assert latest.returncode == 0, latest.stderr
+        assert committed_offsets(group_broker, group.group, topic, 2) == [18, 18]
+        empty = odradek_cli("describe", group.group)
+        assert "STATE Empty" in empty.stdout
+        deleted = odradek_cli("delete", group.group)
+        assert deleted.returncode == 0 and "succeeded" in deleted.stdout, deleted.stdout + deleted.stderr
+        gone = odradek_cli("describe", group.group)
+        assert gone.returncode == 1 and "does not exist" in gone.stdout
+    finally:
+        group.close()
