@@ -493,3 +493,22 @@ async def test_accept_backs_off_when_out_of_file_descriptors(
     gaps = [b - a for a, b in zip(fake.calls, fake.calls[1:], strict=False)][:3]
     assert all(g >= 0.1 for g in gaps), gaps  # waited between attempts instead of spinning
     assert sum("EMFILE" in r.getMessage() for r in caplog.records) == 3
+
+
+async def test_fetch_slices_are_released_when_the_client_leaves_before_the_answer(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(b"x" * 4096)
+    broker = ScriptedBroker(_config(), records_file=path)
+    broker.fetch_gate = trio.Event()
+    async with serving(broker) as (listener, bound):
+        conn = await connect(bound)
+        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0)
+        await conn.send_frame(encode_request(fetch, correlation_id=1, client_id="gone"))
+        while broker.fetch_calls == 0:
+            await trio.sleep(0.01)
+        await conn.aclose()  # the client is gone before the records are read ...
+        broker.fetch_gate.set()  # ... which happens now
+        with trio.fail_after(5):
+            while listener.connections:
+                await trio.sleep(0.01)
+    assert broker.slices and all(s.released == 1 for s in broker.slices)

@@ -140,8 +140,21 @@ class Dispatcher:
         if response is None:
             return None
         if isinstance(response, FetchResponseData):
-            return build_fetch_envelope(version, header.correlation_id, response)
+            try:
+                return build_fetch_envelope(version, header.correlation_id, response)
+            except BaseException:
+                _release_records(response)
+                raise
         return encode_response(key, version, header.correlation_id, response)
+
+
+def _release_records(response: FetchResponseData) -> None:
+    """Release every record slice of a Fetch response that will not be sent."""
+    for topic in response.responses:
+        for partition in topic.partitions:
+            records = partition.records
+            if records is not None and not isinstance(records, bytes | bytearray | memoryview):
+                records.release()
 
 
 __all__ = ["HANDLER_MODULES", "Dispatcher", "Handler", "HandlerFn", "Outcome", "RequestContext", "load_handlers"]
