@@ -33,6 +33,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_paths(paths: Sequence[Path]) -> None:
+    """fsync files by path (a fresh descriptor flushes the inode's dirty pages, mmap'd or not)."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # deleted meanwhile: nothing left to make durable
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data``: write a temp file, fsync, rename, fsync the directory."""
     tmp = path.with_name(path.name + TEMP_SUFFIX)

@@ -11,9 +11,7 @@ before one can tell its view is stale.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import logging
-import os
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -26,10 +24,11 @@ from odradek.config import TopicConfig
 from odradek.errors import InvalidRecord, KafkaStorageError, OffsetOutOfRange
 from odradek.interfaces import BatchMeta, EpochEntry, FetchDataInfo, LogAppendInfo, TopicPartition
 
-from .checkpoint import atomic_write
+from . import timestamps
+from .batches import append_info, check_layout
+from .checkpoint import atomic_write, fsync_paths
 from .epochs import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from .fetch import SegmentFetchData
-from .scan import scan_headers
 from .segment import LogSegment, SegmentContext
 
 log = logging.getLogger(__name__)
@@ -38,48 +37,6 @@ STATE_SUFFIX = ".state"
 _STATE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}$")
 _EPOCH_FIELD = 12  # partitionLeaderEpoch's byte offset in a batch header
 _ATTRIBUTES_LOW_BYTE = records.ATTRIBUTES_OFFSET + 1  # attributes are a big-endian int16
-
-
-def _append_info_factory() -> Callable[..., LogAppendInfo]:
-    """A constructor of LogAppendInfo for the append path. The frozen dataclass's own
-    ``__init__`` sets each field through ``object.__setattr__`` (~1 µs of a ~5 µs append);
-    setting the slots through their descriptors builds the same object in a third of that."""
-    names = ("first_offset", "last_offset", "max_timestamp", "offset_of_max_timestamp")
-    names += ("log_append_time", "log_start_offset", "valid_bytes")
-    setters = [getattr(LogAppendInfo.__dict__.get(n), "__set__", None) for n in names]
-    if [f.name for f in dataclasses.fields(LogAppendInfo)] != list(names) or None in setters:
-        return LogAppendInfo  # the interface changed shape: use the plain constructor
-    s0, s1, s2, s3, s4, s5, s6 = setters
-    new = object.__new__
-
-    def make(a: int, b: int, c: int, d: int, e: int, f: int, g: int) -> LogAppendInfo:
-        info: LogAppendInfo = new(LogAppendInfo)
-        s0(info, a)  # type: ignore[misc]
-        s1(info, b)  # type: ignore[misc]
-        s2(info, c)  # type: ignore[misc]
-        s3(info, d)  # type: ignore[misc]
-        s4(info, e)  # type: ignore[misc]
-        s5(info, f)  # type: ignore[misc]
-        s6(info, g)  # type: ignore[misc]
-        return info
-
-    return make
-
-
-_append_info = _append_info_factory()
-
-
-def fsync_paths(paths: Sequence[Path]) -> None:
-    """fsync files by path (a fresh descriptor flushes the inode's dirty pages, mmap'd or not)."""
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            continue  # deleted meanwhile: nothing left to make durable
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class SegmentLog:
@@ -201,7 +158,7 @@ class SegmentLog:
         self._check_open()
         if not batches:
             return self._nothing_appended()
-        _check_layout(data, batches)
+        check_layout(data, batches)
         last_offsets: list[int] = []
         expect = self._leo
         epochs: list[tuple[int, int]] = []
@@ -258,7 +215,7 @@ class SegmentLog:
         self._dirty = True
         if leo - self.recovery_point >= self._flush_messages:
             self._flush_now()
-        return _append_info(first, leo - 1, max_ts, off_max, append_time, self._log_start, size)
+        return append_info(first, leo - 1, max_ts, off_max, append_time, self._log_start, size)
 
     def _roll(self, base_offset: int) -> LogSegment:
         """Start a new active segment at ``base_offset``; the old one is trimmed now and fsynced
@@ -304,50 +261,18 @@ class SegmentLog:
             raise KafkaStorageError(f"{self.topic_partition}: read failed: {exc}") from exc
         return SegmentFetchData(fetch_offset, -1, 0, None, 0)
 
-    def _batch_at(self, offset: int) -> tuple[bytes, records.BatchHeader] | None:
-        """The bytes and header of the batch holding ``offset``."""
+    def segment_for(self, offset: int) -> LogSegment | None:
+        """The segment whose range starts at or before ``offset`` (binary search)."""
         i = bisect.bisect_right(self._bases, offset) - 1
-        if i < 0:
-            return None
-        seg = self._segments[i]
-        found = seg.translate(offset)
-        if found is None:
-            return None
-        pos, h = found
-        return seg.read_bytes(pos, h.size), h
+        return self._segments[i] if i >= 0 else None
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         self._check_open()
-        best = (-1, -1)
-        for seg in self._segments:
-            ts, off = seg.max_timestamp_and_offset()
-            if ts > best[0]:
-                best = (ts, off)
-        if best[0] < 0:
-            return -1, -1
-        found = self._batch_at(best[1])
-        if found is not None:
-            exact = _first_record_at_or_after(found[0], best[0], self._log_start)
-            if exact is not None:
-                return best[0], exact[0]
-        return best
+        return timestamps.max_timestamp_and_offset(self)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         self._check_open()
-        for seg in self._segments:
-            if seg.max_timestamp_and_offset()[0] < timestamp:
-                continue
-            found = seg.translate(seg.time_lookup(timestamp))
-            if found is None:
-                continue
-            for p, h in scan_headers(seg.log.fd(), found[0], seg.size):
-                if h.max_timestamp < timestamp or h.last_offset < self._log_start:
-                    continue
-                exact = _first_record_at_or_after(seg.read_bytes(p, h.size), timestamp, self._log_start)
-                if exact is not None:
-                    return exact
-                return max(h.base_offset, self._log_start), h.max_timestamp
-        return None
+        return timestamps.offset_for_timestamp(self, timestamp)
 
     # -- truncation and deletion ------------------------------------------------------------
     def truncate_to(self, offset: int) -> None:
@@ -590,27 +515,3 @@ class SegmentLog:
             raise KafkaStorageError(f"{self.topic_partition}: the log is closed")
         if self._failure is not None:
             raise KafkaStorageError(f"{self.topic_partition}: {self._failure}")
-
-
-def _check_layout(data: bytes | bytearray, batches: Sequence[BatchMeta]) -> None:
-    """The metas must tile ``data`` exactly: a mismatch would write garbage into the log."""
-    pos = 0
-    for meta in batches:
-        if meta.position != pos or meta.size < records.HEADER_SIZE:
-            raise InvalidRecord(f"batch metadata does not match the data at position {pos}")
-        pos += meta.size
-    if pos != len(data):
-        raise InvalidRecord(f"batch metadata covers {pos} bytes of {len(data)}")
-
-
-def _first_record_at_or_after(batch: bytes, timestamp: int, min_offset: int) -> tuple[int, int] | None:
-    """(offset, timestamp) of the first record in ``batch`` with a timestamp >= ``timestamp``
-    at or after ``min_offset``; None when the batch cannot be decoded (e.g. no codec here)."""
-    try:
-        decoded = records.decode_batch(batch, verify_crc=False)
-    except Exception:  # an unknown codec must not break ListOffsets: fall back to the header
-        return None
-    for rec in decoded.records:
-        if rec.timestamp >= timestamp and rec.offset >= min_offset:
-            return rec.offset, rec.timestamp
-    return None
