@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 from spark_helpers import BASE_TS, new_topic, produce, source
 
+from odradek.testing.broker import BrokerProcess
+
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def bootstrap(odradek_broker: BrokerProcess) -> str:
+    """The session's shared broker (odradek.testing's ``odradek_broker``)."""
+    return odradek_broker.bootstrap
 
 
 def test_batch_read_every_record_once_with_schema_and_headers(spark_session: Any, bootstrap: str) -> None:
@@ -121,8 +129,8 @@ def test_bad_stream_and_sink_options_fail_clearly(spark_session: Any) -> None:
         .option("subscribe", "t")
         .option("endingOffsets", "latest")
     )
-    with pytest.raises(Exception, match="endingOffsets"):
-        stream.load()
+    with pytest.raises(Exception, match="endingOffsets"):  # the stream reader is built when the query starts
+        stream.load().writeStream.format("noop").start().awaitTermination(60)
     no_value = spark_session.range(3).write.mode("append").format("odradek")
     with pytest.raises(Exception, match="Required column 'value'"):
         no_value.option("kafka.bootstrap.servers", "127.0.0.1:1").option("topic", "t").save()

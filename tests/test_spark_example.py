@@ -15,7 +15,16 @@ from typing import Any
 import pytest
 from spark_helpers import new_topic, produce, source
 
+from odradek.testing.broker import BrokerProcess
+
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def bootstrap(odradek_broker: BrokerProcess) -> str:
+    """The session's shared broker (odradek.testing's ``odradek_broker``)."""
+    return odradek_broker.bootstrap
+
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "page_visits"
 MINUTE = 1_700_000_040_000  # 2023-11-14T22:14:00Z, a minute boundary

@@ -13,8 +13,15 @@ import pytest
 from spark_helpers import new_topic, produce, produce_range, rows_in, source, stream, wait_for
 
 from odradek.client import Admin
+from odradek.testing.broker import BrokerProcess
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def bootstrap(odradek_broker: BrokerProcess) -> str:
+    """The session's shared broker (odradek.testing's ``odradek_broker``)."""
+    return odradek_broker.bootstrap
 
 
 def test_stream_exactly_once_across_stop_and_restart(spark_session: Any, bootstrap: str, tmp_path: Path) -> None:
@@ -52,7 +59,9 @@ def test_stream_exactly_once_across_stop_and_restart(spark_session: Any, bootstr
     values = [int(r.value) for r in spark_session.read.parquet(out).select("value").collect()]
     assert len(values) == 110_000
     assert set(values) == set(range(110_000))
-    offsets_log = sorted((Path(checkpoint) / "offsets").iterdir(), key=lambda p: int(p.name))
+    offsets_log = sorted(
+        (p for p in (Path(checkpoint) / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name)
+    )
     last = json.loads(offsets_log[-1].read_text().splitlines()[-1])
     assert sum(last[topic].values()) == 110_000  # {"topic": {"0": next_offset, ...}}
 

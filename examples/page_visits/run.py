@@ -17,8 +17,8 @@ import argparse
 import contextlib
 import os
 import random
+import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,53 +36,38 @@ SINK_TOPIC = "visits_per_subnet"
 
 
 # -- the embedded broker ----------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"odradek serve exited with code {process.returncode} before listening")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"odradek serve did not listen on 127.0.0.1:{port} within {timeout_s:.0f} s")
+_LISTENING = re.compile(r"listening on \w+://([^\s:]+):(\d+)")
 
 
 @contextlib.contextmanager
-def embedded_broker(data_dir: Path, partitions: int) -> Iterator[str]:
-    """``odradek serve`` on a free port with its data in ``data_dir``; yields the bootstrap address."""
-    port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "odradek",
-        "serve",
-        "--set",
-        f"listeners=PLAINTEXT://127.0.0.1:{port}",
-        "--set",
-        f"log.dirs={data_dir}",
-        "--set",
-        f"num.partitions={partitions}",
-    ]
-    log = open(data_dir.parent / "broker.log", "wb")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+def embedded_broker(data_dir: Path, partitions: int, timeout_s: float = 30.0) -> Iterator[str]:
+    """``odradek serve`` on a free loopback port (it binds port 0 and logs the port it got) with its
+    data in ``data_dir``; yields the bootstrap address and stops the broker afterwards."""
+    command = [sys.executable, "-m", "odradek", "serve"]
+    settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(data_dir), "num.partitions": str(partitions)}
+    for key, value in settings.items():
+        command += ["--set", f"{key}={value}"]
+    log_path = data_dir.parent / "broker.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
-        wait_for_port(port, process)
-        print(f"embedded broker: 127.0.0.1:{port}, data in {data_dir}")
-        yield f"127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout_s
+        while (match := _LISTENING.search(log_path.read_text(errors="replace"))) is None:
+            if process.poll() is not None:
+                raise RuntimeError(f"odradek serve exited with code {process.returncode}; see {log_path}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"odradek serve did not start within {timeout_s:.0f} s; see {log_path}")
+            time.sleep(0.05)
+        bootstrap = f"{match.group(1)}:{match.group(2)}"
+        print(f"embedded broker: {bootstrap}, data in {data_dir}")
+        yield bootstrap
     finally:
         process.terminate()
         try:
-            process.wait(timeout=15)
+            process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        log.close()
 
 
 # -- the seeds' producer ----------------------------------------------------------------------------

@@ -37,8 +37,10 @@ _PRODUCER_KEYS = frozenset(k.name for k in ROLE_KEYS["producer"])
 
 #: Consumer settings the source needs whatever the user passes (Spark fixes the same ones).
 _CONSUMER_OVERRIDES = {"auto.offset.reset": "none", "enable.auto.commit": "false", "group.id": ""}
-#: Fetch sizes for bulk range reads, unless the user sets them (kafka.max.partition.fetch.bytes ...).
-_CONSUMER_DEFAULTS = {"max.partition.fetch.bytes": "8388608", "max.poll.records": "10000"}
+#: For bulk range reads, unless the user sets them (kafka.max.partition.fetch.bytes ...): big fetches,
+#: and a short broker-side wait, since a planned range is already written (a long-poll fetch in
+#: flight would also hold up the next task's requests on the same connection).
+_CONSUMER_DEFAULTS = {"max.partition.fetch.bytes": "8388608", "max.poll.records": "10000", "fetch.max.wait.ms": "20"}
 
 _lock = threading.Lock()
 _admins: dict[frozenset[tuple[str, str]], Admin] = {}
@@ -211,6 +213,7 @@ def fetch_records(options: SourceOptions, rng: OffsetRange) -> Iterator[list[Con
                     f"No records from {rng.topic}-{rng.partition} at offset {position} for "
                     f"{options.poll_timeout_ms} ms (option 'kafkaConsumer.pollTimeoutMs'); wanted up to {until}"
                 )
+        consumer.assign([])  # stop prefetching while the cached consumer waits for the next task
     except BaseException as exc:
         if not isinstance(exc, GeneratorExit):
             _drop(_consumers, _consumer_config(options))  # never reuse a consumer in an unknown state
