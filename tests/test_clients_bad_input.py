@@ -142,3 +142,50 @@ def test_api_versions_of_unknown_version_gets_the_v0_fallback(odradek_broker: Br
     assert (size, correlation_id, error) == (len(reply) - 4, 1234, 35)
     keys = {struct.unpack_from(">hhh", reply, 14 + 6 * i) for i in range(count)}
     assert (18, 0, 4) in keys and (0, 0, 7) in keys and (1, 4, 11) in keys
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    def exactly(n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = sock.recv(n - len(out))
+            assert chunk, "the broker closed the connection"
+            out += chunk
+        return bytes(out)
+
+    (size,) = struct.unpack(">i", exactly(4))
+    return exactly(size)
+
+
+def test_well_framed_produce_of_garbage_batches_gets_per_partition_errors(odradek_broker: BrokerProcess) -> None:
+    """Decodable requests with hostile contents are answered (with errors), not dropped."""
+    from odradek.protocol import (
+        PartitionProduceData,
+        ProduceRequestData,
+        TopicProduceData,
+        decode_response,
+    )
+
+    topic = unique_topic("garbage")
+    with socket.create_connection((odradek_broker.host, odradek_broker.port), timeout=10) as sock:
+        correlation = iter(range(1, 10**6))
+
+        @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(st.binary(max_size=200), st.sampled_from([-1, 0, 1, 5]))
+        def produce_garbage(records: bytes, acks: int) -> None:
+            cid = next(correlation)
+            request = ProduceRequestData(
+                acks, 1000, [TopicProduceData(topic, [PartitionProduceData(0, bytearray(records))])], None, 7
+            )
+            frame = encode_request(request, correlation_id=cid, client_id="garbage")
+            sock.sendall(struct.pack(">i", len(frame)) + frame)
+            if acks == 0:
+                return  # no response at all
+            got_cid, response = decode_response(ApiKey.PRODUCE, 7, _read_frame(sock))
+            assert got_cid == cid
+            (partition,) = response.responses[0].partition_responses
+            # garbage never appends; unknown acks (5) are refused too
+            assert partition.error_code != 0
+
+        produce_garbage()
+    odradek_broker.check_alive()
