@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,9 +50,25 @@ MAX_MAP_KEYS = 2_000_000  # bounds the key map (Kafka's log.cleaner.dedupe.buffe
 @dataclass
 class _Input:
     segment: LogSegment
-    fd: int
-    size: int
+    size: int  # the bytes present when the round was planned (the active segment grows)
     drop_tombstones: bool = False
+    fd: int = -1  # pinned only while a step needs it, so a long log never pins all its files
+
+
+@contextmanager
+def _pinned(inputs: list[_Input]) -> Iterator[None]:
+    """Pin the inputs' descriptors (on the trio thread) for worker-thread reads. A segment
+    retired since the plan raises FileNotFoundError: the round is stale."""
+    done: list[_Input] = []
+    try:
+        for inp in inputs:
+            inp.fd = inp.segment.log.pin()
+            done.append(inp)
+        yield
+    finally:
+        for inp in done:
+            inp.segment.log.unpin()
+            inp.fd = -1
 
 
 @dataclass
@@ -98,8 +115,8 @@ def plan_round(log: SegmentLog, now_ms: int) -> CleanPlan | None:
     if not cleanable or ratio <= 0 or ratio < threshold:
         return None
     horizon = now_ms - log.config.delete_retention_ms
-    inputs = [_Input(s, s.log.pin(), s.size, s.largest_timestamp() <= horizon) for s in cleanable]
-    tail = [_Input(s, s.log.pin(), s.size) for s in log.segments[len(cleanable) :]]
+    inputs = [_Input(s, s.size, s.largest_timestamp() <= horizon) for s in cleanable]
+    tail = [_Input(s, s.size) for s in log.segments[len(cleanable) :]]
     first_dirty = max(log.first_dirty_offset, log.log_start_offset)
     return CleanPlan(log, log.generation, inputs, first_dirty, end, tail)
 
@@ -147,8 +164,9 @@ class OffsetMap:
 
     async def add_segment(self, inp: _Input, end_offset: int, *, keys: bool) -> None:
         pos = 0
-        while pos < inp.size:
-            pos = await trio.to_thread.run_sync(self.add_step, inp, pos, end_offset, keys)
+        with _pinned([inp]):
+            while pos < inp.size:
+                pos = await trio.to_thread.run_sync(self.add_step, inp, pos, end_offset, keys)
 
 
 class GroupWriter:
@@ -306,9 +324,9 @@ class LogCleaner:
             return False
         try:
             return await self._run(plan)
-        finally:
-            for inp in plan.inputs + plan.tail:
-                inp.segment.log.unpin()
+        except FileNotFoundError:  # a segment of the plan was retired meanwhile
+            log.info("%s: log changed during compaction; round abandoned", log_.topic_partition)
+            return False
 
     async def _run(self, plan: CleanPlan) -> bool:
         omap = OffsetMap(self.codecs, self.max_map_keys)
@@ -342,16 +360,12 @@ class LogCleaner:
         cfg = lg.config
         writer = GroupWriter(lg.dir, group[0].segment.base_offset, cfg.index_interval_bytes, cfg.segment_index_bytes)
         try:
-            cursor = (0, 0)
-            while cursor[0] < len(group):
-                cursor = await trio.to_thread.run_sync(clean_step, group, omap, writer, cursor)
-            mtimes = []
-            for inp in group:
-                try:
-                    mtimes.append(os.fstat(inp.fd).st_mtime)
-                except OSError:
-                    pass
-            await trio.to_thread.run_sync(writer.finish, max(mtimes) if mtimes else None)
+            with _pinned(group):
+                cursor = (0, 0)
+                while cursor[0] < len(group):
+                    cursor = await trio.to_thread.run_sync(clean_step, group, omap, writer, cursor)
+                mtime = max(os.fstat(inp.fd).st_mtime for inp in group)
+            await trio.to_thread.run_sync(writer.finish, mtime)
         except BaseException:
             writer.abort()
             raise
