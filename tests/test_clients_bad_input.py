@@ -132,6 +132,7 @@ def test_hostile_frames_close_their_connection_only(odradek_broker: BrokerProces
     assert not [p for p in odradek_broker.log_problems() if "unexpectedly" in p or "Traceback" in p]
     client.produce_one()
     assert client.delivered == list(range(len(client.delivered)))
+    del client.producer  # destroy it now, not after the session broker is gone
     got = consume(odradek_broker, client.topic, len(client.delivered))
     assert [m.value() for m in got] == [b"steady-%d" % i for i in range(len(client.delivered))]
 
