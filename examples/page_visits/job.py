@@ -88,7 +88,8 @@ def start_job(
                     F.concat_ws("|", minute, "subnet").alias("key"),
                     F.to_json(F.struct(minute.alias("minute"), "subnet", "visits")).alias("value"),
                 )
-                .write.format("odradek")
+                .write.mode("append")
+                .format("odradek")
                 .option("kafka.bootstrap.servers", bootstrap)
                 .option("topic", sink_topic)
                 .save()
