@@ -103,9 +103,17 @@ def _as_bytes(column: pa.Array | pa.ChunkedArray) -> list[bytes | None]:
 
 
 def produce_batches(options: SinkOptions, layout: SinkLayout, batches: Iterator[pa.RecordBatch]) -> int:
-    """Send every row through the cached producer, flush, and return the count (raises on any failure)."""
+    """Send every row through the cached producer, flush, and return the count; raises when any record
+    failed (so Spark retries the task: at-least-once)."""
     producer = access.producer(options)
     sent = 0
+    failures: list[BaseException] = []
+
+    def on_delivery(_metadata: object, error: BaseException | None) -> None:
+        # runs in the client's thread; flush() returns only after every record has a result
+        if error is not None:
+            failures.append(error)
+
     try:
         for batch in batches:
             n = batch.num_rows
@@ -131,9 +139,14 @@ def produce_batches(options: SinkOptions, layout: SinkLayout, batches: Iterator[
                     key=keys[i],
                     headers=[(h["key"], h["value"]) for h in row_headers] if row_headers else None,
                     partition=partitions[i],
+                    callback=on_delivery,
                 )
             sent += n
         producer.flush()
+        if failures:
+            raise RuntimeError(
+                f"{len(failures)} of {sent} records were not acknowledged by the broker; first error: {failures[0]!r}"
+            ) from failures[0]
     except BaseException:
         access.discard_producer(options)
         raise
