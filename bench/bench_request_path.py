@@ -10,7 +10,8 @@ BrokerServer (segment storage, meta_local) behind a listener that serves nothing
 - ``dispatch produce``: ``Dispatcher.process`` -- decode, handler, core, response encode;
 - ``dispatch fetch``: the same for a Fetch of one partition (envelope built, nothing sent).
 
-Each for a one-record batch (per-request overhead) and a ~1 MB batch (per-byte cost).
+Each for a one-record batch (per-request overhead) and a ~1 MB batch (per-byte cost), in CPU
+microseconds of this process (user + system), so other load on the machine does not count.
 Run: ``.venv/bin/python bench/bench_request_path.py [--runs 5]``.
 """
 
@@ -72,11 +73,15 @@ def _batch(count: int, size: int) -> bytes:
 
 
 async def _time(fn: Callable[[], Awaitable[object]], min_time: float) -> float:
-    """Microseconds per call of ``fn`` (awaited), over at least ``min_time`` seconds."""
+    """CPU microseconds per call of ``fn`` (awaited), over at least ``min_time`` CPU seconds.
+
+    Process CPU time, not wall time: on a shared machine the wall clock also counts the time
+    other processes held the core.
+    """
     await fn()
     calls = 0
-    start = time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < min_time:
+    start = time.process_time()
+    while (elapsed := time.process_time() - start) < min_time:
         await fn()
         calls += 1
     return elapsed / calls * 1e6

@@ -65,9 +65,8 @@ class BatchMeta(NamedTuple):
     is_control: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
-    """Result of an append: Kafka's ``LogAppendInfo``."""
+class LogAppendInfo(NamedTuple):
+    """Result of an append: Kafka's ``LogAppendInfo`` (a NamedTuple: one is built per append)."""
 
     first_offset: int
     last_offset: int
@@ -143,7 +142,9 @@ class PartitionLog(Protocol):
     @property
     def size_in_bytes(self) -> int: ...
 
-    def append_as_leader(self, data: bytearray, batches: Sequence[BatchMeta], leader_epoch: int) -> LogAppendInfo:
+    def append_as_leader(
+        self, data: bytearray | memoryview, batches: Sequence[BatchMeta], leader_epoch: int
+    ) -> LogAppendInfo:
         """Assign offsets from the LEO and append validated batches, unchanged but for headers.
 
         ``data`` holds one or more whole batches; the log rewrites each batch's baseOffset and

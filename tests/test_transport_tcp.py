@@ -93,7 +93,8 @@ class ScriptedBroker:
         self.slices: list[FileSlice] = []
 
     async def produce(self, acks: int, timeout_ms: int, partitions: Mapping[TopicPartition, bytearray], **kw: Any):
-        assert all(isinstance(v, bytearray) for v in partitions.values())
+        # writable buffers (a view into the request frame): the core rewrites offsets in place
+        assert all(not memoryview(v).readonly for v in partitions.values())
         self.produced.append((acks, {tp: bytes(v) for tp, v in partitions.items()}))
         return {tp: PartitionProduceResult(ErrorCode.NONE, base_offset=10 * i) for i, tp in enumerate(partitions)}
 

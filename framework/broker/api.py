@@ -382,15 +382,17 @@ class Broker(Protocol):
         self,
         acks: int,
         timeout_ms: int,
-        partitions: Mapping[TopicPartition, bytearray],
+        partitions: Mapping[TopicPartition, bytearray | memoryview],
         *,
         transactional_id: str | None = None,
         api_version: int = 7,
     ) -> dict[TopicPartition, PartitionProduceResult]:
         """Validate and append each partition's records (one batch each), then wait per ``acks``
         (0/1: no wait; -1: until the high watermark passes the batch or ``timeout_ms``).
-        ``api_version`` is the Produce version (zstd batches need >= 7). The bytearrays are
-        rewritten in place (base offset, leader epoch, LogAppendTime) and must not be reused."""
+        ``api_version`` is the Produce version (zstd batches need >= 7). The records are writable
+        buffers -- a bytearray, or a writable memoryview into the request frame (the transport's
+        zero-copy decode) -- rewritten in place (base offset, leader epoch, LogAppendTime) and
+        must not be reused."""
         ...
 
     async def fetch(

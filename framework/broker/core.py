@@ -102,7 +102,7 @@ class BrokerCore:
         self,
         acks: int,
         timeout_ms: int,
-        partitions: Mapping[TopicPartition, bytearray],
+        partitions: Mapping[TopicPartition, bytearray | memoryview],
         *,
         transactional_id: str | None = None,
         api_version: int = 7,

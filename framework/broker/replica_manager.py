@@ -181,7 +181,7 @@ class ReplicaManager:
         self,
         acks: int,
         timeout_ms: int,
-        entries: Mapping[TopicPartition, bytearray],
+        entries: Mapping[TopicPartition, bytearray | memoryview],
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         api_version: int = 7,

@@ -5,6 +5,8 @@ broker needs a ``bytearray`` to rewrite baseOffset and partitionLeaderEpoch in p
 a second copy of every produced byte (bench/protocol_produce.py: ~850 us vs ~45 us to get a
 writable 1 MB payload; within 0.5 us either way for small requests). The response is encoded by
 hand as well (kio's pure-Python writer takes tens of microseconds for a Produce response).
+Decoding hands out each partition's records as a writable memoryview into the request frame, so
+the produced bytes are copied once (socket -> frame) before the append writes them out.
 Versions 0-2 have the same request layout minus ``transactional_id``: they are decoded so the
 broker can answer them with UNSUPPORTED_VERSION per partition, as Kafka does.
 """
@@ -29,10 +31,14 @@ Buffer = bytes | bytearray | memoryview
 
 @dataclass(slots=True)
 class PartitionProduceData:
-    """One partition's records in a Produce request; ``records`` is writable for in-place edits."""
+    """One partition's records in a Produce request; ``records`` is writable for in-place edits.
+
+    Decoded requests hand out a memoryview into the request frame (no copy of the produced bytes);
+    clients building a request may pass a bytearray.
+    """
 
     index: int
-    records: bytearray | None
+    records: bytearray | memoryview | None
 
 
 @dataclass(slots=True)
@@ -130,12 +136,15 @@ def decode_produce_request(version: int, buf: Buffer, pos: int = 0) -> ProduceRe
             _need(buf, pos, 8)
             index, size = _PARTITION_HEAD.unpack_from(buf, pos)
             pos += 8
-            records: bytearray | None
+            records: bytearray | memoryview | None
             if size < 0:
                 records = None
             else:
                 _need(buf, pos, size)
-                records = bytearray(view[pos : pos + size])
+                # a writable view into the frame (the transport's frames are bytearrays): the core
+                # rewrites baseOffset/epoch in place and appends it without copying the records;
+                # an immutable frame still gets a writable copy
+                records = view[pos : pos + size] if not view.readonly else bytearray(view[pos : pos + size])
                 pos += size
             parts.append(PartitionProduceData(index, records))
         topics.append(TopicProduceData(name or "", parts))

@@ -122,7 +122,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Pr
     if not produce_version_implemented(request.version):
         return None if request.acks == 0 else produce_unsupported_response(request)
     order: list[TopicPartition] = []
-    partitions: dict[TopicPartition, bytearray] = {}
+    partitions: dict[TopicPartition, bytearray | memoryview] = {}
     results: dict[TopicPartition, PartitionProduceResult] = {}
     for topic in request.topic_data:
         for p in topic.partition_data:
