@@ -2,41 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from odradek import records
 from odradek.errors import InvalidRecord
-from odradek.interfaces import BatchMeta, LogAppendInfo
-
-
-def _append_info_factory() -> Callable[..., LogAppendInfo]:
-    """A constructor of LogAppendInfo for the append path. The frozen dataclass's own
-    ``__init__`` sets each field through ``object.__setattr__`` (~1 µs of a ~5 µs append);
-    setting the slots through their descriptors builds the same object in a third of that."""
-    names = ("first_offset", "last_offset", "max_timestamp", "offset_of_max_timestamp")
-    names += ("log_append_time", "log_start_offset", "valid_bytes")
-    setters = [getattr(LogAppendInfo.__dict__.get(n), "__set__", None) for n in names]
-    if [f.name for f in dataclasses.fields(LogAppendInfo)] != list(names) or None in setters:
-        return LogAppendInfo  # the interface changed shape: use the plain constructor
-    s0, s1, s2, s3, s4, s5, s6 = setters
-    new = object.__new__
-
-    def make(a: int, b: int, c: int, d: int, e: int, f: int, g: int) -> LogAppendInfo:
-        info: LogAppendInfo = new(LogAppendInfo)
-        s0(info, a)  # type: ignore[misc]
-        s1(info, b)  # type: ignore[misc]
-        s2(info, c)  # type: ignore[misc]
-        s3(info, d)  # type: ignore[misc]
-        s4(info, e)  # type: ignore[misc]
-        s5(info, f)  # type: ignore[misc]
-        s6(info, g)  # type: ignore[misc]
-        return info
-
-    return make
-
-
-append_info = _append_info_factory()
+from odradek.interfaces import BatchMeta
 
 
 def check_layout(data: bytes | bytearray, batches: Sequence[BatchMeta]) -> None:

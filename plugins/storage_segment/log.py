@@ -25,7 +25,7 @@ from odradek.errors import InvalidRecord, KafkaStorageError, OffsetOutOfRange
 from odradek.interfaces import BatchMeta, EpochEntry, FetchDataInfo, LogAppendInfo, TopicPartition
 
 from . import timestamps
-from .batches import append_info, check_layout
+from .batches import check_layout
 from .checkpoint import atomic_write, fsync_paths
 from .epochs import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from .fetch import SegmentFetchData
@@ -215,7 +215,7 @@ class SegmentLog:
         self._dirty = True
         if leo - self.recovery_point >= self._flush_messages:
             self._flush_now()
-        return append_info(first, leo - 1, max_ts, off_max, append_time, self._log_start, size)
+        return LogAppendInfo(first, leo - 1, max_ts, off_max, append_time, self._log_start, size)
 
     def _roll(self, base_offset: int) -> LogSegment:
         """Start a new active segment at ``base_offset``; the old one is trimmed now and fsynced
