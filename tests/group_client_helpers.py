@@ -37,8 +37,22 @@ def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = TIMEOU
 
 
 def create_topic(broker: BrokerProcess, topic: str, partitions: int) -> None:
+    """Create the topic and wait until its metadata shows every partition with a leader: a
+    client whose first metadata lacks the topic assigns nothing (kafka-python then waits for its
+    next metadata refresh, minutes away), which would test the clients, not the group."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(TIMEOUT_S)
+
+    def ready() -> bool:
+        meta = admin.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
+        return (
+            meta is not None
+            and meta.error is None
+            and len(meta.partitions) == partitions
+            and all(p.leader >= 0 for p in meta.partitions.values())
+        )
+
+    wait_for(ready, f"metadata of {topic}")
 
 
 class Produced:
@@ -207,7 +221,10 @@ class KafkaPythonMember(ThreadMember):
         consumer.subscribe([self.topic], listener=Listener())
         try:
             while not self._stop.is_set():
-                for tp, records in consumer.poll(timeout_ms=100).items():
+                # kafka-python 3.0 can wedge its main thread when poll() gives up (timeout) while
+                # a SyncGroup it sent is being answered; a poll long enough to see a rebalance
+                # through avoids that client-side race
+                for tp, records in consumer.poll(timeout_ms=1000).items():
                     for record in records:
                         _event(self.events, self.name, "msg", p=tp.partition, o=record.offset)
                         try:
