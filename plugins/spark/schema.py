@@ -8,10 +8,12 @@ the declared schema exactly: ``bigint`` is int64, ``int`` is int32 and ``timesta
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -39,6 +41,9 @@ _BASE_FIELDS = [
     pa.field("timestamp", TIMESTAMP_TYPE),
     pa.field("timestampType", pa.int32()),
 ]
+
+_KEY, _VALUE, _OFFSET = attrgetter("key"), attrgetter("value"), attrgetter("offset")
+_TIMESTAMP, _TIMESTAMP_TYPE, _HEADERS = attrgetter("timestamp"), attrgetter("timestamp_type"), attrgetter("headers")
 
 #: Rows per yielded Arrow batch: big enough to amortise the per-batch cost, small enough to stream.
 ROWS_PER_BATCH = 8192
@@ -118,23 +123,20 @@ class ArrowBatchBuilder:
         self._offsets: list[int] = []
         self._stamps: list[int] = []
         self._ts_types: list[int] = []
-        self._headers: list[list[tuple[str, bytes | None]]] = []
+        self._headers: list[Sequence[tuple[str, bytes | None]]] = []
 
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def add(self, records: Iterable[RecordLike]) -> None:
-        """Append records (already limited to the task's offset range)."""
-        keys, values, offsets, stamps, ts_types = self._keys, self._values, self._offsets, self._stamps, self._ts_types
-        headers = self._headers if self.include_headers else None
-        for record in records:
-            keys.append(record.key)
-            values.append(record.value)
-            offsets.append(record.offset)
-            stamps.append(record.timestamp * 1000)
-            ts_types.append(record.timestamp_type)
-            if headers is not None:
-                headers.append(list(record.headers))
+    def add(self, records: Sequence[RecordLike]) -> None:
+        """Append records (already limited to the task's offset range), one C-level pass per column."""
+        self._keys.extend(map(_KEY, records))
+        self._values.extend(map(_VALUE, records))
+        self._offsets.extend(map(_OFFSET, records))
+        self._stamps.extend(map(_TIMESTAMP, records))
+        self._ts_types.extend(map(_TIMESTAMP_TYPE, records))
+        if self.include_headers:
+            self._headers.extend(map(_HEADERS, records))
 
     def build(self) -> pa.RecordBatch:
         """The accumulated rows as one batch of the exact source schema; the builder starts empty again."""
@@ -145,7 +147,7 @@ class ArrowBatchBuilder:
             pa.array([self.topic] * n, pa.string()),
             pa.array([self.partition] * n, pa.int32()),
             pa.array(self._offsets, pa.int64()),
-            pa.array(self._stamps, TIMESTAMP_TYPE),
+            pc.multiply(pa.array(self._stamps, pa.int64()), 1000).cast(TIMESTAMP_TYPE),  # ms -> us
             pa.array(self._ts_types, pa.int32()),
         ]
         if self.include_headers:
