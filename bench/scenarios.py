@@ -56,6 +56,8 @@ class Scenario:
     quick_records: int = 0  # --quick run
     limit: str = ""  # baseline name this scenario is a fraction of
     groups: tuple[str, ...] = ()
+    rate: int = 10_000  # e2e: records/s
+    producer_props: tuple[tuple[str, str], ...] = ()  # e2e: extra producer config
 
     def count(self, quick: bool) -> int:
         return self.quick_records if quick else self.records
@@ -113,6 +115,19 @@ def all_scenarios() -> list[Scenario]:
         )
     )
     out.append(Scenario("e2e", "e2e", records=100_000, quick_records=20_000, groups=("latency",)))
+    # the producer waits for each ack before the next request (the Java client caps in-flight
+    # requests at 5 by default; librdkafka at a million): records batch up while one is in flight
+    out.append(
+        Scenario(
+            "e2e-inflight1",
+            "e2e",
+            records=100_000,
+            quick_records=20_000,
+            groups=("latency",),
+            producer_props=(("max.in.flight", "1"),),
+        )
+    )
+    out.append(Scenario("e2e-1k", "e2e", records=20_000, quick_records=5_000, groups=("latency",), rate=1_000))
     out.append(
         Scenario(
             "partitions-1000",
@@ -359,8 +374,10 @@ def run_perf(ctx: Context, sc: Scenario, index: int) -> Run:
     create_topic(ctx, topic, sc.partitions)
     if sc.kind == "e2e":
         cmd = loadgen.perf_command(
-            "e2e", ctx.bootstrap, topic, count, record_size=sc.record_size, throughput=10_000, acks=sc.acks
+            "e2e", ctx.bootstrap, topic, count, record_size=sc.record_size, throughput=sc.rate, acks=sc.acks
         )
+        for key, value in sc.producer_props:
+            cmd[-1:-1] = ["--producer-property", f"{key}={value}"]  # before the trailing --json
     else:
         cmd = loadgen.perf_command(
             "produce", ctx.bootstrap, topic, count, record_size=sc.record_size, acks=sc.acks, latency_every=10

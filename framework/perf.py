@@ -255,6 +255,8 @@ def e2e_confluent(
     throughput: float = 10_000,
     acks: str = "1",
     linger_ms: float = 0,
+    producer_extra: dict[str, Any] | None = None,
+    consumer_extra: dict[str, Any] | None = None,
     progress: ProgressFn | None = None,
 ) -> PerfResult:
     """End-to-end latency at a fixed rate: the producer stamps, the consumer subtracts."""
@@ -268,6 +270,7 @@ def e2e_confluent(
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 5,
             "fetch.min.bytes": 1,
+            **(consumer_extra or {}),
         }
     )
     meta = consumer.list_topics(topic, timeout=10).topics[topic]
@@ -280,18 +283,24 @@ def e2e_confluent(
     done = threading.Event()
 
     def consume_loop() -> None:
+        # poll() returns as soon as one record is there; consume(n, timeout) would wait for n
+        # records (100 ms at 10,000/s) and put that wait into every sample
         while received[0] < num_records and not done.is_set():
-            for msg in consumer.consume(num_messages=1000, timeout=0.1):
+            first = consumer.poll(0.1)
+            if first is None:
+                continue
+            now = time.time_ns()
+            for msg in [first, *consumer.consume(num_messages=1000, timeout=0)]:
                 if msg.error() is not None:
                     continue
-                now = time.time_ns()
                 (sent,) = struct.unpack_from(">q", msg.value(), 0)
                 samples.append((now - sent) / 1e6)
                 received[0] += 1
 
     reader = threading.Thread(target=consume_loop, name="e2e-consumer", daemon=True)
     reader.start()
-    producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": linger_ms})
+    producer_conf = {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": linger_ms, **(producer_extra or {})}
+    producer = ck.Producer(producer_conf)
     throttle = Throttle(throughput)
     start = time.perf_counter()
     for i in range(num_records):
@@ -309,7 +318,7 @@ def e2e_confluent(
     if received[0] < num_records:
         raise PerfError(f"only {received[0]} of {num_records} records arrived end to end")
     result = PerfResult("e2e", "librdkafka", received[0], received[0] * record_size, elapsed)
-    result.settings = {"throughput": throughput, "acks": acks, "linger.ms": linger_ms}
+    result.settings = {"throughput": throughput, "acks": acks, "linger.ms": linger_ms, **(producer_extra or {})}
     return result.finish(samples)
 
 
@@ -328,6 +337,7 @@ def produce_odradek(
     batch_size: int = 1_000_000,
     linger_ms: float = 5,
     latency_every: int = 10,
+    extra: dict[str, Any] | None = None,
     progress: ProgressFn | None = None,
 ) -> PerfResult:
     """Produce through :class:`odradek.client.Producer`: measures odradek's client, not the broker.
@@ -345,6 +355,7 @@ def produce_odradek(
         "enable.idempotence": False,
         "buffer.memory": 256 << 20,
         "max.request.size": max(1_048_576, batch_size + 4096),
+        **(extra or {}),
     }
     value = payload_for(record_size)
     samples: array[float] = array("d")
@@ -390,6 +401,7 @@ def consume_odradek(
     num_records: int,
     *,
     timeout_s: float = 60.0,
+    extra: dict[str, Any] | None = None,
     progress: ProgressFn | None = None,
 ) -> PerfResult:
     """Consume ``num_records`` from the beginning of every partition with :class:`odradek.client.Consumer`."""
@@ -401,6 +413,7 @@ def consume_odradek(
         "auto.offset.reset": "earliest",
         "max.partition.fetch.bytes": 10_485_760,
         "max.poll.records": 10_000,
+        **(extra or {}),
     }
     count = 0
     size = 0
@@ -431,6 +444,8 @@ def e2e_odradek(
     throughput: float = 10_000,
     acks: str = "1",
     linger_ms: float = 0,
+    producer_extra: dict[str, Any] | None = None,
+    consumer_extra: dict[str, Any] | None = None,
     progress: ProgressFn | None = None,
 ) -> PerfResult:
     """End-to-end latency at a fixed rate with odradek's producer and consumer (stamp in the value)."""
@@ -441,9 +456,17 @@ def e2e_odradek(
     samples: array[float] = array("d")
     received = [0]
     done = threading.Event()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "enable.auto.commit": False, "fetch.max.wait.ms": 5})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "enable.auto.commit": False, "fetch.max.wait.ms": 5, **(consumer_extra or {})}
+    )
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": int(linger_ms), "enable.idempotence": False}
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": acks,
+            "linger.ms": int(linger_ms),
+            "enable.idempotence": False,
+            **(producer_extra or {}),
+        }
     )
     try:
         parts = [TopicPartition(topic, p) for p in consumer.partitions_for(topic)]
@@ -482,5 +505,5 @@ def e2e_odradek(
     if received[0] < num_records:
         raise PerfError(f"only {received[0]} of {num_records} records arrived end to end")
     result = PerfResult("e2e", "odradek", received[0], received[0] * record_size, elapsed)
-    result.settings = {"throughput": throughput, "acks": acks, "linger.ms": linger_ms}
+    result.settings = {"throughput": throughput, "acks": acks, "linger.ms": linger_ms, **(producer_extra or {})}
     return result.finish(samples)

@@ -74,17 +74,20 @@ def test_e2e_reports_end_to_end_latency(
     odradek_broker: BrokerProcess, capsys: pytest.CaptureFixture[str], client: str
 ) -> None:
     topic = unique_topic("perf-e2e")
+    # a producer property passes through to the client (each client spells its in-flight cap its own way)
+    in_flight = "max.in.flight" if client == "librdkafka" else "max.in.flight.requests.per.connection"
     summary = _perf(
         capsys,
         "e2e",
         "--bootstrap-server", odradek_broker.bootstrap, "--topic", topic, "--client", client,
         "--num-records", "200", "--record-size", "32", "--throughput", "2000",
+        "--producer-property", f"{in_flight}=1",
     )  # fmt: skip
     _check_common(summary, "e2e", client, 200, 32)
     assert set(summary["latency_ms"]) == LATENCY_KEYS
     assert summary["latency_ms"]["samples"] == 200  # every record is stamped and timed
     assert summary["latency_ms"]["p50"] > 0
-    assert summary["settings"] == {"throughput": 2000.0, "acks": "1", "linger.ms": 0}
+    assert summary["settings"] == {"throughput": 2000.0, "acks": "1", "linger.ms": 0, in_flight: "1"}
 
 
 def test_latency_summary_percentiles() -> None:

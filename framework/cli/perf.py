@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .. import perf
+from . import parse_sets
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,11 +51,33 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             m.add_argument("--latency-every", type=int, default=10, help="time every N-th record")
         if mode == "consume":
             m.add_argument("--timeout-s", type=float, default=120)
+        if mode in ("produce", "e2e"):
+            m.add_argument(
+                "--producer-property",
+                action="append",
+                default=[],
+                metavar="KEY=VALUE",
+                help="extra producer config (client property names), repeatable",
+            )
+        if mode in ("consume", "e2e"):
+            m.add_argument(
+                "--consumer-property",
+                action="append",
+                default=[],
+                metavar="KEY=VALUE",
+                help="extra consumer config (client property names), repeatable",
+            )
         m.set_defaults(func=run)
+
+
+def _properties(items: list[str]) -> dict[str, str]:
+    return dict(parse_sets(items))
 
 
 def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
+    producer_extra = _properties(getattr(args, "producer_property", []))
+    consumer_extra = _properties(getattr(args, "consumer_property", []))
     perf.ensure_topic(args.bootstrap_server, args.topic, args.partitions)
     own = args.client == "odradek"
     with _progress(console, args) as report:
@@ -70,11 +93,17 @@ def run(args: argparse.Namespace) -> int:
                 batch_size=args.batch_size,
                 linger_ms=args.linger_ms,
                 latency_every=args.latency_every,
+                extra=producer_extra,
                 progress=report,
             )
         elif args.perf_command == "consume":
             result = (perf.consume_odradek if own else perf.consume_confluent)(
-                args.bootstrap_server, args.topic, args.num_records, timeout_s=args.timeout_s, progress=report
+                args.bootstrap_server,
+                args.topic,
+                args.num_records,
+                timeout_s=args.timeout_s,
+                extra=consumer_extra,
+                progress=report,
             )
         else:
             result = (perf.e2e_odradek if own else perf.e2e_confluent)(
@@ -84,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
                 args.record_size,
                 throughput=args.throughput,
                 acks=args.acks,
+                producer_extra=producer_extra,
+                consumer_extra=consumer_extra,
                 progress=report,
             )
     if args.json:
