@@ -73,7 +73,12 @@ class FakeBroker:
             return encode_response(key, version, cid, self._metadata(version)), False
         if key == ApiKey.INIT_PRODUCER_ID:
             self.next_producer_id += 1
-            body = {"throttle_time": 0, "error_code": kio_error(0), "producer_id": self.next_producer_id, "producer_epoch": 0}
+            body = {
+                "throttle_time": 0,
+                "error_code": kio_error(0),
+                "producer_id": self.next_producer_id,
+                "producer_epoch": 0,
+            }
             return encode_response(key, version, cid, build(response_type(key, version), body)), False
         if key == ApiKey.PRODUCE:
             fault = self.faults[self.produce_requests] if self.produce_requests < len(self.faults) else "ok"

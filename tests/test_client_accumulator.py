@@ -17,7 +17,9 @@ VALUE = b"x" * 100
 SIZE = record_size(None, VALUE, ())
 
 
-def _acc(batch_size: int = 10 * SIZE + BATCH_OVERHEAD, linger_s: float = 0.005, memory: int = 1 << 30) -> RecordAccumulator:
+def _acc(
+    batch_size: int = 10 * SIZE + BATCH_OVERHEAD, linger_s: float = 0.005, memory: int = 1 << 30
+) -> RecordAccumulator:
     return RecordAccumulator(batch_size=batch_size, linger_s=linger_s, buffer_memory=memory)
 
 

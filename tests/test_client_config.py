@@ -90,5 +90,7 @@ def test_unknown_plugins_and_consumer_rules(plugins: Plugins) -> None:
 def test_cooperative_only_when_every_assignor_is(plugins: Plugins) -> None:
     mixed = AsyncConsumer({**BOOT, "group.id": "g"}, plugins=plugins)
     assert mixed.coordinator.protocol == "eager"  # Java: range + cooperative-sticky rebalance eagerly
-    coop = AsyncConsumer({**BOOT, "group.id": "g", "partition.assignment.strategy": "cooperative-sticky"}, plugins=plugins)
+    coop = AsyncConsumer(
+        {**BOOT, "group.id": "g", "partition.assignment.strategy": "cooperative-sticky"}, plugins=plugins
+    )
     assert coop.coordinator.protocol == "cooperative"

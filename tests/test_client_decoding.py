@@ -31,10 +31,13 @@ def codecs() -> dict:
 
 def _records(n: int, rng: random.Random) -> list[tuple]:
     out = []
-    for i in range(n):
+    for _i in range(n):
         key = None if rng.random() < 0.3 else rng.randbytes(rng.randint(0, 300))
         value = None if rng.random() < 0.1 else rng.randbytes(rng.randint(0, 9000))
-        headers = [(f"h{j}", None if rng.random() < 0.2 else rng.randbytes(rng.randint(0, 20))) for j in range(rng.randint(0, 3))]
+        headers = [
+            (f"h{j}", None if rng.random() < 0.2 else rng.randbytes(rng.randint(0, 20)))
+            for j in range(rng.randint(0, 3))
+        ]
         out.append((key, value, headers, 1_700_000_000_000 + rng.randint(-5, 10**7)))
     return out
 
@@ -88,7 +91,9 @@ def _take_all(fetch: CompletedFetch, position: int) -> tuple[list[ConsumerRecord
 
 
 def test_completed_fetch_spans_batches_and_starts_mid_batch() -> None:
-    data = b"".join(build_batch([(None, b"%d" % (b * 10 + i), (), 1) for i in range(10)], base_offset=b * 10) for b in range(4))
+    data = b"".join(
+        build_batch([(None, b"%d" % (b * 10 + i), (), 1) for i in range(10)], base_offset=b * 10) for b in range(4)
+    )
     fetch = _fetch(data + data[:30], 13)  # a trailing partial batch is ignored
     assert fetch.end_offset == 40
     out, position = _take_all(fetch, 13)

@@ -64,7 +64,9 @@ async def test_full_batches_go_without_waiting_for_linger(autojump_clock: trio.t
         ["drop_after"] * 6,
     ],
 )
-async def test_retries_keep_order_and_never_duplicate(autojump_clock: trio.testing.MockClock, faults: list[str]) -> None:
+async def test_retries_keep_order_and_never_duplicate(
+    autojump_clock: trio.testing.MockClock, faults: list[str]
+) -> None:
     broker = FakeBroker({"t": 2}, faults=faults)
     async with _producer(broker, **{"linger.ms": 1, "batch.size": 500}) as producer:
         await producer.partitions_for("t")
@@ -125,7 +127,9 @@ async def test_close_flushes_and_callbacks_run(autojump_clock: trio.testing.Mock
     seen: list[tuple[int, int]] = []
     async with _producer(broker, **{"linger.ms": 50}) as producer:
         for i in range(10):
-            await producer.send("t", b"v", key=b"k%d" % i, callback=lambda md, err: seen.append((md.partition, md.offset)))
+            await producer.send(
+                "t", b"v", key=b"k%d" % i, callback=lambda md, err: seen.append((md.partition, md.offset))
+            )
     assert len(seen) == 10
     assert sum(len(log) for log in broker.logs.values()) == 10
 

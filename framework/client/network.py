@@ -89,7 +89,7 @@ class NetworkClient:
         self.allow_auto_create = False
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, trio.Event] = {}
-        #: called after every background connect attempt (the producer's sender wakes up)
+        #: called after every connect attempt, whoever made it (the producer's sender wakes up)
         self.connect_listeners: list[Callable[[], None]] = []
         self._failures: dict[int, tuple[int, float]] = {}  # node -> (consecutive failures, retry-at)
         self._nursery: trio.Nursery | None = None
@@ -146,12 +146,15 @@ class NetworkClient:
             failures = self._failures.get(node_id, (0, 0.0))[0] + 1
             self._failures[node_id] = (failures, trio.current_time() + self.reconnect_backoff.seconds(failures - 1))
             raise
+        else:
+            self._failures.pop(node_id, None)
+            self._connections[node_id] = conn
+            return conn
         finally:
             del self._connecting[node_id]
             event.set()
-        self._failures.pop(node_id, None)
-        self._connections[node_id] = conn
-        return conn
+            for listener in self.connect_listeners:
+                listener()
 
     def connection_nowait(self, node_id: int) -> BrokerConnection | None:
         """The open connection to ``node_id``, or None after starting to connect in the background
@@ -173,9 +176,6 @@ class NetworkClient:
         except NetworkError as exc:
             log.debug("connect to broker %d failed: %r", node_id, exc)
             self.request_update()
-        finally:
-            for listener in self.connect_listeners:
-                listener()
 
     def _candidates(self) -> list[int]:
         """Nodes to ask cluster-wide questions, best first: connected and idle, then known brokers

@@ -147,7 +147,9 @@ class Sender:
                 for node in check.nodes:
                     conn = self.network.connection_nowait(node)
                     if conn is None:
-                        continue  # connecting in the background; connect_listeners wake us
+                        # connecting (connect_listeners wake us) or in reconnect backoff: look again soon
+                        next_check = min(next_check, now + max(self.network.reconnect_backoff.base_ms / 1000.0, 0.005))
+                        continue
                     while self._node_in_flight.get(node, 0) < self.max_in_flight and not conn.closed:
                         batches = acc.drain(node, cluster_leader, self._can_send, self.max_request_size, now)
                         if not batches:
