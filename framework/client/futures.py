@@ -63,7 +63,7 @@ class FutureHub:
             state: _BatchWaiters | None = batch.waiters
             if state is None:
                 return
-            batch.waiters = None
+            # the state stays on the batch: concurrent.futures.wait() removes its waiters afterwards
             state.event.set()
             error = batch.error
             for future, installed in state.waiters.values():
@@ -105,8 +105,11 @@ class RecordFuture(concurrent.futures.Future):  # type: ignore[type-arg]
 
     @property
     def _waiters(self) -> list[Any]:  # type: ignore[override]
-        state = self._hub.waiters(self._batch)  # callers hold _condition
+        # callers (concurrent.futures.wait/as_completed) hold _condition
+        state: _BatchWaiters | None = self._batch.waiters
         if state is None:
+            state = self._hub.waiters(self._batch)
+        if state is None:  # finished before anybody waited: nothing will be installed or removed
             return []
         entry = state.waiters.get(self._index)
         if entry is None:
