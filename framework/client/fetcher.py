@@ -189,6 +189,7 @@ class Fetcher:
         self._resetting = False
         self._errors: list[KafkaError] = []
         self.enabled = True
+        network.metadata_listeners.append(self.wakeup)
 
     # -- waking ------------------------------------------------------------------------------------
     def wakeup(self) -> None:
@@ -211,7 +212,7 @@ class Fetcher:
                 if unknown:
                     self.network.add_topics({tp.topic for tp in unknown})
                     self.network.request_update()
-                    timeout = self.network.retry_backoff.base_ms / 1000.0 + 0.01
+                    timeout = self.network.retry_backoff.max_ms / 1000.0  # a metadata update wakes us sooner
                 for node, parts in by_node.items():
                     if node in self._in_flight_nodes:
                         continue

@@ -89,6 +89,8 @@ class NetworkClient:
         self.allow_auto_create = False
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, trio.Event] = {}
+        #: called after every metadata update (the sender and the fetcher look for new leaders)
+        self.metadata_listeners: list[Callable[[], None]] = []
         #: called after every connect attempt, whoever made it (the producer's sender wakes up)
         self.connect_listeners: list[Callable[[], None]] = []
         self._failures: dict[int, tuple[int, float]] = {}  # node -> (consecutive failures, retry-at)
@@ -316,6 +318,8 @@ class NetworkClient:
         self._need_update = False
         event, self._metadata_event = self._metadata_event, trio.Event()
         event.set()
+        for listener in self.metadata_listeners:
+            listener()
 
     async def _metadata_loop(self) -> None:
         max_age = self.config["metadata.max.age.ms"] / 1000.0

@@ -45,6 +45,8 @@ async def list_offsets(
     network.add_topics({tp.topic for tp in remaining})
 
     async def attempt() -> None:
+        if any(network.cluster.leader_for(tp) < 0 for tp in remaining):
+            await network.refresh_metadata({tp.topic for tp in remaining})
         by_leader: dict[int, dict[TopicPartition, int]] = {}
         missing: list[TopicPartition] = []
         for tp, ts in remaining.items():

@@ -99,6 +99,7 @@ class Sender:
         self._running = True
         self.fatal_error: BaseException | None = None
         network.connect_listeners.append(self.wakeup)
+        network.metadata_listeners.append(self.wakeup)
 
     # -- waking ------------------------------------------------------------------------------------
     def wakeup(self) -> None:
@@ -140,7 +141,7 @@ class Sender:
             if check.unknown_leaders:
                 if self.network.add_topics(check.unknown_leaders) is False:
                     self.network.request_update()
-                next_check = min(check.next_check, now + self.network.retry_backoff.base_ms / 1000.0 + 0.001)
+                next_check = min(check.next_check, now + self.network.retry_backoff.max_ms / 1000.0)
             else:
                 next_check = check.next_check
             if not self._need_new_producer_id:
