@@ -101,6 +101,7 @@ class ConsumerCoordinator:
         self.auto_commit = bool(config["enable.auto.commit"]) and bool(self.group_id)
         self.auto_commit_interval_s = config["auto.commit.interval.ms"] / 1000.0
         self.default_timeout_s = config["default.api.timeout.ms"] / 1000.0
+        self.exclude_internal = bool(config["exclude.internal.topics"])
         self.assignors: list[Assignor] = (
             [plugins.assignor(name) for name in config["partition.assignment.strategy"]] if self.group_id else []
         )
@@ -146,7 +147,9 @@ class ConsumerCoordinator:
             return {
                 name: info.num_partitions
                 for name, info in cluster.topics.items()
-                if self.subs.matches(name) and info.error is ErrorCode.NONE and not info.is_internal
+                if self.subs.matches(name)
+                and info.error is ErrorCode.NONE
+                and not (info.is_internal and self.exclude_internal)
             }
         return {t: cluster.partitions_for(t) for t in self.subs.topics}
 
