@@ -87,6 +87,10 @@ class BrokerCore:
         self.producer_ids = ProducerIdManager(store, int(config["transaction.max.timeout.ms"]))
         #: the consumer-group coordinator, attached by BrokerServer (``odradek.broker.group``)
         self.group_coordinator: Any = None
+        #: the transaction coordinator and the pending TxnOffsetCommit offsets, attached by
+        #: BrokerServer (``odradek.broker.txn``)
+        self.transaction_coordinator: Any = None
+        self.txn_offsets: Any = None
 
     async def start(self) -> None:
         """Load the metadata and host this broker's partitions (the watch runs separately:
@@ -155,6 +159,10 @@ class BrokerCore:
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = NO_PRODUCER_EPOCH,
     ) -> InitProducerIdResult:
+        if transactional_id is not None and self.transaction_coordinator is not None:
+            return await self.transaction_coordinator.init_producer_id(
+                transactional_id, transaction_timeout_ms, producer_id, producer_epoch
+            )
         return await self.producer_ids.init_producer_id(
             transactional_id, transaction_timeout_ms, producer_id, producer_epoch
         )

@@ -132,6 +132,9 @@ class BrokerServer:
             self._spawn(background, scopes, core.replica_manager.run)
             self._spawn(background, scopes, core.metadata_cache.run)
             await self._start_group_coordinator(core, background, scopes)
+            from .txn.wiring import start_transaction_coordinator  # after the groups: TxnOffsetCommit needs them
+
+            await start_transaction_coordinator(core, config, lambda fn: self._start(background, scopes, fn))
             try:
                 async with trio.open_nursery() as listeners:
                     bound: list[Endpoint] = []

@@ -1,0 +1,494 @@
+"""Kafka's ``TransactionCoordinator``: transactional ids, their producer ids and epochs, and the
+two-phase end of every transaction.
+
+One coordinator per broker owns the transactional ids whose ``__transaction_state`` partition
+(``hash(transactional.id) % transaction.state.log.num.partitions``) this broker leads; it reloads
+them from the log when it gains a partition. Every state change is written to the log (acks=all)
+*before* it becomes the cached state, so a restart resumes from the last durable state: a
+transaction found in PrepareCommit/PrepareAbort has its markers (re)written and is completed.
+
+EndTxn: Ongoing -> PrepareCommit|PrepareAbort (durable: the outcome is decided) -> a COMMIT or
+ABORT control batch into every data partition of the transaction through the replica manager
+(:class:`MarkerWriter`), the transaction's consumer offsets materialised or dropped
+(:class:`~.offsets.PendingTxnOffsets`) -> CompleteCommit|CompleteAbort. While markers are being
+written, requests for the id answer CONCURRENT_TRANSACTIONS (clients retry). A transaction older
+than its timeout, or still open when its producer re-initialises, is aborted with the epoch
+bumped, which fences the old producer instance.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from ...errors import CorruptMessage, ErrorCode, InvalidProducerEpoch
+from ...interfaces import TopicPartition
+from ...records import ControlRecordType
+from ..api import InitProducerIdResult
+from ..group.group_coordinator import FindCoordinatorResult
+from ..group.hashing import partition_for
+from ..group.offsets_log import OFFSETS_TOPIC
+from .log import TransactionLog
+from .schema import parse_txn_key, parse_txn_value, txn_key, txn_value
+from .state import TransactionMetadata, TransactionState
+
+if TYPE_CHECKING:
+    from ...config import Config
+
+log = logging.getLogger(__name__)
+
+#: Kafka bumps to a new producer id before the int16 epoch would overflow.
+MAX_EPOCH = 32767 - 1
+#: Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms default
+ABORT_INTERVAL_MS = 10_000
+#: how often leadership of ``__transaction_state`` partitions is re-checked
+OWNERSHIP_REFRESH_S = 0.5
+#: how long InitProducerId without a prior FindCoordinator waits for the log's leader
+OWNERSHIP_WAIT_S = 5.0
+MARKER_ATTEMPTS = 5
+MARKER_RETRY_BACKOFF_S = 0.1
+
+
+class MarkerWriter(Protocol):
+    """Writes a transaction marker into partitions (Kafka's WriteTxnMarkers, done locally)."""
+
+    async def write_markers(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        result: ControlRecordType,
+        partitions: Collection[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Per partition: NONE once written, UNKNOWN_TOPIC_OR_PARTITION if the partition no longer
+        exists (it needs no marker), another error to retry."""
+        ...
+
+
+class ProducerIdSource(Protocol):
+    async def generate_producer_id(self) -> int: ...
+
+
+class TxnOffsetSink(Protocol):
+    async def complete(self, producer_id: int, commit: bool) -> None: ...
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _append_error(error: ErrorCode) -> ErrorCode:
+    """What a client sees when a ``__transaction_state`` write failed (Kafka's mapping)."""
+    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+        return ErrorCode.NOT_COORDINATOR
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+class TransactionCoordinator:
+    """Transactional ids of the ``__transaction_state`` partitions this broker leads."""
+
+    def __init__(
+        self,
+        txn_log: TransactionLog,
+        producer_ids: ProducerIdSource,
+        markers: MarkerWriter,
+        config: Config,
+        *,
+        node_id: int | None = None,
+        now_ms: Callable[[], int] = _wall_ms,
+        partition_exists: Callable[[TopicPartition], bool] | None = None,
+        txn_offsets: TxnOffsetSink | None = None,
+    ) -> None:
+        self.log = txn_log
+        self.producer_ids = producer_ids
+        self.markers = markers
+        self.node_id = config.broker_id if node_id is None else node_id
+        self.now_ms = now_ms
+        self.partition_exists = partition_exists
+        self.txn_offsets = txn_offsets
+        self.max_timeout_ms = int(config["transaction.max.timeout.ms"])
+        self.offsets_partitions = int(config["offsets.topic.num.partitions"])
+        self.abort_interval_ms = ABORT_INTERVAL_MS
+        self.transactions: dict[str, TransactionMetadata] = {}
+        self.owned: set[int] = set()
+        self.loading: set[int] = set()
+        self.coordinator_epochs: dict[int, int] = {}
+        #: partitions another broker leads (their ids cannot be verified on this broker's produce path)
+        self.remote: set[int] = set()
+        self.active = False
+        self._locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)
+        self._completing: set[str] = set()
+        self._ownership_lock = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.log.num_partitions)
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load the owned partitions, then follow leadership and abort timed-out transactions."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self.active = True
+                task_status.started()
+                if await self.log.exists():
+                    await self.refresh_ownership()
+                nursery.start_soon(self._ownership_loop)
+                nursery.start_soon(self._abort_loop)
+        finally:
+            self.active = False
+            self._nursery = None
+
+    async def _ownership_loop(self) -> None:
+        while True:
+            await trio.sleep(OWNERSHIP_REFRESH_S)
+            if await self.log.exists():
+                await self.refresh_ownership()
+
+    async def _abort_loop(self) -> None:
+        while True:
+            await trio.sleep(self.abort_interval_ms / 1000)
+            try:
+                await self.abort_timed_out_transactions()
+            except Exception:
+                log.exception("aborting timed-out transactions failed; retrying at the next interval")
+
+    async def refresh_ownership(self) -> None:
+        """Load the partitions this broker now leads; forget the ones led elsewhere."""
+        async with self._ownership_lock:
+            leaders = await self.log.leaders()
+            for p, leader in leaders.items():
+                if leader.node_id == self.node_id:
+                    self.coordinator_epochs[p] = leader.leader_epoch
+            mine = {p for p, leader in leaders.items() if leader.node_id == self.node_id}
+            self.remote = set(leaders) - mine
+            for p in [p for p in self.owned if p in leaders and p not in mine]:
+                self.owned.discard(p)
+                for tid in [t for t in self.transactions if self.partition_for(t) == p]:
+                    del self.transactions[tid]
+            for p in sorted(mine - self.owned - self.loading):
+                self.loading.add(p)
+                try:
+                    await self._load(p)
+                finally:
+                    self.loading.discard(p)
+
+    async def _load(self, partition: int) -> None:
+        loaded: dict[str, TransactionMetadata | None] = {}
+        async for key, value in self.log.read(partition):
+            try:
+                tid = parse_txn_key(key)
+                loaded[tid] = None if value is None else parse_txn_value(tid, value)
+            except CorruptMessage as exc:
+                log.warning("skipping unreadable %s record: %s", "__transaction_state", exc)
+        for tid, md in loaded.items():
+            if md is not None:
+                self.transactions[tid] = md
+        self.owned.add(partition)
+        pending = [t for t, md in loaded.items() if md is not None and md.state.is_prepare]
+        if loaded:
+            log.info(
+                "loaded %d transactional ids from partition %d (%d to complete)", len(loaded), partition, len(pending)
+            )
+        for tid in pending:
+            self._spawn_completion(tid)
+
+    def _spawn_completion(self, transactional_id: str) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self._complete, transactional_id)
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def validate(self, transactional_id: str | None) -> ErrorCode | None:
+        if not transactional_id:
+            return ErrorCode.INVALID_REQUEST
+        if not self.active:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        p = self.partition_for(transactional_id)
+        if p in self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if p not in self.owned:
+            return ErrorCode.NOT_COORDINATOR
+        return None
+
+    async def _persist(self, md: TransactionMetadata) -> ErrorCode:
+        """Write ``md`` to the log; it becomes the cached state only if the write succeeded."""
+        tid = md.transactional_id
+        error = await self.log.append(self.partition_for(tid), (txn_key(tid), txn_value(md)), self.now_ms())
+        if error != ErrorCode.NONE:
+            log.warning("writing transaction state of %r failed: %s", tid, error.name)
+            return _append_error(error)
+        self.transactions[tid] = md
+        return ErrorCode.NONE
+
+    @staticmethod
+    def _check_producer(md: TransactionMetadata | None, producer_id: int, producer_epoch: int) -> ErrorCode | None:
+        if md is None or md.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if producer_epoch != md.producer_epoch:
+            return ErrorCode.PRODUCER_FENCED
+        return None
+
+    # -- FindCoordinator -------------------------------------------------------------------------------
+    async def find_coordinator(self, transactional_id: str, listener_name: str | None = None) -> FindCoordinatorResult:
+        """The leader of the id's ``__transaction_state`` partition (creating the topic on first use)."""
+        if not self.active:
+            return FindCoordinatorResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="coordinator not started")
+        if not await self.log.exists() and not await self.log.ensure_topic():
+            return FindCoordinatorResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="creating the log")
+        p = self.partition_for(transactional_id)
+        leader = (await self.log.leaders(listener_name)).get(p)
+        if leader is None:
+            return FindCoordinatorResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="no leader")
+        if leader.node_id == self.node_id and p not in self.owned | self.loading:
+            await self.refresh_ownership()
+        return FindCoordinatorResult(ErrorCode.NONE, leader.node_id, leader.host, leader.port)
+
+    # -- InitProducerId --------------------------------------------------------------------------------
+    async def _ensure_owned(self, transactional_id: str) -> None:
+        """Create the log and wait (briefly) for this broker to lead the id's partition, when a
+        caller skipped FindCoordinator (embedded use); clients always find the coordinator first."""
+        if not transactional_id or not self.active:
+            return
+        p = self.partition_for(transactional_id)
+        with trio.move_on_after(OWNERSHIP_WAIT_S):
+            while p not in self.owned:
+                if await self.log.exists() or await self.log.ensure_topic():
+                    leader = (await self.log.leaders()).get(p)
+                    if leader is not None and leader.node_id != self.node_id:
+                        return
+                    await self.refresh_ownership()
+                if p not in self.owned:
+                    await trio.sleep(OWNERSHIP_REFRESH_S / 10)
+
+    async def init_producer_id(
+        self, transactional_id: str, transaction_timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1
+    ) -> InitProducerIdResult:
+        """The id's producer id with the epoch bumped (fencing older instances); an open
+        transaction is aborted first; a new id gets a fresh producer id at epoch 0. A producer
+        re-initialising with its id and epoch (KIP-360) must hold the current ones."""
+        await self._ensure_owned(transactional_id)
+        error = self.validate(transactional_id)
+        if error is not None:
+            return InitProducerIdResult(error)
+        if not 0 < transaction_timeout_ms <= self.max_timeout_ms:
+            return InitProducerIdResult(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        current = self.transactions.get(transactional_id)
+        if producer_id >= 0 and (
+            current is None or (current.producer_id, current.producer_epoch) != (producer_id, producer_epoch)
+        ):
+            return InitProducerIdResult(ErrorCode.PRODUCER_FENCED)
+        if self.transactions.get(transactional_id) is not None:
+            md = self.transactions[transactional_id]
+            if md.state is TransactionState.ONGOING:
+                error = await self._abort(transactional_id, fence=True, expected=md)
+                if error not in (ErrorCode.NONE, ErrorCode.CONCURRENT_TRANSACTIONS):
+                    return InitProducerIdResult(error)
+        async with self._locks[transactional_id]:
+            now = self.now_ms()
+            md = self.transactions.get(transactional_id)
+            if md is None:
+                pid = await self.producer_ids.generate_producer_id()
+                new = TransactionMetadata(transactional_id, pid, 0, transaction_timeout_ms, last_update_ms=now)
+            elif md.state.is_prepare or md.state is TransactionState.ONGOING:
+                if md.state.is_prepare:
+                    self._spawn_completion(transactional_id)
+                return InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+            else:
+                pid, epoch = md.producer_id, md.producer_epoch + 1
+                if epoch > MAX_EPOCH:
+                    pid, epoch = await self.producer_ids.generate_producer_id(), 0
+                new = md.transition(
+                    TransactionState.EMPTY,
+                    now,
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    timeout_ms=transaction_timeout_ms,
+                    partitions=set(),
+                    txn_start_ms=-1,
+                )
+            error = await self._persist(new)
+            if error != ErrorCode.NONE:
+                return InitProducerIdResult(error)
+            return InitProducerIdResult(ErrorCode.NONE, new.producer_id, new.producer_epoch)
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------------------
+    async def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Add partitions to the producer's transaction (starting one if none is open)."""
+        wanted = list(dict.fromkeys(partitions))
+        error = self.validate(transactional_id)
+        if error is not None:
+            return dict.fromkeys(wanted, error)
+        exists = self.partition_exists
+        unknown = {tp for tp in wanted if exists is not None and tp.topic != OFFSETS_TOPIC and not exists(tp)}
+        if unknown:
+            return {
+                tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
+                for tp in wanted
+            }
+        async with self._locks[transactional_id]:
+            md = self.transactions.get(transactional_id)
+            error = self._check_producer(md, producer_id, producer_epoch)
+            if error is None:
+                assert md is not None
+                if md.state.is_prepare:
+                    error = ErrorCode.CONCURRENT_TRANSACTIONS
+                elif md.state is TransactionState.ONGOING and set(wanted) <= md.partitions:
+                    error = ErrorCode.NONE
+                else:
+                    now = self.now_ms()
+                    start = md.txn_start_ms if md.state is TransactionState.ONGOING else now
+                    new = md.transition(
+                        TransactionState.ONGOING, now, partitions=md.partitions | set(wanted), txn_start_ms=start
+                    )
+                    error = await self._persist(new)
+            return dict.fromkeys(wanted, error)
+
+    async def add_offsets(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> ErrorCode:
+        """Add the group's ``__consumer_offsets`` partition: its TxnOffsetCommits become part of the
+        transaction (materialised on commit, dropped on abort)."""
+        tp = TopicPartition(OFFSETS_TOPIC, partition_for(group_id, self.offsets_partitions))
+        return (await self.add_partitions(transactional_id, producer_id, producer_epoch, [tp]))[tp]
+
+    def check_txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int) -> ErrorCode | None:
+        """TxnOffsetCommit fencing, when this broker coordinates the transactional id too."""
+        if self.partition_for(transactional_id) not in self.owned:
+            return None  # coordinated elsewhere: the group coordinator cannot check it here
+        md = self.transactions.get(transactional_id)
+        if md is None or md.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if producer_epoch < md.producer_epoch:
+            return ErrorCode.PRODUCER_FENCED
+        return None
+
+    # -- EndTxn ----------------------------------------------------------------------------------------
+    async def end_transaction(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> ErrorCode:
+        """Decide (PrepareCommit/PrepareAbort, durable), write the markers, complete."""
+        error = self.validate(transactional_id)
+        if error is not None:
+            return error
+        target = TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT
+        async with self._locks[transactional_id]:
+            md = self.transactions.get(transactional_id)
+            error = self._check_producer(md, producer_id, producer_epoch)
+            if error is not None:
+                return error
+            assert md is not None
+            if md.state.is_prepare:
+                if md.state is target:
+                    self._spawn_completion(transactional_id)
+                    return ErrorCode.CONCURRENT_TRANSACTIONS
+                return ErrorCode.INVALID_TXN_STATE
+            if md.state in (TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT):
+                done = TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT
+                return ErrorCode.NONE if md.state is done else ErrorCode.INVALID_TXN_STATE  # a retried EndTxn
+            if md.state is not TransactionState.ONGOING:
+                return ErrorCode.INVALID_TXN_STATE
+            error = await self._persist(md.transition(target, self.now_ms()))
+            if error != ErrorCode.NONE:
+                return error
+        await self._complete(transactional_id)
+        return ErrorCode.NONE
+
+    async def _abort(self, transactional_id: str, *, fence: bool, expected: TransactionMetadata) -> ErrorCode:
+        """Abort an open transaction (timeout, re-init); ``fence`` bumps the epoch so the old
+        producer's further requests are refused."""
+        async with self._locks[transactional_id]:
+            md = self.transactions.get(transactional_id)
+            if md is not expected or md.state is not TransactionState.ONGOING:
+                return ErrorCode.CONCURRENT_TRANSACTIONS
+            epoch = md.producer_epoch + 1 if fence and md.producer_epoch < MAX_EPOCH else md.producer_epoch
+            error = await self._persist(
+                md.transition(TransactionState.PREPARE_ABORT, self.now_ms(), producer_epoch=epoch)
+            )
+            if error != ErrorCode.NONE:
+                return error
+        await self._complete(transactional_id)
+        return ErrorCode.NONE
+
+    async def _complete(self, transactional_id: str) -> None:
+        """Write the markers of a prepared transaction and complete it (once at a time per id).
+        Left prepared if some marker could not be written; the abort loop retries."""
+        if transactional_id in self._completing:
+            return
+        self._completing.add(transactional_id)
+        try:
+            md = self.transactions.get(transactional_id)
+            if md is None or not md.state.is_prepare:
+                return
+            commit = md.state is TransactionState.PREPARE_COMMIT
+            result = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+            coordinator_epoch = self.coordinator_epochs.get(self.partition_for(transactional_id), 0)
+            remaining = {tp for tp in md.partitions if tp.topic != OFFSETS_TOPIC}
+            for attempt in range(MARKER_ATTEMPTS):
+                if not remaining:
+                    break
+                if attempt:
+                    await trio.sleep(MARKER_RETRY_BACKOFF_S)
+                written = await self.markers.write_markers(
+                    md.producer_id, md.producer_epoch, coordinator_epoch, result, sorted(remaining)
+                )
+                for tp, error in written.items():
+                    if error in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                        remaining.discard(tp)
+                    else:
+                        log.warning("%s marker for %r on %s failed: %s", result.name, transactional_id, tp, error.name)
+            if remaining:
+                log.error("%r stays %s: markers not written to %s", transactional_id, md.state.name, sorted(remaining))
+                return
+            if self.txn_offsets is not None and any(tp.topic == OFFSETS_TOPIC for tp in md.partitions):
+                await self.txn_offsets.complete(md.producer_id, commit)
+            done = TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT
+            async with self._locks[transactional_id]:
+                if self.transactions.get(transactional_id) is md:
+                    await self._persist(md.transition(done, self.now_ms(), partitions=set(), txn_start_ms=-1))
+        finally:
+            self._completing.discard(transactional_id)
+
+    # -- timeouts --------------------------------------------------------------------------------------
+    async def abort_timed_out_transactions(self) -> int:
+        """Abort (fencing the producer) every open transaction older than its timeout, and retry
+        the completion of prepared ones. Returns how many were aborted."""
+        now = self.now_ms()
+        aborted = 0
+        for tid, md in list(self.transactions.items()):
+            if self.partition_for(tid) not in self.owned:
+                continue
+            if md.state.is_prepare:
+                await self._complete(tid)
+            elif md.state is TransactionState.ONGOING and md.txn_start_ms + md.timeout_ms < now:
+                log.info("aborting transaction of %r: open for more than %d ms", tid, md.timeout_ms)
+                if await self._abort(tid, fence=True, expected=md) == ErrorCode.NONE:
+                    aborted += 1
+        return aborted
+
+    # -- the produce path's check (ReplicaManager.verify_transaction) -------------------------------
+    def verify_transaction(
+        self, transactional_id: str | None, producer_id: int, producer_epoch: int, tp: TopicPartition
+    ) -> bool:
+        """Whether a transactional batch may be appended: ``tp`` is in the producer's ongoing
+        transaction. An older epoch raises INVALID_PRODUCER_EPOCH (the producer was fenced).
+        Ids coordinated by another broker cannot be checked here and are accepted."""
+        if not transactional_id:
+            return False
+        if self.partition_for(transactional_id) not in self.owned:
+            return self.partition_for(transactional_id) in self.remote
+        md = self.transactions.get(transactional_id)
+        if md is None or md.producer_id != producer_id:
+            return False
+        if producer_epoch < md.producer_epoch:
+            raise InvalidProducerEpoch(
+                f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {md.producer_epoch}"
+            )
+        return md.producer_epoch == producer_epoch and md.state is TransactionState.ONGOING and tp in md.partitions

@@ -1,0 +1,159 @@
+"""Handlers for transactions: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit.
+
+They call the broker's :class:`odradek.broker.txn.TransactionCoordinator`
+(``broker.transaction_coordinator``) and, for TxnOffsetCommit, its pending-offsets store next to
+the group coordinator (``broker.txn_offsets``). FindCoordinator (key type 1) and InitProducerId
+are answered by the groups and core handlers, which defer to the transaction coordinator. As in
+Kafka's ``KafkaApis``, requests below v2 get INVALID_PRODUCER_EPOCH where newer ones get
+PRODUCER_FENCED (KIP-588).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from odradek.broker.group import OffsetAndMetadata
+from odradek.errors import ErrorCode
+from odradek.interfaces import TopicPartition
+from odradek.protocol import ApiKey, timedelta_ms
+
+from . import Handler, RequestContext
+from ._kio import kerr, make, response_class
+
+NO_THROTTLE = timedelta_ms(0)
+#: first version of these APIs that may carry PRODUCER_FENCED
+FENCED_MIN_VERSION = 2
+
+
+def _fenced(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
+    if error == ErrorCode.PRODUCER_FENCED and ctx.api_version < FENCED_MIN_VERSION:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error
+
+
+def _coordinator(ctx: RequestContext) -> Any:
+    return getattr(ctx.broker, "transaction_coordinator", None)
+
+
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_class(ApiKey.ADD_PARTITIONS_TO_TXN, version)
+    topic_cls = response_class(ApiKey.ADD_PARTITIONS_TO_TXN, version, "AddPartitionsToTxnTopicResult")
+    part_cls = response_class(ApiKey.ADD_PARTITIONS_TO_TXN, version, "AddPartitionsToTxnPartitionResult")
+    topics = request.v3_and_below_topics
+    wanted = [TopicPartition(t.name, int(p)) for t in topics for p in t.partitions]
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        errors = dict.fromkeys(wanted, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    else:
+        errors = await coordinator.add_partitions(
+            request.v3_and_below_transactional_id,
+            int(request.v3_and_below_producer_id),
+            int(request.v3_and_below_producer_epoch),
+            wanted,
+        )
+    results = tuple(
+        make(
+            topic_cls,
+            name=t.name,
+            results_by_partition=tuple(
+                make(
+                    part_cls,
+                    partition_index=p,
+                    partition_error_code=kerr(_fenced(ctx, errors[TopicPartition(t.name, int(p))])),
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in topics
+    )
+    return make(cls, throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=results)
+
+
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    else:
+        error = await coordinator.add_offsets(
+            request.transactional_id, int(request.producer_id), int(request.producer_epoch), request.group_id
+        )
+    cls = response_class(ApiKey.ADD_OFFSETS_TO_TXN, ctx.api_version)
+    return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(_fenced(ctx, error)))
+
+
+async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    else:
+        error = await coordinator.end_transaction(
+            request.transactional_id, int(request.producer_id), int(request.producer_epoch), bool(request.committed)
+        )
+    cls = response_class(ApiKey.END_TXN, ctx.api_version)
+    return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(_fenced(ctx, error)))
+
+
+async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_class(ApiKey.TXN_OFFSET_COMMIT, version)
+    topic_cls = response_class(ApiKey.TXN_OFFSET_COMMIT, version, "TxnOffsetCommitResponseTopic")
+    part_cls = response_class(ApiKey.TXN_OFFSET_COMMIT, version, "TxnOffsetCommitResponsePartition")
+    offsets = {
+        TopicPartition(t.name, int(p.partition_index)): OffsetAndMetadata(
+            int(p.committed_offset),
+            int(getattr(p, "committed_leader_epoch", -1)),
+            p.committed_metadata or "",
+        )
+        for t in request.topics
+        for p in t.partitions
+    }
+    coordinator = _coordinator(ctx)
+    pending = getattr(ctx.broker, "txn_offsets", None)
+    errors: dict[TopicPartition, ErrorCode]
+    fenced = (
+        coordinator.check_txn_offset_commit(
+            request.transactional_id, int(request.producer_id), int(request.producer_epoch)
+        )
+        if coordinator is not None
+        else None
+    )
+    if pending is None:
+        errors = dict.fromkeys(offsets, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    elif fenced is not None:
+        errors = dict.fromkeys(offsets, fenced)
+    else:
+        errors = await pending.commit(
+            request.group_id,
+            int(request.producer_id),
+            getattr(request, "member_id", "") or "",
+            getattr(request, "group_instance_id", None),
+            int(getattr(request, "generation_id", -1)),
+            offsets,
+        )
+    topics = tuple(
+        make(
+            topic_cls,
+            name=t.name,
+            partitions=tuple(
+                make(
+                    part_cls,
+                    partition_index=p.partition_index,
+                    error_code=kerr(_fenced(ctx, errors[TopicPartition(t.name, int(p.partition_index))])),
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in request.topics
+    )
+    return make(cls, throttle_time=NO_THROTTLE, topics=topics)
+
+
+HANDLERS = {
+    ApiKey.ADD_PARTITIONS_TO_TXN: Handler(ApiKey.ADD_PARTITIONS_TO_TXN, handle_add_partitions_to_txn, ordered=True),
+    ApiKey.ADD_OFFSETS_TO_TXN: Handler(ApiKey.ADD_OFFSETS_TO_TXN, handle_add_offsets_to_txn, ordered=True),
+    ApiKey.END_TXN: Handler(ApiKey.END_TXN, handle_end_txn, ordered=True),
+    ApiKey.TXN_OFFSET_COMMIT: Handler(ApiKey.TXN_OFFSET_COMMIT, handle_txn_offset_commit, ordered=True),
+}
+
+__all__ = ["HANDLERS"]

@@ -1,0 +1,189 @@
+"""Kafka transactions with unmodified clients against an ``odradek serve`` subprocess:
+confluent-kafka commit and abort, read_committed vs read_uncommitted, consume-transform-produce
+with send_offsets_to_transaction, fencing by a second producer with the same transactional.id,
+and kafka-python's transactional producer."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from client_helpers import TIMEOUT_S, consume
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaProducer
+
+from odradek.testing import BrokerProcess, unique_topic
+
+pytestmark = pytest.mark.integration
+
+
+def _create(broker: BrokerProcess, topic: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(TIMEOUT_S)
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:  # wait for leaders (metadata can lag CreateTopics briefly)
+        md = admin.list_topics(topic, timeout=TIMEOUT_S).topics[topic]
+        if len(md.partitions) == partitions and all(p.leader >= 0 for p in md.partitions.values()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{topic} has no leaders")
+
+
+def _txn_producer(broker: BrokerProcess, txn_id: str, **conf: Any) -> Producer:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": txn_id, "linger.ms": 5, **conf})
+    producer.init_transactions(TIMEOUT_S)
+    return producer
+
+
+def _values(messages: list[Any]) -> list[bytes]:
+    return [m.value() for m in messages]
+
+
+def test_commit_and_abort_seen_by_read_committed_and_uncommitted(odradek_broker: BrokerProcess) -> None:
+    topic = unique_topic("txn")
+    _create(odradek_broker, topic)
+    producer = _txn_producer(odradek_broker, unique_topic("tid"))
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, key=b"k", value=f"committed-{i}".encode())
+    producer.commit_transaction(TIMEOUT_S)
+    producer.begin_transaction()
+    for i in range(2):
+        producer.produce(topic, key=b"k", value=f"aborted-{i}".encode())
+    producer.flush(TIMEOUT_S)
+    producer.abort_transaction(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, key=b"k", value=b"committed-3")
+    producer.commit_transaction(TIMEOUT_S)
+    committed = [b"committed-0", b"committed-1", b"committed-2", b"committed-3"]
+    # log: 3 records, COMMIT marker, 2 records, ABORT marker, 1 record, COMMIT marker
+    got = consume(odradek_broker, topic, 4, **{"isolation.level": "read_committed"})
+    assert _values(got) == committed
+    assert [m.offset() for m in got] == [0, 1, 2, 7]
+    everything = consume(odradek_broker, topic, 6, **{"isolation.level": "read_uncommitted"})
+    assert _values(everything) == [*committed[:3], b"aborted-0", b"aborted-1", b"committed-3"]
+
+
+def test_open_transaction_holds_back_read_committed(odradek_broker: BrokerProcess) -> None:
+    topic = unique_topic("lso")
+    _create(odradek_broker, topic)
+    producer = _txn_producer(odradek_broker, unique_topic("tid"))
+    producer.begin_transaction()
+    producer.produce(topic, value=b"pending")
+    producer.flush(TIMEOUT_S)
+    # read_uncommitted sees the open transaction's record at once, read_committed must not
+    assert _values(consume(odradek_broker, topic, 1, **{"isolation.level": "read_uncommitted"})) == [b"pending"]
+    consumer = Consumer(
+        {
+            "bootstrap.servers": odradek_broker.bootstrap,
+            "group.id": unique_topic("g"),
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        msg = consumer.poll(1.0)
+        assert msg is None or msg.error() is not None, "read_committed saw a record of an open transaction"
+        producer.commit_transaction(TIMEOUT_S)  # the parked fetch wakes on the LSO move
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                break
+        assert msg is not None and msg.error() is None and msg.value() == b"pending"
+    finally:
+        consumer.close()
+
+
+def test_consume_transform_produce_commits_offsets_with_the_transaction(odradek_broker: BrokerProcess) -> None:
+    source, sink, group = unique_topic("src"), unique_topic("sink"), unique_topic("ctp")
+    _create(odradek_broker, source)
+    _create(odradek_broker, sink)
+    feeder = Producer({"bootstrap.servers": odradek_broker.bootstrap})
+    for i in range(6):
+        feeder.produce(source, value=str(i).encode())
+    assert feeder.flush(TIMEOUT_S) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": odradek_broker.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    producer = _txn_producer(odradek_broker, unique_topic("tid"))
+    tp = TopicPartition(source, 0)
+    try:
+        consumer.assign([TopicPartition(source, 0, 0)])
+        seen: list[Any] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(seen) < 6 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen.append(msg)
+        assert len(seen) == 6
+
+        def transform(batch: list[Any], commit: bool) -> None:
+            producer.begin_transaction()
+            for m in batch:
+                producer.produce(sink, value=m.value() * 2)
+            offsets = [TopicPartition(source, 0, batch[-1].offset() + 1)]
+            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), TIMEOUT_S)
+            if commit:
+                producer.commit_transaction(TIMEOUT_S)
+            else:
+                producer.abort_transaction(TIMEOUT_S)
+
+        transform(seen[:3], commit=True)
+        assert consumer.committed([tp], TIMEOUT_S)[0].offset == 3
+        transform(seen[3:], commit=False)
+        # the aborted transaction's offsets never become visible
+        assert consumer.committed([tp], TIMEOUT_S)[0].offset == 3
+        transform(seen[3:5], commit=True)
+        assert consumer.committed([tp], TIMEOUT_S)[0].offset == 5
+    finally:
+        consumer.close()
+    got = consume(odradek_broker, sink, 5, **{"isolation.level": "read_committed"})
+    assert _values(got) == [b"00", b"11", b"22", b"33", b"44"]
+
+
+def test_second_producer_with_the_same_transactional_id_fences_the_first(odradek_broker: BrokerProcess) -> None:
+    topic = unique_topic("fence")
+    _create(odradek_broker, topic)
+    txn_id = unique_topic("tid")
+    first = _txn_producer(odradek_broker, txn_id)
+    first.begin_transaction()
+    first.produce(topic, value=b"from-first")
+    first.flush(TIMEOUT_S)
+    # re-initialising the id aborts the first producer's open transaction and fences it
+    second = _txn_producer(odradek_broker, txn_id)
+    with pytest.raises(KafkaException) as raised:
+        first.commit_transaction(TIMEOUT_S)
+    assert raised.value.args[0].fatal() or not raised.value.args[0].retriable()
+    second.begin_transaction()
+    second.produce(topic, value=b"from-second")
+    second.commit_transaction(TIMEOUT_S)
+    got = consume(odradek_broker, topic, 1, **{"isolation.level": "read_committed"})
+    assert _values(got) == [b"from-second"]
+
+
+def test_kafka_python_transactional_producer(odradek_broker: BrokerProcess) -> None:
+    topic = unique_topic("kp")
+    _create(odradek_broker, topic)
+    producer = KafkaProducer(bootstrap_servers=odradek_broker.bootstrap, transactional_id=unique_topic("tid"))
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"kp-aborted")
+        producer.flush()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"kp-committed")
+        producer.commit_transaction()
+    finally:
+        producer.close(timeout=5)
+    got = consume(odradek_broker, topic, 1, **{"isolation.level": "read_committed"})
+    assert _values(got) == [b"kp-committed"]
