@@ -1,0 +1,267 @@
+"""Unit tests of the transaction coordinator's state machine, markers, fencing, reload and
+timeouts, over an in-memory ``__transaction_state`` and a recording marker writer (MockClock)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+import trio.testing
+
+from odradek.broker.txn import InMemoryTransactionLog, TransactionCoordinator, TransactionState
+from odradek.broker.txn.schema import parse_txn_key, parse_txn_value, txn_key, txn_value
+from odradek.broker.txn.state import TransactionMetadata
+from odradek.config import default_config
+from odradek.errors import ErrorCode, InvalidProducerEpoch
+from odradek.interfaces import TopicPartition
+from odradek.records import ControlRecordType
+
+TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+class Ids:
+    def __init__(self) -> None:
+        self.next = 1000
+
+    async def generate_producer_id(self) -> int:
+        self.next += 1
+        return self.next
+
+
+class Markers:
+    """Records every marker; ``fail`` partitions answer NOT_LEADER_OR_FOLLOWER; ``gate`` blocks."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[int, int, ControlRecordType, TopicPartition]] = []
+        self.fail: set[TopicPartition] = set()
+        self.gate: trio.Event | None = None
+
+    async def write_markers(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        result: ControlRecordType,
+        partitions: Collection[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        if self.gate is not None:
+            await self.gate.wait()
+        out = {}
+        for tp in partitions:
+            if tp in self.fail:
+                out[tp] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            else:
+                self.written.append((producer_id, producer_epoch, result, tp))
+                out[tp] = ErrorCode.NONE
+        return out
+
+
+class Offsets:
+    def __init__(self) -> None:
+        self.completed: list[tuple[int, bool]] = []
+
+    async def complete(self, producer_id: int, commit: bool) -> None:
+        self.completed.append((producer_id, commit))
+
+
+def _now_ms() -> int:
+    return int(trio.current_time() * 1000)
+
+
+@asynccontextmanager
+async def coordinator(
+    log: InMemoryTransactionLog | None = None, markers: Markers | None = None, offsets: Offsets | None = None
+) -> AsyncIterator[TransactionCoordinator]:
+    log = log or InMemoryTransactionLog(num_partitions=5)
+    await log.ensure_topic()
+    coord = TransactionCoordinator(
+        log, Ids(), markers or Markers(), default_config(), now_ms=_now_ms, txn_offsets=offsets or Offsets()
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(coord.run)
+        yield coord
+        nursery.cancel_scope.cancel()
+
+
+async def test_init_producer_id_bumps_epoch_and_survives_reload() -> None:
+    log = InMemoryTransactionLog(num_partitions=5)
+    async with coordinator(log) as coord:
+        first = await coord.init_producer_id("a", 60000)
+        second = await coord.init_producer_id("a", 60000)
+        assert (first.error, second.error) == (ErrorCode.NONE, ErrorCode.NONE)
+        assert second.producer_id == first.producer_id and second.producer_epoch == first.producer_epoch + 1 == 1
+        stale = await coord.init_producer_id("a", 60000, first.producer_id, first.producer_epoch)
+        assert stale.error == ErrorCode.PRODUCER_FENCED
+        too_long = await coord.init_producer_id("a", coord.max_timeout_ms + 1)
+        assert too_long.error == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+        assert (await coord.init_producer_id("b", 60000)).producer_id != first.producer_id
+    async with coordinator(log) as coord:  # a restarted broker reloads the log
+        again = await coord.init_producer_id("a", 60000)
+        assert (again.producer_id, again.producer_epoch) == (first.producer_id, 2)
+
+
+async def test_commit_writes_markers_and_completes() -> None:
+    markers, offsets = Markers(), Offsets()
+    async with coordinator(markers=markers, offsets=offsets) as coord:
+        r = await coord.init_producer_id("a", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        assert not coord.verify_transaction("a", pid, epoch, TP0)  # no transaction yet
+        assert await coord.add_partitions("a", pid, epoch, [TP0, TP1]) == {TP0: ErrorCode.NONE, TP1: ErrorCode.NONE}
+        assert await coord.add_offsets("a", pid, epoch, "group") == ErrorCode.NONE
+        md = coord.transactions["a"]
+        assert md.state is TransactionState.ONGOING and TP0 in md.partitions
+        assert coord.verify_transaction("a", pid, epoch, TP0)
+        assert not coord.verify_transaction("a", pid, epoch, TopicPartition("t", 7))
+        assert not coord.verify_transaction("a", pid + 1, epoch, TP0)
+        assert await coord.end_transaction("a", pid + 1, epoch, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        assert await coord.end_transaction("a", pid, epoch, True) == ErrorCode.NONE
+        # markers only into data partitions; the group's offsets are materialised instead
+        assert sorted(markers.written) == [
+            (pid, epoch, ControlRecordType.COMMIT, TP0),
+            (pid, epoch, ControlRecordType.COMMIT, TP1),
+        ]
+        assert offsets.completed == [(pid, True)]
+        md = coord.transactions["a"]
+        assert md.state is TransactionState.COMPLETE_COMMIT and not md.partitions
+        assert not coord.verify_transaction("a", pid, epoch, TP0)
+        # a retried EndTxn is answered again; the opposite outcome is refused
+        assert await coord.end_transaction("a", pid, epoch, True) == ErrorCode.NONE
+        assert await coord.end_transaction("a", pid, epoch, False) == ErrorCode.INVALID_TXN_STATE
+        # the next transaction aborts
+        assert await coord.add_partitions("a", pid, epoch, [TP1]) == {TP1: ErrorCode.NONE}
+        assert await coord.end_transaction("a", pid, epoch, False) == ErrorCode.NONE
+        assert markers.written[-1] == (pid, epoch, ControlRecordType.ABORT, TP1)
+        assert coord.transactions["a"].state is TransactionState.COMPLETE_ABORT
+        assert await coord.end_transaction("a", pid, epoch, False) == ErrorCode.NONE
+        assert await coord.end_transaction("a", pid, epoch, True) == ErrorCode.INVALID_TXN_STATE
+
+
+async def test_end_txn_without_a_transaction_is_invalid() -> None:
+    async with coordinator() as coord:
+        r = await coord.init_producer_id("a", 60000)
+        assert await coord.end_transaction("a", r.producer_id, r.producer_epoch, True) == ErrorCode.INVALID_TXN_STATE
+        assert await coord.end_transaction("unknown", 1, 0, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+
+async def test_concurrent_transactions_while_markers_are_pending() -> None:
+    markers = Markers()
+    async with coordinator(markers=markers) as coord:
+        r = await coord.init_producer_id("a", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        await coord.add_partitions("a", pid, epoch, [TP0])
+        markers.gate = trio.Event()
+        results: list[ErrorCode] = []
+
+        async def end() -> None:
+            results.append(await coord.end_transaction("a", pid, epoch, True))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(end)
+            await trio.testing.wait_all_tasks_blocked()
+            assert coord.transactions["a"].state is TransactionState.PREPARE_COMMIT
+            assert await coord.add_partitions("a", pid, epoch, [TP1]) == {TP1: ErrorCode.CONCURRENT_TRANSACTIONS}
+            assert (await coord.init_producer_id("a", 60000)).error == ErrorCode.CONCURRENT_TRANSACTIONS
+            assert await coord.end_transaction("a", pid, epoch, True) == ErrorCode.CONCURRENT_TRANSACTIONS
+            assert await coord.end_transaction("a", pid, epoch, False) == ErrorCode.INVALID_TXN_STATE
+            markers.gate.set()
+        assert results == [ErrorCode.NONE]
+        assert coord.transactions["a"].state is TransactionState.COMPLETE_COMMIT
+        assert markers.written == [(pid, epoch, ControlRecordType.COMMIT, TP0)]
+
+
+async def test_reinit_aborts_the_open_transaction_and_fences_the_old_producer() -> None:
+    markers = Markers()
+    async with coordinator(markers=markers) as coord:
+        old = await coord.init_producer_id("a", 60000)
+        await coord.add_partitions("a", old.producer_id, old.producer_epoch, [TP0])
+        new = await coord.init_producer_id("a", 60000)
+        assert new.error == ErrorCode.NONE
+        # as in Kafka: the abort is written with the epoch bumped once (fencing), the new
+        # instance gets it bumped again
+        assert new.producer_id == old.producer_id and new.producer_epoch == old.producer_epoch + 2
+        # the abort marker carries an epoch newer than the old producer's: the partition fences it
+        assert markers.written == [(old.producer_id, old.producer_epoch + 1, ControlRecordType.ABORT, TP0)]
+        assert coord.transactions["a"].state is TransactionState.EMPTY
+        fenced = await coord.add_partitions("a", old.producer_id, old.producer_epoch, [TP0])
+        assert fenced == {TP0: ErrorCode.PRODUCER_FENCED}
+        assert await coord.end_transaction("a", old.producer_id, old.producer_epoch, True) == ErrorCode.PRODUCER_FENCED
+        with pytest.raises(InvalidProducerEpoch):
+            coord.verify_transaction("a", old.producer_id, old.producer_epoch, TP0)
+
+
+@pytest.mark.trio
+async def test_timed_out_transaction_is_aborted_and_fenced(autojump_clock: trio.testing.MockClock) -> None:
+    markers = Markers()
+    async with coordinator(markers=markers) as coord:
+        r = await coord.init_producer_id("a", 3000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        await coord.add_partitions("a", pid, epoch, [TP0])
+        await trio.sleep(2.5)
+        await coord.abort_timed_out_transactions()
+        assert coord.transactions["a"].state is TransactionState.ONGOING  # not yet expired
+        await trio.sleep(coord.abort_interval_ms / 1000 + 1)  # the abort loop runs
+        md = coord.transactions["a"]
+        assert md.state is TransactionState.COMPLETE_ABORT and md.producer_epoch == epoch + 1
+        assert markers.written == [(pid, epoch + 1, ControlRecordType.ABORT, TP0)]
+        assert await coord.end_transaction("a", pid, epoch, True) == ErrorCode.PRODUCER_FENCED
+
+
+@pytest.mark.trio
+async def test_markers_are_retried_until_written(autojump_clock: trio.testing.MockClock) -> None:
+    markers = Markers()
+    async with coordinator(markers=markers) as coord:
+        r = await coord.init_producer_id("a", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        await coord.add_partitions("a", pid, epoch, [TP0, TP1])
+        markers.fail = {TP1}
+        assert await coord.end_transaction("a", pid, epoch, True) == ErrorCode.NONE  # decided: PrepareCommit
+        assert coord.transactions["a"].state is TransactionState.PREPARE_COMMIT
+        markers.fail = set()
+        await trio.sleep(coord.abort_interval_ms / 1000 + 1)
+        assert coord.transactions["a"].state is TransactionState.COMPLETE_COMMIT
+        assert [(tp, kind) for _, _, kind, tp in markers.written].count((TP1, ControlRecordType.COMMIT)) == 1
+
+
+async def test_prepared_transaction_is_completed_after_reload() -> None:
+    log, markers = InMemoryTransactionLog(num_partitions=5), Markers()
+    async with coordinator(log, markers) as coord:
+        r = await coord.init_producer_id("a", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        await coord.add_partitions("a", pid, epoch, [TP0])
+        markers.fail = {TP0}
+        await coord.end_transaction("a", pid, epoch, False)
+        assert coord.transactions["a"].state is TransactionState.PREPARE_ABORT
+    markers.fail = set()
+    async with coordinator(log, markers) as coord:  # restart: PrepareAbort found in the log
+        await trio.testing.wait_all_tasks_blocked()
+        assert coord.transactions["a"].state is TransactionState.COMPLETE_ABORT
+        assert markers.written == [(pid, epoch, ControlRecordType.ABORT, TP0)]
+
+
+async def test_state_write_failure_leaves_the_state_unchanged() -> None:
+    log = InMemoryTransactionLog(num_partitions=5)
+    async with coordinator(log) as coord:
+        r = await coord.init_producer_id("a", 60000)
+        log.fail_next = [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+        errors = await coord.add_partitions("a", r.producer_id, r.producer_epoch, [TP0])
+        assert errors == {TP0: ErrorCode.NOT_COORDINATOR}
+        assert coord.transactions["a"].state is TransactionState.EMPTY
+
+
+async def test_not_coordinator_for_partitions_led_elsewhere() -> None:
+    async with coordinator() as coord:
+        coord.owned.discard(coord.partition_for("a"))
+        assert await coord.add_partitions("a", 1, 0, [TP0]) == {TP0: ErrorCode.NOT_COORDINATOR}
+        assert await coord.end_transaction("a", 1, 0, True) == ErrorCode.NOT_COORDINATOR
+
+
+def test_log_schema_round_trip() -> None:
+    md = TransactionMetadata("tid", 42, 3, 60000, TransactionState.ONGOING, {TP0, TP1}, 1000, 2000)
+    assert parse_txn_key(txn_key("tid")) == "tid"
+    assert parse_txn_value("tid", txn_value(md)) == md
+    empty = TransactionMetadata("tid", 42, 4, 60000, TransactionState.EMPTY, set(), -1, 3000)
+    value = txn_value(empty)
+    assert value[17:21] == b"\xff\xff\xff\xff"  # Empty writes a null partition array, as Kafka does
+    assert parse_txn_value("tid", value) == empty
