@@ -419,3 +419,54 @@ def test_two_odradek_consumers_split_and_rebalance_cooperatively(odradek_broker:
                 assert revoked and all(len(parts) == 3 for parts in revoked)
 
     trio.run(run)
+
+
+def test_pattern_subscription_follows_new_topics(odradek_broker: BrokerProcess) -> None:
+    prefix = unique_topic("pat")
+    _create(odradek_broker, f"{prefix}-a", 1)
+    conf = {"bootstrap.servers": odradek_broker.bootstrap, "group.id": unique_topic("g"),
+            "auto.offset.reset": "earliest", "metadata.max.age.ms": 300}  # fmt: skip
+    with Consumer(conf) as consumer:
+        consumer.subscribe(f"^{prefix}-.*")
+        deadline = time.monotonic() + TIMEOUT_S
+        while {tp.topic for tp in consumer.assignment()} != {f"{prefix}-a"} and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        _create(odradek_broker, f"{prefix}-b", 2)
+        _create(odradek_broker, unique_topic("other"), 1)
+        with Producer({"bootstrap.servers": odradek_broker.bootstrap}) as producer:
+            producer.send(f"{prefix}-b", b"found", partition=1)
+        got: list[Any] = []
+        while not got and time.monotonic() < deadline:
+            for records in consumer.poll(0.2).values():
+                got.extend(records)
+        assert [(r.topic, r.partition, r.value) for r in got] == [(f"{prefix}-b", 1, b"found")]
+        assert {tp.topic for tp in consumer.assignment()} == {f"{prefix}-a", f"{prefix}-b"}
+
+
+def test_static_member_keeps_its_partitions_across_a_restart(odradek_broker: BrokerProcess) -> None:
+    topic = unique_topic("static")
+    _create(odradek_broker, topic, 2)
+    group = unique_topic("g")
+    conf = {"bootstrap.servers": odradek_broker.bootstrap, "group.id": group, "group.instance.id": "worker-1",
+            "session.timeout.ms": 30000, "heartbeat.interval.ms": 500}  # fmt: skip
+
+    def join() -> tuple[set[TopicPartition], list[Any], int]:
+        with Consumer(conf) as consumer:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + TIMEOUT_S
+            while not consumer.assignment() and time.monotonic() < deadline:
+                consumer.poll(0.2)
+            assignment = consumer.assignment()
+            generation = consumer._async.coordinator.generation
+            with Admin({"bootstrap.servers": odradek_broker.bootstrap}) as admin:
+                desc = admin.describe_groups([group])[group]
+        assert not isinstance(desc, KafkaError)
+        return assignment, list(desc.members), generation
+
+    first, members, generation = join()
+    assert first == {TopicPartition(topic, 0), TopicPartition(topic, 1)}
+    assert [m.group_instance_id for m in members] == ["worker-1"]
+    # closing sent no LeaveGroup: the static member comes back into the same generation, no rebalance
+    second, members, again = join()
+    assert second == first and [m.group_instance_id for m in members] == ["worker-1"]
+    assert again == generation

@@ -334,7 +334,7 @@ class AsyncConsumer(AsyncClient):
         """Commit in the background; ``callback(offsets, exception)`` runs when it is done."""
         self._check_open()
         assert self._nursery is not None
-        snapshot = (
+        snapshot: dict[TopicPartition | tuple[str, int], int | OffsetAndMetadata] = (
             dict(offsets)
             if offsets is not None
             else {tp: OffsetAndMetadata(p) for tp, p in self.subscriptions.positions().items()}

@@ -231,7 +231,7 @@ class RecordCursor:
         count, p = _varint(data, p)
         if count < 0:
             raise InvalidRecord(f"record has {count} headers")
-        out = []
+        out: list[tuple[str, bytes | None]] = []
         for _ in range(count):
             hklen, p = _varint(data, p)
             if hklen < 0:

@@ -299,10 +299,10 @@ class Fetcher:
             for topic in response.responses:
                 for p in topic.partitions:
                     tp = TopicPartition(topic.topic, int(p.partition_index))
-                    offset = parts.get(tp)
-                    if offset is None:
+                    requested = parts.get(tp)
+                    if requested is None:
                         continue
-                    got_data |= self._handle_partition(tp, offset, p, assignment_id)
+                    got_data |= self._handle_partition(tp, requested, p, assignment_id)
         finally:
             self._in_flight_nodes.discard(node)
             self._in_flight_partitions.difference_update(parts)

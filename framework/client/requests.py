@@ -38,7 +38,7 @@ class _Kind(enum.Enum):
 def _plan(cls: type[Any]) -> tuple[tuple[str, _Kind, Any, bool], ...]:
     """(field name, kind, nested class, required) for every field of a kio dataclass."""
     hints = typing.get_type_hints(cls)
-    out = []
+    out: list[tuple[str, _Kind, Any, bool]] = []
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         kafka_type = f.metadata.get("kafka_type")
@@ -70,7 +70,7 @@ def build(cls: type[Any], values: Mapping[str, Any]) -> Any:
     """An instance of kio dataclass ``cls`` from ``values``; keys the class lacks are dropped
     (they belong to other versions), missing required fields raise ``TypeError`` naming them."""
     kwargs: dict[str, Any] = {}
-    for name, kind, nested, required in _plan(cls):
+    for name, kind, nested, required in _plan(cls):  # type: ignore[arg-type]
         if name not in values:
             if required:
                 raise TypeError(f"{cls.__module__}.{cls.__name__} needs field {name!r}")

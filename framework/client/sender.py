@@ -236,6 +236,7 @@ class Sender:
                     self._done(b)
                     self._complete(b, -1, -1)
                 return
+            assert response is not None
             results: dict[TopicPartition, Any] = {}
             for topic in response.responses:
                 for p in topic.partition_responses:
@@ -280,8 +281,8 @@ class Sender:
         for other in self._tp_in_flight.get(batch.tp, ()):
             if other is not batch and 0 <= other.base_sequence < seq:
                 return True
-        dq = self.accumulator.partitions().get(batch.tp)
-        return bool(dq) and any(b.in_retry and 0 <= b.base_sequence < seq for b in dq)
+        queued = self.accumulator.partitions().get(batch.tp) or ()
+        return any(b.in_retry and 0 <= b.base_sequence < seq for b in queued)
 
     def _on_error(self, batch: ProducerBatch, code: ErrorCode, exc: BaseException | None) -> None:
         now = trio.current_time()
