@@ -1,0 +1,126 @@
+"""Transactions through a whole broker (BrokerServer without sockets): produce verification,
+the last stable offset, aborted-transaction lists in read_committed fetches, fetches woken by
+markers, transactional offsets, and state reloaded after a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+from broker_harness import batch, create, running_broker
+
+from odradek import records
+from odradek.broker.api import FetchPartition, IsolationLevel
+from odradek.broker.core import BrokerCore
+from odradek.broker.group import OffsetAndMetadata
+from odradek.broker.txn import TransactionState
+from odradek.errors import ErrorCode
+from odradek.interfaces import TopicPartition
+
+TP = TopicPartition("t", 0)
+RC = IsolationLevel.READ_COMMITTED
+
+
+async def _topic(core: BrokerCore, name: str = "t") -> None:
+    await create(core, name)
+    while core.replica_manager.get_partition(TopicPartition(name, 0)) is None or not (
+        core.replica_manager.get_partition(TopicPartition(name, 0)).is_leader  # type: ignore[union-attr]
+    ):
+        await trio.sleep(0.01)
+
+
+async def fetch_values(core: BrokerCore, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> list[bytes]:
+    """Values of the data records readable now (control batches skipped)."""
+    result = (await core.fetch(-1, 0, 0, 1 << 20, isolation, [FetchPartition(TP, 0, 1 << 20)]))[TP]
+    if result.records is None:
+        return []
+    try:
+        data = result.records.to_bytes()
+    finally:
+        result.records.release()
+    return [r.value or b"" for b in records.iter_batches(data) if not b.is_control for r in b.records]
+
+
+async def _txn_produce(core: BrokerCore, tid: str | None, pid: int, epoch: int, seq: int, *values: bytes) -> ErrorCode:
+    data = batch(list(values), producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
+    return (await core.produce(-1, 5000, {TP: data}, transactional_id=tid))[TP].error
+
+
+async def test_commit_abort_lso_and_aborted_list(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await _topic(core)
+        coord = core.transaction_coordinator
+        r = await core.init_producer_id("tx", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        # not added to the transaction yet: refused, so it cannot stall the LSO
+        assert await _txn_produce(core, "tx", pid, epoch, 0, b"x") == ErrorCode.INVALID_TXN_STATE
+        assert (await coord.add_partitions("tx", pid, epoch, [TP]))[TP] == ErrorCode.NONE
+        assert await _txn_produce(core, "tx", pid, epoch, 0, b"a", b"b") == ErrorCode.NONE
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None and partition.high_watermark == 2 and partition.last_stable_offset == 0
+        assert await fetch_values(core, RC) == []
+        assert await fetch_values(core) == [b"a", b"b"]
+
+        # a parked read_committed long-poll is answered when the COMMIT marker moves the LSO
+        async def end() -> None:
+            await trio.sleep(0.05)
+            assert await coord.end_transaction("tx", pid, epoch, True) == ErrorCode.NONE
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(end)
+            started = trio.current_time()
+            woken = (await core.fetch(-1, 10_000, 1, 1 << 20, RC, [FetchPartition(TP, 0, 1 << 20)]))[TP]
+            assert trio.current_time() - started < 5
+        assert woken.last_stable_offset == 3 and woken.records is not None
+        woken.records.release()
+        assert await fetch_values(core, RC) == [b"a", b"b"]
+        # an aborted transaction: listed for read_committed fetches over its range
+        assert (await coord.add_partitions("tx", pid, epoch, [TP]))[TP] == ErrorCode.NONE
+        assert await _txn_produce(core, "tx", pid, epoch, 2, b"c") == ErrorCode.NONE
+        assert await coord.end_transaction("tx", pid, epoch, False) == ErrorCode.NONE
+        result = (await core.fetch(-1, 0, 0, 1 << 20, RC, [FetchPartition(TP, 0, 1 << 20)]))[TP]
+        assert result.last_stable_offset == result.high_watermark == 5
+        assert [(a.producer_id, a.first_offset) for a in result.aborted_transactions or ()] == [(pid, 3)]
+        assert result.records is not None
+        result.records.release()
+        # after the abort the old epoch's batches are fenced by a re-initialised producer
+        again = await core.init_producer_id("tx", 60000)
+        assert again.producer_epoch == epoch + 1
+        assert await _txn_produce(core, "tx", pid, epoch, 3, b"late") == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+async def test_transactional_offsets_visible_after_commit_only(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await _topic(core)
+        groups, coord, pending = core.group_coordinator, core.transaction_coordinator, core.txn_offsets
+        assert (await groups.find_coordinator("g")).error == ErrorCode.NONE
+        while groups.validate_group("g") is not None:
+            await trio.sleep(0.01)
+        r = await core.init_producer_id("tx", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        for commit, offset in ((False, 7), (True, 5)):
+            assert await coord.add_offsets("tx", pid, epoch, "g") == ErrorCode.NONE
+            assert (await coord.add_partitions("tx", pid, epoch, [TP]))[TP] == ErrorCode.NONE
+            errors = await pending.commit("g", pid, "", None, -1, {TP: OffsetAndMetadata(offset)})
+            assert errors == {TP: ErrorCode.NONE}
+            assert groups.fetch_offsets("g", [TP])[1][TP].offset == -1  # pending: not visible yet
+            assert await coord.end_transaction("tx", pid, epoch, commit) == ErrorCode.NONE
+        assert groups.fetch_offsets("g", [TP])[1][TP].offset == 5
+
+
+async def test_open_transaction_survives_restart(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await _topic(core)
+        r = await core.init_producer_id("tx", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        await core.transaction_coordinator.add_partitions("tx", pid, epoch, [TP])
+        assert await _txn_produce(core, "tx", pid, epoch, 0, b"a") == ErrorCode.NONE
+    async with running_broker(tmp_path) as core:
+        coord = core.transaction_coordinator
+        while coord.partition_for("tx") not in coord.owned:
+            await trio.sleep(0.01)
+        assert coord.transactions["tx"].state is TransactionState.ONGOING
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None and partition.last_stable_offset == 0  # still open after restart
+        assert await coord.end_transaction("tx", pid, epoch, True) == ErrorCode.NONE
+        assert partition.last_stable_offset == partition.high_watermark == 2
