@@ -509,12 +509,19 @@ class ConsumerCoordinator:
         self.fetcher.wakeup()
 
     async def auto_commit_loop(self) -> None:
+        """Commit changed positions every ``auto.commit.interval.ms`` (only what moved since the
+        last auto-commit, so an idle consumer sends nothing)."""
+        last: dict[TopicPartition, int] = {}
         while True:
             await trio.sleep(self.auto_commit_interval_s)
-            positions = self.subs.positions()
-            if not positions or (self.subs.subscribed and self.state is not MemberState.STABLE):
+            if self.subs.subscribed and self.state is not MemberState.STABLE:
+                continue
+            changed = {tp: p for tp, p in self.subs.positions().items() if last.get(tp) != p}
+            if not changed:
                 continue
             try:
-                await self.commit({tp: OffsetAndMetadata(p) for tp, p in positions.items()})
+                await self.commit({tp: OffsetAndMetadata(p) for tp, p in changed.items()})
             except KafkaError as exc:
                 log.info("auto-commit failed: %s", exc)
+            else:
+                last.update(changed)
