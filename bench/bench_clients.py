@@ -280,6 +280,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--bootstrap", help="use this broker instead of starting odradek serve")
     parser.add_argument("--only", choices=("produce", "consume"), help="run one half only")
+    parser.add_argument("--clients", help="comma-separated subset of clients (default: all)")
     parser.add_argument("--worker", choices=("produce", "consume"), help=argparse.SUPPRESS)
     parser.add_argument("--client", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
@@ -290,13 +291,17 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     from odradek.testing.broker import start_broker
 
+    wanted = set(args.clients.split(",")) if args.clients else None
+    producers = [c for c in PRODUCERS if wanted is None or c in wanted]
+    consumers = [c for c in CONSUMERS if wanted is None or c in wanted]
+
     def bench(bootstrap: str) -> None:
         run_id = uuid.uuid4().hex[:6]
         consume_topic = f"bench-consume-{run_id}"
-        produce_topics = {c: f"bench-produce-{c}-{run_id}" for c in PRODUCERS}
+        produce_topics = {c: f"bench-produce-{c}-{run_id}" for c in producers}
         create_topics(bootstrap, [consume_topic, *produce_topics.values()])
         produced = []
-        for client in PRODUCERS if args.only != "consume" else ():
+        for client in producers if args.only != "consume" else ():
             produced.append(
                 (client, run_worker("produce", client, bootstrap, produce_topics[client], args.records, args.size))
             )
@@ -304,7 +309,7 @@ def main() -> None:
         consumed = []
         if args.only != "produce":
             fill(bootstrap, consume_topic, args.records, args.size)
-        for client in CONSUMERS if args.only != "produce" else ():
+        for client in consumers if args.only != "produce" else ():
             consumed.append((client, run_worker("consume", client, bootstrap, consume_topic, args.records, args.size)))
             print(f"consume {client}: {consumed[-1][1]}", file=sys.stderr)
         if produced:
