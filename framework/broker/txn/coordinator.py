@@ -122,7 +122,7 @@ class TransactionCoordinator:
         self.remote: set[int] = set()
         self.active = False
         self._locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)
-        self._completing: set[str] = set()
+        self._completing: dict[str, trio.Event] = {}
         self._ownership_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
 
@@ -420,9 +420,11 @@ class TransactionCoordinator:
     async def _complete(self, transactional_id: str) -> None:
         """Write the markers of a prepared transaction and complete it (once at a time per id).
         Left prepared if some marker could not be written; the abort loop retries."""
-        if transactional_id in self._completing:
+        running = self._completing.get(transactional_id)
+        if running is not None:
+            await running.wait()  # a concurrent completion (EndTxn vs the periodic retry): share it
             return
-        self._completing.add(transactional_id)
+        done_event = self._completing[transactional_id] = trio.Event()
         try:
             md = self.transactions.get(transactional_id)
             if md is None or not md.state.is_prepare:
@@ -454,7 +456,8 @@ class TransactionCoordinator:
                 if self.transactions.get(transactional_id) is md:
                     await self._persist(md.transition(done, self.now_ms(), partitions=set(), txn_start_ms=-1))
         finally:
-            self._completing.discard(transactional_id)
+            del self._completing[transactional_id]
+            done_event.set()
 
     # -- timeouts --------------------------------------------------------------------------------------
     async def abort_timed_out_transactions(self) -> int:
