@@ -470,3 +470,29 @@ def test_static_member_keeps_its_partitions_across_a_restart(odradek_broker: Bro
     second, members, again = join()
     assert second == first and [m.group_instance_id for m in members] == ["worker-1"]
     assert again == generation
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_isolation_levels_over_librdkafka_transactions(odradek_broker: BrokerProcess, isolation: str) -> None:
+    topic = unique_topic("txn")
+    _create(odradek_broker, topic, 1)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": odradek_broker.bootstrap, "transactional.id": unique_topic("tx")}
+    )
+    producer.init_transactions(TIMEOUT_S)
+    for outcome in ("commit", "abort", "commit"):
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce(topic, f"{outcome}-{i}".encode(), partition=0)
+        producer.flush(TIMEOUT_S)  # written to the log before the outcome (abort would purge unsent ones)
+        if outcome == "commit":
+            producer.commit_transaction(TIMEOUT_S)
+        else:
+            producer.abort_transaction(TIMEOUT_S)
+    producer.flush(TIMEOUT_S)
+    expected = [b"commit-0", b"commit-1", b"commit-2"] * 2
+    if isolation == "read_uncommitted":
+        expected = [b"commit-0", b"commit-1", b"commit-2", b"abort-0", b"abort-1", b"abort-2",
+                    b"commit-0", b"commit-1", b"commit-2"]  # fmt: skip
+    got = _consume_all(odradek_broker, topic, len(expected), **{"isolation.level": isolation})
+    assert [r.value for r in got] == expected
