@@ -257,6 +257,34 @@ async def test_not_coordinator_for_partitions_led_elsewhere() -> None:
         assert await coord.end_transaction("a", 1, 0, True) == ErrorCode.NOT_COORDINATOR
 
 
+@pytest.mark.trio
+async def test_idle_transactional_ids_expire(autojump_clock: trio.testing.MockClock) -> None:
+    log = InMemoryTransactionLog(num_partitions=5)
+    async with coordinator(log) as coord:
+        coord.id_expiration_ms = 60_000
+        idle = await coord.init_producer_id("idle", 60000)
+        busy = await coord.init_producer_id("busy", 600_000)
+        await coord.add_partitions("busy", busy.producer_id, busy.producer_epoch, [TP0])
+        await trio.sleep(30)
+        assert await coord.expire_transactional_ids() == 0
+        await trio.sleep(31)
+        assert await coord.expire_transactional_ids() == 1  # an open transaction keeps its id
+        assert set(coord.transactions) == {"busy"}
+        assert log.records()[-1] == (txn_key("idle"), None)  # a tombstone
+        assert (await coord.init_producer_id("idle", 60000)).producer_id != idle.producer_id
+    async with coordinator(log) as coord:  # the tombstone survives a reload
+        assert "idle" in coord.transactions and coord.transactions["idle"].producer_epoch == 0
+
+
+def test_handlers_advertise_the_transaction_apis() -> None:
+    from odradek.plugins.transport_tcp.apis import load_handlers
+    from odradek.protocol import ApiKey, advertised_versions
+
+    advertised = advertised_versions(load_handlers())
+    for key in (ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT):
+        assert advertised[key] == (0, 2)
+
+
 def test_log_schema_round_trip() -> None:
     md = TransactionMetadata("tid", 42, 3, 60000, TransactionState.ONGOING, {TP0, TP1}, 1000, 2000)
     assert parse_txn_key(txn_key("tid")) == "tid"

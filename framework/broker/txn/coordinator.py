@@ -114,6 +114,7 @@ class TransactionCoordinator:
         self.max_timeout_ms = int(config["transaction.max.timeout.ms"])
         self.offsets_partitions = int(config["offsets.topic.num.partitions"])
         self.abort_interval_ms = ABORT_INTERVAL_MS
+        self.id_expiration_ms = int(config["transactional.id.expiration.ms"])
         self.transactions: dict[str, TransactionMetadata] = {}
         self.owned: set[int] = set()
         self.loading: set[int] = set()
@@ -156,6 +157,7 @@ class TransactionCoordinator:
             await trio.sleep(self.abort_interval_ms / 1000)
             try:
                 await self.abort_timed_out_transactions()
+                await self.expire_transactional_ids()
             except Exception:
                 log.exception("aborting timed-out transactions failed; retrying at the next interval")
 
@@ -475,6 +477,26 @@ class TransactionCoordinator:
                 if await self._abort(tid, fence=True, expected=md) == ErrorCode.NONE:
                     aborted += 1
         return aborted
+
+    async def expire_transactional_ids(self) -> int:
+        """Forget ids without an open transaction idle longer than ``transactional.id.expiration.ms``
+        (a tombstone in the log; a producer coming back later gets a new producer id)."""
+        now = self.now_ms()
+        expired = 0
+        for tid, md in list(self.transactions.items()):
+            p = self.partition_for(tid)
+            if p not in self.owned or not md.state.is_idle or md.last_update_ms + self.id_expiration_ms >= now:
+                continue
+            async with self._locks[tid]:
+                if self.transactions.get(tid) is not md:
+                    continue
+                if await self.log.append(p, (txn_key(tid), None), now) == ErrorCode.NONE:
+                    del self.transactions[tid]
+                    self._locks.pop(tid, None)
+                    expired += 1
+        if expired:
+            log.info("expired %d idle transactional ids", expired)
+        return expired
 
     # -- the produce path's check (ReplicaManager.verify_transaction) -------------------------------
     def verify_transaction(
