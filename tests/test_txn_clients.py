@@ -187,3 +187,48 @@ def test_kafka_python_transactional_producer(odradek_broker: BrokerProcess) -> N
         producer.close(timeout=5)
     got = consume(odradek_broker, topic, 1, **{"isolation.level": "read_committed"})
     assert _values(got) == [b"kp-committed"]
+
+
+def test_aiokafka_transactions_and_read_committed_consumer(odradek_broker: BrokerProcess) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as AioTopicPartition
+
+    topic = unique_topic("aio")
+    _create(odradek_broker, topic)
+
+    async def run() -> tuple[list[bytes], list[bytes]]:
+        producer = AIOKafkaProducer(bootstrap_servers=odradek_broker.bootstrap, transactional_id=unique_topic("tid"))
+        await producer.start()
+        try:
+            async with producer.transaction():
+                await producer.send_and_wait(topic, b"aio-1")
+            await producer.begin_transaction()
+            await producer.send_and_wait(topic, b"aio-aborted")
+            await producer.abort_transaction()
+            async with producer.transaction():
+                await producer.send_and_wait(topic, b"aio-2")
+        finally:
+            await producer.stop()
+        seen: dict[str, list[bytes]] = {}
+        for level, count in (("read_committed", 2), ("read_uncommitted", 3)):
+            consumer = AIOKafkaConsumer(bootstrap_servers=odradek_broker.bootstrap, isolation_level=level)
+            await consumer.start()
+            try:
+                tp = AioTopicPartition(topic, 0)
+                consumer.assign([tp])
+                consumer.seek(tp, 0)
+                values: list[bytes] = []
+                async with asyncio.timeout(TIMEOUT_S):
+                    while len(values) < count:
+                        batch = await consumer.getmany(tp, timeout_ms=500)
+                        values.extend(m.value for m in batch.get(tp, []))
+                seen[level] = values
+            finally:
+                await consumer.stop()
+        return seen["read_committed"], seen["read_uncommitted"]
+
+    committed, everything = asyncio.run(run())
+    assert committed == [b"aio-1", b"aio-2"]
+    assert everything == [b"aio-1", b"aio-aborted", b"aio-2"]
