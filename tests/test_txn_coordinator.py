@@ -109,7 +109,11 @@ async def test_commit_writes_markers_and_completes() -> None:
         pid, epoch = r.producer_id, r.producer_epoch
         assert not coord.verify_transaction("a", pid, epoch, TP0)  # no transaction yet
         assert await coord.add_partitions("a", pid, epoch, [TP0, TP1]) == {TP0: ErrorCode.NONE, TP1: ErrorCode.NONE}
+        assert coord.check_txn_offset_commit("a", pid, epoch, "group") == ErrorCode.INVALID_TXN_STATE
         assert await coord.add_offsets("a", pid, epoch, "group") == ErrorCode.NONE
+        assert coord.check_txn_offset_commit("a", pid, epoch, "group") is None
+        assert coord.check_txn_offset_commit("a", pid, epoch + 1, "group") == ErrorCode.PRODUCER_FENCED
+        assert coord.check_txn_offset_commit("a", pid + 1, epoch, "group") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
         md = coord.transactions["a"]
         assert md.state is TransactionState.ONGOING and TP0 in md.partitions
         assert coord.verify_transaction("a", pid, epoch, TP0)

@@ -361,15 +361,22 @@ class TransactionCoordinator:
         tp = TopicPartition(OFFSETS_TOPIC, partition_for(group_id, self.offsets_partitions))
         return (await self.add_partitions(transactional_id, producer_id, producer_epoch, [tp]))[tp]
 
-    def check_txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int) -> ErrorCode | None:
-        """TxnOffsetCommit fencing, when this broker coordinates the transactional id too."""
+    def check_txn_offset_commit(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> ErrorCode | None:
+        """TxnOffsetCommit checks when this broker coordinates the transactional id too: the
+        producer's current id and epoch, and the group's offsets partition in its ongoing
+        transaction (AddOffsetsToTxn first), else the offsets could never be completed."""
         if self.partition_for(transactional_id) not in self.owned:
             return None  # coordinated elsewhere: the group coordinator cannot check it here
         md = self.transactions.get(transactional_id)
         if md is None or md.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        if producer_epoch < md.producer_epoch:
+        if producer_epoch != md.producer_epoch:
             return ErrorCode.PRODUCER_FENCED
+        tp = TopicPartition(OFFSETS_TOPIC, partition_for(group_id, self.offsets_partitions))
+        if md.state is not TransactionState.ONGOING or tp not in md.partitions:
+            return ErrorCode.INVALID_TXN_STATE
         return None
 
     # -- EndTxn ----------------------------------------------------------------------------------------

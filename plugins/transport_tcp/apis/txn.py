@@ -113,7 +113,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     errors: dict[TopicPartition, ErrorCode]
     fenced = (
         coordinator.check_txn_offset_commit(
-            request.transactional_id, int(request.producer_id), int(request.producer_epoch)
+            request.transactional_id, int(request.producer_id), int(request.producer_epoch), request.group_id
         )
         if coordinator is not None
         else None
