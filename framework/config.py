@@ -211,6 +211,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("replica.lag.time.max.ms", int, 30000, "A follower not caught up for this long leaves the ISR.", minimum=1),
     _k("replica.fetch.max.bytes", int, 1048576, "Bytes per partition a follower fetches.", minimum=1),
     _k("replica.fetch.wait.max.ms", int, 500, "Follower fetch long-poll.", minimum=0),
+    _k("auto.leader.rebalance.enable", bool, True, "Move leadership back to the preferred replica when in sync."),
     # -- groups and offsets
     _k("offsets.topic.num.partitions", int, 50, "Partitions of __consumer_offsets.", minimum=1),
     _k("offsets.topic.replication.factor", int, 1, "Replication factor of __consumer_offsets.", minimum=1),

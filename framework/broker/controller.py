@@ -9,8 +9,13 @@ Each election bumps the leader epoch and is a compare-and-set on the partition s
 controller's fence, so a deposed controller's late writes fail. It runs once on winning and again
 whenever the set of live brokers changes.
 
-What a full cluster controller adds later (ISR changes proposed by leaders, preferred-leader
-election, controlled shutdown, reassignment) builds on the same loop and fence.
+The same pass also takes dead brokers out of the ISRs of partitions whose leader is alive (so
+acks=all produce does not wait ``replica.lag.time.max.ms`` for them) and, with
+``auto.leader.rebalance.enable``, moves leadership back to the preferred (first assigned) replica
+once it is alive and in the ISR again. The controller watches ``/brokers/`` (registrations and
+partition states), so a follower rejoining an ISR triggers the preferred-leader election. ISR
+changes themselves are written by leaders (:mod:`~odradek.broker.alter_partition`), controlled
+shutdown by the stopping broker; reassignment is not built.
 """
 
 from __future__ import annotations
@@ -25,6 +30,11 @@ from ..interfaces import Check, Leadership, MetadataCompacted, MetadataConflict,
 from .metadata_cache import BROKERS_PREFIX, CONTROLLER_ELECTION, MetadataCache, PartitionState, partition_state_key
 
 log = logging.getLogger(__name__)
+
+#: registrations and partition states: the controller's election triggers
+WATCHED_PREFIX = "/brokers/"
+#: election passes per trigger when the cached partition state turned out stale
+MAX_PASSES = 3
 
 
 class Controller:
@@ -49,37 +59,61 @@ class Controller:
         log.info("broker %d is the controller (epoch %d)", self.config.broker_id, self.leadership.epoch)
         await self.cache.refresh_controller()
         while True:
-            _, revision = await self.store.list(BROKERS_PREFIX)
+            _, revision = await self.store.list(WATCHED_PREFIX)
             await self.elect_offline_leaders()
             try:
-                async for _ev in self.store.watch(BROKERS_PREFIX, after_revision=revision):
-                    break  # a broker came or went: elect again on fresh state
+                async for _ev in self.store.watch(WATCHED_PREFIX, after_revision=revision):
+                    break  # a broker or partition state changed: elect again on fresh state
                 else:
                     return  # the session ended
             except MetadataCompacted:
                 continue
 
     async def elect_offline_leaders(self) -> int:
-        """One election pass over every partition; returns how many got a new leader."""
+        """Election passes over every partition (again for topics whose cached state was stale);
+        returns how many partition states were changed."""
+        total = 0
+        stale: set[str] | None = None
+        for _ in range(MAX_PASSES):
+            elected, stale = await self._pass(stale)
+            total += elected
+            if not stale or self.leadership is None:
+                break
+            for name in stale:
+                await self.cache.refresh_topic(name)
+        return total
+
+    async def _pass(self, only: set[str] | None) -> tuple[int, set[str]]:
         leadership = self.leadership
         if leadership is None:
-            return 0
+            return 0, set()
         brokers, _ = await self.store.list(BROKERS_PREFIX)
         live = {int(k[len(BROKERS_PREFIX) :]) for k in brokers if k[len(BROKERS_PREFIX) :].isdigit()}
+        rebalance = bool(self.config["auto.leader.rebalance.enable"])
         elected = 0
+        stale: set[str] = set()
         for topic in list(self.cache.topics.values()):
+            if only is not None and topic.name not in only:
+                continue
             changed = False
             unclean = bool(self._topic_setting(topic.name, "unclean.leader.election.enable"))
             for p, replicas in sorted(topic.assignment.items()):
                 state = topic.states.get(p)
-                if state is None or state.leader in live:
+                if state is None:
                     continue
-                new = elect_leader(replicas, state, live, unclean)
-                if new is None:
-                    log.warning(
-                        "%s-%d has no eligible leader (replicas %s, isr %s)", topic.name, p, replicas, state.isr
+                if state.leader in live:
+                    new = shrink_dead_from_isr(state, live) or (
+                        preferred_leader(replicas, state, live) if rebalance else None
                     )
-                    continue
+                    if new is None:
+                        continue
+                else:
+                    new = elect_leader(replicas, state, live, unclean)
+                    if new is None:
+                        log.warning(
+                            "%s-%d has no eligible leader (replicas %s, isr %s)", topic.name, p, replicas, state.isr
+                        )
+                        continue
                 key = partition_state_key(topic.name, p)
                 try:
                     await self.store.txn(
@@ -89,18 +123,37 @@ class Controller:
                     if exc.key == leadership.fence.key:
                         log.warning("lost controllership; stopping elections")
                         self.leadership = None
-                        return elected
-                    continue  # the partition changed meanwhile: the next pass sees it
-                log.info("%s-%d: elected leader %d at epoch %d", topic.name, p, new.leader, new.leader_epoch)
+                        return elected, set()
+                    stale.add(topic.name)  # the partition changed meanwhile: re-read, decide again
+                    continue
+                log.info(
+                    "%s-%d: leader %d at epoch %d, isr %s", topic.name, p, new.leader, new.leader_epoch, list(new.isr)
+                )
                 elected += 1
                 changed = True
             if changed:
                 await self.cache.refresh_topic(topic.name)
-        return elected
+        return elected, stale
 
     def _topic_setting(self, topic: str, name: str) -> object:
         config = self.cache.topic_config(topic)
         return config[name] if config is not None else self.config.topic_config()[name]
+
+
+def shrink_dead_from_isr(state: PartitionState, live: set[int]) -> PartitionState | None:
+    """A live leader's state without the dead brokers in its ISR (same leader epoch), or None."""
+    isr = tuple(r for r in state.isr if r in live or r == state.leader)
+    if isr == state.isr:
+        return None
+    return PartitionState(state.leader, state.leader_epoch, isr, state.version)
+
+
+def preferred_leader(replicas: tuple[int, ...], state: PartitionState, live: set[int]) -> PartitionState | None:
+    """Kafka's preferred-replica election: the first assigned replica leads again (epoch + 1)
+    once it is alive and in the ISR; None when it already leads or does not qualify."""
+    if not replicas or replicas[0] == state.leader or replicas[0] not in live or replicas[0] not in state.isr:
+        return None
+    return PartitionState(replicas[0], state.leader_epoch + 1, state.isr, state.version)
 
 
 def elect_leader(

@@ -143,10 +143,12 @@ class MetadataCache:
     # -- loading ---------------------------------------------------------------------------------
     async def load(self) -> None:
         """Read the whole state once (the watch continues from its revision) and reconcile."""
-        brokers, rev1 = await self.store.list(BROKERS_PREFIX)
-        topic_items, rev2 = await self.store.list(TOPICS_PREFIX)
-        config_items, rev3 = await self.store.list(CONFIG_PREFIX)
-        self.revision = min(rev1, rev2, rev3)
+        # one snapshot of everything: the watch on "/" starts exactly at its revision (a store
+        # like ZooKeeper can resume a watch only from a snapshot of the watched prefix)
+        everything, self.revision = await self.store.list("/")
+        brokers = {k: v for k, v in everything.items() if k.startswith(BROKERS_PREFIX)}
+        topic_items = {k: v for k, v in everything.items() if k.startswith(TOPICS_PREFIX)}
+        config_items = {k: v for k, v in everything.items() if k.startswith(CONFIG_PREFIX)}
         self.brokers = {}
         for key, v in brokers.items():
             self._set_broker(key, v)

@@ -189,8 +189,9 @@ class Partition:
         self._high_watermark = max(self.log.log_start_offset, min(checkpointed, self.log.log_end_offset))
 
     def maybe_increment_high_watermark(self) -> bool:
-        """Leader: HW = min LEO over the ISR (never backwards). Returns True if it moved."""
-        if not self.is_leader:
+        """Leader: HW = min LEO over the ISR (never backwards), frozen while the ISR is smaller
+        than min.insync.replicas (Kafka 3.7+). Returns True if it moved."""
+        if not self.is_leader or len(self.isr) < self.config.min_insync_replicas:
             return False
         new_hw = self.log.log_end_offset
         for r in self.isr:

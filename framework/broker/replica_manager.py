@@ -61,6 +61,14 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _nothing() -> None:
+    pass
+
+
+def _nothing_for(tp: TopicPartition) -> None:
+    pass
+
+
 def _error_of(exc: BaseException) -> ErrorCode:
     if isinstance(exc, KafkaError):
         return exc.code
@@ -92,6 +100,10 @@ class ReplicaManager:
         #: Set by a transaction coordinator; without one every transactional batch is refused, so
         #: no transaction can be left open forever, stalling the last stable offset.
         self.verify_transaction: Callable[[str | None, int, int, TopicPartition], bool] | None = None
+        #: replication hooks (set by the replica fetcher manager and the ISR manager): partition
+        #: roles changed; a follower of a led partition may rejoin its ISR
+        self.on_partitions_changed: Callable[[], None] = _nothing
+        self.on_isr_expand_candidate: Callable[[TopicPartition], None] = _nothing_for
         self._hw_checkpoint: dict[TopicPartition, int] | None = None
         self._persist_lock = trio.Lock()
         self._snapshot_offsets: dict[TopicPartition, int] = {}
@@ -129,6 +141,7 @@ class ReplicaManager:
         partition = self._get_or_create_partition(tp, config)
         partition.make_leader(leader_epoch, replicas, isr, partition_epoch, now_ms=self.clock_ms())
         self._wake(tp)
+        self.on_partitions_changed()
         return partition
 
     def become_follower(
@@ -146,6 +159,7 @@ class ReplicaManager:
         partition = self._get_or_create_partition(tp, config)
         partition.make_follower(leader_id, leader_epoch, replicas, isr, partition_epoch)
         self._wake(tp)
+        self.on_partitions_changed()
         return partition
 
     async def remove_partition(self, tp: TopicPartition, *, delete: bool) -> None:
@@ -155,6 +169,7 @@ class ReplicaManager:
         if self._hw_checkpoint is not None:
             self._hw_checkpoint.pop(tp, None)
         self._wake(tp)
+        self.on_partitions_changed()
         if partition is not None and delete:
             await self.storage.delete_log(tp)
 
@@ -167,6 +182,10 @@ class ReplicaManager:
     def _wake(self, tp: TopicPartition) -> None:
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
+
+    def wake(self, tp: TopicPartition) -> None:
+        """Re-check requests parked on ``tp`` (after a high watermark or ISR change)."""
+        self._wake(tp)
 
     def _leader_partition(self, tp: TopicPartition) -> Partition:
         partition = self.partitions.get(tp)
@@ -283,6 +302,8 @@ class ReplicaManager:
             try:
                 if partition.update_follower_fetch_state(replica_id, p.fetch_offset, p.log_start_offset, now):
                     self._wake(p.tp)
+                if partition.can_join_isr(replica_id):
+                    self.on_isr_expand_candidate(p.tp)
             except KafkaError:
                 continue  # reported by the read below
 

@@ -35,14 +35,18 @@ from ..config import Config
 from ..errors import OdradekError
 from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore
 from ..manager import Plugins, load_plugins
+from .alter_partition import AlterPartitionManager
 from .controller import Controller
 from .core import BrokerCore
 from .metadata_cache import CLUSTER_ID_KEY, registration_json
+from .replica_fetcher import ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
 
 #: Kafka's zookeeper.session.timeout.ms default, used as the metadata session TTL.
 SESSION_TTL_MS = 18000
+#: how long a stopping broker tries to move its leaderships away (Kafka's controlled shutdown)
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
 
 
 class InconsistentClusterId(OdradekError):
@@ -104,7 +108,7 @@ class BrokerServer:
         self.storage, self.store = storage, store
         await storage.open()
         try:
-            await store.open(SESSION_TTL_MS)
+            await store.open(0)  # <= 0: the plugin's key (zookeeper.session.timeout.ms, etcd.lease.ttl.ms)
             try:
                 await self._serve_with(storage, store, task_status)
             finally:
@@ -131,6 +135,11 @@ class BrokerServer:
             self._spawn(background, scopes, storage.run)
             self._spawn(background, scopes, core.replica_manager.run)
             self._spawn(background, scopes, core.metadata_cache.run)
+            alter_partition = AlterPartitionManager(config, store, core.metadata_cache, core.replica_manager)
+            self._spawn(background, scopes, alter_partition.run)
+            fetchers = ReplicaFetcherManager(config, core.replica_manager, core.metadata_cache, self._connector)
+            self._spawn(background, scopes, fetchers.run)
+            fetcher_scope = scopes[-1]
             await self._start_group_coordinator(core, background, scopes)
             from .txn.wiring import start_transaction_coordinator  # after the groups: TxnOffsetCommit needs them
 
@@ -163,11 +172,23 @@ class BrokerServer:
                     )
                     task_status.started(bound)
             finally:
-                # listeners have drained (or failed): answer parked requests, persist state
+                # listeners have drained (or failed): hand leaderships over, stop following,
+                # answer parked requests, persist state
                 with trio.CancelScope(shield=True):
+                    with trio.move_on_after(CONTROLLED_SHUTDOWN_TIMEOUT_S):
+                        try:
+                            await alter_partition.controlled_shutdown()
+                        except Exception:
+                            log.exception("controlled shutdown failed; the controller elects after session expiry")
+                    fetcher_scope.cancel()
                     await core.shutdown()
                 for scope in scopes:
                     scope.cancel()
+
+    def _connector(self) -> Any:
+        """How this broker reaches the others (replica fetchers): the first listener's transport."""
+        protocol = self.config.listeners[0].security_protocol if self.config.listeners else "PLAINTEXT"
+        return self.plugins.transport_for(protocol).connector({})
 
     @staticmethod
     def _spawn(nursery: trio.Nursery, scopes: list[trio.CancelScope], fn: Any) -> None:

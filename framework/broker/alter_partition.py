@@ -1,0 +1,150 @@
+"""ISR changes proposed by partition leaders, and controlled shutdown (Kafka's ``AlterPartition``
+path and ``ControlledShutdown``).
+
+A leader shrinks the ISR of a partition when a follower has not caught up to its log end offset
+for ``replica.lag.time.max.ms`` and expands it when a follower's LEO reaches the high watermark
+and the start of the current leader epoch. Kafka (2.7+) sends such changes to the controller as
+AlterPartition; odradek's leaders write them themselves, with the same fencing: a compare-and-set
+on the partition state key whose version is the partition epoch, accepted only while the stored
+state still names this broker as leader at the leader epoch it leads with. A concurrent election
+changes the version, so the leader's stale proposal fails and it waits for the new state.
+
+Controlled shutdown moves this broker's leaderships to the first other live in-sync replica in
+assignment order (leader epoch + 1) and takes it out of the ISR of partitions it follows, by the
+same compare-and-set, before the broker stops, so clients and followers switch without waiting
+for the metadata session to expire.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import trio
+
+from ..config import Config
+from ..interfaces import MetadataConflict, MetadataStore, TopicPartition
+from ..sessions import MetadataUnavailable
+from .metadata_cache import MetadataCache, PartitionState, encode, partition_state_key
+from .replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+
+class AlterPartitionManager:
+    """Shrinks and expands the ISRs of the partitions this broker leads (see module doc)."""
+
+    def __init__(
+        self, config: Config, store: MetadataStore, cache: MetadataCache, replica_manager: ReplicaManager
+    ) -> None:
+        self.broker_id = config.broker_id
+        self.store = store
+        self.cache = cache
+        self.replica_manager = replica_manager
+        self.max_lag_ms = int(config["replica.lag.time.max.ms"])
+        self._wakeup = trio.Event()
+        replica_manager.on_isr_expand_candidate = self._expand_candidate
+
+    def _expand_candidate(self, tp: TopicPartition) -> None:
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        """Check every led partition each ``replica.lag.time.max.ms / 2`` and whenever a follower
+        may rejoin, until cancelled."""
+        while True:
+            with trio.move_on_after(self.max_lag_ms / 2000):
+                await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            try:
+                await self.maybe_update_isrs()
+            except MetadataUnavailable as exc:
+                log.warning("ISR update deferred: %s", exc)
+
+    async def maybe_update_isrs(self) -> int:
+        """Propose every due ISR change; returns how many were written."""
+        rm = self.replica_manager
+        now = rm.clock_ms()
+        written = 0
+        for tp, p in list(rm.partitions.items()):
+            if not p.is_leader:
+                continue
+            shrink = p.out_of_sync_replicas(now, self.max_lag_ms)
+            expand = {r for r in p.replicas if r != self.broker_id and p.can_join_isr(r)}
+            if not shrink and not expand:
+                continue
+            new_isr = tuple(r for r in p.replicas if (r in p.isr or r in expand) and r not in shrink)
+            if await self.alter_isr(tp, new_isr):
+                log.info("%s: ISR %s -> %s", tp, sorted(p.isr), list(new_isr))
+                written += 1
+        return written
+
+    async def alter_isr(self, tp: TopicPartition, new_isr: tuple[int, ...]) -> bool:
+        """Write ``new_isr`` for a partition this broker leads (compare-and-set on the partition
+        epoch); on success the local partition adopts it at once."""
+        p = self.replica_manager.get_partition(tp)
+        if p is None or not p.is_leader:
+            return False
+        key = partition_state_key(tp.topic, tp.partition)
+        current = await self.store.get(key)
+        if current is None:
+            return False
+        stored = PartitionState.decode(current)
+        if stored.leader != self.broker_id or stored.leader_epoch != p.leader_epoch:
+            return False  # a newer election happened: its state reaches us through the watch
+        value = _state_json(current.value, PartitionState(self.broker_id, stored.leader_epoch, new_isr, 0))
+        try:
+            version = await self.store.put(key, value, expect=current.version)
+        except MetadataConflict:
+            await self.cache.refresh_topic(tp.topic)
+            return False
+        if self.replica_manager.get_partition(tp) is p and p.is_leader and p.leader_epoch == stored.leader_epoch:
+            p.make_leader(p.leader_epoch, p.replicas, new_isr, version, now_ms=self.replica_manager.clock_ms())
+            self.replica_manager.wake(tp)
+        await self.cache.refresh_topic(tp.topic)
+        return True
+
+    async def controlled_shutdown(self) -> int:
+        """Move leaderships away and leave ISRs before stopping; returns how many partition
+        states changed. Partitions with no other live in-sync replica keep this broker as leader
+        (the controller elects once its registration is gone)."""
+        live = set(self.cache.brokers) - {self.broker_id}
+        moved = 0
+        for name, topic in list(self.cache.topics.items()):
+            for part, replicas in sorted(topic.assignment.items()):
+                if self.broker_id not in replicas or len(replicas) < 2:
+                    continue
+                key = partition_state_key(name, part)
+                current = await self.store.get(key)
+                if current is None:
+                    continue
+                state = PartitionState.decode(current)
+                if self.broker_id not in state.isr and state.leader != self.broker_id:
+                    continue
+                isr = tuple(r for r in state.isr if r != self.broker_id)
+                if state.leader == self.broker_id:
+                    successors = [r for r in replicas if r in isr and r in live]
+                    if not successors:
+                        continue
+                    new = PartitionState(successors[0], state.leader_epoch + 1, isr, 0)
+                elif state.leader in live and isr:
+                    new = PartitionState(state.leader, state.leader_epoch, isr, 0)
+                else:
+                    continue
+                try:
+                    await self.store.put(key, _state_json(current.value, new), expect=current.version)
+                except MetadataConflict:
+                    continue
+                moved += 1
+        log.info("broker %d: controlled shutdown changed %d partition states", self.broker_id, moved)
+        return moved
+
+
+def _state_json(previous: bytes, new: PartitionState) -> bytes:
+    """``new`` as a partition state value, keeping the previous value's controller epoch."""
+    try:
+        controller_epoch = int(json.loads(previous).get("controller_epoch", 0))
+    except (ValueError, AttributeError):
+        controller_epoch = 0
+    doc: dict[str, Any] = json.loads(new.to_json(controller_epoch))
+    return encode(doc)

@@ -1,0 +1,352 @@
+"""Followers copying their leaders' logs (Kafka's ``ReplicaFetcherManager`` / ``ReplicaFetcherThread``).
+
+:class:`ReplicaFetcherManager` keeps one :class:`ReplicaFetcher` task per *source broker* (a
+leader of at least one partition this broker follows). It is told by the replica manager whenever
+a partition becomes leader or follower or goes away, and hands each fetcher the partitions it
+follows with their leader epoch.
+
+A fetcher talks Kafka's protocol to its source over the transport connector, as any broker does:
+
+1. **Truncation** (KIP-101/279): a partition whose leader or epoch changed first asks
+   OffsetForLeaderEpoch with its own latest epoch; the leader answers with the largest epoch <=
+   it and that epoch's end offset; the follower truncates to the smaller of that and its own end
+   of that epoch. A follower without epochs truncates to its high watermark.
+2. **Fetch** with ``replica_id`` = this broker, the current leader epoch and the log end offset as
+   fetch offset (the leader records that as the follower's LEO). The leader's batches are
+   appended unchanged (``append_records_as_follower``) and the follower's HW becomes
+   min(leader HW, own LEO).
+3. Errors: FENCED / UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER and UNKNOWN_TOPIC_OR_PARTITION
+   re-read the topic's state from the metadata store and back off until the new state arrives
+   (a new epoch re-arms truncation); OFFSET_OUT_OF_RANGE restarts the log at the leader's log
+   start or truncates to the leader's HW; a broken connection reconnects with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from .. import records
+from ..config import Config
+from ..errors import ErrorCode, KafkaError
+from ..interfaces import Connector, TopicPartition
+from ..protocol import ApiKey
+from .metadata_cache import MetadataCache
+from .partition import Partition
+from .replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+#: Kafka's replica.fetch.backoff.ms default.
+FETCH_BACKOFF_S = 1.0
+CONNECT_TIMEOUT_S = 5.0
+_REFRESH_ERRORS = frozenset(
+    {
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+)
+
+
+@dataclass(slots=True)
+class FetchState:
+    """One followed partition in a fetcher: its leader epoch and what it must do next."""
+
+    leader_epoch: int
+    truncating: bool = True
+    delayed_until: float = 0.0
+
+
+class ReplicaFetcher:
+    """Fetches every partition this broker follows from one source broker (see module doc)."""
+
+    def __init__(self, manager: ReplicaFetcherManager, source_id: int) -> None:
+        self.manager = manager
+        self.source_id = source_id
+        self.partitions: dict[TopicPartition, FetchState] = {}
+        self.changed = trio.Event()
+        self.cancel_scope = trio.CancelScope()
+
+    def set_partitions(self, wanted: Mapping[TopicPartition, int]) -> None:
+        """Follow exactly ``wanted`` (tp -> leader epoch); a new epoch re-arms truncation."""
+        for tp in list(self.partitions):
+            if tp not in wanted:
+                del self.partitions[tp]
+        for tp, epoch in wanted.items():
+            state = self.partitions.get(tp)
+            if state is None or state.leader_epoch != epoch:
+                self.partitions[tp] = FetchState(epoch)
+        self.changed.set()
+
+    async def run(self) -> None:
+        with self.cancel_scope:
+            while True:
+                try:
+                    await self._run_connected()
+                except KafkaError as exc:
+                    log.info("replica fetcher for broker %d: %s; retrying", self.source_id, exc)
+                except Exception:  # a storage or transport failure must not stop replication for good
+                    log.exception("replica fetcher for broker %d failed; retrying", self.source_id)
+                await trio.sleep(FETCH_BACKOFF_S)
+
+    async def _run_connected(self) -> None:
+        from ..client.connection import BrokerConnection
+
+        manager = self.manager
+        endpoint = manager.cache.endpoint_for(self.source_id, None)
+        if endpoint is None:
+            return  # not registered (yet): retry after the backoff
+        async with trio.open_nursery() as nursery:
+            try:
+                conn = await BrokerConnection.open(
+                    nursery,
+                    manager.connector,
+                    self.source_id,
+                    endpoint[0],
+                    endpoint[1],
+                    client_id=f"broker-{manager.broker_id}-fetcher-{self.source_id}",
+                    connect_timeout_s=CONNECT_TIMEOUT_S,
+                    request_timeout_s=manager.request_timeout_s,
+                )
+            except KafkaError as exc:  # caught inside: the nursery would wrap it in a group
+                log.info("replica fetcher for broker %d: %s; retrying", self.source_id, exc)
+                nursery.cancel_scope.cancel()
+                return
+            try:
+                while True:
+                    await self._truncate(conn)
+                    if not await self._fetch(conn):
+                        self.changed = trio.Event()
+                        with trio.move_on_after(FETCH_BACKOFF_S):
+                            await self.changed.wait()
+            except KafkaError as exc:  # caught here, not outside: the nursery would wrap it in a group
+                log.info("replica fetcher for broker %d: %s; reconnecting", self.source_id, exc)
+            finally:
+                await conn.close()
+                nursery.cancel_scope.cancel()
+
+    def _partition(self, tp: TopicPartition, state: FetchState) -> Partition | None:
+        """The hosted partition if it still follows this source at the fetcher's epoch."""
+        p = self.manager.replica_manager.get_partition(tp)
+        if p is None or p.is_leader or p.leader_id != self.source_id or p.leader_epoch != state.leader_epoch:
+            return None
+        return p
+
+    async def _truncate(self, conn: Any) -> None:
+        now = trio.current_time()
+        asks: list[tuple[TopicPartition, FetchState, Partition, int]] = []
+        for tp, state in list(self.partitions.items()):
+            if not state.truncating or state.delayed_until > now:
+                continue
+            p = self._partition(tp, state)
+            if p is None:
+                continue
+            entries = p.log.epoch_entries()
+            if not entries:
+                p.truncate_to(p.high_watermark)
+                state.truncating = False
+                continue
+            asks.append((tp, state, p, entries[-1].epoch))
+        if not asks:
+            return
+        from ..client.requests import error_code, make_request
+
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for tp, state, _p, epoch in asks:
+            by_topic.setdefault(tp.topic, []).append(
+                {"partition": tp.partition, "current_leader_epoch": state.leader_epoch, "leader_epoch": epoch}
+            )
+        version = conn.version(ApiKey.OFFSET_FOR_LEADER_EPOCH, min_version=3)
+        request = make_request(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            version,
+            replica_id=self.manager.broker_id,
+            topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+        )
+        response = await conn.request(request, timeout_s=self.manager.request_timeout_s)
+        answers = {TopicPartition(t.topic, int(p.partition)): p for t in response.topics for p in t.partitions}
+        for tp, state, _p, epoch in asks:
+            p = self._partition(tp, state)
+            answer = answers.get(tp)
+            if p is None or answer is None or self.partitions.get(tp) is not state:
+                continue
+            code = error_code(answer.error_code)
+            if code is not ErrorCode.NONE:
+                await self._on_partition_error(tp, state, code)
+                continue
+            target = truncation_offset(p, epoch, int(answer.leader_epoch), int(answer.end_offset))
+            if target < p.log_end_offset:
+                log.info("%s: truncating from %d to %d (leader epoch %d)", tp, p.log_end_offset, target, epoch)
+                p.truncate_to(target)
+            state.truncating = False
+
+    async def _fetch(self, conn: Any) -> bool:
+        """One Fetch round trip; False when there was nothing to fetch."""
+        from ..client.requests import error_code, make_request
+
+        manager = self.manager
+        now = trio.current_time()
+        asked: dict[TopicPartition, tuple[FetchState, int]] = {}
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for tp, state in self.partitions.items():
+            if state.truncating or state.delayed_until > now:
+                continue
+            p = self._partition(tp, state)
+            if p is None:
+                continue
+            asked[tp] = (state, p.log_end_offset)
+            by_topic.setdefault(tp.topic, []).append(
+                {
+                    "partition": tp.partition,
+                    "current_leader_epoch": state.leader_epoch,
+                    "fetch_offset": p.log_end_offset,
+                    "log_start_offset": p.log_start_offset,
+                    "partition_max_bytes": manager.fetch_max_bytes,
+                }
+            )
+        if not asked:
+            return False
+        version = conn.version(ApiKey.FETCH, min_version=9, max_version=11)
+        request = make_request(
+            ApiKey.FETCH,
+            version,
+            replica_id=manager.broker_id,
+            max_wait=manager.fetch_wait_max_ms,
+            min_bytes=1,
+            max_bytes=manager.fetch_response_max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        response = await conn.request(request, timeout_s=manager.request_timeout_s + manager.fetch_wait_max_ms / 1000)
+        top = error_code(getattr(response, "error_code", 0))
+        if top is not ErrorCode.NONE:
+            raise KafkaError(f"fetch from broker {self.source_id} failed with {top.name}", code=top)
+        for topic in response.responses:
+            for pd in topic.partitions:
+                tp = TopicPartition(topic.topic, int(pd.partition_index))
+                entry = asked.get(tp)
+                if entry is None or self.partitions.get(tp) is not entry[0]:
+                    continue
+                await self._process_partition(tp, entry[0], entry[1], pd, error_code(pd.error_code))
+        return True
+
+    async def _process_partition(
+        self, tp: TopicPartition, state: FetchState, fetch_offset: int, pd: Any, code: ErrorCode
+    ) -> None:
+        p = self._partition(tp, state)
+        if p is None or p.log_end_offset != fetch_offset:
+            return
+        if code is ErrorCode.OFFSET_OUT_OF_RANGE:
+            leader_start = int(pd.log_start_offset)
+            if fetch_offset < leader_start:
+                log.warning("%s: offset %d is below the leader's log start %d: restarting the log", tp,
+                            fetch_offset, leader_start)  # fmt: skip
+                p.log.truncate_fully_and_start_at(leader_start)
+                p.truncate_to(leader_start)
+            else:
+                p.truncate_to(max(p.log_start_offset, min(fetch_offset, int(pd.high_watermark))))
+            return
+        if code is not ErrorCode.NONE:
+            await self._on_partition_error(tp, state, code)
+            return
+        data = pd.records or b""
+        end = 0
+        for pos, header in records.iter_headers(data):
+            end = pos + header.size
+        if end > 0:
+            payload = bytes(data[:end])
+            batches = records.validate_batches(payload, exact_counts=False)
+            p.append_records_as_follower(payload, batches)
+        if p.update_follower_high_watermark(int(pd.high_watermark)):
+            self.manager.replica_manager.wake(tp)
+
+    async def _on_partition_error(self, tp: TopicPartition, state: FetchState, code: ErrorCode) -> None:
+        """Back off this partition and re-read its state; a new epoch replaces ``state``."""
+        log.info("%s: replica fetch from broker %d: %s; refreshing metadata", tp, self.source_id, code.name)
+        state.delayed_until = trio.current_time() + FETCH_BACKOFF_S
+        await self.manager.cache.refresh_topic(tp.topic)
+
+
+def truncation_offset(p: Partition, local_epoch: int, leader_epoch: int, leader_end: int) -> int:
+    """Where a follower truncates after OffsetForLeaderEpoch (KIP-279), given its latest epoch and
+    the leader's answer (largest epoch <= it, that epoch's end offset)."""
+    leo = p.log_end_offset
+    if leader_epoch < 0 or leader_end < 0:
+        return min(p.high_watermark, leo)  # the leader knows no such epoch: fall back to the HW
+    if leader_epoch == local_epoch:
+        return min(leader_end, leo)
+    own_epoch, own_end = p.log.end_offset_for_epoch(leader_epoch)
+    if own_epoch < 0 or own_end < 0:
+        return min(leader_end, leo)
+    return min(leader_end, own_end, leo)
+
+
+class ReplicaFetcherManager:
+    """One :class:`ReplicaFetcher` per source broker, rebuilt whenever partition roles change."""
+
+    def __init__(
+        self,
+        config: Config,
+        replica_manager: ReplicaManager,
+        cache: MetadataCache,
+        connector_factory: Callable[[], Connector],
+    ) -> None:
+        self.broker_id = config.broker_id
+        self.replica_manager = replica_manager
+        self.cache = cache
+        self._connector_factory = connector_factory
+        self._connector: Connector | None = None
+        self.fetch_max_bytes = int(config["replica.fetch.max.bytes"])
+        self.fetch_response_max_bytes = max(self.fetch_max_bytes, 10 * 1024 * 1024)
+        self.fetch_wait_max_ms = int(config["replica.fetch.wait.max.ms"])
+        self.request_timeout_s = 30.0
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._changed = trio.Event()
+        replica_manager.on_partitions_changed = self.partitions_changed
+
+    @property
+    def connector(self) -> Connector:
+        """The transport's client side, built when the first fetcher connects."""
+        if self._connector is None:
+            self._connector = self._connector_factory()
+        return self._connector
+
+    def partitions_changed(self) -> None:
+        """Called (synchronously) after a partition became leader or follower or was removed."""
+        self._changed.set()
+
+    def wanted(self) -> dict[int, dict[TopicPartition, int]]:
+        """source broker -> {followed partition: leader epoch}."""
+        out: dict[int, dict[TopicPartition, int]] = {}
+        for tp, p in self.replica_manager.partitions.items():
+            if not p.is_leader and p.leader_id >= 0 and p.leader_id != self.broker_id:
+                out.setdefault(p.leader_id, {})[tp] = p.leader_epoch
+        return out
+
+    async def run(self) -> None:
+        """Reassign partitions to fetchers on every change, until cancelled."""
+        async with trio.open_nursery() as nursery:
+            while True:
+                self._changed = trio.Event()
+                wanted = self.wanted()
+                for source, fetcher in list(self.fetchers.items()):
+                    if source not in wanted:
+                        fetcher.cancel_scope.cancel()
+                        del self.fetchers[source]
+                for source, parts in wanted.items():
+                    fetcher = self.fetchers.get(source)
+                    if fetcher is None:
+                        fetcher = self.fetchers[source] = ReplicaFetcher(self, source)
+                        nursery.start_soon(fetcher.run)
+                    fetcher.set_partitions(parts)
+                await self._changed.wait()

@@ -1,0 +1,159 @@
+"""Three odradek brokers replicating one topic, driven by confluent-kafka (librdkafka).
+
+Each test starts three ``odradek serve`` subprocesses (distinct broker ids and data dirs) on a
+shared metadata server with a chroot / namespace of its own, creates a topic with replication
+factor 3 and min.insync.replicas 2, produces with acks=all, kills the leader with SIGKILL, and
+checks that a new leader comes from the ISR, that every acknowledged record is readable from it,
+and that the restarted broker catches up and rejoins the ISR.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from odradek.testing.broker import BrokerProcess, start_broker, unique_topic
+from odradek.testing.servers import unique_chroot
+
+SESSION_MS = 2000
+LAG_MS = 3000
+
+
+@contextlib.contextmanager
+def three_brokers(tmp_path: Path, metadata: dict[str, str]) -> Iterator[dict[int, BrokerProcess]]:
+    settings = {
+        "zookeeper.session.timeout.ms": SESSION_MS,
+        "etcd.lease.ttl.ms": SESSION_MS,
+        "replica.lag.time.max.ms": LAG_MS,
+        "replica.fetch.wait.max.ms": 200,
+        "group.initial.rebalance.delay.ms": 0,
+        **metadata,
+    }
+    with contextlib.ExitStack() as stack:
+        brokers = {
+            i: stack.enter_context(start_broker(tmp_path / f"b{i}", {**settings, "broker.id": i})) for i in (1, 2, 3)
+        }
+        yield brokers
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def partition_state(admin: AdminClient, topic: str) -> tuple[int, list[int]] | None:
+    """(leader, isr) of partition 0 as the cluster reports it, or None."""
+    try:
+        md = admin.list_topics(topic, timeout=2)
+    except Exception:
+        return None
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or 0 not in t.partitions:
+        return None
+    p = t.partitions[0]
+    if p.error is not None or p.leader < 0:
+        return None
+    return p.leader, sorted(p.isrs)
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> set[bytes]:
+    """Produce with acks=all; returns the values the cluster acknowledged."""
+    acked: set[bytes] = set()
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.add(msg.value())
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "message.timeout.ms": 20000,
+            "linger.ms": 5,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    for v in values:
+        producer.produce(topic, v, on_delivery=on_delivery)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    return acked
+
+
+def consume_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "replication-test",
+            "enable.auto.commit": False,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                out.append(msg.value())
+    finally:
+        consumer.close()
+    return out
+
+
+def run_failover(tmp_path: Path, metadata: dict[str, str]) -> None:
+    with three_brokers(tmp_path, metadata) as brokers:
+        bootstrap = ",".join(b.bootstrap for b in brokers.values())
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        topic = unique_topic("repl")
+        futures = admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])
+        futures[topic].result(15)
+        leader, isr = wait_for("a full ISR", lambda: (s := partition_state(admin, topic)) and len(s[1]) == 3 and s)
+
+        first = produce(bootstrap, topic, [b"a%d" % i for i in range(300)])
+        assert len(first) == 300
+        brokers[leader].kill()
+        survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != leader)
+        admin2 = AdminClient({"bootstrap.servers": survivors})
+        new_leader, _ = wait_for("a new leader", lambda: (s := partition_state(admin2, topic)) and s[0] != leader and s)
+        assert new_leader in isr
+        second = produce(survivors, topic, [b"b%d" % i for i in range(300)])
+        acked = first | second
+        assert len(second) == 300
+
+        got = consume_all(survivors, topic, len(acked))
+        assert acked <= set(got), f"lost {len(acked - set(got))} acknowledged records"
+        assert len(got) == len(set(got)), "duplicates with an idempotent producer"
+
+        brokers[leader].start()
+        wait_for(
+            "the restarted broker back in the ISR",
+            lambda: (s := partition_state(admin2, topic)) and leader in s[1] and len(s[1]) == 3,
+            timeout_s=25,
+        )
+        got_again = consume_all(bootstrap, topic, len(acked))
+        assert acked <= set(got_again)
+        for b in brokers.values():
+            assert not b.log_problems(), b.log_problems()
+
+
+def test_failover_zookeeper(tmp_path: Path, zookeeper_server: Any) -> None:
+    run_failover(
+        tmp_path,
+        {"metadata": "zookeeper", "zookeeper.connect": zookeeper_server.connect_string + unique_chroot("repl")},
+    )

@@ -1,0 +1,136 @@
+"""Replication pieces in one process: election rules, truncation points, and the leader side
+(acks=all completed by follower fetches, ISR shrink and expand written to the metadata store,
+min.insync.replicas) with a second broker simulated by a second meta_local session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+from broker_harness import batch, produce, running_broker
+
+from odradek.broker.api import CreatableTopic, FetchPartition, IsolationLevel
+from odradek.broker.controller import elect_leader, preferred_leader, shrink_dead_from_isr
+from odradek.broker.core import BrokerCore
+from odradek.broker.metadata_cache import PartitionState, registration_json
+from odradek.broker.replica_fetcher import truncation_offset
+from odradek.errors import ErrorCode
+from odradek.interfaces import TopicPartition
+from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
+
+TP = TopicPartition("t", 0)
+
+
+def test_election_rules() -> None:
+    state = PartitionState(leader=2, leader_epoch=5, isr=(2, 3), version=9)
+    # broker 2 died: the first live in-sync replica in assignment order leads, epoch + 1
+    assert elect_leader((1, 2, 3), state, {1, 3}, unclean=False) == PartitionState(3, 6, (3,), 9)
+    # nobody in sync is alive: only an unclean election finds a leader
+    assert elect_leader((1, 2, 3), PartitionState(2, 5, (2,), 9), {1}, unclean=False) is None
+    assert elect_leader((1, 2, 3), PartitionState(2, 5, (2,), 9), {1}, unclean=True) == PartitionState(1, 6, (1,), 9)
+    # a dead follower leaves the ISR, the leader epoch stays
+    assert shrink_dead_from_isr(PartitionState(1, 5, (1, 2, 3), 9), {1, 3}) == PartitionState(1, 5, (1, 3), 9)
+    assert shrink_dead_from_isr(PartitionState(1, 5, (1, 3), 9), {1, 3}) is None
+    # the preferred replica leads again once alive and in sync, not before
+    assert preferred_leader((1, 2, 3), PartitionState(2, 5, (2, 3), 9), {1, 2, 3}) is None
+    assert preferred_leader((1, 2, 3), PartitionState(2, 5, (2, 3, 1), 9), {1, 2, 3}) == PartitionState(
+        1, 6, (2, 3, 1), 9
+    )
+    assert preferred_leader((1, 2, 3), PartitionState(1, 5, (1, 2), 9), {1, 2}) is None
+
+
+@dataclass
+class _Log:
+    ends: dict[int, int] = field(default_factory=dict)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        known = [e for e in self.ends if e <= epoch]
+        return (max(known), self.ends[max(known)]) if known else (-1, -1)
+
+
+@dataclass
+class _Partition:
+    log_end_offset: int
+    high_watermark: int
+    log: _Log
+
+
+def test_truncation_offset_kip_279() -> None:
+    # same latest epoch: the smaller end wins
+    p = _Partition(120, 90, _Log({3: 100, 4: 120}))
+    assert truncation_offset(p, 4, 4, 110) == 110  # type: ignore[arg-type]
+    assert truncation_offset(p, 4, 4, 150) == 120  # type: ignore[arg-type]
+    # the leader never had epoch 4: it answers epoch 3 ending at 95; our epoch 3 ended at 100
+    assert truncation_offset(p, 4, 3, 95) == 95  # type: ignore[arg-type]
+    assert truncation_offset(_Partition(120, 90, _Log({3: 80, 4: 120})), 4, 3, 95) == 80  # type: ignore[arg-type]
+    # the leader knows no epoch that old: fall back to the high watermark
+    assert truncation_offset(p, 4, -1, -1) == 90  # type: ignore[arg-type]
+
+
+async def _follower_fetch(core: BrokerCore, offset: int, epoch: int) -> ErrorCode:
+    results = await core.fetch(
+        7, 0, 1, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, offset, 1 << 20, epoch)]
+    )
+    for r in results.values():
+        if r.records is not None:
+            r.records.release()
+    return results[TP].error
+
+
+async def _isr_in_store(core: BrokerCore) -> tuple[int, ...]:
+    v = await core.store.get("/brokers/topics/t/partitions/0/state")
+    assert v is not None
+    return PartitionState.decode(v).isr
+
+
+async def test_leader_side_acks_all_isr_shrink_and_expand(tmp_path: Path) -> None:
+    async with running_broker(tmp_path, **{"replica.lag.time.max.ms": 300}) as core:
+        other = LocalMetadataStore(tmp_path / FILE_NAME)
+        await other.open(6000)
+        try:
+            await other.register_broker(7, registration_json([("PLAINTEXT", "127.0.0.1", 9, "PLAINTEXT")], None))
+            with trio.fail_after(5):
+                while 7 not in core.metadata_cache.live_broker_ids():
+                    await trio.sleep(0.01)
+            created = await core.create_topics(
+                [CreatableTopic("t", assignments={0: [0, 7]}, configs={"min.insync.replicas": "2"})], 1000, False
+            )
+            assert created["t"].error == ErrorCode.NONE
+            partition = core.replica_manager.get_partition(TP)
+            assert partition is not None and partition.is_leader and partition.isr == {0, 7}
+            epoch = partition.leader_epoch
+
+            # acks=all waits for the follower: its fetch at offset 1 says it has offset 0
+            result: list[ErrorCode] = []
+
+            async def produce_all() -> None:
+                result.append((await produce(core, TP, batch([b"a"]), acks=-1)).error)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(produce_all)
+                await trio.sleep(0.05)
+                assert not result and partition.high_watermark == 0
+                assert await _follower_fetch(core, 0, epoch) == ErrorCode.NONE
+                assert await _follower_fetch(core, 1, epoch) == ErrorCode.NONE
+            assert result == [ErrorCode.NONE] and partition.high_watermark == 1
+            # a leader epoch the leader does not have yet is refused
+            assert await _follower_fetch(core, 1, epoch + 1) == ErrorCode.UNKNOWN_LEADER_EPOCH
+
+            # the follower stops fetching while the leader appends: it leaves the ISR (in the store)
+            assert (await produce(core, TP, batch([b"b"]), acks=1)).error == ErrorCode.NONE
+            with trio.fail_after(5):
+                while await _isr_in_store(core) != (0,):
+                    await trio.sleep(0.05)
+            assert partition.isr == {0}
+            assert (await produce(core, TP, batch([b"c"]), acks=-1)).error == ErrorCode.NOT_ENOUGH_REPLICAS
+            assert partition.high_watermark == 1  # frozen below min.insync.replicas
+
+            # it catches up to the leader's end: it rejoins, and the HW moves on
+            assert await _follower_fetch(core, 2, epoch) == ErrorCode.NONE
+            with trio.fail_after(5):
+                while await _isr_in_store(core) != (0, 7):
+                    await trio.sleep(0.05)
+            assert partition.isr == {0, 7} and partition.high_watermark == 2
+        finally:
+            await other.close()
