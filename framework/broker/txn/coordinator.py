@@ -137,9 +137,9 @@ class TransactionCoordinator:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self.active = True
-                task_status.started()
-                if await self.log.exists():
+                if await self.log.exists():  # partitions led already (embedded use, tests) load first
                     await self.refresh_ownership()
+                task_status.started()
                 nursery.start_soon(self._ownership_loop)
                 nursery.start_soon(self._abort_loop)
         finally:
