@@ -49,7 +49,7 @@ class Backoff:
     def seconds(self, attempt: int) -> float:
         if self.base_ms == 0:
             return 0.0
-        exp = min(self.base_ms * 2 ** min(attempt, 30), self.max_ms)
+        exp = min(self.base_ms * 2.0 ** min(attempt, 30), self.max_ms)  # float power: int ** int is Any to mypy
         return exp * random.uniform(0.8, 1.2) / 1000.0
 
 

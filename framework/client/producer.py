@@ -247,9 +247,9 @@ class AsyncProducer(AsyncClient):
         if key is not None and type(key) is not bytes:
             key = to_bytes(key, "key")
         hdrs = to_headers(headers) if headers else ()
-        result = self.append_nowait(topic, value, key, hdrs, partition, timestamp, callback)  # type: ignore[arg-type]
+        result = self.append_nowait(topic, value, key, hdrs, partition, timestamp, callback)
         if result is None:
-            result = await self.append_waiting(topic, value, key, hdrs, partition, timestamp, callback)  # type: ignore[arg-type]
+            result = await self.append_waiting(topic, value, key, hdrs, partition, timestamp, callback)
         batch, index, wake = result
         if wake:
             self.sender.wakeup()

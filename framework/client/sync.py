@@ -193,7 +193,7 @@ class Producer(_SyncClient):
         h = to_headers(headers) if headers else ()
         if producer._closed:
             raise ClientClosedError("this producer is closed")
-        result = producer.append_nowait(topic, value, key, h, partition, timestamp, callback)  # type: ignore[arg-type]
+        result = producer.append_nowait(topic, value, key, h, partition, timestamp, callback)
         if result is None:
             result = thread.run(producer.append_waiting, topic, value, key, h, partition, timestamp, callback)
         batch, index, wake = result

@@ -98,6 +98,8 @@ def response_type(api_key: int, api_version: int) -> type[Any]:
         raise UnsupportedVersion(f"no response schema for api {api_key} v{api_version}") from None
 
 
+# Callers hold the classes they pass to these cached lookups as bare ``type``: mypy does not treat
+# ``type[Any]`` as Hashable, which ``functools.cache`` demands (python/mypy#11470).
 @cache
 def _reader(cls: type[Any]) -> Any:
     return entity_reader(cls)
@@ -115,7 +117,7 @@ def _readonly(buf: Buffer) -> bytes | memoryview:
     return memoryview(buf).toreadonly()
 
 
-def _kio_decode(cls: type[Any], buf: Buffer, offset: int, what: str) -> Any:
+def _kio_decode(cls: type, buf: Buffer, offset: int, what: str) -> Any:
     check_message(cls, buf, offset)  # kio's native reader must never see an implausible length
     try:
         value, consumed = _reader(cls)(_readonly(buf), offset)
@@ -154,10 +156,11 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, respons
     if isinstance(response, ProduceResponseData):
         out.write(encode_produce_response(api_version, response))
     else:
-        expected = response_type(api_key, api_version)
+        expected: type = response_type(api_key, api_version)
+        write = _writer(expected)  # before the identity test, which narrows ``expected`` back to type[Any]
         if type(response) is not expected:
             raise TypeError(f"api {api_key} v{api_version} needs a {expected.__module__}.{expected.__name__}")
-        _writer(expected)(out, response)
+        write(out, response)
     return out.getvalue()
 
 
@@ -218,7 +221,8 @@ def encode_request(request: Any, *, correlation_id: int, client_id: str | None) 
     api_key, api_version = int(request.__api_key__), int(request.__version__)
     out = io.BytesIO()
     out.write(encode_request_header(api_key, api_version, correlation_id, client_id))
-    _writer(type(request))(out, request)
+    request_cls: type = type(request)
+    _writer(request_cls)(out, request)
     return out.getvalue()
 
 

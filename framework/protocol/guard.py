@@ -200,8 +200,10 @@ def entity_skip(cls: type[Any]) -> Skip:
     return skip
 
 
-def check_message(cls: type[Any], buf: Buffer, offset: int) -> None:
+def check_message(cls: type, buf: Buffer, offset: int) -> None:
     """Raise ``InvalidRequest`` unless ``buf[offset:]`` is exactly one plausible ``cls`` message."""
+    # ``cls`` is a bare ``type``: mypy does not see ``type[Any]`` as Hashable (python/mypy#11470),
+    # which the cached ``entity_skip`` requires of its argument.
     end = entity_skip(cls)(buf, offset, len(buf))
     if end != len(buf):
         raise InvalidRequest(f"{len(buf) - end} unexpected bytes after the message")

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 import pytest
 import trio
 
-from odradek.interfaces import (
+from ..interfaces import (
     ABSENT,
     Check,
     Delete,

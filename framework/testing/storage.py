@@ -47,11 +47,20 @@ from typing import Any, ClassVar
 import pytest
 import trio
 
-from odradek import records
-from odradek.errors import KafkaError, OffsetOutOfRange
-from odradek.interfaces import EpochEntry, FetchDataInfo, LogStorage, PartitionLog, TopicPartition
-
-from .storage_support import TP, StorageEnv, append, check_read, headers, make_batch, metas, resolve_factory
+from .. import records
+from ..errors import KafkaError, OffsetOutOfRange
+from ..interfaces import EpochEntry, FetchDataInfo, LogStorage, PartitionLog, TopicPartition
+from .storage_support import (
+    TP,
+    StorageEnv,
+    append,
+    check_read,
+    existing_log,
+    headers,
+    make_batch,
+    metas,
+    resolve_factory,
+)
 
 __all__ = ["StorageConformance", "StorageEnv", "check_storage", "make_batch"]
 
@@ -318,8 +327,7 @@ class StorageConformance:
                 log.read(0, 100)
             assert append(log, 2) == [(1000, 1001)]
             storage = await env.restart(storage)
-            log = storage.get_log(TP)
-            assert log is not None
+            log = existing_log(storage)
             assert (log.log_start_offset, log.log_end_offset) == (1000, 1002)
 
     async def test_delete_records_before_advances_the_log_start(self, tmp_path: Path) -> None:
@@ -339,8 +347,7 @@ class StorageConformance:
             with pytest.raises(OffsetOutOfRange):
                 log.delete_records_before(7)
             storage = await env.restart(storage)
-            log = storage.get_log(TP)
-            assert log is not None
+            log = existing_log(storage)
             assert (log.log_start_offset, log.log_end_offset) == (3, 6)
             assert log.delete_records_before(6) == 6
             empty = log.read(6, 100)
@@ -384,8 +391,7 @@ class StorageConformance:
             append(log, 1, epoch=7)
             assert list(log.epoch_entries())[-1] == EpochEntry(7, 25)
             storage = await env.restart(storage)
-            log = storage.get_log(TP)
-            assert log is not None
+            log = existing_log(storage)
             assert list(log.epoch_entries()) == [
                 EpochEntry(0, 0),
                 EpochEntry(2, 10),
@@ -410,8 +416,8 @@ class StorageConformance:
             log.write_state("other", b"")
             assert log.read_state("producer-state") == b"two" and log.read_state("other") == b""
             storage = await env.restart(storage)
-            log = storage.get_log(TP)
-            assert log is not None and log.read_state("producer-state") == b"two"
+            log = existing_log(storage)
+            assert log.read_state("producer-state") == b"two"
 
     async def test_checkpoints(self, tmp_path: Path) -> None:
         async with self.env(tmp_path) as env:
@@ -440,8 +446,7 @@ class StorageConformance:
             storage = await env.restart(storage)
             assert set(storage.all_logs()) == set(expected)
             for tp, (start, end, data) in expected.items():
-                log = storage.get_log(tp)
-                assert log is not None
+                log = existing_log(storage, tp)
                 assert (log.log_start_offset, log.log_end_offset) == (start, end)
                 fetched = log.read(start, 1 << 24)
                 assert fetched.to_bytes() == data
@@ -470,8 +475,8 @@ class StorageConformance:
                 _, log = await env.log(storage, tp)
                 append(log, 1 + i % 3)
             for i, tp in enumerate(tps):
-                log = storage.get_log(tp)
-                assert log is not None and log.log_end_offset == 1 + i % 3
+                log = existing_log(storage, tp)
+                assert log.log_end_offset == 1 + i % 3
                 fetched = log.read(0, 1000)
                 assert headers(fetched)[0].record_count == 1 + i % 3
                 fetched.release()

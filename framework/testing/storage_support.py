@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from odradek import records
-from odradek.config import Config, TopicConfig, default_config
-from odradek.interfaces import BatchMeta, FetchDataInfo, LogStorage, PartitionLog, StorageFactory, TopicPartition
+from .. import records
+from ..config import Config, TopicConfig, default_config
+from ..interfaces import BatchMeta, FetchDataInfo, LogStorage, PartitionLog, StorageFactory, TopicPartition
 
 TP = TopicPartition("conformance", 0)
 Factory = Callable[[Config], LogStorage]
@@ -30,7 +30,7 @@ def make_batch(
 ) -> bytearray:
     """One uncompressed batch of ``count`` records, as a producer would send it."""
     stamps = list(timestamps) if timestamps is not None else [timestamp + i for i in range(count)]
-    recs = [(key, bytes([65 + i % 26]) * value_size, [], ts) for i, ts in enumerate(stamps)]
+    recs: list[records.RecordTuple] = [(key, bytes([65 + i % 26]) * value_size, [], ts) for i, ts in enumerate(stamps)]
     return bytearray(records.build_batch(recs, base_offset=base_offset, partition_leader_epoch=leader_epoch))
 
 
@@ -91,6 +91,13 @@ class StorageEnv:
     async def close_all(self) -> None:
         while self.opened:
             await self.opened.pop().close()
+
+
+def existing_log(storage: LogStorage, tp: TopicPartition = TP) -> PartitionLog:
+    """The log ``storage`` already holds for ``tp`` (after a restart, say); fails the test if it is gone."""
+    log = storage.get_log(tp)
+    assert log is not None, f"{tp} is missing from the storage"
+    return log
 
 
 def resolve_factory(factory: Any) -> Factory:

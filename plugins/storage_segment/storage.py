@@ -84,6 +84,12 @@ def _remove_all(paths: list[Path]) -> None:
             path.unlink(missing_ok=True)
 
 
+def _write_checkpoints(files: list[tuple[Path, dict[TopicPartition, int]]]) -> None:
+    """Write each (checkpoint path, offsets) pair (worker thread)."""
+    for path, offsets in files:
+        write_offsets(path, offsets)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -273,7 +279,7 @@ class SegmentLogStorage:
         files += [(d / CLEANER_CHECKPOINT, o) for d, o in self._per_dir(lambda lg: lg.first_dirty_offset).items()]
         async with self._checkpoint_lock:
             try:
-                await trio.to_thread.run_sync(lambda: [write_offsets(path, offsets) for path, offsets in files])
+                await trio.to_thread.run_sync(_write_checkpoints, files)
             except OSError as exc:
                 self._log_start_dirty = self._cleaner_dirty = True  # try again next time
                 raise KafkaStorageError(f"writing checkpoints failed: {exc}") from exc

@@ -24,11 +24,11 @@ def max_timestamp_and_offset(log: SegmentLog) -> tuple[int, int]:
             best = (ts, off)
     if best[0] < 0:
         return -1, -1
-    seg = log.segment_for(best[1])
-    found = seg.translate(best[1]) if seg is not None else None
-    if seg is not None and found is not None:
+    holder = log.segment_for(best[1])
+    found = holder.translate(best[1]) if holder is not None else None
+    if holder is not None and found is not None:
         pos, h = found
-        exact = first_record_at_or_after(seg.read_bytes(pos, h.size), best[0], log.log_start_offset)
+        exact = first_record_at_or_after(holder.read_bytes(pos, h.size), best[0], log.log_start_offset)
         if exact is not None:
             return best[0], exact[0]
     return best

@@ -22,6 +22,7 @@ import logging
 import math
 import struct
 from dataclasses import dataclass, field
+from typing import Literal
 
 import trio
 
@@ -154,7 +155,7 @@ class KafkaConnection:
     def _in_flight(self) -> int:
         return len(self._queued)
 
-    def _start_request(self, nursery: trio.Nursery, frame: bytearray) -> _Inline | bool | None:
+    def _start_request(self, nursery: trio.Nursery, frame: bytearray) -> _Inline | Literal[True] | None:
         """Queue a request for the writer and start its handler; None to stop reading.
 
         Returns the ``_handle`` arguments instead of starting a task for a Produce that does not

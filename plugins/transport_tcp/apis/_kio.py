@@ -16,18 +16,20 @@ from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import kio_error, response_type
 
 
+# ``make``/``has_field`` take a bare ``type``: mypy does not treat ``type[Any]`` as Hashable, which
+# the cached ``_field_names`` demands (python/mypy#11470).
 @cache
 def _field_names(cls: type[Any]) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
 
 
-def make(cls: type[Any], **values: Any) -> Any:
+def make(cls: type, **values: Any) -> Any:
     """``cls(**values)`` keeping only the fields ``cls`` has."""
     names = _field_names(cls)
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
-def has_field(cls: type[Any], name: str) -> bool:
+def has_field(cls: type, name: str) -> bool:
     return name in _field_names(cls)
 
 
