@@ -54,6 +54,18 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 20.0) -> An
         time.sleep(0.1)
 
 
+def all_brokers_seen(brokers: dict[int, BrokerProcess]) -> bool:
+    """Every broker lists all three in its Metadata (so CreateTopics sees them)."""
+    for b in brokers.values():
+        try:
+            md = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=2)
+        except Exception:
+            return False
+        if len(md.brokers) < 3:
+            return False
+    return True
+
+
 def partition_state(admin: AdminClient, topic: str) -> tuple[int, list[int]] | None:
     """(leader, isr) of partition 0 as the cluster reports it, or None."""
     try:
@@ -120,6 +132,7 @@ def run_failover(tmp_path: Path, metadata: dict[str, str]) -> None:
     with three_brokers(tmp_path, metadata) as brokers:
         bootstrap = ",".join(b.bootstrap for b in brokers.values())
         admin = AdminClient({"bootstrap.servers": bootstrap})
+        wait_for("three live brokers", lambda: all_brokers_seen(brokers))
         topic = unique_topic("repl")
         futures = admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])
         futures[topic].result(15)
@@ -157,3 +170,38 @@ def test_failover_zookeeper(tmp_path: Path, zookeeper_server: Any) -> None:
         tmp_path,
         {"metadata": "zookeeper", "zookeeper.connect": zookeeper_server.connect_string + unique_chroot("repl")},
     )
+
+
+def test_failover_etcd(tmp_path: Path, etcd_server: Any) -> None:
+    run_failover(
+        tmp_path,
+        {"metadata": "etcd", "etcd.endpoints": etcd_server.endpoint, "etcd.namespace": unique_chroot("repl")},
+    )
+
+
+def test_controlled_shutdown_and_preferred_leader(tmp_path: Path, zookeeper_server: Any) -> None:
+    """SIGTERM moves leadership away before the broker exits; when it is back in sync, the
+    preferred replica leads again."""
+    metadata = {"metadata": "zookeeper", "zookeeper.connect": zookeeper_server.connect_string + unique_chroot("cs")}
+    with three_brokers(tmp_path, metadata) as brokers:
+        bootstrap = ",".join(b.bootstrap for b in brokers.values())
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        wait_for("three live brokers", lambda: all_brokers_seen(brokers))
+        topic = unique_topic("cs")
+        admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(15)
+        leader, _ = wait_for("a full ISR", lambda: (s := partition_state(admin, topic)) and len(s[1]) == 3 and s)
+        assert len(produce(bootstrap, topic, [b"x%d" % i for i in range(50)])) == 50
+
+        brokers[leader].stop()
+        survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != leader)
+        admin2 = AdminClient({"bootstrap.servers": survivors})
+        # moved by the stopping broker itself: no waiting for its metadata session to expire
+        _, isr = wait_for("a new leader", lambda: (s := partition_state(admin2, topic)) and s[0] != leader and s)
+        assert leader not in isr
+        assert len(produce(survivors, topic, [b"y%d" % i for i in range(50)])) == 50
+
+        brokers[leader].start()
+        wait_for("the preferred replica leading again", lambda: (s := partition_state(admin, topic)) and s[0] == leader)
+        assert len(consume_all(bootstrap, topic, 100)) == 100
+        for b in brokers.values():
+            assert not b.log_problems(), b.log_problems()
