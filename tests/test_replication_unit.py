@@ -4,17 +4,20 @@ min.insync.replicas) with a second broker simulated by a second meta_local sessi
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import trio
 from broker_harness import batch, produce, running_broker
 
+from odradek import records
 from odradek.broker.api import CreatableTopic, FetchPartition, IsolationLevel
 from odradek.broker.controller import elect_leader, preferred_leader, shrink_dead_from_isr
 from odradek.broker.core import BrokerCore
 from odradek.broker.metadata_cache import PartitionState, registration_json
-from odradek.broker.replica_fetcher import truncation_offset
+from odradek.broker.replica_fetcher import ReplicaFetcher, truncation_offset
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
@@ -132,5 +135,87 @@ async def test_leader_side_acks_all_isr_shrink_and_expand(tmp_path: Path) -> Non
                 while await _isr_in_store(core) != (0, 7):
                     await trio.sleep(0.05)
             assert partition.isr == {0, 7} and partition.high_watermark == 2
+        finally:
+            await other.close()
+
+
+class _FakeConnection:
+    """Answers a replica fetcher's requests with canned responses (what a leader would say)."""
+
+    def __init__(self, responses: list[Any]) -> None:
+        self.responses = responses
+        self.requests: list[Any] = []
+
+    def version(self, api_key: int, *, min_version: int | None = None, max_version: int | None = None) -> int:
+        return {1: 11, 23: 3}[int(api_key)]
+
+    async def request(self, request: Any, *, timeout_s: float) -> Any:
+        self.requests.append(request)
+        return self.responses.pop(0)
+
+
+def _epoch_batch(values: list[bytes], base_offset: int, epoch: int) -> bytes:
+    return records.build_batch(
+        [(None, v, [], 1000) for v in values], base_offset=base_offset, partition_leader_epoch=epoch
+    )
+
+
+async def test_follower_truncates_by_epoch_then_fetches(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        other = LocalMetadataStore(tmp_path / FILE_NAME)
+        await other.open(6000)
+        try:
+            await other.register_broker(7, registration_json([("PLAINTEXT", "127.0.0.1", 9, "PLAINTEXT")], None))
+            with trio.fail_after(5):
+                while 7 not in core.metadata_cache.live_broker_ids():
+                    await trio.sleep(0.01)
+            created = await core.create_topics([CreatableTopic("t", assignments={0: [7, 0]})], 1000, False)
+            assert created["t"].error == ErrorCode.NONE
+            p = core.replica_manager.get_partition(TP)
+            assert p is not None and not p.is_leader and p.leader_id == 7
+            # our log: epoch 0 at 0..2, epoch 1 at 3..4 (written while we were briefly a leader's copy)
+            for data in (
+                _epoch_batch([b"a", b"b"], 0, 0),
+                _epoch_batch([b"c"], 2, 0),
+                _epoch_batch([b"x", b"y"], 3, 1),
+            ):
+                p.append_records_as_follower(data, records.validate_batches(data, exact_counts=False))
+            assert p.log_end_offset == 5
+
+            manager = types.SimpleNamespace(
+                broker_id=0,
+                replica_manager=core.replica_manager,
+                cache=core.metadata_cache,
+                request_timeout_s=5.0,
+                fetch_max_bytes=1 << 20,
+                fetch_response_max_bytes=1 << 20,
+                fetch_wait_max_ms=0,
+            )
+            fetcher = ReplicaFetcher(manager, 7)  # type: ignore[arg-type]
+            fetcher.set_partitions({TP: p.leader_epoch})
+            # the leader never had epoch 1: its epoch 0 ended at offset 2 (our "c" was never committed)
+            answer = types.SimpleNamespace(partition=0, error_code=0, leader_epoch=0, end_offset=2)
+            conn = _FakeConnection(
+                [types.SimpleNamespace(topics=[types.SimpleNamespace(topic="t", partitions=[answer])])]
+            )
+            await fetcher._truncate(conn)
+            asked = conn.requests[0].topics[0].partitions[0]
+            assert (asked.leader_epoch, asked.current_leader_epoch, conn.requests[0].replica_id) == (1, 0, 0)
+            assert p.log_end_offset == 2
+            assert [(e.epoch, e.start_offset) for e in p.log.epoch_entries()] == [(0, 0)]
+
+            # then it fetches from its LEO and appends the leader's batch (epoch 2) unchanged
+            leader_data = _epoch_batch([b"n1", b"n2"], 2, 2)
+            part = types.SimpleNamespace(
+                partition_index=0, error_code=0, high_watermark=3, log_start_offset=0, records=leader_data
+            )
+            conn = _FakeConnection(
+                [types.SimpleNamespace(error_code=0, responses=[types.SimpleNamespace(topic="t", partitions=[part])])]
+            )
+            assert await fetcher._fetch(conn)
+            fetched = conn.requests[0].topics[0].partitions[0]
+            assert (fetched.fetch_offset, conn.requests[0].replica_id) == (2, 0)
+            assert p.log_end_offset == 4 and p.high_watermark == 3
+            assert [(e.epoch, e.start_offset) for e in p.log.epoch_entries()] == [(0, 0), (2, 2)]
         finally:
             await other.close()
