@@ -43,6 +43,7 @@ with warnings.catch_warnings():
     from etcd3.exceptions import Etcd3Exception
     from etcd3.utils import increment_last_byte
 
+from odradek.coordination import broker_key, check_key, check_prefix, election_keys, increment_counter
 from odradek.interfaces import (
     ABSENT,
     ANY,
@@ -65,7 +66,6 @@ from .watch import WatchStream, WatchStreamBroken
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-BROKER_IDS = "/brokers/ids"
 _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 
 
@@ -142,17 +142,13 @@ class EtcdMetadataStore:
 
     # -- plumbing --------------------------------------------------------------------------------
     def _k(self, key: str) -> bytes:
-        if not key.startswith("/") or key.endswith("/") or "//" in key:
-            raise ValueError(f"metadata key {key!r} must be an absolute path like /brokers/ids/1")
-        return (self.namespace + key).encode()
+        return (self.namespace + check_key(key)).encode()
 
     def _key(self, raw: bytes) -> str:
         return raw.decode()[len(self.namespace) :]
 
     def _prefix_range(self, prefix: str) -> tuple[bytes, bytes]:
-        if not prefix.startswith("/"):
-            raise ValueError(f"metadata prefix {prefix!r} must start with /")
-        start = (self.namespace + prefix.rstrip("/") + "/").encode()
+        start = (self.namespace + check_prefix(prefix) + "/").encode()
         return start, increment_last_byte(start)
 
     def _live(self) -> Any:
@@ -355,14 +351,7 @@ class EtcdMetadataStore:
 
     async def next_id(self, key: str) -> int:
         """Increment the decimal counter at ``key`` (absent = 0) by compare-and-set."""
-        while True:
-            current = await self.get(key)
-            value = int(current.value) + 1 if current is not None else 1
-            try:
-                await self.put(key, str(value).encode(), expect=current.version if current is not None else ABSENT)
-            except MetadataConflict:
-                continue
-            return value
+        return await increment_counter(self, key)
 
     # -- watches ---------------------------------------------------------------------------------
     async def _watch_range(self, start: bytes, end: bytes | None, after_revision: int) -> AsyncGenerator[Any, None]:
@@ -402,7 +391,7 @@ class EtcdMetadataStore:
         """Leased ``/brokers/ids/<id>``; the broker epoch is its create_revision. Re-registering in
         this session deletes and re-creates it (a new epoch); a registration under another lease
         is a ``MetadataConflict`` (broker id in use)."""
-        key = f"{BROKER_IDS}/{broker_id}"
+        key = broker_key(broker_id)
         k = self._k(key)
         while True:
             kv = await self._get_kv(k)
@@ -416,13 +405,9 @@ class EtcdMetadataStore:
             except MetadataConflict:
                 continue
 
-    @staticmethod
-    def _election_keys(name: str) -> tuple[str, str]:
-        return f"/{name}", f"/{name}_epoch"
-
     async def _election(self, name: str) -> tuple[Any, Any, int]:
         """(leader kv, epoch kv, revision) read in one atomic step."""
-        leader_key, epoch_key = self._election_keys(name)
+        leader_key, epoch_key = election_keys(name)
         response = await self._txn([], [_range(self._k(leader_key)), _range(self._k(epoch_key))])
         leader, epoch = (r.response_range.kvs[0] if r.response_range.kvs else None for r in response.responses)
         return leader, epoch, int(response.header.revision)
@@ -430,7 +415,7 @@ class EtcdMetadataStore:
     async def campaign(self, name: str, value: bytes) -> Leadership:
         """Wait until ``/<name>`` is free, then put it with the lease and bump ``/<name>_epoch`` in
         one transaction; the fence compares the counter's mod_revision."""
-        leader_key, epoch_key = self._election_keys(name)
+        leader_key, epoch_key = election_keys(name)
         while True:
             leader, epoch, revision = await self._election(name)
             current = int(epoch.value) if epoch is not None else 0
@@ -455,7 +440,7 @@ class EtcdMetadataStore:
 
     async def resign(self, leadership: Leadership) -> None:
         """Delete ``/<name>`` if this leadership still holds (its fence passes); else nothing."""
-        leader_key, _ = self._election_keys(leadership.name)
+        leader_key, _ = election_keys(leadership.name)
         with contextlib.suppress(MetadataConflict):
             await self._commit([leadership.fence], [Delete(leader_key)])
 

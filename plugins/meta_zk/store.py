@@ -37,6 +37,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
+from odradek.coordination import broker_key, check_key, check_prefix, election_keys, increment_counter
 from odradek.interfaces import (
     ABSENT,
     ANY,
@@ -61,7 +62,6 @@ from .snapshot import Node, Snapshot, base_without_history, diff, take_snapshot,
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-BROKER_IDS = "/brokers/ids"
 #: list() snapshots kept so that a watch from a list's revision knows what was deleted since.
 SNAPSHOT_CACHE = 8
 #: Errors meaning "no answer from the server right now".
@@ -90,15 +90,11 @@ class ZooKeeperMetadataStore:
 
     # -- plumbing --------------------------------------------------------------------------------
     def _path(self, key: str) -> str:
-        if not key.startswith("/") or key.endswith("/") or "//" in key:
-            raise ValueError(f"metadata key {key!r} must be an absolute path like /brokers/ids/1")
-        return self.chroot + key
+        return self.chroot + check_key(key)
 
     def _root(self, prefix: str) -> str:
         """The znode a prefix names: list/watch report the keys strictly below it."""
-        if not prefix.startswith("/"):
-            raise ValueError(f"metadata prefix {prefix!r} must start with /")
-        return (self.chroot + prefix.rstrip("/")) or "/"
+        return (self.chroot + check_prefix(prefix)) or "/"
 
     def _key(self, path: str) -> str:
         return path[len(self.chroot) :]
@@ -299,14 +295,7 @@ class ZooKeeperMetadataStore:
 
     async def next_id(self, key: str) -> int:
         """Increment the decimal counter at ``key`` (absent = 0) by compare-and-set on its version."""
-        while True:
-            current = await self.get(key)
-            value = int(current.value) + 1 if current is not None else 1
-            try:
-                await self.put(key, str(value).encode(), expect=current.version if current is not None else ABSENT)
-            except MetadataConflict:
-                continue
-            return value
+        return await increment_counter(self, key)
 
     # -- watches ---------------------------------------------------------------------------------
     def _cached_base(self, root: str, after_revision: int) -> dict[str, Node] | None:
@@ -363,7 +352,7 @@ class ZooKeeperMetadataStore:
         """Ephemeral ``/brokers/ids/<id>``; the broker epoch is its czxid. Re-registering in this
         session re-creates the znode (a new epoch); a live registration of another session is a
         ``MetadataConflict`` (broker id in use)."""
-        key = f"{BROKER_IDS}/{broker_id}"
+        key = broker_key(broker_id)
         path = self._path(key)
         while True:
             client = self._live()
@@ -380,15 +369,11 @@ class ZooKeeperMetadataStore:
             except MetadataConflict:
                 continue  # someone else was faster: look again who holds it
 
-    @staticmethod
-    def _election_keys(name: str) -> tuple[str, str]:
-        return f"/{name}", f"/{name}_epoch"
-
     async def campaign(self, name: str, value: bytes) -> Leadership:
         """Wait until ``/<name>`` is free, then create it (ephemeral) and bump ``/<name>_epoch``
         in one multi. The fence is a check of the epoch counter's version, which only a new
         leader changes: a deposed leader's fenced writes fail."""
-        leader_key, epoch_key = self._election_keys(name)
+        leader_key, epoch_key = election_keys(name)
         leader_path, epoch_path = self._path(leader_key), self._path(epoch_key)
         wakeup = ThreadWakeup()
         self._states.add_wakeup(wakeup)
@@ -424,7 +409,7 @@ class ZooKeeperMetadataStore:
 
     async def _held(self, name: str) -> Leadership | None:
         """This session's leadership of ``name`` as it stands, or None if another session leads."""
-        leader_key, epoch_key = self._election_keys(name)
+        leader_key, epoch_key = election_keys(name)
         leader_path, epoch_path = self._path(leader_key), self._path(epoch_key)
         nodes = await self._read(multi.read_nodes, self._live(), [leader_path, epoch_path])
         leader, epoch = nodes[leader_path], nodes[epoch_path]
@@ -436,7 +421,7 @@ class ZooKeeperMetadataStore:
 
     async def resign(self, leadership: Leadership) -> None:
         """Delete ``/<name>`` if this leadership still holds (its fence passes); else nothing."""
-        leader_key, _ = self._election_keys(leadership.name)
+        leader_key, _ = election_keys(leadership.name)
         try:
             await self.txn([leadership.fence], [Delete(leader_key)])
         except MetadataConflict:
@@ -445,7 +430,7 @@ class ZooKeeperMetadataStore:
     async def leader(self, name: str) -> tuple[bytes, int] | None:
         """The leader's value and epoch, read together (both were written by one multi, so the
         leader znode's mzxid equals the epoch counter's; a mismatch means a read across an election)."""
-        leader_key, epoch_key = self._election_keys(name)
+        leader_key, epoch_key = election_keys(name)
         leader_path, epoch_path = self._path(leader_key), self._path(epoch_key)
         for _ in range(50):
             nodes = await self._read(multi.read_nodes, self._live(), [leader_path, epoch_path])
