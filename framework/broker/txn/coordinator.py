@@ -203,7 +203,15 @@ class TransactionCoordinator:
 
     def _spawn_completion(self, transactional_id: str) -> None:
         if self._nursery is not None:
-            self._nursery.start_soon(self._complete, transactional_id)
+            self._nursery.start_soon(self._complete_logged, transactional_id)
+
+    async def _complete_logged(self, transactional_id: str) -> None:
+        """A background completion: a failure is logged (the periodic task retries), never raised
+        into the coordinator's nursery."""
+        try:
+            await self._complete(transactional_id)
+        except Exception:
+            log.exception("completing the transaction of %r failed; retrying later", transactional_id)
 
     # -- helpers ---------------------------------------------------------------------------------------
     def validate(self, transactional_id: str | None) -> ErrorCode | None:
@@ -459,7 +467,10 @@ class TransactionCoordinator:
                 log.error("%r stays %s: markers not written to %s", transactional_id, md.state.name, sorted(remaining))
                 return
             if self.txn_offsets is not None and any(tp.topic == OFFSETS_TOPIC for tp in md.partitions):
-                await self.txn_offsets.complete(md.producer_id, commit)
+                try:
+                    await self.txn_offsets.complete(md.producer_id, commit)
+                except Exception:  # the markers are written: the transaction completes regardless
+                    log.exception("transactional offsets of %r could not be completed", transactional_id)
             done = TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT
             async with self._locks[transactional_id]:
                 if self.transactions.get(transactional_id) is md:
