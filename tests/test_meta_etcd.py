@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_etcd.store import EtcdMetadataStore, etcd3, parse_endpoint
 from odradek.sessions import MetadataUnavailable
 from odradek.testing import EtcdServer, servers, start_etcd, unique_chroot
-from odradek.testing.metadata import MetadataStoreConformance, close_iterator
+from odradek.testing.metadata import MetadataStoreConformance, await_state, close_iterator, next_event
 from odradek.testing.servers import free_port
 
 
@@ -24,14 +24,6 @@ class TestEtcdConformance(MetadataStoreConformance):
     def metadata_store_factory(self, etcd_server: EtcdServer) -> Callable[[], MetadataStore]:
         namespace = unique_chroot("conformance")
         return lambda: EtcdMetadataStore([etcd_server.endpoint], namespace=namespace)
-
-
-async def _await_state(states: AsyncIterator[SessionState], wanted: SessionState, seen: list[SessionState]) -> None:
-    with trio.fail_after(20):
-        async for state in states:
-            seen.append(state)
-            if state is wanted:
-                return
 
 
 def _observer(server: EtcdServer) -> Any:
@@ -84,14 +76,14 @@ async def test_revoked_lease_is_lost_and_its_ephemerals_vanish(etcd_server: Etcd
     try:
         states = store.session_states()
         seen: list[SessionState] = []
-        await _await_state(states, SessionState.CONNECTED, seen)
+        await await_state(states, SessionState.CONNECTED, seen)
         epoch = await store.register_broker(1, b"b1")
         await store.create("/live/x", b"1", ephemeral=True)
         old_lease = store.lease_id
         await trio.to_thread.run_sync(observer.revoke_lease, old_lease)
         assert await trio.to_thread.run_sync(observer.get, store.namespace + "/live/x") == (None, None)
-        await _await_state(states, SessionState.LOST, seen)
-        await _await_state(states, SessionState.CONNECTED, seen)
+        await await_state(states, SessionState.LOST, seen)
+        await await_state(states, SessionState.CONNECTED, seen)
         assert store.lease_id != old_lease
         assert await store.register_broker(1, b"b1") > epoch
         await close_iterator(states)
@@ -112,25 +104,23 @@ async def test_server_crash_suspends_loses_lease_and_recovers(tmp_path: Path) ->
             _, revision = await store.list("/keys/")
             states = store.session_states()
             seen: list[SessionState] = []
-            await _await_state(states, SessionState.CONNECTED, seen)
+            await await_state(states, SessionState.CONNECTED, seen)
             watch = store.watch("/keys/", after_revision=revision)
             await store.put("/keys/before", b"1")
-            with trio.fail_after(10):
-                first = await watch.__anext__()
+            first = await next_event(watch)
             assert (first.key, first.value) == ("/keys/before", b"1")
             await trio.to_thread.run_sync(server.kill)
-            await _await_state(states, SessionState.SUSPENDED, seen)
-            await _await_state(states, SessionState.LOST, seen)
+            await await_state(states, SessionState.SUSPENDED, seen)
+            await await_state(states, SessionState.LOST, seen)
             await trio.to_thread.run_sync(server.start)
-            await _await_state(states, SessionState.CONNECTED, seen)
+            await await_state(states, SessionState.CONNECTED, seen)
             observer = _observer(server)
             try:
                 assert await trio.to_thread.run_sync(observer.get, "/live/x") == (None, None)
                 await trio.to_thread.run_sync(observer.put, "/keys/after", b"2")
             finally:
                 observer.close()
-            with trio.fail_after(10):
-                second = await watch.__anext__()
+            second = await next_event(watch)
             assert (second.key, second.value) == ("/keys/after", b"2")
             await close_iterator(watch)
             await close_iterator(states)
@@ -167,8 +157,7 @@ async def test_watch_from_compacted_revision_raises_compacted(tmp_path: Path) ->
             await close_iterator(watch)
             watch = store.watch("/c/", after_revision=now)  # from the compaction point on: fine
             await store.put("/c/a", b"3")
-            with trio.fail_after(10):
-                event = await watch.__anext__()
+            event = await next_event(watch)
             assert event.value == b"3"
             await close_iterator(watch)
         finally:

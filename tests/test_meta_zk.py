@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_zk.store import ZooKeeperMetadataStore, split_connect
 from odradek.sessions import MetadataUnavailable
 from odradek.testing import ZooKeeperServer, servers, start_zookeeper, unique_chroot
-from odradek.testing.metadata import MetadataStoreConformance, close_iterator
+from odradek.testing.metadata import MetadataStoreConformance, await_state, close_iterator, next_event
 from odradek.testing.servers import free_port
 
 
@@ -26,14 +26,6 @@ class TestZooKeeperConformance(MetadataStoreConformance):
     def metadata_store_factory(self, zookeeper_server: ZooKeeperServer) -> Callable[[], MetadataStore]:
         connect = zookeeper_server.connect_string + unique_chroot("conformance")
         return lambda: ZooKeeperMetadataStore(connect)
-
-
-async def _await_state(states: AsyncIterator[SessionState], wanted: SessionState, seen: list[SessionState]) -> None:
-    with trio.fail_after(20):
-        async for state in states:
-            seen.append(state)
-            if state is wanted:
-                return
 
 
 def test_plugin_registers_zookeeper_and_config_keys(zookeeper_server: ZooKeeperServer) -> None:
@@ -71,7 +63,7 @@ async def test_expired_session_is_lost_and_its_ephemerals_vanish(zookeeper_serve
     try:
         states = store.session_states()
         seen: list[SessionState] = []
-        await _await_state(states, SessionState.CONNECTED, seen)
+        await await_state(states, SessionState.CONNECTED, seen)
         epoch = await store.register_broker(1, b"b1")
         await store.create("/live/x", b"1", ephemeral=True)
         client_id = store.client_id
@@ -86,8 +78,8 @@ async def test_expired_session_is_lost_and_its_ephemerals_vanish(zookeeper_serve
         await trio.to_thread.run_sync(expire)
         assert await observer.get("/live/x") is None
         assert await observer.get("/brokers/ids/1") is None
-        await _await_state(states, SessionState.LOST, seen)
-        await _await_state(states, SessionState.CONNECTED, seen)
+        await await_state(states, SessionState.LOST, seen)
+        await await_state(states, SessionState.CONNECTED, seen)
         assert store.client_id is not None and store.client_id[0] != client_id[0]
         assert await store.register_broker(1, b"b1") > epoch
         await close_iterator(states)
@@ -110,24 +102,22 @@ async def test_server_crash_suspends_then_session_and_watch_resume(tmp_path: Pat
             _, revision = await store.list("/keys/")
             states = store.session_states()
             seen: list[SessionState] = []
-            await _await_state(states, SessionState.CONNECTED, seen)
+            await await_state(states, SessionState.CONNECTED, seen)
             watch = store.watch("/keys/", after_revision=revision)
             await store.put("/keys/before", b"1")
-            with trio.fail_after(10):
-                first = await watch.__anext__()
+            first = await next_event(watch)
             assert (first.key, first.value) == ("/keys/before", b"1")
             session = store.client_id
             await trio.to_thread.run_sync(zk.kill)
-            await _await_state(states, SessionState.SUSPENDED, seen)
+            await await_state(states, SessionState.SUSPENDED, seen)
             await trio.to_thread.run_sync(zk.start)
-            await _await_state(states, SessionState.CONNECTED, seen)
+            await await_state(states, SessionState.CONNECTED, seen)
             assert store.client_id == session
             await observer.open(8000)
             got = await observer.get("/live/x")
             assert got is not None and got.value == b"1"
             await observer.put("/keys/after", b"2")
-            with trio.fail_after(10):
-                second = await watch.__anext__()
+            second = await next_event(watch)
             assert (second.key, second.value) == ("/keys/after", b"2")
             await close_iterator(watch)
             await close_iterator(states)
@@ -155,8 +145,7 @@ async def test_watch_without_cached_snapshot(zookeeper_server: ZooKeeperServer) 
         _, revision = await lister.list("/w/")
         await lister.put("/w/a", b"2")  # an update: recoverable from the current state
         watch = watcher.watch("/w/", after_revision=revision)
-        with trio.fail_after(10):
-            event = await watch.__anext__()
+        event = await next_event(watch)
         assert (event.key, event.value) == ("/w/a", b"2")
         await close_iterator(watch)
         await lister.delete("/w/b")  # a deletion: not recoverable
@@ -178,8 +167,7 @@ async def test_watch_starts_from_a_cached_list_of_an_ancestor(zookeeper_server: 
         _, revision = await store.list("/")
         await store.delete("/w/a")  # known to be a deletion only through the cached snapshot
         watch = store.watch("/w/", after_revision=revision)
-        with trio.fail_after(10):
-            event = await watch.__anext__()
+        event = await next_event(watch)
         assert (event.key, event.value) == ("/w/a", None) and event.revision > revision
         await close_iterator(watch)
     finally:

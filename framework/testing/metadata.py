@@ -513,6 +513,24 @@ class MetadataStoreConformance:
         assert sorted(got) == list(range(1, 19))
 
 
+async def await_state(
+    states: AsyncIterator[SessionState], wanted: SessionState, seen: list[SessionState], timeout_s: float = 20
+) -> None:
+    """Read ``session_states()`` until ``wanted`` arrives, appending every state to ``seen`` (fault
+    tests: kill a server, then wait for SUSPENDED/LOST/CONNECTED); fails after ``timeout_s``."""
+    with trio.fail_after(timeout_s):
+        async for state in states:
+            seen.append(state)
+            if state is wanted:
+                return
+
+
+async def next_event(watch: AsyncIterator[WatchEvent], timeout_s: float = 10) -> WatchEvent:
+    """The next event of a ``watch()`` iterator; fails after ``timeout_s``."""
+    with trio.fail_after(timeout_s):
+        return await watch.__anext__()
+
+
 async def close_iterator(iterator: Any) -> None:
     """Close an async generator early (a no-op for iterators without ``aclose``)."""
     aclose = getattr(iterator, "aclose", None)
