@@ -12,6 +12,7 @@ never skip silently.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import platform
@@ -26,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import pytest
 
@@ -36,6 +37,7 @@ SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
 #: Where Debian's etcd-server puts etcd, used when it is not on PATH.
 ETCD_BINARY = Path("/usr/bin/etcd")
 START_TIMEOUT_S = 30.0
+S = TypeVar("S", bound="_ManagedServer")
 
 
 class ServerExited(Exception):
@@ -89,7 +91,7 @@ class _ServerProcess:
         finally:
             log.close()
 
-    def wait_ready(self, probe: object, timeout_s: float = START_TIMEOUT_S) -> None:
+    def wait_ready(self, probe: Callable[[], bool], timeout_s: float = START_TIMEOUT_S) -> None:
         """Poll ``probe()`` until it returns True; ``ServerExited`` if the process died, a test
         failure with the server's log if it never answered."""
         deadline = time.monotonic() + timeout_s
@@ -97,7 +99,7 @@ class _ServerProcess:
             assert self.process is not None
             if self.process.poll() is not None:
                 raise ServerExited(f"{self.name} exited with {self.process.returncode} on start:\n{self.log_tail()}")
-            if probe():  # type: ignore[operator]
+            if probe():
                 return
             time.sleep(0.05)
         self.kill()
@@ -120,8 +122,36 @@ class _ServerProcess:
             self.kill()
 
 
+class _ManagedServer(abc.ABC):
+    """What the server handles share: start (again), crash and stop their ``_ServerProcess``."""
+
+    server: _ServerProcess
+
+    @abc.abstractmethod
+    def is_ready(self) -> bool:
+        """Whether the server answers clients yet."""
+
+    def launch(self) -> None:
+        """Spawn the process and wait until it answers; ``ServerExited`` if it dies meanwhile."""
+        self.server.spawn()
+        self.server.wait_ready(self.is_ready)
+
+    def start(self) -> None:
+        """Start (or restart after ``kill``/``stop``) on the same ports and data dir."""
+        try:
+            self.launch()
+        except ServerExited as exc:
+            pytest.fail(str(exc))
+
+    def kill(self) -> None:
+        self.server.kill()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
 @dataclass
-class ZooKeeperServer:
+class ZooKeeperServer(_ManagedServer):
     """A standalone ZooKeeper (``ZooKeeperServerMain``) on 127.0.0.1:``port``."""
 
     port: int
@@ -142,23 +172,9 @@ class ZooKeeperServer:
         except OSError:
             return False
 
-    def start(self) -> None:
-        """Start (or restart after ``kill``/``stop``) on the same port and data dir."""
-        self.server.spawn()
-        try:
-            self.server.wait_ready(self.is_ready)
-        except ServerExited as exc:
-            pytest.fail(str(exc))
-
-    def kill(self) -> None:
-        self.server.kill()
-
-    def stop(self) -> None:
-        self.server.stop()
-
 
 @dataclass
-class EtcdServer:
+class EtcdServer(_ManagedServer):
     """A single-member etcd on 127.0.0.1:``client_port`` (peers on ``peer_port``)."""
 
     client_port: int
@@ -178,20 +194,6 @@ class EtcdServer:
                 return b'"true"' in r.read()
         except OSError:
             return False
-
-    def start(self) -> None:
-        """Start (or restart after ``kill``/``stop``) on the same ports and data dir."""
-        self.server.spawn()
-        try:
-            self.server.wait_ready(self.is_ready)
-        except ServerExited as exc:
-            pytest.fail(str(exc))
-
-    def kill(self) -> None:
-        self.server.kill()
-
-    def stop(self) -> None:
-        self.server.stop()
 
 
 def _java() -> str:
@@ -217,19 +219,33 @@ def _etcd() -> str:
 START_ATTEMPTS = 3
 
 
-def _start_with_retries(make: Callable[[], Any]) -> Any:
-    """``make()`` builds a server on fresh ports; start it, retrying on early exit."""
+@contextlib.contextmanager
+def _running(make: Callable[[], S]) -> Iterator[S]:
+    """``make()`` builds a server on fresh ports; start it (retrying on early exit), stop it at the end."""
     for attempt in range(START_ATTEMPTS):
         server = make()
-        server.server.spawn()
         try:
-            server.server.wait_ready(server.is_ready)
-            return server
+            server.launch()
+            break
         except ServerExited as exc:
             server.stop()
             if attempt == START_ATTEMPTS - 1:
                 pytest.fail(f"{exc}\n(after {START_ATTEMPTS} attempts on fresh ports)")
-    raise AssertionError("unreachable")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def _workdir(workdir: Path | None, prefix: str) -> Iterator[Path]:
+    """``workdir`` (created), or a temporary directory removed at the end."""
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        yield workdir
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield Path(tmp)
 
 
 def _zoo_cfg(data_dir: Path, port: int) -> str:
@@ -258,17 +274,14 @@ def start_zookeeper(workdir: Path | None = None) -> Iterator[ZooKeeperServer]:
     server needs no durability across machine crashes.
     """
     java = _java()
-    with contextlib.ExitStack() as stack:
-        if workdir is None:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="odradek-zk-")))
-        data_dir = workdir / "data"
+    with _workdir(workdir, "odradek-zk-") as wd:
+        data_dir = wd / "data"
         data_dir.mkdir(parents=True, exist_ok=True)
         classpath = [str(ZOOKEEPER_JAR)] + ([str(SLF4J_SIMPLE_JAR)] if SLF4J_SIMPLE_JAR.exists() else [])
 
         def make() -> ZooKeeperServer:
-            assert workdir is not None
             port = free_port()
-            cfg = workdir / "zoo.cfg"
+            cfg = wd / "zoo.cfg"
             cfg.write_text(_zoo_cfg(data_dir, port))
             command = [
                 java,
@@ -282,11 +295,10 @@ def start_zookeeper(workdir: Path | None = None) -> Iterator[ZooKeeperServer]:
                 "org.apache.zookeeper.server.ZooKeeperServerMain",
                 str(cfg),
             ]
-            return ZooKeeperServer(port, data_dir, _ServerProcess("zookeeper", command, workdir))
+            return ZooKeeperServer(port, data_dir, _ServerProcess("zookeeper", command, wd))
 
-        zk: ZooKeeperServer = _start_with_retries(make)
-        stack.callback(zk.stop)
-        yield zk
+        with _running(make) as zk:
+            yield zk
 
 
 @contextlib.contextmanager
@@ -297,21 +309,17 @@ def start_etcd(workdir: Path | None = None) -> Iterator[EtcdServer]:
     allow lease TTLs down to 1 s (etcd's minimum TTL is 1.5 election timeouts).
     """
     etcd = _etcd()
-    with contextlib.ExitStack() as stack:
-        if workdir is None:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="odradek-etcd-")))
-        workdir.mkdir(parents=True, exist_ok=True)
+    with _workdir(workdir, "odradek-etcd-") as wd:
         machine = platform.machine()
         env = {"ETCD_UNSUPPORTED_ARCH": machine} if machine not in {"x86_64", "AMD64"} else {}
 
         def make() -> EtcdServer:
-            assert workdir is not None
             client_port = free_port()
             peer_port = free_port()
             while peer_port == client_port:
                 peer_port = free_port()
             client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
-            data_dir = workdir / f"data-{client_port}"  # a member's data dir remembers its peer URL
+            data_dir = wd / f"data-{client_port}"  # a member's data dir remembers its peer URL
             command = [
                 etcd,
                 "--name=odradek-test",
@@ -325,11 +333,10 @@ def start_etcd(workdir: Path | None = None) -> Iterator[EtcdServer]:
                 "--election-timeout=300",
                 "--log-level=warn",
             ]
-            return EtcdServer(client_port, peer_port, data_dir, _ServerProcess("etcd", command, workdir, env))
+            return EtcdServer(client_port, peer_port, data_dir, _ServerProcess("etcd", command, wd, env))
 
-        server: EtcdServer = _start_with_retries(make)
-        stack.callback(server.stop)
-        yield server
+        with _running(make) as server:
+            yield server
 
 
 @pytest.fixture(scope="session")
