@@ -137,6 +137,9 @@ class MetadataCache:
         self.cluster_id = ""
         self.revision = 0
         self._topic_configs: dict[str, TopicConfig] = {}
+        #: the store revision each topic was last read at: watch events at or below it are already
+        #: in what was read (creating a 1,000-partition topic is 1,000 events: one refresh, not 1,000)
+        self._topic_read_at: dict[str, int] = {}
         # one reconciliation at a time: the watch and an admin call may refresh the same topic
         self._lock = trio.Lock()
 
@@ -179,7 +182,8 @@ class MetadataCache:
             await self._refresh_topic(name)
 
     async def _refresh_topic(self, name: str) -> None:
-        items, _ = await self.store.list(topic_key(name) + "/")
+        items, read_at = await self.store.list(topic_key(name) + "/")
+        self._topic_read_at[name] = read_at
         assignment = await self.store.get(topic_key(name))
         cfg = await self.store.get(config_key(name))
         if assignment is None:
@@ -251,13 +255,13 @@ class MetadataCache:
             try:
                 async for ev in self.store.watch("/", after_revision=self.revision):
                     self.revision = max(self.revision, ev.revision)
-                    await self._on_change(ev.key, ev.value)
+                    await self._on_change(ev.key, ev.value, ev.revision)
                 return  # the session ended
             except MetadataCompacted:
                 log.warning("metadata watch fell behind; re-reading the whole state")
                 await self.load()
 
-    async def _on_change(self, key: str, value: bytes | None) -> None:
+    async def _on_change(self, key: str, value: bytes | None, revision: int = -1) -> None:
         if key.startswith(BROKERS_PREFIX):
             if value is None:
                 self.brokers.pop(_int_or(key[len(BROKERS_PREFIX) :]), None)
@@ -266,11 +270,17 @@ class MetadataCache:
                 if v is not None:
                     self._set_broker(key, v)
         elif key.startswith(TOPICS_PREFIX):
-            await self.refresh_topic(_topic_of(key))
+            await self._refresh_if_older(_topic_of(key), revision)
         elif key.startswith(CONFIG_PREFIX):
-            await self.refresh_topic(key[len(CONFIG_PREFIX) :])
+            await self._refresh_if_older(key[len(CONFIG_PREFIX) :], revision)
         elif key.startswith("/elections/" + CONTROLLER_ELECTION + "/"):
             await self.refresh_controller()
+
+    async def _refresh_if_older(self, name: str, revision: int) -> None:
+        """Refresh ``name`` unless it was read at ``revision`` or later (the change is in it)."""
+        if revision >= 0 and revision <= self._topic_read_at.get(name, -1):
+            return
+        await self.refresh_topic(name)
 
     # -- reads -----------------------------------------------------------------------------------
     def topic_config(self, name: str) -> TopicConfig | None:
