@@ -23,10 +23,9 @@ from ..interfaces import TopicPartition
 from ..protocol import ApiKey
 from .base import AsyncClient
 from .cluster import BrokerInfo, PartitionInfo
-from .connection import BrokerConnection
 from .group_ops import CoordinatorLookup, OffsetAndMetadata, commit_offsets, fetch_committed
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, OffsetAndTimestamp, list_offsets
-from .requests import error_code, make_request
+from .requests import error_code, request_builder
 
 
 class ConfigResourceType(enum.IntEnum):
@@ -203,16 +202,9 @@ class AsyncAdmin(AsyncClient):
             }
             for t in topics
         ]
-
-        def build(conn: BrokerConnection) -> Any:
-            return make_request(
-                ApiKey.CREATE_TOPICS,
-                conn.version(ApiKey.CREATE_TOPICS, max_version=7),
-                topics=entries,
-                timeout=timeout_ms,
-                validate_only=validate_only,
-            )
-
+        build = request_builder(
+            ApiKey.CREATE_TOPICS, max_version=7, topics=entries, timeout=timeout_ms, validate_only=validate_only
+        )
         response = await self._to_controller(build, timeout)
         result = {
             r.name: _error(r.error_code, f"create topic {r.name!r}", getattr(r, "error_message", None))
@@ -224,17 +216,13 @@ class AsyncAdmin(AsyncClient):
     async def delete_topics(self, names: Sequence[str], timeout: float | None = None) -> dict[str, KafkaError | None]:
         self._check_open()
         timeout_ms = int(self._default_timeout(timeout) * 1000)
-
-        def build(conn: BrokerConnection) -> Any:
-            version = conn.version(ApiKey.DELETE_TOPICS, max_version=5)
-            return make_request(
-                ApiKey.DELETE_TOPICS,
-                version,
-                topic_names=list(names),
-                topics=[{"name": n, "topic_id": None} for n in names],
-                timeout=timeout_ms,
-            )
-
+        build = request_builder(
+            ApiKey.DELETE_TOPICS,
+            max_version=5,
+            topic_names=list(names),
+            topics=[{"name": n, "topic_id": None} for n in names],
+            timeout=timeout_ms,
+        )
         response = await self._to_controller(build, timeout)
         self.network.request_update()
         return {
@@ -248,16 +236,13 @@ class AsyncAdmin(AsyncClient):
         """Grow topics to ``new_totals[topic]`` partitions."""
         self._check_open()
         timeout_ms = int(self._default_timeout(timeout) * 1000)
-
-        def build(conn: BrokerConnection) -> Any:
-            return make_request(
-                ApiKey.CREATE_PARTITIONS,
-                conn.version(ApiKey.CREATE_PARTITIONS, max_version=3),
-                topics=[{"name": t, "count": n, "assignments": None} for t, n in new_totals.items()],
-                timeout=timeout_ms,
-                validate_only=validate_only,
-            )
-
+        build = request_builder(
+            ApiKey.CREATE_PARTITIONS,
+            max_version=3,
+            topics=[{"name": t, "count": n, "assignments": None} for t, n in new_totals.items()],
+            timeout=timeout_ms,
+            validate_only=validate_only,
+        )
         response = await self._to_controller(build, timeout)
         self.network.request_update()
         return {
@@ -266,10 +251,20 @@ class AsyncAdmin(AsyncClient):
         }
 
     # -- configs -----------------------------------------------------------------------------------
-    async def _config_node(self, resource_type: int, name: str) -> int | None:
-        if resource_type in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER) and name:
-            return int(name)
-        return None
+    async def _to_config_owner(
+        self, resource_type: int, name: str, build: Any, timeout: float | None, what: str
+    ) -> Any:
+        """Send a config request about a resource to the broker owning it (broker resources: that
+        broker; others: any broker), retrying."""
+        is_broker = resource_type in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER)
+        node = int(name) if is_broker and name else None
+
+        async def attempt() -> Any:
+            if node is None:
+                return await self.network.send_any(build)
+            return await self.network.send(node, build)
+
+        return await self.network.call_with_retries(attempt, timeout_s=self._default_timeout(timeout), what=what)
 
     async def describe_configs(
         self, resources: Sequence[tuple[int, str]], timeout: float | None = None
@@ -278,26 +273,14 @@ class AsyncAdmin(AsyncClient):
         self._check_open()
         out: dict[tuple[int, str], dict[str, ConfigEntry] | KafkaError] = {}
         for rtype, name in resources:
-
-            def build(conn: BrokerConnection, rtype: int = rtype, name: str = name) -> Any:
-                return make_request(
-                    ApiKey.DESCRIBE_CONFIGS,
-                    conn.version(ApiKey.DESCRIBE_CONFIGS, max_version=4),
-                    resources=[{"resource_type": int(rtype), "resource_name": name, "configuration_keys": None}],
-                    include_synonyms=False,
-                    include_documentation=False,
-                )
-
-            node = await self._config_node(rtype, name)
-
-            async def attempt(node: int | None = node, build: Any = build) -> Any:
-                if node is None:
-                    return await self.network.send_any(build)
-                return await self.network.send(node, build)
-
-            response = await self.network.call_with_retries(
-                attempt, timeout_s=self._default_timeout(timeout), what="DescribeConfigs"
+            build = request_builder(
+                ApiKey.DESCRIBE_CONFIGS,
+                max_version=4,
+                resources=[{"resource_type": int(rtype), "resource_name": name, "configuration_keys": None}],
+                include_synonyms=False,
+                include_documentation=False,
             )
+            response = await self._to_config_owner(rtype, name, build, timeout, "DescribeConfigs")
             for r in response.results:
                 err = _error(r.error_code, f"describe configs of {r.resource_name!r}", r.error_message)
                 if err is not None:
@@ -335,25 +318,10 @@ class AsyncAdmin(AsyncClient):
                     "configs": [{"name": k, "config_operation": int(op), "value": v} for k, op, v in ops],
                 }
             ]
-
-            def build(conn: BrokerConnection, payload: Any = payload) -> Any:
-                return make_request(
-                    ApiKey.INCREMENTAL_ALTER_CONFIGS,
-                    conn.version(ApiKey.INCREMENTAL_ALTER_CONFIGS, max_version=1),
-                    resources=payload,
-                    validate_only=validate_only,
-                )
-
-            node = await self._config_node(rtype, name)
-
-            async def attempt(node: int | None = node, build: Any = build) -> Any:
-                if node is None:
-                    return await self.network.send_any(build)
-                return await self.network.send(node, build)
-
-            response = await self.network.call_with_retries(
-                attempt, timeout_s=self._default_timeout(timeout), what="IncrementalAlterConfigs"
+            build = request_builder(
+                ApiKey.INCREMENTAL_ALTER_CONFIGS, max_version=1, resources=payload, validate_only=validate_only
             )
+            response = await self._to_config_owner(rtype, name, build, timeout, "IncrementalAlterConfigs")
             for r in response.responses:
                 out[(int(r.resource_type), r.resource_name)] = _error(
                     r.error_code, f"alter configs of {r.resource_name!r}", r.error_message
@@ -421,15 +389,12 @@ class AsyncAdmin(AsyncClient):
         by_topic: dict[str, list[dict[str, int]]] = {}
         for tp, off in parts.items():
             by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition, "offset": off})
-
-        def build(conn: BrokerConnection) -> Any:
-            return make_request(
-                ApiKey.DELETE_RECORDS,
-                conn.version(ApiKey.DELETE_RECORDS, max_version=2),
-                topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-                timeout=timeout_ms,
-            )
-
+        build = request_builder(
+            ApiKey.DELETE_RECORDS,
+            max_version=2,
+            topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+            timeout=timeout_ms,
+        )
         try:
             response = await self.network.send(node, build)
         except KafkaError as exc:
@@ -448,6 +413,23 @@ class AsyncAdmin(AsyncClient):
                 out[tp] = err if err is not None else int(p.low_watermark)
 
     # -- groups ------------------------------------------------------------------------------------
+    async def _to_coordinator(
+        self, lookup: CoordinatorLookup, build: Any, results: str, verb: str, what: str, timeout: float | None
+    ) -> Any:
+        """Send a per-group request to the group's coordinator, retrying while any group in the
+        response's ``results`` list has a retriable error (a moved coordinator is looked up again)."""
+
+        async def attempt() -> Any:
+            response = await lookup.send(build)
+            for g in getattr(response, results):
+                code = error_code(g.error_code)
+                lookup.check(code)
+                if code.retriable:
+                    raise KafkaError(f"{verb} {g.group_id!r}: {code.name}", code=code)
+            return response
+
+        return await self.network.call_with_retries(attempt, timeout_s=self._default_timeout(timeout), what=what)
+
     async def list_groups(self, timeout: float | None = None) -> list[ListedGroup]:
         """Every group of every broker (each broker lists the groups it coordinates)."""
         self._check_open()
@@ -456,15 +438,9 @@ class AsyncAdmin(AsyncClient):
         found: dict[str, ListedGroup] = {}
         errors: list[KafkaError] = []
 
-        async def ask(node: int) -> None:
-            def build(conn: BrokerConnection) -> Any:
-                return make_request(
-                    ApiKey.LIST_GROUPS,
-                    conn.version(ApiKey.LIST_GROUPS, max_version=4),
-                    states_filter=[],
-                    types_filter=[],
-                )
+        build = request_builder(ApiKey.LIST_GROUPS, max_version=4, states_filter=[], types_filter=[])
 
+        async def ask(node: int) -> None:
             try:
                 response = await self.network.send(node, build)
             except KafkaError as exc:
@@ -491,27 +467,12 @@ class AsyncAdmin(AsyncClient):
         out: dict[str, GroupDescription | KafkaError] = {}
         for gid in group_ids:
             lookup = CoordinatorLookup(self.network, gid)
-
-            def build(conn: BrokerConnection, gid: str = gid) -> Any:
-                return make_request(
-                    ApiKey.DESCRIBE_GROUPS,
-                    conn.version(ApiKey.DESCRIBE_GROUPS, max_version=5),
-                    groups=[gid],
-                    include_authorized_operations=False,
-                )
-
-            async def attempt(lookup: CoordinatorLookup = lookup, build: Any = build) -> Any:
-                response = await lookup.send(build)
-                for g in response.groups:
-                    code = error_code(g.error_code)
-                    lookup.check(code)
-                    if code.retriable:
-                        raise KafkaError(f"describe group {g.group_id!r}: {code.name}", code=code)
-                return response
-
+            build = request_builder(
+                ApiKey.DESCRIBE_GROUPS, max_version=5, groups=[gid], include_authorized_operations=False
+            )
             try:
-                response = await self.network.call_with_retries(
-                    attempt, timeout_s=self._default_timeout(timeout), what="DescribeGroups"
+                response = await self._to_coordinator(
+                    lookup, build, "groups", "describe group", "DescribeGroups", timeout
                 )
             except KafkaError as exc:
                 out[gid] = exc
@@ -552,25 +513,10 @@ class AsyncAdmin(AsyncClient):
         self._check_open()
         out: dict[str, KafkaError | None] = {}
         for gid in group_ids:
-            lookup = CoordinatorLookup(self.network, gid)
-
-            def build(conn: BrokerConnection, gid: str = gid) -> Any:
-                return make_request(
-                    ApiKey.DELETE_GROUPS, conn.version(ApiKey.DELETE_GROUPS, max_version=2), groups_names=[gid]
-                )
-
-            async def attempt(lookup: CoordinatorLookup = lookup, build: Any = build) -> Any:
-                response = await lookup.send(build)
-                for r in response.results:
-                    code = error_code(r.error_code)
-                    lookup.check(code)
-                    if code.retriable:
-                        raise KafkaError(f"delete group {r.group_id!r}: {code.name}", code=code)
-                return response
-
+            build = request_builder(ApiKey.DELETE_GROUPS, max_version=2, groups_names=[gid])
             try:
-                response = await self.network.call_with_retries(
-                    attempt, timeout_s=self._default_timeout(timeout), what="DeleteGroups"
+                response = await self._to_coordinator(
+                    CoordinatorLookup(self.network, gid), build, "results", "delete group", "DeleteGroups", timeout
                 )
             except KafkaError as exc:
                 out[gid] = exc

@@ -15,7 +15,7 @@ from ..interfaces import TopicPartition
 from ..protocol import ApiKey
 from .connection import BrokerConnection, NetworkError
 from .network import GROUP_COORDINATOR, NetworkClient
-from .requests import error_code, make_request
+from .requests import error_code, make_request, request_builder
 
 _COORDINATOR_ERRORS = frozenset(
     {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION}
@@ -68,13 +68,14 @@ async def fetch_committed(
         for tp in partitions:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         topics = [{"name": t, "partition_indexes": sorted(ps)} for t, ps in by_topic.items()]
-
-    def build(conn: BrokerConnection) -> Any:
-        version = conn.version(ApiKey.OFFSET_FETCH, min_version=1 if topics is not None else 2, max_version=7)
-        return make_request(
-            ApiKey.OFFSET_FETCH, version, group_id=coordinator.group_id, topics=topics, require_stable=False
-        )
-
+    build = request_builder(
+        ApiKey.OFFSET_FETCH,
+        min_version=1 if topics is not None else 2,
+        max_version=7,
+        group_id=coordinator.group_id,
+        topics=topics,
+        require_stable=False,
+    )
     response = await coordinator.send(build)
     top = error_code(getattr(response, "error_code", 0))
     if top is not ErrorCode.NONE:

@@ -28,7 +28,7 @@ from ..protocol import ApiKey
 from .cluster import ClusterSnapshot, snapshot_from_metadata
 from .config import ClientConfig
 from .connection import BrokerConnection, NetworkError
-from .requests import error_code, make_request
+from .requests import error_code, make_request, request_builder
 
 log = logging.getLogger("odradek.client")
 
@@ -358,11 +358,7 @@ class NetworkClient:
     # -- coordinators ----------------------------------------------------------------------------
     async def find_coordinator(self, key: str, key_type: int = GROUP_COORDINATOR) -> int:
         """Node id of the coordinator for a group (or transactional id); raises KafkaError."""
-
-        def build(conn: BrokerConnection) -> Any:
-            version = conn.version(ApiKey.FIND_COORDINATOR, max_version=3)
-            return make_request(ApiKey.FIND_COORDINATOR, version, key=key, key_type=key_type)
-
+        build = request_builder(ApiKey.FIND_COORDINATOR, max_version=3, key=key, key_type=key_type)
         response = await self.send_any(build)
         code = error_code(response.error_code)
         if code is not ErrorCode.NONE:

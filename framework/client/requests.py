@@ -16,12 +16,15 @@ import datetime
 import enum
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ErrorCode, KafkaError
 from ..protocol import request_type
+
+if TYPE_CHECKING:
+    from .connection import BrokerConnection
 
 _MISSING = dataclasses.MISSING
 
@@ -96,6 +99,18 @@ def build(cls: type[Any], values: Mapping[str, Any]) -> Any:
 def make_request(api_key: int, version: int, **fields: Any) -> Any:
     """The kio request of ``api_key`` at ``version`` holding ``fields`` (see module doc)."""
     return build(request_type(api_key, version), fields)
+
+
+def request_builder(
+    api_key: int, *, min_version: int | None = None, max_version: int | None = None, **fields: Any
+) -> Callable[[BrokerConnection], Any]:
+    """A ``build(conn)`` for ``NetworkClient.send``: the request of ``api_key`` at the highest version
+    both sides speak (within the bounds) holding ``fields``, which are fixed when the builder is made."""
+
+    def build(conn: BrokerConnection) -> Any:
+        return make_request(api_key, conn.version(api_key, min_version=min_version, max_version=max_version), **fields)
+
+    return build
 
 
 def error_code(value: Any) -> ErrorCode:
