@@ -27,7 +27,14 @@ import trio
 
 from ..config import Config
 from ..interfaces import Check, Leadership, MetadataCompacted, MetadataConflict, MetadataStore, Put
-from .metadata_cache import BROKERS_PREFIX, CONTROLLER_ELECTION, MetadataCache, PartitionState, partition_state_key
+from .metadata_cache import (
+    BROKERS_PREFIX,
+    CONTROLLER_ELECTION,
+    TOPICS_PREFIX,
+    MetadataCache,
+    PartitionState,
+    partition_state_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +69,12 @@ class Controller:
             _, revision = await self.store.list(WATCHED_PREFIX)
             await self.elect_offline_leaders()
             try:
-                async for _ev in self.store.watch(WATCHED_PREFIX, after_revision=revision):
-                    break  # a broker or partition state changed: elect again on fresh state
+                async for ev in self.store.watch(WATCHED_PREFIX, after_revision=revision):
+                    # a broker or partition state changed: elect again on fresh state (the
+                    # cache's own watch may not have seen this change yet)
+                    if ev.key.startswith(TOPICS_PREFIX):
+                        await self.cache.refresh_topic(ev.key[len(TOPICS_PREFIX) :].split("/", 1)[0])
+                    break
                 else:
                     return  # the session ended
             except MetadataCompacted:
