@@ -28,8 +28,7 @@ import trio
 
 from ..errors import KafkaError, OdradekError
 from ..interfaces import TopicPartition
-
-DEFAULT_TIMEOUT_S = 30.0
+from .client_args import add_admin_arguments
 
 
 class GroupsCommandError(OdradekError):
@@ -40,24 +39,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("groups", help="list, describe, reset offsets of and delete consumer groups")
     gsub = p.add_subparsers(dest="groups_command", metavar="SUBCOMMAND", required=True)
 
-    def common(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--bootstrap-server", required=True, metavar="HOST:PORT", help="broker(s) to connect to, comma separated"
-        )
-        parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds (default 30)")
-
     lst = gsub.add_parser("list", help="list the consumer groups of the cluster")
-    common(lst)
+    add_admin_arguments(lst)
     lst.add_argument("--state", action="append", default=[], help="only groups in this state (repeatable)")
     lst.set_defaults(func=run_list)
 
     desc = gsub.add_parser("describe", help="state, members, committed offsets and lag of groups")
-    common(desc)
+    add_admin_arguments(desc)
     desc.add_argument("groups", nargs="+", metavar="GROUP")
     desc.set_defaults(func=run_describe)
 
     reset = gsub.add_parser("reset-offsets", help="change the committed offsets of an inactive group")
-    common(reset)
+    add_admin_arguments(reset)
     reset.add_argument("group", metavar="GROUP")
     scope = reset.add_mutually_exclusive_group(required=True)
     scope.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]", help="topic, optionally partitions")
@@ -75,7 +68,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     reset.set_defaults(func=run_reset_offsets)
 
     delete = gsub.add_parser("delete", help="delete inactive groups and their committed offsets")
-    common(delete)
+    add_admin_arguments(delete)
     delete.add_argument("groups", nargs="+", metavar="GROUP")
     delete.set_defaults(func=run_delete)
 

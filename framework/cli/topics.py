@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ErrorCode, KafkaError, OdradekError
-
-DEFAULT_TIMEOUT_S = 30.0
+from .client_args import add_admin_arguments
 
 
 class TopicsCommandError(OdradekError):
@@ -25,21 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("topics", help="create, list, describe, alter and delete topics (kafka-topics)")
     tsub = p.add_subparsers(dest="topics_command", metavar="SUBCOMMAND", required=True)
 
-    def common(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--bootstrap-server", required=True, metavar="HOST:PORT", help="broker(s) to connect to, comma separated"
-        )
-        parser.add_argument(
-            "--command-config",
-            metavar="KEY=VALUE",
-            action="append",
-            default=[],
-            help="admin client property (repeatable)",
-        )
-        parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds (default 30)")
-
     create = tsub.add_parser("create", help="create a topic")
-    common(create)
+    add_admin_arguments(create, command_config=True)
     create.add_argument("--topic", required=True)
     create.add_argument("--partitions", type=int, default=-1, help="partition count (default: broker's num.partitions)")
     create.add_argument(
@@ -50,24 +36,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     create.set_defaults(func=run_create)
 
     lst = tsub.add_parser("list", help="list topic names")
-    common(lst)
+    add_admin_arguments(lst, command_config=True)
     lst.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
     lst.set_defaults(func=run_list)
 
     desc = tsub.add_parser("describe", help="partitions, leaders, replicas, ISR and configs")
-    common(desc)
+    add_admin_arguments(desc, command_config=True)
     desc.add_argument("--topic", action="append", default=[], help="topic to describe (repeatable; default all)")
     desc.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
     desc.set_defaults(func=run_describe)
 
     delete = tsub.add_parser("delete", help="delete topics")
-    common(delete)
+    add_admin_arguments(delete, command_config=True)
     delete.add_argument("--topic", action="append", required=True, help="topic to delete (repeatable)")
     delete.add_argument("--if-exists", action="store_true", help="succeed when the topic does not exist")
     delete.set_defaults(func=run_delete)
 
     alter = tsub.add_parser("alter", help="add partitions or change topic configs")
-    common(alter)
+    add_admin_arguments(alter, command_config=True)
     alter.add_argument("--topic", required=True)
     alter.add_argument("--partitions", type=int, help="new (larger) partition count")
     alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="set a topic config")
