@@ -15,7 +15,13 @@ from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_etcd.store import EtcdMetadataStore, etcd3, parse_endpoint
 from odradek.sessions import MetadataUnavailable
 from odradek.testing import EtcdServer, servers, start_etcd, unique_chroot
-from odradek.testing.metadata import MetadataStoreConformance, await_state, close_iterator, next_event
+from odradek.testing.metadata import (
+    MetadataStoreConformance,
+    await_state,
+    before_crash,
+    close_iterator,
+    next_event,
+)
 from odradek.testing.servers import free_port
 
 
@@ -100,15 +106,7 @@ async def test_server_crash_suspends_loses_lease_and_recovers(tmp_path: Path) ->
         store = EtcdMetadataStore([server.endpoint], request_timeout_ms=1000)
         await store.open(1000)
         try:
-            await store.create("/live/x", b"1", ephemeral=True)
-            _, revision = await store.list("/keys/")
-            states = store.session_states()
-            seen: list[SessionState] = []
-            await await_state(states, SessionState.CONNECTED, seen)
-            watch = store.watch("/keys/", after_revision=revision)
-            await store.put("/keys/before", b"1")
-            first = await next_event(watch)
-            assert (first.key, first.value) == ("/keys/before", b"1")
+            states, seen, watch = await before_crash(store)
             await trio.to_thread.run_sync(server.kill)
             await await_state(states, SessionState.SUSPENDED, seen)
             await await_state(states, SessionState.LOST, seen)

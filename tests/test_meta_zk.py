@@ -15,7 +15,13 @@ from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_zk.store import ZooKeeperMetadataStore, split_connect
 from odradek.sessions import MetadataUnavailable
 from odradek.testing import ZooKeeperServer, servers, start_zookeeper, unique_chroot
-from odradek.testing.metadata import MetadataStoreConformance, await_state, close_iterator, next_event
+from odradek.testing.metadata import (
+    MetadataStoreConformance,
+    await_state,
+    before_crash,
+    close_iterator,
+    next_event,
+)
 from odradek.testing.servers import free_port
 
 
@@ -98,15 +104,7 @@ async def test_server_crash_suspends_then_session_and_watch_resume(tmp_path: Pat
         )
         await store.open(8000)
         try:
-            await store.create("/live/x", b"1", ephemeral=True)
-            _, revision = await store.list("/keys/")
-            states = store.session_states()
-            seen: list[SessionState] = []
-            await await_state(states, SessionState.CONNECTED, seen)
-            watch = store.watch("/keys/", after_revision=revision)
-            await store.put("/keys/before", b"1")
-            first = await next_event(watch)
-            assert (first.key, first.value) == ("/keys/before", b"1")
+            states, seen, watch = await before_crash(store)
             session = store.client_id
             await trio.to_thread.run_sync(zk.kill)
             await await_state(states, SessionState.SUSPENDED, seen)

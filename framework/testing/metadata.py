@@ -531,6 +531,26 @@ async def next_event(watch: AsyncIterator[WatchEvent], timeout_s: float = 10) ->
         return await watch.__anext__()
 
 
+async def before_crash(
+    store: MetadataStore,
+) -> tuple[AsyncIterator[SessionState], list[SessionState], AsyncIterator[WatchEvent]]:
+    """Set up a server-crash test on an opened store: an ephemeral ``/live/x``, the session feed
+    read up to CONNECTED, and a watch of ``/keys/`` shown live by one event (``/keys/before``).
+
+    Returns (session feed, states seen so far, watch); the test kills and restarts the server,
+    then checks the watch resumes with ``next_event`` and closes both iterators."""
+    await store.create("/live/x", b"1", ephemeral=True)
+    _, revision = await store.list("/keys/")
+    states = store.session_states()
+    seen: list[SessionState] = []
+    await await_state(states, SessionState.CONNECTED, seen)
+    watch = store.watch("/keys/", after_revision=revision)
+    await store.put("/keys/before", b"1")
+    first = await next_event(watch)
+    assert (first.key, first.value) == ("/keys/before", b"1")
+    return states, seen, watch
+
+
 async def close_iterator(iterator: Any) -> None:
     """Close an async generator early (a no-op for iterators without ``aclose``)."""
     aclose = getattr(iterator, "aclose", None)
