@@ -14,7 +14,7 @@ previous assignment comes from and in what the leader hands out:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..consumer_protocol import (
     DEFAULT_GENERATION,
@@ -26,6 +26,21 @@ from ..consumer_protocol import (
 from ..interfaces import GroupMember, MemberAssignment, TopicPartition
 from .base import subscribed_partitions_per_topic, to_member_assignments
 from .sticky_algorithm import StickyMember, sticky_assign
+
+#: Where a member's previous partitions and their generation come from (user data or subscription).
+MemberData = Callable[[GroupMember], tuple[tuple[TopicPartition, ...], int | None]]
+
+
+def _run_sticky(
+    partitions_per_topic: Mapping[str, int], members: Sequence[GroupMember], member_data: MemberData
+) -> tuple[dict[str, list[TopicPartition]], dict[TopicPartition, str] | None]:
+    """``sticky_assign`` over the subscribed topics, each member's history read by ``member_data``."""
+    counts = subscribed_partitions_per_topic(partitions_per_topic, members)
+    sticky_members = []
+    for m in members:
+        owned, generation = member_data(m)
+        sticky_members.append(StickyMember(m.member_id, frozenset(m.topics), owned, generation, m.generation))
+    return sticky_assign(counts, sticky_members)
 
 
 class StickyAssignor:
@@ -62,12 +77,7 @@ class StickyAssignor:
     def assign(
         self, partitions_per_topic: Mapping[str, int], members: Sequence[GroupMember]
     ) -> dict[str, MemberAssignment]:
-        counts = subscribed_partitions_per_topic(partitions_per_topic, members)
-        sticky_members = []
-        for m in members:
-            owned, generation = self.member_data(m)
-            sticky_members.append(StickyMember(m.member_id, frozenset(m.topics), owned, generation, m.generation))
-        assignment, _ = sticky_assign(counts, sticky_members)
+        assignment, _ = _run_sticky(partitions_per_topic, members, self.member_data)
         return to_member_assignments(assignment)
 
 
@@ -101,12 +111,7 @@ class CooperativeStickyAssignor:
     def assign(
         self, partitions_per_topic: Mapping[str, int], members: Sequence[GroupMember]
     ) -> dict[str, MemberAssignment]:
-        counts = subscribed_partitions_per_topic(partitions_per_topic, members)
-        sticky_members = []
-        for m in members:
-            owned, generation = self.member_data(m)
-            sticky_members.append(StickyMember(m.member_id, frozenset(m.topics), owned, generation, m.generation))
-        assignment, transferring = sticky_assign(counts, sticky_members)
+        assignment, transferring = _run_sticky(partitions_per_topic, members, self.member_data)
         if transferring is None:
             transferring = self._transferring(members, assignment)
         for tp, member_id in transferring.items():
