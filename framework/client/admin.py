@@ -119,6 +119,11 @@ def _error(code: Any, what: str, message: str | None = None) -> KafkaError | Non
     return KafkaError(f"{what}: {c.name}" + (f" ({message})" if message else ""), code=c)
 
 
+def _errors_by_topic(results: Iterable[Any], what: str) -> dict[str, KafkaError | None]:
+    """Per-topic outcome of a controller call: ``None`` or the error, named ``<what> '<topic>'``."""
+    return {r.name: _error(r.error_code, f"{what} {r.name!r}", getattr(r, "error_message", None)) for r in results}
+
+
 class AsyncAdmin(AsyncClient):
     """Kafka admin client for trio (see module doc)."""
 
@@ -206,10 +211,7 @@ class AsyncAdmin(AsyncClient):
             ApiKey.CREATE_TOPICS, max_version=7, topics=entries, timeout=timeout_ms, validate_only=validate_only
         )
         response = await self._to_controller(build, timeout)
-        result = {
-            r.name: _error(r.error_code, f"create topic {r.name!r}", getattr(r, "error_message", None))
-            for r in response.topics
-        }
+        result = _errors_by_topic(response.topics, "create topic")
         self.network.request_update()
         return result
 
@@ -225,10 +227,7 @@ class AsyncAdmin(AsyncClient):
         )
         response = await self._to_controller(build, timeout)
         self.network.request_update()
-        return {
-            r.name: _error(r.error_code, f"delete topic {r.name!r}", getattr(r, "error_message", None))
-            for r in response.responses
-        }
+        return _errors_by_topic(response.responses, "delete topic")
 
     async def create_partitions(
         self, new_totals: Mapping[str, int], *, validate_only: bool = False, timeout: float | None = None
@@ -245,10 +244,7 @@ class AsyncAdmin(AsyncClient):
         )
         response = await self._to_controller(build, timeout)
         self.network.request_update()
-        return {
-            r.name: _error(r.error_code, f"create partitions of {r.name!r}", getattr(r, "error_message", None))
-            for r in response.results
-        }
+        return _errors_by_topic(response.results, "create partitions of")
 
     # -- configs -----------------------------------------------------------------------------------
     async def _to_config_owner(
