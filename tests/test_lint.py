@@ -1,4 +1,4 @@
-"""Static checks run as part of the test suite: ruff over the tree, mypy strict on the kernel."""
+"""Static checks run as part of the test suite: ruff over the tree, mypy strict on framework/, mypy on plugins/."""
 
 from __future__ import annotations
 
@@ -8,16 +8,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: The kernel: strict typing is part of its contract with plugin authors.
-STRICT_KERNEL = [
-    "framework/__init__.py",
-    "framework/errors.py",
-    "framework/interfaces.py",
-    "framework/hookspecs.py",
-    "framework/manager.py",
-    "framework/config.py",
-    "framework/records.py",
-]
+#: Strict typing is part of the kernel's contract with plugin authors: all of framework/ is checked
+#: strictly; the plugins are checked too, without --strict.
+STRICT = ["framework/"]
+#: Left out of the strict run until their owners finish them (mypy still reads them, silently);
+#: empty this list once ``mypy --strict --follow-imports=silent framework/`` is clean everywhere.
+STRICT_PENDING = ["^framework/broker/", "^framework/perf\\.py$"]
+CHECKED = ["plugins/"]
 
 
 def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
@@ -29,6 +26,14 @@ def test_ruff_clean() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_mypy_strict_kernel() -> None:
-    r = _run(sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports=silent", *STRICT_KERNEL)
+def test_mypy_strict_framework() -> None:
+    excludes = [arg for pattern in STRICT_PENDING for arg in ("--exclude", pattern)]
+    r = _run(
+        sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports=silent", *excludes, *STRICT
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_mypy_plugins() -> None:
+    r = _run(sys.executable, "-m", "mypy", "--no-incremental", "--follow-imports=silent", *CHECKED)
     assert r.returncode == 0, r.stdout + r.stderr
