@@ -20,13 +20,15 @@ shutdown by the stopping broker; reassignment is not built.
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import trio
 
 from ..config import Config
-from ..interfaces import Check, Leadership, MetadataCompacted, MetadataConflict, MetadataStore, Put
+from ..interfaces import Check, Leadership, MetadataCompacted, MetadataConflict, MetadataStore, Put, Versioned
 from .metadata_cache import (
     BROKERS_PREFIX,
     CONTROLLER_ELECTION,
@@ -40,8 +42,6 @@ log = logging.getLogger(__name__)
 
 #: registrations and partition states: the controller's election triggers
 WATCHED_PREFIX = "/brokers/"
-#: election passes per trigger when the cached partition state turned out stale
-MAX_PASSES = 3
 
 
 class Controller:
@@ -66,50 +66,35 @@ class Controller:
         log.info("broker %d is the controller (epoch %d)", self.config.broker_id, self.leadership.epoch)
         await self.cache.refresh_controller()
         while True:
-            _, revision = await self.store.list(WATCHED_PREFIX)
-            await self.elect_offline_leaders()
+            items, revision = await self.store.list(WATCHED_PREFIX)
+            await self.elect_offline_leaders(items)
             try:
                 async for ev in self.store.watch(WATCHED_PREFIX, after_revision=revision):
-                    # a broker or partition state changed: elect again on fresh state (the
-                    # cache's own watch may not have seen this change yet)
-                    if ev.key.startswith(TOPICS_PREFIX):
-                        await self.cache.refresh_topic(ev.key[len(TOPICS_PREFIX) :].split("/", 1)[0])
-                    break
+                    log.debug("controller: change of %s at %d", ev.key, ev.revision)
+                    break  # a broker or partition state changed: decide again on a fresh listing
                 else:
                     return  # the session ended
             except MetadataCompacted:
                 continue
 
-    async def elect_offline_leaders(self) -> int:
-        """Election passes over every partition (again for topics whose cached state was stale);
-        returns how many partition states were changed."""
-        total = 0
-        stale: set[str] | None = None
-        for _ in range(MAX_PASSES):
-            elected, stale = await self._pass(stale)
-            total += elected
-            if not stale or self.leadership is None:
-                break
-            for name in stale:
-                await self.cache.refresh_topic(name)
-        return total
-
-    async def _pass(self, only: set[str] | None) -> tuple[int, set[str]]:
+    async def elect_offline_leaders(self, items: Mapping[str, Versioned] | None = None) -> int:
+        """One pass over every partition of one consistent listing of ``/brokers/`` (live
+        brokers, assignments, partition states: never the cache, which may lag the store);
+        returns how many partition states were changed. A write that loses its compare-and-set
+        is decided again on the next listing (the watch reports the change that beat it)."""
         leadership = self.leadership
         if leadership is None:
-            return 0, set()
-        brokers, _ = await self.store.list(BROKERS_PREFIX)
-        live = {int(k[len(BROKERS_PREFIX) :]) for k in brokers if k[len(BROKERS_PREFIX) :].isdigit()}
+            return 0
+        if items is None:
+            items, _ = await self.store.list(WATCHED_PREFIX)
+        live, topics = _cluster_view(items)
         rebalance = bool(self.config["auto.leader.rebalance.enable"])
         elected = 0
-        stale: set[str] = set()
-        for topic in list(self.cache.topics.values()):
-            if only is not None and topic.name not in only:
-                continue
+        for name, (assignment, states) in sorted(topics.items()):
             changed = False
-            unclean = bool(self._topic_setting(topic.name, "unclean.leader.election.enable"))
-            for p, replicas in sorted(topic.assignment.items()):
-                state = topic.states.get(p)
+            unclean = bool(self._topic_setting(name, "unclean.leader.election.enable"))
+            for p, replicas in sorted(assignment.items()):
+                state = states.get(p)
                 if state is None:
                     continue
                 if state.leader in live:
@@ -121,11 +106,9 @@ class Controller:
                 else:
                     new = elect_leader(replicas, state, live, unclean)
                     if new is None:
-                        log.warning(
-                            "%s-%d has no eligible leader (replicas %s, isr %s)", topic.name, p, replicas, state.isr
-                        )
+                        log.warning("%s-%d has no eligible leader (replicas %s, isr %s)", name, p, replicas, state.isr)
                         continue
-                key = partition_state_key(topic.name, p)
+                key = partition_state_key(name, p)
                 try:
                     await self.store.txn(
                         [leadership.fence, Check(key, state.version)], [Put(key, new.to_json(leadership.epoch))]
@@ -134,21 +117,41 @@ class Controller:
                     if exc.key == leadership.fence.key:
                         log.warning("lost controllership; stopping elections")
                         self.leadership = None
-                        return elected, set()
-                    stale.add(topic.name)  # the partition changed meanwhile: re-read, decide again
+                        return elected
                     continue
-                log.info(
-                    "%s-%d: leader %d at epoch %d, isr %s", topic.name, p, new.leader, new.leader_epoch, list(new.isr)
-                )
+                log.info("%s-%d: leader %d at epoch %d, isr %s", name, p, new.leader, new.leader_epoch, list(new.isr))
                 elected += 1
                 changed = True
             if changed:
-                await self.cache.refresh_topic(topic.name)
-        return elected, stale
+                await self.cache.refresh_topic(name)
+        return elected
 
     def _topic_setting(self, topic: str, name: str) -> object:
         config = self.cache.topic_config(topic)
         return config[name] if config is not None else self.config.topic_config()[name]
+
+
+def _cluster_view(
+    items: Mapping[str, Versioned],
+) -> tuple[set[int], dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]]]:
+    """Live broker ids and, per topic, (assignment, partition states) from a ``/brokers/`` listing."""
+    live: set[int] = set()
+    topics: dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]] = {}
+    for key, v in items.items():
+        if key.startswith(BROKERS_PREFIX):
+            if key[len(BROKERS_PREFIX) :].isdigit():
+                live.add(int(key[len(BROKERS_PREFIX) :]))
+            continue
+        if not key.startswith(TOPICS_PREFIX):
+            continue
+        parts = key[len(TOPICS_PREFIX) :].split("/")
+        entry = topics.setdefault(parts[0], ({}, {}))
+        if len(parts) == 1:
+            doc = json.loads(v.value)
+            entry[0].update({int(p): tuple(int(r) for r in reps) for p, reps in doc["partitions"].items()})
+        elif len(parts) == 4 and parts[1] == "partitions" and parts[3] == "state":
+            entry[1][int(parts[2])] = PartitionState.decode(v)
+    return live, topics
 
 
 def shrink_dead_from_isr(state: PartitionState, live: set[int]) -> PartitionState | None:
