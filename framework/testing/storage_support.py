@@ -103,10 +103,10 @@ def existing_log(storage: LogStorage, tp: TopicPartition = TP) -> PartitionLog:
 def resolve_factory(factory: Any) -> Factory:
     if factory is None:
         pytest.fail("a StorageConformance subclass must set `factory` (a StorageFactory or config -> LogStorage)")
-    create = factory.create if isinstance(factory, StorageFactory) else factory
+    create: Factory = factory.create if isinstance(factory, StorageFactory) else factory
     if not callable(create):
         pytest.fail(f"storage factory {factory!r} is not callable")
-    return create  # type: ignore[no-any-return]
+    return create
 
 
 def check_read(

@@ -261,7 +261,7 @@ class EtcdMetadataStore:
             await trio.to_thread.run_sync(client.revoke_lease, old, abandon_on_cancel=True)
         self._states.set(SessionState.CONNECTED)
 
-    async def session_states(self) -> AsyncIterator[SessionState]:  # type: ignore[override]
+    async def session_states(self) -> AsyncIterator[SessionState]:
         async for state in self._states.subscribe():
             yield state
 
@@ -375,7 +375,7 @@ class EtcdMetadataStore:
             await trio.sleep(pause)
             pause = min(pause * 2, 1.0)
 
-    async def watch(self, prefix: str, *, after_revision: int) -> AsyncIterator[WatchEvent]:  # type: ignore[override]
+    async def watch(self, prefix: str, *, after_revision: int) -> AsyncIterator[WatchEvent]:
         """Every change below ``prefix`` after ``after_revision`` in revision order, exactly once;
         ``MetadataCompacted`` when etcd no longer has that history. Ends when the store closes."""
         start, end = self._prefix_range(prefix)

@@ -258,7 +258,7 @@ class LocalMetadataStore:
         self._state_changed.set()
         self._state_changed = trio.Event()
 
-    async def session_states(self) -> AsyncIterator[SessionState]:  # type: ignore[override]
+    async def session_states(self) -> AsyncIterator[SessionState]:
         current = self._session_state
         yield current
         while current is not SessionState.LOST:
@@ -343,7 +343,7 @@ class LocalMetadataStore:
             return current + 1
 
     # -- watches ---------------------------------------------------------------------------------
-    async def watch(self, prefix: str, *, after_revision: int) -> AsyncIterator[WatchEvent]:  # type: ignore[override]
+    async def watch(self, prefix: str, *, after_revision: int) -> AsyncIterator[WatchEvent]:
         """Every change under ``prefix`` with revision > ``after_revision``, in order, until the
         caller stops iterating or this session closes."""
         state = self._live()

@@ -145,7 +145,7 @@ class ZooKeeperMetadataStore:
         """(session id, password) of the current ZooKeeper session (operators' tools and fault
         tests use it to expire a session from another client, as Kafka's own tests do)."""
         client = self._client
-        return None if client is None or client.client_id is None else tuple(client.client_id)  # type: ignore[return-value]
+        return None if client is None or client.client_id is None else tuple(client.client_id)
 
     def _session_id(self) -> int:
         client_id = self._live().client_id
@@ -179,9 +179,9 @@ class ZooKeeperMetadataStore:
 
     def _on_kazoo_state(self, state: str) -> None:
         """kazoo's listener, on kazoo's thread: hand the change to trio and return at once."""
-        self._states.set_threadsafe(_STATES.get(state, SessionState.LOST))  # type: ignore[call-overload]
+        self._states.set_threadsafe(_STATES.get(state, SessionState.LOST))
 
-    async def session_states(self) -> AsyncIterator[SessionState]:  # type: ignore[override]
+    async def session_states(self) -> AsyncIterator[SessionState]:
         async for state in self._states.subscribe():
             yield state
 
@@ -309,7 +309,7 @@ class ZooKeeperMetadataStore:
                 return self._items(snap.restricted(root))
         return None
 
-    async def watch(self, prefix: str, *, after_revision: int) -> AsyncIterator[WatchEvent]:  # type: ignore[override]
+    async def watch(self, prefix: str, *, after_revision: int) -> AsyncIterator[WatchEvent]:
         """Changes below ``prefix`` after ``after_revision``, until cancelled or closed.
 
         Every re-read is a consistent snapshot that re-arms ZooKeeper watches on each node it

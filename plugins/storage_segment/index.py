@@ -99,7 +99,7 @@ class _Index(ABC):
     def _entry(self, i: int) -> tuple[int, int]:
         mm = self._map()
         assert mm is not None
-        return self.ENTRY.unpack_from(mm, i * self.ENTRY.size)  # type: ignore[return-value]
+        return self.ENTRY.unpack_from(mm, i * self.ENTRY.size)
 
     def _search(self, key_index: int, target: int, *, strict: bool = False) -> int:
         """Index of the last entry whose field ``key_index`` is <= ``target`` (< when strict), or -1."""
