@@ -18,11 +18,12 @@ list operations at a time, never across an await.
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Literal, overload
 
 import trio
 
@@ -193,8 +194,13 @@ def _now() -> float:
 AppendResult = tuple["ProducerBatch", int, bool]
 
 
+class _Abort(enum.Enum):
+    FOR_NEW_BATCH = "abort for new batch"
+
+
 #: try_append's answer when a new batch would be needed and the caller asked to be told first
-ABORT_FOR_NEW_BATCH = object()
+#: (an enum member rather than a bare object so that ``result is ABORT_FOR_NEW_BATCH`` narrows)
+ABORT_FOR_NEW_BATCH: Final = _Abort.FOR_NEW_BATCH
 
 
 @dataclass(slots=True)
@@ -228,6 +234,34 @@ class RecordAccumulator:
     def used_bytes(self) -> int:
         return self._used
 
+    @overload
+    def try_append(
+        self,
+        tp: TopicPartition,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+        timestamp: int,
+        size: int,
+        *,
+        abort_on_new_batch: Literal[False] = False,
+        callback: Callback | None = None,
+    ) -> AppendResult | None: ...
+
+    @overload
+    def try_append(
+        self,
+        tp: TopicPartition,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+        timestamp: int,
+        size: int,
+        *,
+        abort_on_new_batch: bool,
+        callback: Callback | None = None,
+    ) -> AppendResult | Literal[_Abort.FOR_NEW_BATCH] | None: ...
+
     def try_append(
         self,
         tp: TopicPartition,
@@ -239,7 +273,7 @@ class RecordAccumulator:
         *,
         abort_on_new_batch: bool = False,
         callback: Callback | None = None,
-    ) -> AppendResult | object | None:
+    ) -> AppendResult | Literal[_Abort.FOR_NEW_BATCH] | None:
         """Append to ``tp``'s open batch, or open one. Returns an :data:`AppendResult`,
         :data:`ABORT_FOR_NEW_BATCH` (only with ``abort_on_new_batch``), or None when
         ``buffer.memory`` has no room for ``size`` more bytes. ``callback(metadata, exception)``

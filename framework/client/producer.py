@@ -207,7 +207,7 @@ class AsyncProducer(AsyncClient):
                     f"partition {partition} of {topic!r} does not exist ({num_partitions} partitions)",
                     code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 )
-            return accumulator.try_append(  # type: ignore[return-value]
+            return accumulator.try_append(
                 TopicPartition(topic, partition), key, value, headers, timestamp, size, callback=callback
             )
         partitioner = self.partitioner
@@ -222,7 +222,7 @@ class AsyncProducer(AsyncClient):
             result = accumulator.try_append(
                 TopicPartition(topic, p), key, value, headers, timestamp, size, callback=callback
             )
-        return result  # type: ignore[return-value]
+        return result
 
     async def send(
         self,
