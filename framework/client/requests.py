@@ -69,11 +69,13 @@ def _plan(cls: type[Any]) -> tuple[tuple[str, _Kind, Any, bool], ...]:
     return tuple(out)
 
 
-def build(cls: type[Any], values: Mapping[str, Any]) -> Any:
+def build(cls: type, values: Mapping[str, Any]) -> Any:
     """An instance of kio dataclass ``cls`` from ``values``; keys the class lacks are dropped
     (they belong to other versions), missing required fields raise ``TypeError`` naming them."""
+    # ``cls`` is a bare ``type``: mypy does not see ``type[Any]`` as Hashable (python/mypy#11470),
+    # which the cached ``_plan`` requires of its argument.
     kwargs: dict[str, Any] = {}
-    for name, kind, nested, required in _plan(cls):  # type: ignore[arg-type]
+    for name, kind, nested, required in _plan(cls):
         if name not in values:
             if required:
                 raise TypeError(f"{cls.__module__}.{cls.__name__} needs field {name!r}")
