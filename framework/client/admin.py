@@ -25,7 +25,7 @@ from .base import AsyncClient
 from .cluster import BrokerInfo, PartitionInfo
 from .group_ops import CoordinatorLookup, OffsetAndMetadata, commit_offsets, fetch_committed
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, OffsetAndTimestamp, list_offsets
-from .requests import error_code, request_builder
+from .requests import RequestBuilder, error_code, request_builder
 
 
 class ConfigResourceType(enum.IntEnum):
@@ -135,7 +135,7 @@ class AsyncAdmin(AsyncClient):
         self.timeout_s = self.config["default.api.timeout.ms"] / 1000.0
 
     # -- helpers -----------------------------------------------------------------------------------
-    async def _to_controller(self, build: Any, timeout: float | None) -> Any:
+    async def _to_controller(self, build: RequestBuilder, timeout: float | None) -> Any:
         """Send to the controller (any broker when the metadata names none), retrying."""
 
         async def attempt() -> Any:
@@ -248,7 +248,7 @@ class AsyncAdmin(AsyncClient):
 
     # -- configs -----------------------------------------------------------------------------------
     async def _to_config_owner(
-        self, resource_type: int, name: str, build: Any, timeout: float | None, what: str
+        self, resource_type: int, name: str, build: RequestBuilder, timeout: float | None, what: str
     ) -> Any:
         """Send a config request about a resource to the broker owning it (broker resources: that
         broker; others: any broker), retrying."""
@@ -410,7 +410,13 @@ class AsyncAdmin(AsyncClient):
 
     # -- groups ------------------------------------------------------------------------------------
     async def _to_coordinator(
-        self, lookup: CoordinatorLookup, build: Any, results: str, verb: str, what: str, timeout: float | None
+        self,
+        lookup: CoordinatorLookup,
+        build: RequestBuilder,
+        results: str,
+        verb: str,
+        what: str,
+        timeout: float | None,
     ) -> Any:
         """Send a per-group request to the group's coordinator, retrying while any group in the
         response's ``results`` list has a retriable error (a moved coordinator is looked up again)."""

@@ -15,7 +15,7 @@ from ..interfaces import TopicPartition
 from ..protocol import ApiKey
 from .connection import BrokerConnection, NetworkError
 from .network import GROUP_COORDINATOR, NetworkClient
-from .requests import error_code, make_request, request_builder
+from .requests import RequestBuilder, error_code, make_request, request_builder
 
 _COORDINATOR_ERRORS = frozenset(
     {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION}
@@ -48,7 +48,7 @@ class CoordinatorLookup:
         if code in _COORDINATOR_ERRORS:
             self.node = None
 
-    async def send(self, build: Any, *, timeout_s: float | None = None) -> Any:
+    async def send(self, build: RequestBuilder, *, timeout_s: float | None = None) -> Any:
         node = await self.get()
         try:
             return await self.network.send(node, build, timeout_s=timeout_s)

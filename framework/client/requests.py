@@ -18,13 +18,16 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..errors import ErrorCode, KafkaError
 from ..protocol import request_type
 
 if TYPE_CHECKING:
     from .connection import BrokerConnection
+
+#: What ``NetworkClient.send`` takes: builds the request once the connection's versions are known.
+RequestBuilder: TypeAlias = "Callable[[BrokerConnection], Any]"
 
 _MISSING = dataclasses.MISSING
 
@@ -105,7 +108,7 @@ def make_request(api_key: int, version: int, **fields: Any) -> Any:
 
 def request_builder(
     api_key: int, *, min_version: int | None = None, max_version: int | None = None, **fields: Any
-) -> Callable[[BrokerConnection], Any]:
+) -> RequestBuilder:
     """A ``build(conn)`` for ``NetworkClient.send``: the request of ``api_key`` at the highest version
     both sides speak (within the bounds) holding ``fields``, which are fixed when the builder is made."""
 
