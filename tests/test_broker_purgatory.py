@@ -12,10 +12,11 @@ from broker_harness import batch, create, produce, running_broker
 
 from odradek.broker.api import FetchPartition, FetchPartitionResult, IsolationLevel
 from odradek.broker.core import BrokerCore
-from odradek.broker.metadata_cache import partition_state_key, topic_key
+from odradek.broker.metadata_cache import partition_state_key, registration_json, topic_key
 from odradek.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from odradek.errors import ErrorCode
 from odradek.interfaces import Check, Put, TopicPartition
+from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
 
 TP = TopicPartition("t", 0)
 
@@ -161,8 +162,15 @@ async def test_fetch_woken_by_topic_deletion(tmp_path: Path) -> None:
         assert elapsed < 60 and r.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-async def add_in_sync_follower(core: BrokerCore, tp: TopicPartition, follower: int) -> None:
-    """Make ``follower`` a replica in the ISR through the metadata store, as a controller would."""
+async def add_in_sync_follower(core: BrokerCore, tp: TopicPartition, follower: int) -> LocalMetadataStore:
+    """Make ``follower`` a live broker (a second session: close it at the end) and a replica in
+    the ISR through the metadata store, as a controller would (the controller removes dead
+    brokers from ISRs)."""
+    other = LocalMetadataStore(core.config.log_dirs[0] / FILE_NAME)
+    await other.open(6000)
+    await other.register_broker(follower, registration_json([("PLAINTEXT", "127.0.0.1", 9, "PLAINTEXT")], None))
+    while follower not in core.metadata_cache.live_broker_ids():
+        await trio.sleep(0.01)
     store = core.store
     assignment = await store.get(topic_key(tp.topic))
     state = await store.get(partition_state_key(tp.topic, tp.partition))
@@ -182,6 +190,7 @@ async def add_in_sync_follower(core: BrokerCore, tp: TopicPartition, follower: i
         ],
     )
     await core.metadata_cache.refresh_topic(tp.topic)
+    return other
 
 
 # -- delayed produce -------------------------------------------------------------------------------
@@ -202,7 +211,7 @@ async def test_acks_all_waits_for_followers_then_times_out(
     the high watermark past the batch, and times out if it never does."""
     async with running_broker(tmp_path) as core:
         await create(core, "t")
-        await add_in_sync_follower(core, TP, 2)
+        follower_session = await add_in_sync_follower(core, TP, 2)
         partition = core.replica_manager.get_partition(TP)
         assert partition is not None and partition.isr == {0, 2}
         start = trio.current_time()
@@ -225,6 +234,7 @@ async def test_acks_all_waits_for_followers_then_times_out(
         await produce(core, TP, batch([b"c"]), acks=1)
         elapsed, r = await long_poll(core, 2, 200)
         assert r.records is None and r.high_watermark == 2 and elapsed == pytest.approx(0.2)
+        await follower_session.close()
 
 
 async def test_acks_all_refused_below_min_insync_replicas(

@@ -140,10 +140,15 @@ class BrokerServer:
             fetchers = ReplicaFetcherManager(config, core.replica_manager, core.metadata_cache, self._connector)
             self._spawn(background, scopes, fetchers.run)
             fetcher_scope = scopes[-1]
-            await self._start_group_coordinator(core, background, scopes)
-            from .txn.wiring import start_transaction_coordinator  # after the groups: TxnOffsetCommit needs them
+            try:
+                await self._start_group_coordinator(core, background, scopes)
+                from .txn.wiring import start_transaction_coordinator  # after the groups: TxnOffsetCommit needs them
 
-            await start_transaction_coordinator(core, config, lambda fn: self._start(background, scopes, fn))
+                await start_transaction_coordinator(core, config, lambda fn: self._start(background, scopes, fn))
+            except BaseException:
+                for scope in scopes:  # shielded tasks would keep the nursery (and serve) open forever
+                    scope.cancel()
+                raise
             try:
                 async with trio.open_nursery() as listeners:
                     bound: list[Endpoint] = []
