@@ -8,7 +8,8 @@ BrokerServer (segment storage, meta_local) behind a listener that serves nothing
 - ``header+decode``: ``parse_request_header`` + ``decode_request`` of a Produce frame;
 - ``core.produce``: validate + append (+ HW) through the core facade (``BrokerCore.produce``);
 - ``dispatch produce``: ``Dispatcher.process`` -- decode, handler, core, response encode;
-- ``dispatch fetch``: the same for a Fetch of one partition (envelope built, nothing sent).
+- ``core.fetch``: the core facade's read of one partition (a pinned file range, nothing sent);
+- ``dispatch fetch``: the same through ``Dispatcher.process`` (decode, handler, envelope).
 
 Each for a one-record batch (per-request overhead) and a ~1 MB batch (per-byte cost), in CPU
 microseconds of this process (user + system), so other load on the machine does not count.
@@ -30,7 +31,7 @@ from typing import Any
 import trio
 
 from odradek import records
-from odradek.broker.api import CreatableTopic
+from odradek.broker.api import CreatableTopic, FetchPartition, IsolationLevel
 from odradek.broker.server import BrokerServer
 from odradek.config import default_config
 from odradek.hookspecs import hookimpl
@@ -137,6 +138,17 @@ async def run(runs: int, min_time: float) -> list[tuple[str, float, float, float
             for label, max_bytes in (("one batch", 200), ("~1 MB", 1_048_576)):
                 frame = bytearray(_fetch_request("bench", [0], 7, max_bytes)[4:])
                 header = parse_request_header(frame)
+
+                async def core_fetch(max_bytes: int = max_bytes) -> object:
+                    parts = [FetchPartition(tp, 0, max_bytes)]
+                    results = await core.fetch(-1, 0, 0, max_bytes, IsolationLevel.READ_UNCOMMITTED, parts)
+                    for r in results.values():
+                        if r.records is not None:
+                            r.records.release()
+                    return results
+
+                times = [await _time(core_fetch, min_time) for _ in range(runs)]
+                out.append((f"core.fetch, {label}", statistics.median(times), min(times), max(times)))
 
                 async def dispatch_fetch(frame: bytearray = frame, header: Any = header) -> object:
                     envelope = await dispatcher.process(header, frame, "bench")

@@ -244,8 +244,12 @@ def delete_topic(ctx: Context, topic: str) -> None:
     """Delete a run's topic (keeps the data dir from growing a GB per run) and wait until its files
     are gone: the broker removes them in the background, and truncating a GB of page cache costs
     CPU that must not be charged to the next run."""
-    with contextlib.suppress(Exception):
-        _admin(ctx).delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
+    admin = _admin(ctx)  # keep a reference: a collected AdminClient fails its futures with _DESTROY
+    try:
+        admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
+    except Exception as exc:
+        print(f"  (could not delete topic {topic}: {exc})", flush=True)
+        return
     if ctx.data_dir is None:
         time.sleep(1.0)
         return
