@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
     doc["environment"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     by_name = {s.name: s for s in summaries}
-    goals = report.evaluate_goals(by_name, baselines, doc.get("e2e_floor"))
+    goals = report.evaluate_goals(by_name, baselines, doc.get("e2e_floor"), doc.get("client_ceilings"))
     md = report.markdown(doc, summaries, baselines, goals)
     (args.out / f"{stamp}.md").write_text(md)
     (args.out / f"{stamp}.json").write_text(json.dumps(report.to_json(doc, summaries, baselines, goals), indent=2))

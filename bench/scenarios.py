@@ -108,8 +108,8 @@ def all_scenarios() -> list[Scenario]:
         Scenario(
             "produce-100b-ck",
             "produce_ck",
-            records=1_000_000,
-            quick_records=200_000,
+            records=2_000_000,
+            quick_records=500_000,
             limit="tcp_to_file",
             groups=("latency",),
         )
