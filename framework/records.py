@@ -61,6 +61,8 @@ __all__ = [
 ]
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
+#: A buffer whose batch headers may be rewritten in place (a produce request's frame slice).
+WritableBuffer: TypeAlias = bytearray | memoryview
 
 MAGIC = 2
 HEADER_SIZE = 61  # whole v2 batch header, up to and including recordCount
@@ -377,17 +379,17 @@ def validate_batches(
     return out
 
 
-def set_base_offset(buf: bytearray, pos: int, offset: int) -> None:
+def set_base_offset(buf: WritableBuffer, pos: int, offset: int) -> None:
     """Rewrite the baseOffset of the batch at ``pos`` in place (outside the CRC: no recompute)."""
     _INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, offset)
 
 
-def set_partition_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
+def set_partition_leader_epoch(buf: WritableBuffer, pos: int, epoch: int) -> None:
     """Rewrite the partitionLeaderEpoch of the batch at ``pos`` in place (outside the CRC)."""
     _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
-def set_log_append_time(buf: bytearray, pos: int, timestamp: int) -> None:
+def set_log_append_time(buf: WritableBuffer, pos: int, timestamp: int) -> None:
     """Stamp the batch at ``pos`` with LogAppendTime (topics with
     ``message.timestamp.type=LogAppendTime``): set attributes bit 3 and maxTimestamp, then
     recompute the CRC. Records are untouched: readers take every record's timestamp from

@@ -160,9 +160,10 @@ class BrokerCore:
         producer_epoch: int = NO_PRODUCER_EPOCH,
     ) -> InitProducerIdResult:
         if transactional_id is not None and self.transaction_coordinator is not None:
-            return await self.transaction_coordinator.init_producer_id(
+            result: InitProducerIdResult = await self.transaction_coordinator.init_producer_id(
                 transactional_id, transaction_timeout_ms, producer_id, producer_epoch
             )
+            return result
         return await self.producer_ids.init_producer_id(
             transactional_id, transaction_timeout_ms, producer_id, producer_epoch
         )

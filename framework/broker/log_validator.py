@@ -66,13 +66,13 @@ class ValidatedRecords(NamedTuple):
     """What the append path appends: the (possibly rewritten) bytes and their batch metadata
     (a NamedTuple: one is built per produced partition)."""
 
-    data: bytearray
+    data: bytearray | memoryview
     batches: list[BatchMeta]
     log_append_time: int  # -1 unless the topic uses LogAppendTime
 
 
 def validate_records(
-    data: bytearray,
+    data: bytearray | memoryview,
     settings: AppendSettings,
     *,
     origin: AppendOrigin,
@@ -115,7 +115,7 @@ def validate_records(
     return ValidatedRecords(data, batches, log_append_time)
 
 
-def _check_timestamps(data: bytearray, meta: BatchMeta, max_diff: int, now_ms: int) -> None:
+def _check_timestamps(data: bytearray | memoryview, meta: BatchMeta, max_diff: int, now_ms: int) -> None:
     """``message.timestamp.difference.max.ms`` from the header's first and max timestamps."""
     header = records.parse_header(data, meta.position)
     for ts in (header.first_timestamp, header.max_timestamp):
@@ -126,7 +126,7 @@ def _check_timestamps(data: bytearray, meta: BatchMeta, max_diff: int, now_ms: i
             )
 
 
-def _check_keys(data: bytearray, batches: list[BatchMeta], codecs: Mapping[int, Codec]) -> None:
+def _check_keys(data: bytearray | memoryview, batches: list[BatchMeta], codecs: Mapping[int, Codec]) -> None:
     for meta in batches:
         batch = records.decode_batch(data, meta.position, codecs=codecs, verify_crc=False)
         for rec in batch.records:
@@ -135,7 +135,7 @@ def _check_keys(data: bytearray, batches: list[BatchMeta], codecs: Mapping[int, 
 
 
 def _recompress(
-    data: bytearray,
+    data: bytearray | memoryview,
     batches: list[BatchMeta],
     target: records.Compression,
     codecs: Mapping[int, Codec],
@@ -145,7 +145,7 @@ def _recompress(
     new_batches: list[BatchMeta] = []
     for meta in batches:
         header = records.parse_header(data, meta.position)
-        chunk: bytes | bytearray = data[meta.position : meta.position + meta.size]
+        chunk: bytes | bytearray | memoryview = data[meta.position : meta.position + meta.size]
         if header.compression_id != target:
             batch = records.decode_batch(data, meta.position, codecs=codecs, verify_crc=False)
             chunk = records.build_batch(

@@ -260,7 +260,7 @@ class Partition:
     # -- appends ---------------------------------------------------------------------------------
     def append_records_to_leader(
         self,
-        data: bytearray,
+        data: bytearray | memoryview,
         batches: Sequence[BatchMeta],
         origin: AppendOrigin,
         required_acks: int = 1,

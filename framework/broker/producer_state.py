@@ -372,7 +372,9 @@ def _decode_for_replay(
     return metas, firsts, markers
 
 
-def control_markers(buf: bytes | bytearray, batches: Iterable[BatchMeta]) -> dict[int, records.ControlRecord]:
+def control_markers(
+    buf: bytes | bytearray | memoryview, batches: Iterable[BatchMeta]
+) -> dict[int, records.ControlRecord]:
     """Decode the marker of each control batch in an append (index -> marker)."""
     out: dict[int, records.ControlRecord] = {}
     for i, meta in enumerate(batches):

@@ -344,9 +344,9 @@ class ReplicaFetcherManager:
                         fetcher.cancel_scope.cancel()
                         del self.fetchers[source]
                 for source, parts in wanted.items():
-                    fetcher = self.fetchers.get(source)
-                    if fetcher is None:
-                        fetcher = self.fetchers[source] = ReplicaFetcher(self, source)
-                        nursery.start_soon(fetcher.run)
-                    fetcher.set_partitions(parts)
+                    current = self.fetchers.get(source)
+                    if current is None:
+                        current = self.fetchers[source] = ReplicaFetcher(self, source)
+                        nursery.start_soon(current.run)
+                    current.set_partitions(parts)
                 await self._changed.wait()

@@ -121,7 +121,9 @@ class SegmentLog:
         return seg
 
     # -- append --------------------------------------------------------------------------------
-    def append_as_leader(self, data: bytearray, batches: Sequence[BatchMeta], leader_epoch: int) -> LogAppendInfo:
+    def append_as_leader(
+        self, data: bytearray | memoryview, batches: Sequence[BatchMeta], leader_epoch: int
+    ) -> LogAppendInfo:
         if self.closed or self._failure is not None:
             self._check_open()
         if not batches:

@@ -109,7 +109,9 @@ class MemoryLog:
             d.log_end = header.last_offset + 1
         return LogAppendInfo(first, d.log_end - 1, max_ts, offset_of_max, -1, d.log_start, len(data))
 
-    def append_as_leader(self, data: bytearray, batches: Sequence[BatchMeta], leader_epoch: int) -> LogAppendInfo:
+    def append_as_leader(
+        self, data: bytearray | memoryview, batches: Sequence[BatchMeta], leader_epoch: int
+    ) -> LogAppendInfo:
         self._check()
         if not batches:
             return LogAppendInfo(self._d.log_end, self._d.log_end - 1, -1, -1, -1, self._d.log_start, 0)

@@ -293,12 +293,11 @@ class TransactionCoordinator:
             current is None or (current.producer_id, current.producer_epoch) != (producer_id, producer_epoch)
         ):
             return InitProducerIdResult(ErrorCode.PRODUCER_FENCED)
-        if self.transactions.get(transactional_id) is not None:
-            md = self.transactions[transactional_id]
-            if md.state is TransactionState.ONGOING:
-                error = await self._abort(transactional_id, fence=True, expected=md)
-                if error not in (ErrorCode.NONE, ErrorCode.CONCURRENT_TRANSACTIONS):
-                    return InitProducerIdResult(error)
+        ongoing = self.transactions.get(transactional_id)
+        if ongoing is not None and ongoing.state is TransactionState.ONGOING:
+            error = await self._abort(transactional_id, fence=True, expected=ongoing)
+            if error not in (ErrorCode.NONE, ErrorCode.CONCURRENT_TRANSACTIONS):
+                return InitProducerIdResult(error)
         async with self._locks[transactional_id]:
             now = self.now_ms()
             md = self.transactions.get(transactional_id)
