@@ -241,20 +241,3 @@ def wireload_command(mode: str, bootstrap: str, topic: str, records: int, **opti
     for key, value in options.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
     return cmd
-
-
-_MOCK_E2E = """
-import json, sys, confluent_kafka
-from odradek import perf
-bootstrap, count = sys.argv[1], int(sys.argv[2])
-p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "log_level": 0})
-p.produce("e2e-floor", b"x")  # the mock creates the topic on first use
-p.flush(10)
-print(json.dumps(perf.e2e_confluent(bootstrap, "e2e-floor", count, 100, throughput=10_000).as_dict()))
-"""
-
-
-def mock_e2e_command(bootstrap: str, count: int) -> list[str]:
-    """``odradek perf e2e``'s code against librdkafka's mock cluster: the latency floor of the client
-    and the machine (the mock answers in microseconds), to read the broker's e2e figures against."""
-    return [sys.executable, "-c", _MOCK_E2E, bootstrap, str(count)]

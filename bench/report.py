@@ -90,7 +90,6 @@ class Goal:
 def evaluate_goals(
     summaries: dict[str, Summary],
     baselines: dict[str, Baseline],
-    floor: dict[str, float] | None = None,
     doc_ceilings: dict[str, dict[str, float]] | None = None,
 ) -> list[Goal]:
     """The issue's goals against this run's medians (``None`` where the scenario did not run)."""
@@ -156,11 +155,6 @@ def evaluate_goals(
                 (
                     f"{e.records_per_s.median:,.0f} records/s, p50 {e.latency_ms['p50']:.2f} ms, "
                     f"p99 {e.latency_ms['p99']:.2f} ms"
-                    + (
-                        f" (same client, librdkafka mock: p50 {floor['p50']:.2f}, p99 {floor['p99']:.2f})"
-                        if floor
-                        else ""
-                    )
                 )
                 if e and e.latency_ms
                 else "not run",
@@ -237,14 +231,6 @@ def markdown(doc: dict[str, Any], summaries: list[Summary], baselines: dict[str,
         ]
         for name, c in doc["client_ceilings"].items():
             lines.append(f"| {name} | {_rate(Spread(c['median'], c['min'], c['max']))} |")
-    if doc.get("e2e_floor"):
-        f = doc["e2e_floor"]
-        lines += [
-            "",
-            f"End-to-end reference: the e2e scenario's client code against librdkafka's mock cluster "
-            f"(10,000 records/s): p50 {f['p50']:.2f} ms, p99 {f['p99']:.2f} ms, max {f['max']:.1f} ms "
-            f"(the mock has latencies of its own: a reference for the client side, not a floor).",
-        ]
     lines += [
         "",
         "## Scenarios",

@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -144,9 +143,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {b.name:16} {b.mb_per_s:8,.0f} MB/s ({b.min:,.0f}..{b.max:,.0f})", flush=True)
         if not args.no_baselines and any(sc.kind in ("produce", "many") for sc in chosen):
             doc["client_ceilings"] = client_ceilings(work_dir, args.quick, args.repeat)
-        e2e = next((sc for sc in chosen if sc.kind == "e2e"), None)
-        if not args.no_baselines and e2e is not None:
-            doc["e2e_floor"] = e2e_floor(work_dir, e2e.count(args.quick), args.repeat)
         if args.bootstrap:
             ctx = S.Context(args.bootstrap, args.broker_pid, work_dir, args.quick, profile_dir)
             summaries = run_all(ctx, chosen, args.repeat, baselines, doc)
@@ -164,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     doc["environment"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     by_name = {s.name: s for s in summaries}
-    goals = report.evaluate_goals(by_name, baselines, doc.get("e2e_floor"), doc.get("client_ceilings"))
+    goals = report.evaluate_goals(by_name, baselines, doc.get("client_ceilings"))
     md = report.markdown(doc, summaries, baselines, goals)
     (args.out / f"{stamp}.md").write_text(md)
     (args.out / f"{stamp}.json").write_text(json.dumps(report.to_json(doc, summaries, baselines, goals), indent=2))
@@ -196,22 +192,6 @@ def client_ceilings(work_dir: Path, quick: bool, repeat: int) -> dict[str, dict[
             out[f"kcat -P {size} B records"] = {"median": spread.median, "min": spread.min, "max": spread.max}
             print(f"  kcat ceiling {size:5} B: {spread.median:12,.0f} rec/s ({spread.min:,.0f}..{spread.max:,.0f})")
     return out
-
-
-def e2e_floor(work_dir: Path, count: int, repeat: int) -> dict[str, float]:
-    """The e2e scenario's client code against librdkafka's mock cluster: latency without our broker."""
-    runs: list[dict[str, float]] = []
-    with S.loadgen.MockCluster() as mock:
-        for _ in range(repeat):
-            cmd = S.loadgen.mock_e2e_command(mock.bootstrap, count)
-            proc = S.loadgen.run_processes([cmd], 600, stdout_path=work_dir / "e2e-floor.json")
-            if any(proc.returncodes):
-                print(f"  e2e floor failed: {proc.stderr[-500:]}")
-                return {}
-            runs.append(S.loadgen.parse_perf_json(proc.stdout)["latency_ms"])
-    floor = {k: statistics.median(r[k] for r in runs) for k in ("p50", "p99", "max")}
-    print(f"  e2e floor (mock cluster): p50 {floor['p50']:.2f} ms, p99 {floor['p99']:.2f} ms")
-    return floor
 
 
 def run_all(
