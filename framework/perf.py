@@ -103,7 +103,8 @@ def _confluent() -> Any:
 def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Create ``topic`` with ``partitions`` partitions unless it exists (CreateTopics)."""
     ck = _confluent()
-    from confluent_kafka.admin import AdminClient, NewTopic
+    # confluent_kafka.admin re-exports these without __all__, which strict mypy reports
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     if topic in admin.list_topics(timeout=10).topics:

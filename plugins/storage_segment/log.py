@@ -196,7 +196,7 @@ class SegmentLog:
 
     def _append(
         self,
-        data: bytes | bytearray,
+        data: bytes | bytearray | memoryview,
         batches: Sequence[BatchMeta],
         last_offsets: list[int],
         first: int,

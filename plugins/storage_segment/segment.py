@@ -171,7 +171,9 @@ class LogSegment:
         return (off, pos) if 0 <= pos < max(self.size, 1) else (self.base_offset, 0)
 
     # -- append --------------------------------------------------------------------------------
-    def append(self, data: bytes | bytearray, metas: Sequence[BatchMeta], last_offsets: Sequence[int]) -> None:
+    def append(
+        self, data: bytes | bytearray | memoryview, metas: Sequence[BatchMeta], last_offsets: Sequence[int]
+    ) -> None:
         """Write ``data`` (whole batches) at the end in one write, then index its batches.
 
         Raises OSError (ENOSPC, EIO ...) with the file cut back to where it was: a failed
