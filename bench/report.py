@@ -42,6 +42,7 @@ class Summary:
     fraction_of_limit: float | None = None
     broker_cpu_s_per_gb: float | None = None
     broker_peak_rss_mb: float | None = None
+    broker_cores: float | None = None  # broker CPU seconds per wall second
     client_cores: float | None = None
     latency_ms: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -71,6 +72,18 @@ def summarize(sc: Scenario, runs: list[Run], baselines: dict[str, Baseline]) -> 
     if with_broker:
         s.broker_cpu_s_per_gb = statistics.median(r.broker.cpu_s / (r.bytes / 1e9) for r in with_broker if r.broker)
         s.broker_peak_rss_mb = max(r.broker.peak_rss_mb for r in with_broker if r.broker)
+        s.broker_cores = statistics.median(r.broker.cpu_s / r.seconds for r in with_broker if r.broker)
+    s.extra["runs"] = [
+        {
+            "records": r.records,
+            "seconds": r.seconds,
+            "broker_cpu_s": r.broker.cpu_s if r.broker else None,
+            "broker_peak_rss_mb": r.broker.peak_rss_mb if r.broker else None,
+            "client_cpu_s": r.client_cpu_s,
+            "latency_ms": r.latency_ms,
+        }
+        for r in runs
+    ]
     s.client_cores = statistics.median(r.client_cpu_s / r.client_wall_s for r in runs if r.client_wall_s > 0)
     if runs[0].latency_ms:
         s.latency_ms = {k: statistics.median(r.latency_ms[k] for r in runs) for k in runs[0].latency_ms}
@@ -245,6 +258,8 @@ def markdown(doc: dict[str, Any], summaries: list[Summary], baselines: dict[str,
             continue
         frac = f"{100 * s.fraction_of_limit:.0f}% {s.limit}" if s.fraction_of_limit is not None else ""
         cpu = f"{s.broker_cpu_s_per_gb:.1f}" if s.broker_cpu_s_per_gb is not None else ""
+        if s.kind == "e2e" and s.broker_cores is not None:
+            cpu = f"({s.broker_cores:.2f} cores)"  # per GB means nothing at 1 MB/s
         rss = f"{s.broker_peak_rss_mb:.0f}" if s.broker_peak_rss_mb is not None else ""
         lat = (
             f"{s.latency_ms['p50']:.2f} / {s.latency_ms['p99']:.2f} / {s.latency_ms['max']:.1f}" if s.latency_ms else ""
@@ -263,7 +278,8 @@ def markdown(doc: dict[str, Any], summaries: list[Summary], baselines: dict[str,
         "",
         "Notes: MB = 10^6 bytes of record values. `client cores` is the load generator's CPU seconds per "
         "wall second (near 1.0 for a single-threaded generator means it, not the broker, may be the limit). "
-        "Broker CPU s/GB is the broker process's user+system CPU per 10^9 value bytes moved.",
+        "Broker CPU s/GB is the broker process's user+system CPU per 10^9 value bytes moved "
+        "(for the e2e rows: CPU seconds per second, in cores).",
         "",
     ]
     return "\n".join(lines)
