@@ -18,16 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ...errors import ErrorCode
-from ...interfaces import TopicPartition
-from ...records import iter_batches
-from ..api import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    CreatableTopic,
-    FetchPartition,
-    IsolationLevel,
-    ListOffsetsPartition,
-)
+from ..internal_topic import InternalTopic, Record
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -36,9 +27,6 @@ if TYPE_CHECKING:
 OFFSETS_TOPIC = "__consumer_offsets"
 #: how long an offsets append waits for acks=all (Kafka's offsets.commit.timeout.ms default)
 COMMIT_TIMEOUT_MS = 5000
-_READ_CHUNK_BYTES = 4 * 1024 * 1024
-
-Record = tuple[bytes, bytes | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,98 +63,40 @@ class OffsetsLog(Protocol):
 
 
 class BrokerOffsetsLog:
-    """``__consumer_offsets`` through the broker core's facade."""
+    """``__consumer_offsets`` through the broker core's facade (:class:`InternalTopic`)."""
 
     def __init__(self, broker: Broker, config: Config) -> None:
-        self.broker = broker
-        self.num_partitions = int(config["offsets.topic.num.partitions"])
-        self.replication_factor = int(config["offsets.topic.replication.factor"])
-        self.segment_bytes = int(config["offsets.topic.segment.bytes"])
-
-    def _topic_configs(self) -> dict[str, str | None]:
         # Kafka's GroupMetadataManager.offsetsTopicConfigs: compacted, its own segment size
-        return {
+        configs: dict[str, str | None] = {
             "cleanup.policy": "compact",
-            "segment.bytes": str(self.segment_bytes),
+            "segment.bytes": str(int(config["offsets.topic.segment.bytes"])),
             "compression.type": "producer",
         }
+        self.topic = InternalTopic(
+            broker,
+            OFFSETS_TOPIC,
+            int(config["offsets.topic.num.partitions"]),
+            int(config["offsets.topic.replication.factor"]),
+            configs,
+            COMMIT_TIMEOUT_MS,
+        )
+        self.num_partitions = self.topic.num_partitions
 
     async def exists(self) -> bool:
-        md = await self.broker.metadata([OFFSETS_TOPIC], allow_auto_create=False)
-        return any(t.name == OFFSETS_TOPIC and t.error == ErrorCode.NONE for t in md.topics)
+        return await self.topic.exists()
 
     async def ensure_topic(self) -> bool:
-        if await self.exists():
-            return True
-        topic = CreatableTopic(
-            OFFSETS_TOPIC, self.num_partitions, self.replication_factor, configs=self._topic_configs()
-        )
-        result = (await self.broker.create_topics([topic], COMMIT_TIMEOUT_MS, False))[OFFSETS_TOPIC]
-        return result.error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)
+        return await self.topic.ensure_topic()
 
     async def append(self, partition: int, records: Sequence[Record], timestamp_ms: int) -> ErrorCode:
-        from ...records import build_batch
+        return await self.topic.append(partition, records, timestamp_ms)
 
-        batch = bytearray(build_batch([(k, v, [], timestamp_ms) for k, v in records]))
-        tp = TopicPartition(OFFSETS_TOPIC, partition)
-        results = await self.broker.produce(-1, COMMIT_TIMEOUT_MS, {tp: batch})
-        return results[tp].error
-
-    async def read(self, partition: int) -> AsyncIterator[Record]:
-        tp = TopicPartition(OFFSETS_TOPIC, partition)
-        bounds = await self.broker.list_offsets(
-            -1,
-            IsolationLevel.READ_UNCOMMITTED,
-            [ListOffsetsPartition(tp, EARLIEST_TIMESTAMP)],
-        )
-        start = bounds[tp].offset
-        end = (
-            await self.broker.list_offsets(
-                -1, IsolationLevel.READ_UNCOMMITTED, [ListOffsetsPartition(tp, LATEST_TIMESTAMP)]
-            )
-        )[tp].offset
-        offset = start
-        while 0 <= offset < end:
-            fetched = await self.broker.fetch(
-                -1,
-                0,
-                0,
-                _READ_CHUNK_BYTES,
-                IsolationLevel.READ_UNCOMMITTED,
-                [FetchPartition(tp, offset, _READ_CHUNK_BYTES)],
-            )
-            result = fetched[tp]
-            if result.error != ErrorCode.NONE or result.records is None or result.records.size == 0:
-                break
-            try:
-                data = result.records.to_bytes()
-            finally:
-                result.records.release()
-            progressed = False
-            for batch in iter_batches(data):
-                next_offset = batch.header.next_offset
-                if not batch.is_control:
-                    for record in batch.records:
-                        if offset <= record.offset < end and record.key is not None:
-                            yield record.key, record.value
-                if next_offset > offset:
-                    offset = next_offset
-                    progressed = True
-            if not progressed:
-                break
+    def read(self, partition: int) -> AsyncIterator[Record]:
+        return self.topic.read(partition)
 
     async def leaders(self, listener_name: str | None = None) -> dict[int, Coordinator]:
-        md = await self.broker.metadata([OFFSETS_TOPIC], allow_auto_create=False, listener_name=listener_name)
-        nodes = {b.node_id: b for b in md.brokers}
-        out: dict[int, Coordinator] = {}
-        for topic in md.topics:
-            if topic.name != OFFSETS_TOPIC or topic.error != ErrorCode.NONE:
-                continue
-            for p in topic.partitions:
-                node = nodes.get(p.leader)
-                if node is not None:
-                    out[p.partition] = Coordinator(node.node_id, node.host, node.port)
-        return out
+        leaders = await self.topic.leaders(listener_name)
+        return {p: Coordinator(node.node_id, node.host, node.port) for p, (node, _) in leaders.items()}
 
 
 class InMemoryOffsetsLog:

@@ -15,16 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ...errors import ErrorCode
-from ...interfaces import TopicPartition
-from ...records import build_batch, iter_batches
-from ..api import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    CreatableTopic,
-    FetchPartition,
-    IsolationLevel,
-    ListOffsetsPartition,
-)
+from ..internal_topic import InternalTopic, Record
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -35,9 +26,6 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 SEGMENT_BYTES = 100 * 1024 * 1024
 #: how long a state write waits for acks=all (Kafka's request timeout for the log append)
 WRITE_TIMEOUT_MS = 5000
-_READ_CHUNK_BYTES = 4 * 1024 * 1024
-
-Record = tuple[bytes, bytes | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,76 +59,35 @@ class TransactionLog(Protocol):
 
 
 class BrokerTransactionLog:
-    """``__transaction_state`` through the broker core's facade."""
+    """``__transaction_state`` through the broker core's facade (:class:`InternalTopic`)."""
 
     def __init__(self, broker: Broker, config: Config) -> None:
-        self.broker = broker
-        self.num_partitions = int(config["transaction.state.log.num.partitions"])
-        self.replication_factor = -1  # the broker's default.replication.factor
-
-    async def exists(self) -> bool:
-        md = await self.broker.metadata([TRANSACTION_STATE_TOPIC], allow_auto_create=False)
-        return any(t.name == TRANSACTION_STATE_TOPIC and t.error == ErrorCode.NONE for t in md.topics)
-
-    async def ensure_topic(self) -> bool:
-        if await self.exists():
-            return True
         configs: dict[str, str | None] = {
             "cleanup.policy": "compact",
             "segment.bytes": str(SEGMENT_BYTES),
             "compression.type": "uncompressed",
             "min.insync.replicas": "1",
         }
-        topic = CreatableTopic(TRANSACTION_STATE_TOPIC, self.num_partitions, self.replication_factor, configs=configs)
-        result = (await self.broker.create_topics([topic], WRITE_TIMEOUT_MS, False))[TRANSACTION_STATE_TOPIC]
-        return result.error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)
+        num_partitions = int(config["transaction.state.log.num.partitions"])
+        # replication factor -1: the broker's default.replication.factor
+        self.topic = InternalTopic(broker, TRANSACTION_STATE_TOPIC, num_partitions, -1, configs, WRITE_TIMEOUT_MS)
+        self.num_partitions = num_partitions
+
+    async def exists(self) -> bool:
+        return await self.topic.exists()
+
+    async def ensure_topic(self) -> bool:
+        return await self.topic.ensure_topic()
 
     async def append(self, partition: int, record: Record, timestamp_ms: int) -> ErrorCode:
-        batch = bytearray(build_batch([(record[0], record[1], [], timestamp_ms)]))
-        tp = TopicPartition(TRANSACTION_STATE_TOPIC, partition)
-        return (await self.broker.produce(-1, WRITE_TIMEOUT_MS, {tp: batch}))[tp].error
+        return await self.topic.append(partition, [record], timestamp_ms)
 
-    async def read(self, partition: int) -> AsyncIterator[Record]:
-        tp = TopicPartition(TRANSACTION_STATE_TOPIC, partition)
-        level = IsolationLevel.READ_UNCOMMITTED
-        start = (await self.broker.list_offsets(-1, level, [ListOffsetsPartition(tp, EARLIEST_TIMESTAMP)]))[tp].offset
-        end = (await self.broker.list_offsets(-1, level, [ListOffsetsPartition(tp, LATEST_TIMESTAMP)]))[tp].offset
-        offset = start
-        while 0 <= offset < end:
-            result = (
-                await self.broker.fetch(
-                    -1, 0, 0, _READ_CHUNK_BYTES, level, [FetchPartition(tp, offset, _READ_CHUNK_BYTES)]
-                )
-            )[tp]
-            if result.error != ErrorCode.NONE or result.records is None or result.records.size == 0:
-                break
-            try:
-                data = result.records.to_bytes()
-            finally:
-                result.records.release()
-            progressed = False
-            for batch in iter_batches(data):
-                if not batch.is_control:
-                    for rec in batch.records:
-                        if offset <= rec.offset < end and rec.key is not None:
-                            yield rec.key, rec.value
-                if batch.header.next_offset > offset:
-                    offset, progressed = batch.header.next_offset, True
-            if not progressed:
-                break
+    def read(self, partition: int) -> AsyncIterator[Record]:
+        return self.topic.read(partition)
 
     async def leaders(self, listener_name: str | None = None) -> dict[int, LogLeader]:
-        md = await self.broker.metadata([TRANSACTION_STATE_TOPIC], allow_auto_create=False, listener_name=listener_name)
-        nodes = {b.node_id: b for b in md.brokers}
-        out: dict[int, LogLeader] = {}
-        for topic in md.topics:
-            if topic.name != TRANSACTION_STATE_TOPIC or topic.error != ErrorCode.NONE:
-                continue
-            for p in topic.partitions:
-                node = nodes.get(p.leader)
-                if node is not None:
-                    out[p.partition] = LogLeader(node.node_id, node.host, node.port, max(p.leader_epoch, 0))
-        return out
+        leaders = await self.topic.leaders(listener_name)
+        return {p: LogLeader(node.node_id, node.host, node.port, epoch) for p, (node, epoch) in leaders.items()}
 
 
 class InMemoryTransactionLog:

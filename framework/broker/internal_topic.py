@@ -1,0 +1,108 @@
+"""An internal compacted topic (``__consumer_offsets``, ``__transaction_state``) used through the
+broker core's own facade: the coordinators persist as ordinary records in an ordinary topic,
+written with ``acks=all`` through the produce path and read back through fetch, so replication,
+compaction and recovery apply to them exactly as to user topics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from ..errors import ErrorCode
+from ..interfaces import TopicPartition
+from ..records import build_batch, iter_batches
+from .api import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    BrokerNode,
+    CreatableTopic,
+    FetchPartition,
+    IsolationLevel,
+    ListOffsetsPartition,
+)
+
+if TYPE_CHECKING:
+    from .api import Broker
+
+Record = tuple[bytes, bytes | None]
+_READ_CHUNK_BYTES = 4 * 1024 * 1024
+
+
+class InternalTopic:
+    """Create, append to, read back and locate the leaders of one internal topic."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str | None],
+        timeout_ms: int,
+    ) -> None:
+        self.broker = broker
+        self.name = name
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor  # -1: the broker's default.replication.factor
+        self.configs = dict(configs)
+        self.timeout_ms = timeout_ms
+
+    async def exists(self) -> bool:
+        md = await self.broker.metadata([self.name], allow_auto_create=False)
+        return any(t.name == self.name and t.error == ErrorCode.NONE for t in md.topics)
+
+    async def ensure_topic(self) -> bool:
+        """Create the topic when missing; True once it exists."""
+        if await self.exists():
+            return True
+        topic = CreatableTopic(self.name, self.num_partitions, self.replication_factor, configs=self.configs)
+        result = (await self.broker.create_topics([topic], self.timeout_ms, False))[self.name]
+        return result.error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)
+
+    async def append(self, partition: int, records: Sequence[Record], timestamp_ms: int) -> ErrorCode:
+        """Append ``records`` as one batch to ``partition`` and wait for acks=all."""
+        batch = bytearray(build_batch([(k, v, [], timestamp_ms) for k, v in records]))
+        tp = TopicPartition(self.name, partition)
+        return (await self.broker.produce(-1, self.timeout_ms, {tp: batch}))[tp].error
+
+    async def read(self, partition: int) -> AsyncIterator[Record]:
+        """Every keyed record of ``partition`` from its log start to its high watermark, in order."""
+        tp = TopicPartition(self.name, partition)
+        level = IsolationLevel.READ_UNCOMMITTED
+        start = (await self.broker.list_offsets(-1, level, [ListOffsetsPartition(tp, EARLIEST_TIMESTAMP)]))[tp].offset
+        end = (await self.broker.list_offsets(-1, level, [ListOffsetsPartition(tp, LATEST_TIMESTAMP)]))[tp].offset
+        offset = start
+        while 0 <= offset < end:
+            fetch = FetchPartition(tp, offset, _READ_CHUNK_BYTES)
+            result = (await self.broker.fetch(-1, 0, 0, _READ_CHUNK_BYTES, level, [fetch]))[tp]
+            if result.error != ErrorCode.NONE or result.records is None or result.records.size == 0:
+                break
+            try:
+                data = result.records.to_bytes()
+            finally:
+                result.records.release()
+            progressed = False
+            for batch in iter_batches(data):
+                if not batch.is_control:
+                    for rec in batch.records:
+                        if offset <= rec.offset < end and rec.key is not None:
+                            yield rec.key, rec.value
+                if batch.header.next_offset > offset:
+                    offset, progressed = batch.header.next_offset, True
+            if not progressed:
+                break
+
+    async def leaders(self, listener_name: str | None = None) -> dict[int, tuple[BrokerNode, int]]:
+        """partition -> (its leader's broker, leader epoch); partitions without a leader are absent."""
+        md = await self.broker.metadata([self.name], allow_auto_create=False, listener_name=listener_name)
+        nodes = {b.node_id: b for b in md.brokers}
+        out: dict[int, tuple[BrokerNode, int]] = {}
+        for topic in md.topics:
+            if topic.name != self.name or topic.error != ErrorCode.NONE:
+                continue
+            for p in topic.partitions:
+                node = nodes.get(p.leader)
+                if node is not None:
+                    out[p.partition] = (node, max(p.leader_epoch, 0))
+        return out
