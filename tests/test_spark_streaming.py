@@ -142,8 +142,11 @@ def test_stream_write_from_rate_source(spark_session: Any, bootstrap: str, tmp_p
         query.stop()
     written = rows_in(query)
     back = source(spark_session, bootstrap, subscribe=topic, includeHeaders="true").collect()
-    assert len(back) == written
-    assert sorted(int(r.key) for r in back) == list(range(written))
+    # The sink is at-least-once, like Spark's Kafka sink: stop() can interrupt an epoch whose tasks
+    # already produced, so the topic may hold rows past the committed progress, but every committed
+    # row is there.
+    keys = {int(r.key) for r in back}
+    assert set(range(written)) <= keys
     for r in back:
         assert r.value == b"v" + r.key
         assert r.partition == int(r.key) % 3
