@@ -226,18 +226,27 @@ class _Index(ABC):
         """Why the first and last entries show the file is corrupt, or None."""
 
 
+_OFFSET_ENTRY = struct.Struct(">ii")
+
+
 class OffsetIndex(_Index):
     """Relative offset -> file position of a batch start."""
 
-    ENTRY = struct.Struct(">ii")
+    ENTRY = _OFFSET_ENTRY
 
     def _forget_cached(self) -> None:
         """Nothing about offset entries is cached."""
 
     def append(self, offset: int, position: int) -> None:
-        """Add an entry unless the index is full (a sparse index may skip entries)."""
-        if self.entries < self.max_entries:
-            self._append(offset - self.base_offset, position)
+        """Add an entry unless the index is full (a sparse index may skip entries).
+
+        Written out rather than through ``_append``: it runs for most appended batches."""
+        n = self._entries if self._entries is not None else self.entries
+        if n < self.max_entries:
+            mm = self._mm if self._mm is not None else self._map()
+            assert mm is not None
+            _OFFSET_ENTRY.pack_into(mm, n << 3, offset - self.base_offset, position)
+            self._entries = n + 1
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the last entry with offset <= ``offset``, else (base, 0)."""

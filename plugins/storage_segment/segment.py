@@ -182,22 +182,8 @@ class LogSegment:
         n = len(metas)
         if n > self._index_room:
             self._reserve(n)
-        fd = self.log.fd()
         start = self.size
-        total = len(data)
-        try:
-            written = os.pwrite(fd, data, start)
-            while written < total:  # a short write: the rest, or the error that caused it
-                more = os.pwrite(fd, memoryview(data)[written:], start + written)
-                if more == 0:
-                    raise OSError(errno.ENOSPC, "short write")
-                written += more
-        except OSError:
-            try:
-                os.ftruncate(fd, start)
-            except OSError as cut_exc:
-                log.error("could not cut %s back to %d bytes after a failed write: %s", self.log.path, start, cut_exc)
-            raise
+        self._write_at_end(data, start)
         max_ts = self._max_ts or self.max_timestamp_and_offset()
         ts = max_ts[0]
         pos = start
@@ -221,6 +207,47 @@ class LogSegment:
         self._next_offset = last_offsets[-1] + 1
         self._index_room -= n
 
+    def append_one(self, data: bytes | bytearray | memoryview, max_timestamp: int, last_offset: int) -> None:
+        """:meth:`append` for exactly one batch: the common produce request (one batch per
+        partition since Produce v3), without the per-batch loop and its bookkeeping lists."""
+        if self._index_room < 1:
+            self._reserve(1)
+        start = self.size
+        total = len(data)
+        self._write_at_end(data, start)
+        max_ts = self._max_ts or self.max_timestamp_and_offset()
+        if max_timestamp > max_ts[0]:
+            self._max_ts = max_ts = (max_timestamp, last_offset)
+        since = self.bytes_since_last_index_entry
+        if since > self.index_interval:
+            self.offset_index.append(last_offset, start)
+            self.time_index.maybe_append(max_ts[0], max_ts[1])
+            since = 0
+        if start == 0:
+            self._first_batch_ts = max_timestamp
+        self.bytes_since_last_index_entry = since + total
+        self.size = start + total
+        self._next_offset = last_offset + 1
+        self._index_room -= 1
+
+    def _write_at_end(self, data: bytes | bytearray | memoryview, start: int) -> None:
+        """Write ``data`` at ``start`` (the end); on failure cut the file back to ``start``."""
+        fd = self.log.fd()
+        total = len(data)
+        try:
+            written = os.pwrite(fd, data, start)
+            while written < total:  # a short write: the rest, or the error that caused it
+                more = os.pwrite(fd, memoryview(data)[written:], start + written)
+                if more == 0:
+                    raise OSError(errno.ENOSPC, "short write")
+                written += more
+        except OSError:
+            try:
+                os.ftruncate(fd, start)
+            except OSError as cut_exc:
+                log.error("could not cut %s back to %d bytes after a failed write: %s", self.log.path, start, cut_exc)
+            raise
+
     def _reserve(self, count: int) -> None:
         """Allocate index space for ``count`` more entries (each batch adds at most one)."""
         oi, ti = self.offset_index, self.time_index
@@ -241,7 +268,8 @@ class LogSegment:
             return False
         if size > segment_bytes - incoming:
             return True
-        if self.offset_index.entries + batches > self.offset_index.max_entries or self.time_index.is_full:
+        oi, ti = self.offset_index, self.time_index
+        if oi.entries + batches > oi.max_entries or ti.entries >= ti.max_entries:
             return True
         roll_ms = segment_ms - self.roll_jitter_ms
         first_ts = self._first_batch_ts if self._first_batch_ts is not None else self.first_batch_timestamp()
