@@ -52,6 +52,7 @@ from .headers import (
     parse_response_header,
     peek_correlation_id,
 )
+from .metadata import MetadataResponseData, encode_metadata_response
 from .produce import (
     PartitionProduceData,
     PartitionProduceResponse,
@@ -70,6 +71,7 @@ __all__ = [
     "FetchPartitionData",
     "FetchResponseData",
     "FetchTopicData",
+    "MetadataResponseData",
     "PartitionProduceData",
     "PartitionProduceResponse",
     "ProduceRequestData",
@@ -87,6 +89,7 @@ __all__ = [
     "datetime_ms",
     "decode_request",
     "decode_response",
+    "encode_metadata_response",
     "encode_request",
     "encode_request_header",
     "encode_response",

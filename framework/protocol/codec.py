@@ -29,6 +29,7 @@ from ..errors import ErrorCode, InvalidRequest, UnsupportedVersion
 from .apis import PRODUCE_IMPLEMENTED, SUPPORTED_VERSIONS, ApiKey, VersionRange
 from .guard import check_message
 from .headers import encode_request_header, encode_response_header, parse_response_header
+from .metadata import MetadataResponseData, encode_metadata_response
 from .produce import (
     ProduceRequestData,
     ProduceResponseData,
@@ -155,6 +156,10 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, respons
     out.write(encode_response_header(api_key, api_version, correlation_id))
     if isinstance(response, ProduceResponseData):
         out.write(encode_produce_response(api_version, response))
+    elif isinstance(response, MetadataResponseData):
+        if api_key != ApiKey.METADATA or response.version != api_version:
+            raise TypeError(f"a Metadata v{response.version} body answers api {api_key} v{api_version}")
+        out.write(encode_metadata_response(response))
     else:
         expected: type = response_type(api_key, api_version)
         write = _writer(expected)  # before the identity test, which narrows ``expected`` back to type[Any]

@@ -27,6 +27,7 @@ from odradek.protocol import (
     FetchPartitionData,
     FetchResponseData,
     FetchTopicData,
+    MetadataResponseData,
     PartitionProduceResponse,
     ProduceRequestData,
     ProduceResponseData,
@@ -62,45 +63,14 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
 # -- Metadata ---------------------------------------------------------------------------------
 
 
-async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
+async def handle_metadata(ctx: RequestContext, request: Any) -> MetadataResponseData:
     """Brokers on this listener, controller, cluster id and topics (v0: empty list = all)."""
     version = ctx.api_version
     all_topics = request.topics is None or (version == 0 and not request.topics)
     topics = None if all_topics else [t.name for t in request.topics]
     allow_auto_create = bool(getattr(request, "allow_auto_topic_creation", True))
     md = await ctx.broker.metadata(topics, allow_auto_create, listener_name=ctx.listener.name)
-    broker_cls = response_class(ApiKey.METADATA, version, "MetadataResponseBroker")
-    topic_cls = response_class(ApiKey.METADATA, version, "MetadataResponseTopic")
-    partition_cls = response_class(ApiKey.METADATA, version, "MetadataResponsePartition")
-    return make(
-        response_class(ApiKey.METADATA, version),
-        throttle_time=NO_THROTTLE,
-        brokers=tuple(make(broker_cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack) for b in md.brokers),
-        cluster_id=md.cluster_id,
-        controller_id=md.controller_id,
-        topics=tuple(
-            make(
-                topic_cls,
-                error_code=kerr(t.error),
-                name=t.name,
-                is_internal=t.is_internal,
-                partitions=tuple(
-                    make(
-                        partition_cls,
-                        error_code=kerr(p.error),
-                        partition_index=p.partition,
-                        leader_id=p.leader,
-                        leader_epoch=p.leader_epoch,
-                        replica_nodes=tuple(p.replicas),
-                        isr_nodes=tuple(p.isr),
-                        offline_replicas=tuple(p.offline_replicas),
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in md.topics
-        ),
-    )
+    return MetadataResponseData(version, md)  # written by odradek.protocol.metadata, not kio
 
 
 # -- Produce ----------------------------------------------------------------------------------
