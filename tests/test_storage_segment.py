@@ -197,6 +197,57 @@ async def test_recovery_scans_only_past_the_recovery_point(tmp_path: Path, monke
     await storage.close()
 
 
+async def test_new_epochs_are_fsynced_with_the_log_not_on_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KAFKA-15046: an epoch change writes the checkpoint without fsync; the log's flush fsyncs it."""
+    from odradek.plugins.storage_segment import checkpoint
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(
+        checkpoint.os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd))[1]
+    )
+    storage = await open_storage(tmp_path)
+    log = log_of(storage)
+    path = tmp_path / "events-0" / "leader-epoch-checkpoint"
+    synced.clear()
+    append(log, batch(2), epoch=3)
+    assert path.read_text() == "0\n1\n3 0\n"  # written (readable at once) ...
+    assert not synced  # ... but nothing fsynced on the append path
+    await log.flush()
+    assert str(path) in synced and str(path.parent) in synced
+    synced.clear()
+    append(log, batch(2), epoch=3)
+    await log.flush()
+    assert str(path) not in synced  # unchanged since the last flush
+    append(log, batch(2), epoch=4)
+    synced.clear()
+    log.truncate_to(4)  # dropping epoch 4 is made durable at once
+    assert path.read_text() == "0\n1\n3 0\n"
+    assert str(path) + ".tmp" in synced and str(path.parent) in synced
+    await storage.close()
+
+
+async def test_recovery_restores_epochs_the_checkpoint_lost(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = log_of(storage)
+    append(log, batch(2), epoch=0)
+    await log.flush()
+    await storage.write_own_checkpoints()
+    append(log, batch(2), epoch=2)
+    append(log, batch(3), epoch=5)
+    path = tmp_path / "events-0" / "leader-epoch-checkpoint"
+    storage.abandon()  # kill -9 ...
+    path.write_text("0\n1\n0 0\n")  # ... and a power loss that kept only the flushed epoch
+    storage = await open_storage(tmp_path)
+    log = storage.get_log(TP)
+    assert log is not None
+    assert [(e.epoch, e.start_offset) for e in log.epoch_entries()] == [(0, 0), (2, 2), (5, 4)]
+    assert log.end_offset_for_epoch(2) == (2, 4)
+    await storage.close()
+
+
 async def test_missing_and_corrupt_indexes_are_rebuilt(tmp_path: Path) -> None:
     storage = await open_storage(tmp_path, log_segment_bytes=600, log_index_interval_bytes=0)
     log = log_of(storage)

@@ -46,8 +46,13 @@ def fsync_paths(paths: Sequence[Path]) -> None:
             os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: write a temp file, fsync, rename, fsync the directory."""
+def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Replace ``path`` with ``data``: write a temp file, fsync, rename, fsync the directory.
+
+    ``sync=False`` skips both fsyncs: readers still see the old or the new file whole, but
+    after a power loss either may be there (or neither's data); for files whose caller makes
+    them durable later (fsync of the path and its directory) or can rebuild them.
+    """
     tmp = path.with_name(path.name + TEMP_SUFFIX)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -55,11 +60,13 @@ def atomic_write(path: Path, data: bytes) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
 
 
 def _render(lines: Sequence[str]) -> bytes:
@@ -98,9 +105,9 @@ def read_offsets(path: Path) -> dict[TopicPartition, int]:
         return {}
 
 
-def write_epochs(path: Path, entries: Iterable[EpochEntry]) -> None:
+def write_epochs(path: Path, entries: Iterable[EpochEntry], *, sync: bool = True) -> None:
     """A leader-epoch checkpoint: ``<epoch> <start offset>`` per line, oldest first."""
-    atomic_write(path, _render([f"{e.epoch} {e.start_offset}" for e in entries]))
+    atomic_write(path, _render([f"{e.epoch} {e.start_offset}" for e in entries]), sync=sync)
 
 
 def read_epochs(path: Path) -> list[EpochEntry]:

@@ -9,8 +9,8 @@ log start offset moves the first epoch's start forward.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from odradek.interfaces import EpochEntry
 
@@ -20,13 +20,27 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED = (-1, -1)
 
 
-class LeaderEpochCache:
-    """Epoch -> start offset, monotonic in both, persisted on every change."""
+class _Persist(Protocol):
+    def __call__(self, path: Path, entries: list[EpochEntry], *, sync: bool = True) -> None: ...
 
-    def __init__(self, path: Path, persist: Callable[[Path, list[EpochEntry]], None] = write_epochs) -> None:
+
+class LeaderEpochCache:
+    """Epoch -> start offset, monotonic in both, persisted on every change.
+
+    A new epoch (:meth:`assign`, on the append path) is written without fsync, as Kafka does
+    since KAFKA-15046: an fsync per partition on its first append after a leader change stalls
+    every request behind it (seconds for 1,000 new partitions). The log fsyncs the file with its
+    segments (:attr:`unsynced` says it must), and recovery re-derives the epochs of unflushed
+    data from the batches' partitionLeaderEpoch, so a crash loses nothing the log keeps.
+    Truncations remove entries and are made durable at once.
+    """
+
+    def __init__(self, path: Path, persist: _Persist = write_epochs) -> None:
         self.path = path
         self._persist = persist
         self._entries: list[EpochEntry] = read_epochs(path)
+        #: written since the last fsync of :attr:`path` (the log's flush fsyncs it and clears this)
+        self.unsynced = False
 
     def entries(self) -> list[EpochEntry]:
         return list(self._entries)
@@ -35,8 +49,9 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._entries[-1].epoch if self._entries else -1
 
-    def _flush(self) -> None:
-        self._persist(self.path, self._entries)
+    def _flush(self, *, sync: bool = True) -> None:
+        self._persist(self.path, self._entries, sync=sync)
+        self.unsynced = not sync
 
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; entries that contradict it (a later
@@ -49,7 +64,7 @@ class LeaderEpochCache:
                 return False
         self._entries = [e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset]
         self._entries.append(EpochEntry(epoch, start_offset))
-        self._flush()
+        self._flush(sync=False)
         return True
 
     def end_offset_for(self, requested: int, log_end_offset: int) -> tuple[int, int]:

@@ -142,9 +142,11 @@ def load_log(
             must_recover.add(seg.base_offset)
 
     kept: list[LogSegment] = []
+    recovered: list[LogSegment] = []
     for i, seg in enumerate(segments):
         if seg.base_offset in must_recover:
             cut, why = seg.recover()
+            recovered.append(seg)
             if cut:
                 dropped = segments[i + 1 :]
                 log.warning(
@@ -195,4 +197,10 @@ def load_log(
     )
     if start > leo:  # DeleteRecords up to the end, then a crash lost the tail: start empty there
         result.truncate_fully_and_start_at(start)
+    else:
+        # Kafka's recoverSegment: epochs the recovered batches carry that the checkpoint lacks
+        # (it is written without fsync on the append path) are assigned again
+        for seg in recovered:
+            for epoch, offset in seg.recovered_epoch_starts:
+                result.assign_recovered_epoch(epoch, offset)
     return result

@@ -423,6 +423,12 @@ class SegmentLog:
         self._retire_paths(paths)
 
     # -- leader epochs -------------------------------------------------------------------------
+    def assign_recovered_epoch(self, epoch: int, start_offset: int) -> None:
+        """An epoch seen in a batch during recovery: kept when it is newer than the cache's
+        latest and the batch is still in the log (what Kafka's recovery does)."""
+        if epoch > self._epochs.latest_epoch and self._log_start <= start_offset < self._leo:
+            self._epochs.assign(epoch, start_offset)
+
     def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
         self._check_open()
         self._epochs.assign(epoch, start_offset)
@@ -469,16 +475,22 @@ class SegmentLog:
         """Files of the segment holding the recovery point and of every later one, and the
         directories whose entries changed (new segments; a new partition directory)."""
         first = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
-        paths = [p for s in self._segments[first:] for p in s.paths] + [self.dir]
+        paths = [p for s in self._segments[first:] for p in s.paths]
+        if self._epochs.unsynced:
+            paths.append(self._epochs.path)
+        paths.append(self.dir)
         if not self._dir_synced:
             paths.append(self.dir.parent)
         return paths
 
     def _flush_now(self) -> None:
         """flush.messages reached: fsync on this thread, as Kafka does in the append path."""
+        paths = self._unflushed_paths()
+        self._epochs.unsynced = False
         try:
-            fsync_paths(self._unflushed_paths())
+            fsync_paths(paths)
         except OSError as exc:
+            self._epochs.unsynced = True
             raise KafkaStorageError(f"{self.topic_partition}: fsync failed: {exc}") from exc
         self._pending_flush = []
         self.recovery_point = self._leo
@@ -488,16 +500,18 @@ class SegmentLog:
 
     async def flush(self) -> None:
         """fsync every segment holding data past the recovery point, then advance it."""
-        if self.closed or not self._dirty:
+        if self.closed or not (self._dirty or self._epochs.unsynced):
             return
         target, generation = self._leo, self._generation
         paths = self._unflushed_paths()
         flushed = list(self._pending_flush)
         self._dirty = False
+        epochs_unsynced, self._epochs.unsynced = self._epochs.unsynced, False  # set again by a new epoch meanwhile
         try:
             await trio.to_thread.run_sync(fsync_paths, paths)
         except OSError as exc:
             self._dirty = True
+            self._epochs.unsynced |= epochs_unsynced
             raise KafkaStorageError(f"{self.topic_partition}: fsync failed: {exc}") from exc
         self._last_flush_ms = self.ctx.time_ms()
         self._dir_synced = True
@@ -524,7 +538,7 @@ class SegmentLog:
             self.recovery_point = max(self.recovery_point, min(upto, self._leo))
 
     def flush_due(self, now_ms: int) -> bool:
-        return self._dirty and now_ms - self._last_flush_ms >= self.config.flush_ms
+        return (self._dirty or self._epochs.unsynced) and now_ms - self._last_flush_ms >= self.config.flush_ms
 
     async def close(self) -> None:
         if self.closed:

@@ -78,6 +78,8 @@ class LogSegment:
         self._next_offset: int | None = None
         self._max_ts: tuple[int, int] | None = None  # (largest timestamp, offset of its batch)
         self._first_batch_ts: int | None = None
+        #: (leader epoch, first offset) where the epoch rises in this segment, found by :meth:`recover`
+        self.recovered_epoch_starts: list[tuple[int, int]] = []
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log.path.name}, size={self.size})"
@@ -402,7 +404,9 @@ class LogSegment:
 
     def recover(self) -> tuple[int, str | None]:
         """Verify every batch (CRC, framing, offset order), rebuild both indexes from them and
-        cut the file after the last good batch. Returns (bytes cut, why)."""
+        cut the file after the last good batch. Returns (bytes cut, why). Also notes where the
+        batches' leader epoch rises (:attr:`recovered_epoch_starts`), which the loader feeds
+        to the epoch cache: the checkpoint may not have reached the disk for unflushed data."""
         fd = self.log.fd()
         file_size = os.fstat(fd).st_size
         self.offset_index.make_writable()
@@ -416,9 +420,12 @@ class LogSegment:
         nxt = self.base_offset
         first_ts: int | None = None
         interval = self.index_interval
+        epoch_starts: list[tuple[int, int]] = []
         for pos, h in scan:
             if first_ts is None:
                 first_ts = h.max_timestamp
+            if h.partition_leader_epoch >= 0 and (not epoch_starts or h.partition_leader_epoch > epoch_starts[-1][0]):
+                epoch_starts.append((h.partition_leader_epoch, h.base_offset))
             if h.max_timestamp > ts:
                 ts, off_of_ts = h.max_timestamp, h.last_offset
             if since > interval:
@@ -437,6 +444,7 @@ class LogSegment:
         self._next_offset = nxt
         self._max_ts = (ts, off_of_ts)
         self._first_batch_ts = first_ts if first_ts is not None else -1
+        self.recovered_epoch_starts = epoch_starts
         return file_size - valid, scan.stop_reason
 
     def rebuild_indexes(self) -> None:
