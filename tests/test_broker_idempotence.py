@@ -124,3 +124,25 @@ async def test_transactional_init_producer_id_bumps_epoch(tmp_path: Path) -> Non
     async with running_broker(tmp_path) as core:
         again = await core.init_producer_id("txn-a", 60000)
         assert again.producer_id == first.producer_id and again.producer_epoch == second.producer_epoch + 1
+
+
+async def test_snapshots_only_where_producer_state_changed_or_a_segment_grew(tmp_path: Path) -> None:
+    """The periodic snapshot skips partitions only non-idempotent producers wrote, until their log
+    grows by segment.bytes (bounding what a restart replays); idempotent writes always count."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", 2, **{"segment.bytes": "4096"})
+        rm = core.replica_manager
+        plain, idem = TopicPartition("t", 0), TopicPartition("t", 1)
+        await rm.persist_state()
+        await produce(core, plain, batch([b"x" * 100]))
+        pid = await new_producer(core)
+        await produce(core, idem, pbatch(pid, 0, 0))
+        assert await rm.persist_state() == 1  # idem only
+        assert not list(tmp_path.glob(f"t-0/{SNAPSHOT_NAME}*"))
+        assert await rm.persist_state() == 0  # nothing moved
+        for _ in range(40):  # > 4 KiB more log without producer ids
+            await produce(core, plain, batch([b"x" * 100]))
+        assert await rm.persist_state() == 1
+        assert list(tmp_path.glob(f"t-0/{SNAPSHOT_NAME}*"))
+        await produce(core, idem, pbatch(pid, 0, 1))
+        assert await rm.persist_state() == 1

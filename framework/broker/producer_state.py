@@ -135,6 +135,11 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         #: log offset up to which this state reflects the log (exclusive)
         self.map_end_offset = 0
+        #: counts changes to what a snapshot holds beyond ``map_end_offset`` (producers, aborted
+        #: transactions): the broker skips snapshots of partitions only pid-less batches touched
+        self.changes = 0
+        #: bytes of log the last :meth:`load` replayed (what a restart would replay again)
+        self.replayed_bytes = 0
 
     # -- the append path -------------------------------------------------------------------------
     def find_duplicate(self, meta: BatchMeta) -> BatchMetadata | None:
@@ -219,6 +224,7 @@ class ProducerStateManager:
             self.map_end_offset = max(self.map_end_offset, last + 1)
             if meta.producer_id < 0:
                 continue
+            self.changes += 1
             entry = self.producers.get(meta.producer_id)
             if entry is None:
                 entry = self.producers[meta.producer_id] = ProducerStateEntry(meta.producer_id)
@@ -260,11 +266,16 @@ class ProducerStateManager:
         ]
         for pid in expired:
             del self.producers[pid]
+        if expired:
+            self.changes += 1
         return len(expired)
 
     def on_log_start_offset_advanced(self, log_start_offset: int) -> None:
         """Drop aborted-index entries wholly below the new log start (retention, DeleteRecords)."""
-        self.aborted = [a for a in self.aborted if a.last_offset >= log_start_offset]
+        kept = [a for a in self.aborted if a.last_offset >= log_start_offset]
+        if len(kept) != len(self.aborted):
+            self.aborted = kept
+            self.changes += 1
 
     # -- persistence -----------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -326,13 +337,15 @@ class ProducerStateManager:
                 # the log lost its tail after the snapshot (crash, truncation): replay from scratch
                 self.producers, self.aborted, self.map_end_offset = {}, [], plog.log_start_offset
         self.map_end_offset = max(self.map_end_offset, plog.log_start_offset)
-        self.replay(plog, self.map_end_offset)
+        self.replayed_bytes = self.replay(plog, self.map_end_offset)
         self.on_log_start_offset_advanced(plog.log_start_offset)
 
-    def replay(self, plog: PartitionLog, from_offset: int) -> None:
-        """Apply every batch in the log from ``from_offset`` to the log end (headers only)."""
+    def replay(self, plog: PartitionLog, from_offset: int) -> int:
+        """Apply every batch in the log from ``from_offset`` to the log end (headers only);
+        returns the bytes read."""
         offset = from_offset
         end = plog.log_end_offset
+        replayed = 0
         while offset < end:
             info = plog.read(offset, REPLAY_READ_BYTES, max_offset=end, min_one_batch=True)
             try:
@@ -341,12 +354,14 @@ class ProducerStateManager:
                 buf = info.to_bytes()
             finally:
                 info.release()
+            replayed += len(buf)
             metas, firsts, markers = _decode_for_replay(buf, offset)
             if not metas:
                 break
             self.update(metas, firsts, markers)
             offset = firsts[-1] + metas[-1].last_offset_delta + 1
         self.map_end_offset = max(self.map_end_offset, offset)
+        return replayed
 
     def truncate_and_reload(self, plog: PartitionLog) -> None:
         """After the log was truncated (follower truncation) the state must match it again: a

@@ -106,7 +106,8 @@ class ReplicaManager:
         self.on_isr_expand_candidate: Callable[[TopicPartition], None] = _nothing_for
         self._hw_checkpoint: dict[TopicPartition, int] | None = None
         self._persist_lock = trio.Lock()
-        self._snapshot_offsets: dict[TopicPartition, int] = {}
+        #: per partition, at its last producer-state snapshot: (state changes, map end offset, log bytes)
+        self._snapshot_marks: dict[TopicPartition, tuple[int, int, int]] = {}
 
     # -- partition registry (driven by the metadata layer) ---------------------------------------
     def get_partition(self, tp: TopicPartition) -> Partition | None:
@@ -120,8 +121,10 @@ class ReplicaManager:
         partition = Partition(
             tp, plog, self.broker_id, config, producer_id_expiration_ms=self.producer_id_expiration_ms
         )
-        partition.producer_state.load(plog)
-        self._snapshot_offsets[tp] = partition.producer_state.map_end_offset
+        state = partition.producer_state
+        state.load(plog)
+        # what the loaded snapshot covered: a long replay makes the next cycle snapshot
+        self._snapshot_marks[tp] = (state.changes, state.map_end_offset, plog.size_in_bytes - state.replayed_bytes)
         if self._hw_checkpoint is None:
             self._hw_checkpoint = self.storage.read_checkpoint(HW_CHECKPOINT)
         partition.restore_high_watermark(self._hw_checkpoint.get(tp, plog.log_start_offset))
@@ -165,7 +168,7 @@ class ReplicaManager:
     async def remove_partition(self, tp: TopicPartition, *, delete: bool) -> None:
         """Stop hosting ``tp``; with ``delete`` its log and files go too (DeleteTopics)."""
         partition = self.partitions.pop(tp, None)
-        self._snapshot_offsets.pop(tp, None)
+        self._snapshot_marks.pop(tp, None)
         if self._hw_checkpoint is not None:
             self._hw_checkpoint.pop(tp, None)
         self._wake(tp)
@@ -440,26 +443,37 @@ class ReplicaManager:
     # -- checkpoints, snapshots, housekeeping ----------------------------------------------------
     async def persist_state(self, *, only_changed: bool = True) -> int:
         """Checkpoint every hosted partition's HW (``replication-offset-checkpoint``) and snapshot
-        the producer state of partitions whose state moved since their last snapshot (all with
-        ``only_changed=False``). The files are fsynced in a worker thread so the event loop keeps
-        serving; one writer at a time. Returns how many snapshots were written."""
+        the producer state of partitions that need one (all with ``only_changed=False``). The
+        files are fsynced in a worker thread so the event loop keeps serving; one writer at a
+        time. Returns how many snapshots were written.
+
+        A partition needs a snapshot when its producers or aborted transactions changed, or when
+        its log grew by a segment's worth since the last one (Kafka snapshots at each roll), so
+        a restart replays at most about one segment. Partitions only written by non-idempotent
+        producers are otherwise skipped: a snapshot per partition per cycle, each two fsyncs,
+        was most of a 1,000-partition broker's I/O."""
         async with self._persist_lock:
             offsets = {tp: p.high_watermark for tp, p in self.partitions.items()}
             await trio.to_thread.run_sync(self.storage.write_checkpoint, HW_CHECKPOINT, offsets)
             self._hw_checkpoint = dict(offsets)
             written = 0
             for tp, p in list(self.partitions.items()):
-                end = p.producer_state.map_end_offset
-                if only_changed and self._snapshot_offsets.get(tp) == end:
-                    continue
-                data = p.producer_state.to_bytes()
+                state = p.producer_state
+                end = state.map_end_offset
+                size = p.log.size_in_bytes
+                mark = self._snapshot_marks.get(tp)
+                if only_changed and mark is not None:
+                    changes, at_end, at_size = mark
+                    if at_end == end or (changes == state.changes and size - at_size < p.config.segment_bytes):
+                        continue
+                changes_now, data = state.changes, state.to_bytes()
                 try:
                     await trio.to_thread.run_sync(p.log.write_state, SNAPSHOT_NAME, data)
                 except Exception:
                     if self.partitions.get(tp) is p:
                         raise
                     continue  # deleted meanwhile: nothing to keep
-                self._snapshot_offsets[tp] = end
+                self._snapshot_marks[tp] = (changes_now, end, size)
                 written += 1
             return written
 
