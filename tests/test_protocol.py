@@ -447,3 +447,15 @@ def test_header_of_unknown_api_versions_version_parses_even_with_garbage_after_c
     assert parse_request_header(frame).correlation_id == 5
     with pytest.raises(InvalidRequest):
         parse_request_header(struct.pack(">hhih", 18, 3, 5, -1) + b"\xff\xff")
+
+
+def test_first_flexible_versions_table_matches_kio() -> None:
+    """The hand-kept table of first flexible versions (it spares the broker importing every kio
+    schema module on its first requests) says what kio's generated schemas say."""
+    from kio import index as kio_index
+
+    from odradek.protocol import apis
+
+    for key in sorted(kio_index.api_key_map):
+        assert apis.first_flexible_version(key) == apis.kio_first_flexible_version(key), key
+    assert set(apis._FIRST_FLEXIBLE) >= {int(k) for k in SUPPORTED_VERSIONS}
