@@ -1,0 +1,59 @@
+"""FrameReader over a real socket pair: big frames arriving in pieces, frames back to back, EOF."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+import trio
+
+from odradek.plugins.transport_tcp.framing import FrameError, FrameReader, FrameTooLarge
+
+
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+async def test_big_frame_in_slow_pieces_then_small_frames() -> None:
+    a, b = trio.socket.socketpair()
+    reader = FrameReader(b, max_frame=8 << 20)
+    big = os.urandom(3 << 20)
+    wire = _frame(big) + _frame(b"one") + _frame(b"") + _frame(b"two")
+
+    async def send_slowly() -> None:
+        view = memoryview(wire)
+        step = 100_000
+        for i in range(0, len(view), step):  # the reader finds the socket empty between pieces
+            await a.send(view[i : i + step])
+            await trio.sleep(0.001)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send_slowly)
+        assert await reader.read_frame() == big
+        assert await reader.read_frame() == b"one"
+        assert await reader.read_frame() == b""
+        assert await reader.read_frame() == b"two"
+    a.close()
+    assert await reader.read_frame() is None  # EOF between frames
+    b.close()
+
+
+async def test_eof_inside_a_big_frame_is_a_frame_error() -> None:
+    a, b = trio.socket.socketpair()
+    reader = FrameReader(b, max_frame=8 << 20)
+    await a.send(struct.pack(">i", 1 << 20) + b"x" * 200_000)
+    a.close()
+    with pytest.raises(FrameError, match="inside a frame"):
+        await reader.read_frame()
+    b.close()
+
+
+async def test_oversize_frame_is_refused_before_its_body() -> None:
+    a, b = trio.socket.socketpair()
+    reader = FrameReader(b, max_frame=1024)
+    await a.send(struct.pack(">i", 1025))
+    with pytest.raises(FrameTooLarge):
+        await reader.read_frame()
+    a.close()
+    b.close()
