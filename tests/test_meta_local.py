@@ -192,4 +192,3 @@ async def test_leadership_lost_on_close(tmp_path: Path) -> None:
         assert await keeper.leader("c") is None
         again = await keeper.campaign("c", b"y")
         assert again.epoch == lead.epoch + 1
-
