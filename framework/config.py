@@ -249,7 +249,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
 #: Topic-level keys that have no broker-level default key.
 TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = (
     _k("segment.jitter.ms", int, 0, "Random jitter subtracted from segment.ms.", minimum=0),
-    _k("preallocate", bool, False, "Preallocate segment files."),
+    _k("preallocate", bool, False, "Reserve segment.bytes of disk per new segment (cut to its data on roll/close)."),
     _k("message.timestamp.difference.max.ms", int, LONG_MAX, "Largest allowed |append time - record time|.", minimum=0),
 )
 

@@ -248,6 +248,43 @@ async def test_recovery_restores_epochs_the_checkpoint_lost(tmp_path: Path) -> N
     await storage.close()
 
 
+async def test_preallocated_segments_are_cut_to_their_data(tmp_path: Path) -> None:
+    """preallocate=true reserves segment.bytes per new segment; roll and close cut the file to
+    its data, and recovery after a crash cuts the unused zeros without calling it damage."""
+    storage = await open_storage(tmp_path)
+    log = log_of(storage, preallocate=True, segment_bytes=64 * 1024)
+    part = tmp_path / "events-0"
+    first = part / "00000000000000000000.log"
+    append(log, batch(3))
+    assert first.stat().st_size == 64 * 1024 and log.size_in_bytes < 1024
+    while len(log.segments) == 1:
+        append(log, batch(3, value_size=1000))
+    assert first.stat().st_size == log.segments[0].size  # cut at roll
+    second = part / f"{log.segments[1].base_offset:020d}.log"
+    assert second.stat().st_size == 64 * 1024
+    expected = read_batches(log)
+    await storage.close()
+    assert second.stat().st_size == log.segments[1].size  # cut at close
+    storage = await open_storage(tmp_path)
+    log = log_of(storage, preallocate=True, segment_bytes=64 * 1024)
+    assert [b.header for b in read_batches(log)] == [b.header for b in expected]
+    while len(log.segments) == 2:
+        append(log, batch(3, value_size=1000))
+    third = part / f"{log.segments[2].base_offset:020d}.log"
+    append(log, batch(2))
+    expected = read_batches(log)
+    storage.abandon()  # kill -9 with a preallocated active segment
+    assert third.stat().st_size == 64 * 1024
+    storage = await open_storage(tmp_path)
+    log = storage.get_log(TP)
+    assert log is not None
+    assert [b.header for b in read_batches(log)] == [b.header for b in expected]
+    assert third.stat().st_size == log.segments[-1].size
+    end = log.log_end_offset
+    assert append(log, batch(1)) == (end, end)
+    await storage.close()
+
+
 async def test_missing_and_corrupt_indexes_are_rebuilt(tmp_path: Path) -> None:
     storage = await open_storage(tmp_path, log_segment_bytes=600, log_index_interval_bytes=0)
     log = log_of(storage)

@@ -26,7 +26,15 @@ from odradek.interfaces import TopicPartition
 
 from .log import SegmentLog
 from .scan import scan_headers
-from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, SegmentContext
+from .segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    SegmentContext,
+    preallocate_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +186,7 @@ def load_log(
                 ctx,
                 index_bytes=config.segment_index_bytes,
                 index_interval=config.index_interval_bytes,
+                preallocate_bytes=preallocate_bytes(config),
             )
         ]
     else:

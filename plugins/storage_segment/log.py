@@ -30,7 +30,7 @@ from .batches import check_layout
 from .checkpoint import atomic_write, fsync_paths
 from .epochs import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from .fetch import SegmentFetchData
-from .segment import LogSegment, SegmentContext
+from .segment import LogSegment, SegmentContext, preallocate_bytes
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,7 @@ class SegmentLog:
             self.ctx,
             index_bytes=self.config.segment_index_bytes,
             index_interval=self.config.index_interval_bytes,
+            preallocate_bytes=preallocate_bytes(self.config),
         )
         jitter = int(self.config.get("segment.jitter.ms", 0) or 0)
         seg.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
@@ -540,9 +541,20 @@ class SegmentLog:
     def flush_due(self, now_ms: int) -> bool:
         return (self._dirty or self._epochs.unsynced) and now_ms - self._last_flush_ms >= self.config.flush_ms
 
+    def prepare_close(self) -> None:
+        """Cut a preallocated active segment to its data; the flush that follows makes it durable."""
+        if self.closed:
+            return
+        try:
+            if self._segments[-1].trim_preallocated():
+                self._dirty = True
+        except OSError as exc:
+            log.error("%s: could not cut the preallocated active segment: %s", self.topic_partition, exc)
+
     async def close(self) -> None:
         if self.closed:
             return
+        self.prepare_close()
         await self.flush()
         self.close_files()
 

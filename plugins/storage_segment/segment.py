@@ -12,9 +12,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from odradek.errors import CorruptMessage
 from odradek.interfaces import BatchMeta
@@ -34,6 +35,11 @@ DELETED_SUFFIX = ".deleted"
 
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
+
+
+def preallocate_bytes(config: Mapping[str, Any]) -> int:
+    """How much of a new segment's log file to reserve: ``segment.bytes`` under ``preallocate``."""
+    return int(config["segment.bytes"]) if config.get("preallocate", False) else 0
 
 
 @dataclass
@@ -78,6 +84,8 @@ class LogSegment:
         self._next_offset: int | None = None
         self._max_ts: tuple[int, int] | None = None  # (largest timestamp, offset of its batch)
         self._first_batch_ts: int | None = None
+        #: the log file was preallocated past its data (cut to :attr:`size` on roll and close)
+        self.preallocated = False
         #: (leader epoch, first offset) where the epoch rises in this segment, found by :meth:`recover`
         self.recovered_epoch_starts: list[tuple[int, int]] = []
 
@@ -87,14 +95,36 @@ class LogSegment:
     # -- creation ----------------------------------------------------------------------------
     @classmethod
     def create(
-        cls, directory: Path, base_offset: int, ctx: SegmentContext, *, index_bytes: int, index_interval: int
+        cls,
+        directory: Path,
+        base_offset: int,
+        ctx: SegmentContext,
+        *,
+        index_bytes: int,
+        index_interval: int,
+        preallocate_bytes: int = 0,
     ) -> LogSegment:
-        """A new, empty active segment (its files are created now; a stale file is emptied)."""
+        """A new, empty active segment (its files are created now; a stale file is emptied).
+
+        ``preallocate_bytes`` (topic config ``preallocate``: ``segment.bytes``) reserves the log
+        file's blocks up front, as Kafka does, so appends never allocate; the file is cut to its
+        data when the segment rolls or the log closes, and recovery cuts the unused zeros after
+        a crash. ENOSPC surfaces here, at roll, rather than mid-append."""
         seg = cls(
             directory, base_offset, ctx, size=0, index_bytes=index_bytes, index_interval=index_interval, writable=True
         )
         for path in (seg.log.path, seg.offset_index.path, seg.time_index.path):
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
+        if preallocate_bytes > 0:
+            fd = os.open(seg.log.path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.posix_fallocate(fd, 0, preallocate_bytes)
+            except OSError:
+                os.ftruncate(fd, 0)
+                raise
+            finally:
+                os.close(fd)
+            seg.preallocated = True
         seg.offset_index.reset()
         seg.time_index.reset()
         seg._next_offset = base_offset
@@ -287,6 +317,16 @@ class LogSegment:
         self.offset_index.trim()
         self.time_index.trim()
         self._index_room = 0
+        self.trim_preallocated()
+
+    def trim_preallocated(self) -> bool:
+        """Cut a preallocated log file to its data (the segment stops growing: roll or close);
+        returns whether there was anything to cut."""
+        if not self.preallocated:
+            return False
+        os.ftruncate(self.log.fd(), self.size)
+        self.preallocated = False
+        return True
 
     def make_active(self) -> None:
         """Truncation made this the last segment again: its indexes take writes."""
@@ -393,6 +433,7 @@ class LogSegment:
             return None
         pos, h = found
         os.ftruncate(self.log.fd(), pos)
+        self.preallocated = False
         self.size = pos
         self.offset_index.truncate_to_position(pos)
         self.time_index.truncate_to_offset(h.base_offset)
@@ -438,6 +479,10 @@ class LogSegment:
             nxt = h.next_offset
         valid = scan.valid_bytes
         if valid < file_size:
+            if _zeros_from(fd, valid, file_size):
+                # the unused end of a preallocated file: nothing was lost
+                log.info("%s: cut %d bytes of unused preallocated space", self.log.path, file_size - valid)
+                file_size = valid
             os.ftruncate(fd, valid)
         self.size = valid
         self.bytes_since_last_index_entry = since
@@ -479,3 +524,14 @@ class LogSegment:
                 continue
             out.append(target)
         return out
+
+
+def _zeros_from(fd: int, position: int, end: int) -> bool:
+    """Whether the file holds only zero bytes from ``position`` to ``end`` (read in chunks)."""
+    chunk = 1 << 20
+    while position < end:
+        data = os.pread(fd, min(chunk, end - position), position)
+        if not data or data.count(0) != len(data):
+            return False
+        position += len(data)
+    return True

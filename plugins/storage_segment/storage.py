@@ -399,6 +399,8 @@ class SegmentLogStorage:
             self._release_locks()
             return
         try:
+            for lg in list(self._logs.values()):
+                lg.prepare_close()
             await self.flush_all()
             for lg in list(self._logs.values()):
                 lg.close_files()
