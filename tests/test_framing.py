@@ -57,3 +57,34 @@ async def test_oversize_frame_is_refused_before_its_body() -> None:
         await reader.read_frame()
     a.close()
     b.close()
+
+
+async def test_frame_larger_than_the_yield_step_from_a_fast_sender() -> None:
+    """A 20 MB frame written by another thread as fast as it can: read whole and intact, while
+    other tasks of the loop keep running."""
+    import socket
+    import threading
+
+    raw_a, raw_b = socket.socketpair()
+    b = trio.socket.from_stdlib_socket(raw_b)
+    reader = FrameReader(b, max_frame=32 << 20)
+    body = os.urandom(20 << 20)
+    sender = threading.Thread(target=raw_a.sendall, args=(_frame(body) + _frame(b"after"),))
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        sender.start()
+        assert await reader.read_frame() == body
+        assert await reader.read_frame() == b"after"
+        nursery.cancel_scope.cancel()
+    sender.join()
+    assert ticks > 1
+    raw_a.close()
+    b.close()

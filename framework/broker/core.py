@@ -86,7 +86,7 @@ class BrokerCore:
         self.metadata_cache = MetadataCache(config, store, self.replica_manager)
         #: name -> (the TopicState it was built from, live brokers, listed brokers, the answer):
         #: the cache replaces a TopicState on every change, so identity says the answer is current
-        self._topic_answers: dict[str, tuple[object, tuple[int, ...], frozenset[int], TopicMetadata]] = {}
+        self._topic_answers: dict[str, tuple[TopicState, tuple[int, ...], frozenset[int], TopicMetadata]] = {}
         self.configs = ConfigManager(config, store, self.metadata_cache)
         self.admin = AdminManager(config, store, self.metadata_cache, self.configs)
         self.producer_ids = ProducerIdManager(store, int(config["transaction.max.timeout.ms"]))

@@ -17,6 +17,8 @@ import struct
 import trio
 
 _SIZE = struct.Struct(">i")
+#: Bytes a big frame's reader takes from a socket that always has data before letting others run.
+_YIELD_BYTES = 8 << 20
 
 
 class FrameError(Exception):
@@ -93,18 +95,25 @@ class FrameReader:
         data and waits for readability only when it has none: trio's ``recv_into`` takes a
         scheduler pass per call even when data is there, and a 1 MB produce request arrives in
         many socket-buffer-sized pieces (a fifth of a broker's CPU at 1 KiB records went there).
-        A frame is bounded by ``socket.request.max.bytes``, so this never reads without end."""
+        Every ``_YIELD_BYTES`` it lets other tasks run, so a fast sender of a big frame (up to
+        ``socket.request.max.bytes``) cannot hold the event loop for the whole frame."""
         fd = self.sock.fileno()
         size = len(view)
+        since_yield = 0
         while have < size:
             try:
                 got = os.readv(fd, [view[have:]])
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(fd)
+                since_yield = 0
                 continue
             if got == 0:
                 raise FrameError("connection closed inside a frame")
             have += got
+            since_yield += got
+            if since_yield >= _YIELD_BYTES:
+                await trio.lowlevel.checkpoint()
+                since_yield = 0
 
 
 async def send_all(sock: trio.socket.SocketType, data: bytes | bytearray | memoryview) -> None:
