@@ -279,3 +279,60 @@ async def test_a_crash_before_the_swap_leaves_the_log_as_it_was(tmp_path: Path) 
     assert key_values(log) == before
     assert not list((tmp_path / "events-0").glob("*.cleaned")) and not list((tmp_path / "events-0").glob("*.swap"))
     await storage.close()
+
+
+def _txn_batch(keys: list[bytes], values: list[bytes], pid: int, seq: int) -> bytearray:
+    return batch(
+        len(keys), keys=keys, values=values, ts=now_ms(), producer_id=pid, producer_epoch=0,
+        base_sequence=seq, is_transactional=True,
+    )  # fmt: skip
+
+
+def _marker(kind: records.ControlRecordType, pid: int) -> bytearray:
+    return bytearray(records.build_control_batch(kind, producer_id=pid, producer_epoch=0, timestamp=now_ms()))
+
+
+async def test_aborted_transactions_are_removed_and_never_hide_the_committed_value(tmp_path: Path) -> None:
+    """Kafka's cleaner semantics for KIP-98: an aborted transaction's records go, and do not
+    count as a key's latest value (else a read_committed reader would lose the key); a
+    committed transaction's records count as any other."""
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    append(log, batch(2, keys=[b"a", b"b"], values=[b"a-plain", b"b-plain"], ts=now_ms()))
+    aborted_first, _ = append(log, _txn_batch([b"a"], [b"a-aborted"], pid=7, seq=0))
+    append(log, _marker(records.ControlRecordType.ABORT, 7))
+    committed_first, _ = append(log, _txn_batch([b"b"], [b"b-committed"], pid=8, seq=0))
+    append(log, _marker(records.ControlRecordType.COMMIT, 8))
+    while len(log.segments) < 3:  # push all of it out of the active segment
+        append(log, batch(1, keys=[b"filler"], values=[b"x" * 100], ts=now_ms()))
+    assert await storage.run_cleaner() == 1
+    kept = {(k, v) for _, k, v in inactive_records(log)}
+    assert (b"a", b"a-plain") in kept  # the aborted write did not supersede it
+    assert (b"a", b"a-aborted") not in kept  # and is gone
+    assert (b"b", b"b-committed") in kept and (b"b", b"b-plain") not in kept
+    offsets = [o for o, _, _ in key_values(log)]
+    assert aborted_first not in offsets and committed_first in offsets
+    markers = [b for b in read_batches(log) if b.header.is_control]
+    assert len(markers) == 2  # markers stay (consumers and producer state need them)
+    await storage.close()
+
+
+async def test_compaction_stops_before_an_undecided_transaction(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    write_keys(log, 6, keys=3)
+    open_first, _ = append(log, _txn_batch([b"key-0"], [b"undecided"], pid=9, seq=0))
+    write_keys(log, 6, keys=3)  # later plain updates of the same keys, in later segments
+    while len(log.segments) < 4:
+        append(log, batch(1, keys=[b"filler"], values=[b"x" * 100], ts=now_ms()))
+    before = key_values(log)
+    assert await storage.run_cleaner() == 1
+    after = key_values(log)
+    holding = next(s for s in log.segments if s.base_offset <= open_first < s.next_offset)
+    # nothing from the segment holding the open transaction on was touched
+    assert [kv for kv in after if kv[0] >= holding.base_offset] == [kv for kv in before if kv[0] >= holding.base_offset]
+    assert (open_first, b"key-0", b"undecided") in after
+    assert len([kv for kv in after if kv[0] < holding.base_offset]) < len(
+        [kv for kv in before if kv[0] < holding.base_offset]
+    )  # but what came before it was compacted
+    await storage.close()

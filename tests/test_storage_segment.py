@@ -248,9 +248,9 @@ async def test_recovery_restores_epochs_the_checkpoint_lost(tmp_path: Path) -> N
     await storage.close()
 
 
-async def test_preallocated_segments_are_cut_to_their_data(tmp_path: Path) -> None:
+async def test_preallocated_segments_are_cut_to_their_data(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """preallocate=true reserves segment.bytes per new segment; roll and close cut the file to
-    its data, and recovery after a crash cuts the unused zeros without calling it damage."""
+    its data, and recovery after a crash cuts the unused zeros, saying that is what they were."""
     storage = await open_storage(tmp_path)
     log = log_of(storage, preallocate=True, segment_bytes=64 * 1024)
     part = tmp_path / "events-0"
@@ -275,7 +275,9 @@ async def test_preallocated_segments_are_cut_to_their_data(tmp_path: Path) -> No
     expected = read_batches(log)
     storage.abandon()  # kill -9 with a preallocated active segment
     assert third.stat().st_size == 64 * 1024
+    caplog.clear()
     storage = await open_storage(tmp_path)
+    assert "only zero bytes follow (unused preallocated space" in caplog.text
     log = storage.get_log(TP)
     assert log is not None
     assert [b.header for b in read_batches(log)] == [b.header for b in expected]

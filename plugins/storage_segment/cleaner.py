@@ -17,6 +17,14 @@ the same producer id/epoch/sequence, leader epoch, compression and original offs
 that loses all is kept as an empty batch when it is its producer's last batch in the log (so
 producer state survives) or ends the group (so the swapped segment covers the same offsets).
 Control batches (transaction markers) are kept as they are.
+
+Transactions (KIP-98), as Kafka's cleaner treats them: the records of an aborted transaction are
+removed (and never count as a key's latest value, so they cannot hide the committed value they
+would have replaced); a committed transaction's records count from its COMMIT marker on; and the
+round ends before the segment holding the first record of a transaction with no marker yet (the
+storage engine cannot know its outcome, as Kafka's cleaner never passes the last stable offset).
+The map pass learns all of this from the batches themselves, in offset order: transactional
+records wait in their producer's pending list until the marker says what they are.
 """
 
 from __future__ import annotations
@@ -132,14 +140,51 @@ def _read_step(fd: int, size: int, pos: int) -> list[tuple[int, records.BatchHea
     return out
 
 
+@dataclass
+class _OpenTxn:
+    """A transaction seen without its marker yet: its batches and the keys it would set."""
+
+    first_offset: int
+    bases: list[int] = field(default_factory=list)
+    pending: list[tuple[bytes, int]] = field(default_factory=list)
+
+
 class OffsetMap:
-    """key -> offset of its latest record in the dirty range, plus each producer's last batch."""
+    """key -> offset of its latest record in the dirty range, each producer's last batch, and
+    the transactions: which batches were aborted, which are still open."""
 
     def __init__(self, codecs: Mapping[int, Codec] | None, max_keys: int = MAX_MAP_KEYS) -> None:
         self.codecs = codecs
         self.max_keys = max_keys
         self.latest: dict[bytes, int] = {}
         self.producer_last: dict[int, int] = {}
+        self.aborted: set[int] = set()  # base offsets of batches of aborted transactions
+        self.open_txns: dict[int, _OpenTxn] = {}  # producer id -> its transaction without a marker
+
+    def first_open_txn_offset(self) -> int | None:
+        """The first offset of a transaction whose outcome the scanned range does not hold."""
+        return min((t.first_offset for t in self.open_txns.values()), default=None)
+
+    def _end_txn(self, batch: memoryview, h: records.BatchHeader) -> None:
+        """A control batch: settle its producer's open transaction (commit applies the pending
+        keys, abort marks the batches for removal)."""
+        txn = self.open_txns.pop(h.producer_id, None)
+        if txn is None:
+            return
+        decoded = records.decode_batch(batch, verify_crc=False, codecs=self.codecs).records
+        try:
+            marker = records.parse_control_record(decoded[0]).type if decoded else None
+        except records.InvalidRecord:
+            marker = None
+        if marker is records.ControlRecordType.ABORT:
+            self.aborted.update(txn.bases)
+        elif marker is records.ControlRecordType.COMMIT:
+            latest = self.latest
+            for key, offset in txn.pending:
+                if offset > latest.get(key, -1):
+                    latest[key] = offset
+        else:  # not a marker this cleaner knows: keep the transaction's records as they are
+            self.open_txns[h.producer_id] = txn
 
     @property
     def full(self) -> bool:
@@ -155,11 +200,24 @@ class OffsetMap:
             nxt = p + h.size
             if h.producer_id >= 0:
                 self.producer_last[h.producer_id] = h.last_offset
-            if not keys or h.is_control or h.record_count == 0 or h.base_offset >= end_offset:
+            if h.is_control:
+                if h.base_offset < end_offset:
+                    self._end_txn(batch, h)
+                continue
+            txn: _OpenTxn | None = None
+            if h.is_transactional and h.base_offset < end_offset:
+                txn = self.open_txns.get(h.producer_id)
+                if txn is None:
+                    txn = self.open_txns[h.producer_id] = _OpenTxn(h.base_offset)
+                txn.bases.append(h.base_offset)
+            if not keys or h.record_count == 0 or h.base_offset >= end_offset:
                 continue
             for rec in records.decode_batch(batch, verify_crc=False, codecs=self.codecs).records:
                 if rec.key is not None and rec.offset < end_offset:
-                    latest[rec.key] = rec.offset
+                    if txn is not None:
+                        txn.pending.append((rec.key, rec.offset))
+                    else:
+                        latest[rec.key] = rec.offset
         return nxt
 
     async def add_segment(self, inp: _Input, end_offset: int, *, keys: bool) -> None:
@@ -237,7 +295,7 @@ def clean_batch(
         return batch
     kept: list[records.Record] = []
     total = 0
-    if h.record_count:
+    if h.record_count and h.base_offset not in omap.aborted:
         decoded = records.decode_batch(batch, verify_crc=False, codecs=omap.codecs)
         total = len(decoded.records)
         latest = omap.latest
@@ -341,6 +399,13 @@ class LogCleaner:
             await omap.add_segment(inp, end, keys=dirty)
         for inp in plan.inputs[len(inputs) :] + plan.tail:
             await omap.add_segment(inp, end, keys=False)
+        open_first = omap.first_open_txn_offset()
+        if open_first is not None and open_first < end:
+            # stop before the segment holding the first record of an undecided transaction
+            inputs = [inp for inp in inputs if inp.segment.next_offset <= open_first]
+            end = inputs[-1].segment.next_offset if inputs else plan.inputs[0].segment.base_offset
+            if not inputs:
+                return False
         if self._stale(plan, inputs):
             return False
         cfg = plan.log.config

@@ -478,11 +478,12 @@ class LogSegment:
             since += h.size
             nxt = h.next_offset
         valid = scan.valid_bytes
+        why = scan.stop_reason
         if valid < file_size:
             if _zeros_from(fd, valid, file_size):
-                # the unused end of a preallocated file: nothing was lost
-                log.info("%s: cut %d bytes of unused preallocated space", self.log.path, file_size - valid)
-                file_size = valid
+                # the unused end of a preallocated segment -- or a write that never reached the
+                # disk: both read as zeros, so it is cut and reported like any other tail
+                why = "only zero bytes follow (unused preallocated space, or writes lost before they reached the disk)"
             os.ftruncate(fd, valid)
         self.size = valid
         self.bytes_since_last_index_entry = since
@@ -490,7 +491,7 @@ class LogSegment:
         self._max_ts = (ts, off_of_ts)
         self._first_batch_ts = first_ts if first_ts is not None else -1
         self.recovered_epoch_starts = epoch_starts
-        return file_size - valid, scan.stop_reason
+        return file_size - valid, why
 
     def rebuild_indexes(self) -> None:
         """Rebuild the indexes of data already known good (a corrupt index found on read)."""
