@@ -7,6 +7,7 @@ compaction and recovery apply to them exactly as to user topics.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import ErrorCode
@@ -15,7 +16,6 @@ from ..records import build_batch, iter_batches
 from .api import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
-    BrokerNode,
     CreatableTopic,
     FetchPartition,
     IsolationLevel,
@@ -27,6 +27,17 @@ if TYPE_CHECKING:
 
 Record = tuple[bytes, bytes | None]
 _READ_CHUNK_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLeader:
+    """The broker leading a partition of an internal topic, as FindCoordinator returns it; the
+    transaction coordinator takes ``leader_epoch`` as its coordinator epoch."""
+
+    node_id: int
+    host: str
+    port: int
+    leader_epoch: int = 0
 
 
 class InternalTopic:
@@ -93,16 +104,16 @@ class InternalTopic:
             if not progressed:
                 break
 
-    async def leaders(self, listener_name: str | None = None) -> dict[int, tuple[BrokerNode, int]]:
-        """partition -> (its leader's broker, leader epoch); partitions without a leader are absent."""
+    async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
+        """partition -> its leader (with the leader epoch); partitions without a leader are absent."""
         md = await self.broker.metadata([self.name], allow_auto_create=False, listener_name=listener_name)
         nodes = {b.node_id: b for b in md.brokers}
-        out: dict[int, tuple[BrokerNode, int]] = {}
+        out: dict[int, PartitionLeader] = {}
         for topic in md.topics:
             if topic.name != self.name or topic.error != ErrorCode.NONE:
                 continue
             for p in topic.partitions:
                 node = nodes.get(p.leader)
                 if node is not None:
-                    out[p.partition] = (node, max(p.leader_epoch, 0))
+                    out[p.partition] = PartitionLeader(node.node_id, node.host, node.port, max(p.leader_epoch, 0))
         return out

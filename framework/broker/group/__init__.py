@@ -22,7 +22,7 @@ from .group_coordinator import (
 )
 from .hashing import java_string_hash, partition_for
 from .metadata_manager import INVALID_OFFSET, PartitionOffset
-from .offsets_log import OFFSETS_TOPIC, BrokerOffsetsLog, Coordinator, InMemoryOffsetsLog, OffsetsLog
+from .offsets_log import OFFSETS_TOPIC, BrokerOffsetsLog, InMemoryOffsetsLog, OffsetsLog
 from .state import (
     NO_GENERATION,
     UNKNOWN_MEMBER_ID,
@@ -39,7 +39,6 @@ __all__ = [
     "OFFSETS_TOPIC",
     "UNKNOWN_MEMBER_ID",
     "BrokerOffsetsLog",
-    "Coordinator",
     "FindCoordinatorResult",
     "GroupCoordinator",
     "GroupDescription",

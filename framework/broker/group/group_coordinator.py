@@ -22,9 +22,10 @@ import trio
 
 from ...errors import ErrorCode
 from ...interfaces import TopicPartition
+from ..internal_topic import PartitionLeader
 from .coordinator import MembershipProtocol
 from .metadata_manager import GroupMetadataManager, PartitionOffset
-from .offsets_log import OFFSETS_TOPIC, Coordinator
+from .offsets_log import OFFSETS_TOPIC
 from .state import GroupMetadata, GroupState, JoinGroupResult, SyncGroupResult
 
 if TYPE_CHECKING:
@@ -186,7 +187,7 @@ class GroupCoordinator(MembershipProtocol):
             return FindCoordinatorResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="creating offsets topic")
         partition = self.partition_for(group_id)
         leaders = await self.log.leaders(listener_name)
-        node: Coordinator | None = leaders.get(partition)
+        node: PartitionLeader | None = leaders.get(partition)
         if node is None:
             return FindCoordinatorResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="no leader")
         if node.node_id == self.node_id and partition not in self.manager.owned | self.manager.loading:

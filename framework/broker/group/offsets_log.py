@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ...errors import ErrorCode
-from ..internal_topic import InternalTopic, Record
+from ..internal_topic import InternalTopic, PartitionLeader, Record
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -27,15 +26,6 @@ if TYPE_CHECKING:
 OFFSETS_TOPIC = "__consumer_offsets"
 #: how long an offsets append waits for acks=all (Kafka's offsets.commit.timeout.ms default)
 COMMIT_TIMEOUT_MS = 5000
-
-
-@dataclass(frozen=True, slots=True)
-class Coordinator:
-    """A broker address as FindCoordinator returns it."""
-
-    node_id: int
-    host: str
-    port: int
 
 
 class OffsetsLog(Protocol):
@@ -57,7 +47,7 @@ class OffsetsLog(Protocol):
         """Every record of ``partition`` from its log start up to its high watermark, in order."""
         ...
 
-    async def leaders(self, listener_name: str | None = None) -> dict[int, Coordinator]:
+    async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
         """partition -> the broker leading it (partitions without a leader are absent)."""
         ...
 
@@ -94,9 +84,8 @@ class BrokerOffsetsLog:
     def read(self, partition: int) -> AsyncIterator[Record]:
         return self.topic.read(partition)
 
-    async def leaders(self, listener_name: str | None = None) -> dict[int, Coordinator]:
-        leaders = await self.topic.leaders(listener_name)
-        return {p: Coordinator(node.node_id, node.host, node.port) for p, (node, _) in leaders.items()}
+    async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
+        return await self.topic.leaders(listener_name)
 
 
 class InMemoryOffsetsLog:
@@ -106,9 +95,9 @@ class InMemoryOffsetsLog:
     error mapping.
     """
 
-    def __init__(self, num_partitions: int = 50, node: Coordinator | None = None) -> None:
+    def __init__(self, num_partitions: int = 50, node: PartitionLeader | None = None) -> None:
         self.num_partitions = num_partitions
-        self.node = node or Coordinator(0, "127.0.0.1", 9092)
+        self.node = node or PartitionLeader(0, "127.0.0.1", 9092)
         self.partitions: dict[int, list[Record]] | None = None
         self.fail_next: list[ErrorCode] = []
         self.appends = 0
@@ -134,7 +123,7 @@ class InMemoryOffsetsLog:
         for record in list((self.partitions or {}).get(partition, ())):
             yield record
 
-    async def leaders(self, listener_name: str | None = None) -> dict[int, Coordinator]:
+    async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
         if self.partitions is None:
             return {}
         return {p: self.node for p in range(self.num_partitions)}

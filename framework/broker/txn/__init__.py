@@ -13,7 +13,7 @@ See docs/transactions.md.
 from __future__ import annotations
 
 from .coordinator import MarkerWriter, TransactionCoordinator
-from .log import TRANSACTION_STATE_TOPIC, BrokerTransactionLog, InMemoryTransactionLog, LogLeader, TransactionLog
+from .log import TRANSACTION_STATE_TOPIC, BrokerTransactionLog, InMemoryTransactionLog, TransactionLog
 from .markers import ReplicaMarkerWriter
 from .offsets import PendingTxnOffsets
 from .state import TransactionMetadata, TransactionState
@@ -22,7 +22,6 @@ __all__ = [
     "TRANSACTION_STATE_TOPIC",
     "BrokerTransactionLog",
     "InMemoryTransactionLog",
-    "LogLeader",
     "MarkerWriter",
     "PendingTxnOffsets",
     "ReplicaMarkerWriter",

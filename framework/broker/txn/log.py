@@ -11,11 +11,10 @@ coordinator's ``__consumer_offsets``; :class:`InMemoryTransactionLog` keeps list
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ...errors import ErrorCode
-from ..internal_topic import InternalTopic, Record
+from ..internal_topic import InternalTopic, PartitionLeader, Record
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -26,16 +25,6 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 SEGMENT_BYTES = 100 * 1024 * 1024
 #: how long a state write waits for acks=all (Kafka's request timeout for the log append)
 WRITE_TIMEOUT_MS = 5000
-
-
-@dataclass(frozen=True, slots=True)
-class LogLeader:
-    """The broker leading a ``__transaction_state`` partition, as FindCoordinator returns it."""
-
-    node_id: int
-    host: str
-    port: int
-    leader_epoch: int = 0
 
 
 class TransactionLog(Protocol):
@@ -55,7 +44,7 @@ class TransactionLog(Protocol):
         """Every record of ``partition`` from its log start to its high watermark."""
         ...
 
-    async def leaders(self, listener_name: str | None = None) -> dict[int, LogLeader]: ...
+    async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]: ...
 
 
 class BrokerTransactionLog:
@@ -85,18 +74,17 @@ class BrokerTransactionLog:
     def read(self, partition: int) -> AsyncIterator[Record]:
         return self.topic.read(partition)
 
-    async def leaders(self, listener_name: str | None = None) -> dict[int, LogLeader]:
-        leaders = await self.topic.leaders(listener_name)
-        return {p: LogLeader(node.node_id, node.host, node.port, epoch) for p, (node, epoch) in leaders.items()}
+    async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
+        return await self.topic.leaders(listener_name)
 
 
 class InMemoryTransactionLog:
     """``__transaction_state`` as lists (no compaction). ``fail_next`` makes the next appends
     return the given errors."""
 
-    def __init__(self, num_partitions: int = 50, node: LogLeader | None = None) -> None:
+    def __init__(self, num_partitions: int = 50, node: PartitionLeader | None = None) -> None:
         self.num_partitions = num_partitions
-        self.node = node or LogLeader(0, "127.0.0.1", 9092)
+        self.node = node or PartitionLeader(0, "127.0.0.1", 9092)
         self.partitions: dict[int, list[Record]] | None = None
         self.fail_next: list[ErrorCode] = []
 
@@ -123,7 +111,7 @@ class InMemoryTransactionLog:
     def records(self) -> Sequence[Record]:
         return [r for p in (self.partitions or {}).values() for r in p]
 
-    async def leaders(self, listener_name: str | None = None) -> dict[int, LogLeader]:
+    async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
         if self.partitions is None:
             return {}
         return dict.fromkeys(range(self.num_partitions), self.node)
