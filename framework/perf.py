@@ -124,6 +124,24 @@ def payload_for(record_size: int) -> bytes:
     return bytes(alphabet[b % len(alphabet)] for b in raw)
 
 
+def _produce_result(
+    client: str,
+    conf: dict[str, Any],
+    num_records: int,
+    record_size: int,
+    elapsed: float,
+    errors: int,
+    samples: array[float],
+    progress: ProgressFn | None,
+) -> PerfResult:
+    """The summary both produce drivers end with (the final progress tick, the settings used)."""
+    if progress is not None:
+        progress(num_records, num_records * record_size)
+    result = PerfResult("produce", client, num_records, num_records * record_size, elapsed, errors=errors)
+    result.settings = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
+    return result.finish(samples)
+
+
 def produce_confluent(
     bootstrap: str,
     topic: str,
@@ -191,11 +209,7 @@ def produce_confluent(
     elapsed = time.perf_counter() - start
     if remaining:
         raise PerfError(f"{remaining} records were not delivered within 120 s")
-    if progress is not None:
-        progress(num_records, num_records * record_size)
-    result = PerfResult("produce", "librdkafka", num_records, num_records * record_size, elapsed, errors=errors[0])
-    result.settings = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
-    return result.finish(samples)
+    return _produce_result("librdkafka", conf, num_records, record_size, elapsed, errors[0], samples, progress)
 
 
 def consume_confluent(
@@ -389,11 +403,7 @@ def produce_odradek(
                     progress(i, i * record_size)
         producer.flush(120)
         elapsed = time.perf_counter() - start
-    if progress is not None:
-        progress(num_records, num_records * record_size)
-    result = PerfResult("produce", "odradek", num_records, num_records * record_size, elapsed, errors=errors[0])
-    result.settings = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
-    return result.finish(samples)
+    return _produce_result("odradek", conf, num_records, record_size, elapsed, errors[0], samples, progress)
 
 
 def consume_odradek(
