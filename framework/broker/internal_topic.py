@@ -117,3 +117,46 @@ class InternalTopic:
                 if node is not None:
                     out[p.partition] = PartitionLeader(node.node_id, node.host, node.port, max(p.leader_epoch, 0))
         return out
+
+
+class InMemoryInternalTopic:
+    """An internal topic as in-memory lists, for coordinator tests: no compaction (tombstones
+    stay in the list), one leader for every partition. ``fail_next`` makes the next appends
+    return the given errors, to exercise the coordinators' error mapping."""
+
+    def __init__(self, num_partitions: int = 50, node: PartitionLeader | None = None) -> None:
+        self.num_partitions = num_partitions
+        self.node = node or PartitionLeader(0, "127.0.0.1", 9092)
+        self.partitions: dict[int, list[Record]] | None = None
+        self.fail_next: list[ErrorCode] = []
+        self.appends = 0
+
+    async def exists(self) -> bool:
+        return self.partitions is not None
+
+    async def ensure_topic(self) -> bool:
+        if self.partitions is None:
+            self.partitions = {p: [] for p in range(self.num_partitions)}
+        return True
+
+    def _append(self, partition: int, records: Sequence[Record]) -> ErrorCode:
+        if self.partitions is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if self.fail_next:
+            return self.fail_next.pop(0)
+        self.appends += 1
+        self.partitions[partition].extend(records)
+        return ErrorCode.NONE
+
+    async def read(self, partition: int) -> AsyncIterator[Record]:
+        for record in list((self.partitions or {}).get(partition, ())):
+            yield record
+
+    def records(self) -> Sequence[Record]:
+        """Every record of every partition, partition by partition."""
+        return [r for p in (self.partitions or {}).values() for r in p]
+
+    async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
+        if self.partitions is None:
+            return {}
+        return dict.fromkeys(range(self.num_partitions), self.node)

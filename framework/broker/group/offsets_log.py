@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ...errors import ErrorCode
-from ..internal_topic import InternalTopic, PartitionLeader, Record
+from ..internal_topic import InMemoryInternalTopic, InternalTopic, PartitionLeader, Record
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -88,45 +88,11 @@ class BrokerOffsetsLog:
         return await self.topic.leaders(listener_name)
 
 
-class InMemoryOffsetsLog:
-    """``__consumer_offsets`` as in-memory lists (no compaction; tombstones stay in the list).
-
-    ``fail_next`` makes the next appends return the given errors, to exercise the coordinator's
-    error mapping.
-    """
-
-    def __init__(self, num_partitions: int = 50, node: PartitionLeader | None = None) -> None:
-        self.num_partitions = num_partitions
-        self.node = node or PartitionLeader(0, "127.0.0.1", 9092)
-        self.partitions: dict[int, list[Record]] | None = None
-        self.fail_next: list[ErrorCode] = []
-        self.appends = 0
-
-    async def exists(self) -> bool:
-        return self.partitions is not None
-
-    async def ensure_topic(self) -> bool:
-        if self.partitions is None:
-            self.partitions = {p: [] for p in range(self.num_partitions)}
-        return True
+class InMemoryOffsetsLog(InMemoryInternalTopic):
+    """``__consumer_offsets`` as lists (see :class:`InMemoryInternalTopic`)."""
 
     async def append(self, partition: int, records: Sequence[Record], timestamp_ms: int) -> ErrorCode:
-        if self.partitions is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        if self.fail_next:
-            return self.fail_next.pop(0)
-        self.appends += 1
-        self.partitions[partition].extend(records)
-        return ErrorCode.NONE
-
-    async def read(self, partition: int) -> AsyncIterator[Record]:
-        for record in list((self.partitions or {}).get(partition, ())):
-            yield record
-
-    async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
-        if self.partitions is None:
-            return {}
-        return {p: self.node for p in range(self.num_partitions)}
+        return self._append(partition, records)
 
 
 def wall_clock_ms() -> int:

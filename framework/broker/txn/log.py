@@ -10,11 +10,11 @@ coordinator's ``__consumer_offsets``; :class:`InMemoryTransactionLog` keeps list
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Protocol
 
 from ...errors import ErrorCode
-from ..internal_topic import InternalTopic, PartitionLeader, Record
+from ..internal_topic import InMemoryInternalTopic, InternalTopic, PartitionLeader, Record
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -78,40 +78,8 @@ class BrokerTransactionLog:
         return await self.topic.leaders(listener_name)
 
 
-class InMemoryTransactionLog:
-    """``__transaction_state`` as lists (no compaction). ``fail_next`` makes the next appends
-    return the given errors."""
-
-    def __init__(self, num_partitions: int = 50, node: PartitionLeader | None = None) -> None:
-        self.num_partitions = num_partitions
-        self.node = node or PartitionLeader(0, "127.0.0.1", 9092)
-        self.partitions: dict[int, list[Record]] | None = None
-        self.fail_next: list[ErrorCode] = []
-
-    async def exists(self) -> bool:
-        return self.partitions is not None
-
-    async def ensure_topic(self) -> bool:
-        if self.partitions is None:
-            self.partitions = {p: [] for p in range(self.num_partitions)}
-        return True
+class InMemoryTransactionLog(InMemoryInternalTopic):
+    """``__transaction_state`` as lists (see :class:`InMemoryInternalTopic`)."""
 
     async def append(self, partition: int, record: Record, timestamp_ms: int) -> ErrorCode:
-        if self.partitions is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        if self.fail_next:
-            return self.fail_next.pop(0)
-        self.partitions[partition].append(record)
-        return ErrorCode.NONE
-
-    async def read(self, partition: int) -> AsyncIterator[Record]:
-        for record in list((self.partitions or {}).get(partition, ())):
-            yield record
-
-    def records(self) -> Sequence[Record]:
-        return [r for p in (self.partitions or {}).values() for r in p]
-
-    async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
-        if self.partitions is None:
-            return {}
-        return dict.fromkeys(range(self.num_partitions), self.node)
+        return self._append(partition, [record])
