@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from storage_helpers import TP, append, batch, config, log_of, open_storage, read_batches
+from storage_helpers import TP, append, batch, config, log_of, open_storage, read_batches, topic_config
 
 from odradek import records
 from odradek.errors import KafkaStorageError
@@ -71,6 +71,42 @@ async def test_roll_by_time_uses_record_timestamps(tmp_path: Path) -> None:
     assert len(log.segments) == 1
     append(log, batch(1, ts=1_001_500))
     assert [s.base_offset for s in log.segments] == [0, 2]
+    await storage.close()
+
+
+async def test_roll_by_time_follows_a_live_segment_ms_change(tmp_path: Path) -> None:
+    """The append path skips the full roll check below a time limit the segment keeps; a new
+    segment.ms must take effect at once, not when that cached limit is passed."""
+    storage = await open_storage(tmp_path)
+    log = log_of(storage)
+    for ts in (1_000_000, 1_000_400, 1_000_800):
+        append(log, batch(1, ts=ts))
+    assert len(log.segments) == 1
+    log.update_config(topic_config(storage, segment_ms=1000))
+    append(log, batch(1, ts=1_000_900))
+    assert len(log.segments) == 1
+    append(log, batch(1, ts=1_001_100))
+    assert [s.base_offset for s in log.segments] == [0, 4]
+    await storage.close()
+
+
+async def test_time_index_keeps_up_with_single_batch_appends(tmp_path: Path) -> None:
+    """Single-batch appends add a time-index entry only when the largest timestamp rose since
+    the last one; after a truncation that forgets entries, the next rise is indexed again."""
+    storage = await open_storage(tmp_path, log_index_interval_bytes=0)
+    log = log_of(storage)
+    for ts in (5000, 5000, 6000, 6000, 4000, 7000, 7000):
+        append(log, batch(1, ts=ts))
+    seg = log.segments[0]
+    entries = [seg.time_index._entry(i) for i in range(seg.time_index.entries)]
+    assert entries == [(5000, 0), (6000, 2), (7000, 5)]  # (largest timestamp so far, its offset)
+    assert log.offset_for_timestamp(6500) == (5, 7000)
+    log.truncate_to(3)
+    append(log, batch(1, ts=6500))
+    append(log, batch(1, ts=6500))
+    entries = [seg.time_index._entry(i) for i in range(seg.time_index.entries)]
+    assert entries == [(5000, 0), (6000, 2), (6500, 3)]
+    assert log.offset_for_timestamp(6200) == (3, 6500)
     await storage.close()
 
 

@@ -38,16 +38,19 @@ class LeaderEpochCache:
     def __init__(self, path: Path, persist: _Persist = write_epochs) -> None:
         self.path = path
         self._persist = persist
-        self._entries: list[EpochEntry] = read_epochs(path)
+        self._entries: list[EpochEntry] = []
+        #: the newest epoch, -1 when none (an attribute: the append path reads it per batch)
+        self.latest_epoch = -1
+        self._set(read_epochs(path))
         #: written since the last fsync of :attr:`path` (the log's flush fsyncs it and clears this)
         self.unsynced = False
 
     def entries(self) -> list[EpochEntry]:
         return list(self._entries)
 
-    @property
-    def latest_epoch(self) -> int:
-        return self._entries[-1].epoch if self._entries else -1
+    def _set(self, entries: list[EpochEntry]) -> None:
+        self._entries = entries
+        self.latest_epoch = entries[-1].epoch if entries else -1
 
     def _flush(self, *, sync: bool = True) -> None:
         self._persist(self.path, self._entries, sync=sync)
@@ -62,8 +65,8 @@ class LeaderEpochCache:
             last = self._entries[-1]
             if last.epoch == epoch and start_offset >= last.start_offset:
                 return False
-        self._entries = [e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset]
-        self._entries.append(EpochEntry(epoch, start_offset))
+        kept = [e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset]
+        self._set([*kept, EpochEntry(epoch, start_offset)])
         self._flush(sync=False)
         return True
 
@@ -88,7 +91,7 @@ class LeaderEpochCache:
         """The log was cut at ``end_offset``: forget epochs that started at or after it."""
         kept = [e for e in self._entries if e.start_offset < end_offset]
         if len(kept) != len(self._entries):
-            self._entries = kept
+            self._set(kept)
             self._flush()
 
     def truncate_from_start(self, start_offset: int) -> None:
@@ -97,10 +100,10 @@ class LeaderEpochCache:
             return
         before = [e for e in self._entries if e.start_offset <= start_offset]
         after = [e for e in self._entries if e.start_offset > start_offset]
-        self._entries = [EpochEntry(before[-1].epoch, start_offset), *after]
+        self._set([EpochEntry(before[-1].epoch, start_offset), *after])
         self._flush()
 
     def clear(self) -> None:
         if self._entries or self.path.exists():
-            self._entries = []
+            self._set([])
             self._flush()

@@ -31,16 +31,17 @@ class HandleCache:
             raise ValueError("handle cache capacity must be >= 1")
         self.capacity = capacity
         self._lru: OrderedDict[int, Evictable] = OrderedDict()
-        self._newest: Evictable | None = None  # touching it again changes nothing
+        #: the last item touched (touching it again changes nothing)
+        self.newest: Evictable | None = None
 
     def __len__(self) -> int:
         return len(self._lru)
 
     def touch(self, item: Evictable) -> None:
         """``item`` was just used (and is open): mark it newest, evict the oldest if over budget."""
-        if item is self._newest:
+        if item is self.newest:
             return
-        self._newest = item
+        self.newest = item
         key = id(item)
         if key in self._lru:
             self._lru.move_to_end(key)
@@ -51,8 +52,8 @@ class HandleCache:
 
     def discard(self, item: Evictable) -> None:
         self._lru.pop(id(item), None)
-        if item is self._newest:
-            self._newest = None
+        if item is self.newest:
+            self.newest = None
 
     def _shrink(self) -> None:
         for key in list(self._lru)[:-1]:  # never the one just touched
@@ -86,7 +87,9 @@ class LogFile:
                 raise FileNotFoundError(f"{self.path} was deleted")
             self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
         self._close_pending = False
-        self._cache.touch(self)
+        cache = self._cache
+        if cache.newest is not self:  # the common case (the active segment again) skips the call
+            cache.touch(self)
         return self._fd
 
     def pin(self) -> int:

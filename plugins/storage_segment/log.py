@@ -38,8 +38,10 @@ STATE_SUFFIX = ".state"
 _STATE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}$")
 _EPOCH_FIELD = 12  # partitionLeaderEpoch's byte offset in a batch header
 _ATTRIBUTES_LOW_BYTE = records.ATTRIBUTES_OFFSET + 1  # attributes are a big-endian int16
-_BASE_OFFSET = struct.Struct(">q")  # at byte 0 of a batch
-_LEADER_EPOCH = struct.Struct(">i")  # at _EPOCH_FIELD
+_BASE_LENGTH_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch at byte 0
+_MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # index entries hold offsets relative to the segment's base
+#: builds a NamedTuple without its Python-level ``__new__`` (half the cost, once per append)
+_new_tuple = tuple.__new__
 
 
 class SegmentLog:
@@ -130,8 +132,47 @@ class SegmentLog:
     ) -> LogAppendInfo:
         if self.closed or self._failure is not None:
             self._check_open()
-        if len(batches) == 1:
-            return self._append_one_as_leader(data, batches[0], leader_epoch)
+        if len(batches) != 1:
+            return self._append_many_as_leader(data, batches, leader_epoch)
+        # One batch: what every Produce v3+ request carries per partition. Written out flat --
+        # at 16 KiB this Python is a third of the cost next to the pwrite it wraps.
+        position, batch_size, last_delta, _, max_ts, _, _, _, _, _ = batches[0]
+        size = len(data)
+        if position != 0 or batch_size != size or size < records.HEADER_SIZE:
+            raise InvalidRecord("batch metadata does not match the data at position 0")
+        first = self._leo
+        last = first + last_delta
+        # baseOffset, batchLength (unchanged: the batch's size is len(data)) and partitionLeaderEpoch in one call
+        _BASE_LENGTH_EPOCH.pack_into(data, 0, first, size - records.LOG_OVERHEAD, leader_epoch)
+        seg = self._segments[-1]
+        # the roll conditions, checked against limits the segment keeps; only when one could
+        # hold is the full check run (it also refreshes the segment's time limit)
+        if (
+            seg.size + size > self._segment_bytes
+            or last - seg.base_offset > _MAX_RELATIVE_OFFSET
+            or not 0 <= max_ts <= seg.roll_at_ts
+            or seg.index_room < 1
+        ) and seg.should_roll(size, 1, last, max_ts, self._segment_bytes, self._segment_ms):
+            seg = self._roll(first)
+        try:
+            seg.append_one(data, max_ts, last)
+        except OSError as exc:
+            raise KafkaStorageError(f"{self.topic_partition}: append to {seg.log.path.name} failed: {exc}") from exc
+        self._leo = last + 1
+        self._size += size
+        self._dirty = True
+        if last + 1 - self.recovery_point >= self._flush_messages:
+            self._flush_now()
+        if leader_epoch > self._epochs.latest_epoch:
+            self._epochs.assign(leader_epoch, first)
+        append_time = max_ts if data[_ATTRIBUTES_LOW_BYTE] & records.TIMESTAMP_TYPE_MASK else -1
+        return _new_tuple(
+            LogAppendInfo, (first, last, max_ts, last if max_ts > -1 else -1, append_time, self._log_start, size)
+        )
+
+    def _append_many_as_leader(
+        self, data: bytearray | memoryview, batches: Sequence[BatchMeta], leader_epoch: int
+    ) -> LogAppendInfo:
         if not batches:
             return self._nothing_appended()
         # one pass over the (header-derived) metas: check they tile the data, assign offsets,
@@ -161,34 +202,6 @@ class SegmentLog:
         if leader_epoch > self._epochs.latest_epoch:
             self._epochs.assign(leader_epoch, first)
         return info
-
-    def _append_one_as_leader(self, data: bytearray | memoryview, meta: BatchMeta, leader_epoch: int) -> LogAppendInfo:
-        """One batch (what every Produce v3+ request carries per partition): the loop of
-        :meth:`append_as_leader` unrolled, which is most of this method's cost at 16 KiB."""
-        size = len(data)
-        if meta.position != 0 or meta.size != size or size < records.HEADER_SIZE:
-            raise InvalidRecord("batch metadata does not match the data at position 0")
-        first = self._leo
-        last = first + meta.last_offset_delta
-        _BASE_OFFSET.pack_into(data, 0, first)
-        _LEADER_EPOCH.pack_into(data, _EPOCH_FIELD, leader_epoch)
-        max_ts = meta.max_timestamp
-        append_time = max_ts if data[_ATTRIBUTES_LOW_BYTE] & records.TIMESTAMP_TYPE_MASK else -1
-        seg = self._segments[-1]
-        if seg.should_roll(size, 1, last, max_ts, self._segment_bytes, self._segment_ms):
-            seg = self._roll(first)
-        try:
-            seg.append_one(data, max_ts, last)
-        except OSError as exc:
-            raise KafkaStorageError(f"{self.topic_partition}: append to {seg.log.path.name} failed: {exc}") from exc
-        self._leo = last + 1
-        self._size += size
-        self._dirty = True
-        if last + 1 - self.recovery_point >= self._flush_messages:
-            self._flush_now()
-        if leader_epoch > self._epochs.latest_epoch:
-            self._epochs.assign(leader_epoch, first)
-        return LogAppendInfo(first, last, max_ts, last if max_ts > -1 else -1, append_time, self._log_start, size)
 
     def append_as_follower(self, data: bytes, batches: Sequence[BatchMeta]) -> LogAppendInfo:
         self._check_open()
@@ -461,7 +474,9 @@ class SegmentLog:
 
     def update_config(self, config: TopicConfig) -> None:
         self.config = config
-        self._segments[-1].index_interval = config.index_interval_bytes
+        active = self._segments[-1]
+        active.index_interval = config.index_interval_bytes
+        active.roll_at_ts = -1  # computed from segment.ms, which may have changed
         self._apply_settings()
 
     def _apply_settings(self) -> None:

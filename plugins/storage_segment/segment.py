@@ -80,10 +80,16 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         self.created_ms = ctx.time_ms()
         self.roll_jitter_ms = 0
-        self._index_room = 0  # index entries both indexes can take without allocating
+        self.index_room = 0  # index entries both indexes can take without allocating
         self._next_offset: int | None = None
         self._max_ts: tuple[int, int] | None = None  # (largest timestamp, offset of its batch)
         self._first_batch_ts: int | None = None
+        #: the largest timestamp may be newer than the time index's last entry (a hint that
+        #: spares the single-batch append a call; True is always safe)
+        self._ts_unindexed = True
+        #: a record timestamp up to which no roll by ``segment.ms`` is due (-1: unknown), set by
+        #: :meth:`should_roll` so the log's append can skip calling it
+        self.roll_at_ts = -1
         #: the log file was preallocated past its data (cut to :attr:`size` on roll and close)
         self.preallocated = False
         #: (leader epoch, first offset) where the epoch rises in this segment, found by :meth:`recover`
@@ -166,6 +172,7 @@ class LogSegment:
                     if h.max_timestamp > ts:
                         ts, off = h.max_timestamp, h.last_offset
                 self._max_ts = (ts, off)
+                self._ts_unindexed = True
             except CorruptMessage as exc:
                 log.warning("rebuilding indexes of %s: %s", self.log.path, exc)
                 self.rebuild_indexes()  # sets _max_ts from a full scan
@@ -193,6 +200,7 @@ class LogSegment:
         """What the writer of a new segment file (the cleaner) already knows about it."""
         self._next_offset = next_offset
         self._max_ts = max_ts
+        self._ts_unindexed = True
 
     def _index_lookup_last(self) -> tuple[int, int]:
         """The last offset-index entry, if it points inside the file (else the start)."""
@@ -212,7 +220,7 @@ class LogSegment:
         append leaves nothing behind, so later appends and recovery see a clean end.
         """
         n = len(metas)
-        if n > self._index_room:
+        if n > self.index_room:
             self._reserve(n)
         start = self.size
         self._write_at_end(data, start)
@@ -233,59 +241,84 @@ class LogSegment:
             since += meta.size
         if start == 0:
             self._first_batch_ts = metas[0].max_timestamp
+            self.roll_at_ts = -1
         self.bytes_since_last_index_entry = since
         self.size = pos
         self._max_ts = max_ts
+        self._ts_unindexed = True
         self._next_offset = last_offsets[-1] + 1
-        self._index_room -= n
+        self.index_room -= n
 
     def append_one(self, data: bytes | bytearray | memoryview, max_timestamp: int, last_offset: int) -> None:
         """:meth:`append` for exactly one batch: the common produce request (one batch per
-        partition since Produce v3), without the per-batch loop and its bookkeeping lists."""
-        if self._index_room < 1:
+        partition since Produce v3). It runs once per produced batch, so it is written out flat
+        (each attribute lookup or call is ~5% of a 16 KiB append's cost on top of ``pwrite``)."""
+        if self.index_room < 1:
             self._reserve(1)
         start = self.size
         total = len(data)
-        self._write_at_end(data, start)
+        try:
+            written = os.pwrite(self.log.fd(), data, start)
+        except OSError:
+            self._cut_back(start)
+            raise
+        if written != total:
+            self._finish_short_write(data, start, written)
         max_ts = self._max_ts or self.max_timestamp_and_offset()
         if max_timestamp > max_ts[0]:
             self._max_ts = max_ts = (max_timestamp, last_offset)
+            self._ts_unindexed = True
         since = self.bytes_since_last_index_entry
         if since > self.index_interval:
             self.offset_index.append(last_offset, start)
-            self.time_index.maybe_append(max_ts[0], max_ts[1])
+            if self._ts_unindexed:
+                self.time_index.maybe_append(max_ts[0], max_ts[1])
+                self._ts_unindexed = False
             since = 0
         if start == 0:
             self._first_batch_ts = max_timestamp
+            self.roll_at_ts = -1
         self.bytes_since_last_index_entry = since + total
         self.size = start + total
         self._next_offset = last_offset + 1
-        self._index_room -= 1
+        self.index_room -= 1
 
     def _write_at_end(self, data: bytes | bytearray | memoryview, start: int) -> None:
         """Write ``data`` at ``start`` (the end); on failure cut the file back to ``start``."""
-        fd = self.log.fd()
+        try:
+            written = os.pwrite(self.log.fd(), data, start)
+        except OSError:
+            self._cut_back(start)
+            raise
+        if written != len(data):
+            self._finish_short_write(data, start, written)
+
+    def _finish_short_write(self, data: bytes | bytearray | memoryview, start: int, written: int) -> None:
+        """A short write: write the rest, or surface the error that caused it (the file is cut
+        back to ``start`` either way on failure)."""
         total = len(data)
         try:
-            written = os.pwrite(fd, data, start)
-            while written < total:  # a short write: the rest, or the error that caused it
-                more = os.pwrite(fd, memoryview(data)[written:], start + written)
+            while written < total:
+                more = os.pwrite(self.log.fd(), memoryview(data)[written:], start + written)
                 if more == 0:
                     raise OSError(errno.ENOSPC, "short write")
                 written += more
         except OSError:
-            try:
-                os.ftruncate(fd, start)
-            except OSError as cut_exc:
-                log.error("could not cut %s back to %d bytes after a failed write: %s", self.log.path, start, cut_exc)
+            self._cut_back(start)
             raise
+
+    def _cut_back(self, start: int) -> None:
+        try:
+            os.ftruncate(self.log.fd(), start)
+        except OSError as cut_exc:
+            log.error("could not cut %s back to %d bytes after a failed write: %s", self.log.path, start, cut_exc)
 
     def _reserve(self, count: int) -> None:
         """Allocate index space for ``count`` more entries (each batch adds at most one)."""
         oi, ti = self.offset_index, self.time_index
         oi.reserve(count)
         ti.reserve(count)
-        self._index_room = min(oi.allocated_entries - oi.entries, ti.allocated_entries - ti.entries, 1 << 30)
+        self.index_room = min(oi.allocated_entries - oi.entries, ti.allocated_entries - ti.entries, 1 << 30)
 
     def should_roll(
         self, incoming: int, batches: int, last_offset: int, max_timestamp: int, segment_bytes: int, segment_ms: int
@@ -306,6 +339,7 @@ class LogSegment:
         roll_ms = segment_ms - self.roll_jitter_ms
         first_ts = self._first_batch_ts if self._first_batch_ts is not None else self.first_batch_timestamp()
         if first_ts >= 0 and max_timestamp >= 0:
+            self.roll_at_ts = first_ts + roll_ms
             return max_timestamp - first_ts > roll_ms
         return self.ctx.time_ms() - self.created_ms > roll_ms
 
@@ -316,7 +350,7 @@ class LogSegment:
             self.time_index.maybe_append(ts, off)
         self.offset_index.trim()
         self.time_index.trim()
-        self._index_room = 0
+        self.index_room = 0
         self.trim_preallocated()
 
     def trim_preallocated(self) -> bool:
@@ -332,7 +366,7 @@ class LogSegment:
         """Truncation made this the last segment again: its indexes take writes."""
         self.offset_index.make_writable()
         self.time_index.make_writable()
-        self._index_room = 0
+        self.index_room = 0
 
     # -- read ----------------------------------------------------------------------------------
     def time_lookup(self, timestamp: int) -> int:
@@ -440,6 +474,8 @@ class LogSegment:
         self._next_offset = None
         self._max_ts = None
         self._first_batch_ts = None
+        self._ts_unindexed = True
+        self.roll_at_ts = -1
         self.bytes_since_last_index_entry = 0
         return h.base_offset
 
@@ -454,7 +490,7 @@ class LogSegment:
         self.time_index.make_writable()
         self.offset_index.reset()
         self.time_index.reset()
-        self._index_room = 0
+        self.index_room = 0
         scan = VerifiedScan(fd, self.base_offset, file_size)
         ts, off_of_ts = -1, self.base_offset
         since = 0
@@ -490,6 +526,8 @@ class LogSegment:
         self._next_offset = nxt
         self._max_ts = (ts, off_of_ts)
         self._first_batch_ts = first_ts if first_ts is not None else -1
+        self._ts_unindexed = True
+        self.roll_at_ts = -1
         self.recovered_epoch_starts = epoch_starts
         return file_size - valid, why
 
