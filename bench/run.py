@@ -143,9 +143,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {b.name:16} {b.mb_per_s:8,.0f} MB/s ({b.min:,.0f}..{b.max:,.0f})", flush=True)
         if not args.no_baselines and any(sc.kind in ("produce", "many") for sc in chosen):
             doc["client_ceilings"] = client_ceilings(work_dir, args.quick, args.repeat)
+        paired = None if args.no_baselines else data_dir
         if args.bootstrap:
             ctx = S.Context(args.bootstrap, args.broker_pid, work_dir, args.quick, profile_dir)
-            summaries = run_all(ctx, chosen, args.repeat, baselines, doc)
+            summaries = run_all(ctx, chosen, args.repeat, baselines, doc, paired)
         else:
             settings = dict(S.split_setting(item) for item in args.broker_set)
             with Broker(data_dir / "broker", broker_log, settings) as broker:
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 ctx = S.Context(
                     broker.bootstrap, broker.pid, work_dir, args.quick, profile_dir, data_dir=broker.proc.data_dir
                 )
-                summaries = run_all(ctx, chosen, args.repeat, baselines, doc)
+                summaries = run_all(ctx, chosen, args.repeat, baselines, doc, paired)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -194,9 +195,31 @@ def client_ceilings(work_dir: Path, quick: bool, repeat: int) -> dict[str, dict[
     return out
 
 
+#: scenario kinds whose limit is also measured next to every run (see :func:`paired_limit`)
+PAIRED_KINDS = ("produce", "produce_wire")
+
+
+def paired_limit(sc: S.Scenario, total: int, directory: Path) -> float:
+    """The scenario's limit (MB/s) moving ``total`` bytes, the same as a run, right next to it.
+
+    The page cache of a shared VM drifts: the same ``tcp_to_file`` baseline gave 0.8 and 2.7 GB/s
+    within an hour, and slows once a run's writes pass the kernel's dirty-page background
+    threshold (~2.4 GB on this 24 GB machine), which a 3 GB scenario does and a 1 GiB baseline
+    at the start of the bench does not. A limit measured once at the start and set against a
+    run an hour later says more about the machine's drift than about the broker."""
+    return total / B.BASELINES[sc.limit](total, directory) / 1e6
+
+
 def run_all(
-    ctx: S.Context, chosen: list[S.Scenario], repeat: int, baselines: dict[str, B.Baseline], doc: dict[str, Any]
+    ctx: S.Context,
+    chosen: list[S.Scenario],
+    repeat: int,
+    baselines: dict[str, B.Baseline],
+    doc: dict[str, Any],
+    paired_dir: Path | None = None,
 ) -> list[report.Summary]:
+    """Every run of every scenario; with ``paired_dir``, produce runs get their limit measured
+    next to them on that disk (after the run on even runs, before the next on odd ones)."""
     summaries: list[report.Summary] = []
     for sc in chosen:
         if sc.kind == "storage":
@@ -205,10 +228,17 @@ def run_all(
             continue
         runs: list[S.Run] = []
         try:
+            pair_dir = paired_dir if sc.kind in PAIRED_KINDS and sc.limit in B.BASELINES else None
             for i in range(repeat):
+                # odd runs: the limit first (runs of a scenario move the same bytes); even: after
+                limit = paired_limit(sc, runs[-1].bytes, pair_dir) if pair_dir and i % 2 == 1 else None
                 run = S.RUNNERS[sc.kind](ctx, sc, i)
+                if pair_dir:
+                    run.paired_limit_mb_s = limit if limit is not None else paired_limit(sc, run.bytes, pair_dir)
                 runs.append(run)
                 cpu = f", broker {run.broker.cpu_s:.2f} CPU s, {run.broker.peak_rss_mb:.0f} MB" if run.broker else ""
+                if run.paired_limit_mb_s:
+                    cpu += f", {sc.limit} next to it {run.paired_limit_mb_s:,.0f} MB/s"
                 print(
                     f"{sc.name:24} run {i + 1}/{repeat}: {run.records_per_s:12,.0f} rec/s {run.mb_per_s:8,.1f} MB/s"
                     f" in {run.seconds:.2f} s{cpu}, client {run.client_cpu_s:.2f} CPU s",

@@ -155,6 +155,8 @@ class Run:
     client_wall_s: float  # the generator processes' lifetime (startup included), for client cores
     latency_ms: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the scenario's limit (a baseline) measured moving the same bytes right next to this run
+    paired_limit_mb_s: float | None = None
 
     @property
     def records_per_s(self) -> float:
