@@ -88,6 +88,8 @@ class ScriptedBroker:
         self.cluster_id = "scripted"
         self.records_file = records_file
         self.produced: list[tuple[int, dict[TopicPartition, bytes]]] = []
+        #: seconds a produce of this many bytes takes (a slow append), None for no wait
+        self.produce_delay: Any = None
         self.fetch_gate: trio.Event | None = None
         self.fetch_calls = 0
         self.slices: list[FileSlice] = []
@@ -95,6 +97,8 @@ class ScriptedBroker:
     async def produce(self, acks: int, timeout_ms: int, partitions: Mapping[TopicPartition, bytearray], **kw: Any):
         # writable buffers (a view into the request frame): the core rewrites offsets in place
         assert all(not memoryview(v).readonly for v in partitions.values())
+        if self.produce_delay is not None:
+            await trio.sleep(self.produce_delay(sum(len(v) for v in partitions.values())))
         self.produced.append((acks, {tp: bytes(v) for tp, v in partitions.items()}))
         return {tp: PartitionProduceResult(ErrorCode.NONE, base_offset=10 * i) for i, tp in enumerate(partitions)}
 
@@ -295,6 +299,30 @@ async def test_pipelined_requests_are_answered_in_order_and_acks0_gets_nothing()
             got.append(cid)
         assert got == [1, 2, 4]  # in request order, and nothing for the acks=0 produce (3)
         assert broker.produced[0][0] == 0
+        await conn.aclose()
+
+
+async def test_pipelined_produce_requests_of_mixed_sizes_reach_the_core_in_order() -> None:
+    """Pipelined Produce requests, large ones slow to append and small ones handled inline by the
+    reader when nothing ordered runs before them: the core sees them, and the client gets the
+    answers, in request order (idempotent producers depend on it)."""
+    broker = ScriptedBroker(_config())
+    broker.produce_delay = lambda size: 0.02 if size > 100_000 else 0.0
+    sizes = [600_000, 100, 100, 700_000, 300_000, 100, 900_000, 100]
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        for i, size in enumerate(sizes):
+            payload = bytearray(bytes([i]) * size)
+            request = ProduceRequestData(1, 1000, [TopicProduceData("t", [PartitionProduceData(0, payload)])], None, 7)
+            await conn.send_frame(encode_request(request, correlation_id=100 + i, client_id="p"))
+        got = []
+        with trio.fail_after(10):
+            for _ in sizes:
+                cid, _response = decode_response(0, 7, await conn.receive_frame())
+                got.append(cid)
+        assert got == [100 + i for i in range(len(sizes))]
+        seen = [next(iter(parts.values())) for _acks, parts in broker.produced]
+        assert [(len(v), v[0]) for v in seen] == [(size, i) for i, size in enumerate(sizes)]
         await conn.aclose()
 
 
