@@ -441,3 +441,56 @@ async def test_delete_log_removes_the_directory(tmp_path: Path) -> None:
     await storage.flush_tick()  # removed in the background
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
     await storage.close()
+
+
+async def test_reads_near_the_end_agree_with_the_index_and_scan(tmp_path: Path) -> None:
+    """The active segment remembers where the batches after its last index entry start, so a
+    fetch at the end reads one header instead of scanning; every read must find the batch the
+    index and a header scan find, through index entries, truncation and multi-batch appends."""
+    storage = await open_storage(tmp_path, log_index_interval_bytes=1000)
+    log = log_of(storage)
+
+    def check_every_offset() -> None:
+        seg = log.segments[-1]
+        for offset in range(log.log_start_offset, log.log_end_offset):
+            fast = seg.translate(offset)
+            seg_tail = (seg._tail_after, list(seg._tail_last), list(seg._tail_pos))
+            seg._forget_tail()
+            slow = seg.translate(offset)
+            seg._tail_after, seg._tail_last[:], seg._tail_pos[:] = seg_tail[0], seg_tail[1], seg_tail[2]
+            assert fast is not None and slow is not None
+            assert (fast[0], fast[1].base_offset) == (slow[0], slow[1].base_offset), offset
+            info = log.read(offset, 1)
+            assert info.first_batch_offset == fast[1].base_offset
+            info.release()
+
+    for i in range(60):
+        append(log, batch(1 + i % 3, ts=1_000_000 + i))
+    assert log.segments[-1]._tail_last  # batches after the last index entry are remembered
+    check_every_offset()
+    log.truncate_to(log.log_end_offset - 5)
+    assert not log.segments[-1]._tail_last
+    check_every_offset()
+    for i in range(20):
+        append(log, batch(2, ts=2_000_000 + i))
+    two = batch(1) + batch(2)
+    log.append_as_leader(two, records.validate_batches(two, exact_counts=False), 0)
+    check_every_offset()
+    for i in range(20):
+        append(log, batch(1, ts=3_000_000 + i))
+    check_every_offset()
+    await storage.close()
+
+
+async def test_a_tail_that_disagrees_with_the_file_is_dropped(tmp_path: Path) -> None:
+    storage = await open_storage(tmp_path, log_index_interval_bytes=1000)
+    log = log_of(storage)
+    for _ in range(30):
+        append(log, batch(1))
+    seg = log.segments[-1]
+    assert len(seg._tail_last) >= 2
+    seg._tail_pos[-1] = seg._tail_pos[-2]  # a wrong position: its header names other offsets
+    found = seg.translate(seg._tail_last[-1])
+    assert found is not None and found[1].last_offset == log.log_end_offset - 1
+    assert not seg._tail_last
+    await storage.close()

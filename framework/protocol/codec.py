@@ -27,6 +27,7 @@ from kio.serial.errors import DecodeError
 
 from ..errors import ErrorCode, InvalidRequest, UnsupportedVersion
 from .apis import PRODUCE_IMPLEMENTED, SUPPORTED_VERSIONS, ApiKey, VersionRange
+from .fetch import decode_fetch_request
 from .guard import check_message
 from .headers import encode_request_header, encode_response_header, parse_response_header
 from .metadata import MetadataResponseData, encode_metadata_response
@@ -138,7 +139,8 @@ def decode_request(api_key: int, api_version: int, frame: Buffer, offset: int) -
     """The request body in ``frame`` from ``offset`` (the header's ``body_offset``).
 
     Produce gives a :class:`~odradek.protocol.produce.ProduceRequestData` (any advertised
-    version, so v0-2 can be answered with UNSUPPORTED_VERSION); everything else a kio request.
+    version, so v0-2 can be answered with UNSUPPORTED_VERSION), Fetch a
+    :class:`~odradek.protocol.fetch.FetchRequestData`; everything else a kio request.
     Raises ``UnsupportedVersion`` for versions outside the table, ``InvalidRequest`` for bytes
     that do not decode (or leave bytes over).
     """
@@ -147,6 +149,8 @@ def decode_request(api_key: int, api_version: int, frame: Buffer, offset: int) -
         raise UnsupportedVersion(f"api {api_key} v{api_version} is not supported")
     if api_key == ApiKey.PRODUCE:
         return decode_produce_request(api_version, frame, offset)
+    if api_key == ApiKey.FETCH:
+        return decode_fetch_request(api_version, frame, offset)
     return _kio_decode(request_type(api_key, api_version), frame, offset, f"api {api_key} v{api_version} request")
 
 

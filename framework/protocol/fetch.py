@@ -1,4 +1,19 @@
-"""Hand-written Fetch response envelope (v4-v11) for zero-copy sends.
+"""Hand-written Fetch codec (v4-v11, non-flexible): the request decoder and the response
+envelope for zero-copy sends.
+
+The request is decoded by hand because a consumer that keeps up sends one Fetch per produced
+batch: through kio (a bounds walk of the request, then kio's generic reader) decoding was a third
+of a small Fetch's CPU. The decoder reads only with the bounds-checked readers of ``wire``.
+
+Request layout (request header v1), in wire order::
+
+    int32 replica_id, int32 max_wait_ms, int32 min_bytes, int32 max_bytes, int8 isolation_level,
+    (v7+) int32 session_id, int32 session_epoch,
+    int32 #topics, per topic: string topic, int32 #partitions, per partition:
+        int32 partition, (v9+) int32 current_leader_epoch, int64 fetch_offset,
+        (v5+) int64 log_start_offset, int32 partition_max_bytes
+    (v7+) int32 #forgotten topics, per topic: string topic, int32 #partitions of int32
+    (v11+) string rack_id
 
 The records of a Fetch response are the bulk of the bytes a broker sends, and they already sit
 in segment files in wire format. So the response is not encoded into one buffer: the envelope
@@ -6,7 +21,7 @@ in segment files in wire format. So the response is not encoded into one buffer:
 up front from each slice's length, and each partition's records stay a reference to a slice
 (``FetchDataInfo``) that the transport ``os.sendfile``s from the segment file.
 
-Layout (non-flexible, response header v0), in wire order::
+Response layout (non-flexible, response header v0), in wire order::
 
     int32 size | int32 correlation_id | int32 throttle_time_ms
     (v7+) int16 error_code, int32 session_id
@@ -23,13 +38,103 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from ..errors import UnsupportedVersion
+from ..errors import InvalidRequest, UnsupportedVersion
+from .wire import Buffer, need, read_count, read_string
 
 FETCH_ENVELOPE_VERSIONS = range(4, 12)
+FETCH_REQUEST_VERSIONS = range(4, 12)
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _ABORTED = struct.Struct(">qq")
+_REQUEST_HEAD = struct.Struct(">iiiib")  # replica_id, max_wait_ms, min_bytes, max_bytes, isolation
+_SESSION = struct.Struct(">ii")
+#: one partition of a request, by version: index, [epoch,] fetch offset, [log start,] max bytes
+_PARTITION_V4 = struct.Struct(">iqi")
+_PARTITION_V5 = struct.Struct(">iqqi")
+_PARTITION_V9 = struct.Struct(">iiqqi")
+_WHAT = "Fetch request"
+
+
+@dataclass(slots=True)
+class FetchRequestPartition:
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = -1  # v9+
+    log_start_offset: int = -1  # v5+ (followers)
+
+
+@dataclass(slots=True)
+class FetchRequestTopic:
+    topic: str
+    partitions: list[FetchRequestPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FetchRequestData:
+    """A decoded Fetch request (v4-v11); fields a version lacks keep their defaults."""
+
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    topics: list[FetchRequestTopic] = field(default_factory=list)
+    session_id: int = 0  # v7+
+    session_epoch: int = -1  # v7+
+    forgotten_topics: list[tuple[str, list[int]]] = field(default_factory=list)  # v7+
+    rack_id: str = ""  # v11+
+    version: int = 11
+
+
+def decode_fetch_request(version: int, buf: Buffer, pos: int = 0) -> FetchRequestData:
+    """Decode a Fetch request body of ``version`` from ``pos`` (after the header).
+
+    Raises ``InvalidRequest`` on truncation, bad lengths or trailing bytes, and nothing else.
+    """
+    if version not in FETCH_REQUEST_VERSIONS:
+        raise InvalidRequest(f"Fetch v{version} is not decoded here (v4-v11)")
+    need(buf, pos, _REQUEST_HEAD.size, _WHAT)
+    replica_id, max_wait_ms, min_bytes, max_bytes, isolation = _REQUEST_HEAD.unpack_from(buf, pos)
+    pos += _REQUEST_HEAD.size
+    request = FetchRequestData(replica_id, max_wait_ms, min_bytes, max_bytes, isolation, version=version)
+    if version >= 7:
+        need(buf, pos, 8, _WHAT)
+        request.session_id, request.session_epoch = _SESSION.unpack_from(buf, pos)
+        pos += 8
+    layout = _PARTITION_V9 if version >= 9 else _PARTITION_V5 if version >= 5 else _PARTITION_V4
+    n_topics, pos = read_count(buf, pos, _WHAT, 6)
+    for _ in range(n_topics):
+        name, pos = read_string(buf, pos, _WHAT, nullable=False)
+        topic = FetchRequestTopic(name or "")
+        n_parts, pos = read_count(buf, pos, _WHAT, layout.size)
+        for _ in range(n_parts):
+            need(buf, pos, layout.size, _WHAT)
+            fields = layout.unpack_from(buf, pos)
+            pos += layout.size
+            if version >= 9:
+                index, epoch, offset, log_start, part_max = fields
+            elif version >= 5:
+                (index, offset, log_start, part_max), epoch = fields, -1
+            else:
+                (index, offset, part_max), epoch, log_start = fields, -1, -1
+            topic.partitions.append(FetchRequestPartition(index, offset, part_max, epoch, log_start))
+        request.topics.append(topic)
+    if version >= 7:
+        n_forgotten, pos = read_count(buf, pos, _WHAT, 6)
+        for _ in range(n_forgotten):
+            name, pos = read_string(buf, pos, _WHAT, nullable=False)
+            n_parts, pos = read_count(buf, pos, _WHAT, 4)
+            need(buf, pos, 4 * n_parts, _WHAT)
+            request.forgotten_topics.append((name or "", list(struct.unpack_from(f">{n_parts}i", buf, pos))))
+            pos += 4 * n_parts
+    if version >= 11:
+        rack, pos = read_string(buf, pos, _WHAT, nullable=False)
+        request.rack_id = rack or ""
+    if pos != len(buf):
+        raise InvalidRequest(f"{len(buf) - pos} unexpected bytes after a Fetch request")
+    return request
 
 
 @runtime_checkable

@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass, field
 
 from ..errors import InvalidRequest
+from .wire import Buffer, need, read_count, read_string
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -25,8 +26,6 @@ _PARTITION_HEAD = struct.Struct(">ii")
 _PARTITION_V0 = struct.Struct(">ihq")
 _PARTITION_V2 = struct.Struct(">ihqq")
 _PARTITION_V5 = struct.Struct(">ihqqq")
-
-Buffer = bytes | bytearray | memoryview
 
 
 @dataclass(slots=True)
@@ -81,35 +80,19 @@ class ProduceResponseData:
     throttle_time_ms: int = 0
 
 
+_WHAT = "Produce request"
+
+
 def _need(buf: Buffer, pos: int, size: int) -> None:
-    if pos + size > len(buf):
-        raise InvalidRequest("truncated Produce request")
+    need(buf, pos, size, _WHAT)
 
 
 def _read_string(buf: Buffer, pos: int, *, nullable: bool) -> tuple[str | None, int]:
-    _need(buf, pos, 2)
-    (n,) = _I16.unpack_from(buf, pos)
-    pos += 2
-    if n < 0:
-        if not nullable or n != -1:
-            raise InvalidRequest("invalid string length in Produce request")
-        return None, pos
-    _need(buf, pos, n)
-    try:
-        return str(buf[pos : pos + n], "utf-8"), pos + n
-    except UnicodeDecodeError:
-        raise InvalidRequest("topic or transactional id is not UTF-8") from None
+    return read_string(buf, pos, _WHAT, nullable=nullable)
 
 
 def _read_count(buf: Buffer, pos: int) -> tuple[int, int]:
-    _need(buf, pos, 4)
-    (n,) = _I32.unpack_from(buf, pos)
-    if n < 0:
-        n = 0  # a null array: Kafka treats it as empty
-    # each element takes at least 2 bytes: a count beyond that is a lie, not a reason to loop
-    if n > (len(buf) - pos) // 2:
-        raise InvalidRequest(f"array count {n} exceeds the remaining Produce request")
-    return n, pos + 4
+    return read_count(buf, pos, _WHAT)
 
 
 def decode_produce_request(version: int, buf: Buffer, pos: int = 0) -> ProduceRequestData:

@@ -9,6 +9,7 @@ timestamp) is computed lazily from its indexes, so loading a log with many segme
 
 from __future__ import annotations
 
+import bisect
 import errno
 import logging
 import os
@@ -87,6 +88,13 @@ class LogSegment:
         #: the largest timestamp may be newer than the time index's last entry (a hint that
         #: spares the single-batch append a call; True is always safe)
         self._ts_unindexed = True
+        #: the batches appended after the last offset-index entry (last offsets, positions), and
+        #: the last offset of that indexed batch (None: unknown): a fetch near the end -- every
+        #: fetch of a consumer that keeps up -- finds its batch here instead of reading the
+        #: headers of up to ``index.interval.bytes`` of small batches after the index entry
+        self._tail_last: list[int] = []
+        self._tail_pos: list[int] = []
+        self._tail_after: int | None = None
         #: a record timestamp up to which no roll by ``segment.ms`` is due (-1: unknown), set by
         #: :meth:`should_roll` so the log's append can skip calling it
         self.roll_at_ts = -1
@@ -246,6 +254,7 @@ class LogSegment:
         self.size = pos
         self._max_ts = max_ts
         self._ts_unindexed = True
+        self._forget_tail()
         self._next_offset = last_offsets[-1] + 1
         self.index_room -= n
 
@@ -275,6 +284,13 @@ class LogSegment:
                 self.time_index.maybe_append(max_ts[0], max_ts[1])
                 self._ts_unindexed = False
             since = 0
+            self._tail_after = last_offset
+            if self._tail_last:
+                self._tail_last.clear()
+                self._tail_pos.clear()
+        elif self._tail_after is not None:
+            self._tail_last.append(last_offset)
+            self._tail_pos.append(start)
         if start == 0:
             self._first_batch_ts = max_timestamp
             self.roll_at_ts = -1
@@ -351,6 +367,7 @@ class LogSegment:
         self.offset_index.trim()
         self.time_index.trim()
         self.index_room = 0
+        self._forget_tail()
         self.trim_preallocated()
 
     def trim_preallocated(self) -> bool:
@@ -398,7 +415,32 @@ class LogSegment:
             self.rebuild_indexes()
             return self._translate(offset, start)
 
+    def _forget_tail(self) -> None:
+        self._tail_after = None
+        self._tail_last.clear()
+        self._tail_pos.clear()
+
+    def _translate_tail(self, offset: int, start: int) -> tuple[int, BatchHeader] | None:
+        """The batch holding ``offset`` from the unindexed tail (one header read), or None when
+        the tail does not cover it; a header that disagrees with the tail drops the tail."""
+        after = self._tail_after
+        last = self._tail_last
+        if after is None or not last or not after < offset <= last[-1]:
+            return None
+        j = bisect.bisect_left(last, offset)
+        pos = self._tail_pos[j]
+        if pos < start:
+            return None
+        h = header_at(self.log.fd(), pos)
+        if h is None or h.last_offset != last[j]:
+            self._forget_tail()
+            return None
+        return pos, h
+
     def _translate(self, offset: int, start: int) -> tuple[int, BatchHeader] | None:
+        found = self._translate_tail(offset, start)
+        if found is not None:
+            return found
         entry_offset, pos = self.offset_index.lookup(offset)
         if pos and pos >= self.size:
             raise CorruptMessage(f"index entry at position {pos} is past the end ({self.size})")
@@ -476,6 +518,7 @@ class LogSegment:
         self._first_batch_ts = None
         self._ts_unindexed = True
         self.roll_at_ts = -1
+        self._forget_tail()
         self.bytes_since_last_index_entry = 0
         return h.base_offset
 
@@ -528,6 +571,7 @@ class LogSegment:
         self._first_batch_ts = first_ts if first_ts is not None else -1
         self._ts_unindexed = True
         self.roll_at_ts = -1
+        self._forget_tail()
         self.recovered_epoch_starts = epoch_starts
         return file_size - valid, why
 

@@ -25,6 +25,7 @@ from odradek.interfaces import TopicPartition
 from odradek.protocol import (
     ApiKey,
     FetchPartitionData,
+    FetchRequestData,
     FetchResponseData,
     FetchTopicData,
     MetadataResponseData,
@@ -140,29 +141,28 @@ def _release_all(results: Iterable[FetchPartitionResult]) -> None:
             r.records.release()
 
 
-async def handle_fetch(ctx: RequestContext, request: Any) -> FetchResponseData:
+async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchResponseData:
     """Full fetches only: session_id 0 in every response declines fetch sessions (KIP-227)."""
-    if getattr(request, "session_id", 0) != 0:
+    if request.session_id != 0:
         return FetchResponseData([], error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
-    partitions: list[FetchPartition] = []
-    for topic in request.topics:
-        for p in topic.partitions:
-            partitions.append(
-                FetchPartition(
-                    TopicPartition(topic.topic, p.partition),
-                    p.fetch_offset,
-                    p.partition_max_bytes,
-                    getattr(p, "current_leader_epoch", -1),
-                    getattr(p, "log_start_offset", -1),
-                )
-            )
-    max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), int(ctx.config["fetch.max.bytes"]))
+    partitions = [
+        FetchPartition(
+            TopicPartition(topic.topic, p.partition),
+            p.fetch_offset,
+            p.partition_max_bytes,
+            p.current_leader_epoch,
+            p.log_start_offset,
+        )
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    max_bytes = min(request.max_bytes, int(ctx.config["fetch.max.bytes"]))
     results: dict[TopicPartition, FetchPartitionResult] = await ctx.broker.fetch(
         request.replica_id,
-        ms(request.max_wait),
+        request.max_wait_ms,
         request.min_bytes,
         max_bytes,
-        _isolation(getattr(request, "isolation_level", 0)),
+        _isolation(request.isolation_level),
         partitions,
     )
     try:
