@@ -476,6 +476,28 @@ async def test_idle_connection_is_closed(autojump_clock: trio.testing.MockClock)
     b.close()
 
 
+@pytest.mark.timeout(60)  # without the deadline the connection would wait forever
+async def test_a_peer_that_stops_reading_responses_is_closed(autojump_clock: trio.testing.MockClock) -> None:
+    """Writes go straight to the socket; only a write that has to wait for the peer arms the
+    stalled-write deadline (connections.max.idle.ms). A client that pipelines requests and never
+    reads the answers is closed that long after the socket filled up, not before."""
+    broker = ScriptedBroker(_config())
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
+    a, b = trio.socket.socketpair()
+    conn = KafkaConnection(a, dispatcher, peer="pair", max_request_bytes=1 << 20, max_in_flight=4, idle_timeout_s=600)
+    names = [f"topic-{i:04d}-with-a-long-name" for i in range(400)]
+    frame = encode_request(metadata_request(topics=names), correlation_id=1, client_id="s")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        start = trio.current_time()
+        for _ in range(40):  # ~40 answers of ~20 KB: more than both socket buffers hold
+            with trio.move_on_after(1):
+                await b.send(struct.pack(">i", len(frame)) + frame)
+        await conn.closed.wait()
+        assert 600 <= trio.current_time() - start < 700
+    b.close()
+
+
 async def test_listener_reports_bound_port_for_port_zero() -> None:
     broker = ScriptedBroker(_config())
     async with serving(broker) as (listener, bound):

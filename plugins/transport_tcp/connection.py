@@ -30,7 +30,7 @@ from odradek.errors import KafkaError, OdradekError
 from odradek.protocol import ApiKey, FetchEnvelope, RequestHeader, api_name, parse_request_header
 
 from .apis import Dispatcher, Outcome
-from .framing import FrameError, FrameReader, FrameTooLarge, send_all, send_frame, sendfile
+from .framing import FrameError, FrameReader, FrameTooLarge, OnBlock, send_all, send_frame, sendfile
 
 log = logging.getLogger("odradek.transport.tcp")
 
@@ -72,6 +72,7 @@ class KafkaConnection:
         self._last_ordered_done: trio.Event | None = None
         self._queued: list[_Pending] = []  # outcomes not written yet (released on close)
         self._waiting_since: float | None = None  # when the reader started waiting for a frame
+        self._stalled: trio.CancelScope | None = None  # the writer's stalled-write scope
         self.closed = trio.Event()
 
     def stop_reading(self) -> None:
@@ -221,8 +222,10 @@ class KafkaConnection:
 
     # -- writing ------------------------------------------------------------------------------
     async def _write_loop(self, nursery: trio.Nursery) -> None:
-        # one scope whose deadline is armed around each write (cheaper than a scope per write)
+        # one scope whose deadline is armed when a write has to wait for the peer to read (a
+        # write the socket takes at once -- nearly all of them -- touches no deadline at all)
         with trio.CancelScope() as stalled:
+            self._stalled = stalled
             await self._write_responses(nursery, stalled)
         if stalled.cancelled_caught:
             log.info("closing connection %s: response not read for %.0f s", self.peer, self.idle_timeout_s)
@@ -240,12 +243,12 @@ class KafkaConnection:
                 if isinstance(outcome, bytes) and len(self._queued) > 1:
                     wire, joined = self._coalesce(outcome)
                 try:
-                    stalled.deadline = trio.current_time() + self.idle_timeout_s
                     if joined:
-                        await send_all(self.sock, wire)  # size prefixes included
+                        await send_all(self.sock, wire, self._arm_stall_deadline)  # size prefixes included
                     else:
                         await self._write(outcome)
-                    stalled.deadline = math.inf
+                    if stalled.deadline != math.inf:
+                        stalled.deadline = math.inf
                 except FrameError as exc:
                     log.error("closing connection %s: %s", self.peer, exc)
                     nursery.cancel_scope.cancel()
@@ -287,27 +290,33 @@ class KafkaConnection:
             joined.append(nxt)
         return b"".join(parts), joined
 
+    def _arm_stall_deadline(self) -> None:
+        """A write has to wait for the peer: it gets ``connections.max.idle.ms`` from now."""
+        stalled = self._stalled
+        if stalled is not None and stalled.deadline == math.inf:
+            stalled.deadline = trio.current_time() + self.idle_timeout_s
+
     async def _write(self, outcome: Outcome) -> None:
         if outcome is None:
             return
         if isinstance(outcome, FetchEnvelope):
-            await write_envelope(self.sock, outcome)
+            await write_envelope(self.sock, outcome, self._arm_stall_deadline)
         else:
-            await send_frame(self.sock, outcome)
+            await send_frame(self.sock, outcome, self._arm_stall_deadline)
 
 
-async def write_envelope(sock: trio.socket.SocketType, envelope: FetchEnvelope) -> None:
+async def write_envelope(sock: trio.socket.SocketType, envelope: FetchEnvelope, on_block: OnBlock = None) -> None:
     """Write a Fetch envelope: memory parts as they are, record slices by sendfile when possible."""
     for part in envelope.parts:
         if isinstance(part, bytes):
-            await send_all(sock, part)
+            await send_all(sock, part, on_block)
             continue
         file_range = getattr(part, "file_range", None)
         rng = file_range() if file_range is not None else None
         if rng is None or rng.length != part.size:
-            await send_all(sock, part.to_bytes())
+            await send_all(sock, part.to_bytes(), on_block)
         else:
-            await sendfile(sock, rng.fd, rng.position, rng.length)
+            await sendfile(sock, rng.fd, rng.position, rng.length, on_block)
 
 
 _Inline = tuple[_Pending, bytearray, None, None]

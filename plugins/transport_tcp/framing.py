@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 
 import trio
 
@@ -116,35 +117,55 @@ class FrameReader:
                 since_yield = 0
 
 
-async def send_all(sock: trio.socket.SocketType, data: bytes | bytearray | memoryview) -> None:
-    """Write every byte of ``data`` (trio's socket ``send`` may write part of it)."""
+OnBlock = Callable[[], None] | None
+
+
+async def send_all(
+    sock: trio.socket.SocketType, data: bytes | bytearray | memoryview, on_block: OnBlock = None
+) -> None:
+    """Write every byte of ``data``: straight to the non-blocking socket, waiting (and calling
+    ``on_block``) only when the kernel's send buffer is full.
+
+    Why not trio's ``send``: it takes two scheduler passes per call even when the socket takes
+    the bytes at once, and a broker answering 10,000 small requests a second writes 20,000 times.
+    The writer's other awaits (the next response, its outcome) still yield to the loop.
+    """
     view = memoryview(data)
+    fd = sock.fileno()
     while view:
-        sent = await sock.send(view)
+        try:
+            sent = os.write(fd, view)
+        except BlockingIOError:
+            if on_block is not None:
+                on_block()
+            await trio.lowlevel.wait_writable(sock)
+            continue
         view = view[sent:]
 
 
-async def send_frame(sock: trio.socket.SocketType, frame: bytes | bytearray) -> None:
+async def send_frame(sock: trio.socket.SocketType, frame: bytes | bytearray, on_block: OnBlock = None) -> None:
     """Write a frame with its size prefix (small frames in one write)."""
     if len(frame) <= 64 * 1024:
-        await send_all(sock, _SIZE.pack(len(frame)) + frame)
+        await send_all(sock, _SIZE.pack(len(frame)) + frame, on_block)
     else:
-        await send_all(sock, _SIZE.pack(len(frame)))
-        await send_all(sock, frame)
+        await send_all(sock, _SIZE.pack(len(frame)), on_block)
+        await send_all(sock, frame, on_block)
 
 
-async def sendfile(sock: trio.socket.SocketType, fd: int, offset: int, count: int) -> None:
-    """Send ``count`` bytes of file ``fd`` from ``offset`` to the socket with ``os.sendfile``.
+async def sendfile(sock: trio.socket.SocketType, fd: int, offset: int, count: int, on_block: OnBlock = None) -> None:
+    """Send ``count`` bytes of file ``fd`` from ``offset`` to the socket with ``os.sendfile``,
+    waiting (and calling ``on_block``) only when the socket's send buffer is full.
 
     Raises ``FrameError`` if the file ends early (truncated under us): the frame size is already
     on the wire, so the connection cannot be saved and must be closed.
     """
     out = sock.fileno()
     while count > 0:
-        await trio.lowlevel.checkpoint_if_cancelled()
         try:
             sent = os.sendfile(out, fd, offset, count)
         except BlockingIOError:
+            if on_block is not None:
+                on_block()
             await trio.lowlevel.wait_writable(sock)
             continue
         if sent == 0:
@@ -153,4 +174,4 @@ async def sendfile(sock: trio.socket.SocketType, fd: int, offset: int, count: in
         count -= sent
 
 
-__all__ = ["FrameError", "FrameReader", "FrameTooLarge", "send_all", "send_frame", "sendfile"]
+__all__ = ["FrameError", "FrameReader", "FrameTooLarge", "OnBlock", "send_all", "send_frame", "sendfile"]
