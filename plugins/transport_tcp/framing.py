@@ -58,7 +58,13 @@ class FrameReader:
                 n = self._end - self._start
                 self._buf[:n] = self._buf[self._start : self._end]
                 self._start, self._end = 0, n
-            got = await self.sock.recv_into(self._view[self._end :])
+            try:
+                # straight from the non-blocking socket: trio's recv_into takes two scheduler
+                # passes even when the bytes are there (pipelined requests usually are)
+                got = os.readv(self.sock.fileno(), [self._view[self._end :]])
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self.sock)
+                continue
             if got == 0:
                 return False
             self._end += got
