@@ -406,8 +406,26 @@ def run_perf(ctx: Context, sc: Scenario, index: int) -> Run:
     )
 
 
+def single_partition_reference(ctx: Context, sc: Scenario, index: int) -> float:
+    """Records/s of one kcat producing the same records into a one-partition topic: what a
+    ``many`` run is compared with, measured next to it (the machine drifts over a bench run)."""
+    reference = Scenario(
+        f"{sc.name}-reference",
+        "produce",
+        sc.record_size,
+        acks=sc.acks,
+        records=sc.records,
+        quick_records=sc.quick_records,
+    )
+    return run_produce(ctx, reference, index).records_per_s
+
+
 def run_many(ctx: Context, sc: Scenario, index: int) -> Run:
-    """1,000 partitions, 10 kcat producers at once; aggregate rate from first start to last exit."""
+    """1,000 partitions, 10 kcat producers at once; aggregate rate from first start to last exit.
+
+    Each run also measures the single-partition reference (:func:`single_partition_reference`),
+    before the run on odd runs and after it on even ones; ``extra`` carries the per-run ratio."""
+    single = single_partition_reference(ctx, sc, index) if index % 2 == 1 else None
     count = sc.count(ctx.quick)
     per_producer = count // MANY_PRODUCERS
     infile = ctx.input_file(sc.record_size, per_producer)
@@ -422,6 +440,8 @@ def run_many(ctx: Context, sc: Scenario, index: int) -> Run:
     total = per_producer * MANY_PRODUCERS
     _check_count(ctx, topic, total)
     delete_topic(ctx, topic)
+    if single is None:
+        single = single_partition_reference(ctx, sc, index)
     return Run(
         total,
         total * sc.record_size,
@@ -429,7 +449,11 @@ def run_many(ctx: Context, sc: Scenario, index: int) -> Run:
         usage[0] if usage else None,
         proc.cpu_s,
         proc.wall_s,
-        extra={"create_topic_s": create_s},
+        extra={
+            "create_topic_s": create_s,
+            "single_partition_records_per_s": single,
+            "fraction_of_single_partition": total / proc.wall_s / single if proc.wall_s > 0 and single > 0 else 0.0,
+        },
     )
 
 
