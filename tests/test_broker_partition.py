@@ -172,3 +172,49 @@ async def test_expired_producers_are_forgotten(tmp_path: Path) -> None:
         assert state.remove_expired_producers(now_ms=1000 + state.producer_id_expiration_ms) == 0
         assert state.remove_expired_producers(now_ms=1001 + state.producer_id_expiration_ms) == 1
         assert state.last_entry(3) is None
+
+
+def _scan_first_unstable(state: ProducerStateManager) -> int | None:
+    """The LSO bound computed the slow way: the smallest open transaction over all producers."""
+    firsts = [e.current_txn_first_offset for e in state.producers.values() if e.current_txn_first_offset is not None]
+    return min(firsts) if firsts else None
+
+
+async def test_open_transactions_are_tracked_through_appends_markers_and_reloads(tmp_path: Path) -> None:
+    """The LSO's bound (first offset of the oldest open transaction) is kept per producer as
+    transactions open and end, not found by scanning every producer on each read: interleaved
+    transactions of four producers, plain appends, commits and aborts, a snapshot reload and a
+    rebuild from the log must all agree with the scan."""
+    import random
+
+    rng = random.Random(7)
+    async with storage_at(tmp_path) as s:
+        p = new_partition(s, 0)
+        p.make_leader(0, [0], [0])
+        seqs = dict.fromkeys(range(1, 5), 0)
+        for _ in range(120):
+            pid = rng.choice(list(seqs))
+            action = rng.choice(["data", "data", "commit", "abort", "plain"])
+            if action == "plain":
+                leader_append(p, batch([b"p"]))
+            elif action == "data":
+                leader_append(
+                    p, batch([b"t"], producer_id=pid, producer_epoch=0, base_sequence=seqs[pid], is_transactional=True)
+                )
+                seqs[pid] += 1
+            else:
+                kind = records.ControlRecordType.COMMIT if action == "commit" else records.ControlRecordType.ABORT
+                marker = bytearray(records.build_control_batch(kind, producer_id=pid, producer_epoch=0))
+                leader_append(p, marker, AppendOrigin.COORDINATOR)
+            state = p.producer_state
+            assert state.first_unstable_offset() == _scan_first_unstable(state)
+            unstable = _scan_first_unstable(state)
+            assert p.last_stable_offset == (p.high_watermark if unstable is None else min(p.high_watermark, unstable))
+        p.producer_state.snapshot(p.log)
+        restored = ProducerStateManager()
+        restored.load(p.log)
+        assert restored.first_unstable_offset() == _scan_first_unstable(p.producer_state)
+        p.log.write_state("producer-state", b"not json")
+        rebuilt = ProducerStateManager()
+        rebuilt.load(p.log)
+        assert rebuilt.first_unstable_offset() == _scan_first_unstable(p.producer_state)

@@ -131,6 +131,10 @@ class ProducerStateManager:
 
     def __init__(self, producer_id_expiration_ms: int = 86_400_000) -> None:
         self.producers: dict[int, ProducerStateEntry] = {}
+        #: producer id -> first offset of its open transaction (Kafka's ``ongoingTxns``): the LSO
+        #: is read on every append and fetch, and scanning every producer for it would make
+        #: those O(producers); kept in step by :meth:`update` and rebuilt where state is replaced
+        self._open_txns: dict[int, int] = {}
         self.aborted: list[AbortedTxn] = []
         self.producer_id_expiration_ms = producer_id_expiration_ms
         #: log offset up to which this state reflects the log (exclusive)
@@ -240,15 +244,23 @@ class ProducerStateManager:
                             lso = last_stable_offset if last_stable_offset >= 0 else txn_first
                             self.aborted.append(AbortedTxn(meta.producer_id, txn_first, first, lso))
             self._apply(entry, meta, first, last)
+            if entry.current_txn_first_offset is None:
+                self._open_txns.pop(meta.producer_id, None)
+            else:
+                self._open_txns[meta.producer_id] = entry.current_txn_first_offset
         return completed
 
     # -- reads -----------------------------------------------------------------------------------
     def first_unstable_offset(self) -> int | None:
         """Smallest first offset of an open transaction (the LSO may not pass it), or None."""
-        offsets = [
-            e.current_txn_first_offset for e in self.producers.values() if e.current_txn_first_offset is not None
-        ]
-        return min(offsets) if offsets else None
+        open_txns = self._open_txns
+        return min(open_txns.values()) if open_txns else None
+
+    def _rebuild_open_txns(self) -> None:
+        """After :attr:`producers` was replaced wholesale (a snapshot, a reload)."""
+        self._open_txns = {
+            pid: e.current_txn_first_offset for pid, e in self.producers.items() if e.current_txn_first_offset is not None
+        }
 
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [fetch_offset, upper_bound_offset)."""
@@ -316,6 +328,7 @@ class ProducerStateManager:
             self.producers[entry.producer_id] = entry
         self.aborted = [AbortedTxn(*a) for a in doc["aborted"]]
         self.map_end_offset = int(doc["offset"])
+        self._rebuild_open_txns()
 
     def snapshot(self, plog: PartitionLog) -> None:
         """Persist the state beside the log (atomic in the storage engine)."""
@@ -337,6 +350,7 @@ class ProducerStateManager:
                 # the log lost its tail after the snapshot (crash, truncation): replay from scratch
                 self.producers, self.aborted, self.map_end_offset = {}, [], plog.log_start_offset
         self.map_end_offset = max(self.map_end_offset, plog.log_start_offset)
+        self._rebuild_open_txns()
         self.replayed_bytes = self.replay(plog, self.map_end_offset)
         self.on_log_start_offset_advanced(plog.log_start_offset)
 
