@@ -259,7 +259,7 @@ class ProducerStateManager:
     def _rebuild_open_txns(self) -> None:
         """After :attr:`producers` was replaced wholesale (a snapshot, a reload)."""
         self._open_txns = {
-            pid: e.current_txn_first_offset for pid, e in self.producers.items() if e.current_txn_first_offset is not None
+            pid: first for pid, e in self.producers.items() if (first := e.current_txn_first_offset) is not None
         }
 
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
