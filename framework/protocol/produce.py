@@ -80,19 +80,8 @@ class ProduceResponseData:
     throttle_time_ms: int = 0
 
 
-_WHAT = "Produce request"
-
-
-def _need(buf: Buffer, pos: int, size: int) -> None:
-    need(buf, pos, size, _WHAT)
-
-
-def _read_string(buf: Buffer, pos: int, *, nullable: bool) -> tuple[str | None, int]:
-    return read_string(buf, pos, _WHAT, nullable=nullable)
-
-
-def _read_count(buf: Buffer, pos: int) -> tuple[int, int]:
-    return read_count(buf, pos, _WHAT)
+_REQUEST = "Produce request"
+_RESPONSE = "Produce response"
 
 
 def decode_produce_request(version: int, buf: Buffer, pos: int = 0) -> ProduceRequestData:
@@ -104,26 +93,26 @@ def decode_produce_request(version: int, buf: Buffer, pos: int = 0) -> ProduceRe
         raise InvalidRequest(f"Produce v{version} is not a non-flexible version")
     transactional_id = None
     if version >= 3:
-        transactional_id, pos = _read_string(buf, pos, nullable=True)
-    _need(buf, pos, 6)
+        transactional_id, pos = read_string(buf, pos, _REQUEST, nullable=True)
+    need(buf, pos, 6, _REQUEST)
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
     pos += 6
-    n_topics, pos = _read_count(buf, pos)
+    n_topics, pos = read_count(buf, pos, _REQUEST)
     topics: list[TopicProduceData] = []
     view = memoryview(buf)
     for _ in range(n_topics):
-        name, pos = _read_string(buf, pos, nullable=False)
-        n_parts, pos = _read_count(buf, pos)
+        name, pos = read_string(buf, pos, _REQUEST, nullable=False)
+        n_parts, pos = read_count(buf, pos, _REQUEST)
         parts: list[PartitionProduceData] = []
         for _ in range(n_parts):
-            _need(buf, pos, 8)
+            need(buf, pos, 8, _REQUEST)
             index, size = _PARTITION_HEAD.unpack_from(buf, pos)
             pos += 8
             records: bytearray | memoryview | None
             if size < 0:
                 records = None
             else:
-                _need(buf, pos, size)
+                need(buf, pos, size, _REQUEST)
                 # a writable view into the frame (the transport's frames are bytearrays): the core
                 # rewrites baseOffset/epoch in place and appends it without copying the records;
                 # an immutable frame still gets a writable copy
@@ -186,36 +175,36 @@ def encode_produce_response(version: int, response: ProduceResponseData) -> byte
 
 def decode_produce_response(version: int, buf: Buffer, pos: int = 0) -> ProduceResponseData:
     """Decode a Produce response body (client side)."""
-    n_topics, pos = _read_count(buf, pos)
+    n_topics, pos = read_count(buf, pos, _RESPONSE)
     topics = []
     for _ in range(n_topics):
-        name, pos = _read_string(buf, pos, nullable=False)
-        n_parts, pos = _read_count(buf, pos)
+        name, pos = read_string(buf, pos, _RESPONSE, nullable=False)
+        n_parts, pos = read_count(buf, pos, _RESPONSE)
         parts = []
         for _ in range(n_parts):
             if version >= 5:
-                _need(buf, pos, _PARTITION_V5.size)
+                need(buf, pos, _PARTITION_V5.size, _RESPONSE)
                 p = PartitionProduceResponse(*_PARTITION_V5.unpack_from(buf, pos))
                 pos += _PARTITION_V5.size
             elif version >= 2:
-                _need(buf, pos, _PARTITION_V2.size)
+                need(buf, pos, _PARTITION_V2.size, _RESPONSE)
                 p = PartitionProduceResponse(*_PARTITION_V2.unpack_from(buf, pos))
                 pos += _PARTITION_V2.size
             else:
-                _need(buf, pos, _PARTITION_V0.size)
+                need(buf, pos, _PARTITION_V0.size, _RESPONSE)
                 p = PartitionProduceResponse(*_PARTITION_V0.unpack_from(buf, pos))
                 pos += _PARTITION_V0.size
             if version >= 8:
-                n_errors, pos = _read_count(buf, pos)
+                n_errors, pos = read_count(buf, pos, _RESPONSE)
                 for _ in range(n_errors):
                     pos += 4  # batch_index
-                    _msg, pos = _read_string(buf, pos, nullable=True)
-                _msg, pos = _read_string(buf, pos, nullable=True)
+                    _msg, pos = read_string(buf, pos, _RESPONSE, nullable=True)
+                _msg, pos = read_string(buf, pos, _RESPONSE, nullable=True)
             parts.append(p)
         topics.append(TopicProduceResponse(name or "", parts))
     throttle = 0
     if version >= 1:
-        _need(buf, pos, 4)
+        need(buf, pos, 4, _RESPONSE)
         (throttle,) = _I32.unpack_from(buf, pos)
         pos += 4
     return ProduceResponseData(topics, throttle)
