@@ -149,6 +149,8 @@ class PartitionLog(Protocol):
 
         ``data`` holds one or more whole batches; the log rewrites each batch's baseOffset and
         partitionLeaderEpoch in place (both outside the CRC) and writes the bytes in one write.
+        ``data`` is the request's own buffer and is reused for a later request once the call
+        returns: an engine that keeps batches in memory copies them.
         Raises ``KafkaStorageError`` if the write fails; nothing partial stays visible then.
         """
         ...

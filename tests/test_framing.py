@@ -88,3 +88,55 @@ async def test_frame_larger_than_the_yield_step_from_a_fast_sender() -> None:
     assert ticks > 1
     raw_a.close()
     b.close()
+
+
+async def test_recycled_buffers_carry_the_next_big_frames_intact() -> None:
+    """A finished big frame's buffer is reused (no zeroing) for the next big frame of any size
+    it can hold in place, and every frame read into it is exactly the bytes sent."""
+    a, b = trio.socket.socketpair()
+    reader = FrameReader(b, max_frame=8 << 20)
+    sizes = [1 << 20, (1 << 20) - 100, (1 << 20) + 50, 600_000, 300_000, 2 << 20, 1 << 20, 70_000]
+    bodies = [os.urandom(n) for n in sizes]
+    wire = b"".join(_frame(body) for body in bodies)
+    seen: list[bytearray] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_send_all, a, wire)
+        for body in bodies:
+            frame = await reader.read_frame()
+            assert frame == body
+            seen.append(frame)
+            reader.recycle(frame)
+    # 1 MB -> 1 MB-100 -> 1 MB+50 (within the headroom) -> 600 kB: one buffer; 300 kB is under
+    # half of it and 2 MB over it: new buffers
+    assert seen[1] is seen[0] and seen[2] is seen[0] and seen[3] is seen[0]
+    assert seen[4] is not seen[0] and seen[5] is not seen[4]
+    a.close()
+    b.close()
+
+
+async def test_a_frame_still_viewed_is_not_reused() -> None:
+    """A request whose bytes are still referenced through a memoryview (e.g. kept by a storage
+    engine) keeps its buffer: the next frame gets another one and the kept bytes stay intact."""
+    a, b = trio.socket.socketpair()
+    reader = FrameReader(b, max_frame=8 << 20)
+    first, second = os.urandom(1 << 20), os.urandom(1 << 20)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_send_all, a, _frame(first))
+        frame = await reader.read_frame()
+    kept = memoryview(frame)[1000:2000]
+    reader.recycle(frame)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_send_all, a, _frame(second))
+        again = await reader.read_frame()
+    assert again is not frame and again == second
+    assert frame == first and kept == first[1000:2000]
+    kept.release()
+    a.close()
+    b.close()
+
+
+async def _send_all(sock: trio.socket.SocketType, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        sent = await sock.send(view)
+        view = view[sent:]

@@ -219,6 +219,7 @@ class KafkaConnection:
             if mine is not None:
                 mine.set()
             pending.done.set()
+            self.reader.recycle(frame)
 
     # -- writing ------------------------------------------------------------------------------
     async def _write_loop(self, nursery: trio.Nursery) -> None:

@@ -43,6 +43,8 @@ class FrameReader:
         self._view = memoryview(self._buf)
         self._start = 0
         self._end = 0
+        #: a finished big frame's buffer, handed out again for the next big frame (see recycle)
+        self._spare: bytearray | None = None
         #: True while part of a frame has been consumed (a cancel then leaves the stream unusable)
         self.mid_frame = False
 
@@ -89,12 +91,51 @@ class FrameReader:
             frame = bytearray(self._view[self._start : self._start + size])
             self._start += size
         else:
-            frame = bytearray(size)
+            frame = self._big_buffer(size)
             have = self.buffered
             frame[:have] = self._view[self._start : self._end]
             self._start = self._end = 0
             await self._read_into(memoryview(frame), have)
         self.mid_frame = False
+        return frame
+
+    def recycle(self, frame: bytearray) -> None:
+        """Take back a big frame whose request is done, to read the next big frame into.
+
+        A fresh ``bytearray(size)`` is zeroed before the socket overwrites it: for 1 MB Produce
+        requests that memset was 6% of the broker's CPU. The buffer is kept only if nothing still
+        looks into it: a bytearray with a live memoryview cannot be resized, so the trial shrink
+        raises ``BufferError`` and the buffer is left to its holder. Anything that must keep
+        request bytes beyond its call (a storage engine that holds batches in memory) copies them.
+        """
+        if len(frame) <= len(self._buf):
+            return
+        try:
+            del frame[len(frame) - 1 :]
+        except BufferError:
+            return
+        spare = self._spare
+        if spare is None or frame.__alloc__() > spare.__alloc__():
+            self._spare = frame
+
+    def _big_buffer(self, size: int) -> bytearray:
+        """A bytearray of ``size`` bytes whose content will be overwritten: the spare when its
+        allocation can hold ``size`` without a realloc (CPython resizes in place between half the
+        allocation and all of it), else a new one with some headroom for the next, slightly
+        bigger, frame."""
+        spare = self._spare
+        if spare is not None:
+            alloc = spare.__alloc__()
+            if alloc // 2 <= size < alloc:
+                self._spare = None
+                length = len(spare)
+                if size < length:
+                    del spare[size:]
+                elif size > length:
+                    spare[length:] = bytes(size - length)
+                return spare
+        frame = bytearray(size + (size >> 4))
+        del frame[size:]
         return frame
 
     async def _read_into(self, view: memoryview, have: int) -> None:
