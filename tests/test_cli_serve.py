@@ -66,3 +66,24 @@ def test_sigterm_stops_cleanly_and_a_restart_keeps_port_and_data() -> None:
         broker.start()
         assert broker.port == port and broker.starts == 2
         assert "loaded" in broker.log_path.read_text()
+
+
+def test_the_open_file_soft_limit_is_raised_to_the_hard_limit() -> None:
+    """With the common soft default of 1,024 the segment engine's descriptor budget would be 256
+    files for every partition's segments: the broker raises its soft limit to the hard one."""
+    import resource
+
+    from odradek.cli.serve import raise_open_file_limit
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.fail(f"the hard open-file limit of this machine ({hard}) is too low to test raising the soft one")
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        before, after = raise_open_file_limit()
+        assert before == 256
+        assert after == hard or (hard == resource.RLIM_INFINITY and after > 256)
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (after, hard)
+        assert raise_open_file_limit() == (after, after)  # already there: nothing to do
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import signal
 import sys
 
@@ -53,9 +54,12 @@ def run(args: argparse.Namespace) -> int:
     # the broker never needs them, and loading them costs ~15 MB of RSS and a second of CPU on
     # the first requests (kio builds hypothesis charmaps as it loads schemas lazily)
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+    limits = raise_open_file_limit()
     plugins = load_plugins()
     config = load_config(args.config, overrides=parse_sets(args.set), plugins=plugins)
     _setup_logging(config)
+    if limits[0] != limits[1]:
+        log.info("open-file limit raised from %d to %d", *limits)
     state = {"started": False}
     failed: BaseException | None = None
     try:
@@ -66,6 +70,26 @@ def run(args: argparse.Namespace) -> int:
         log.error("broker %s: %s", "failed" if state["started"] else "failed to start", failed)
         return 1
     return 0
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise the soft limit on open files to the hard limit; returns (before, after).
+
+    A broker holds a descriptor per connection and, for its partitions' segments and index maps,
+    up to a budget derived from this limit (``storage.segment.max.open.files``); the common soft
+    default of 1,024 would have a few hundred partitions reopening files on every append. Kafka's
+    operations guide asks for a high ``ulimit -n``; like Go's runtime, the broker takes what the
+    hard limit allows by itself (an unlimited hard limit is capped at 1,048,576).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):  # e.g. a hard limit above the kernel's nr_open
+        return soft, soft
+    return soft, target
 
 
 def _first_leaf(exc: BaseException) -> BaseException:
@@ -99,4 +123,4 @@ async def serve(config: Config, state: dict[str, bool] | None = None) -> None:
     log.info("broker %d stopped", config.broker_id)
 
 
-__all__ = ["LISTENING", "register", "run", "serve"]
+__all__ = ["LISTENING", "raise_open_file_limit", "register", "run", "serve"]
