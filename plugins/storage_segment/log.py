@@ -537,6 +537,11 @@ class SegmentLog:
         else:
             self._dirty = True
 
+    @property
+    def rolled_unflushed(self) -> bool:
+        """Whether segments rolled since the last flush wait for their fsync."""
+        return bool(self._pending_flush)
+
     async def flush_rolled(self) -> None:
         """fsync segments that rolled since the last flush (the "fsync on roll") and move the
         recovery point to the end of the last of them."""

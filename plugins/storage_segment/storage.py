@@ -309,7 +309,9 @@ class SegmentLogStorage:
         changed log start / cleaner offsets."""
         now = self.ctx.time_ms()
         for lg in list(self._logs.values()):
-            if lg.closed:
+            # most logs have nothing to do: decide that without a coroutine per log, since this
+            # runs every log.flush.scheduler.interval.ms over thousands of partitions
+            if lg.closed or not (lg.rolled_unflushed or lg.flush_due(now)):
                 continue
             await lg.flush_rolled()
             if lg.flush_due(now):
