@@ -1,7 +1,10 @@
-"""Load generators for the bench: kcat (C, librdkafka) for rate, ``odradek perf`` for latency.
+"""Load generators for the bench: kcat and bench/rdkperf.c (C, librdkafka) for rate, ``odradek perf`` for latency.
 
 The load generator must not be the bottleneck, so the highest-rate produce and consume runs use
-kcat, which hands librdkafka lines of a pre-generated file with no per-record interpreter work.
+kcat, which hands librdkafka lines of a pre-generated file with no per-record interpreter work, and
+rdkperf (bench/rdkperf.c, built here on demand), which does not even that: kcat still does work
+of its own per record (per consumed message, and splitting its input into lines), and at 100-byte
+records that work, not the broker, set kcat's consume rate.
 Latency runs use ``odradek perf`` (librdkafka through confluent-kafka), whose per-record Python
 callbacks cost throughput but measure send-to-ack and end-to-end time. Every generator runs as a
 child process, so its CPU seconds come from ``RUSAGE_CHILDREN`` and can be shown next to the
@@ -161,13 +164,18 @@ def perf_command(mode: str, bootstrap: str, topic: str, num_records: int, **opti
     return [*cmd, "--json"]
 
 
-def parse_perf_json(stdout: str) -> dict[str, Any]:
-    """The JSON summary ``odradek perf --json`` prints last."""
+def parse_json_summary(stdout: str, what: str) -> dict[str, Any]:
+    """The JSON summary a generator (``what``) prints last on stdout."""
     start = stdout.find("{")
     if start < 0:
-        raise RuntimeError(f"odradek perf printed no JSON summary: {stdout[-500:]!r}")
+        raise RuntimeError(f"{what} printed no JSON summary: {stdout[-500:]!r}")
     result: dict[str, Any] = json.loads(stdout[start:])
     return result
+
+
+def parse_perf_json(stdout: str) -> dict[str, Any]:
+    """The JSON summary ``odradek perf --json`` prints last."""
+    return parse_json_summary(stdout, "odradek perf")
 
 
 _EOF = re.compile(r"Reached end of topic \S+ \[(\d+)\] at offset (\d+)")
@@ -241,3 +249,80 @@ def wireload_command(mode: str, bootstrap: str, topic: str, records: int, **opti
     for key, value in options.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
     return cmd
+
+
+RDKPERF_SOURCE = Path(__file__).with_name("rdkperf.c")
+#: under bench/results/, which .gitignore keeps out of the repository
+RDKPERF_BUILD_DIR = Path(__file__).with_name("results") / "build"
+_RDKPERF_PREREQUISITES = "install them with `apt-get install librdkafka-dev build-essential`"
+
+
+def rdkperf_binary(build_dir: Path = RDKPERF_BUILD_DIR) -> Path:
+    """bench/rdkperf.c compiled into ``build_dir``, (re)built when missing or older than the source.
+
+    Built on demand rather than shipped, so the bench needs only librdkafka's headers and a C
+    compiler, and an edit to the source is never benchmarked with a stale binary. The binary is
+    written under a temporary name and renamed, so a bench killed mid-build leaves no half file.
+    """
+    binary = build_dir / "rdkperf"
+    if binary.exists() and binary.stat().st_mtime >= RDKPERF_SOURCE.stat().st_mtime:
+        return binary
+    cc = shutil.which("cc")
+    if cc is None:
+        raise RuntimeError(f"no C compiler (cc) to build {RDKPERF_SOURCE}: {_RDKPERF_PREREQUISITES}")
+    build_dir.mkdir(parents=True, exist_ok=True)
+    partial = build_dir / f"rdkperf.{os.getpid()}.partial"
+    cmd = [cc, "-O2", "-Wall", str(RDKPERF_SOURCE), "-lrdkafka", "-o", str(partial)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        partial.unlink(missing_ok=True)
+        missing = "rdkafka.h" in done.stderr or "-lrdkafka" in done.stderr
+        cause = "librdkafka's headers or library are missing" if missing else "the compiler failed"
+        raise RuntimeError(
+            f"building {RDKPERF_SOURCE.name} failed ({cause}); {_RDKPERF_PREREQUISITES}\n"
+            f"$ {' '.join(cmd)}\n{done.stderr[-1500:]}"
+        )
+    os.replace(partial, binary)
+    return binary
+
+
+def _rdkperf(mode: str, bootstrap: str, topic: str, count: int) -> list[str]:
+    return [str(rdkperf_binary()), mode, "-b", bootstrap, "-t", topic, "-c", str(count)]
+
+
+def rdkperf_produce(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    record_size: int,
+    *,
+    partitions: int | None = None,
+    acks: str = "1",
+    compression: str = "none",
+    batch_size: int = 1_000_000,
+    linger_ms: int = 5,
+) -> list[str]:
+    """rdkperf producing ``count`` random-letter records, as :func:`kcat_produce` configures kcat.
+
+    Without ``partitions`` the keys are null (librdkafka's sticky partitioner); with it the records
+    go round-robin to partitions 0..partitions-1 named explicitly, which spares librdkafka running
+    its partitioner per record.
+    """
+    cmd = [*_rdkperf("produce", bootstrap, topic, count), "-s", str(record_size)]
+    if partitions:
+        cmd += ["-p", str(partitions)]
+    settings = {"acks": acks, "compression.type": compression, "batch.size": batch_size, "linger.ms": linger_ms}
+    for key, value in settings.items():
+        cmd += ["-X", f"{key}={value}"]
+    return cmd
+
+
+def rdkperf_consume(bootstrap: str, topic: str, count: int) -> list[str]:
+    """rdkperf reading ``count`` records from the beginning of every partition (its defaults are
+    kcat_consume's fetch sizes, check.crcs=false, and a prefetch queue of up to 10M records)."""
+    return _rdkperf("consume", bootstrap, topic, count)
+
+
+def parse_rdkperf_json(stdout: str) -> dict[str, Any]:
+    """The one-line JSON summary rdkperf prints at the end: records, bytes, seconds, errors, ..."""
+    return parse_json_summary(stdout, "rdkperf")

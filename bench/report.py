@@ -101,6 +101,10 @@ def summarize(sc: Scenario, runs: list[Run], baselines: dict[str, Baseline]) -> 
     return s
 
 
+#: how the goals table names the C load generator of the ``*-rdk`` scenarios
+RDKPERF = "bench/rdkperf.c"
+
+
 @dataclass
 class Goal:
     goal: str
@@ -122,12 +126,19 @@ def evaluate_goals(
         return s if s is not None and s.error is None else None
 
     ceilings = doc_ceilings or {}
-    for name, client in (("produce-100b", "kcat"), ("produce-100b-wire", "wire generator")):
+    #: client -> (its short name, its ceiling's key in ``doc_ceilings``)
+    alone = {"kcat": ("kcat", "kcat -P 100 B records"), RDKPERF: ("rdkperf", "rdkperf produce 100 B records")}
+    for name, client in (
+        ("produce-100b", "kcat"),
+        ("produce-100b-rdk", RDKPERF),
+        ("produce-100b-wire", "wire generator"),
+    ):
         p = get(name)
         if p is None and name != "produce-100b":
             continue
-        kcat_max = ceilings.get("kcat -P 100 B records", {}).get("median")
-        note = f" (kcat alone into a no-op broker: {kcat_max:,.0f})" if kcat_max and client == "kcat" else ""
+        short, key = alone.get(client, (client, ""))
+        client_max = ceilings.get(key, {}).get("median")
+        note = f" ({short} alone into a no-op broker: {client_max:,.0f})" if client_max else ""
         goals.append(
             Goal(
                 f"produce 100 B, acks=1, 1 partition ({client})",
@@ -137,7 +148,7 @@ def evaluate_goals(
             )
         )
     limit = baselines.get("tcp_to_file")
-    for name, client in (("produce-1k", "kcat"), ("produce-1k-wire", "wire generator")):
+    for name, client in (("produce-1k", "kcat"), ("produce-1k-rdk", RDKPERF), ("produce-1k-wire", "wire generator")):
         k = get(name)
         if k is None and name != "produce-1k":
             continue
@@ -157,7 +168,11 @@ def evaluate_goals(
             )
             met = k.mb_per_s.median >= 0.5 * limit.mb_per_s
         goals.append(Goal(f"produce 1 KiB ({client})", ">= 50% of loopback-to-file", measured, met))
-    for name, client in (("consume-100b", "kcat"), ("consume-100b-wire", "wire generator")):
+    for name, client in (
+        ("consume-100b", "kcat"),
+        ("consume-100b-rdk", RDKPERF),
+        ("consume-100b-wire", "wire generator"),
+    ):
         c = get(name)
         if c is None and name != "consume-100b":
             continue
@@ -256,8 +271,8 @@ def markdown(doc: dict[str, Any], summaries: list[Summary], baselines: dict[str,
     if doc.get("client_ceilings"):
         lines += [
             "",
-            "Load generator ceiling: kcat producing into librdkafka's mock cluster (a broker that costs nothing), "
-            "same input files:",
+            "Load generator ceiling: each producer into librdkafka's mock cluster (a broker that costs nothing), "
+            "same records:",
             "",
             "| generator | records/s median (min..max) |",
             "|---|---:|",
@@ -303,7 +318,7 @@ def markdown(doc: dict[str, Any], summaries: list[Summary], baselines: dict[str,
         "Broker CPU s/GB is the broker process's user+system CPU per 10^9 value bytes moved "
         "(for the e2e rows: CPU seconds per second, in cores). For produce scenarios the % of limit is the "
         "median over runs of the run's MB/s divided by its limit measured moving the same bytes right next "
-        "to it (\"next to it\": the median of those limits); the Baselines table above is measured once at "
+        'to it ("next to it": the median of those limits); the Baselines table above is measured once at '
         "the start.",
         "",
     ]

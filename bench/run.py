@@ -4,7 +4,7 @@ Usage::
 
     .venv/bin/python bench/run.py [SCENARIO ...] [--quick] [--repeat N] [--profile] [--list]
 
-SCENARIO is a scenario name, a group (produce, consume, wire, latency, partitions, storage) or a glob
+SCENARIO is a scenario name, a group (produce, consume, rdk, wire, latency, partitions, storage) or a glob
 (``'produce-1k*'``); none means all. The broker is ``odradek serve`` on a free loopback port with a
 fresh data dir (``--data-dir`` picks the disk), or an already running Kafka-compatible broker with
 ``--bootstrap HOST:PORT [--broker-pid PID]`` (to compare against Apache Kafka, say). Results go to
@@ -38,7 +38,7 @@ import scenarios as S  # noqa: E402
 from broker_process import Broker, temp_data_dir  # noqa: E402
 
 REPO = BENCH.parent
-GROUPS = ("produce", "consume", "wire", "latency", "partitions", "storage")
+GROUPS = ("produce", "consume", "rdk", "wire", "latency", "partitions", "storage")
 
 
 def select(names: list[str]) -> list[S.Scenario]:
@@ -141,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             baselines = B.measure_all(total, data_dir, args.repeat)
             for b in baselines.values():
                 print(f"  {b.name:16} {b.mb_per_s:8,.0f} MB/s ({b.min:,.0f}..{b.max:,.0f})", flush=True)
-        if not args.no_baselines and any(sc.kind in ("produce", "many") for sc in chosen):
-            doc["client_ceilings"] = client_ceilings(work_dir, args.quick, args.repeat)
+        generators = {CEILING_GENERATORS[sc.kind] for sc in chosen if sc.kind in CEILING_GENERATORS}
+        if not args.no_baselines and generators:
+            doc["client_ceilings"] = client_ceilings(work_dir, args.quick, args.repeat, generators)
         paired = None if args.no_baselines else data_dir
         if args.bootstrap:
             ctx = S.Context(args.bootstrap, args.broker_pid, work_dir, args.quick, profile_dir)
@@ -175,28 +176,47 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(s.error for s in summaries) else 0
 
 
-def client_ceilings(work_dir: Path, quick: bool, repeat: int) -> dict[str, dict[str, float]]:
-    """kcat producing into librdkafka's mock cluster: the load generator's own records/s on this machine."""
+#: scenario kind -> the producer whose own ceiling the bench measures when such a scenario runs
+CEILING_GENERATORS = {"produce": "kcat", "many": "kcat", "produce_rdk": "rdkperf"}
+
+
+def client_ceilings(
+    work_dir: Path, quick: bool, repeat: int, generators: set[str] | None = None
+) -> dict[str, dict[str, float]]:
+    """kcat (and/or rdkperf) producing into librdkafka's mock cluster: each load generator's own
+    records/s on this machine, which caps what it can show of any broker.
+
+    kcat's rate is over its process lifetime, as its scenario runs are; rdkperf's is its own clock
+    (first produce call to the last acknowledgement), as its scenario runs are, and it names
+    partition 0 as they do."""
     out: dict[str, dict[str, float]] = {}
     with S.loadgen.MockCluster() as mock:
-        for size in (100, 1024):
-            count = S.Scenario("x", "produce", size, records=S._sizes(size)[0], quick_records=S._sizes(size)[1]).count(
-                quick
-            )
-            infile = S.loadgen.make_input(work_dir / f"input-{size}x{count}.txt", size, count)
-            rates = []
-            for i in range(repeat):
-                cmd = S.loadgen.kcat_produce(mock.bootstrap, f"ceiling-{size}-{i}", infile)
-                run = S.loadgen.run_processes([cmd], 600)
-                rates.append(count / run.wall_s)
-            spread = report.Spread.of(rates)
-            out[f"kcat -P {size} B records"] = {"median": spread.median, "min": spread.min, "max": spread.max}
-            print(f"  kcat ceiling {size:5} B: {spread.median:12,.0f} rec/s ({spread.min:,.0f}..{spread.max:,.0f})")
+        for generator in sorted(generators or {"kcat"}):
+            for size in (100, 1024):
+                count = S._sizes(size)[1 if quick else 0]
+                rates = []
+                for i in range(repeat):
+                    topic = f"ceiling-{generator}-{size}-{i}"
+                    if generator == "kcat":
+                        infile = S.loadgen.make_input(work_dir / f"input-{size}x{count}.txt", size, count)
+                        run = S.loadgen.run_processes([S.loadgen.kcat_produce(mock.bootstrap, topic, infile)], 600)
+                        rates.append(count / run.wall_s)
+                    else:
+                        cmd = S.loadgen.rdkperf_produce(mock.bootstrap, topic, count, size, partitions=1)
+                        run = S.loadgen.run_processes([cmd], 600, stdout_path=work_dir / "ceiling-stdout.json")
+                        if any(run.returncodes):
+                            raise RuntimeError(f"rdkperf into the mock cluster failed: {run.stderr[-1500:]}")
+                        summary = S.loadgen.parse_rdkperf_json(run.stdout)
+                        rates.append(summary["records"] / summary["seconds"])
+                spread = report.Spread.of(rates)
+                label = f"kcat -P {size} B records" if generator == "kcat" else f"rdkperf produce {size} B records"
+                out[label] = {"median": spread.median, "min": spread.min, "max": spread.max}
+                print(f"  {label} ceiling: {spread.median:12,.0f} rec/s ({spread.min:,.0f}..{spread.max:,.0f})")
     return out
 
 
 #: scenario kinds whose limit is also measured next to every run (see :func:`paired_limit`)
-PAIRED_KINDS = ("produce", "produce_wire")
+PAIRED_KINDS = ("produce", "produce_rdk", "produce_wire")
 
 
 def paired_limit(sc: S.Scenario, total: int, directory: Path) -> float:

@@ -7,6 +7,9 @@ compression) instead of the full cross product, which would take an hour on two 
   batches); the limit is the ``tcp_to_file`` baseline.
 - ``consume-*``: kcat reading a topic filled beforehand (untimed) from the beginning; the limit is
   ``sendfile_to_tcp``.
+- ``*-rdk`` (group ``rdk``): the same runs driven by bench/rdkperf.c, a small librdkafka program
+  that does no per-record work beyond counting: kcat's own per-record work capped the 100-byte
+  consume figure.
 - ``*-wire``: bench/wireload.py, a generator with no per-record work at all (pipelined Produce of a
   pre-built batch; Fetch walking batch headers only): the broker's own ceiling, where kcat's is lower.
 - ``produce-100b-ck``: ``odradek perf produce`` (librdkafka through Python) for send-to-ack latency.
@@ -21,7 +24,6 @@ figures do not depend on how much the previous ones wrote.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -47,7 +49,7 @@ class Scenario:
     """One named measurement: what to drive, how hard, and which baseline is its limit."""
 
     name: str
-    kind: str  # produce | consume | produce_ck | e2e | many | storage
+    kind: str  # produce | consume | {produce,consume}_rdk | {produce,consume}_wire | produce_ck | e2e | many | storage
     record_size: int = 100
     partitions: int = 1
     acks: str = "1"
@@ -99,6 +101,11 @@ def all_scenarios() -> list[Scenario]:
                 name += f"-{v['compression']}"
             full, quick = _sizes(size)
             out.append(Scenario(name, kind, records=full, quick_records=quick, limit=limit, groups=(kind,), **v))
+    for kind, limit in (("produce_rdk", "tcp_to_file"), ("consume_rdk", "sendfile_to_tcp")):
+        for size in (100, 1024):
+            full, quick = _sizes(size)  # as the kcat runs, so the two generators read side by side
+            name = f"{kind.split('_')[0]}-{_label(size)}-rdk"
+            out.append(Scenario(name, kind, size, records=full, quick_records=quick, limit=limit, groups=("rdk",)))
     for kind, limit in (("produce_wire", "tcp_to_file"), ("consume_wire", "sendfile_to_tcp")):
         for size in (100, 1024):
             full, quick = _wire_sizes(size) if kind == "produce_wire" else _sizes(size)
@@ -331,6 +338,33 @@ def delete_filled(ctx: Context) -> None:
     ctx.filled.clear()
 
 
+def run_produce_rdk(ctx: Context, sc: Scenario, index: int) -> Run:
+    """bench/rdkperf.c producing slices of one pre-generated buffer into a fresh topic.
+
+    The partitions are named explicitly (round-robin), which for one partition sends what null
+    keys would and spares librdkafka its per-record partitioner call."""
+    count = sc.count(ctx.quick)
+    topic = ctx.topic(sc)
+    create_topic(ctx, topic, sc.partitions)
+    cmd = loadgen.rdkperf_produce(
+        ctx.bootstrap,
+        topic,
+        count,
+        sc.record_size,
+        partitions=sc.partitions,
+        acks=sc.acks,
+        compression=sc.compression,
+    )
+    return _run_generator(ctx, sc, index, cmd, topic, check=True)
+
+
+def run_consume_rdk(ctx: Context, sc: Scenario, index: int) -> Run:
+    """bench/rdkperf.c reading the filled topic from the beginning, only counting the records."""
+    topic = _filled_topic(ctx, sc)
+    cmd = loadgen.rdkperf_consume(ctx.bootstrap, topic, sc.count(ctx.quick))
+    return _run_generator(ctx, sc, index, cmd, topic, check=False)
+
+
 def run_produce_wire(ctx: Context, sc: Scenario, index: int) -> Run:
     """bench/wireload.py: pipelined ~1 MB Produce requests of one pre-built batch (no client-side work)."""
     count = sc.count(ctx.quick)
@@ -339,7 +373,7 @@ def run_produce_wire(ctx: Context, sc: Scenario, index: int) -> Run:
     cmd = loadgen.wireload_command(
         "produce", ctx.bootstrap, topic, count, record_size=sc.record_size, partitions=sc.partitions, acks=sc.acks
     )
-    return _run_wireload(ctx, sc, index, cmd, topic, check=True)
+    return _run_generator(ctx, sc, index, cmd, topic, check=True)
 
 
 def run_consume_wire(ctx: Context, sc: Scenario, index: int) -> Run:
@@ -349,16 +383,30 @@ def run_consume_wire(ctx: Context, sc: Scenario, index: int) -> Run:
     cmd = loadgen.wireload_command(
         "fetch", ctx.bootstrap, topic, count, record_size=sc.record_size, partitions=sc.partitions
     )
-    return _run_wireload(ctx, sc, index, cmd, topic, check=False)
+    return _run_generator(ctx, sc, index, cmd, topic, check=False)
 
 
-def _run_wireload(ctx: Context, sc: Scenario, index: int, cmd: list[str], topic: str, *, check: bool) -> Run:
-    out = ctx.work_dir / "wireload-stdout.json"
+#: kind -> (what the generator is called in errors, summary fields kept as the run's extras)
+_GENERATORS = {
+    "produce_wire": ("wireload", ("requests",)),
+    "consume_wire": ("wireload", ("requests",)),
+    "produce_rdk": ("rdkperf", ("seconds_from_start",)),
+    "consume_rdk": ("rdkperf", ("seconds_from_start",)),
+}
+
+
+def _run_generator(ctx: Context, sc: Scenario, index: int, cmd: list[str], topic: str, *, check: bool) -> Run:
+    """Run one of our own generators, which time themselves and print a JSON summary (records,
+    bytes, seconds): their clock starts at the first request (wireload), the first produce call
+    or the first record consumed (rdkperf), so process start-up and, for rdkperf, building its
+    payload buffer are left out; ``check`` verifies a produced topic's count and deletes it."""
+    what, extras = _GENERATORS[sc.kind]
+    out = ctx.work_dir / f"{what}-stdout.json"
     with measuring(ctx, f"{sc.name}-{index}") as usage:
         proc = loadgen.run_processes([cmd], ctx.timeout_s, stdout_path=out)
     if any(proc.returncodes):
-        raise RuntimeError(f"wireload exited with {proc.returncodes}: {proc.stderr[-1500:]}")
-    summary = json.loads(proc.stdout)
+        raise RuntimeError(f"{what} exited with {proc.returncodes}: {proc.stderr[-1500:]}")
+    summary = loadgen.parse_json_summary(proc.stdout, what)
     if check:
         _check_count(ctx, topic, summary["records"])
         delete_topic(ctx, topic)
@@ -369,7 +417,7 @@ def _run_wireload(ctx: Context, sc: Scenario, index: int, cmd: list[str], topic:
         usage[0] if usage else None,
         proc.cpu_s,
         proc.wall_s,
-        extra={"requests": summary["requests"]},
+        extra={key: summary[key] for key in extras},
     )
 
 
@@ -463,6 +511,8 @@ RUNNERS = {
     "produce_ck": run_perf,
     "e2e": run_perf,
     "many": run_many,
+    "produce_rdk": run_produce_rdk,
+    "consume_rdk": run_consume_rdk,
     "produce_wire": run_produce_wire,
     "consume_wire": run_consume_wire,
 }
