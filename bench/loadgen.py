@@ -319,7 +319,7 @@ def rdkperf_produce(
 
 def rdkperf_consume(bootstrap: str, topic: str, count: int) -> list[str]:
     """rdkperf reading ``count`` records from the beginning of every partition (its defaults are
-    kcat_consume's fetch sizes, check.crcs=false, and a prefetch queue of up to 10M records)."""
+    kcat_consume's fetch sizes, check.crcs=false, and a prefetch queue of up to 1M records)."""
     return _rdkperf("consume", bootstrap, topic, count)
 
 

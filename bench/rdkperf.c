@@ -43,9 +43,11 @@
 
 #include <librdkafka/rdkafka.h>
 
-/* Messages asked for per rd_kafka_consume_batch_queue() call: large, so the queue lock and the
- * call overhead are paid once per many records. */
-#define CONSUME_BATCH 65536
+/* Messages asked for per rd_kafka_consume_batch_queue() call: large enough that the call is paid
+ * once per thousand records, small enough that the message objects librdkafka's broker thread
+ * just wrote are still in cache when they are counted and freed (65,536 measured 5-15% slower,
+ * and used more CPU, at 100 B and 1 KiB). */
+#define CONSUME_BATCH 1024
 /* The pre-generated payload pool. Record i starts at (i * size) mod POOL_SPAN, and POOL_SPAN
  * (2^26 - 1) shares no factor with 100 or any power of two, so each pass over the pool starts at
  * another phase and records keep differing; 64 MiB is far larger than any batch, so compression sees
@@ -179,11 +181,12 @@ static rd_kafka_t *make_client(rd_kafka_type_t type, rd_kafka_conf_t *conf) {
 /* ---------------------------------------------------------------------------------- consume */
 
 static const char *const CONSUME_DEFAULTS[] = {
-        /* big fetches, so a request carries thousands of records, and a deep prefetch queue */
+        /* big fetches, so a request carries thousands of records, and a deep prefetch queue
+         * (librdkafka's default of 100,000 records is 10 MB of 100-byte records) */
         "fetch.message.max.bytes", "10485760",
         "fetch.max.bytes", "52428800",
         "queued.max.messages.kbytes", "1048576",
-        "queued.min.messages", "10000000",
+        "queued.min.messages", "1000000",
         "check.crcs", "false",
         /* an event per partition end, so a topic holding fewer records than asked is an error */
         "enable.partition.eof", "true",
