@@ -66,9 +66,11 @@ def run_processes(commands: list[list[str]], timeout_s: float, stdout_path: Path
     usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     procs: list[subprocess.Popen[bytes]] = []
     sinks = []
+    if stdout_path is not None:
+        stdout_path.write_bytes(b"")  # the processes append to it (whole lines: see json_summaries)
     start = time.perf_counter()
     for cmd in commands:
-        out = open(stdout_path or os.devnull, "wb")  # noqa: SIM115 -- closed below
+        out = open(stdout_path or os.devnull, "ab")  # noqa: SIM115 -- closed below
         sinks.append(out)
         procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE))
     errs: list[bytes] = []
@@ -171,6 +173,15 @@ def parse_json_summary(stdout: str, what: str) -> dict[str, Any]:
         raise RuntimeError(f"{what} printed no JSON summary: {stdout[-500:]!r}")
     result: dict[str, Any] = json.loads(stdout[start:])
     return result
+
+
+def json_summaries(stdout: str, what: str, count: int) -> list[dict[str, Any]]:
+    """The one-line JSON summaries of ``count`` generator processes that shared a stdout file
+    (each prints its line with one write at exit, appended: lines never interleave)."""
+    found = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    if len(found) != count:
+        raise RuntimeError(f"{count} {what} processes printed {len(found)} JSON summaries: {stdout[-500:]!r}")
+    return found
 
 
 def parse_perf_json(stdout: str) -> dict[str, Any]:

@@ -24,7 +24,9 @@
  *
  * Prints one JSON line on stdout at the end: records, bytes (record values), seconds (consume:
  * first record to last; produce: first produce call until everything is acknowledged),
- * seconds_from_start (from before the client is created), errors and a few details.
+ * seconds_from_start (from before the client is created), errors and a few details; produce also
+ * prints first_mono / end_mono, the CLOCK_MONOTONIC seconds of its first produce call and of the
+ * end, so the runs of several processes at once can be joined into one window.
  * Diagnostics go to stderr; the exit status is non-zero on any error.
  *
  * Build: cc -O2 -Wall -Wextra bench/rdkperf.c -lrdkafka -o rdkperf (Debian: librdkafka-dev).
@@ -461,9 +463,9 @@ static int produce(const struct options *o) {
         long long records = produced - delivery_errors - left;
         printf("{\"mode\":\"produce\",\"records\":%lld,\"bytes\":%lld,\"seconds\":%.6f,"
                "\"seconds_from_start\":%.6f,\"errors\":%lld,\"record_size\":%zu,\"partitions\":%d,"
-               "\"queue_full\":%lld,\"librdkafka\":\"%s\"}\n",
+               "\"queue_full\":%lld,\"first_mono\":%.6f,\"end_mono\":%.6f,\"librdkafka\":\"%s\"}\n",
                records, records * (long long)size, t_end - t_first, t_end - t_start, delivery_errors, size,
-               o->partitions, queue_full, rd_kafka_version_str());
+               o->partitions, queue_full, t_first, t_end, rd_kafka_version_str());
         return failed || delivery_errors ? 1 : 0;
 }
 

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 #: scenario kind -> the producer whose own ceiling the bench measures when such a scenario runs
-CEILING_GENERATORS = {"produce": "kcat", "many": "kcat", "produce_rdk": "rdkperf"}
+CEILING_GENERATORS = {"produce": "kcat", "many": "kcat", "produce_rdk": "rdkperf", "many_rdk": "rdkperf"}
 
 
 def client_ceilings(

@@ -14,7 +14,8 @@ compression) instead of the full cross product, which would take an hour on two 
   pre-built batch; Fetch walking batch headers only): the broker's own ceiling, where kcat's is lower.
 - ``produce-100b-ck``: ``odradek perf produce`` (librdkafka through Python) for send-to-ack latency.
 - ``e2e``: ``odradek perf e2e`` at a fixed 10,000 records/s, acks=1: producer stamp -> consumer.
-- ``partitions-1000``: one topic of 1,000 partitions, 10 kcat producer processes at once.
+- ``partitions-1000``: one topic of 1,000 partitions, 10 kcat producer processes at once;
+  ``partitions-1000-rdk`` the same with 10 rdkperf processes (null keys, as kcat's).
 - ``storage``: bench/bench_storage.py (the storage engine without the broker), when present.
 
 Each run uses a fresh topic, so a produce always appends to an empty partition and a run's
@@ -49,7 +50,7 @@ class Scenario:
     """One named measurement: what to drive, how hard, and which baseline is its limit."""
 
     name: str
-    kind: str  # produce | consume | {produce,consume}_rdk | {produce,consume}_wire | produce_ck | e2e | many | storage
+    kind: str  # produce | consume | {produce,consume}_{rdk,wire} | produce_ck | e2e | many[_rdk] | storage
     record_size: int = 100
     partitions: int = 1
     acks: str = "1"
@@ -144,6 +145,17 @@ def all_scenarios() -> list[Scenario]:
             quick_records=1_000_000,
             limit="tcp_to_file",
             groups=("partitions",),
+        )
+    )
+    out.append(
+        Scenario(
+            "partitions-1000-rdk",
+            "many_rdk",
+            partitions=MANY_PARTITIONS,
+            records=5_000_000,
+            quick_records=1_000_000,
+            limit="tcp_to_file",
+            groups=("partitions", "rdk"),
         )
     )
     out.append(Scenario("storage", "storage", groups=("storage",)))
@@ -455,37 +467,57 @@ def run_perf(ctx: Context, sc: Scenario, index: int) -> Run:
 
 
 def single_partition_reference(ctx: Context, sc: Scenario, index: int) -> float:
-    """Records/s of one kcat producing the same records into a one-partition topic: what a
-    ``many`` run is compared with, measured next to it (the machine drifts over a bench run)."""
+    """Records/s of one producer of the same kind (kcat, or rdkperf with null keys, as in the
+    ``many`` run) producing the same records into a one-partition topic: what a ``many`` run is
+    compared with, measured next to it (the machine drifts over a bench run)."""
+    rdk = sc.kind == "many_rdk"
     reference = Scenario(
         f"{sc.name}-reference",
-        "produce",
+        "produce_rdk" if rdk else "produce",
         sc.record_size,
         acks=sc.acks,
         records=sc.records,
         quick_records=sc.quick_records,
     )
-    return run_produce(ctx, reference, index).records_per_s
+    if not rdk:
+        return run_produce(ctx, reference, index).records_per_s
+    topic = ctx.topic(reference)
+    create_topic(ctx, topic, 1)
+    cmd = loadgen.rdkperf_produce(ctx.bootstrap, topic, reference.count(ctx.quick), sc.record_size, acks=sc.acks)
+    return _run_generator(ctx, reference, index, cmd, topic, check=True).records_per_s
 
 
 def run_many(ctx: Context, sc: Scenario, index: int) -> Run:
-    """1,000 partitions, 10 kcat producers at once; aggregate rate from first start to last exit.
+    """1,000 partitions, 10 producers at once (kcat, or rdkperf for ``many_rdk``), null keys.
 
-    Each run also measures the single-partition reference (:func:`single_partition_reference`),
-    before the run on odd runs and after it on even ones; ``extra`` carries the per-run ratio."""
+    kcat's rate runs from the first start to the last exit; rdkperf's from the earliest first
+    produce call to the latest end, from the monotonic times each process prints (start-up and
+    building each process's payload buffer left out, as in its one-process reference). Each run
+    also measures the single-partition reference (:func:`single_partition_reference`), before
+    the run on odd runs and after it on even ones; ``extra`` carries the per-run ratio."""
+    rdk = sc.kind == "many_rdk"
     single = single_partition_reference(ctx, sc, index) if index % 2 == 1 else None
     count = sc.count(ctx.quick)
     per_producer = count // MANY_PRODUCERS
-    infile = ctx.input_file(sc.record_size, per_producer)
     topic = ctx.topic(sc)
     t0 = time.perf_counter()
     create_topic(ctx, topic, sc.partitions)
     create_s = time.perf_counter() - t0
-    cmd = loadgen.kcat_produce(ctx.bootstrap, topic, infile, acks=sc.acks)
+    if rdk:
+        cmd = loadgen.rdkperf_produce(ctx.bootstrap, topic, per_producer, sc.record_size, acks=sc.acks)
+        out: Path | None = ctx.work_dir / "rdkperf-many-stdout.json"
+    else:
+        infile = ctx.input_file(sc.record_size, per_producer)
+        cmd = loadgen.kcat_produce(ctx.bootstrap, topic, infile, acks=sc.acks)
+        out = None
     with measuring(ctx, f"{sc.name}-{index}") as usage:
-        proc = loadgen.run_processes([cmd] * MANY_PRODUCERS, ctx.timeout_s)
-    _check_ok(proc, "kcat -P x10")
-    total = per_producer * MANY_PRODUCERS
+        proc = loadgen.run_processes([cmd] * MANY_PRODUCERS, ctx.timeout_s, stdout_path=out)
+    _check_ok(proc, f"{'rdkperf' if rdk else 'kcat -P'} x{MANY_PRODUCERS}")
+    total, seconds = per_producer * MANY_PRODUCERS, proc.wall_s
+    if rdk:
+        summaries = loadgen.json_summaries(proc.stdout, "rdkperf", MANY_PRODUCERS)
+        total = sum(int(x["records"]) for x in summaries)
+        seconds = max(x["end_mono"] for x in summaries) - min(x["first_mono"] for x in summaries)
     _check_count(ctx, topic, total)
     delete_topic(ctx, topic)
     if single is None:
@@ -493,14 +525,14 @@ def run_many(ctx: Context, sc: Scenario, index: int) -> Run:
     return Run(
         total,
         total * sc.record_size,
-        proc.wall_s,
+        seconds,
         usage[0] if usage else None,
         proc.cpu_s,
         proc.wall_s,
         extra={
             "create_topic_s": create_s,
             "single_partition_records_per_s": single,
-            "fraction_of_single_partition": total / proc.wall_s / single if proc.wall_s > 0 and single > 0 else 0.0,
+            "fraction_of_single_partition": total / seconds / single if seconds > 0 and single > 0 else 0.0,
         },
     )
 
@@ -511,6 +543,7 @@ RUNNERS = {
     "produce_ck": run_perf,
     "e2e": run_perf,
     "many": run_many,
+    "many_rdk": run_many,
     "produce_rdk": run_produce_rdk,
     "consume_rdk": run_consume_rdk,
     "produce_wire": run_produce_wire,
