@@ -98,20 +98,22 @@ async def test_server_crash_suspends_then_session_and_watch_resume(tmp_path: Pat
     """Kill the server: SUSPENDED; restart it within the session timeout: CONNECTED with the same
     session (ephemerals kept), and a watch opened before the crash reports changes made after."""
     with start_zookeeper(tmp_path / "zk") as zk:
-        store, observer = (
-            ZooKeeperMetadataStore(zk.connect_string + "/c"),
-            ZooKeeperMetadataStore(zk.connect_string + "/c"),
-        )
-        # a session timeout well above a ZooKeeper restart on a loaded 2-core machine (JVM start,
-        # data reload): with 8 s one CI run saw the session expire and a new one replace it
-        await store.open(30000)
+        # The server is listed twice. A ZooKeeper client (kazoo, like the Java client) gives each
+        # connect attempt the session timeout divided by the number of hosts. An attempt that
+        # reaches the restarting server before it serves, and that a loaded machine leaves
+        # unanswered, can then use up the whole session with one host: the session expires and
+        # is replaced (seen once in CI with 8 s). With two entries an attempt takes at most half
+        # of it, and the next one, to a server that now serves, resumes the session.
+        twice = f"{zk.connect_string},{zk.connect_string}/c"
+        store, observer = ZooKeeperMetadataStore(twice), ZooKeeperMetadataStore(zk.connect_string + "/c")
+        await store.open(20000)
         try:
             states, seen, watch = await before_crash(store)
             session = store.client_id
             await trio.to_thread.run_sync(zk.kill)
             await await_state(states, SessionState.SUSPENDED, seen)
             await trio.to_thread.run_sync(zk.start)
-            await await_state(states, SessionState.CONNECTED, seen)
+            await await_state(states, SessionState.CONNECTED, seen, timeout_s=60)
             assert store.client_id == session
             await observer.open(8000)
             got = await observer.get("/live/x")
