@@ -4,6 +4,7 @@ point, flush policy, bounded descriptors and maps."""
 from __future__ import annotations
 
 import os
+import random
 import socket
 import struct
 from pathlib import Path
@@ -15,6 +16,9 @@ from odradek import records
 from odradek.errors import KafkaStorageError
 from odradek.interfaces import TopicPartition
 from odradek.plugins.storage_segment import segment as segment_module
+from odradek.plugins.storage_segment.handles import HandleCache
+from odradek.plugins.storage_segment.index import OffsetIndex
+from odradek.plugins.storage_segment.log import SegmentLog
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
 
 
@@ -494,3 +498,104 @@ async def test_a_tail_that_disagrees_with_the_file_is_dropped(tmp_path: Path) ->
     assert found is not None and found[1].last_offset == log.log_end_offset - 1
     assert not seg._tail_last
     await storage.close()
+
+
+def _uncached_read(log: SegmentLog, offset: int, max_bytes: int) -> tuple[int, int, int]:
+    """A read with every segment's fetch-end memory set aside (and restored afterwards)."""
+    saved = [dict(seg._fetch_ends) for seg in log.segments]
+    for seg in log.segments:
+        seg._fetch_ends.clear()
+    info = log.read(offset, max_bytes)
+    answer = (info.first_batch_offset, info.position, info.size)
+    info.release()
+    for seg, ends in zip(log.segments, saved, strict=True):
+        seg._fetch_ends.clear()
+        seg._fetch_ends.update(ends)
+    return answer
+
+
+async def test_sequential_reads_agree_with_uncached_reads(tmp_path: Path) -> None:
+    """Each read remembers where it ended, so the next fetch of a consumer starts from one header
+    read and a narrowed index search; every such read must return exactly what a read without
+    that memory returns, for batches of mixed sizes, several consumers and fetch sizes."""
+    rng = random.Random(7)
+    storage = await open_storage(tmp_path, log_index_interval_bytes=700, log_segment_bytes=60_000)
+    log = log_of(storage)
+    for i in range(400):
+        append(log, batch(rng.randint(1, 4), value_size=rng.choice([10, 100, 900, 3000]), ts=1_000_000 + i))
+    assert len(log.segments) > 3
+    hits = 0
+    for consumer in range(5):
+        offset = rng.randrange(0, 50) * consumer
+        fetch = rng.choice([1, 500, 4000, 20_000, 1 << 20])
+        while offset < log.log_end_offset:
+            expected = _uncached_read(log, offset, fetch)
+            hits += any(offset in seg._fetch_ends for seg in log.segments)
+            info = log.read(offset, fetch)
+            assert (info.first_batch_offset, info.position, info.size) == expected, (consumer, offset, fetch)
+            assert info.size > 0
+            last = list(records.iter_batches(info.to_bytes()))[-1]
+            info.release()
+            offset = last.header.next_offset
+    assert hits > 100  # the memory was used, not bypassed
+    await storage.close()
+
+
+async def test_truncation_forgets_where_reads_ended(tmp_path: Path) -> None:
+    """After truncation the remembered end of a read may lie inside a new batch whose record
+    bytes look like a batch header with the right offset: the memory must be gone, not trusted."""
+    storage = await open_storage(tmp_path)
+    log = log_of(storage)
+    for _ in range(10):
+        append(log, batch(1, value_size=100))
+    first = log.read(0, 450)
+    assert first.first_batch_offset == 0
+    end_position = first.position + first.size
+    ended_at = len(list(records.iter_batches(first.to_bytes())))  # the next offset to fetch
+    first.release()
+    seg = log.segments[-1]
+    assert ended_at in seg._fetch_ends
+    log.truncate_to(1)
+    batch_start = seg.size
+    # a forged header for offset ``ended_at`` lands on ``end_position`` inside the new batch
+    forged = struct.pack(">qiib", ended_at, 200, 0, records.MAGIC) + bytes(records.HEADER_SIZE - 17)
+    marker = b"\xa5" * 16
+    probe = batch(1, values=[marker + bytes(400)])
+    value_at = batch_start + bytes(probe).index(marker)
+    pad = end_position - value_at
+    assert 0 <= pad <= 400 - len(forged)
+    value = bytes(pad) + forged + bytes(400 + 16 - pad - len(forged))
+    append(log, batch(2, values=[value, b"x"]))  # offsets 1 and 2
+    for _ in range(5):
+        append(log, batch(1, value_size=100))
+    assert os.pread(seg.log.fd(), 8, end_position) == struct.pack(">q", ended_at)
+    info = log.read(ended_at, 1 << 20)
+    got = list(records.iter_batches(info.to_bytes()))
+    info.release()
+    assert got[0].header.base_offset <= ended_at <= got[0].header.last_offset
+    assert info.position != end_position
+    await storage.close()
+
+
+def test_narrowed_index_search_agrees_with_the_full_one(tmp_path: Path) -> None:
+    """``after``/``span`` only narrow the search: any valid starting entry and any guess of the
+    span give the plain binary search's answer."""
+    rng = random.Random(3)
+    index = OffsetIndex(tmp_path / "0.index", 0, 8 * 4096, HandleCache(8), writable=True)
+    position = 0
+    positions = []
+    for i in range(2000):
+        index.reserve(1)
+        index.append(i, position)
+        positions.append(position)
+        position += rng.choice([50, 700, 4096, 17_000])
+    for _ in range(6000):
+        # exact entry positions, the gaps between them, and starts and guesses near the end
+        target = rng.choice(positions) + rng.choice([0, 0, -1, 1]) if rng.random() < 0.7 else rng.randrange(position)
+        plain = index._search(1, target)
+        after = rng.randint(max(plain - 60, 0), plain) if plain >= 0 else -1
+        span = rng.choice([0, 1, 2, 5, 50, 3000, max(len(positions) - 1 - after, 1), len(positions) - after])
+        assert index._search(1, target, after=after, span=span) == plain, (target, after, span)
+        slot, found_position = index.slot_at_or_before(target, after=after, span=span)
+        assert slot == plain and (slot < 0 or found_position <= target)
+    index.close()

@@ -20,7 +20,7 @@ from typing import Any
 
 from odradek.errors import CorruptMessage
 from odradek.interfaces import BatchMeta
-from odradek.records import BatchHeader
+from odradek.records import HEADER_SIZE, MAGIC, BatchHeader
 
 from .handles import HandleCache, LogFile
 from .index import OffsetIndex, TimeIndex
@@ -32,6 +32,12 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+#: how many fetch end positions a segment remembers (see ``LogSegment._fetch_ends``)
+FETCH_ENDS_KEPT = 16
+#: bytes a fetch reads at a time while looking for its last whole batch: between the index
+#: entry and the fetch's end lie at most index.interval.bytes plus one batch, and a smaller
+#: read than the 16 KiB scans use copies less when the batches are big
+FETCH_SCAN_CHUNK = 4096
 
 
 def segment_name(base_offset: int) -> str:
@@ -95,6 +101,12 @@ class LogSegment:
         self._tail_last: list[int] = []
         self._tail_pos: list[int] = []
         self._tail_after: int | None = None
+        #: where recent fetches ended: the next offset -> (position of the batch starting there,
+        #: the offset-index slot at or before it). A consumer's next fetch asks for exactly that
+        #: offset, so it reads one header (checked against the offset) instead of searching the
+        #: index and scanning from the entry, and its end search starts from the slot. A few
+        #: entries, so several consumers of one partition each keep theirs.
+        self._fetch_ends: dict[int, tuple[int, int]] = {}
         #: a record timestamp up to which no roll by ``segment.ms`` is due (-1: unknown), set by
         #: :meth:`should_roll` so the log's append can skip calling it
         self.roll_at_ts = -1
@@ -468,9 +480,18 @@ class LogSegment:
     def _read(
         self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
     ) -> tuple[int, int, int] | None:
-        found = self.translate(offset)
+        found = None
+        slot = -1
+        cached = self._fetch_ends.get(offset)
+        if cached is not None:
+            h = header_at(self.log.fd(), cached[0])
+            if h is not None and h.base_offset == offset and h.magic == MAGIC:
+                found = cached[0], h
+                slot = cached[1]
         if found is None:
-            return None
+            found = self.translate(offset)
+            if found is None:
+                return None
         start, first = found
         if max_offset is not None and first.last_offset >= max_offset:
             return start, 0, first.base_offset
@@ -480,21 +501,34 @@ class LogSegment:
             if stop is not None:
                 limit = stop[0]
         want = start + max(max_bytes, 0)
+        after: tuple[int, int] | None = None  # (next offset, slot) where this read ends
         if want >= limit:
             end = limit
         else:
-            _, boundary = self.offset_index.lookup_position(want)
+            # entries lie more than index.interval.bytes apart: the one for ``want`` is within
+            # max_bytes / interval slots of this read's start slot (a guess the search checks)
+            slot, boundary = self.offset_index.slot_at_or_before(
+                want, after=slot, span=max_bytes // max(self.index_interval, 1) + 2
+            )
             if boundary < 0 or boundary > self.size:
                 raise CorruptMessage(f"index entry at position {boundary} is outside the file")
             end = max(boundary, start)
-            for p, h in scan_headers(self.log.fd(), end, limit):
+            # only batches starting at or before ``want`` can end inside it: read no further
+            for p, h in scan_headers(self.log.fd(), end, min(limit, want + HEADER_SIZE), FETCH_SCAN_CHUNK):
                 if p + h.size > want:
+                    after = h.base_offset, slot
                     break
                 end = p + h.size
         if end == start:
             if not min_one_batch:
                 return start, 0, first.base_offset
             end = start + first.size
+            after = None
+        if after is not None:
+            ends = self._fetch_ends
+            if len(ends) >= FETCH_ENDS_KEPT:
+                del ends[next(iter(ends))]
+            ends[after[0]] = end, after[1]
         return start, end - start, first.base_offset
 
     def read_bytes(self, position: int, length: int) -> bytes:
@@ -520,6 +554,7 @@ class LogSegment:
         self.roll_at_ts = -1
         self._forget_tail()
         self.bytes_since_last_index_entry = 0
+        self._fetch_ends.clear()
         return h.base_offset
 
     def recover(self) -> tuple[int, str | None]:
@@ -572,6 +607,7 @@ class LogSegment:
         self._ts_unindexed = True
         self.roll_at_ts = -1
         self._forget_tail()
+        self._fetch_ends.clear()
         self.recovered_epoch_starts = epoch_starts
         return file_size - valid, why
 
