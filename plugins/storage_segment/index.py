@@ -269,14 +269,6 @@ class OffsetIndex(_Index):
         rel, pos = self._entry(i)
         return self.base_offset + rel, pos
 
-    def lookup_position(self, position: int) -> tuple[int, int]:
-        """(offset, position) of the last entry starting at or before ``position``, else (base, 0)."""
-        i = self._search(1, position)
-        if i < 0:
-            return self.base_offset, 0
-        rel, pos = self._entry(i)
-        return self.base_offset + rel, pos
-
     def slot_at_or_before(self, position: int, *, after: int = -1, span: int = 0) -> tuple[int, int]:
         """(slot, position) of the last entry starting at or before ``position``, else (-1, 0);
         ``after`` and ``span`` narrow the search as in :meth:`_search` (``after`` must start at
