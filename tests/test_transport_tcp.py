@@ -16,6 +16,7 @@ import trio
 import trio.testing
 from test_protocol import sample
 
+from odradek import records
 from odradek.broker.api import (
     AlterConfigsResult,
     BrokerNode,
@@ -563,3 +564,119 @@ async def test_fetch_slices_are_released_when_the_client_leaves_before_the_answe
             while listener.connections:
                 await trio.sleep(0.01)
     assert broker.slices and all(s.released == 1 for s in broker.slices)
+
+
+# -- a handler that fails: an error response, not a closed connection ----------------------------
+
+
+class FailingBroker:
+    """A core facade every use of which fails the way a bug would."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.node_id = 1
+        self.cluster_id = "failing"
+        self.touched = 0
+
+    def __getattr__(self, name: str) -> Any:
+        self.touched += 1
+        raise RuntimeError(f"boom: {name}")
+
+
+def _error_codes(entity: Any, top: bool = True) -> list[tuple[bool, int]]:
+    """(at the top level, code) of every error_code field in a decoded kio response."""
+    out: list[tuple[bool, int]] = []
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        if f.name.endswith("error_code") and "tag" not in f.metadata:  # partition_error_code too
+            out.append((top, int(value)))
+        elif dataclasses.is_dataclass(value):
+            out += _error_codes(value, False)
+        elif isinstance(value, tuple):
+            for item in value:
+                if dataclasses.is_dataclass(item):
+                    out += _error_codes(item, False)
+    return out
+
+
+ALL_HANDLERS = load_handlers()
+
+
+@pytest.mark.parametrize(
+    ("key", "version"),
+    [
+        (k, v)
+        for k in ALL_HANDLERS
+        for v in range(SUPPORTED_VERSIONS[k].min, SUPPORTED_VERSIONS[k].max + 1)
+        if k not in (ApiKey.PRODUCE, ApiKey.API_VERSIONS)
+    ],
+)
+async def test_a_failing_handler_is_answered_with_unknown_server_error(key: int, version: int) -> None:
+    """Kafka's getErrorResponse for every API and version: when the core fails, the response
+    decodes, every error code in it is UNKNOWN_SERVER_ERROR, and what the request named (topics,
+    partitions, groups, resources) gets entries of its own carrying it."""
+    broker = FailingBroker(_config())
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, ALL_HANDLERS)
+    request = sample(request_type(key, version))
+    if key == ApiKey.FETCH:
+        request = _replace(request, session_id=0, isolation_level=0)
+    if key == ApiKey.LIST_OFFSETS and version >= 2:
+        request = _replace(request, isolation_level=0)
+    frame = bytearray(encode_request(request, correlation_id=9, client_id="t"))
+    outcome = await dispatcher.process(parse_request_header(frame), frame, "127.0.0.1:1")
+    wire = outcome.to_bytes()[4:] if hasattr(outcome, "to_bytes") else outcome
+    cid, response = decode_response(key, version, wire)
+    assert cid == 9
+    codes = _error_codes(response)
+    if broker.touched:
+        assert codes and {code for _, code in codes} == {ErrorCode.UNKNOWN_SERVER_ERROR}, codes
+    else:  # answered without the core (validation the handler does itself)
+        assert codes
+    nested = [code for top, code in codes if not top]
+    if key in (ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT):
+        assert nested, "every partition the request named gets an entry"
+    if key == ApiKey.OFFSET_FETCH:  # partitions named by a list of indexes
+        assert response.topics[0].name == "odradek" and response.topics[0].partitions[0].partition_index == 3
+    if key == ApiKey.DESCRIBE_GROUPS:  # groups named by a list of ids
+        assert response.groups[0].group_id == "odradek"
+
+
+async def test_a_failing_produce_answers_each_partition_and_acks0_closes() -> None:
+    broker = FailingBroker(_config())
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, ALL_HANDLERS)
+    batch = bytearray(records.build_batch([(b"k", b"v", [], 1_000)]))
+    for acks in (1, -1, 0):
+        request = ProduceRequestData(acks, 1000, [TopicProduceData("t", [PartitionProduceData(4, batch)])], None, 7)
+        frame = bytearray(encode_request(request, correlation_id=3, client_id="t"))
+        if acks == 0:  # no response to carry the error: the connection closes (as Kafka's)
+            with pytest.raises(RuntimeError, match="boom"):
+                await dispatcher.process(parse_request_header(frame), frame, "127.0.0.1:1")
+            continue
+        wire = await dispatcher.process(parse_request_header(frame), frame, "127.0.0.1:1")
+        _, response = decode_response(0, 7, wire)
+        (topic,) = response.responses
+        assert topic.name == "t"
+        assert [(p.index, int(p.error_code)) for p in topic.partition_responses] == [(4, -1)]
+
+
+async def test_a_failing_handler_keeps_the_connection(caplog: pytest.LogCaptureFixture) -> None:
+    """Over TCP: the failed request is answered with the error, logged with its traceback, and
+    the next request on the same connection is served."""
+
+    class Broken(ScriptedBroker):
+        async def list_offsets(self, replica_id: int, isolation_level: int, partitions: Any) -> Any:
+            raise RuntimeError("list_offsets bug")
+
+    broker = Broken(_config())
+    request = sample(request_type(ApiKey.LIST_OFFSETS, 5))
+    request = _replace(request, isolation_level=0)
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        response = await call(conn, request, 1)
+        assert [(t.name, [(p.partition_index, int(p.error_code)) for p in t.partitions]) for t in response.topics] == [
+            ("odradek", [(3, ErrorCode.UNKNOWN_SERVER_ERROR)])
+        ]
+        assert (await call(conn, metadata_request(), 2)).topics[0].name == "t"
+        await conn.aclose()
+    failures = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
+    assert failures and failures[0].exc_info is not None

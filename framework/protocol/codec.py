@@ -173,17 +173,21 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, respons
     return out.getvalue()
 
 
-def produce_unsupported_response(request: ProduceRequestData) -> ProduceResponseData:
-    """UNSUPPORTED_VERSION for every partition of a Produce request the broker does not serve."""
+def produce_error_response(request: ProduceRequestData, code: ErrorCode) -> ProduceResponseData:
+    """``code`` for every partition of a Produce request."""
     from .produce import PartitionProduceResponse, TopicProduceResponse
 
-    code = int(ErrorCode.UNSUPPORTED_VERSION)
     return ProduceResponseData(
         [
-            TopicProduceResponse(t.name, [PartitionProduceResponse(p.index, code) for p in t.partition_data])
+            TopicProduceResponse(t.name, [PartitionProduceResponse(p.index, int(code)) for p in t.partition_data])
             for t in request.topic_data
         ]
     )
+
+
+def produce_unsupported_response(request: ProduceRequestData) -> ProduceResponseData:
+    """UNSUPPORTED_VERSION for every partition of a Produce request the broker does not serve."""
+    return produce_error_response(request, ErrorCode.UNSUPPORTED_VERSION)
 
 
 def produce_version_implemented(api_version: int) -> bool:
@@ -265,6 +269,7 @@ __all__ = [
     "encode_response",
     "kio_error",
     "ms",
+    "produce_error_response",
     "produce_unsupported_response",
     "produce_version_implemented",
     "request_type",

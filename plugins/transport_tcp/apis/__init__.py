@@ -13,12 +13,13 @@ ApiVersions advertises exactly the APIs that have a handler (see
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from odradek.config import Config
-from odradek.errors import InvalidRequest, UnsupportedVersion
+from odradek.errors import InvalidRequest, KafkaError, UnsupportedVersion
 from odradek.interfaces import Endpoint
 from odradek.protocol import (
     ApiKey,
@@ -34,6 +35,11 @@ from odradek.protocol import (
     encode_response,
     is_supported,
 )
+
+from ._kio import error_of
+from .error_responses import error_response
+
+log = logging.getLogger(__name__)
 
 #: Handler modules, merged in this order (a key defined twice is an error).
 HANDLER_MODULES: tuple[str, ...] = (
@@ -137,7 +143,10 @@ class Dispatcher:
         self.check(header)
         request = decode_request(key, version, frame, header.body_offset)
         ctx = RequestContext(header, self.broker, self.config, self.listener, peer, self.advertised)
-        response = await self.handlers[key].handle(ctx, request)
+        try:
+            response = await self.handlers[key].handle(ctx, request)
+        except Exception as exc:
+            response = self._answer_failure(header, request, exc, peer)
         if response is None:
             return None
         if isinstance(response, FetchResponseData):
@@ -147,6 +156,26 @@ class Dispatcher:
                 _release_records(response)
                 raise
         return encode_response(key, version, header.correlation_id, response)
+
+    def _answer_failure(self, header: RequestHeader, request: Any, exc: Exception, peer: str) -> Any:
+        """The error response for a request whose handler raised ``exc`` (Kafka's
+        ``handleError``): its Kafka error code, UNKNOWN_SERVER_ERROR for anything else, in every
+        error field. A Produce with acks=0 has no response to carry it, and a request whose
+        error response cannot be built has no other way to fail: both re-raise, which closes
+        the connection (as Kafka does)."""
+        what = f"{api_name(header.api_key)} v{header.api_version} (correlation id {header.correlation_id}) from {peer}"
+        code = error_of(exc)
+        if isinstance(exc, KafkaError):
+            log.warning("%s failed: %s (answered %s)", what, exc, code.name)
+        else:
+            log.exception("%s failed unexpectedly (answered %s)", what, code.name)
+        if header.api_key == ApiKey.PRODUCE and getattr(request, "acks", 1) == 0:
+            raise exc
+        message = f"{type(exc).__name__}: {exc}" if isinstance(exc, KafkaError) else "unexpected server error"
+        try:
+            return error_response(header.api_key, header.api_version, request, code, message)
+        except Exception as build_error:
+            raise exc from build_error
 
 
 def _release_records(response: FetchResponseData) -> None:
