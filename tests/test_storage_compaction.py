@@ -3,16 +3,18 @@ producer-state batches, checkpoints, concurrency with appends and truncation, cr
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from storage_helpers import TP, append, batch, key_values, open_storage, read_batches
 
 from odradek import records
-from odradek.config import TopicConfig, load_config
+from odradek.config import ConfigError, TopicConfig, load_config
 from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.storage_segment.log import SegmentLog
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
@@ -179,7 +181,7 @@ async def test_progress_is_checkpointed(tmp_path: Path) -> None:
 
 async def test_a_small_key_map_cleans_in_several_rounds(tmp_path: Path) -> None:
     storage = await open_storage(tmp_path)
-    storage.cleaner.max_map_keys = 6
+    storage.cleaner.max_map_bytes = 6 * 122  # six 2-byte keys
     log = compacted_log(storage)
     for r in range(30):
         append(log, batch(3, keys=[b"k%d" % (r % 10), b"k%d" % ((r + 1) % 10), b"s"], ts=now_ms()))
@@ -190,6 +192,76 @@ async def test_a_small_key_map_cleans_in_several_rounds(tmp_path: Path) -> None:
     keys = [k for _, k, _ in inactive_records(log)]
     assert len(keys) == len(set(keys))
     await storage.close()
+
+
+def _latest_values(log: SegmentLog) -> dict[bytes, bytes]:
+    """Key -> its latest value, reading the whole log (a deleted key is absent)."""
+    out: dict[bytes, bytes | None] = {}
+    for _, key, value in key_values(log):
+        if key is not None:
+            out[key] = value
+    return {k: v for k, v in out.items() if v is not None}
+
+
+async def test_the_key_map_fills_inside_a_segment_and_rounds_go_on_from_there(tmp_path: Path) -> None:
+    """A byte budget smaller than one segment's keys: each round maps up to where it filled
+    (not a segment boundary), cleans below that, and never drops a tombstone past it (that
+    would bring back the value it deleted). Every round leaves each key's latest value as it was."""
+    storage = await open_storage(tmp_path)
+    storage.cleaner.max_map_bytes = 8 * 126  # about eight 6-byte keys
+    log = compacted_log(storage, segment_bytes=3000, delete_retention_ms=0)
+    for r in range(40):
+        key = b"key-%02d" % (r % 17)
+        value = None if r % 7 == 6 else b"v%d" % r
+        append(log, batch(2, keys=[key, b"key-%02d" % ((r * 5) % 17)], values=[value, b"w%d" % r], ts=now_ms()))
+    while len(log.segments) < 3:
+        append(log, batch(1, keys=[b"filler"], values=[b"x" * 100], ts=now_ms()))
+    expected = _latest_values(log)
+    bases = {s.base_offset for s in log.segments}
+    rounds = 0
+    while await storage.run_cleaner():
+        rounds += 1
+        assert _latest_values(log) == expected, f"round {rounds} changed a key's latest value"
+        if rounds == 1:
+            assert log.first_dirty_offset not in bases  # the map filled inside a segment
+        assert rounds < 40, "rounds make no progress"
+    assert rounds > 2
+    keys = [k for _, k, v in inactive_records(log)]
+    assert len(keys) == len(set(keys))  # at the end, one record per key below the active segment
+    await storage.close()
+
+
+async def test_a_tombstone_past_where_the_map_filled_stays(tmp_path: Path) -> None:
+    """The map fills after the key's old value and before its tombstone, in one segment: the
+    round keeps the tombstone (it is past the round's end), so the key stays deleted."""
+    storage = await open_storage(tmp_path)
+    storage.cleaner.max_map_bytes = 4 * 124  # four 4-byte keys
+    log = compacted_log(storage, segment_bytes=3000, delete_retention_ms=0)
+    append(log, batch(2, keys=[b"gone", b"a001"], values=[b"old", b"x"], ts=now_ms()))
+    append(log, batch(2, keys=[b"b001", b"b002"], values=[b"x", b"x"], ts=now_ms()))
+    tombstone, _ = append(log, batch(1, keys=[b"gone"], values=[None], ts=now_ms()))
+    while len(log.segments) < 2:
+        append(log, batch(1, keys=[b"fill"], values=[b"x" * 100], ts=now_ms()))
+    assert await storage.run_cleaner() == 1
+    assert log.first_dirty_offset == tombstone  # the map filled right before the tombstone
+    assert b"gone" not in _latest_values(log)
+    assert (tombstone, b"gone", None) in key_values(log)
+    while await storage.run_cleaner():
+        pass
+    assert b"gone" not in _latest_values(log) and b"gone" not in {k for _, k, _ in inactive_records(log)}
+    await storage.close()
+
+
+def test_the_dedupe_buffer_is_configured_as_in_kafka(tmp_path: Path) -> None:
+    plugins = Plugins(
+        build_plugin_manager(entry_points_enabled=False, extra=["odradek.plugins.storage_segment.plugin"])
+    )
+    overrides = {"log.dirs": str(tmp_path), "log.cleaner.dedupe.buffer.size": 1_000_000}
+    cfg = load_config(env={}, plugins=plugins, overrides=overrides)
+    assert SegmentLogStorage(cfg).cleaner.max_map_bytes == 900_000
+    bad = load_config(env={}, plugins=plugins, overrides={**overrides, "log.cleaner.io.buffer.load.factor": 1.5})
+    with pytest.raises(ConfigError, match="load.factor"):
+        SegmentLogStorage(bad)
 
 
 async def test_appends_and_reads_go_on_while_cleaning(tmp_path: Path) -> None:
@@ -314,6 +386,92 @@ async def test_aborted_transactions_are_removed_and_never_hide_the_committed_val
     assert aborted_first not in offsets and committed_first in offsets
     markers = [b for b in read_batches(log) if b.header.is_control]
     assert len(markers) == 2  # markers stay (consumers and producer state need them)
+    await storage.close()
+
+
+def _open_transactions(log: SegmentLog) -> dict[int, int]:
+    """Producer id -> first offset of each transaction with records in the log and no marker
+    after them: what producer state would rebuild as undecided (it must stay empty)."""
+    open_txns: dict[int, int] = {}
+    for b in read_batches(log):
+        h = b.header
+        if h.is_control:
+            open_txns.pop(h.producer_id, None)
+        elif h.is_transactional:
+            open_txns.setdefault(h.producer_id, h.base_offset)
+    return open_txns
+
+
+def _markers(log: SegmentLog) -> list[tuple[int, int]]:
+    return [(b.header.producer_id, b.header.base_offset) for b in read_batches(log) if b.header.is_control]
+
+
+async def test_markers_go_once_their_transaction_is_gone_and_delete_retention_passed(tmp_path: Path) -> None:
+    """A marker goes when no batch of its transaction is left before it and its segment is past
+    delete.retention.ms, never while its records (or its producer's last batch) remain."""
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage, segment_bytes=2000, delete_retention_ms=3_600_000)
+    append(log, _txn_batch([b"a"], [b"a-aborted"], pid=7, seq=0))
+    abort_7 = append(log, _marker(records.ControlRecordType.ABORT, 7))[0]
+    append(log, _txn_batch([b"b"], [b"b-committed"], pid=8, seq=0))
+    commit_8 = append(log, _marker(records.ControlRecordType.COMMIT, 8))[0]
+    append(log, batch(1, keys=[b"b"], values=[b"b-plain"], ts=now_ms()))  # supersedes pid 8's record
+    append(log, _txn_batch([b"c"], [b"c-committed"], pid=7, seq=1))  # still the latest c
+    commit_7 = append(log, _marker(records.ControlRecordType.COMMIT, 7))[0]
+    append(log, _txn_batch([b"d"], [b"d-committed"], pid=8, seq=1))
+    last_8 = append(log, _marker(records.ControlRecordType.COMMIT, 8))[0]
+    append(log, _txn_batch([b"e"], [b"e-committed"], pid=9, seq=0))
+    last_9 = append(log, _marker(records.ControlRecordType.COMMIT, 9))[0]
+    append(log, batch(1, keys=[b"e"], values=[b"e-plain"], ts=now_ms()))  # pid 9's record is gone
+    append(log, _txn_batch([b"f"], [b"f-committed"], pid=7, seq=2))
+    last_7 = append(log, _marker(records.ControlRecordType.COMMIT, 7))[0]
+    while len(log.segments) < 3:  # filler after the markers, so none ends a cleaned group
+        append(log, batch(1, keys=[b"filler"], values=[b"x" * 100], ts=now_ms()))
+    all_markers = [(7, abort_7), (8, commit_8), (7, commit_7), (8, last_8), (9, last_9), (7, last_7)]
+    assert await storage.run_cleaner() == 1
+    # within delete.retention.ms every marker stays, though two transactions are gone
+    assert _markers(log) == all_markers
+    assert b"a-aborted" not in {v for _, _, v in key_values(log)}
+    assert b"b-committed" not in {v for _, _, v in key_values(log)}
+    log.update_config(compact_config(storage, segment_bytes=2000, delete_retention_ms=0))
+    append(log, batch(1, keys=[b"filler"], values=[b"x" * 100], ts=now_ms()))
+    while len(log.segments) < 4:
+        append(log, batch(1, keys=[b"filler"], values=[b"x" * 100], ts=now_ms()))
+    assert await storage.run_cleaner() == 1
+    # the aborted one and pid 8's first commit had nothing left; pid 7's first commit still
+    # has c, pid 8's and pid 7's last ones have d and f, and pid 9's is its producer's last batch
+    assert _markers(log) == [(7, commit_7), (8, last_8), (9, last_9), (7, last_7)]
+    assert _open_transactions(log) == {}
+    kept = {(k, v) for _, k, v in key_values(log)}
+    assert {(b"b", b"b-plain"), (b"c", b"c-committed"), (b"d", b"d-committed"), (b"e", b"e-plain")} <= kept
+    assert (b"e", b"e-committed") not in kept
+    # what is left reopens to the same log (recovery and producer state see no orphan records)
+    before = key_values(log)
+    await storage.close()
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage, segment_bytes=2000, delete_retention_ms=0)
+    assert key_values(log) == before and _open_transactions(log) == {}
+    await storage.close()
+
+
+async def test_markers_go_without_leaving_a_transaction_undecided(tmp_path: Path) -> None:
+    """Over many small groups and rounds, with each transaction's record superseded at once:
+    markers go, but no transactional batch is ever left without its marker, whichever batch
+    ends a group or stays as its producer's last."""
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage, delete_retention_ms=0)  # 400-byte segments: many small groups
+    for seq in range(12):
+        append(log, _txn_batch([b"k"], [b"v%d" % seq], pid=5, seq=seq))
+        append(log, _marker(records.ControlRecordType.COMMIT, 5))
+        append(log, batch(1, keys=[b"k"], values=[b"plain-%d" % seq], ts=now_ms()))
+    while len(log.segments) < 12:
+        append(log, batch(1, keys=[b"filler"], values=[b"x" * 100], ts=now_ms()))
+    for _ in range(3):
+        await storage.run_cleaner()
+        assert _open_transactions(log) == {}
+        segs = log.segments  # a dropped marker never opens a gap between cleaned segments
+        assert all(a.next_offset == b.base_offset for a, b in itertools.pairwise(segs))
+    assert len(_markers(log)) < 12
     await storage.close()
 
 

@@ -4,7 +4,9 @@ A round on one log: (1) plan on the trio thread: the cleanable range runs from t
 to the first uncleanable one (the active segment, or the first segment holding records younger
 than ``min.compaction.lag.ms``), and the round runs only when the dirty part (past the last
 round's end, ``cleaner-offset-checkpoint``) is at least ``min.cleanable.dirty.ratio`` of it;
-(2) in worker threads, in small steps: build key -> latest offset over the dirty part, then
+(2) in worker threads, in small steps: build key -> latest offset over the dirty part (in at
+most ``log.cleaner.dedupe.buffer.size`` times its load factor; where the map fills up, even
+inside a segment, the round's end moves there and the next round goes on from it), then
 rewrite the range group by group into ``*.cleaned`` files, keeping a record when no later
 record has its key, dropping tombstones once their segment is older than
 ``delete.retention.ms``; (3) back on the trio thread: swap each group in (``.cleaned`` ->
@@ -16,7 +18,13 @@ byte; one that loses some is rebuilt with ``records.build_batch`` at the same ba
 the same producer id/epoch/sequence, leader epoch, compression and original offset span; one
 that loses all is kept as an empty batch when it is its producer's last batch in the log (so
 producer state survives) or ends the group (so the swapped segment covers the same offsets).
-Control batches (transaction markers) are kept as they are.
+A transaction marker (control batch) is kept as it is until nothing of its transaction is left:
+it goes in the round that leaves no batch of its transaction before it, once its segment is past
+``delete.retention.ms`` (the tombstone rule, so a consumer that read the transaction's records
+has long reached the marker), unless it is its producer's last batch (producer state) or ends
+the group. Kafka keeps a marker until the same two conditions hold; without this, a compacted
+topic written transactionally (``__consumer_offsets`` with transactional offset commits) would
+keep one marker per transaction forever.
 
 Transactions (KIP-98), as Kafka's cleaner treats them: the records of an aborted transaction are
 removed (and never count as a key's latest value, so they cannot hide the committed value they
@@ -52,7 +60,13 @@ from .segment import LogSegment
 log = logging.getLogger(__name__)
 
 STEP_BYTES = 4 * 1024 * 1024  # bytes read per worker-thread step
-MAX_MAP_KEYS = 2_000_000  # bounds the key map (Kafka's log.cleaner.dedupe.buffer.size)
+DEDUPE_BUFFER_KEY = "log.cleaner.dedupe.buffer.size"
+LOAD_FACTOR_KEY = "log.cleaner.io.buffer.load.factor"
+DEFAULT_DEDUPE_BUFFER = 128 * 1024 * 1024  # Kafka's default
+DEFAULT_LOAD_FACTOR = 0.9
+#: what one key of the map costs beyond its bytes: the bytes object's header, a dict slot with
+#: its share of the table, and the offset's int (measured with tracemalloc on CPython 3.11)
+MAP_ENTRY_BYTES = 120
 
 
 @dataclass
@@ -153,13 +167,22 @@ class OffsetMap:
     """key -> offset of its latest record in the dirty range, each producer's last batch, and
     the transactions: which batches were aborted, which are still open."""
 
-    def __init__(self, codecs: Mapping[int, Codec] | None, max_keys: int = MAX_MAP_KEYS) -> None:
+    def __init__(self, codecs: Mapping[int, Codec] | None, max_bytes: int) -> None:
         self.codecs = codecs
-        self.max_keys = max_keys
+        self.max_bytes = max_bytes
+        #: estimated memory of :attr:`latest` and the open transactions' pending keys
+        self.used = 0
+        #: where the map filled up inside a segment: the round cleans below this offset only
+        self.stopped_at: int | None = None
+        #: the round's end once the map is built: batches at or past it are copied unchanged
+        self.end_offset = 1 << 63
         self.latest: dict[bytes, int] = {}
         self.producer_last: dict[int, int] = {}
         self.aborted: set[int] = set()  # base offsets of batches of aborted transactions
         self.open_txns: dict[int, _OpenTxn] = {}  # producer id -> its transaction without a marker
+        #: cleaning pass: producers whose current transaction has a batch in the cleaned output
+        #: (its marker must stay); filled and emptied in offset order as the groups are written
+        self.txn_kept: set[int] = set()
 
     def first_open_txn_offset(self) -> int | None:
         """The first offset of a transaction whose outcome the scanned range does not hold."""
@@ -176,25 +199,36 @@ class OffsetMap:
             marker = records.parse_control_record(decoded[0]).type if decoded else None
         except records.InvalidRecord:
             marker = None
+        if marker not in (records.ControlRecordType.ABORT, records.ControlRecordType.COMMIT):
+            self.open_txns[h.producer_id] = txn  # a marker this cleaner does not know: keep it all
+            return
+        self.used -= sum(MAP_ENTRY_BYTES + len(key) for key, _ in txn.pending)
         if marker is records.ControlRecordType.ABORT:
             self.aborted.update(txn.bases)
-        elif marker is records.ControlRecordType.COMMIT:
-            latest = self.latest
-            for key, offset in txn.pending:
-                if offset > latest.get(key, -1):
-                    latest[key] = offset
-        else:  # not a marker this cleaner knows: keep the transaction's records as they are
-            self.open_txns[h.producer_id] = txn
+            return
+        latest = self.latest
+        for key, offset in txn.pending:
+            old = latest.get(key, -1)
+            if offset > old:
+                if old < 0:
+                    self.used += MAP_ENTRY_BYTES + len(key)
+                latest[key] = offset
 
     @property
     def full(self) -> bool:
-        return len(self.latest) >= self.max_keys
+        """At the byte budget (``log.cleaner.dedupe.buffer.size`` times its load factor); an
+        empty map is never full, so every round maps at least one batch."""
+        return self.used >= self.max_bytes and bool(self.latest)
 
-    def add_step(self, inp: _Input, pos: int, end_offset: int, keys: bool) -> int:
+    def add_step(self, inp: _Input, pos: int, end_offset: int, keys: bool, start_offset: int = 0) -> int:
         """One worker-thread step over a segment from ``pos``: every producer's last batch and,
-        with ``keys``, the latest offset of every key below ``end_offset``. Returns the next
-        position (``inp.size`` when done)."""
+        with ``keys``, the latest offset of every key in [``start_offset``, ``end_offset``)
+        (the dirty part: a round may have ended inside this segment). Returns the next
+        position (``inp.size`` when done). When the map fills up, the round's end moves to the
+        next data batch (:attr:`stopped_at`); the scan goes on for producer ids only."""
         latest = self.latest
+        if self.stopped_at is not None:
+            end_offset = min(end_offset, self.stopped_at)
         nxt = pos
         for p, h, batch in _read_step(inp.fd, inp.size, pos):
             nxt = p + h.size
@@ -204,27 +238,33 @@ class OffsetMap:
                 if h.base_offset < end_offset:
                     self._end_txn(batch, h)
                 continue
+            if keys and h.base_offset < end_offset and self.full:
+                end_offset = self.stopped_at = h.base_offset
             txn: _OpenTxn | None = None
             if h.is_transactional and h.base_offset < end_offset:
                 txn = self.open_txns.get(h.producer_id)
                 if txn is None:
                     txn = self.open_txns[h.producer_id] = _OpenTxn(h.base_offset)
                 txn.bases.append(h.base_offset)
-            if not keys or h.record_count == 0 or h.base_offset >= end_offset:
+            if not keys or h.record_count == 0 or h.base_offset >= end_offset or h.last_offset < start_offset:
                 continue
             for rec in records.decode_batch(batch, verify_crc=False, codecs=self.codecs).records:
-                if rec.key is not None and rec.offset < end_offset:
+                key = rec.key
+                if key is not None and start_offset <= rec.offset < end_offset:
                     if txn is not None:
-                        txn.pending.append((rec.key, rec.offset))
+                        txn.pending.append((key, rec.offset))
+                        self.used += MAP_ENTRY_BYTES + len(key)
                     else:
-                        latest[rec.key] = rec.offset
+                        if key not in latest:
+                            self.used += MAP_ENTRY_BYTES + len(key)
+                        latest[key] = rec.offset
         return nxt
 
-    async def add_segment(self, inp: _Input, end_offset: int, *, keys: bool) -> None:
+    async def add_segment(self, inp: _Input, end_offset: int, *, keys: bool, start_offset: int = 0) -> None:
         pos = 0
         with _pinned([inp]):
             while pos < inp.size:
-                pos = await trio.to_thread.run_sync(self.add_step, inp, pos, end_offset, keys)
+                pos = await trio.to_thread.run_sync(self.add_step, inp, pos, end_offset, keys, start_offset)
 
 
 class GroupWriter:
@@ -292,7 +332,28 @@ def clean_batch(
     """What a batch becomes after cleaning: itself, a rebuilt smaller batch, an empty batch, or
     None (dropped)."""
     if h.is_control:
-        return batch
+        if h.producer_id < 0:
+            return batch
+        txn_left = h.producer_id in omap.txn_kept
+        omap.txn_kept.discard(h.producer_id)
+        if txn_left or not inp.drop_tombstones or last_in_group or h.base_offset >= omap.end_offset:
+            return batch
+        if omap.producer_last.get(h.producer_id) == h.last_offset:
+            return batch
+        return None
+    out = (
+        batch
+        if h.base_offset >= omap.end_offset
+        else _clean_data_batch(batch, h, inp, omap, last_in_group=last_in_group)
+    )
+    if out is not None and h.is_transactional:
+        omap.txn_kept.add(h.producer_id)
+    return out
+
+
+def _clean_data_batch(
+    batch: memoryview, h: records.BatchHeader, inp: _Input, omap: OffsetMap, *, last_in_group: bool
+) -> bytes | memoryview | None:
     kept: list[records.Record] = []
     total = 0
     if h.record_count and h.base_offset not in omap.aborted:
@@ -369,10 +430,10 @@ def group_inputs(inputs: list[_Input], segment_bytes: int, index_bytes: int) -> 
 class LogCleaner:
     """Runs compaction rounds for the logs of one storage; one round at a time."""
 
-    def __init__(self, codecs: Mapping[int, Codec] | None, on_cleaned: Any, max_map_keys: int = MAX_MAP_KEYS):
+    def __init__(self, codecs: Mapping[int, Codec] | None, on_cleaned: Any, max_map_bytes: int) -> None:
         self.codecs = codecs
         self.on_cleaned = on_cleaned  # called with the log after a round that swapped anything
-        self.max_map_keys = max_map_keys
+        self.max_map_bytes = max_map_bytes  # log.cleaner.dedupe.buffer.size * its load factor
         self.rounds = 0
 
     async def clean(self, log_: SegmentLog, now_ms: int) -> bool:
@@ -387,17 +448,23 @@ class LogCleaner:
             return False
 
     async def _run(self, plan: CleanPlan) -> bool:
-        omap = OffsetMap(self.codecs, self.max_map_keys)
+        omap = OffsetMap(self.codecs, self.max_map_bytes)
         end = plan.end_offset
         inputs = plan.inputs
+        scanned = 0
         for n, inp in enumerate(inputs):
             dirty = n + 1 >= len(inputs) or inputs[n + 1].segment.base_offset > plan.first_dirty
             if dirty and omap.full:  # the map is full: this round ends before this segment
                 end = inp.segment.base_offset
                 inputs = inputs[:n]
                 break
-            await omap.add_segment(inp, end, keys=dirty)
-        for inp in plan.inputs[len(inputs) :] + plan.tail:
+            await omap.add_segment(inp, end, keys=dirty, start_offset=plan.first_dirty)
+            scanned = n + 1
+            if omap.stopped_at is not None:  # it filled up inside this segment
+                end = omap.stopped_at
+                inputs = inputs[: n + 1] if end > inp.segment.base_offset else inputs[:n]
+                break
+        for inp in plan.inputs[scanned:] + plan.tail:
             await omap.add_segment(inp, end, keys=False)
         open_first = omap.first_open_txn_offset()
         if open_first is not None and open_first < end:
@@ -408,6 +475,7 @@ class LogCleaner:
                 return False
         if self._stale(plan, inputs):
             return False
+        omap.end_offset = end
         cfg = plan.log.config
         swapped = 0
         for group in group_inputs(inputs, cfg.segment_bytes, cfg.segment_index_bytes):

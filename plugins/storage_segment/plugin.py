@@ -8,6 +8,7 @@ from odradek.config import Config
 from odradek.hookspecs import hookimpl
 from odradek.interfaces import ConfigKey, StorageFactory
 
+from .cleaner import DEDUPE_BUFFER_KEY, DEFAULT_DEDUPE_BUFFER, DEFAULT_LOAD_FACTOR, LOAD_FACTOR_KEY
 from .storage import MAX_MAPPED_INDEXES_KEY, MAX_OPEN_FILES_KEY, SegmentLogStorage
 
 
@@ -43,6 +44,21 @@ def odradek_config_keys() -> Sequence[ConfigKey]:
             0,
             "Index files kept memory-mapped at once across all partitions (each map holds a descriptor); "
             "0: the same as the open-file budget.",
+            minimum=0,
+        ),
+        ConfigKey(
+            DEDUPE_BUFFER_KEY,
+            int,
+            DEFAULT_DEDUPE_BUFFER,
+            "Memory for the compaction cleaner's key map (key -> latest offset); a round whose dirty "
+            "part has more keys cleans up to where the map filled and the next round goes on.",
+            minimum=1,
+        ),
+        ConfigKey(
+            LOAD_FACTOR_KEY,
+            float,
+            DEFAULT_LOAD_FACTOR,
+            "Share of log.cleaner.dedupe.buffer.size the key map fills before a round stops, in (0, 1].",
             minimum=0,
         ),
     ]

@@ -36,7 +36,14 @@ from odradek.errors import InvalidTopic, KafkaStorageError
 from odradek.interfaces import TopicPartition
 
 from .checkpoint import atomic_write, read_offsets, write_offsets
-from .cleaner import LogCleaner, dirty_ratio
+from .cleaner import (
+    DEDUPE_BUFFER_KEY,
+    DEFAULT_DEDUPE_BUFFER,
+    DEFAULT_LOAD_FACTOR,
+    LOAD_FACTOR_KEY,
+    LogCleaner,
+    dirty_ratio,
+)
 from .handles import HandleCache
 from .loader import load_log, parse_partition_dir
 from .log import SegmentLog
@@ -66,6 +73,16 @@ def _option(config: Config, key: str, default: Any) -> Any:
         return config[key]
     except (KeyError, ConfigError):
         return default
+
+
+def dedupe_budget(config: Config) -> int:
+    """Bytes the cleaner's key map may hold: ``log.cleaner.dedupe.buffer.size`` times
+    ``log.cleaner.io.buffer.load.factor``, as Kafka sizes its offset map (one cleaner thread)."""
+    size = int(_option(config, DEDUPE_BUFFER_KEY, DEFAULT_DEDUPE_BUFFER))
+    factor = float(_option(config, LOAD_FACTOR_KEY, DEFAULT_LOAD_FACTOR))
+    if not 0 < factor <= 1:
+        raise ConfigError(f"invalid value for {LOAD_FACTOR_KEY!r}: {factor} is not in (0, 1]")
+    return int(size * factor)
 
 
 def default_open_files() -> int:
@@ -121,7 +138,7 @@ class SegmentLogStorage:
         self._uncleanable: set[TopicPartition] = set()
         self._checkpoint_lock = trio.Lock()
         codecs = config.plugins.codecs() if getattr(config, "plugins", None) is not None else None
-        self.cleaner = LogCleaner(codecs, self._on_cleaned)
+        self.cleaner = LogCleaner(codecs, self._on_cleaned, dedupe_budget(config))
 
     # -- open ----------------------------------------------------------------------------------
     async def open(self) -> None:
