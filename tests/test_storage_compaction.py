@@ -150,6 +150,32 @@ async def test_a_producers_last_batch_stays_as_an_empty_batch(tmp_path: Path) ->
     await storage.close()
 
 
+async def test_an_expired_producers_last_batch_goes(tmp_path: Path) -> None:
+    """Producer 5 was last seen two days ago (past producer.id.expiration.ms, a day by default),
+    producer 6 just now: only 6's last batch stays as an empty batch, and a marker that is an
+    expired producer's last batch goes like any other once its transaction is gone."""
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage, delete_retention_ms=0)
+    old = now_ms() - 2 * 86_400_000
+    recent = now_ms() - 60_000  # multi-record batches end at ts + n - 1: keep them behind the clock
+    idempotent = {"producer_epoch": 0, "base_sequence": 0}
+    append(log, batch(1, keys=[b"p"], values=[b"1"], ts=old, producer_id=5, **idempotent))
+    append(log, batch(1, keys=[b"q"], values=[b"1"], ts=recent, producer_id=6, **idempotent))
+    txn = batch(1, keys=[b"r"], values=[b"1"], ts=old, producer_id=7, is_transactional=True, **idempotent)
+    append(log, txn)
+    marker = records.build_control_batch(
+        records.ControlRecordType.COMMIT, producer_id=7, producer_epoch=0, timestamp=old
+    )
+    append(log, bytearray(marker))
+    append(log, batch(3, keys=[b"p", b"q", b"r"], values=[b"2", b"2", b"2"], ts=recent))
+    while len(log.segments) < 3:
+        append(log, batch(1, keys=[b"y"], values=[b"f" * 100], ts=recent))
+    await storage.run_cleaner()
+    headers = [b.header for b in read_batches(log)]
+    assert [(h.producer_id, h.record_count) for h in headers if h.producer_id >= 0] == [(6, 0)]
+    await storage.close()
+
+
 async def test_min_compaction_lag_and_dirty_ratio(tmp_path: Path) -> None:
     storage = await open_storage(tmp_path)
     log = compacted_log(storage, min_compaction_lag_ms=3_600_000)
@@ -208,14 +234,15 @@ async def test_the_key_map_fills_inside_a_segment_and_rounds_go_on_from_there(tm
     (not a segment boundary), cleans below that, and never drops a tombstone past it (that
     would bring back the value it deleted). Every round leaves each key's latest value as it was."""
     storage = await open_storage(tmp_path)
+    past = now_ms() - 60_000  # multi-record batches end at ts + n - 1: keep them behind the clock
     storage.cleaner.max_map_bytes = 8 * 126  # about eight 6-byte keys
     log = compacted_log(storage, segment_bytes=3000, delete_retention_ms=0)
     for r in range(40):
         key = b"key-%02d" % (r % 17)
         value = None if r % 7 == 6 else b"v%d" % r
-        append(log, batch(2, keys=[key, b"key-%02d" % ((r * 5) % 17)], values=[value, b"w%d" % r], ts=now_ms()))
+        append(log, batch(2, keys=[key, b"key-%02d" % ((r * 5) % 17)], values=[value, b"w%d" % r], ts=past))
     while len(log.segments) < 3:
-        append(log, batch(1, keys=[b"filler"], values=[b"x" * 100], ts=now_ms()))
+        append(log, batch(1, keys=[b"filler"], values=[b"x" * 100], ts=past))
     expected = _latest_values(log)
     bases = {s.base_offset for s in log.segments}
     rounds = 0
@@ -235,13 +262,14 @@ async def test_a_tombstone_past_where_the_map_filled_stays(tmp_path: Path) -> No
     """The map fills after the key's old value and before its tombstone, in one segment: the
     round keeps the tombstone (it is past the round's end), so the key stays deleted."""
     storage = await open_storage(tmp_path)
+    past = now_ms() - 60_000  # multi-record batches end at ts + n - 1: keep them behind the clock
     storage.cleaner.max_map_bytes = 4 * 124  # four 4-byte keys
     log = compacted_log(storage, segment_bytes=3000, delete_retention_ms=0)
-    append(log, batch(2, keys=[b"gone", b"a001"], values=[b"old", b"x"], ts=now_ms()))
-    append(log, batch(2, keys=[b"b001", b"b002"], values=[b"x", b"x"], ts=now_ms()))
-    tombstone, _ = append(log, batch(1, keys=[b"gone"], values=[None], ts=now_ms()))
+    append(log, batch(2, keys=[b"gone", b"a001"], values=[b"old", b"x"], ts=past))
+    append(log, batch(2, keys=[b"b001", b"b002"], values=[b"x", b"x"], ts=past))
+    tombstone, _ = append(log, batch(1, keys=[b"gone"], values=[None], ts=past))
     while len(log.segments) < 2:
-        append(log, batch(1, keys=[b"fill"], values=[b"x" * 100], ts=now_ms()))
+        append(log, batch(1, keys=[b"fill"], values=[b"x" * 100], ts=past))
     assert await storage.run_cleaner() == 1
     assert log.first_dirty_offset == tombstone  # the map filled right before the tombstone
     assert b"gone" not in _latest_values(log)

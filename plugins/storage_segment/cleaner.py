@@ -16,15 +16,17 @@ which case the work is thrown away. Appends and reads never wait for any of it.
 Offsets and batch metadata are preserved: a batch that keeps all its records is copied byte for
 byte; one that loses some is rebuilt with ``records.build_batch`` at the same base offset, with
 the same producer id/epoch/sequence, leader epoch, compression and original offset span; one
-that loses all is kept as an empty batch when it is its producer's last batch in the log (so
-producer state survives) or ends the group (so the swapped segment covers the same offsets).
+that loses all is kept as an empty batch when it is the last batch of a producer that has not
+expired (so producer state survives; an expired producer's, idle past
+``producer.id.expiration.ms``, goes, as in Kafka) or ends the group (so the swapped segment
+covers the same offsets).
 A transaction marker (control batch) is kept as it is until nothing of its transaction is left:
 it goes in the round that leaves no batch of its transaction before it, once its segment is past
 ``delete.retention.ms`` (the tombstone rule, so a consumer that read the transaction's records
-has long reached the marker), unless it is its producer's last batch (producer state) or ends
-the group. Kafka keeps a marker until the same two conditions hold; without this, a compacted
-topic written transactionally (``__consumer_offsets`` with transactional offset commits) would
-keep one marker per transaction forever.
+has long reached the marker), unless it is an active producer's last batch or ends the group.
+Kafka keeps a marker until the same two conditions hold; without this, a compacted topic written
+transactionally (``__consumer_offsets`` with transactional offset commits) would keep one marker
+per transaction forever.
 
 Transactions (KIP-98), as Kafka's cleaner treats them: the records of an aborted transaction are
 removed (and never count as a key's latest value, so they cannot hide the committed value they
@@ -103,6 +105,7 @@ class CleanPlan:
     first_dirty: int
     end_offset: int  # first uncleanable offset: nothing at or past it is touched
     tail: list[_Input] = field(default_factory=list)  # the rest, read only for producer ids
+    now_ms: int = 0
 
 
 def dirty_ratio(log: SegmentLog, now_ms: int) -> tuple[float, list[LogSegment], int]:
@@ -140,7 +143,7 @@ def plan_round(log: SegmentLog, now_ms: int) -> CleanPlan | None:
     inputs = [_Input(s, s.size, s.largest_timestamp() <= horizon) for s in cleanable]
     tail = [_Input(s, s.size) for s in log.segments[len(cleanable) :]]
     first_dirty = max(log.first_dirty_offset, log.log_start_offset)
-    return CleanPlan(log, log.generation, inputs, first_dirty, end, tail)
+    return CleanPlan(log, log.generation, inputs, first_dirty, end, tail, now_ms)
 
 
 def _read_step(fd: int, size: int, pos: int) -> list[tuple[int, records.BatchHeader, memoryview]]:
@@ -177,7 +180,10 @@ class OffsetMap:
         #: the round's end once the map is built: batches at or past it are copied unchanged
         self.end_offset = 1 << 63
         self.latest: dict[bytes, int] = {}
-        self.producer_last: dict[int, int] = {}
+        self.producer_last: dict[int, int] = {}  # producer id -> last offset of its last batch
+        self.producer_ts: dict[int, int] = {}  # producer id -> largest timestamp of its batches
+        #: producers whose largest timestamp is older are expired (``producer.id.expiration.ms``)
+        self.active_after = -(1 << 63)
         self.aborted: set[int] = set()  # base offsets of batches of aborted transactions
         self.open_txns: dict[int, _OpenTxn] = {}  # producer id -> its transaction without a marker
         #: cleaning pass: producers whose current transaction has a batch in the cleaned output
@@ -214,6 +220,18 @@ class OffsetMap:
                     self.used += MAP_ENTRY_BYTES + len(key)
                 latest[key] = offset
 
+    def is_active_producers_last(self, h: records.BatchHeader) -> bool:
+        """``h`` is the last batch of a producer that has not expired: the batch producer state
+        rebuilds the producer's epoch and sequence from, so compaction keeps it (at least its
+        header). An expired producer's (idle past ``producer.id.expiration.ms``, which the
+        broker's producer state forgets too) may go, as in Kafka."""
+        pid = h.producer_id
+        return (
+            pid >= 0
+            and self.producer_last.get(pid) == h.last_offset
+            and self.producer_ts.get(pid, -1) >= self.active_after
+        )
+
     @property
     def full(self) -> bool:
         """At the byte budget (``log.cleaner.dedupe.buffer.size`` times its load factor); an
@@ -234,6 +252,8 @@ class OffsetMap:
             nxt = p + h.size
             if h.producer_id >= 0:
                 self.producer_last[h.producer_id] = h.last_offset
+                if h.max_timestamp > self.producer_ts.get(h.producer_id, -1):
+                    self.producer_ts[h.producer_id] = h.max_timestamp
             if h.is_control:
                 if h.base_offset < end_offset:
                     self._end_txn(batch, h)
@@ -338,7 +358,7 @@ def clean_batch(
         omap.txn_kept.discard(h.producer_id)
         if txn_left or not inp.drop_tombstones or last_in_group or h.base_offset >= omap.end_offset:
             return batch
-        if omap.producer_last.get(h.producer_id) == h.last_offset:
+        if omap.is_active_producers_last(h):
             return batch
         return None
     out = (
@@ -387,8 +407,7 @@ def _clean_data_batch(
         if kept[-1].offset != h.last_offset:
             rebuilt = with_last_offset_delta(rebuilt, h.last_offset_delta)
         return rebuilt
-    producer_last = h.producer_id >= 0 and omap.producer_last.get(h.producer_id) == h.last_offset
-    if producer_last or last_in_group:
+    if last_in_group or omap.is_active_producers_last(h):
         return empty_batch_like(batch)
     return None
 
@@ -430,10 +449,13 @@ def group_inputs(inputs: list[_Input], segment_bytes: int, index_bytes: int) -> 
 class LogCleaner:
     """Runs compaction rounds for the logs of one storage; one round at a time."""
 
-    def __init__(self, codecs: Mapping[int, Codec] | None, on_cleaned: Any, max_map_bytes: int) -> None:
+    def __init__(
+        self, codecs: Mapping[int, Codec] | None, on_cleaned: Any, max_map_bytes: int, producer_expiration_ms: int
+    ) -> None:
         self.codecs = codecs
         self.on_cleaned = on_cleaned  # called with the log after a round that swapped anything
         self.max_map_bytes = max_map_bytes  # log.cleaner.dedupe.buffer.size * its load factor
+        self.producer_expiration_ms = producer_expiration_ms  # producer.id.expiration.ms
         self.rounds = 0
 
     async def clean(self, log_: SegmentLog, now_ms: int) -> bool:
@@ -449,6 +471,7 @@ class LogCleaner:
 
     async def _run(self, plan: CleanPlan) -> bool:
         omap = OffsetMap(self.codecs, self.max_map_bytes)
+        omap.active_after = plan.now_ms - self.producer_expiration_ms
         end = plan.end_offset
         inputs = plan.inputs
         scanned = 0

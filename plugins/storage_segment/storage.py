@@ -138,7 +138,8 @@ class SegmentLogStorage:
         self._uncleanable: set[TopicPartition] = set()
         self._checkpoint_lock = trio.Lock()
         codecs = config.plugins.codecs() if getattr(config, "plugins", None) is not None else None
-        self.cleaner = LogCleaner(codecs, self._on_cleaned, dedupe_budget(config))
+        expiration = int(_option(config, "producer.id.expiration.ms", 86_400_000))
+        self.cleaner = LogCleaner(codecs, self._on_cleaned, dedupe_budget(config), expiration)
 
     # -- open ----------------------------------------------------------------------------------
     async def open(self) -> None:
