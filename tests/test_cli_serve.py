@@ -58,6 +58,19 @@ def test_serve_rejects_an_unknown_config_key(capsys: pytest.CaptureFixture[str])
     assert "no.such.key" in capsys.readouterr().err
 
 
+def test_serve_reports_a_value_a_plugin_rejects_as_a_config_error(tmp_path: Path) -> None:
+    """A value only its plugin can check (here the segment storage's cleaner load factor, which
+    must be in (0, 1]) fails the start like any bad config: one line, exit code 2, no traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "odradek", "serve", "--set", "log.dirs=./data", "--set",
+         "listeners=PLAINTEXT://127.0.0.1:0", "--set", "log.cleaner.io.buffer.load.factor=2"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "odradek: error: invalid value for 'log.cleaner.io.buffer.load.factor'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_sigterm_stops_cleanly_and_a_restart_keeps_port_and_data() -> None:
     with start_broker() as broker:
         port = broker.port

@@ -17,10 +17,11 @@ import logging
 import resource
 import signal
 import sys
+from typing import cast
 
 import trio
 
-from ..config import Config, load_config
+from ..config import Config, ConfigError, load_config
 from ..manager import load_plugins
 from . import add_config_arguments, parse_sets
 
@@ -62,10 +63,15 @@ def run(args: argparse.Namespace) -> int:
         log.info("open-file limit raised from %d to %d", *limits)
     state = {"started": False}
     failed: BaseException | None = None
+    config_error: ConfigError | None = None
     try:
         trio.run(serve, config, state)
+    except* ConfigError as group:  # a plugin rejected a value only it can check (its factory)
+        config_error = cast(ConfigError, _first_leaf(group))
     except* OSError as group:  # typically: a listener's port is taken
         failed = _first_leaf(group)
+    if config_error is not None:
+        raise config_error  # reported like any other bad config: "odradek: error: ..."
     if failed is not None:
         log.error("broker %s: %s", "failed" if state["started"] else "failed to start", failed)
         return 1
