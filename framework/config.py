@@ -58,7 +58,12 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("broker.id", int, 0, "This broker's id in the cluster.", minimum=0),
     _k("cluster.id", str, "", "Cluster id; generated and stored by the metadata store when empty."),
     _k("listeners", list, ["PLAINTEXT://127.0.0.1:9092"], "Where to listen: NAME://host:port, comma separated."),
-    _k("advertised.listeners", list, [], "Addresses given to clients; default: listeners."),
+    _k(
+        "advertised.listeners",
+        list,
+        [],
+        "Addresses given to clients, each named after one of the listeners; default: listeners.",
+    ),
     _k("log.dirs", list, ["./data"], "Directories holding partition logs (the first also holds metadata)."),
     # -- network
     _k("socket.request.max.bytes", int, 104857600, "Largest request frame accepted.", minimum=1024),
@@ -391,15 +396,16 @@ class Config(Mapping[str, Any]):
         return TopicConfig.build(self, overrides or {})
 
 
-def parse_listener(spec: str) -> Endpoint:
+def parse_listener(spec: str, key: str = "listeners") -> Endpoint:
     """``PLAINTEXT://127.0.0.1:9092`` -> Endpoint; the listener name doubles as security protocol
-    for the standard names (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)."""
+    for the standard names (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). ``key`` names the config
+    key in errors."""
     name, sep, rest = spec.partition("://")
     if not sep:
-        raise ConfigError(f"invalid value for 'listeners': {spec!r} is not NAME://host:port")
+        raise ConfigError(f"invalid value for {key!r}: {spec!r} is not NAME://host:port")
     host, colon, port_s = rest.rpartition(":")
     if not colon or not port_s.isdigit() or not (0 <= int(port_s) <= 65535):
-        raise ConfigError(f"invalid value for 'listeners': {spec!r} has no valid port")
+        raise ConfigError(f"invalid value for {key!r}: {spec!r} has no valid port")
     host = host.strip("[]") or "0.0.0.0"
     protocol = name.upper() if name.upper() in {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"} else "PLAINTEXT"
     return Endpoint(name=name.upper(), host=host, port=int(port_s), security_protocol=protocol)
@@ -411,10 +417,28 @@ def _check_cross_keys(values: Mapping[str, Any]) -> None:
             raise ConfigError(f"invalid value for 'log.cleanup.policy': {policy!r} is not delete or compact")
     if values.get("group.min.session.timeout.ms", 0) > values.get("group.max.session.timeout.ms", 1):
         raise ConfigError("invalid value for 'group.min.session.timeout.ms': above group.max.session.timeout.ms")
-    for spec in values.get("listeners", []):
-        parse_listener(spec)
-    for spec in values.get("advertised.listeners", []):
-        parse_listener(spec)
+    _check_listeners(values)
+
+
+def _check_listeners(values: Mapping[str, Any]) -> None:
+    """Kafka's rules: every listener has its own name, and every advertised address names one
+    of them (a client is given the address of the listener it connected to; an advertised name
+    no listener has would leave it with no broker to talk to)."""
+    names: list[str] = []
+    for key in ("listeners", "advertised.listeners"):
+        seen: set[str] = set()
+        for spec in values.get(key, []):
+            name = parse_listener(spec, key).name
+            if name in seen:
+                raise ConfigError(f"invalid value for {key!r}: the listener name {name} appears twice")
+            seen.add(name)
+            if key == "advertised.listeners" and name not in names:
+                raise ConfigError(
+                    f"invalid value for 'advertised.listeners': {spec!r} names no listener "
+                    f"(listeners: {', '.join(names) or 'none'})"
+                )
+            if key == "listeners":
+                names.append(name)
 
 
 def all_keys(plugins: Plugins | None) -> dict[str, ConfigKey]:

@@ -58,16 +58,30 @@ def test_serve_rejects_an_unknown_config_key(capsys: pytest.CaptureFixture[str])
     assert "no.such.key" in capsys.readouterr().err
 
 
-def test_serve_reports_a_value_a_plugin_rejects_as_a_config_error(tmp_path: Path) -> None:
-    """A value only its plugin can check (here the segment storage's cleaner load factor, which
-    must be in (0, 1]) fails the start like any bad config: one line, exit code 2, no traceback."""
+_LOAD_FACTOR_ERROR = "odradek: error: invalid value for 'log.cleaner.io.buffer.load.factor'"
+
+
+@pytest.mark.parametrize(
+    ("setting", "code", "message"),
+    [
+        # a value only its plugin checks, when the storage is built: a config error
+        ("log.cleaner.io.buffer.load.factor=2", 2, _LOAD_FACTOR_ERROR),
+        ("storage=nosuch", 2, "odradek: error: no storage plugin named 'nosuch'"),
+        # the configured metadata service is not there: the start fails, saying why
+        ("metadata=zookeeper", 1, "broker failed to start: no ZooKeeper answered at 127.0.0.1:1 within 1000 ms"),
+    ],
+)
+def test_serve_reports_start_failures_in_one_line(tmp_path: Path, setting: str, code: int, message: str) -> None:
+    """Failures found only while the broker assembles itself are reported like the others:
+    one line, exit code 2 for bad settings and 1 for a failed start, no traceback."""
+    zk = ["--set", "zookeeper.connect=127.0.0.1:1", "--set", "zookeeper.connection.timeout.ms=1000"]
     result = subprocess.run(
         [sys.executable, "-m", "odradek", "serve", "--set", "log.dirs=./data", "--set",
-         "listeners=PLAINTEXT://127.0.0.1:0", "--set", "log.cleaner.io.buffer.load.factor=2"],
+         "listeners=PLAINTEXT://127.0.0.1:0", *zk, "--set", setting],
         cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert result.returncode == 2
-    assert "odradek: error: invalid value for 'log.cleaner.io.buffer.load.factor'" in result.stderr
+    assert result.returncode == code
+    assert message in result.stderr
     assert "Traceback" not in result.stderr
 
 

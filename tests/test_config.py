@@ -38,6 +38,10 @@ def test_file_env_cli_precedence(tmp_path: Path) -> None:
         ({"auto.create.topics.enable": "maybe"}, "auto.create.topics.enable"),
         ({"log.cleanup.policy": "shred"}, "log.cleanup.policy"),
         ({"listeners": "PLAINTEXT://nohost"}, "listeners"),
+        ({"listeners": "PLAINTEXT://a:1,PLAINTEXT://b:2"}, "listeners"),
+        ({"listeners": "PLAINTEXT://a:1", "advertised.listeners": "EXTERNAL://b:2"}, "advertised.listeners"),
+        ({"listeners": "PLAINTEXT://a:1", "advertised.listeners": "PLAINTEXT://b"}, "advertised.listeners"),
+        ({"listeners": "PLAINTEXT://a:1", "advertised.listeners": "PLAINTEXT://b:2,PLAINTEXT://c:3"}, "advertised"),
         ({"log.message.timestamp.type": "WallTime"}, "log.message.timestamp.type"),
     ],
 )

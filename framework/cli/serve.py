@@ -22,7 +22,8 @@ from typing import cast
 import trio
 
 from ..config import Config, ConfigError, load_config
-from ..manager import load_plugins
+from ..errors import OdradekError
+from ..manager import PluginError, load_plugins
 from . import add_config_arguments, parse_sets
 
 log = logging.getLogger("odradek.serve")
@@ -63,12 +64,12 @@ def run(args: argparse.Namespace) -> int:
         log.info("open-file limit raised from %d to %d", *limits)
     state = {"started": False}
     failed: BaseException | None = None
-    config_error: ConfigError | None = None
+    config_error: OdradekError | None = None
     try:
         trio.run(serve, config, state)
-    except* ConfigError as group:  # a plugin rejected a value only it can check (its factory)
-        config_error = cast(ConfigError, _first_leaf(group))
-    except* OSError as group:  # typically: a listener's port is taken
+    except* (ConfigError, PluginError) as group:  # a value only a plugin can check, a missing plugin
+        config_error = cast(OdradekError, _first_leaf(group))
+    except* (OSError, OdradekError) as group:  # a port taken, no ZooKeeper answering, a bad log dir
         failed = _first_leaf(group)
     if config_error is not None:
         raise config_error  # reported like any other bad config: "odradek: error: ..."
