@@ -198,6 +198,18 @@ async def test_a_second_storage_cannot_take_the_same_dir(tmp_path: Path) -> None
     await storage.close()
 
 
+async def test_a_log_dir_that_cannot_be_a_directory_is_a_storage_error(tmp_path: Path) -> None:
+    """A file where a log dir should be: a storage error naming the dir, and the locks taken on
+    the dirs before it are released (a retry with a fixed config can take them)."""
+    (tmp_path / "file").write_text("not a directory")
+    good = tmp_path / "good"
+    storage = SegmentLogStorage(config(good).replace(log_dirs=[str(good), str(tmp_path / "file")]))
+    with pytest.raises(KafkaStorageError, match=r"log dir .*file cannot be created"):
+        await storage.open()
+    again = await open_storage(good)  # not left locked
+    await again.close()
+
+
 def _count_recoveries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     recovered: list[int] = []
     original = segment_module.LogSegment.recover

@@ -146,8 +146,12 @@ class SegmentLogStorage:
         if self._opened:
             return
         for d in self.log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
-            fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:  # a file in the way, no permission, a read-only mount
+                self._release_locks()
+                raise KafkaStorageError(f"log dir {d} cannot be created or written: {exc}") from exc
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
