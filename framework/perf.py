@@ -107,8 +107,11 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    if topic in admin.list_topics(timeout=10).topics:
-        return
+    try:
+        if topic in admin.list_topics(timeout=10).topics:
+            return
+    except ck.KafkaException as exc:  # no broker answered at bootstrap within the timeout
+        raise PerfError(f"cannot reach a broker at {bootstrap}: {exc.args[0].str()}") from None
     futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     try:
         futures[topic].result(timeout=30)

@@ -7,6 +7,7 @@ each mode runs end to end against odradek and reports what docs/performance.md s
 from __future__ import annotations
 
 import json
+import socket
 from array import array
 from typing import Any
 
@@ -102,3 +103,13 @@ def test_latency_summary_percentiles() -> None:
         "max": 1000.0,
         "samples": 1000.0,
     }
+
+
+def test_no_broker_at_bootstrap_is_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """A bootstrap address nothing listens on: a one-line error and exit code 2, no traceback."""
+    with socket.socket() as s:  # a port just freed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = main(["perf", "produce", "--bootstrap-server", f"127.0.0.1:{port}", "--topic", "t", "--num-records", "1"])
+    assert code == 2
+    assert f"odradek: error: cannot reach a broker at 127.0.0.1:{port}" in capsys.readouterr().err
