@@ -1,5 +1,6 @@
 """The producer against an in-memory broker under trio's MockClock: linger, batching, idempotent
-retries that keep order and never duplicate, acks=0, buffer.memory backpressure, close."""
+retries that keep order and never duplicate, acks=0, buffer.memory backpressure, close; and the
+clients' deadlines on blocking calls."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import trio
 import trio.testing
 from client_fakes import FakeBroker
 
-from odradek.client.aio import AsyncProducer
+from odradek.client.aio import AsyncConsumer, AsyncProducer
 from odradek.errors import ErrorCode, KafkaError
 from odradek.interfaces import TopicPartition
 from odradek.manager import Plugins, build_plugin_manager
@@ -145,3 +146,26 @@ async def test_sticky_partitioning_fills_one_batch_at_a_time(autojump_clock: tri
     runs = [parts[i : i + 10] for i in range(0, 40, 10)]
     assert all(len(set(run)) == 1 for run in runs)
     assert all(runs[i][0] != runs[i + 1][0] for i in range(3))
+
+
+async def test_blocking_calls_time_out_with_a_kafka_error(autojump_clock: trio.testing.MockClock) -> None:
+    """A topic the cluster never reports: the consumer's partitions_for gives up after
+    default.api.timeout.ms with REQUEST_TIMED_OUT saying what timed out (Kafka's
+    TimeoutException), the producer's after max.block.ms, and a flush with a deadline that
+    passes raises the same code; never trio's TooSlowError."""
+    broker = FakeBroker({"t": 1}, faults=["drop_before"] * 1000)
+    conf = {"bootstrap.servers": "fake:9092", "retry.backoff.ms": 10, "default.api.timeout.ms": 2000}
+    async with AsyncConsumer(conf, plugins=PLUGINS, connector=broker.connector()) as consumer:
+        start = trio.current_time()
+        with pytest.raises(KafkaError, match=r"partitions of topic 'missing': timed out after 2000 ms") as err:
+            await consumer.partitions_for("missing")
+        assert err.value.code is ErrorCode.REQUEST_TIMED_OUT
+        assert 2.0 <= trio.current_time() - start < 2.5
+    async with _producer(broker, **{"max.block.ms": 1000}) as producer:
+        with pytest.raises(KafkaError, match="not present in metadata") as err:
+            await producer.partitions_for("missing")
+        assert err.value.code is ErrorCode.REQUEST_TIMED_OUT
+        await producer.send("t", b"never acknowledged")
+        with pytest.raises(KafkaError, match=r"flush: records still unacknowledged after 500 ms") as err:
+            await producer.flush(timeout=0.5)
+        assert err.value.code is ErrorCode.REQUEST_TIMED_OUT

@@ -151,7 +151,7 @@ class AsyncAdmin(AsyncClient):
     # -- cluster and topics ------------------------------------------------------------------------
     async def describe_cluster(self, timeout: float | None = None) -> ClusterDescription:
         self._check_open()
-        with trio.fail_after(self._default_timeout(timeout)):
+        with self._api_deadline(timeout, "describe cluster"):
             cluster = await self.network.refresh_metadata([])
         return ClusterDescription(
             cluster.cluster_id, cluster.controller_id, sorted(cluster.brokers.values(), key=lambda b: b.node_id)
@@ -160,7 +160,7 @@ class AsyncAdmin(AsyncClient):
     async def list_topics(self, *, include_internal: bool = False, timeout: float | None = None) -> dict[str, int]:
         """Every topic with its partition count."""
         self._check_open()
-        with trio.fail_after(self._default_timeout(timeout)):
+        with self._api_deadline(timeout, "list topics"):
             cluster = await self.network.refresh_metadata(all_topics=True)
         return {
             name: info.num_partitions
@@ -174,7 +174,7 @@ class AsyncAdmin(AsyncClient):
         """Partitions, leaders, replicas and ISR of ``topics`` (all when None)."""
         self._check_open()
         names = None if topics is None else list(topics)
-        with trio.fail_after(self._default_timeout(timeout)):
+        with self._api_deadline(timeout, "describe topics"):
             cluster = await self.network.refresh_metadata(names, all_topics=names is None, allow_auto_create=False)
         out: dict[str, TopicDescription | KafkaError] = {}
         for name in names if names is not None else sorted(cluster.topics):
@@ -435,7 +435,7 @@ class AsyncAdmin(AsyncClient):
     async def list_groups(self, timeout: float | None = None) -> list[ListedGroup]:
         """Every group of every broker (each broker lists the groups it coordinates)."""
         self._check_open()
-        with trio.fail_after(self._default_timeout(timeout)):
+        with self._api_deadline(timeout, "list groups"):
             cluster = await self.network.refresh_metadata([])
         found: dict[str, ListedGroup] = {}
         errors: list[KafkaError] = []

@@ -10,13 +10,13 @@ when the body finished normally, abruptly when it raised.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any, ClassVar
 
 import trio
 
-from ..errors import OdradekError
+from ..errors import ErrorCode, KafkaError, OdradekError
 from ..interfaces import Connector
 from ..manager import Plugins, default_plugins
 from .config import ClientConfig
@@ -119,3 +119,16 @@ class AsyncClient:
 
     def _default_timeout(self, timeout: float | None) -> float:
         return self.config["default.api.timeout.ms"] / 1000.0 if timeout is None else timeout
+
+    @contextlib.contextmanager
+    def _api_deadline(self, timeout: float | None, what: str) -> Iterator[None]:
+        """Bound a blocking call by ``timeout`` seconds (``default.api.timeout.ms`` when None).
+        Expiry raises a KafkaError with REQUEST_TIMED_OUT saying what timed out, as Kafka's
+        clients raise their TimeoutException: callers see the client's errors, never trio's."""
+        seconds = self._default_timeout(timeout)
+        try:
+            with trio.fail_after(seconds):
+                yield
+        except trio.TooSlowError:
+            message = f"{what}: timed out after {seconds * 1000:.0f} ms"
+            raise KafkaError(message, code=ErrorCode.REQUEST_TIMED_OUT) from None

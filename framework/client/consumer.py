@@ -223,7 +223,7 @@ class AsyncConsumer(AsyncClient):
         self._check_open()
         tp = TopicPartition(*partition)
         st = self.subscriptions.state(tp)
-        with trio.fail_after(self._default_timeout(timeout)):
+        with self._api_deadline(timeout, f"position of {tp}"):
             while st.position is None:
                 if st.awaiting_committed:
                     await self.coordinator.refresh_committed_positions(self._default_timeout(timeout))
@@ -293,7 +293,7 @@ class AsyncConsumer(AsyncClient):
     async def partitions_for(self, topic: str, timeout: float | None = None) -> list[int]:
         self._check_open()
         self.network.add_topics([topic])
-        with trio.fail_after(self._default_timeout(timeout)):
+        with self._api_deadline(timeout, f"partitions of topic {topic!r}"):
             while self.network.cluster.partitions_for(topic) == 0:
                 await self.network.refresh_metadata([topic])
                 if self.network.cluster.partitions_for(topic) == 0:

@@ -346,6 +346,11 @@ class AsyncProducer(AsyncClient):
             with trio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
                 for batch in self.accumulator.incomplete():
                     await batch.done.wait()
+        except trio.TooSlowError:
+            assert timeout is not None
+            raise KafkaError(
+                f"flush: records still unacknowledged after {timeout * 1000:.0f} ms", code=ErrorCode.REQUEST_TIMED_OUT
+            ) from None
         finally:
             self.accumulator.end_flush()
 
