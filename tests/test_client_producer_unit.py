@@ -169,3 +169,18 @@ async def test_blocking_calls_time_out_with_a_kafka_error(autojump_clock: trio.t
         with pytest.raises(KafkaError, match=r"flush: records still unacknowledged after 500 ms") as err:
             await producer.flush(timeout=0.5)
         assert err.value.code is ErrorCode.REQUEST_TIMED_OUT
+
+
+async def test_offset_calls_without_a_group_id_fail_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    """commit(), commit_async() and committed() need a group.id, as in Kafka's consumer
+    (InvalidGroupIdException): without one they raise INVALID_GROUP_ID at once, even when
+    nothing is assigned, instead of committing nothing silently."""
+    broker = FakeBroker({"t": 1})
+    async with AsyncConsumer({"bootstrap.servers": "fake:9092"}, plugins=PLUGINS, connector=broker.connector()) as c:
+        c.assign([TopicPartition("t", 0)])
+        for call in (c.commit(), c.commit({TopicPartition("t", 0): 1}), c.committed([TopicPartition("t", 0)])):
+            with pytest.raises(KafkaError, match="needs a group.id") as err:
+                await call
+            assert err.value.code is ErrorCode.INVALID_GROUP_ID
+        with pytest.raises(KafkaError, match="needs a group.id"):
+            c.commit_async()

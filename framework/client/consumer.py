@@ -238,6 +238,7 @@ class AsyncConsumer(AsyncClient):
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """The group's committed offsets (None for partitions without one)."""
         self._check_open()
+        self._require_group("committed()")
         parts = [TopicPartition(*tp) for tp in partitions]
         found = await self.coordinator.committed(parts, self._default_timeout(timeout))
         return {tp: found.get(tp) for tp in parts}
@@ -316,6 +317,7 @@ class AsyncConsumer(AsyncClient):
         """Commit ``offsets`` (the next offsets to read), or the positions of every assigned
         partition (what the last polls returned); waits for the coordinator's answer."""
         self._check_open()
+        self._require_group("commit()")
         if offsets is None:
             to_commit = {tp: OffsetAndMetadata(pos) for tp, pos in self.subscriptions.positions().items()}
         else:
@@ -326,6 +328,12 @@ class AsyncConsumer(AsyncClient):
         if to_commit:
             await self.coordinator.commit(to_commit)
 
+    def _require_group(self, call: str) -> None:
+        """Offsets belong to a group: without ``group.id`` these calls fail at once, as Kafka's
+        consumer raises InvalidGroupIdException, rather than committing nothing silently."""
+        if not self.group_id:
+            raise KafkaError(f"{call} needs a group.id (offsets are stored per group)", code=ErrorCode.INVALID_GROUP_ID)
+
     def commit_async(
         self,
         offsets: Mapping[TopicPartition | tuple[str, int], int | OffsetAndMetadata] | None = None,
@@ -333,6 +341,7 @@ class AsyncConsumer(AsyncClient):
     ) -> None:
         """Commit in the background; ``callback(offsets, exception)`` runs when it is done."""
         self._check_open()
+        self._require_group("commit_async()")
         assert self._nursery is not None
         snapshot: dict[TopicPartition | tuple[str, int], int | OffsetAndMetadata] = (
             dict(offsets)
