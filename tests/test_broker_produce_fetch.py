@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -219,6 +220,45 @@ async def test_every_compression_round_trips(tmp_path: Path, compression: record
         data = batch([b"v%d" % i for i in range(50)], compression=compression)
         assert (await produce(core, TP, data)).error == ErrorCode.NONE
         assert [r.value for r in await fetch_records(core, TP)] == [b"v%d" % i for i in range(50)]
+
+
+def _with_records_section(good: bytearray, section: bytes, record_count: int | None = None) -> bytearray:
+    """``good``'s header over another records section, with a valid CRC: only a look inside the
+    section can tell it is garbage."""
+    out = bytearray(good[: records.HEADER_SIZE]) + section
+    struct.pack_into(">i", out, records.BATCH_LENGTH_OFFSET, len(out) - records.LOG_OVERHEAD)
+    if record_count is not None:
+        struct.pack_into(">i", out, records.RECORD_COUNT_OFFSET, record_count)
+    struct.pack_into(">I", out, records.CRC_OFFSET, records.compute_crc(out))
+    return out
+
+
+@pytest.mark.parametrize("compression", [c for c in records.Compression if c != records.Compression.NONE])
+async def test_a_crc_valid_batch_whose_records_do_not_decompress_is_refused(
+    tmp_path: Path, compression: records.Compression
+) -> None:
+    """As Kafka's LogValidator, which decompresses every compressed batch: CORRUPT_MESSAGE, and
+    nothing appended that consumers would fail on."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        good = batch([b"v%d" % i for i in range(20)], compression=compression)
+        garbage = _with_records_section(good, bytes(range(256)) * 2)
+        result = await produce(core, TP, garbage)
+        assert result.error == ErrorCode.CORRUPT_MESSAGE
+        assert (await produce(core, TP, good)).error == ErrorCode.NONE
+        assert [r.value for r in await fetch_records(core, TP)] == [b"v%d" % i for i in range(20)]
+
+
+async def test_a_batch_declaring_more_records_than_its_section_can_hold_is_refused(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        good = batch([b"v"])
+        section = bytes(good[records.HEADER_SIZE :])
+        lying = _with_records_section(good, section, record_count=len(section) // 7 + 1)
+        struct.pack_into(">i", lying, records.LAST_OFFSET_DELTA_OFFSET, len(section) // 7)
+        struct.pack_into(">I", lying, records.CRC_OFFSET, records.compute_crc(lying))
+        assert (await produce(core, TP, lying)).error == ErrorCode.CORRUPT_MESSAGE
+        assert await fetch_records(core, TP) == []
 
 
 async def test_fetch_from_a_broker_that_is_not_a_replica(tmp_path: Path) -> None:

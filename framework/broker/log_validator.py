@@ -1,11 +1,19 @@
 """Validation of a produce payload before it is appended (Kafka's ``LogValidator``).
 
-The hot path touches headers only: :func:`odradek.records.validate_batches` checks magic, framing,
+The hot path reads headers: :func:`odradek.records.validate_batches` checks magic, framing,
 size against ``max.message.bytes``, the CRC and the counts from each 61-byte header plus one CRC
 call, then the rules Kafka applies to client produce are checked here: exactly one batch per
 partition (Produce v3+), no control batches, zstd only from Produce v7, a producer id on
 transactional batches. ``LogAppendTime`` topics get their timestamp written into the header (the
 CRC is recomputed, records stay untouched).
+
+The CRC proves the bytes arrived as the producer sent them, not that they hold records: a buggy
+or hostile producer can send a CRC-valid batch whose records section is garbage, which every
+consumer would then fail on. Two cheap checks stop most of it, as Kafka's LogValidator (which
+reads every record) stops all of it: the section must be large enough for ``recordCount``
+records (7 bytes is the smallest record), and a compressed section must decompress (C code, a
+few microseconds per 16 KiB batch, where decoding every record in Python would cost more than
+the rest of the produce path).
 
 Two rules need the records themselves and so leave the hot path, exactly where Kafka does too:
 compacted topics require a key on every record, and a topic whose ``compression.type`` names a
@@ -20,7 +28,7 @@ from typing import NamedTuple
 
 from .. import records
 from ..config import LONG_MAX, TopicConfig
-from ..errors import ErrorCode, InvalidRecord, KafkaError, UnsupportedCompressionType
+from ..errors import CorruptMessage, ErrorCode, InvalidRecord, KafkaError, UnsupportedCompressionType
 from ..interfaces import BatchMeta, Codec
 from .producer_state import AppendOrigin
 
@@ -29,6 +37,9 @@ ZSTD_MIN_PRODUCE_VERSION = 7
 LOG_APPEND_TIME = "LogAppendTime"
 #: attributes is an int16 at byte 21; the codec id sits in the low bits of its second byte
 _COMPRESSION_BYTE = records.ATTRIBUTES_OFFSET + 1
+#: the smallest encoded record: length, attributes, timestamp and offset deltas, key and value
+#: lengths (-1: null) and a header count, one byte each
+MIN_RECORD_BYTES = 7
 _TOPIC_COMPRESSION = {
     "uncompressed": records.Compression.NONE,
     "gzip": records.Compression.GZIP,
@@ -95,6 +106,11 @@ def validate_records(
                 raise UnsupportedCompressionType(f"zstd needs Produce v{ZSTD_MIN_PRODUCE_VERSION}+, got v{api_version}")
             if cid not in codecs:
                 raise UnsupportedCompressionType(f"no codec with compression id {cid}")
+        if client and not settings.compact:  # a compacted topic decodes every record below
+            if cid:
+                _check_decompresses(data, meta, codecs[cid])
+            elif meta.size - records.HEADER_SIZE < MIN_RECORD_BYTES * meta.record_count:
+                raise _too_many_records(meta, meta.size - records.HEADER_SIZE)
         if meta.producer_id >= 0:
             if meta.base_sequence < 0 and not meta.is_control:
                 raise InvalidRecord(f"producer {meta.producer_id} sent a batch without a sequence number")
@@ -113,6 +129,21 @@ def validate_records(
             records.set_log_append_time(data, meta.position, now_ms)
             batches[i] = meta._replace(max_timestamp=now_ms)
     return ValidatedRecords(data, batches, log_append_time)
+
+
+def _check_decompresses(data: bytearray | memoryview, meta: BatchMeta, codec: Codec) -> None:
+    """A compressed records section decompresses into room for ``recordCount`` records."""
+    section = memoryview(data)[meta.position + records.HEADER_SIZE : meta.position + meta.size]
+    try:
+        size = len(codec.decompress(section))
+    except Exception as exc:  # each codec library raises its own error type
+        raise CorruptMessage(f"the batch's records do not decompress with {codec.name}: {exc!r}") from None
+    if size < MIN_RECORD_BYTES * meta.record_count:
+        raise _too_many_records(meta, size)
+
+
+def _too_many_records(meta: BatchMeta, section_bytes: int) -> KafkaError:
+    return CorruptMessage(f"the batch declares {meta.record_count} records in a {section_bytes}-byte records section")
 
 
 def _check_timestamps(data: bytearray | memoryview, meta: BatchMeta, max_diff: int, now_ms: int) -> None:
