@@ -261,6 +261,23 @@ async def test_a_batch_declaring_more_records_than_its_section_can_hold_is_refus
         assert await fetch_records(core, TP) == []
 
 
+async def test_full_record_validation_refuses_malformed_records_header_mode_lets_through(tmp_path: Path) -> None:
+    """A readable records section whose records are malformed (here: the first record claims
+    more bytes than the section has): only ``record.validation=full`` reads far enough to see it."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "header")
+        await create(core, "full", **{"record.validation": "full"})
+        good = batch([b"v%d" % i for i in range(5)])
+        section = bytearray(good[records.HEADER_SIZE :])
+        section[0] = 0x7E  # zigzag 63: a first record of 63 bytes, in a section of fewer
+        malformed = _with_records_section(good, bytes(section))
+        header_tp, full_tp = TopicPartition("header", 0), TopicPartition("full", 0)
+        assert (await produce(core, header_tp, bytearray(malformed))).error == ErrorCode.NONE
+        assert (await produce(core, full_tp, bytearray(malformed))).error == ErrorCode.CORRUPT_MESSAGE
+        assert (await produce(core, full_tp, good)).error == ErrorCode.NONE
+        assert [r.value for r in await fetch_records(core, full_tp)] == [b"v%d" % i for i in range(5)]
+
+
 async def test_fetch_from_a_broker_that_is_not_a_replica(tmp_path: Path) -> None:
     async with running_broker(tmp_path) as core:
         await create(core, "t")

@@ -13,7 +13,8 @@ consumer would then fail on. Two cheap checks stop most of it, as Kafka's LogVal
 reads every record) stops all of it: the section must be large enough for ``recordCount``
 records (7 bytes is the smallest record), and a compressed section must decompress (C code, a
 few microseconds per 16 KiB batch, where decoding every record in Python would cost more than
-the rest of the produce path).
+the rest of the produce path). A topic with ``record.validation=full`` (broker default
+``log.record.validation``) has every record decoded instead, as Kafka does, for ~1.5 us a record.
 
 Two rules need the records themselves and so leave the hot path, exactly where Kafka does too:
 compacted topics require a key on every record, and a topic whose ``compression.type`` names a
@@ -59,6 +60,7 @@ class AppendSettings:
     compact: bool
     target_compression: int | None  # None: keep the producer's codec
     timestamp_max_diff_ms: int | None  # None: no limit
+    full_validation: bool = False  # record.validation=full: decode every record
 
     @classmethod
     def from_config(cls, config: TopicConfig) -> AppendSettings:
@@ -70,6 +72,7 @@ class AppendSettings:
             config.compact,
             None if target == "producer" else int(_TOPIC_COMPRESSION[target]),
             None if max_diff >= LONG_MAX else max_diff,
+            config["record.validation"] == "full",
         )
 
 
@@ -120,6 +123,9 @@ def validate_records(
             _check_timestamps(data, meta, max_diff, now_ms)
     if client and settings.compact:
         _check_keys(data, batches, codecs)
+    elif client and settings.full_validation:
+        for meta in batches:  # raises CorruptMessage / InvalidRecord for the first bad record
+            records.decode_batch(data, meta.position, codecs=codecs, verify_crc=False)
     if client and settings.target_compression is not None:
         data, batches = _recompress(data, batches, records.Compression(settings.target_compression), codecs)
     log_append_time = -1
