@@ -779,12 +779,17 @@ def build_batch(
     is_control: bool = False,
     offset_deltas: Sequence[int] | None = None,
     compression_level: int | None = None,
+    delete_horizon_ms: int | None = None,
 ) -> bytes:
     """A whole v2 batch for ``records``: (key, value, headers, timestamp) tuples or objects with
     those attributes. A None timestamp means now; firstTimestamp is the first record's and
     maxTimestamp the largest, as Kafka's producer writes them. Offset deltas are 0, 1, 2, ...
     unless ``offset_deltas`` gives them (compaction keeps gaps). The records section is
     compressed with ``codecs[compression]`` even if that does not make it smaller.
+
+    ``delete_horizon_ms`` (compaction only, KIP-534) sets the delete-horizon attribute and puts
+    the horizon in firstTimestamp; record timestamps are then deltas from it, so every record
+    keeps its own timestamp.
     """
     n = len(records)
     if n == 0:
@@ -800,7 +805,7 @@ def build_batch(
             (r[0], r[1], r[2], ts) if type(r) is tuple else (r.key, r.value, r.headers, ts)  # type: ignore[union-attr]
             for r, ts in zip(records, timestamps, strict=True)
         ]
-    first_ts: int = timestamps[0]  # type: ignore[assignment]
+    first_ts: int = timestamps[0] if delete_horizon_ms is None else delete_horizon_ms  # type: ignore[assignment]
     max_ts: int = max(timestamps)  # type: ignore[type-var,assignment]
     body = encode_records(stamped, first_ts, offset_deltas)
     cid = int(compression)
@@ -813,6 +818,8 @@ def build_batch(
         attrs |= TRANSACTIONAL_MASK
     if is_control:
         attrs |= CONTROL_MASK
+    if delete_horizon_ms is not None:
+        attrs |= DELETE_HORIZON_MASK
     return _assemble(
         body,
         base_offset,

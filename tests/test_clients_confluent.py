@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from client_helpers import TIMEOUT_S, consume, produce
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from odradek.testing import BrokerProcess, unique_topic
+from odradek.testing import BrokerProcess, start_broker, unique_topic
 
 pytestmark = pytest.mark.integration
 
@@ -162,3 +162,74 @@ def test_subscribe_commit_and_resume(odradek_broker: BrokerProcess) -> None:
         assert msg is not None and msg.offset() == 12
     finally:
         second.close()
+
+
+def test_compacted_tombstones_keep_their_timestamps_and_wait_for_their_horizon() -> None:
+    """Compaction stamps a delete horizon into a batch holding a tombstone (KIP-534: the batch's
+    firstTimestamp becomes the horizon, records keep their timestamps as deltas from it).
+    librdkafka reads such batches with every record's own timestamp, sees the tombstone until
+    delete.retention.ms after the round that stamped it, and not after; the tombstone was
+    written days in the past, which must not make it go early."""
+    days_ago = int(time.time() * 1000) - 3 * 86_400_000  # inside retention.ms (7 days)
+    with start_broker(settings={"log.cleaner.backoff.ms": 100}) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        topic = unique_topic("horizon")
+        config = {
+            "cleanup.policy": "compact",
+            "segment.bytes": "2000",
+            "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "6000",
+        }
+        admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(TIMEOUT_S)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.num.messages": 1})  # one per batch
+        sent = [
+            (b"a", b"1", days_ago),
+            (b"b", b"1", days_ago + 1),
+            (b"a", None, days_ago + 2),
+            (b"c", b"2", days_ago + 3),
+        ]
+        sent += [(b"filler", b"x" * 100, days_ago + 4 + i) for i in range(40)]  # rolls segments
+        for key, value, ts in sent:
+            producer.produce(topic, key=key, value=value, timestamp=ts)
+        assert producer.flush(TIMEOUT_S) == 0
+
+        def read_all() -> list[tuple[int, bytes | None, bytes | None, int]]:
+            end = 44  # every offset was written; compaction leaves gaps, so read to the end
+            consumer = Consumer(
+                {"bootstrap.servers": broker.bootstrap, "group.id": unique_topic("g"), "enable.partition.eof": True}
+            )
+            try:
+                consumer.assign([TopicPartition(topic, 0, 0)])
+                out: list[tuple[int, bytes | None, bytes | None, int]] = []
+                deadline = time.monotonic() + TIMEOUT_S
+                while time.monotonic() < deadline:
+                    msg = consumer.poll(0.5)
+                    if msg is None:
+                        continue
+                    if msg.error() is not None:
+                        assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                        if msg.offset() >= end:
+                            return out
+                        continue
+                    out.append((msg.offset(), msg.key(), msg.value(), msg.timestamp()[1]))
+                raise AssertionError(f"did not reach offset {end}: {out}")
+            finally:
+                consumer.close()
+
+        deadline = time.monotonic() + TIMEOUT_S
+        while (0, b"a", b"1", days_ago) in (rows := read_all()):  # until the first round ran
+            assert time.monotonic() < deadline, f"the cleaner never ran: {rows[:5]}"
+            time.sleep(0.2)
+        # a's old value is gone; the tombstone stays, with b and c and their own timestamps
+        assert [r for r in rows if r[1] != b"filler"] == [
+            (1, b"b", b"1", days_ago + 1),
+            (2, b"a", None, days_ago + 2),
+            (3, b"c", b"2", days_ago + 3),
+        ]
+        stamped_at = time.monotonic()
+        while (2, b"a", None, days_ago + 2) in (rows := read_all()):
+            assert time.monotonic() < deadline + 10, "the tombstone never went"
+            time.sleep(0.2)
+        assert time.monotonic() - stamped_at > 3.0  # not before delete.retention.ms (6 s), less a read or two
+        assert [r for r in rows if r[1] != b"filler"] == [(1, b"b", b"1", days_ago + 1), (3, b"c", b"2", days_ago + 3)]
+        assert broker.log_problems() == []

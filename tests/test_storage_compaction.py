@@ -79,20 +79,63 @@ async def test_keeps_the_latest_record_per_key_at_its_offset(tmp_path: Path) -> 
     await storage.close()
 
 
+HOUR = 3_600_000
+
+
+def _batch_holding(log: SegmentLog, offset: int) -> records.RecordBatch:
+    return next(b for b in read_batches(log) if b.header.base_offset <= offset <= b.header.last_offset)
+
+
 async def test_tombstones_go_after_delete_retention(tmp_path: Path) -> None:
-    storage = await open_storage(tmp_path)
-    log = compacted_log(storage, delete_retention_ms=3_600_000)
+    """KIP-534: the round that first sees a tombstone stamps now + delete.retention.ms in its
+    batch; the tombstone stays until then, and the first round at or past it (due with no new
+    dirt) removes it."""
+    clock = [now_ms()]
+    storage = await open_storage(tmp_path, time_ms=lambda: clock[0])
+    log = compacted_log(storage, delete_retention_ms=HOUR)
     write_keys(log, 3)
-    append(log, batch(1, keys=[b"key-1"], values=[None], ts=now_ms()))
+    tombstone, _ = append(log, batch(1, keys=[b"key-1"], values=[None], ts=now_ms()))
     write_keys(log, 6, keys=1)  # only key-0 from now on, to roll segments past the tombstone
-    await storage.run_cleaner()
+    assert await storage.run_cleaner() == 1
     kept = {k: v for _, k, v in inactive_records(log)}
     assert kept[b"key-1"] is None  # the tombstone stays, the values it deleted do not
     assert [v for _, k, v in inactive_records(log) if k == b"key-1"] == [None]
-    log.update_config(compact_config(storage, delete_retention_ms=0))
-    write_keys(log, 6, keys=1)
-    await storage.run_cleaner()
+    stamped = _batch_holding(log, tombstone).header
+    assert stamped.has_delete_horizon and stamped.first_timestamp == clock[0] + HOUR
+    clock[0] += HOUR - 1
+    assert await storage.run_cleaner() == 0  # nothing dirty and the horizon still ahead
+    assert (tombstone, b"key-1", None) in key_values(log)
+    clock[0] += 1
+    assert await storage.run_cleaner() == 1  # the horizon alone makes the log due
     assert b"key-1" not in {k for _, k, _ in key_values(log)}
+    assert await storage.run_cleaner() == 0  # nothing left waiting
+    await storage.close()
+
+
+async def test_a_tombstone_with_an_old_timestamp_still_waits_delete_retention(tmp_path: Path) -> None:
+    """A producer replaying history writes a tombstone stamped a week ago. Measured by record
+    timestamps it would go in the first round, before a consumer reading the log could see the
+    delete; with the horizon stamped at the first round it stays delete.retention.ms, and
+    every record keeps its own timestamp through the rewrite."""
+    clock = [now_ms()]
+    week_ago = clock[0] - 7 * 86_400_000
+    storage = await open_storage(tmp_path, time_ms=lambda: clock[0])
+    log = compacted_log(storage, delete_retention_ms=HOUR)
+    append(log, batch(2, keys=[b"a", b"b"], values=[b"1", b"1"], ts=week_ago))
+    tombstone, _ = append(log, batch(2, keys=[b"a", b"c"], values=[None, b"2"], ts=week_ago + 5))
+    while len(log.segments) < 2:
+        append(log, batch(1, keys=[b"filler"], values=[b"x" * 100], ts=week_ago + 10))
+    assert await storage.run_cleaner() == 1
+    assert (tombstone, b"a", None) in key_values(log)
+    stamped = _batch_holding(log, tombstone)
+    assert stamped.header.has_delete_horizon and stamped.header.first_timestamp == clock[0] + HOUR
+    assert [(r.key, r.timestamp) for r in stamped.records] == [(b"a", week_ago + 5), (b"c", week_ago + 6)]
+    assert stamped.header.max_timestamp == week_ago + 6
+    clock[0] += HOUR
+    assert await storage.run_cleaner() == 1
+    assert [(k, v) for _, k, v in inactive_records(log) if k != b"filler"] == [(b"b", b"1"), (b"c", b"2")]
+    kept_c = _batch_holding(log, tombstone + 1)
+    assert [(r.key, r.timestamp) for r in kept_c.records] == [(b"c", week_ago + 6)]
     await storage.close()
 
 
@@ -171,6 +214,7 @@ async def test_an_expired_producers_last_batch_goes(tmp_path: Path) -> None:
     while len(log.segments) < 3:
         append(log, batch(1, keys=[b"y"], values=[b"f" * 100], ts=recent))
     await storage.run_cleaner()
+    assert await storage.run_cleaner() == 1  # the marker's horizon (now + 0) stamped by the first
     headers = [b.header for b in read_batches(log)]
     assert [(h.producer_id, h.record_count) for h in headers if h.producer_id >= 0] == [(6, 0)]
     await storage.close()
@@ -437,8 +481,9 @@ def _markers(log: SegmentLog) -> list[tuple[int, int]]:
 async def test_markers_go_once_their_transaction_is_gone_and_delete_retention_passed(tmp_path: Path) -> None:
     """A marker goes when no batch of its transaction is left before it and its segment is past
     delete.retention.ms, never while its records (or its producer's last batch) remain."""
-    storage = await open_storage(tmp_path)
-    log = compacted_log(storage, segment_bytes=2000, delete_retention_ms=3_600_000)
+    clock = [now_ms()]
+    storage = await open_storage(tmp_path, time_ms=lambda: clock[0])
+    log = compacted_log(storage, segment_bytes=2000, delete_retention_ms=HOUR)
     append(log, _txn_batch([b"a"], [b"a-aborted"], pid=7, seq=0))
     abort_7 = append(log, _marker(records.ControlRecordType.ABORT, 7))[0]
     append(log, _txn_batch([b"b"], [b"b-committed"], pid=8, seq=0))
@@ -457,15 +502,14 @@ async def test_markers_go_once_their_transaction_is_gone_and_delete_retention_pa
         append(log, batch(1, keys=[b"filler"], values=[b"x" * 100], ts=now_ms()))
     all_markers = [(7, abort_7), (8, commit_8), (7, commit_7), (8, last_8), (9, last_9), (7, last_7)]
     assert await storage.run_cleaner() == 1
-    # within delete.retention.ms every marker stays, though two transactions are gone
+    # within delete.retention.ms every marker stays, though two transactions are gone: the
+    # round stamps their horizon
     assert _markers(log) == all_markers
     assert b"a-aborted" not in {v for _, _, v in key_values(log)}
     assert b"b-committed" not in {v for _, _, v in key_values(log)}
-    log.update_config(compact_config(storage, segment_bytes=2000, delete_retention_ms=0))
-    append(log, batch(1, keys=[b"filler"], values=[b"x" * 100], ts=now_ms()))
-    while len(log.segments) < 4:
-        append(log, batch(1, keys=[b"filler"], values=[b"x" * 100], ts=now_ms()))
-    assert await storage.run_cleaner() == 1
+    assert _batch_holding(log, abort_7).header.first_timestamp == clock[0] + HOUR
+    clock[0] += HOUR
+    assert await storage.run_cleaner() == 1  # due at the horizon, with nothing new written
     # the aborted one and pid 8's first commit had nothing left; pid 7's first commit still
     # has c, pid 8's and pid 7's last ones have d and f, and pid 9's is its producer's last batch
     assert _markers(log) == [(7, commit_7), (8, last_8), (9, last_9), (7, last_7)]
@@ -477,7 +521,7 @@ async def test_markers_go_once_their_transaction_is_gone_and_delete_retention_pa
     before = key_values(log)
     await storage.close()
     storage = await open_storage(tmp_path)
-    log = compacted_log(storage, segment_bytes=2000, delete_retention_ms=0)
+    log = compacted_log(storage, segment_bytes=2000, delete_retention_ms=HOUR)
     assert key_values(log) == before and _open_transactions(log) == {}
     await storage.close()
 

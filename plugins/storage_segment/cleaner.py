@@ -75,7 +75,6 @@ MAP_ENTRY_BYTES = 120
 class _Input:
     segment: LogSegment
     size: int  # the bytes present when the round was planned (the active segment grows)
-    drop_tombstones: bool = False
     fd: int = -1  # pinned only while a step needs it, so a long log never pins all its files
 
 
@@ -137,10 +136,12 @@ def plan_round(log: SegmentLog, now_ms: int) -> CleanPlan | None:
         return None
     ratio, cleanable, end = dirty_ratio(log, now_ms)
     threshold = float(log.config.get("min.cleanable.dirty.ratio", 0.5))
-    if not cleanable or ratio <= 0 or ratio < threshold:
+    # a round is due when enough is dirty, or when tombstones or markers a round kept have
+    # reached their delete horizon (KIP-534: else they would wait for new dirt to go)
+    horizon_due = 0 <= log.latest_delete_horizon <= now_ms
+    if not cleanable or not (horizon_due or (ratio > 0 and ratio >= threshold)):
         return None
-    horizon = now_ms - log.config.delete_retention_ms
-    inputs = [_Input(s, s.size, s.largest_timestamp() <= horizon) for s in cleanable]
+    inputs = [_Input(s, s.size) for s in cleanable]
     tail = [_Input(s, s.size) for s in log.segments[len(cleanable) :]]
     first_dirty = max(log.first_dirty_offset, log.log_start_offset)
     return CleanPlan(log, log.generation, inputs, first_dirty, end, tail, now_ms)
@@ -189,6 +190,21 @@ class OffsetMap:
         #: cleaning pass: producers whose current transaction has a batch in the cleaned output
         #: (its marker must stay); filled and emptied in offset order as the groups are written
         self.txn_kept: set[int] = set()
+        #: the round's clock and ``delete.retention.ms``: a tombstone or an empty transaction's
+        #: marker first seen by a round is stamped with now + retention (KIP-534's delete
+        #: horizon) and goes in the first round at or past it
+        self.now_ms = 0
+        self.delete_retention_ms = 0
+        #: the latest horizon still ahead among what this round kept (-1: none), when the log
+        #: is next due for a round even without new dirt
+        self.pending_horizon = -1
+
+    def keep_until(self, horizon: int, stamped: bool) -> None:
+        """Note a horizon this round kept a tombstone or marker for. A horizon stamped now is
+        always noted (with ``delete.retention.ms=0`` it is due at once); an older one only
+        while it is ahead (one already passed belongs to a batch kept for another reason)."""
+        if (stamped or horizon > self.now_ms) and horizon > self.pending_horizon:
+            self.pending_horizon = horizon
 
     def first_open_txn_offset(self) -> int | None:
         """The first offset of a transaction whose outcome the scanned range does not hold."""
@@ -347,69 +363,100 @@ class GroupWriter:
 
 
 def clean_batch(
-    batch: memoryview, h: records.BatchHeader, inp: _Input, omap: OffsetMap, *, last_in_group: bool
+    batch: memoryview, h: records.BatchHeader, omap: OffsetMap, *, last_in_group: bool
 ) -> bytes | memoryview | None:
-    """What a batch becomes after cleaning: itself, a rebuilt smaller batch, an empty batch, or
-    None (dropped)."""
+    """What a batch becomes after cleaning: itself, a rebuilt batch (fewer records, or a delete
+    horizon stamped), an empty batch, or None (dropped)."""
     if h.is_control:
         if h.producer_id < 0:
             return batch
         txn_left = h.producer_id in omap.txn_kept
         omap.txn_kept.discard(h.producer_id)
-        if txn_left or not inp.drop_tombstones or last_in_group or h.base_offset >= omap.end_offset:
+        if txn_left or last_in_group or h.base_offset >= omap.end_offset:
             return batch
-        if omap.is_active_producers_last(h):
-            return batch
-        return None
-    out = (
-        batch
-        if h.base_offset >= omap.end_offset
-        else _clean_data_batch(batch, h, inp, omap, last_in_group=last_in_group)
-    )
+        # nothing of its transaction is left: the marker goes once its delete horizon has
+        # passed, as a tombstone does (KIP-534), unless its producer still needs it
+        if not h.has_delete_horizon:
+            return _stamped_marker(batch, h, omap)
+        if omap.now_ms >= h.first_timestamp and not omap.is_active_producers_last(h):
+            return None
+        omap.keep_until(h.first_timestamp, stamped=False)
+        return batch
+    out = batch if h.base_offset >= omap.end_offset else _clean_data_batch(batch, h, omap, last_in_group=last_in_group)
     if out is not None and h.is_transactional:
         omap.txn_kept.add(h.producer_id)
     return out
 
 
 def _clean_data_batch(
-    batch: memoryview, h: records.BatchHeader, inp: _Input, omap: OffsetMap, *, last_in_group: bool
+    batch: memoryview, h: records.BatchHeader, omap: OffsetMap, *, last_in_group: bool
 ) -> bytes | memoryview | None:
     kept: list[records.Record] = []
     total = 0
+    tombstones = False
     if h.record_count and h.base_offset not in omap.aborted:
         decoded = records.decode_batch(batch, verify_crc=False, codecs=omap.codecs)
         total = len(decoded.records)
         latest = omap.latest
+        # KIP-534: tombstones go once the horizon stamped in their batch has passed; a batch
+        # without one keeps them and is stamped, so each stays delete.retention.ms after the
+        # cleaner first saw it, whatever timestamps the producer wrote
+        horizon_passed = h.has_delete_horizon and omap.now_ms >= h.first_timestamp
         for rec in decoded.records:
             if rec.key is None:
                 continue  # Kafka's cleaner drops keyless records of compacted topics
             if rec.offset < latest.get(rec.key, -1):
                 continue
-            if rec.value is None and inp.drop_tombstones:
-                continue
+            if rec.value is None:
+                if horizon_passed:
+                    continue
+                tombstones = True
             kept.append(rec)
-    if kept and len(kept) == total:
+    horizon: int | None = h.first_timestamp if h.has_delete_horizon else None
+    stamp = tombstones and horizon is None
+    if stamp:
+        horizon = omap.now_ms + omap.delete_retention_ms
+    if tombstones and horizon is not None:
+        omap.keep_until(horizon, stamped=stamp)
+    if kept and len(kept) == total and not stamp:
         return batch
     if kept:
-        rebuilt = records.build_batch(
-            kept,
-            base_offset=h.base_offset,
-            compression=h.compression_id,
-            codecs=omap.codecs,
-            producer_id=h.producer_id,
-            producer_epoch=h.producer_epoch,
-            base_sequence=h.base_sequence,
-            is_transactional=h.is_transactional,
-            partition_leader_epoch=h.partition_leader_epoch,
-            timestamp_type=h.timestamp_type,
-            offset_deltas=[r.offset - h.base_offset for r in kept],
-        )
-        if kept[-1].offset != h.last_offset:
-            rebuilt = with_last_offset_delta(rebuilt, h.last_offset_delta)
-        return rebuilt
+        return _rebuilt(h, kept, omap, horizon)
     if last_in_group or omap.is_active_producers_last(h):
         return empty_batch_like(batch)
     return None
+
+
+def _rebuilt(h: records.BatchHeader, kept: list[records.Record], omap: OffsetMap, horizon: int | None) -> bytes:
+    """``kept`` as a batch with ``h``'s metadata and offset span (offsets, producer sequence)."""
+    rebuilt = records.build_batch(
+        kept,
+        base_offset=h.base_offset,
+        compression=h.compression_id,
+        codecs=omap.codecs,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        is_transactional=h.is_transactional,
+        is_control=h.is_control,
+        partition_leader_epoch=h.partition_leader_epoch,
+        timestamp_type=h.timestamp_type,
+        offset_deltas=[r.offset - h.base_offset for r in kept],
+        delete_horizon_ms=horizon,
+    )
+    if kept[-1].offset != h.last_offset:
+        rebuilt = with_last_offset_delta(rebuilt, h.last_offset_delta)
+    return rebuilt
+
+
+def _stamped_marker(batch: memoryview, h: records.BatchHeader, omap: OffsetMap) -> bytes | memoryview:
+    """An empty transaction's marker with its delete horizon set (its records as they were)."""
+    kept = records.decode_batch(batch, verify_crc=False, codecs=omap.codecs).records
+    if not kept:
+        return batch  # a marker without its record: nothing to stamp, keep it as it is
+    horizon = omap.now_ms + omap.delete_retention_ms
+    omap.keep_until(horizon, stamped=True)
+    return _rebuilt(h, list(kept), omap, horizon)
 
 
 def clean_step(group: list[_Input], omap: OffsetMap, writer: GroupWriter, cursor: tuple[int, int]) -> tuple[int, int]:
@@ -420,7 +467,7 @@ def clean_step(group: list[_Input], omap: OffsetMap, writer: GroupWriter, cursor
     last_input = idx == len(group) - 1
     for p, h, batch in _read_step(inp.fd, inp.size, pos):
         pos = p + h.size
-        out = clean_batch(batch, h, inp, omap, last_in_group=last_input and pos >= inp.size)
+        out = clean_batch(batch, h, omap, last_in_group=last_input and pos >= inp.size)
         if out is not None:
             writer.write(out, h if out is batch else records.parse_header(out))
     return (idx + 1, 0) if pos >= inp.size else (idx, pos)
@@ -472,6 +519,8 @@ class LogCleaner:
     async def _run(self, plan: CleanPlan) -> bool:
         omap = OffsetMap(self.codecs, self.max_map_bytes)
         omap.active_after = plan.now_ms - self.producer_expiration_ms
+        omap.now_ms = plan.now_ms
+        omap.delete_retention_ms = plan.log.config.delete_retention_ms
         end = plan.end_offset
         inputs = plan.inputs
         scanned = 0
@@ -506,6 +555,7 @@ class LogCleaner:
                 return False
             swapped += 1
         plan.log.first_dirty_offset = max(plan.log.first_dirty_offset, end)
+        plan.log.latest_delete_horizon = omap.pending_horizon
         self.rounds += 1
         log.info("%s: compacted %d group(s) up to offset %d", plan.log.topic_partition, swapped, end)
         self.on_cleaned(plan.log)

@@ -77,6 +77,10 @@ class SegmentLog:
         self._pending_flush: list[LogSegment] = []
         self._last_flush_ms = ctx.time_ms()
         self.first_dirty_offset = log_start_offset  # compaction progress (cleaner-offset-checkpoint)
+        #: the latest delete horizon (KIP-534) the last compaction round left a tombstone or marker
+        #: waiting for, -1 for none: the log is due for a round once it passes. Kept in memory
+        #: only, as Kafka's latestDeleteHorizon: after a restart they wait for the next round.
+        self.latest_delete_horizon = -1
         self.closed = False
         self._failure: str | None = None  # set when the log's files could not be kept consistent
         self._dirty = self._leo > self.recovery_point  # anything written since the last fsync
