@@ -4,10 +4,12 @@ against a live broker are in test_groups_clients.py)."""
 from __future__ import annotations
 
 import datetime
+from types import SimpleNamespace
 
 import pytest
 
 from odradek.cli import build_parser
+from odradek.cli import groups as groups_cli
 from odradek.cli.groups import GroupsCommandError, format_table, parse_datetime_ms, parse_topic_spec, plan_reset
 from odradek.interfaces import TopicPartition
 
@@ -58,3 +60,45 @@ def test_table_and_parser() -> None:
     assert (args.group, args.topic, args.shift_by, args.execute) == ("g", ["t:1"], -3, False)
     with pytest.raises(SystemExit):  # a reset strategy is required
         build_parser().parse_args(["groups", "reset-offsets", "g", "--all-topics", "--bootstrap-server", "h:1"])
+
+
+class _StaleOffsetsAdmin:
+    """An admin client whose group has an offset of a topic that no longer exists (deleted while
+    the broker did not coordinate the group, or on another Kafka)."""
+
+    live, gone = TopicPartition("live", 0), TopicPartition("gone", 0)
+
+    async def __aenter__(self) -> _StaleOffsetsAdmin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def describe_groups(self, groups: list[str], timeout: float | None = None) -> dict[str, object]:
+        return {g: SimpleNamespace(state="Empty", protocol="", members=[], coordinator=0) for g in groups}
+
+    async def list_consumer_group_offsets(
+        self, group: str, timeout: float | None = None
+    ) -> dict[TopicPartition, object]:
+        return {self.live: SimpleNamespace(offset=3), self.gone: SimpleNamespace(offset=5)}
+
+    async def list_topics(self, include_internal: bool = False, timeout: float | None = None) -> dict[str, int]:
+        return {"live": 1}
+
+    async def list_offsets(
+        self, specs: dict[TopicPartition, object], timeout: float | None = None
+    ) -> dict[TopicPartition, object]:
+        assert set(specs) == {self.live}, "asked the log end of a partition that does not exist"
+        return {self.live: SimpleNamespace(offset=10)}
+
+
+def test_describe_shows_offsets_of_a_topic_that_is_gone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The committed offset is shown with "-" for the log end and lag, instead of the command
+    waiting for a leader that will never come (it used to time out and print nothing)."""
+    monkeypatch.setattr(groups_cli, "_admin", lambda args: _StaleOffsetsAdmin())
+    args = build_parser().parse_args(["groups", "describe", "g", "--bootstrap-server", "127.0.0.1:1"])
+    assert args.func(args) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("g ")]
+    assert [r[1:6] for r in rows] == [["gone", "0", "5", "-", "-"], ["live", "0", "3", "10", "7"]]

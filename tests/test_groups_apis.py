@@ -3,6 +3,7 @@ run through the transport's dispatcher against a real GroupCoordinator, response
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import sys
 from collections.abc import AsyncIterator
@@ -25,13 +26,14 @@ GROUP = "wire-group"
 
 
 class GroupsBroker:
-    """The little of the broker facade the group handlers use: topic "t" with 4 partitions."""
+    """The little of the broker facade the group handlers use: topic "t" with 4 partitions, "u"
+    with 2."""
 
     def __init__(self, coordinator: GroupCoordinator) -> None:
         self.group_coordinator = coordinator
 
     async def metadata(self, topics: Any, allow_auto_create: bool, *, listener_name: str | None = None) -> Any:
-        known = {"t": 4}
+        known = {"t": 4, "u": 2}
         return ClusterMetadata(
             "cluster",
             0,
@@ -215,3 +217,100 @@ async def test_old_versions(wire: Wire) -> None:
     assert int(left.error_code) == ErrorCode.UNKNOWN_MEMBER_ID
     fetch_v2 = await wire.call(ApiKey.OFFSET_FETCH, 2, build(ApiKey.OFFSET_FETCH, 2, group_id="", topics=None))
     assert int(fetch_v2.error_code) == 0 and fetch_v2.topics == ()
+
+
+def _commit_v7(group_id: str, member_id: str, generation: int, offsets: dict[str, list[int]]) -> Any:
+    topics = tuple(
+        nested(ApiKey.OFFSET_COMMIT, 7, "OffsetCommitRequestTopic", name=name, partitions=tuple(
+            nested(ApiKey.OFFSET_COMMIT, 7, "OffsetCommitRequestPartition", partition_index=p, committed_offset=10 + p,
+                   committed_leader_epoch=-1, committed_metadata=None)
+            for p in parts))
+        for name, parts in offsets.items()
+    )  # fmt: skip
+    return build(ApiKey.OFFSET_COMMIT, 7, group_id=group_id, generation_id_or_member_epoch=generation,
+                 member_id=member_id, group_instance_id=None, topics=topics)  # fmt: skip
+
+
+def _offset_delete(group_id: str, offsets: dict[str, list[int]]) -> Any:
+    topics = tuple(
+        nested(ApiKey.OFFSET_DELETE, 0, "OffsetDeleteRequestTopic", name=name, partitions=tuple(
+            nested(ApiKey.OFFSET_DELETE, 0, "OffsetDeleteRequestPartition", partition_index=p) for p in parts))
+        for name, parts in offsets.items()
+    )  # fmt: skip
+    return build(ApiKey.OFFSET_DELETE, 0, group_id=group_id, topics=topics)
+
+
+async def _committed(wire: Wire, group_id: str) -> list[tuple[str, int]]:
+    fetched = await wire.call(ApiKey.OFFSET_FETCH, 5, build(ApiKey.OFFSET_FETCH, 5, group_id=group_id, topics=None))
+    return sorted((t.name, p.partition_index) for t in fetched.topics for p in t.partitions)
+
+
+async def test_offset_delete_as_kafka_answers_it(wire: Wire) -> None:
+    """OffsetDelete (KIP-496): a consumer group with members keeps offsets of topics it is
+    subscribed to (GROUP_SUBSCRIBED_TO_TOPIC) and loses the others; unknown topics and
+    partitions are refused per partition; once empty, any offset goes, and a group left with
+    none goes too; a group with members and another protocol refuses as a whole."""
+    for group_id in (GROUP, "workers"):
+        await wire.call(ApiKey.FIND_COORDINATOR, 2, build(ApiKey.FIND_COORDINATOR, 2, key=group_id, key_type=0))
+    first = await join_v5(wire)
+    joined = await join_v5(wire, first.member_id)
+    member = first.member_id
+    assignment = nested(ApiKey.SYNC_GROUP, 3, "SyncGroupRequestAssignment", member_id=member, assignment=b"")
+    await wire.call(
+        ApiKey.SYNC_GROUP, 3,
+        build(ApiKey.SYNC_GROUP, 3, group_id=GROUP, generation_id=joined.generation_id, member_id=member,
+              group_instance_id=None, assignments=(assignment,)),
+    )  # fmt: skip
+    commit = await wire.call(ApiKey.OFFSET_COMMIT, 7, _commit_v7(GROUP, member, 1, {"t": [1], "u": [0, 1]}))
+    assert {int(p.error_code) for t in commit.topics for p in t.partitions} == {0}
+    deleted = await wire.call(ApiKey.OFFSET_DELETE, 0, _offset_delete(GROUP, {"t": [1], "u": [0, 5], "x": [0]}))
+    assert int(deleted.error_code) == 0
+    assert [(t.name, p.partition_index, int(p.error_code)) for t in deleted.topics for p in t.partitions] == [
+        ("t", 1, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC),
+        ("u", 0, ErrorCode.NONE),
+        ("u", 5, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        ("x", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ]
+    assert await _committed(wire, GROUP) == [("t", 1), ("u", 1)]
+    leaving = nested(ApiKey.LEAVE_GROUP, 3, "MemberIdentity", member_id=member, group_instance_id=None)
+    await wire.call(ApiKey.LEAVE_GROUP, 3, build(ApiKey.LEAVE_GROUP, 3, group_id=GROUP, members=(leaving,)))
+    emptied = await wire.call(ApiKey.OFFSET_DELETE, 0, _offset_delete(GROUP, {"t": [1], "u": [1]}))
+    assert [int(p.error_code) for t in emptied.topics for p in t.partitions] == [0, 0]
+    assert await _committed(wire, GROUP) == []
+    described = await wire.call(
+        ApiKey.DESCRIBE_GROUPS,
+        5,
+        build(ApiKey.DESCRIBE_GROUPS, 5, groups=(GROUP,), include_authorized_operations=False),
+    )
+    assert described.groups[0].group_state == "Dead"  # empty and without offsets: gone, as after expiry
+    gone = await wire.call(ApiKey.OFFSET_DELETE, 0, _offset_delete(GROUP, {"t": [1]}))
+    assert (int(gone.error_code), gone.topics) == (ErrorCode.GROUP_ID_NOT_FOUND, ())
+    # a group with members that is not a consumer group: the coordinator cannot read subscriptions
+    protocol = nested(ApiKey.JOIN_GROUP, 5, "JoinGroupRequestProtocol", name="assign", metadata=b"x")
+    join_connect = build(
+        ApiKey.JOIN_GROUP, 5, group_id="workers", session_timeout=ms(10_000), rebalance_timeout=ms(20_000),
+        member_id="", group_instance_id=None, protocol_type="connect", protocols=(protocol,),
+    )  # fmt: skip
+    pending = await wire.call(ApiKey.JOIN_GROUP, 5, join_connect)
+    await wire.call(ApiKey.JOIN_GROUP, 5, dataclasses.replace(join_connect, member_id=pending.member_id))
+    busy = await wire.call(ApiKey.OFFSET_DELETE, 0, _offset_delete("workers", {"t": [0]}))
+    assert int(busy.error_code) == ErrorCode.NON_EMPTY_GROUP
+    blank = await wire.call(ApiKey.OFFSET_DELETE, 0, _offset_delete("", {"t": [0]}))
+    assert int(blank.error_code) == ErrorCode.INVALID_GROUP_ID
+
+
+async def test_a_deleted_topics_offsets_go_from_every_group(wire: Wire) -> None:
+    """When the metadata cache sees a topic deleted, the coordinator removes every group's
+    committed offsets of it (tombstones), as Kafka's does; an offsets-only group left with none
+    goes."""
+    for group_id, offsets in (("a", {"t": [0], "u": [0, 1]}), ("b", {"u": [1]})):
+        await wire.call(ApiKey.FIND_COORDINATOR, 2, build(ApiKey.FIND_COORDINATOR, 2, key=group_id, key_type=0))
+        commit = await wire.call(ApiKey.OFFSET_COMMIT, 7, _commit_v7(group_id, "", -1, offsets))
+        assert {int(p.error_code) for t in commit.topics for p in t.partitions} == {0}
+    coordinator = wire.dispatcher.broker.group_coordinator
+    coordinator.on_topic_deleted("u")
+    await trio.testing.wait_all_tasks_blocked()
+    assert await _committed(wire, "a") == [("t", 0)]
+    assert await _committed(wire, "b") == []
+    assert coordinator.manager.get_group("b") is None
+    assert coordinator.manager.get_group("a") is not None

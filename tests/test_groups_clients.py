@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from group_client_helpers import (
     TIMEOUT_S,
     AioKafkaMember,
@@ -250,3 +251,50 @@ def test_groups_cli(group_broker: BrokerProcess, capsys: pytest.CaptureFixture[s
         assert gone.returncode == 1 and "does not exist" in gone.stdout
     finally:
         group.close()
+
+
+def test_delete_offsets_and_a_deleted_topics_offsets(
+    group_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OffsetDelete from kafka-python's admin and from ``odradek groups delete-offsets``; and a
+    deleted topic's committed offsets go with it, so the same name created again is read from
+    auto.offset.reset, not from the old position (Kafka's coordinator does the same)."""
+    from kafka import KafkaAdminClient
+    from kafka.structs import TopicPartition as KafkaPythonTopicPartition
+
+    kept, dropped = unique_topic("offdel-kept"), unique_topic("offdel-dropped")
+    create_topic(group_broker, kept, 2)
+    create_topic(group_broker, dropped, 1)
+    group = unique_topic("offdel-group")
+    committer = Consumer({"bootstrap.servers": group_broker.bootstrap, "group.id": group})
+    try:
+        offsets = [TopicPartition(kept, 0, 3), TopicPartition(kept, 1, 4), TopicPartition(dropped, 0, 5)]
+        committer.commit(offsets=offsets, asynchronous=False)
+    finally:
+        committer.close()
+    assert committed_offsets(group_broker, group, kept, 2) == [3, 4]
+    admin = KafkaAdminClient(bootstrap_servers=group_broker.bootstrap)
+    try:
+        result = admin.delete_group_offsets(group, [KafkaPythonTopicPartition(kept, 1)])
+        assert [(tp.topic, tp.partition) for tp, error in result.items() if error.errno == 0] == [(kept, 1)]
+    finally:
+        admin.close()
+    assert committed_offsets(group_broker, group, kept, 2) == [3, -1001]
+    odradek_cli = Cli(capsys, group_broker.bootstrap)
+    removed = odradek_cli("delete-offsets", group, "--topic", kept)
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert [line.split()[:3] for line in removed.stdout.splitlines()[1:]] == [
+        [kept, "0", "Successful"],
+        [kept, "1", "Successful"],
+    ]
+    assert committed_offsets(group_broker, group, kept, 2) == [-1001, -1001]
+    # the topic goes: its offsets go from the group too, and a new topic of that name starts empty
+    topics_admin = AdminClient({"bootstrap.servers": group_broker.bootstrap})  # kept alive until the result
+    topics_admin.delete_topics([dropped])[dropped].result(TIMEOUT_S)
+    wait_for(lambda: committed_offsets(group_broker, group, dropped, 1) == [-1001], "the deleted topic's offsets to go")
+    described = odradek_cli("describe", group)
+    assert dropped not in described.stdout
+    create_topic(group_broker, dropped, 1)
+    assert committed_offsets(group_broker, group, dropped, 1) == [-1001]
+    missing = odradek_cli("delete-offsets", "no-such-group-" + group, "--topic", kept)
+    assert missing.returncode == 1 and "GROUP_ID_NOT_FOUND" in missing.stderr

@@ -133,7 +133,7 @@ def test_version_table_matches_protocol_md() -> None:
         assert tuple(SUPPORTED_VERSIONS[key]) == rng, ApiKey(key).name
     for key in (19, 20, 37, 32, 44, 21, 15, 16, 42):
         assert key in SUPPORTED_VERSIONS
-    assert 47 not in SUPPORTED_VERSIONS  # OffsetDelete
+    assert tuple(SUPPORTED_VERSIONS[47]) == (0, 0)  # OffsetDelete: Kafka has only v0
     assert 71 not in SUPPORTED_VERSIONS and 72 not in SUPPORTED_VERSIONS  # telemetry
 
 
@@ -281,7 +281,7 @@ def test_decode_request_rejects_unsupported_and_trailing_bytes() -> None:
     with pytest.raises(UnsupportedVersion):
         decode_request(ApiKey.FETCH, 12, b"", 0)
     with pytest.raises(UnsupportedVersion):
-        decode_request(47, 0, b"", 0)
+        decode_request(ApiKey.OFFSET_DELETE, 1, b"", 0)  # Kafka has only v0
     request = sample(request_type(ApiKey.METADATA, 4))
     frame = encode_request(request, correlation_id=1, client_id="x")
     header = parse_request_header(frame)

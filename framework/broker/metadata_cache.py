@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +142,10 @@ class MetadataCache:
         self._topic_read_at: dict[str, int] = {}
         # one reconciliation at a time: the watch and an admin call may refresh the same topic
         self._lock = trio.Lock()
+        #: called with a topic's name when a topic this cache knew is deleted (by any broker or
+        #: tool), after its local partitions are removed; must not block (the group coordinator
+        #: starts removing the topic's committed offsets)
+        self.topic_deleted_listeners: list[Callable[[str], None]] = []
 
     # -- loading ---------------------------------------------------------------------------------
     async def load(self) -> None:
@@ -187,11 +191,13 @@ class MetadataCache:
         assignment = await self.store.get(topic_key(name))
         cfg = await self.store.get(config_key(name))
         if assignment is None:
-            if self.topics.pop(name, None) is not None or any(
-                tp.topic == name for tp in self.replica_manager.partitions
-            ):
+            known = self.topics.pop(name, None) is not None
+            if known or any(tp.topic == name for tp in self.replica_manager.partitions):
                 await self._remove_local(name, set())
             self._topic_configs.pop(name, None)
+            if known:
+                for listener in self.topic_deleted_listeners:
+                    listener(name)
             return
         doc = json.loads(assignment.value)
         topic = TopicState(

@@ -227,3 +227,4 @@ class BrokerServer:
         coordinator = GroupCoordinator(BrokerOffsetsLog(core, self.config), self.config)
         await self._start(nursery, scopes, coordinator.run)
         core.group_coordinator = coordinator
+        core.metadata_cache.topic_deleted_listeners.append(coordinator.on_topic_deleted)

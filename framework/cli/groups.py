@@ -9,10 +9,13 @@ client (:class:`odradek.client.aio.AsyncAdmin`)::
         (--to-earliest | --to-latest | --to-offset N | --to-datetime ISO | --shift-by N | --to-current)
         [--execute | --dry-run]
     odradek groups delete GROUP [GROUP ...] --bootstrap-server HOST:PORT
+    odradek groups delete-offsets GROUP --topic T[:P,P] [--topic ...] --bootstrap-server HOST:PORT
 
 ``describe`` prints the group's state and, per partition, the committed offset, the log end offset,
-the lag and the member owning it. ``reset-offsets`` only changes the offsets of an inactive group
-(Empty or Dead) and, as in Kafka, only prints the plan unless ``--execute`` is given.
+the lag and the member owning it (``-`` for the log end and lag of a partition whose topic no
+longer exists). ``reset-offsets`` only changes the offsets of an inactive group (Empty or Dead)
+and, as in Kafka, only prints the plan unless ``--execute`` is given. ``delete-offsets``
+(Kafka's ``--delete-offsets``) removes committed offsets and keeps the group.
 """
 
 from __future__ import annotations
@@ -71,6 +74,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_admin_arguments(delete)
     delete.add_argument("groups", nargs="+", metavar="GROUP")
     delete.set_defaults(func=run_delete)
+
+    delete_offsets = gsub.add_parser(
+        "delete-offsets", help="remove a group's committed offsets of topics its members do not consume"
+    )
+    add_admin_arguments(delete_offsets)
+    delete_offsets.add_argument("group", metavar="GROUP")
+    delete_offsets.add_argument(
+        "--topic", action="append", required=True, metavar="TOPIC[:P,P...]", help="topic, optionally partitions"
+    )
+    delete_offsets.set_defaults(func=run_delete_offsets)
 
 
 # -- pure helpers (tested without a broker) -----------------------------------------------------
@@ -212,11 +225,10 @@ async def _describe(args: argparse.Namespace, out: TextIO) -> int:
                 for tp in m.assignment:
                     owners[TopicPartition(*tp)] = m
             partitions = sorted(set(committed) | set(owners))
-            ends = (
-                await admin.list_offsets(dict.fromkeys(partitions, "latest"), timeout=args.timeout)
-                if partitions
-                else {}
-            )
+            # offsets may outlive their topic (deleted while this broker did not coordinate the
+            # group, or on another Kafka): no log end to ask for, so "-" rather than a timeout
+            live = await _existing(admin, partitions, args.timeout)
+            ends = await admin.list_offsets(dict.fromkeys(live, "latest"), timeout=args.timeout) if live else {}
             print(
                 f"GROUP {group_id}  STATE {desc.state}  PROTOCOL {desc.protocol or '-'}  "
                 f"MEMBERS {len(desc.members)}  COORDINATOR {desc.coordinator}",
@@ -275,7 +287,11 @@ async def _reset_offsets(args: argparse.Namespace, out: TextIO) -> int:
         committed_all = await admin.list_consumer_group_offsets(args.group, timeout=args.timeout)
         partitions: list[TopicPartition] = []
         if args.all_topics:
-            partitions = sorted(committed_all)
+            partitions = await _existing(admin, sorted(committed_all), args.timeout)
+            gone = sorted(set(committed_all) - set(partitions))
+            if gone:
+                names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in gone)
+                print(f"skipping offsets of partitions that no longer exist: {names}", file=sys.stderr)
         else:
             specs = [parse_topic_spec(s) for s in args.topic]
             counts = await admin.list_topics(include_internal=True, timeout=args.timeout)
@@ -329,3 +345,36 @@ async def _delete(args: argparse.Namespace, out: TextIO) -> int:
             print(f"Deletion of group '{group_id}' failed: {error}", file=out)
             status = 1
     return status
+
+
+async def _existing(admin: Any, partitions: Sequence[TopicPartition], timeout: float | None) -> list[TopicPartition]:
+    """The partitions among ``partitions`` that exist now."""
+    if not partitions:
+        return []
+    counts = await admin.list_topics(include_internal=True, timeout=timeout)
+    return [tp for tp in partitions if 0 <= tp.partition < counts.get(tp.topic, 0)]
+
+
+def run_delete_offsets(args: argparse.Namespace) -> int:
+    return _run(_delete_offsets, args)
+
+
+async def _delete_offsets(args: argparse.Namespace, out: TextIO) -> int:
+    """Kafka's ``--delete-offsets``: a topic without partitions means every partition it has (or,
+    for a topic that no longer exists, every one the group has an offset for)."""
+    specs = [parse_topic_spec(spec) for spec in args.topic]
+    async with _admin(args) as admin:
+        counts = await admin.list_topics(include_internal=True, timeout=args.timeout)
+        committed: Mapping[TopicPartition, Any] | None = None
+        partitions: list[TopicPartition] = []
+        for topic, wanted in specs:
+            if wanted is None and topic not in counts:
+                if committed is None:
+                    committed = await admin.list_consumer_group_offsets(args.group, timeout=args.timeout)
+                wanted = sorted(tp.partition for tp in committed if tp.topic == topic) or [0]
+            for p in wanted if wanted is not None else range(counts[topic]):
+                partitions.append(TopicPartition(topic, p))
+        results = await admin.delete_consumer_group_offsets(args.group, partitions, timeout=args.timeout)
+    rows = [(tp.topic, tp.partition, "Successful" if err is None else f"Error: {err}") for tp, err in results.items()]
+    print(format_table(("TOPIC", "PARTITION", "STATUS"), rows), file=out)
+    return 0 if all(err is None for err in results.values()) else 1

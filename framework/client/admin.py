@@ -527,6 +527,50 @@ class AsyncAdmin(AsyncClient):
                 out[r.group_id] = _error(r.error_code, f"delete group {r.group_id!r}")
         return out
 
+    async def delete_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition | tuple[str, int]],
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Remove committed offsets without deleting the group (OffsetDelete, KIP-496;
+        ``groups delete-offsets``): None per partition removed, else its error
+        (GROUP_SUBSCRIBED_TO_TOPIC while members consume its topic, UNKNOWN_TOPIC_OR_PARTITION).
+        A group-level error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP) raises."""
+        self._check_open()
+        lookup = CoordinatorLookup(self.network, group_id)
+        parts = list(dict.fromkeys(TopicPartition(*tp) for tp in partitions))
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for tp in parts:
+            by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition})
+        build = request_builder(
+            ApiKey.OFFSET_DELETE,
+            max_version=0,
+            group_id=group_id,
+            topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        )
+
+        async def attempt() -> Any:
+            response = await lookup.send(build)
+            code = error_code(response.error_code)
+            lookup.check(code)
+            if code.retriable:
+                raise KafkaError(f"delete offsets of group {group_id!r}: {code.name}", code=code)
+            return response
+
+        response = await self.network.call_with_retries(
+            attempt, timeout_s=self._default_timeout(timeout), what="OffsetDelete"
+        )
+        err = _error(response.error_code, f"delete offsets of group {group_id!r}")
+        if err is not None:
+            raise err
+        out: dict[TopicPartition, KafkaError | None] = dict.fromkeys(parts)
+        for t in response.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, int(p.partition_index))
+                out[tp] = _error(p.error_code, f"delete offset of {tp}")
+        return out
+
     async def list_consumer_group_offsets(
         self,
         group_id: str,

@@ -49,6 +49,7 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
 
 
 class VersionRange(NamedTuple):
@@ -93,6 +94,7 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
         ApiKey.LIST_GROUPS: VersionRange(0, 4),
         ApiKey.DELETE_GROUPS: VersionRange(0, 2),
+        ApiKey.OFFSET_DELETE: VersionRange(0, 0),  # Kafka has only v0 (KIP-496)
     }
 )
 
@@ -126,9 +128,10 @@ def advertised_versions(handled: Iterable[int]) -> dict[int, VersionRange]:
 #: First flexible request version of each API odradek serves (Kafka's message JSON
 #: "flexibleVersions"). Asking kio instead imports every version's schema module of the API:
 #: ~50-90 ms per API, paid by the first requests a broker serves. A test checks it against kio.
-_FIRST_FLEXIBLE: dict[int, int] = {
+#: None: no version is flexible (OffsetDelete).
+_FIRST_FLEXIBLE: dict[int, int | None] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 16: 3, 18: 3,
-    19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 28: 3, 32: 4, 37: 2, 42: 2, 44: 1,
+    19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 28: 3, 32: 4, 37: 2, 42: 2, 44: 1, 47: None,
 }  # fmt: skip
 
 
@@ -139,8 +142,9 @@ def first_flexible_version(api_key: int) -> int | None:
     message JSON), so it is right for APIs odradek does not serve too: the request header of
     an unsupported API still parses.
     """
-    first = _FIRST_FLEXIBLE.get(api_key)
-    return first if first is not None else kio_first_flexible_version(api_key)
+    if api_key in _FIRST_FLEXIBLE:
+        return _FIRST_FLEXIBLE[api_key]
+    return kio_first_flexible_version(api_key)
 
 
 @cache

@@ -5,7 +5,8 @@ broker leads (all of them on a single node): on start it reloads them from the l
 COORDINATOR_LOAD_IN_PROGRESS for their groups until done, and it follows leadership changes (a
 partition led here is loaded, one led elsewhere is given up); the topic itself is created on the
 first FindCoordinator, as Kafka does. A periodic task removes offsets past
-``offsets.retention.minutes`` (``offsets.retention.check.interval.ms``).
+``offsets.retention.minutes`` (``offsets.retention.check.interval.ms``), and the offsets of a
+deleted topic go when the metadata cache sees the deletion (:meth:`GroupCoordinator.on_topic_deleted`).
 
 Transports hold it as ``broker.group_coordinator`` and call it with decoded requests; see
 :mod:`odradek.broker.group.coordinator` for the membership protocol it inherits.
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: how often the coordinator checks which ``__consumer_offsets`` partitions this broker leads
 OWNERSHIP_REFRESH_S = 0.5
+#: the protocol type of Kafka consumers' groups (the subscriptions the coordinator can read)
+CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +270,54 @@ class GroupCoordinator(MembershipProtocol):
         if eligible:
             await self.manager.cleanup_group_metadata(eligible, lambda g: list(g.offsets))
         return result
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete (KIP-496, ``kafka-consumer-groups --delete-offsets``): remove committed
+        offsets without deleting the group. An empty group loses any of them; a consumer group
+        with members only those of topics it is not subscribed to (the others get
+        GROUP_SUBSCRIBED_TO_TOPIC: its members would commit them again); any other group with
+        members refuses (NON_EMPTY_GROUP). Returns the group error and, when it is NONE, one
+        error per partition."""
+        error = self.validate_group(group_id)
+        if error is not None:
+            return error, {}
+        group = self.manager.get_group(group_id)
+        if group is None or group.is_state(GroupState.DEAD):
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        result: dict[TopicPartition, ErrorCode] = {}
+        if group.is_state(GroupState.EMPTY):
+            deletable = set(partitions)
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            subscribed = group.subscribed_topics  # None: not known, so every topic counts as subscribed
+            for tp in partitions:
+                if subscribed is None or tp.topic in subscribed:
+                    result[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            deletable = {tp for tp in partitions if tp not in result}
+        else:
+            return ErrorCode.NON_EMPTY_GROUP, {}
+        if deletable:
+            await self.manager.cleanup_group_metadata([group], lambda g: [tp for tp in g.offsets if tp in deletable])
+        return ErrorCode.NONE, {tp: result.get(tp, ErrorCode.NONE) for tp in partitions}
+
+    # -- topic deletion --------------------------------------------------------------------------------
+    def on_topic_deleted(self, topic: str) -> None:
+        """A topic was deleted: remove every local group's offsets of it (tombstones), as
+        Kafka's coordinator does on partition deletion, so a topic created later under the same
+        name starts with no committed offsets and tools do not list partitions that are gone.
+        A group left empty with no offsets goes, as after expiry."""
+        if self._nursery is not None and self.active:
+            self._spawn(self._remove_offsets_of_topic, topic)
+
+    async def _remove_offsets_of_topic(self, topic: str) -> None:
+        groups = [g for g in self.manager.local_groups() if any(tp.topic == topic for tp in g.offsets)]
+        if not groups:
+            return
+        removed = await self.manager.cleanup_group_metadata(
+            groups, lambda g: [tp for tp in g.offsets if tp.topic == topic]
+        )
+        log.info("removed %d committed offsets of deleted topic %s from %d group(s)", removed, topic, len(groups))
 
 
 __all__ = [

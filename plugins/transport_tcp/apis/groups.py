@@ -1,5 +1,5 @@
 """Handlers for consumer groups: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups.
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
 
 They translate wire requests into calls on the broker's
 :class:`odradek.broker.group.GroupCoordinator` (``broker.group_coordinator``) and its results back,
@@ -181,6 +181,27 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 # -- OffsetCommit / OffsetFetch ---------------------------------------------------------------------
 
 
+def _partition_errors(
+    topics: Sequence[Any], errors: dict[TopicPartition, ErrorCode], topic_cls: type, partition_cls: type
+) -> tuple[Any, ...]:
+    """The response's topics in the request's order, each partition with its error."""
+    return tuple(
+        make(
+            topic_cls,
+            name=topic.name,
+            partitions=tuple(
+                make(
+                    partition_cls,
+                    partition_index=p.partition_index,
+                    error_code=kerr(errors[TopicPartition(topic.name, p.partition_index)]),
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in topics
+    )
+
+
 async def _partition_counts(ctx: RequestContext, topics: Sequence[str]) -> dict[str, int]:
     """Partition counts of the existing topics among ``topics`` (commits to others are refused)."""
     if not topics:
@@ -223,21 +244,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
                     offsets,
                 )
             )
-    topics = tuple(
-        make(
-            topic_cls,
-            name=topic.name,
-            partitions=tuple(
-                make(
-                    partition_cls,
-                    partition_index=p.partition_index,
-                    error_code=kerr(errors[TopicPartition(topic.name, p.partition_index)]),
-                )
-                for p in topic.partitions
-            ),
-        )
-        for topic in request.topics
-    )
+    topics = _partition_errors(request.topics, errors, topic_cls, partition_cls)
     return make(cls, throttle_time=NO_THROTTLE, topics=topics)
 
 
@@ -359,6 +366,34 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     return make(cls, throttle_time=NO_THROTTLE, results=results)
 
 
+async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
+    """OffsetDelete v0 as Kafka's ``KafkaApis`` answers it: partitions of topics that do not
+    exist get UNKNOWN_TOPIC_OR_PARTITION, the rest go to the coordinator; a group-level error
+    comes back alone, with no topics."""
+    cls = response_class(ApiKey.OFFSET_DELETE, ctx.api_version)
+    topic_cls = response_class(ApiKey.OFFSET_DELETE, ctx.api_version, "OffsetDeleteResponseTopic")
+    partition_cls = response_class(ApiKey.OFFSET_DELETE, ctx.api_version, "OffsetDeleteResponsePartition")
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return make(cls, error_code=kerr(ErrorCode.COORDINATOR_NOT_AVAILABLE), throttle_time=NO_THROTTLE, topics=())
+    counts = await _partition_counts(ctx, [t.name for t in request.topics])
+    errors: dict[TopicPartition, ErrorCode] = {}
+    known: list[TopicPartition] = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = TopicPartition(topic.name, p.partition_index)
+            if not 0 <= p.partition_index < counts.get(topic.name, 0):
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                known.append(tp)
+    error, deleted = await coordinator.delete_offsets(request.group_id, known)
+    if error != ErrorCode.NONE:
+        return make(cls, error_code=kerr(error), throttle_time=NO_THROTTLE, topics=())
+    errors.update(deleted)
+    topics = _partition_errors(request.topics, errors, topic_cls, partition_cls)
+    return make(cls, error_code=kerr(ErrorCode.NONE), throttle_time=NO_THROTTLE, topics=topics)
+
+
 HANDLERS: dict[int, Handler] = {
     ApiKey.FIND_COORDINATOR: Handler(ApiKey.FIND_COORDINATOR, handle_find_coordinator, ordered=False),
     # membership and commits change group state: in arrival order on a connection
@@ -371,6 +406,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_GROUPS: Handler(ApiKey.DESCRIBE_GROUPS, handle_describe_groups, ordered=False),
     ApiKey.LIST_GROUPS: Handler(ApiKey.LIST_GROUPS, handle_list_groups, ordered=False),
     ApiKey.DELETE_GROUPS: Handler(ApiKey.DELETE_GROUPS, handle_delete_groups, ordered=True),
+    ApiKey.OFFSET_DELETE: Handler(ApiKey.OFFSET_DELETE, handle_offset_delete, ordered=True),
 }
 
 __all__ = ["HANDLERS"]
