@@ -133,6 +133,10 @@ async def test_delete_topics(tmp_path: Path) -> None:
         # re-created from scratch
         await create(core, "gone")
         assert await fetch_records(core, TopicPartition("gone", 0)) == []
+        # a name twice in one request: INVALID_REQUEST for it, and nothing done (Kafka's answer)
+        twice = await core.delete_topics(["gone", "gone"], 1000)
+        assert twice["gone"].error == ErrorCode.INVALID_REQUEST
+        assert (await core.metadata(["gone"], False)).topics[0].error == ErrorCode.NONE
     async with running_broker(tmp_path / "nodelete", delete_topic_enable=False) as core:
         await create(core, "kept")
         assert (await core.delete_topics(["kept"], 1000))["kept"].error == ErrorCode.TOPIC_DELETION_DISABLED
@@ -153,6 +157,9 @@ async def test_create_partitions(tmp_path: Path) -> None:
         assert len((await core.metadata(["g"], False)).topics[0].partitions) == 3
         none = await core.create_partitions([CreatePartitionsTopic("none", 2)], 1000, False)
         assert none["none"].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        twice = [CreatePartitionsTopic("g", 5), CreatePartitionsTopic("g", 4)]
+        assert (await core.create_partitions(twice, 1000, False))["g"].error == ErrorCode.INVALID_REQUEST
+        assert len((await core.metadata(["g"], False)).topics[0].partitions) == 3  # neither applied
 
 
 async def describe_topic(core: BrokerCore, name: str, *names: str) -> dict[str, tuple[str | None, ConfigSource]]:

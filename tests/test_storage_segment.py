@@ -459,6 +459,38 @@ async def test_delete_log_removes_the_directory(tmp_path: Path) -> None:
     await storage.close()
 
 
+@pytest.mark.parametrize("partition", [0, 12, 99_999])
+async def test_deleting_a_log_of_the_longest_topic_name(tmp_path: Path, partition: int) -> None:
+    """A 249-character topic (Kafka's longest) with the delete suffix would pass 255 bytes: the
+    name is cut as Kafka cuts it, the delete goes through, and the topic created again is empty."""
+    tp = TopicPartition("t" * 249, partition)
+    storage = await open_storage(tmp_path)
+    append(log_of(storage, tp), batch(2))
+    await storage.delete_log(tp)
+    assert not (tmp_path / f"{tp.topic}-{partition}").exists()
+    assert log_of(storage, tp).log_end_offset == 0
+    await storage.close()
+
+
+async def test_a_log_dir_that_cannot_be_renamed_is_removed_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the rename for deletion fails, the directory must not stay under its name (a topic
+    created again would reopen its data): it is removed where it is."""
+    storage = await open_storage(tmp_path)
+    append(log_of(storage), batch(2))
+
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(36, "File name too long")
+
+    monkeypatch.setattr(os, "rename", refuse)
+    await storage.delete_log(TP)
+    monkeypatch.undo()
+    assert not (tmp_path / "events-0").exists()
+    assert log_of(storage).log_end_offset == 0
+    await storage.close()
+
+
 async def test_reads_near_the_end_agree_with_the_index_and_scan(tmp_path: Path) -> None:
     """The active segment remembers where the batches after its last index entry start, so a
     fetch at the end reads one header instead of scanning; every read must find the batch the

@@ -13,7 +13,7 @@ import logging
 import random
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..config import Config, TopicConfig
 from ..errors import (
@@ -85,6 +85,20 @@ def assign_replicas(
     return out
 
 
+#: what Kafka answers (INVALID_REQUEST) for a topic named twice in one CreateTopics, DeleteTopics or
+#: CreatePartitions request: neither entry is applied, so the answer cannot contradict the result
+DUPLICATE_TOPIC = "duplicate topic name in the request"
+
+
+def _repeated(names: Iterable[str]) -> set[str]:
+    """The names that appear more than once."""
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for name in names:
+        (repeated if name in seen else seen).add(name)
+    return repeated
+
+
 class AdminManager:
     """Creates, deletes and grows topics through the metadata store."""
 
@@ -99,12 +113,10 @@ class AdminManager:
         self, topics: Sequence[CreatableTopic], validate_only: bool
     ) -> dict[str, CreateTopicResult]:
         results: dict[str, CreateTopicResult] = {}
-        seen: dict[str, int] = {}
+        repeated = _repeated(t.name for t in topics)
         for t in topics:
-            seen[t.name] = seen.get(t.name, 0) + 1
-        for t in topics:
-            if seen[t.name] > 1:
-                results[t.name] = CreateTopicResult(ErrorCode.INVALID_REQUEST, "duplicate topic name in the request")
+            if t.name in repeated:
+                results[t.name] = CreateTopicResult(ErrorCode.INVALID_REQUEST, DUPLICATE_TOPIC)
                 continue
             try:
                 results[t.name] = await self._create_topic(t, validate_only)
@@ -198,7 +210,11 @@ class AdminManager:
     # -- DeleteTopics ----------------------------------------------------------------------------
     async def delete_topics(self, names: Sequence[str]) -> dict[str, TopicResult]:
         results: dict[str, TopicResult] = {}
+        repeated = _repeated(names)
         for name in names:
+            if name in repeated:
+                results[name] = TopicResult(ErrorCode.INVALID_REQUEST, DUPLICATE_TOPIC)
+                continue
             try:
                 await self._delete_topic(name)
                 results[name] = TopicResult(ErrorCode.NONE)
@@ -237,7 +253,11 @@ class AdminManager:
         self, topics: Sequence[CreatePartitionsTopic], validate_only: bool
     ) -> dict[str, TopicResult]:
         results: dict[str, TopicResult] = {}
+        repeated = _repeated(t.name for t in topics)
         for t in topics:
+            if t.name in repeated:
+                results[t.name] = TopicResult(ErrorCode.INVALID_REQUEST, DUPLICATE_TOPIC)
+                continue
             try:
                 await self._create_partitions(t, validate_only)
                 results[t.name] = TopicResult(ErrorCode.NONE)

@@ -252,7 +252,10 @@ class MetadataCache:
 
     async def _remove_local(self, name: str, keep: set[int]) -> None:
         for tp in [tp for tp in self.replica_manager.partitions if tp.topic == name and tp.partition not in keep]:
-            await self.replica_manager.remove_partition(tp, delete=True)
+            try:
+                await self.replica_manager.remove_partition(tp, delete=True)
+            except Exception as exc:  # one partition's failure must not keep the others' logs
+                log.error("removing the log of %s failed: %s", tp, exc)
 
     # -- the watch -------------------------------------------------------------------------------
     async def run(self) -> None:

@@ -58,12 +58,21 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 DELETE_DIR_SUFFIX = "-delete"
+#: longest file name Linux file systems take (NAME_MAX)
+NAME_MAX = 255
 RESERVED_CHECKPOINTS = frozenset({RECOVERY_POINT_CHECKPOINT, LOG_START_CHECKPOINT, CLEANER_CHECKPOINT})
 FLUSH_CONCURRENCY = 16
 MAX_OPEN_FILES_KEY = "storage.segment.max.open.files"
 MAX_MAPPED_INDEXES_KEY = "storage.segment.max.mapped.indexes"
 _NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def delete_dir_name(tp: TopicPartition) -> str:
+    """Kafka's ``logDeleteDirName``: ``<topic>-<partition>.<uuid>-delete`` with the topic cut
+    so the name fits NAME_MAX (a 249-character topic plus the suffix would not)."""
+    suffix = f"-{tp.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return tp.topic[: NAME_MAX - len(suffix)] + suffix
 
 
 def _option(config: Config, key: str, default: Any) -> Any:
@@ -257,12 +266,18 @@ class SegmentLogStorage:
             return
         lg.close_files()
         self._uncleanable.discard(tp)
-        target = lg.dir.with_name(f"{lg.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        target = lg.dir.with_name(delete_dir_name(tp))
         try:
             os.rename(lg.dir, target)
         except OSError as exc:
-            raise KafkaStorageError(f"cannot delete the log of {tp}: {exc}") from exc
-        self._retired.append(target)  # removed by the background flusher (or close, or next start)
+            # the directory must not stay under its own name: a topic created again would reopen it
+            log.warning("%s: cannot rename %s for deletion (%s); removing it in place", tp, lg.dir, exc)
+            try:
+                await trio.to_thread.run_sync(shutil.rmtree, lg.dir)
+            except OSError as rm_exc:
+                raise KafkaStorageError(f"cannot delete the log of {tp}: {exc}; {rm_exc}") from rm_exc
+        else:
+            self._retired.append(target)  # removed by the background flusher (or close, or next start)
         log.info("deleted the log of %s", tp)
 
     # -- checkpoints ---------------------------------------------------------------------------
