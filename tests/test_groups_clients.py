@@ -298,3 +298,25 @@ def test_delete_offsets_and_a_deleted_topics_offsets(
     assert committed_offsets(group_broker, group, dropped, 1) == [-1001]
     missing = odradek_cli("delete-offsets", "no-such-group-" + group, "--topic", kept)
     assert missing.returncode == 1 and "GROUP_ID_NOT_FOUND" in missing.stderr
+
+
+def test_groups_hash_over_the_offsets_topics_own_partition_count(tmp_path: Path) -> None:
+    """Offsets committed while ``__consumer_offsets`` was created with 3 partitions are found by
+    a broker configured for 10: as in Kafka, the existing topic's partition count decides which
+    partition holds a group, not ``offsets.topic.num.partitions`` (the group would otherwise
+    hash to another partition, or to one that does not exist, and never find its coordinator)."""
+    from odradek.broker.group.hashing import partition_for
+
+    group = next(g for g in (f"count-group-{i}" for i in range(100)) if partition_for(g, 3) != partition_for(g, 10))
+    workdir = tmp_path / "broker"
+    with start_broker(workdir, {**GROUP_BROKER_SETTINGS, "offsets.topic.num.partitions": 3}) as broker:
+        topic = unique_topic("count")
+        create_topic(broker, topic, 1)
+        committer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+        try:
+            committer.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)
+        finally:
+            committer.close()
+    with start_broker(workdir, GROUP_BROKER_SETTINGS) as broker:  # offsets.topic.num.partitions=10
+        assert committed_offsets(broker, group, topic, 1) == [7]
+        assert not broker.log_problems(), broker.log_problems()

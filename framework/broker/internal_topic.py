@@ -6,6 +6,7 @@ compaction and recovery apply to them exactly as to user topics.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,6 +25,8 @@ from .api import (
 
 if TYPE_CHECKING:
     from .api import Broker
+
+log = logging.getLogger(__name__)
 
 Record = tuple[bytes, bytes | None]
 _READ_CHUNK_BYTES = 4 * 1024 * 1024
@@ -54,22 +57,40 @@ class InternalTopic:
     ) -> None:
         self.broker = broker
         self.name = name
+        #: the configured count until the topic is seen; then the topic's own count, fixed from
+        #: then on (as Kafka reads it once): which partition holds a key depends on it, so a
+        #: topic created with another count (by an admin, or under an older config) still
+        #: finds every group's and transaction's records
         self.num_partitions = num_partitions
+        self._count_known = False
         self.replication_factor = replication_factor  # -1: the broker's default.replication.factor
         self.configs = dict(configs)
         self.timeout_ms = timeout_ms
 
     async def exists(self) -> bool:
         md = await self.broker.metadata([self.name], allow_auto_create=False)
-        return any(t.name == self.name and t.error == ErrorCode.NONE for t in md.topics)
+        for t in md.topics:
+            if t.name == self.name and t.error == ErrorCode.NONE:
+                if not self._count_known and t.partitions:
+                    if len(t.partitions) != self.num_partitions:
+                        log.warning(
+                            "%s has %d partitions, not the configured %d: using the topic's count",
+                            self.name, len(t.partitions), self.num_partitions,
+                        )  # fmt: skip
+                    self.num_partitions = len(t.partitions)
+                    self._count_known = True
+                return True
+        return False
 
     async def ensure_topic(self) -> bool:
-        """Create the topic when missing; True once it exists."""
+        """Create the topic when missing; True once it exists (with its partition count known)."""
         if await self.exists():
             return True
         topic = CreatableTopic(self.name, self.num_partitions, self.replication_factor, configs=self.configs)
         result = (await self.broker.create_topics([topic], self.timeout_ms, False))[self.name]
-        return result.error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)
+        if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            return False
+        return await self.exists()
 
     async def append(self, partition: int, records: Sequence[Record], timestamp_ms: int) -> ErrorCode:
         """Append ``records`` as one batch to ``partition`` and wait for acks=all."""

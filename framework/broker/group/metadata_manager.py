@@ -91,7 +91,6 @@ class GroupMetadataManager:
 
     def __init__(self, offsets_log: OffsetsLog, config: Config, now_ms: Callable[[], int]) -> None:
         self.log = offsets_log
-        self.num_partitions = offsets_log.num_partitions
         self.now_ms = now_ms
         self.groups: dict[str, GroupMetadata] = {}
         self.owned: set[int] = set()
@@ -102,8 +101,13 @@ class GroupMetadataManager:
         self._applied_seq: dict[tuple[str, TopicPartition], int] = {}
 
     # -- ownership -------------------------------------------------------------------------------
+    @property
+    def num_partitions(self) -> int:
+        """The partition count of ``__consumer_offsets`` (the topic's own once it exists)."""
+        return self.log.num_partitions
+
     def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions)
+        return partition_for(group_id, self.log.num_partitions)
 
     def is_loading(self, group_id: str) -> bool:
         return self.partition_for(group_id) in self.loading

@@ -31,7 +31,10 @@ COMMIT_TIMEOUT_MS = 5000
 class OffsetsLog(Protocol):
     """The coordinator's view of ``__consumer_offsets``."""
 
-    num_partitions: int
+    @property
+    def num_partitions(self) -> int:
+        """How many partitions __consumer_offsets has (keys hash over them)."""
+        ...
 
     async def ensure_topic(self) -> bool:
         """Create the topic when missing; True once it exists."""
@@ -70,7 +73,10 @@ class BrokerOffsetsLog:
             configs,
             COMMIT_TIMEOUT_MS,
         )
-        self.num_partitions = self.topic.num_partitions
+
+    @property
+    def num_partitions(self) -> int:
+        return self.topic.num_partitions
 
     async def exists(self) -> bool:
         return await self.topic.exists()

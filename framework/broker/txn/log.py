@@ -28,7 +28,10 @@ WRITE_TIMEOUT_MS = 5000
 
 
 class TransactionLog(Protocol):
-    num_partitions: int
+    @property
+    def num_partitions(self) -> int:
+        """How many partitions __transaction_state has (keys hash over them)."""
+        ...
 
     async def exists(self) -> bool: ...
 
@@ -60,7 +63,11 @@ class BrokerTransactionLog:
         num_partitions = int(config["transaction.state.log.num.partitions"])
         # replication factor -1: the broker's default.replication.factor
         self.topic = InternalTopic(broker, TRANSACTION_STATE_TOPIC, num_partitions, -1, configs, WRITE_TIMEOUT_MS)
-        self.num_partitions = num_partitions
+
+    @property
+    def num_partitions(self) -> int:
+        """The topic's own partition count once it exists (see :class:`InternalTopic`)."""
+        return self.topic.num_partitions
 
     async def exists(self) -> bool:
         return await self.topic.exists()
