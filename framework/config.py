@@ -13,7 +13,10 @@ holds one topic's effective values.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -27,10 +30,31 @@ if TYPE_CHECKING:
 
 ENV_PREFIX = "ODRADEK_"
 LONG_MAX = 2**63 - 1
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
 
 
 class ConfigError(OdradekError):
     """A config key is unknown or its value is invalid; the message names the key."""
+
+
+#: Integer keys Kafka types as INT (32-bit; a larger value is INVALID_CONFIG there too); the
+#: other integer keys are LONG, and the two replication factors SHORT.
+KAFKA_INT_KEYS = frozenset(
+    {
+        "broker.id", "socket.request.max.bytes", "queued.max.requests", "socket.send.buffer.bytes",
+        "socket.receive.buffer.bytes", "fetch.max.bytes", "num.partitions", "message.max.bytes",
+        "min.insync.replicas", "log.segment.bytes", "log.index.size.max.bytes", "log.index.interval.bytes",
+        "replica.fetch.max.bytes", "replica.fetch.wait.max.ms", "offsets.topic.num.partitions",
+        "offsets.topic.segment.bytes", "offsets.retention.minutes", "offset.metadata.max.bytes",
+        "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms",
+        "group.max.size", "producer.id.expiration.ms", "transactional.id.expiration.ms",
+        "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
+    }
+)  # fmt: skip
+KAFKA_SHORT_KEYS = frozenset({"default.replication.factor", "offsets.topic.replication.factor"})
+INT_MAX = 2**31 - 1
+SHORT_MAX = 2**15 - 1
+LONG_MIN = -(2**63)
 
 
 def _k(
@@ -41,9 +65,12 @@ def _k(
     *,
     choices: Sequence[Any] | None = None,
     minimum: float | None = None,
+    maximum: float | None = None,
     topic_key: str | None = None,
 ) -> ConfigKey:
-    return ConfigKey(name, type_, default, doc, choices=choices, minimum=minimum, topic_key=topic_key)
+    if maximum is None and type_ is int:
+        maximum = INT_MAX if name in KAFKA_INT_KEYS else SHORT_MAX if name in KAFKA_SHORT_KEYS else None
+    return ConfigKey(name, type_, default, doc, choices=choices, minimum=minimum, topic_key=topic_key, maximum=maximum)
 
 
 #: Built-in broker keys. ``topic_key`` marks broker defaults of topic-level configs.
@@ -209,6 +236,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         0.5,
         "Dirty ratio that triggers compaction.",
         minimum=0,
+        maximum=1,
         topic_key="min.cleanable.dirty.ratio",
     ),
     _k(
@@ -282,11 +310,17 @@ def _parse_value(key: ConfigKey, raw: Any) -> Any:
         elif t is int:
             if isinstance(raw, bool | float):
                 raise ValueError(f"expected an integer, got {raw!r}")
-            value = int(raw.replace("_", "")) if isinstance(raw, str) else int(raw)
+            if isinstance(raw, str) and not _INTEGER.match(raw.strip()):
+                raise ValueError(f"expected an integer, got {raw!r}")  # Kafka takes no "1_000" or "1e3"
+            value = int(raw)
+            if not LONG_MIN <= value <= LONG_MAX:
+                raise ValueError(f"{value} does not fit a 64-bit long")
         elif t is float:
             if isinstance(raw, bool):
                 raise ValueError(f"expected a number, got {raw!r}")
             value = float(raw)
+            if not math.isfinite(value):
+                raise ValueError(f"expected a finite number, got {raw!r}")
         elif t is list:
             if isinstance(raw, str):
                 value = [part.strip() for part in raw.split(",") if part.strip()]
@@ -309,6 +343,9 @@ def _parse_value(key: ConfigKey, raw: Any) -> Any:
                 raise ConfigError(f"invalid value for {key.name!r}: {item!r} is not one of {list(key.choices)}")
     if key.minimum is not None and isinstance(value, int | float) and value < key.minimum:
         raise ConfigError(f"invalid value for {key.name!r}: {value} is below the minimum {key.minimum}")
+    maximum = getattr(key, "maximum", None)
+    if maximum is not None and isinstance(value, int | float) and value > maximum:
+        raise ConfigError(f"invalid value for {key.name!r}: {value} is above the maximum {maximum}")
     return value
 
 
@@ -533,9 +570,7 @@ class TopicConfig(Mapping[str, Any]):
                 raise InvalidConfig(f"unknown topic config {name!r}")
             k = key_for[name]
             try:
-                value = _parse_value(
-                    ConfigKey(name, k.type, k.default, k.doc, choices=k.choices, minimum=k.minimum), raw
-                )
+                value = _parse_value(dataclasses.replace(k, name=name), raw)  # errors name the topic key
             except ConfigError as exc:
                 raise InvalidConfig(str(exc)) from None
             if name == "cleanup.policy" and any(p not in _CLEANUP_CHOICES for p in value):

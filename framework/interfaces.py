@@ -616,6 +616,8 @@ class ConfigKey:
     minimum: float | None = None
     topic_key: str | None = None  # the topic-level name when this is a topic default
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: largest accepted value; integer keys without one are bounded to a signed 64-bit long
+    maximum: float | None = None
 
 
 __all__ = [

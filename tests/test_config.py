@@ -43,6 +43,16 @@ def test_file_env_cli_precedence(tmp_path: Path) -> None:
         ({"listeners": "PLAINTEXT://a:1", "advertised.listeners": "PLAINTEXT://b"}, "advertised.listeners"),
         ({"listeners": "PLAINTEXT://a:1", "advertised.listeners": "PLAINTEXT://b:2,PLAINTEXT://c:3"}, "advertised"),
         ({"log.message.timestamp.type": "WallTime"}, "log.message.timestamp.type"),
+        # Kafka's types: INT keys stop at 2^31-1, LONG keys at 2^63-1, ratios at 1
+        ({"log.segment.bytes": "3000000000"}, "log.segment.bytes"),
+        ({"message.max.bytes": str(2**31)}, "message.max.bytes"),
+        ({"log.retention.ms": str(2**63)}, "log.retention.ms"),
+        ({"default.replication.factor": "40000"}, "default.replication.factor"),
+        ({"log.cleaner.min.cleanable.ratio": "2.5"}, "log.cleaner.min.cleanable.ratio"),
+        ({"log.cleaner.min.cleanable.ratio": "nan"}, "log.cleaner.min.cleanable.ratio"),
+        # numbers as Kafka parses them: no underscores or exponents in integers
+        ({"log.retention.ms": "1_000_000"}, "log.retention.ms"),
+        ({"log.retention.ms": "1e23"}, "log.retention.ms"),
     ],
 )
 def test_bad_keys_and_values_name_the_key(overrides: dict[str, str], named: str) -> None:
@@ -72,6 +82,10 @@ def test_topic_config_defaults_and_overrides() -> None:
         c.topic_config({"segment.byte": "1"})
     with pytest.raises(InvalidConfig, match="cleanup.policy"):
         c.topic_config({"cleanup.policy": "archive"})
+    for bad in ({"segment.bytes": "3000000000"}, {"min.cleanable.dirty.ratio": "2.5"}, {"retention.ms": str(2**64)}):
+        with pytest.raises(InvalidConfig, match=next(iter(bad)).replace(".", r"\.")):
+            c.topic_config(bad)
+    assert c.topic_config({"retention.ms": str(2**63 - 1), "segment.bytes": str(2**31 - 1)}).segment_bytes == 2**31 - 1
 
 
 def test_listener_parsing() -> None:

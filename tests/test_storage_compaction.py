@@ -331,9 +331,11 @@ def test_the_dedupe_buffer_is_configured_as_in_kafka(tmp_path: Path) -> None:
     overrides = {"log.dirs": str(tmp_path), "log.cleaner.dedupe.buffer.size": 1_000_000}
     cfg = load_config(env={}, plugins=plugins, overrides=overrides)
     assert SegmentLogStorage(cfg).cleaner.max_map_bytes == 900_000
-    bad = load_config(env={}, plugins=plugins, overrides={**overrides, "log.cleaner.io.buffer.load.factor": 1.5})
-    with pytest.raises(ConfigError, match="load.factor"):
-        SegmentLogStorage(bad)
+    with pytest.raises(ConfigError, match="load.factor"):  # the key's own bounds, (0, 1]
+        load_config(env={}, plugins=plugins, overrides={**overrides, "log.cleaner.io.buffer.load.factor": 1.5})
+    zero = load_config(env={}, plugins=plugins, overrides={**overrides, "log.cleaner.io.buffer.load.factor": 0})
+    with pytest.raises(ConfigError, match="load.factor"):  # 0 passes the minimum; the storage refuses it
+        SegmentLogStorage(zero)
 
 
 async def test_appends_and_reads_go_on_while_cleaning(tmp_path: Path) -> None:

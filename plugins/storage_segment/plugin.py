@@ -60,5 +60,6 @@ def odradek_config_keys() -> Sequence[ConfigKey]:
             DEFAULT_LOAD_FACTOR,
             "Share of log.cleaner.dedupe.buffer.size the key map fills before a round stops, in (0, 1].",
             minimum=0,
+            maximum=1,
         ),
     ]
