@@ -132,6 +132,10 @@ class PartitionLog(Protocol):
     """
 
     topic_partition: TopicPartition
+    #: how many times compaction has rewritten part of this log (0 for an engine that never
+    #: compacts): when it changes, the broker re-checks what it derived from batches that may be
+    #: gone -- an aborted transaction's entry goes once the cleaner removed its ABORT marker
+    compaction_count: int
 
     @property
     def log_start_offset(self) -> int: ...

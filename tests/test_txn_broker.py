@@ -124,3 +124,77 @@ async def test_open_transaction_survives_restart(tmp_path: Path) -> None:
         assert partition is not None and partition.last_stable_offset == 0  # still open after restart
         assert await coord.end_transaction("tx", pid, epoch, True) == ErrorCode.NONE
         assert partition.last_stable_offset == partition.high_watermark == 2
+
+
+async def test_compaction_removing_an_abort_marker_drops_its_aborted_entry(tmp_path: Path) -> None:
+    """Found with confluent-kafka against a compacted topic: once compaction removed an aborted
+    transaction's records and then its ABORT marker (past delete.retention.ms), the aborted index
+    still named the transaction, so a read_committed reader from the start skipped every later
+    transactional batch of that producer, waiting for a marker that was gone: the committed
+    value of the key was lost to it. The entry goes with its marker, as in Kafka's .txnindex."""
+    compacted = {"cleanup.policy": "compact", "segment.bytes": "600", "min.cleanable.dirty.ratio": "0.01",
+                 "delete.retention.ms": "0"}  # fmt: skip
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", **compacted)
+        while (p := core.replica_manager.get_partition(TP)) is None or not p.is_leader:
+            await trio.sleep(0.01)
+        coord = core.transaction_coordinator
+        r = await core.init_producer_id("tx", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        for seq, (value, commit) in enumerate(((b"A", True), (b"B", False), (b"C", True))):
+            assert (await coord.add_partitions("tx", pid, epoch, [TP]))[TP] == ErrorCode.NONE
+            data = batch([value], keys=[b"k"], producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                         is_transactional=True)  # fmt: skip
+            assert (await core.produce(-1, 5000, {TP: data}, transactional_id="tx"))[TP].error == ErrorCode.NONE
+            assert await coord.end_transaction("tx", pid, epoch, commit) == ErrorCode.NONE
+        for i in range(12):  # keyed filler rolls the transactions out of the active segment
+            filler = batch([b"x" * 60], keys=[b"filler-%d" % i])
+            assert (await core.produce(-1, 5000, {TP: filler}))[TP].error == ErrorCode.NONE
+
+        async def read_committed() -> tuple[list[tuple[int, int]], list[tuple[bytes | None, bytes | None]]]:
+            """Fetch to the end as a read_committed client does (Kafka's consumer, per response: a
+            listed transaction's producer is skipped from its first offset to its ABORT marker)."""
+            all_aborted: list[tuple[int, int]] = []
+            kept: list[tuple[bytes | None, bytes | None]] = []
+            offset = 0
+            while True:
+                result = (await core.fetch(-1, 0, 0, 1 << 20, RC, [FetchPartition(TP, offset, 1 << 20)]))[TP]
+                if result.records is None:
+                    return all_aborted, kept
+                try:
+                    data = result.records.to_bytes()
+                finally:
+                    result.records.release()
+                aborted = [(a.producer_id, a.first_offset) for a in result.aborted_transactions or ()]
+                all_aborted += [a for a in aborted if a not in all_aborted]
+                pending, aborting = sorted(aborted, key=lambda a: a[1]), set()
+                for b in records.iter_batches(data):
+                    while pending and pending[0][1] <= b.header.last_offset:
+                        aborting.add(pending.pop(0)[0])
+                    if b.is_control:
+                        if records.parse_control_record(b.records[0]).type is records.ControlRecordType.ABORT:
+                            aborting.discard(b.header.producer_id)
+                    elif not (b.header.is_transactional and b.header.producer_id in aborting):
+                        kept += [(rec.key, rec.value) for rec in b.records]
+                    offset = b.header.next_offset
+
+        aborted, kept = await read_committed()
+        assert aborted == [(pid, 2)] and [v for k, v in kept if k == b"k"] == [b"A", b"C"]
+        rounds = 0
+        while await core.storage.run_cleaner():  # the abort's records go, then (past its horizon) its marker
+            rounds += 1
+            assert rounds < 10
+        markers = [b.header.base_offset for b in _batches(core) if b.is_control]
+        assert 3 not in markers  # the ABORT marker (offset 3) is gone
+        aborted, kept = await read_committed()
+        assert aborted == [] and [v for k, v in kept if k == b"k"] == [b"C"]
+
+
+def _batches(core: BrokerCore) -> list[records.RecordBatch]:
+    log = core.storage.get_log(TP)
+    assert log is not None
+    fetched = log.read(log.log_start_offset, 1 << 20)
+    try:
+        return list(records.iter_batches(fetched.to_bytes()))
+    finally:
+        fetched.release()

@@ -15,6 +15,7 @@ replica fetcher copies the leader's batches, offsets and epochs included). The l
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,7 +32,16 @@ from ..errors import (
 from ..interfaces import BatchMeta, FetchDataInfo, LogAppendInfo, PartitionLog, TopicPartition
 from .api import IsolationLevel
 from .log_validator import AppendSettings
-from .producer_state import AppendOrigin, BatchMetadata, CompletedTxn, ProducerStateManager, control_markers
+from .producer_state import (
+    AbortedTxn,
+    AppendOrigin,
+    BatchMetadata,
+    CompletedTxn,
+    ProducerStateManager,
+    control_markers,
+)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -97,6 +107,9 @@ class Partition:
         self.remote_replicas: dict[int, ReplicaState] = {}
         self._high_watermark = log.log_start_offset
         self.producer_state = ProducerStateManager(producer_id_expiration_ms)
+        #: the log's compaction_count when the aborted index was last checked against it (-1:
+        #: never, so the first read_committed fetch checks a state loaded from a snapshot too)
+        self._aborted_checked_at = -1
 
     # -- state changes from the metadata layer -------------------------------------------------
     @property
@@ -313,6 +326,18 @@ class Partition:
         self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
 
     # -- reads -----------------------------------------------------------------------------------
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [fetch_offset, upper_bound_offset)
+        must name, after dropping those whose ABORT marker compaction removed (checked once per
+        compaction of the log, not per fetch)."""
+        count = getattr(self.log, "compaction_count", 0)
+        if count != self._aborted_checked_at:
+            removed = self.producer_state.drop_aborted_without_marker(self.log)
+            if removed:
+                log.info("%s: %d aborted transactions lost their markers to compaction", self.topic_partition, removed)
+            self._aborted_checked_at = count
+        return self.producer_state.aborted_transactions(fetch_offset, upper_bound_offset)
+
     def read_records(
         self,
         fetch_offset: int,

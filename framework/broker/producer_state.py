@@ -266,6 +266,19 @@ class ProducerStateManager:
         """Aborted transactions overlapping [fetch_offset, upper_bound_offset)."""
         return [a for a in self.aborted if a.last_offset >= fetch_offset and a.first_offset < upper_bound_offset]
 
+    def drop_aborted_without_marker(self, plog: PartitionLog) -> int:
+        """After compaction: forget aborted transactions whose ABORT marker the cleaner removed
+        (it does so only once none of their records is left). A read_committed consumer told of
+        such a transaction would skip every later transactional batch of its producer, waiting
+        for a marker that is gone; Kafka's cleaner likewise keeps a ``.txnindex`` entry only
+        with its marker. Reads one batch per entry; returns how many went."""
+        kept = [a for a in self.aborted if _is_abort_marker_at(plog, a.last_offset)]
+        removed = len(self.aborted) - len(kept)
+        if removed:
+            self.aborted = kept
+            self.changes += 1
+        return removed
+
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
 
@@ -412,3 +425,18 @@ def control_markers(
             if batch.records:
                 out[i] = records.parse_control_record(batch.records[0])
     return out
+
+
+def _is_abort_marker_at(plog: PartitionLog, offset: int) -> bool:
+    """Whether the log still holds a control batch at ``offset`` (an entry's ABORT marker)."""
+    if offset < plog.log_start_offset or offset >= plog.log_end_offset:
+        return False
+    info = plog.read(offset, records.HEADER_SIZE)  # the batch holding offset, or the next one
+    try:
+        data = info.to_bytes()
+    finally:
+        info.release()
+    if len(data) < records.HEADER_SIZE:
+        return False
+    header = records.parse_header(data)
+    return header.is_control and header.base_offset <= offset <= header.last_offset

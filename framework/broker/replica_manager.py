@@ -354,7 +354,7 @@ class ReplicaManager:
             if isolation_level is IsolationLevel.READ_COMMITTED:
                 aborted = tuple(
                     AbortedTransaction(a.producer_id, a.first_offset)
-                    for a in partition.producer_state.aborted_transactions(p.fetch_offset, read.last_stable_offset)
+                    for a in partition.aborted_transactions(p.fetch_offset, read.last_stable_offset)
                 )
             results[p.tp] = FetchPartitionResult(
                 ErrorCode.NONE,

@@ -81,6 +81,7 @@ class SegmentLog:
         #: waiting for, -1 for none: the log is due for a round once it passes. Kept in memory
         #: only, as Kafka's latestDeleteHorizon: after a restart they wait for the next round.
         self.latest_delete_horizon = -1
+        self.compaction_count = 0  # segments replaced by cleaned ones (see PartitionLog)
         self.closed = False
         self._failure: str | None = None  # set when the log's files could not be kept consistent
         self._dirty = self._leo > self.recovery_point  # anything written since the last fsync
@@ -434,6 +435,7 @@ class SegmentLog:
         self._size += new.size - sum(s.size for s in old)
         self._pending_flush = [s for s in self._pending_flush if s not in old]
         self._generation += 1
+        self.compaction_count += 1
         return paths
 
     def retire_files(self, paths: list[Path]) -> None:

@@ -70,6 +70,8 @@ class MemoryFetchData:
 class MemoryLog:
     """One partition's log in memory."""
 
+    compaction_count = 0  # this engine never compacts
+
     def __init__(self, tp: TopicPartition, data: _LogData, config: TopicConfig) -> None:
         self.topic_partition = tp
         self._d = data
