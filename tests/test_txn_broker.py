@@ -198,3 +198,33 @@ def _batches(core: BrokerCore) -> list[records.RecordBatch]:
         return list(records.iter_batches(fetched.to_bytes()))
     finally:
         fetched.release()
+
+
+async def test_max_timestamp_is_only_an_offset_the_asker_may_read(tmp_path: Path) -> None:
+    """ListOffsets MAX_TIMESTAMP under read_committed: the record with the largest timestamp sits
+    past the LSO (behind an open transaction), so there is no answer (-1), as Kafka filters every
+    timestamp lookup by the last fetchable offset; read_uncommitted gets it."""
+    from odradek.broker.api import MAX_TIMESTAMP, ListOffsetsPartition
+
+    async with running_broker(tmp_path) as core:
+        await _topic(core)
+        coord = core.transaction_coordinator
+        assert (await core.produce(-1, 5000, {TP: batch([b"plain"], timestamp=1000)}))[TP].error == ErrorCode.NONE
+        r = await core.init_producer_id("tx", 60000)
+        assert (await coord.add_partitions("tx", r.producer_id, r.producer_epoch, [TP]))[TP] == ErrorCode.NONE
+        open_txn = batch([b"open"], timestamp=2000, producer_id=r.producer_id, producer_epoch=r.producer_epoch,
+                         base_sequence=0, is_transactional=True)  # fmt: skip
+        assert (await core.produce(-1, 5000, {TP: open_txn}, transactional_id="tx"))[TP].error == ErrorCode.NONE
+        assert (await core.produce(-1, 5000, {TP: batch([b"late"], timestamp=3000)}))[TP].error == ErrorCode.NONE
+
+        async def max_ts(level: IsolationLevel) -> tuple[int, int]:
+            found = (await core.list_offsets(-1, level, [ListOffsetsPartition(TP, MAX_TIMESTAMP)]))[TP]
+            assert found.error == ErrorCode.NONE
+            return found.offset, found.timestamp
+
+        assert await max_ts(RC) == (-1, -1)  # offset 2 is past the LSO (1)
+        assert await max_ts(IsolationLevel.READ_UNCOMMITTED) == (2, 3000)
+        assert await coord.end_transaction("tx", r.producer_id, r.producer_epoch, True) == ErrorCode.NONE
+        # committed: the same answer for both (the COMMIT marker, stamped now, holds the largest
+        # timestamp; Kafka's segment max timestamp counts control batches too)
+        assert await max_ts(RC) == await max_ts(IsolationLevel.READ_UNCOMMITTED) != (-1, -1)

@@ -392,16 +392,20 @@ class ReplicaManager:
         epoch = partition.leader_epoch
         if timestamp == EARLIEST_TIMESTAMP:
             return ListOffsetsPartitionResult(ErrorCode.NONE, -1, partition.log_start_offset, epoch)
+        # Kafka's lastFetchableOffset: what the asker may read
+        if replica_id >= 0:
+            fetchable = partition.log_end_offset
+        elif isolation_level is IsolationLevel.READ_COMMITTED:
+            fetchable = partition.last_stable_offset
+        else:
+            fetchable = partition.high_watermark
         if timestamp == LATEST_TIMESTAMP:
-            if replica_id >= 0:
-                offset = partition.log_end_offset
-            elif isolation_level is IsolationLevel.READ_COMMITTED:
-                offset = partition.last_stable_offset
-            else:
-                offset = partition.high_watermark
-            return ListOffsetsPartitionResult(ErrorCode.NONE, -1, offset, epoch)
+            return ListOffsetsPartitionResult(ErrorCode.NONE, -1, fetchable, epoch)
         if timestamp == MAX_TIMESTAMP:
+            # as any timestamp lookup, only an offset the asker may read (Kafka filters it the same)
             ts, offset = partition.log.max_timestamp_and_offset()
+            if not 0 <= offset < fetchable:
+                return ListOffsetsPartitionResult(ErrorCode.NONE, -1, -1, epoch)
             return ListOffsetsPartitionResult(ErrorCode.NONE, ts, offset, epoch)
         if timestamp < 0:
             raise KafkaError(f"unknown special timestamp {timestamp}", code=ErrorCode.INVALID_REQUEST)
