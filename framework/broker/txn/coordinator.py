@@ -77,6 +77,11 @@ class ProducerIdSource(Protocol):
 class TxnOffsetSink(Protocol):
     async def complete(self, producer_id: int, commit: bool) -> None: ...
 
+    def offsets_partition(self, group_id: str) -> int | None:
+        """The group's ``__consumer_offsets`` partition as its coordinator places it (None: no
+        group coordinator here)."""
+        ...
+
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -365,8 +370,16 @@ class TransactionCoordinator:
     ) -> ErrorCode:
         """Add the group's ``__consumer_offsets`` partition: its TxnOffsetCommits become part of the
         transaction (materialised on commit, dropped on abort)."""
-        tp = TopicPartition(OFFSETS_TOPIC, partition_for(group_id, self.offsets_partitions))
+        tp = self._offsets_partition(group_id)
         return (await self.add_partitions(transactional_id, producer_id, producer_epoch, [tp]))[tp]
+
+    def _offsets_partition(self, group_id: str) -> TopicPartition:
+        """The group's ``__consumer_offsets`` partition: where its coordinator places it (over the
+        topic's own partition count), else by the configured count."""
+        placed = self.txn_offsets.offsets_partition(group_id) if self.txn_offsets is not None else None
+        return TopicPartition(
+            OFFSETS_TOPIC, placed if placed is not None else partition_for(group_id, self.offsets_partitions)
+        )
 
     def check_txn_offset_commit(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
@@ -381,7 +394,7 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if producer_epoch != md.producer_epoch:
             return ErrorCode.PRODUCER_FENCED
-        tp = TopicPartition(OFFSETS_TOPIC, partition_for(group_id, self.offsets_partitions))
+        tp = self._offsets_partition(group_id)
         if md.state is not TransactionState.ONGOING or tp not in md.partitions:
             return ErrorCode.INVALID_TXN_STATE
         return None

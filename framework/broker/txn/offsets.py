@@ -55,6 +55,10 @@ class PendingTxnOffsets:
         self.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
         return dict.fromkeys(offsets, ErrorCode.NONE)
 
+    def offsets_partition(self, group_id: str) -> int | None:
+        coordinator = self._groups()
+        return coordinator.partition_for(group_id) if coordinator is not None else None
+
     def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
         return any(tp in groups.get(group_id, {}) for groups in self.pending.values())
 
