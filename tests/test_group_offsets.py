@@ -18,6 +18,7 @@ from odradek.broker.group import (
     partition_for,
 )
 from odradek.broker.group.schema import GroupKey, OffsetKey, decode_key, decode_offset_value
+from odradek.broker.internal_topic import LogEntry
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 
@@ -198,10 +199,10 @@ async def test_delete_groups(autojump_clock: trio.testing.MockClock) -> None:
 class SlowLog(InMemoryOffsetsLog):
     """Reading a partition takes a second: long enough to see the coordinator loading."""
 
-    async def read(self, partition: int) -> AsyncIterator[tuple[bytes, bytes | None]]:
+    async def read_entries(self, partition: int) -> AsyncIterator[LogEntry]:
         await trio.sleep(1)
-        async for record in super().read(partition):
-            yield record
+        async for entry in super().read_entries(partition):
+            yield entry
 
 
 async def test_groups_answer_load_in_progress_while_loading(autojump_clock: trio.testing.MockClock) -> None:

@@ -101,7 +101,7 @@ async def test_transactional_offsets_visible_after_commit_only(tmp_path: Path) -
         for commit, offset in ((False, 7), (True, 5)):
             assert await coord.add_offsets("tx", pid, epoch, "g") == ErrorCode.NONE
             assert (await coord.add_partitions("tx", pid, epoch, [TP]))[TP] == ErrorCode.NONE
-            errors = await pending.commit("g", pid, "", None, -1, {TP: OffsetAndMetadata(offset)})
+            errors = await pending.commit("g", pid, epoch, "", None, -1, {TP: OffsetAndMetadata(offset)})
             assert errors == {TP: ErrorCode.NONE}
             assert groups.fetch_offsets("g", [TP])[1][TP].offset == -1  # pending: not visible yet
             assert await coord.end_transaction("tx", pid, epoch, commit) == ErrorCode.NONE
@@ -124,6 +124,50 @@ async def test_open_transaction_survives_restart(tmp_path: Path) -> None:
         assert partition is not None and partition.last_stable_offset == 0  # still open after restart
         assert await coord.end_transaction("tx", pid, epoch, True) == ErrorCode.NONE
         assert partition.last_stable_offset == partition.high_watermark == 2
+
+
+async def _coordinators_ready(core: BrokerCore, group_id: str, *transactional_ids: str) -> None:
+    groups, coord = core.group_coordinator, core.transaction_coordinator
+    assert (await groups.find_coordinator(group_id)).error == ErrorCode.NONE
+    while groups.validate_group(group_id) is not None or any(
+        coord.partition_for(t) not in coord.owned for t in transactional_ids
+    ):
+        await trio.sleep(0.01)
+
+
+async def test_transactional_offsets_survive_a_restart_before_the_transaction_ends(tmp_path: Path) -> None:
+    """TxnOffsetCommit writes the offsets into __consumer_offsets as the producer's transactional
+    records (as Kafka does), so a broker restart between TxnOffsetCommit and EndTxn loses nothing:
+    after it, a commit applies them and an abort drops them, and a further restart reads the
+    same outcome back from the markers. They used to live in memory: a restart lost them, and a
+    consume-transform-produce application re-processed input whose output was committed."""
+    async with running_broker(tmp_path) as core:
+        await _topic(core)
+        await _coordinators_ready(core, "g")  # __transaction_state comes with the first producer id
+        coord, pending = core.transaction_coordinator, core.txn_offsets
+        producers = {}
+        for tid, offset in (("tx", 5), ("tx2", 9)):
+            r = await core.init_producer_id(tid, 60000)
+            producers[tid] = (r.producer_id, r.producer_epoch)
+            assert await coord.add_offsets(tid, r.producer_id, r.producer_epoch, "g") == ErrorCode.NONE
+            errors = await pending.commit(
+                "g", r.producer_id, r.producer_epoch, "", None, -1, {TP: OffsetAndMetadata(offset)}
+            )
+            assert errors == {TP: ErrorCode.NONE}
+        assert core.group_coordinator.fetch_offsets("g", [TP])[1][TP].offset == -1  # both pending
+    async with running_broker(tmp_path) as core:
+        await _coordinators_ready(core, "g", "tx", "tx2")
+        groups, coord = core.group_coordinator, core.transaction_coordinator
+        assert groups.fetch_offsets("g", [TP])[1][TP].offset == -1  # still pending, not lost
+        assert core.txn_offsets.has_pending("g", TP)
+        assert await coord.end_transaction("tx", *producers["tx"], True) == ErrorCode.NONE
+        assert groups.fetch_offsets("g", [TP])[1][TP].offset == 5
+        assert await coord.end_transaction("tx2", *producers["tx2"], False) == ErrorCode.NONE
+        assert groups.fetch_offsets("g", [TP])[1][TP].offset == 5
+        assert not core.txn_offsets.has_pending("g", TP)
+    async with running_broker(tmp_path) as core:
+        await _coordinators_ready(core, "g")
+        assert core.group_coordinator.fetch_offsets("g", [TP])[1][TP].offset == 5
 
 
 async def test_compaction_removing_an_abort_marker_drops_its_aborted_entry(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 import trio
 import trio.testing
 
+from odradek.broker.group.hashing import partition_for
 from odradek.broker.txn import InMemoryTransactionLog, TransactionCoordinator, TransactionState
 from odradek.broker.txn.schema import parse_txn_key, parse_txn_value, txn_key, txn_value
 from odradek.broker.txn.state import TransactionMetadata
@@ -124,11 +125,12 @@ async def test_commit_writes_markers_and_completes() -> None:
         assert not coord.verify_transaction("a", pid + 1, epoch, TP0)
         assert await coord.end_transaction("a", pid + 1, epoch, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
         assert await coord.end_transaction("a", pid, epoch, True) == ErrorCode.NONE
-        # markers only into data partitions; the group's offsets are materialised instead
-        assert sorted(markers.written) == [
-            (pid, epoch, ControlRecordType.COMMIT, TP0),
-            (pid, epoch, ControlRecordType.COMMIT, TP1),
-        ]
+        # markers into every partition of the transaction: the data partitions and the group's
+        # __consumer_offsets partition, where the marker settles the TxnOffsetCommit records
+        offsets_tp = TopicPartition("__consumer_offsets", partition_for("group", 50))
+        assert sorted(markers.written) == sorted(
+            [(pid, epoch, ControlRecordType.COMMIT, tp) for tp in (TP0, TP1, offsets_tp)]
+        )
         assert offsets.completed == [(pid, True)]
         md = coord.transactions["a"]
         assert md.state is TransactionState.COMPLETE_COMMIT and not md.partitions

@@ -386,13 +386,15 @@ class Broker(Protocol):
         *,
         transactional_id: str | None = None,
         api_version: int = 7,
+        as_coordinator: bool = False,
     ) -> dict[TopicPartition, PartitionProduceResult]:
         """Validate and append each partition's records (one batch each), then wait per ``acks``
         (0/1: no wait; -1: until the high watermark passes the batch or ``timeout_ms``).
         ``api_version`` is the Produce version (zstd batches need >= 7). The records are writable
         buffers -- a bytearray, or a writable memoryview into the request frame (the transport's
         zero-copy decode) -- rewritten in place (base offset, leader epoch, LogAppendTime) and
-        must not be reused."""
+        must not be reused. ``as_coordinator``: a coordinator writing for a producer (Kafka's
+        ``AppendOrigin.COORDINATOR``: no sequence check, no transaction verification)."""
         ...
 
     async def fetch(

@@ -115,12 +115,13 @@ class BrokerCore:
         *,
         transactional_id: str | None = None,
         api_version: int = 7,
+        as_coordinator: bool = False,
     ) -> dict[TopicPartition, PartitionProduceResult]:
         return await self.replica_manager.append_records(
             acks,
             timeout_ms,
             partitions,
-            origin=AppendOrigin.CLIENT,
+            origin=AppendOrigin.COORDINATOR if as_coordinator else AppendOrigin.CLIENT,
             api_version=api_version,
             transactional_id=transactional_id,
         )

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import ErrorCode
+from ..errors import ErrorCode, InvalidRecord
 from ..interfaces import TopicPartition
-from ..records import build_batch, iter_batches
+from ..records import ControlRecordType, build_batch, iter_batches, parse_control_record
 from .api import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -29,6 +29,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Record = tuple[bytes, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One record of an internal topic with what its batch says: the producer and whether it
+    is transactional, or (``control`` set, no key or value) a transaction marker."""
+
+    key: bytes | None
+    value: bytes | None
+    producer_id: int = -1
+    transactional: bool = False
+    control: ControlRecordType | None = None
+
+
 _READ_CHUNK_BYTES = 4 * 1024 * 1024
 
 
@@ -92,14 +106,43 @@ class InternalTopic:
             return False
         return await self.exists()
 
-    async def append(self, partition: int, records: Sequence[Record], timestamp_ms: int) -> ErrorCode:
-        """Append ``records`` as one batch to ``partition`` and wait for acks=all."""
-        batch = bytearray(build_batch([(k, v, [], timestamp_ms) for k, v in records]))
+    async def append(
+        self,
+        partition: int,
+        records: Sequence[Record],
+        timestamp_ms: int,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        transactional: bool = False,
+    ) -> ErrorCode:
+        """Append ``records`` as one batch to ``partition`` and wait for acks=all. With a
+        producer, the batch is the coordinator's write on the producer's behalf (Kafka's
+        ``AppendOrigin.COORDINATOR``: epoch-checked, no sequence), e.g. a TxnOffsetCommit's
+        transactional records, settled later by the transaction's marker."""
+        batch = bytearray(
+            build_batch(
+                [(k, v, [], timestamp_ms) for k, v in records],
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=0 if producer_id >= 0 else -1,  # Kafka's too: sequences are not checked
+                is_transactional=transactional,
+            )
+        )
         tp = TopicPartition(self.name, partition)
+        if producer_id >= 0:
+            return (await self.broker.produce(-1, self.timeout_ms, {tp: batch}, as_coordinator=True))[tp].error
         return (await self.broker.produce(-1, self.timeout_ms, {tp: batch}))[tp].error
 
     async def read(self, partition: int) -> AsyncIterator[Record]:
         """Every keyed record of ``partition`` from its log start to its high watermark, in order."""
+        async for entry in self.read_entries(partition):
+            if entry.control is None and entry.key is not None:
+                yield entry.key, entry.value
+
+    async def read_entries(self, partition: int) -> AsyncIterator[LogEntry]:
+        """Every keyed record of ``partition`` and every transaction marker, from its log start
+        to its high watermark, in order."""
         tp = TopicPartition(self.name, partition)
         level = IsolationLevel.READ_UNCOMMITTED
         start = (await self.broker.list_offsets(-1, level, [ListOffsetsPartition(tp, EARLIEST_TIMESTAMP)]))[tp].offset
@@ -116,10 +159,19 @@ class InternalTopic:
                 result.records.release()
             progressed = False
             for batch in iter_batches(data):
-                if not batch.is_control:
+                h = batch.header
+                if batch.is_control:
+                    if offset <= h.base_offset < end and batch.records:
+                        try:
+                            kind = parse_control_record(batch.records[0]).type
+                        except (InvalidRecord, ValueError):  # a marker type this broker does not know
+                            kind = None
+                        if kind is not None:
+                            yield LogEntry(None, None, h.producer_id, h.is_transactional, kind)
+                else:
                     for rec in batch.records:
                         if offset <= rec.offset < end and rec.key is not None:
-                            yield rec.key, rec.value
+                            yield LogEntry(rec.key, rec.value, h.producer_id, h.is_transactional)
                 if batch.header.next_offset > offset:
                     offset, progressed = batch.header.next_offset, True
             if not progressed:
@@ -149,6 +201,8 @@ class InMemoryInternalTopic:
         self.num_partitions = num_partitions
         self.node = node or PartitionLeader(0, "127.0.0.1", 9092)
         self.partitions: dict[int, list[Record]] | None = None
+        #: the same records with their batch context, and markers (see :meth:`append_marker`)
+        self.entries: dict[int, list[LogEntry]] = {}
         self.fail_next: list[ErrorCode] = []
         self.appends = 0
 
@@ -160,18 +214,30 @@ class InMemoryInternalTopic:
             self.partitions = {p: [] for p in range(self.num_partitions)}
         return True
 
-    def _append(self, partition: int, records: Sequence[Record]) -> ErrorCode:
+    def _append(
+        self, partition: int, records: Sequence[Record], producer_id: int = -1, transactional: bool = False
+    ) -> ErrorCode:
         if self.partitions is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if self.fail_next:
             return self.fail_next.pop(0)
         self.appends += 1
         self.partitions[partition].extend(records)
+        self.entries.setdefault(partition, []).extend(LogEntry(k, v, producer_id, transactional) for k, v in records)
         return ErrorCode.NONE
+
+    def append_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker (what the transaction coordinator writes at the end)."""
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        self.entries.setdefault(partition, []).append(LogEntry(None, None, producer_id, True, kind))
 
     async def read(self, partition: int) -> AsyncIterator[Record]:
         for record in list((self.partitions or {}).get(partition, ())):
             yield record
+
+    async def read_entries(self, partition: int) -> AsyncIterator[LogEntry]:
+        for entry in list(self.entries.get(partition, ())):
+            yield entry
 
     def records(self) -> Sequence[Record]:
         """Every record of every partition, partition by partition."""

@@ -153,6 +153,7 @@ class GroupCoordinator(MembershipProtocol):
         """This broker stopped leading ``partition``: drop its groups (members get NOT_COORDINATOR
         on their next request and find the new coordinator)."""
         self.manager.owned.discard(partition)
+        self.manager.forget_pending_txn(partition)
         for group in list(self.manager.groups.values()):
             if self.manager.partition_for(group.group_id) == partition:
                 for member in list(group.members.values()):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import CorruptMessage, ErrorCode
 from ...interfaces import TopicPartition
+from ...records import ControlRecordType
 from .hashing import partition_for
 from .schema import (
     GroupKey,
@@ -99,6 +100,10 @@ class GroupMetadataManager:
         self.retention_ms = int(config["offsets.retention.minutes"]) * 60_000
         self._commit_seq = itertools.count()
         self._applied_seq: dict[tuple[str, TopicPartition], int] = {}
+        #: TxnOffsetCommit offsets written (as the producer's transactional records) but not yet
+        #: settled by the transaction's marker: producer id -> group -> partition -> offset.
+        #: Rebuilt from the log on load, so they survive a restart, as in Kafka.
+        self.pending_txn: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
 
     # -- ownership -------------------------------------------------------------------------------
     @property
@@ -134,18 +139,37 @@ class GroupMetadataManager:
         try:
             offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = defaultdict(dict)
             records: dict[str, GroupRecord | None] = {}
-            async for key_bytes, value in self.log.read(partition):
+            # transactional offset commits wait for their producer's marker (Kafka's loader):
+            # COMMIT applies them at the marker's place in the log, ABORT drops them
+            pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+            async for entry in self.log.read_entries(partition):
+                if entry.control is not None:
+                    settled = pending.pop(entry.producer_id, {})
+                    if entry.control is ControlRecordType.COMMIT:
+                        for group_id, values in settled.items():
+                            offsets[group_id].update(values)
+                    continue
+                if entry.key is None:
+                    continue
                 try:
-                    key = decode_key(key_bytes)
+                    key = decode_key(entry.key)
                     if isinstance(key, OffsetKey):
-                        if value is None:
+                        if entry.transactional:
+                            if entry.value is not None:
+                                by_group = pending.setdefault(entry.producer_id, {})
+                                by_group.setdefault(key.group, {})[key.tp] = decode_offset_value(entry.value)
+                        elif entry.value is None:
                             offsets[key.group].pop(key.tp, None)
                         else:
-                            offsets[key.group][key.tp] = decode_offset_value(value)
+                            offsets[key.group][key.tp] = decode_offset_value(entry.value)
                     elif isinstance(key, GroupKey):
-                        records[key.group] = decode_group_value(value) if value is not None else None
+                        records[key.group] = decode_group_value(entry.value) if entry.value is not None else None
                 except CorruptMessage as exc:
                     log.warning("skipping unreadable __consumer_offsets-%d record: %s", partition, exc)
+            for pid, by_group in pending.items():  # transactions still open: settled by their marker later
+                mine = self.pending_txn.setdefault(pid, {})
+                for group_id, values in by_group.items():
+                    mine.setdefault(group_id, {}).update(values)
             loaded = 0
             for group_id in set(offsets) | set(records):
                 record = records.get(group_id)
@@ -222,10 +246,10 @@ class GroupMetadataManager:
         return _group_append_error(error)
 
     # -- offsets -------------------------------------------------------------------------------------
-    async def store_offsets(
-        self, group: GroupMetadata, offsets: Mapping[TopicPartition, OffsetAndMetadata]
-    ) -> dict[TopicPartition, ErrorCode]:
-        """Append offset commits; the cache changes only once the append succeeded."""
+    def _check_metadata_sizes(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata]
+    ) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetAndMetadata]]:
+        """(OFFSET_METADATA_TOO_LARGE for metadata past ``offset.metadata.max.bytes``, the rest)."""
         result: dict[TopicPartition, ErrorCode] = {}
         valid: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, value in offsets.items():
@@ -233,6 +257,13 @@ class GroupMetadataManager:
                 result[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
                 valid[tp] = value
+        return result, valid
+
+    async def store_offsets(
+        self, group: GroupMetadata, offsets: Mapping[TopicPartition, OffsetAndMetadata]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Append offset commits; the cache changes only once the append succeeded."""
+        result, valid = self._check_metadata_sizes(offsets)
         if not valid:
             return result
         seq = next(self._commit_seq)
@@ -274,6 +305,66 @@ class GroupMetadataManager:
                 else PartitionOffset()
             )
         return out
+
+    # -- transactional offsets (TxnOffsetCommit) ---------------------------------------------------------
+    async def store_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Write offsets committed inside a transaction as the producer's transactional records
+        (Kafka's way: durable at once, visible only once the transaction's COMMIT marker lands
+        in this partition) and hold them until :meth:`complete_txn`."""
+        result, valid = self._check_metadata_sizes(offsets)
+        if not valid:
+            return result
+        records = [(offset_key(group_id, tp), offset_value(v)) for tp, v in valid.items()]
+        error = await self.log.append(
+            self.partition_for(group_id),
+            records,
+            self.now_ms(),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            transactional=True,
+        )
+        if error != ErrorCode.NONE:
+            return {**result, **dict.fromkeys(valid, _commit_append_error(error))}
+        self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(valid)
+        return {**result, **dict.fromkeys(valid, ErrorCode.NONE)}
+
+    def has_pending_txn(self, group_id: str, tp: TopicPartition) -> bool:
+        return any(tp in groups.get(group_id, {}) for groups in self.pending_txn.values())
+
+    def complete_txn(self, producer_id: int, commit: bool) -> int:
+        """The producer's transaction ended and its marker is in the log: its offsets become the
+        groups' committed offsets (commit) or are dropped (abort). Returns how many applied."""
+        by_group = self.pending_txn.pop(producer_id, {})
+        if not commit:
+            return 0
+        applied = 0
+        for group_id, values in by_group.items():
+            if self.partition_for(group_id) not in self.owned:
+                continue  # coordinated elsewhere now: that broker's load applies the marker
+            group = self.groups.get(group_id)
+            if group is None or group.state is GroupState.DEAD:
+                group = self.add_group(GroupMetadata(group_id, current_state_timestamp=self.now_ms()))
+            for tp, value in values.items():
+                group.offsets[tp] = value
+                self._applied_seq.pop((group_id, tp), None)
+                applied += 1
+        return applied
+
+    def forget_pending_txn(self, partition: int) -> None:
+        """This broker stopped coordinating ``partition``: its pending offsets go with its
+        groups (the new coordinator rebuilds them from the log)."""
+        for pid in list(self.pending_txn):
+            by_group = self.pending_txn[pid]
+            for group_id in [g for g in by_group if self.partition_for(g) == partition]:
+                del by_group[group_id]
+            if not by_group:
+                del self.pending_txn[pid]
 
     # -- expiry and deletion ---------------------------------------------------------------------------
     def expired_offsets(self, group: GroupMetadata, now: int) -> list[TopicPartition]:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ...errors import ErrorCode
-from ..internal_topic import InMemoryInternalTopic, InternalTopic, PartitionLeader, Record
+from ..internal_topic import InMemoryInternalTopic, InternalTopic, LogEntry, PartitionLeader, Record
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -42,12 +42,26 @@ class OffsetsLog(Protocol):
 
     async def exists(self) -> bool: ...
 
-    async def append(self, partition: int, records: Sequence[Record], timestamp_ms: int) -> ErrorCode:
-        """Append ``records`` as one batch to ``partition`` and wait for acks=all."""
+    async def append(
+        self,
+        partition: int,
+        records: Sequence[Record],
+        timestamp_ms: int,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        transactional: bool = False,
+    ) -> ErrorCode:
+        """Append ``records`` as one batch to ``partition`` and wait for acks=all; with a
+        producer, as that producer's (transactional) batch written by the coordinator."""
         ...
 
     def read(self, partition: int) -> AsyncIterator[Record]:
         """Every record of ``partition`` from its log start up to its high watermark, in order."""
+        ...
+
+    def read_entries(self, partition: int) -> AsyncIterator[LogEntry]:
+        """The same with each record's producer and transactionality, and the markers."""
         ...
 
     async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
@@ -55,8 +69,9 @@ class OffsetsLog(Protocol):
         ...
 
 
-class BrokerOffsetsLog:
-    """``__consumer_offsets`` through the broker core's facade (:class:`InternalTopic`)."""
+class BrokerOffsetsLog(InternalTopic):
+    """``__consumer_offsets`` through the broker core's facade: an :class:`InternalTopic` with
+    Kafka's settings for it."""
 
     def __init__(self, broker: Broker, config: Config) -> None:
         # Kafka's GroupMetadataManager.offsetsTopicConfigs: compacted, its own segment size
@@ -65,7 +80,7 @@ class BrokerOffsetsLog:
             "segment.bytes": str(int(config["offsets.topic.segment.bytes"])),
             "compression.type": "producer",
         }
-        self.topic = InternalTopic(
+        super().__init__(
             broker,
             OFFSETS_TOPIC,
             int(config["offsets.topic.num.partitions"]),
@@ -74,31 +89,21 @@ class BrokerOffsetsLog:
             COMMIT_TIMEOUT_MS,
         )
 
-    @property
-    def num_partitions(self) -> int:
-        return self.topic.num_partitions
-
-    async def exists(self) -> bool:
-        return await self.topic.exists()
-
-    async def ensure_topic(self) -> bool:
-        return await self.topic.ensure_topic()
-
-    async def append(self, partition: int, records: Sequence[Record], timestamp_ms: int) -> ErrorCode:
-        return await self.topic.append(partition, records, timestamp_ms)
-
-    def read(self, partition: int) -> AsyncIterator[Record]:
-        return self.topic.read(partition)
-
-    async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
-        return await self.topic.leaders(listener_name)
-
 
 class InMemoryOffsetsLog(InMemoryInternalTopic):
     """``__consumer_offsets`` as lists (see :class:`InMemoryInternalTopic`)."""
 
-    async def append(self, partition: int, records: Sequence[Record], timestamp_ms: int) -> ErrorCode:
-        return self._append(partition, records)
+    async def append(
+        self,
+        partition: int,
+        records: Sequence[Record],
+        timestamp_ms: int,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        transactional: bool = False,
+    ) -> ErrorCode:
+        return self._append(partition, records, producer_id, transactional)
 
 
 def wall_clock_ms() -> int:

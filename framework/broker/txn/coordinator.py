@@ -461,7 +461,9 @@ class TransactionCoordinator:
             commit = md.state is TransactionState.PREPARE_COMMIT
             result = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
             coordinator_epoch = self.coordinator_epochs.get(self.partition_for(transactional_id), 0)
-            remaining = {tp for tp in md.partitions if tp.topic != OFFSETS_TOPIC}
+            # every partition of the transaction, the groups' __consumer_offsets partitions too:
+            # their marker settles the TxnOffsetCommit records written there
+            remaining = set(md.partitions)
             for attempt in range(MARKER_ATTEMPTS):
                 if not remaining:
                     break

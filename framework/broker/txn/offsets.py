@@ -1,44 +1,40 @@
-"""Transactional offset commits (TxnOffsetCommit) held by the group coordinator's broker until
-the transaction ends: materialised as ordinary offset commits in ``__consumer_offsets`` when the
-transaction commits, dropped when it aborts. Until then OffsetFetch returns the previous offsets,
-so a consume-transform-produce application that aborts re-reads its input.
-
-Kafka writes the pending offsets as transactional records into ``__consumer_offsets`` and applies
-them on the marker; odradek keeps them in memory keyed by producer id (see docs/transactions.md
-for what that means across a broker restart).
+"""Transactional offset commits (TxnOffsetCommit), as Kafka keeps them: written at once into the
+group's ``__consumer_offsets`` partition as the producer's transactional records, held by the
+group coordinator until the transaction's marker lands in that partition, then applied (COMMIT)
+or dropped (ABORT). Until then OffsetFetch returns the previous offsets, so a
+consume-transform-produce application that aborts re-reads its input; and because they are in
+the log, a broker restart before the transaction ends loses nothing (the coordinator's load
+rebuilds them and the marker settles them).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 
 from ...errors import ErrorCode
 from ...interfaces import TopicPartition
 from ..group import GroupCoordinator, OffsetAndMetadata
-from ..group.state import GroupMetadata
-
-log = logging.getLogger(__name__)
 
 
 class PendingTxnOffsets:
-    """Offsets committed inside transactions, per producer id and group."""
+    """The transaction coordinator's and the TxnOffsetCommit handler's door to the group
+    coordinator's pending transactional offsets (``GroupMetadataManager.pending_txn``)."""
 
     def __init__(self, groups: Callable[[], GroupCoordinator | None]) -> None:
         self._groups = groups
-        self.pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
 
     async def commit(
         self,
         group_id: str,
         producer_id: int,
+        producer_epoch: int,
         member_id: str,
         group_instance_id: str | None,
         generation_id: int,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
     ) -> dict[TopicPartition, ErrorCode]:
-        """Validate like OffsetCommit (group placement; membership when a generation is given)
-        and hold the offsets for the producer's transaction."""
+        """Validate like OffsetCommit (group placement; membership when a generation is given),
+        then write the offsets as the producer's transactional records and hold them."""
         coordinator = self._groups()
         if coordinator is None:
             return dict.fromkeys(offsets, ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -52,29 +48,19 @@ class PendingTxnOffsets:
                 return dict.fromkeys(offsets, error)
         elif group is None and generation_id >= 0:
             return dict.fromkeys(offsets, ErrorCode.ILLEGAL_GENERATION)
-        self.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
-        return dict.fromkeys(offsets, ErrorCode.NONE)
+        return await coordinator.manager.store_txn_offsets(group_id, producer_id, producer_epoch, offsets)
 
     def offsets_partition(self, group_id: str) -> int | None:
         coordinator = self._groups()
         return coordinator.partition_for(group_id) if coordinator is not None else None
 
     def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
-        return any(tp in groups.get(group_id, {}) for groups in self.pending.values())
+        coordinator = self._groups()
+        return coordinator is not None and coordinator.manager.has_pending_txn(group_id, tp)
 
     async def complete(self, producer_id: int, commit: bool) -> None:
-        """The producer's transaction ended: store its offsets (commit) or forget them (abort)."""
-        groups = self.pending.pop(producer_id, {})
+        """The producer's transaction ended and its markers are written (the group's offsets
+        partition included): apply its offsets (commit) or forget them (abort)."""
         coordinator = self._groups()
-        if not commit or coordinator is None:
-            return
-        for group_id, offsets in groups.items():
-            group = coordinator.manager.get_group(group_id)
-            if group is None:
-                group = coordinator.manager.add_group(
-                    GroupMetadata(group_id, current_state_timestamp=coordinator.now_ms())
-                )
-            results = await coordinator.manager.store_offsets(group, offsets)
-            failed = {tp: e for tp, e in results.items() if e != ErrorCode.NONE}
-            if failed:
-                log.error("transactional offsets of group %r not stored: %s", group_id, failed)
+        if coordinator is not None:
+            coordinator.manager.complete_txn(producer_id, commit)

@@ -126,6 +126,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
         errors = await pending.commit(
             request.group_id,
             int(request.producer_id),
+            int(request.producer_epoch),
             getattr(request, "member_id", "") or "",
             getattr(request, "group_instance_id", None),
             int(getattr(request, "generation_id", -1)),
