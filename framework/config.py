@@ -256,6 +256,15 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         topic_key="min.compaction.lag.ms",
     ),
     _k(
+        "log.cleaner.max.compaction.lag.ms",
+        int,
+        LONG_MAX,
+        "Compact a log whose oldest uncompacted record is older than this even below the dirty ratio "
+        "(KIP-354); the active segment of a compacted log also rolls at this age.",
+        minimum=1,
+        topic_key="max.compaction.lag.ms",
+    ),
+    _k(
         "log.segment.delete.delay.ms",
         int,
         60000,
@@ -462,6 +471,10 @@ def _check_cross_keys(values: Mapping[str, Any]) -> None:
     for policy in values.get("log.cleanup.policy", []):
         if policy not in _CLEANUP_CHOICES:
             raise ConfigError(f"invalid value for 'log.cleanup.policy': {policy!r} is not delete or compact")
+    if values.get("log.cleaner.min.compaction.lag.ms", 0) > values.get("log.cleaner.max.compaction.lag.ms", LONG_MAX):
+        raise ConfigError(
+            "invalid value for 'log.cleaner.min.compaction.lag.ms': above log.cleaner.max.compaction.lag.ms"
+        )
     if values.get("group.min.session.timeout.ms", 0) > values.get("group.max.session.timeout.ms", 1):
         raise ConfigError("invalid value for 'group.min.session.timeout.ms': above group.max.session.timeout.ms")
     _check_listeners(values)
@@ -577,6 +590,11 @@ class TopicConfig(Mapping[str, Any]):
                 raise InvalidConfig(f"invalid value for 'cleanup.policy': {raw!r}")
             values[name] = value
             parsed[name] = value
+        if values["min.compaction.lag.ms"] > values["max.compaction.lag.ms"]:
+            raise InvalidConfig(
+                f"min.compaction.lag.ms ({values['min.compaction.lag.ms']}) is above "
+                f"max.compaction.lag.ms ({values['max.compaction.lag.ms']})"
+            )
         return cls(values, parsed)
 
     @classmethod
@@ -647,6 +665,10 @@ class TopicConfig(Mapping[str, Any]):
     @property
     def min_compaction_lag_ms(self) -> int:
         return int(self["min.compaction.lag.ms"])
+
+    @property
+    def max_compaction_lag_ms(self) -> int:
+        return int(self["max.compaction.lag.ms"])
 
     @property
     def message_timestamp_type(self) -> str:

@@ -15,6 +15,8 @@ from storage_helpers import TP, append, batch, key_values, open_storage, read_ba
 
 from odradek import records
 from odradek.config import ConfigError, TopicConfig, load_config
+from odradek.errors import InvalidConfig
+from odradek.interfaces import TopicPartition
 from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.storage_segment.log import SegmentLog
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
@@ -567,4 +569,34 @@ async def test_compaction_stops_before_an_undecided_transaction(tmp_path: Path) 
     assert len([kv for kv in after if kv[0] < holding.base_offset]) < len(
         [kv for kv in before if kv[0] < holding.base_offset]
     )  # but what came before it was compacted
+    await storage.close()
+
+
+async def test_max_compaction_lag_cleans_below_the_dirty_ratio_and_rolls(tmp_path: Path) -> None:
+    """KIP-354: a dirty record older than max.compaction.lag.ms makes the log due even below
+    min.cleanable.dirty.ratio, and a compacted log's active segment rolls at that age (else a
+    quiet key could wait in it for segment.ms, 7 days)."""
+    clock = [now_ms()]
+    storage = await open_storage(tmp_path, time_ms=lambda: clock[0])
+    log = compacted_log(storage)
+    write_keys(log, 20)
+    assert await storage.run_cleaner() == 1
+    log.update_config(compact_config(storage, min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=HOUR))
+    while log.segments[-1].base_offset <= log.first_dirty_offset:  # a little new dirt, out of the active segment
+        write_keys(log, 1)
+    assert await storage.run_cleaner() == 0  # below the ratio, and younger than the lag
+    clock[0] = now_ms() + HOUR + 1  # past the lag of every record written so far
+    assert await storage.run_cleaner() == 1  # waited too long: cleaned anyway
+    # the roll: a compacted log's segment rolls once its records span max.compaction.lag.ms
+    segments = len(log.segments)
+    append(log, batch(1, keys=[b"late"], values=[b"v"], ts=now_ms() + HOUR + 1))
+    assert len(log.segments) == segments + 1
+    plain = storage.get_or_create_log(
+        TopicPartition("plain", 0), storage.config.topic_config({"max.compaction.lag.ms": HOUR})
+    )
+    append(plain, batch(1, ts=now_ms()))
+    append(plain, batch(1, ts=now_ms() + HOUR + 1))
+    assert len(plain.segments) == 1  # not compacted: segment.ms alone decides
+    with pytest.raises(InvalidConfig, match="max.compaction.lag.ms"):
+        compact_config(storage, min_compaction_lag_ms=2 * HOUR, max_compaction_lag_ms=HOUR)
     await storage.close()

@@ -50,6 +50,7 @@ from typing import Any
 import trio
 
 from odradek import records
+from odradek.config import LONG_MAX
 from odradek.interfaces import Codec
 
 from .checkpoint import fsync_dir
@@ -130,16 +131,33 @@ def dirty_ratio(log: SegmentLog, now_ms: int) -> tuple[float, list[LogSegment], 
     return (dirty / total if total else 0.0), cleanable, end
 
 
+def _waited_too_long(log: SegmentLog, cleanable: list[LogSegment], now_ms: int) -> bool:
+    """Kafka's ``maxCompactionDelay``: the first dirty segment's first batch is older than
+    ``max.compaction.lag.ms`` (by its timestamp; a segment without one does not count)."""
+    max_lag = log.config.max_compaction_lag_ms
+    if max_lag >= LONG_MAX:
+        return False
+    first_dirty = max(log.first_dirty_offset, log.log_start_offset)
+    for seg in cleanable:
+        if seg.next_offset > first_dirty:  # the first segment holding dirty records
+            ts = seg.first_batch_timestamp()
+            return ts >= 0 and now_ms - ts > max_lag
+    return False
+
+
 def plan_round(log: SegmentLog, now_ms: int) -> CleanPlan | None:
     """Pin what a round needs, or None when the log is not due (policy, ratio, nothing dirty)."""
     if log.closed or not log.config.compact:
         return None
     ratio, cleanable, end = dirty_ratio(log, now_ms)
     threshold = float(log.config.get("min.cleanable.dirty.ratio", 0.5))
-    # a round is due when enough is dirty, or when tombstones or markers a round kept have
-    # reached their delete horizon (KIP-534: else they would wait for new dirt to go)
+    # a round is due when enough is dirty, when a dirty record has waited max.compaction.lag.ms
+    # (KIP-354), or when tombstones or markers a round kept have reached their delete horizon
+    # (KIP-534: else they would wait for new dirt to go)
     horizon_due = 0 <= log.latest_delete_horizon <= now_ms
-    if not cleanable or not (horizon_due or (ratio > 0 and ratio >= threshold)):
+    if not cleanable or not (
+        horizon_due or (ratio > 0 and (ratio >= threshold or _waited_too_long(log, cleanable, now_ms)))
+    ):
         return None
     inputs = [_Input(s, s.size) for s in cleanable]
     tail = [_Input(s, s.size) for s in log.segments[len(cleanable) :]]

@@ -489,7 +489,9 @@ class SegmentLog:
         """Topic configs the append path reads, as plain attributes (it runs per batch)."""
         cfg = self.config
         self._segment_bytes = cfg.segment_bytes
-        self._segment_ms = cfg.segment_ms
+        # Kafka's maxSegmentMs: a compacted log's active segment (never cleaned) rolls by
+        # max.compaction.lag.ms too, so no record waits longer than that to be compactable
+        self._segment_ms = min(cfg.segment_ms, cfg.max_compaction_lag_ms) if cfg.compact else cfg.segment_ms
         self._flush_messages = cfg.flush_messages
 
     # -- durability ----------------------------------------------------------------------------
