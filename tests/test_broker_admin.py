@@ -84,6 +84,10 @@ async def test_create_topic_result_describes_configs(tmp_path: Path) -> None:
             and entries["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG
         )
         assert entries["cleanup.policy"].value == "delete" and entries["cleanup.policy"].is_default
+        # CreateTopics v7 answers the new topic's id (the one metadata keeps); validate_only none
+        assert len(res.topic_id) == 32 and res.topic_id == core.metadata_cache.topics["c"].topic_id
+        dry = await core.create_topics([CreatableTopic("d", 1, 1)], 1000, True)
+        assert dry["d"].error == ErrorCode.NONE and dry["d"].topic_id == ""
 
 
 async def test_metadata_brokers_controller_and_partitions(tmp_path: Path) -> None:

@@ -139,12 +139,13 @@ class AdminManager:
         config = TopicConfig.build(self.config, overrides)
         assignment = self._assignment_for(t)
         if validate_only:
-            return self._created(t.name, assignment, overrides, config)
+            return self._created(t.name, assignment, overrides, config, "")
         live = set(self.cache.live_broker_ids())
+        topic_id = uuid.uuid4().hex
         ops: list[Put | Delete] = [
             Put(
                 topic_key(t.name),
-                encode({"version": 3, "topic_id": uuid.uuid4().hex, "partitions": _json_assignment(assignment)}),
+                encode({"version": 3, "topic_id": topic_id, "partitions": _json_assignment(assignment)}),
             )
         ]
         for p, replicas in enumerate(assignment):
@@ -161,10 +162,10 @@ class AdminManager:
             "created topic %s with %d partitions, replication factor %d", t.name, len(assignment), len(assignment[0])
         )
         await self.cache.refresh_topic(t.name)
-        return self._created(t.name, assignment, overrides, config)
+        return self._created(t.name, assignment, overrides, config, topic_id)
 
     def _created(
-        self, name: str, assignment: list[list[int]], overrides: dict[str, str], config: TopicConfig
+        self, name: str, assignment: list[list[int]], overrides: dict[str, str], config: TopicConfig, topic_id: str
     ) -> CreateTopicResult:
         return CreateTopicResult(
             ErrorCode.NONE,
@@ -172,6 +173,7 @@ class AdminManager:
             len(assignment),
             len(assignment[0]),
             tuple(self.describer.topic_entries(config, overrides, include_synonyms=False, include_documentation=False)),
+            topic_id,
         )
 
     @staticmethod

@@ -264,6 +264,7 @@ class CreateTopicResult:
     num_partitions: int = -1
     replication_factor: int = -1
     configs: tuple[ConfigEntry, ...] = ()
+    topic_id: str = ""  # hex of the new topic's UUID (CreateTopics v7+); empty for validate_only
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ resource type the core does not know is refused here with INVALID_REQUEST.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from odradek.broker.api import (
@@ -70,7 +71,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             make(
                 result_cls,
                 name=t.name,
-                topic_id=None,
+                topic_id=uuid.UUID(r.topic_id) if r.topic_id else None,  # None: the zero UUID, as Kafka
                 error_code=kerr(r.error),
                 error_message=r.error_message,
                 num_partitions=r.num_partitions,
