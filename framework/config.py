@@ -302,6 +302,20 @@ TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = (
     _k("segment.jitter.ms", int, 0, "Random jitter subtracted from segment.ms.", minimum=0),
     _k("preallocate", bool, False, "Reserve segment.bytes of disk per new segment (cut to its data on roll/close)."),
     _k("message.timestamp.difference.max.ms", int, LONG_MAX, "Largest allowed |append time - record time|.", minimum=0),
+    _k(
+        "message.timestamp.before.max.ms",
+        int,
+        LONG_MAX,
+        "Largest allowed age of a CreateTime record timestamp against the broker's clock (KIP-937).",
+        minimum=0,
+    ),
+    _k(
+        "message.timestamp.after.max.ms",
+        int,
+        LONG_MAX,
+        "Largest allowed lead of a CreateTime record timestamp over the broker's clock (KIP-937).",
+        minimum=0,
+    ),
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -292,3 +293,15 @@ async def test_timestamp_difference_limit(tmp_path: Path) -> None:
         tp = TopicPartition("ts", 0)
         assert (await produce(core, tp, batch([b"old"], timestamp=1000))).error == ErrorCode.INVALID_TIMESTAMP
         assert (await produce(core, tp, batch([b"now"]))).error == ErrorCode.NONE
+        # KIP-937: separate limits into the past and into the future
+        now = int(time.time() * 1000)
+        window = {"message.timestamp.before.max.ms": "3600000", "message.timestamp.after.max.ms": "60000"}
+        await create(core, "window", **window)
+        tp = TopicPartition("window", 0)
+        for ts, error in (
+            (now - 1_800_000, ErrorCode.NONE),  # half an hour old: within before
+            (now - 7_200_000, ErrorCode.INVALID_TIMESTAMP),  # two hours old
+            (now + 600_000, ErrorCode.INVALID_TIMESTAMP),  # ten minutes ahead: past after
+            (now + 10_000, ErrorCode.NONE),
+        ):
+            assert (await produce(core, tp, batch([b"v"], timestamp=ts))).error == error, ts

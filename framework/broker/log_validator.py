@@ -59,19 +59,24 @@ class AppendSettings:
     log_append_time: bool
     compact: bool
     target_compression: int | None  # None: keep the producer's codec
-    timestamp_max_diff_ms: int | None  # None: no limit
+    #: how far a CreateTime timestamp may lie before / after the broker's clock: the tighter of
+    #: message.timestamp.difference.max.ms and message.timestamp.before/after.max.ms (KIP-937);
+    #: None when neither limits it
+    timestamp_window_ms: tuple[int, int] | None
     full_validation: bool = False  # record.validation=full: decode every record
 
     @classmethod
     def from_config(cls, config: TopicConfig) -> AppendSettings:
         target = config["compression.type"]
         max_diff = int(config["message.timestamp.difference.max.ms"])
+        before = min(max_diff, int(config["message.timestamp.before.max.ms"]))
+        after = min(max_diff, int(config["message.timestamp.after.max.ms"]))
         return cls(
             config.max_message_bytes,
             config.message_timestamp_type == LOG_APPEND_TIME,
             config.compact,
             None if target == "producer" else int(_TOPIC_COMPRESSION[target]),
-            None if max_diff >= LONG_MAX else max_diff,
+            None if before >= LONG_MAX and after >= LONG_MAX else (before, after),
             config["record.validation"] == "full",
         )
 
@@ -101,7 +106,7 @@ def validate_records(
     batches = records.validate_batches(data, max_batch_bytes=settings.max_message_bytes, from_client=client)
     if client and len(batches) != 1:
         raise InvalidRecord(f"produce requests may hold exactly one record batch per partition, got {len(batches)}")
-    max_diff = settings.timestamp_max_diff_ms
+    window = settings.timestamp_window_ms
     for meta in batches:
         cid = data[meta.position + _COMPRESSION_BYTE] & records.COMPRESSION_MASK
         if cid:
@@ -119,8 +124,8 @@ def validate_records(
                 raise InvalidRecord(f"producer {meta.producer_id} sent a batch without a sequence number")
         elif meta.is_transactional:
             raise InvalidRecord("a transactional batch needs a producer id")
-        if max_diff is not None and not settings.log_append_time:
-            _check_timestamps(data, meta, max_diff, now_ms)
+        if window is not None and not settings.log_append_time:
+            _check_timestamps(data, meta, window, now_ms)
     if client and settings.compact:
         _check_keys(data, batches, codecs)
     elif client and settings.full_validation:
@@ -152,13 +157,20 @@ def _too_many_records(meta: BatchMeta, section_bytes: int) -> KafkaError:
     return CorruptMessage(f"the batch declares {meta.record_count} records in a {section_bytes}-byte records section")
 
 
-def _check_timestamps(data: bytearray | memoryview, meta: BatchMeta, max_diff: int, now_ms: int) -> None:
-    """``message.timestamp.difference.max.ms`` from the header's first and max timestamps."""
+def _check_timestamps(data: bytearray | memoryview, meta: BatchMeta, window: tuple[int, int], now_ms: int) -> None:
+    """The timestamp window (see :attr:`AppendSettings.timestamp_window_ms`) on the header's
+    first and max timestamps."""
+    before, after = window
     header = records.parse_header(data, meta.position)
     for ts in (header.first_timestamp, header.max_timestamp):
-        if abs(now_ms - ts) > max_diff:
+        if now_ms - ts > before:
             raise KafkaError(
-                f"timestamp {ts} is more than {max_diff} ms away from the broker's time {now_ms}",
+                f"timestamp {ts} is more than {before} ms before the broker's time {now_ms}",
+                code=ErrorCode.INVALID_TIMESTAMP,
+            )
+        if ts - now_ms > after:
+            raise KafkaError(
+                f"timestamp {ts} is more than {after} ms after the broker's time {now_ms}",
                 code=ErrorCode.INVALID_TIMESTAMP,
             )
 
