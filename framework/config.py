@@ -126,6 +126,33 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
         topic_key="compression.type",
     ),
+    # KIP-390: the level of the broker's own compression (compression.type set to a codec)
+    _k(
+        "compression.gzip.level",
+        int,
+        -1,
+        "gzip level when the broker compresses (1-9; -1: zlib's default, 6).",
+        choices=(-1, *range(1, 10)),
+        topic_key="compression.gzip.level",
+    ),
+    _k(
+        "compression.lz4.level",
+        int,
+        9,
+        "lz4 level when the broker compresses (1-17; 3 and up select LZ4-HC).",
+        minimum=1,
+        maximum=17,
+        topic_key="compression.lz4.level",
+    ),
+    _k(
+        "compression.zstd.level",
+        int,
+        3,
+        "zstd level when the broker compresses (-131072 to 22).",
+        minimum=-131072,
+        maximum=22,
+        topic_key="compression.zstd.level",
+    ),
     _k(
         "log.message.timestamp.type",
         str,

@@ -14,6 +14,7 @@ from odradek.broker.api import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
+    CreatableTopic,
     FetchPartition,
     IsolationLevel,
     ListOffsetsPartition,
@@ -125,6 +126,18 @@ async def test_topic_compression_type_recompresses(tmp_path: Path) -> None:
         decoded = records.decode_batch(data)
         assert decoded.header.compression == records.Compression.GZIP
         assert [x.value for x in decoded.records] == [b"a" * 50, b"b"]
+        # KIP-390: compression.gzip.level sets the broker's level (a smaller batch at 9 than at 1)
+        text = [b" ".join(b"word%d" % (i * j % 97) for j in range(200)) for i in range(20)]
+        sizes = {}
+        for level in ("1", "9"):
+            name = f"gz{level}"
+            await create(core, name, **{"compression.type": "gzip", "compression.gzip.level": level})
+            assert (await produce(core, TopicPartition(name, 0), batch(text))).error == ErrorCode.NONE
+            sizes[level] = core.storage.get_log(TopicPartition(name, 0)).size_in_bytes
+        assert sizes["9"] < sizes["1"]
+        for bad in ({"compression.gzip.level": "0"}, {"compression.lz4.level": "18"}, {"compression.zstd.level": "23"}):
+            res = await core.create_topics([CreatableTopic("bad", 1, 1, configs=bad)], 1000, False)
+            assert res["bad"].error == ErrorCode.INVALID_CONFIG, bad
 
 
 async def test_fetch_max_bytes_across_partitions(tmp_path: Path) -> None:

@@ -64,6 +64,7 @@ class AppendSettings:
     #: None when neither limits it
     timestamp_window_ms: tuple[int, int] | None
     full_validation: bool = False  # record.validation=full: decode every record
+    compression_level: int | None = None  # compression.<codec>.level of target_compression
 
     @classmethod
     def from_config(cls, config: TopicConfig) -> AppendSettings:
@@ -78,7 +79,16 @@ class AppendSettings:
             None if target == "producer" else int(_TOPIC_COMPRESSION[target]),
             None if before >= LONG_MAX and after >= LONG_MAX else (before, after),
             config["record.validation"] == "full",
+            _compression_level(config, target),
         )
+
+
+def _compression_level(config: TopicConfig, target: str) -> int | None:
+    """The configured level of the topic's codec (KIP-390); None for the codec's own default."""
+    if target not in ("gzip", "lz4", "zstd"):
+        return None
+    level = int(config[f"compression.{target}.level"])
+    return None if level == -1 and target == "gzip" else level
 
 
 class ValidatedRecords(NamedTuple):
@@ -132,7 +142,9 @@ def validate_records(
         for meta in batches:  # raises CorruptMessage / InvalidRecord for the first bad record
             records.decode_batch(data, meta.position, codecs=codecs, verify_crc=False)
     if client and settings.target_compression is not None:
-        data, batches = _recompress(data, batches, records.Compression(settings.target_compression), codecs)
+        data, batches = _recompress(
+            data, batches, records.Compression(settings.target_compression), codecs, settings.compression_level
+        )
     log_append_time = -1
     if settings.log_append_time:
         log_append_time = now_ms
@@ -188,6 +200,7 @@ def _recompress(
     batches: list[BatchMeta],
     target: records.Compression,
     codecs: Mapping[int, Codec],
+    level: int | None = None,
 ) -> tuple[bytearray, list[BatchMeta]]:
     """Rewrite batches whose codec differs from the topic's ``compression.type``."""
     out = bytearray()
@@ -201,6 +214,7 @@ def _recompress(
                 [(r.key, r.value, r.headers, r.timestamp) for r in batch.records],
                 compression=target,
                 codecs=codecs,
+                compression_level=level,
                 producer_id=header.producer_id,
                 producer_epoch=header.producer_epoch,
                 base_sequence=header.base_sequence,
