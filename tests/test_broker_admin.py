@@ -239,6 +239,29 @@ async def test_incremental_alter_configs_apply_live(tmp_path: Path) -> None:
         assert (await core.incremental_alter_configs([broker], False))[0].error == ErrorCode.INVALID_CONFIG
 
 
+async def test_legacy_alter_configs_replace_the_overrides(tmp_path: Path) -> None:
+    """AlterConfigs (33, what confluent-kafka's alter_configs sends): the listed configs become
+    the topic's whole set of overrides; any other goes back to its default."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", **{"retention.ms": "1000", "max.message.bytes": "2000"})
+
+        async def replace(*configs: tuple[str, str | None], validate_only: bool = False) -> ErrorCode:
+            ops = [AlterableConfig(name, AlterConfigOp.SET, value) for name, value in configs]
+            resource = AlterConfigsResource(ConfigResourceType.TOPIC, "t", ops)
+            return (await core.alter_configs([resource], validate_only))[0].error
+
+        assert await replace(("retention.ms", "5000")) == ErrorCode.NONE
+        described = await describe_topic(core, "t", "retention.ms", "max.message.bytes")
+        assert described["retention.ms"] == ("5000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+        assert described["max.message.bytes"][1] == ConfigSource.DEFAULT_CONFIG  # not listed: default again
+        assert await replace(("retention.ms", None)) == ErrorCode.INVALID_CONFIG
+        assert await replace(("retention.ms", "x")) == ErrorCode.INVALID_CONFIG
+        assert await replace(("segment.ms", "60000"), validate_only=True) == ErrorCode.NONE
+        assert (await describe_topic(core, "t", "retention.ms"))["retention.ms"][0] == "5000"
+        assert await replace() == ErrorCode.NONE  # nothing listed: every override goes
+        assert (await describe_topic(core, "t", "retention.ms"))["retention.ms"][1] == ConfigSource.DEFAULT_CONFIG
+
+
 async def test_restart_keeps_topics_configs_data_and_offsets(tmp_path: Path) -> None:
     tp = TopicPartition("t", 1)
     async with running_broker(tmp_path) as core:

@@ -75,6 +75,13 @@ def test_admin_topics_configs_partitions_and_delete_records(odradek_broker: Brok
     admin.incremental_alter_configs([alter])[alter].result(TIMEOUT_S)
     configs = admin.describe_configs([resource])[resource].result(TIMEOUT_S)
     assert configs["cleanup.policy"].value == "compact"
+    # the legacy AlterConfigs: the listed configs replace every override (retention.ms, the
+    # compact policy revert to their defaults)
+    replace = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"segment.ms": "3600000"})
+    admin.alter_configs([replace])[replace].result(TIMEOUT_S)
+    configs = admin.describe_configs([resource])[resource].result(TIMEOUT_S)
+    assert configs["segment.ms"].value == "3600000"
+    assert (configs["cleanup.policy"].value, configs["retention.ms"].value) == ("delete", "604800000")
     # more partitions
     admin.create_partitions([NewPartitions(topic, 3)])[topic].result(TIMEOUT_S)
     assert sorted(admin.list_topics(topic, timeout=TIMEOUT_S).topics[topic].partitions) == [0, 1, 2]

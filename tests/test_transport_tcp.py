@@ -148,6 +148,9 @@ class ScriptedBroker:
     async def incremental_alter_configs(self, resources, validate_only):
         return [AlterConfigsResult(ErrorCode.NONE, None, r.resource_type, r.name) for r in resources]
 
+    async def alter_configs(self, resources, validate_only):
+        return [AlterConfigsResult(ErrorCode.NONE, None, r.resource_type, r.name) for r in resources]
+
     async def delete_records(self, offsets, timeout_ms):
         return {tp: DeleteRecordsResult(ErrorCode.NONE, o) for tp, o in offsets.items()}
 

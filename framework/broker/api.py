@@ -467,6 +467,14 @@ class Broker(Protocol):
         """Change topic configs; they take effect on the partition logs at once."""
         ...
 
+    async def alter_configs(
+        self,
+        resources: Sequence[AlterConfigsResource],
+        validate_only: bool,
+    ) -> list[AlterConfigsResult]:
+        """The legacy AlterConfigs: each resource's SET configs replace its overrides."""
+        ...
+
     async def delete_records(
         self,
         offsets: Mapping[TopicPartition, int],

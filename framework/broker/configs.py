@@ -204,13 +204,15 @@ class ConfigManager:
 
     # -- alter -----------------------------------------------------------------------------------
     async def incremental_alter(
-        self, resources: Sequence[AlterConfigsResource], validate_only: bool
+        self, resources: Sequence[AlterConfigsResource], validate_only: bool, *, replace: bool = False
     ) -> list[AlterConfigsResult]:
+        """IncrementalAlterConfigs; with ``replace``, the legacy AlterConfigs: the SET configs
+        become the resource's whole set of overrides (any other reverts to its default)."""
         results = []
         for r in resources:
             try:
                 if r.resource_type == ConfigResourceType.TOPIC:
-                    await self._alter_topic(r, validate_only)
+                    await self._alter_topic(r, validate_only, replace=replace)
                 elif r.resource_type == ConfigResourceType.BROKER:
                     self._check_broker_name(r.name)
                     raise InvalidConfig(
@@ -226,7 +228,7 @@ class ConfigManager:
             results.append(AlterConfigsResult(ErrorCode.NONE, None, r.resource_type, r.name))
         return results
 
-    async def _alter_topic(self, r: AlterConfigsResource, validate_only: bool) -> None:
+    async def _alter_topic(self, r: AlterConfigsResource, validate_only: bool, *, replace: bool = False) -> None:
         assert self.cache is not None and self.store is not None
         topic = self.cache.topics.get(r.name)
         if topic is None:
@@ -235,7 +237,7 @@ class ConfigManager:
         if len(set(names)) != len(names):
             raise KafkaError("a config is named twice in one request", code=ErrorCode.INVALID_REQUEST)
         current = self.cache.topic_config(r.name) or self.config.topic_config(topic.overrides)
-        overrides = dict(topic.overrides)
+        overrides = {} if replace else dict(topic.overrides)
         known = set(TopicConfig.known_keys(self.config))
         for c in r.configs:
             if c.name not in known:

@@ -277,3 +277,8 @@ class BrokerCore:
         self, resources: Sequence[AlterConfigsResource], validate_only: bool
     ) -> list[AlterConfigsResult]:
         return await self.configs.incremental_alter(resources, validate_only)
+
+    async def alter_configs(
+        self, resources: Sequence[AlterConfigsResource], validate_only: bool
+    ) -> list[AlterConfigsResult]:
+        return await self.configs.incremental_alter(resources, validate_only, replace=True)

@@ -46,6 +46,7 @@ class ApiKey(IntEnum):
     END_TXN = 26
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
@@ -90,6 +91,7 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
         ApiKey.DESCRIBE_CONFIGS: VersionRange(1, 4),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
+        ApiKey.ALTER_CONFIGS: VersionRange(0, 2),  # legacy, replacing; confluent-kafka's alter_configs
         ApiKey.DELETE_RECORDS: VersionRange(0, 2),
         ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
         ApiKey.LIST_GROUPS: VersionRange(0, 4),
@@ -131,7 +133,7 @@ def advertised_versions(handled: Iterable[int]) -> dict[int, VersionRange]:
 #: None: no version is flexible (OffsetDelete).
 _FIRST_FLEXIBLE: dict[int, int | None] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 16: 3, 18: 3,
-    19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 28: 3, 32: 4, 37: 2, 42: 2, 44: 1, 47: None,
+    19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 28: 3, 32: 4, 33: 2, 37: 2, 42: 2, 44: 1, 47: None,
 }  # fmt: skip
 
 

@@ -9,12 +9,14 @@ resource type the core does not know is refused here with INVALID_REQUEST.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from odradek.broker.api import (
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
+    AlterConfigsResult,
     ConfigResource,
     ConfigResourceType,
     CreatableTopic,
@@ -212,22 +214,50 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    def ops(res: Any) -> list[AlterableConfig]:
+        return [AlterableConfig(c.name, AlterConfigOp(c.config_operation), c.value) for c in res.configs]
+
+    return await _alter(ctx, request, ApiKey.INCREMENTAL_ALTER_CONFIGS, ops, ctx.broker.incremental_alter_configs)
+
+
+# -- AlterConfigs (legacy) --------------------------------------------------------------------
+
+
+async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    """Kafka's legacy AlterConfigs, still what confluent-kafka's ``alter_configs`` sends: the
+    listed configs become the resource's whole set of overrides (any other reverts to its
+    default). A null value is refused, as Kafka refuses it."""
+
+    def ops(res: Any) -> list[AlterableConfig]:
+        return [AlterableConfig(c.name, AlterConfigOp.SET, c.value) for c in res.configs]
+
+    return await _alter(ctx, request, ApiKey.ALTER_CONFIGS, ops, ctx.broker.alter_configs)
+
+
+async def _alter(
+    ctx: RequestContext,
+    request: Any,
+    api_key: ApiKey,
+    ops: Callable[[Any], list[AlterableConfig]],
+    alter: Callable[[list[AlterConfigsResource], bool], Awaitable[list[AlterConfigsResult]]],
+) -> Any:
+    """Both alter APIs: decode each resource's operations, apply, one row per resource."""
     version = ctx.api_version
-    result_cls = response_class(ApiKey.INCREMENTAL_ALTER_CONFIGS, version, "AlterConfigsResourceResponse")
+    result_cls = response_class(api_key, version, "AlterConfigsResourceResponse")
     known: list[AlterConfigsResource] = []
     refused: dict[tuple[int, str], str] = {}
     for res in request.resources:
         rtype = _resource_type(res.resource_type)
         try:
-            ops = [AlterableConfig(c.name, AlterConfigOp(c.config_operation), c.value) for c in res.configs]
+            resource_ops = ops(res)
         except ValueError:
             refused[(res.resource_type, res.resource_name)] = "unknown config operation"
             continue
         if rtype is None:
             refused[(res.resource_type, res.resource_name)] = f"unsupported resource type {res.resource_type}"
             continue
-        known.append(AlterConfigsResource(rtype, res.resource_name, ops))
-    results = await ctx.broker.incremental_alter_configs(known, bool(request.validate_only)) if known else []
+        known.append(AlterConfigsResource(rtype, res.resource_name, resource_ops))
+    results = await alter(known, bool(request.validate_only)) if known else []
     by_resource = {(int(r.resource_type), r.resource_name): r for r in results}
     rows = []
     for res in request.resources:
@@ -253,9 +283,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
                     resource_name=r.resource_name,
                 )
             )
-    return make(
-        response_class(ApiKey.INCREMENTAL_ALTER_CONFIGS, version), throttle_time=NO_THROTTLE, responses=tuple(rows)
-    )
+    return make(response_class(api_key, version), throttle_time=NO_THROTTLE, responses=tuple(rows))
 
 
 # -- DeleteRecords ----------------------------------------------------------------------------
@@ -295,6 +323,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_PARTITIONS: Handler(ApiKey.CREATE_PARTITIONS, handle_create_partitions),
     ApiKey.DESCRIBE_CONFIGS: Handler(ApiKey.DESCRIBE_CONFIGS, handle_describe_configs),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: Handler(ApiKey.INCREMENTAL_ALTER_CONFIGS, handle_incremental_alter_configs),
+    ApiKey.ALTER_CONFIGS: Handler(ApiKey.ALTER_CONFIGS, handle_alter_configs),
     ApiKey.DELETE_RECORDS: Handler(ApiKey.DELETE_RECORDS, handle_delete_records),
 }
 
