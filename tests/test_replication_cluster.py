@@ -10,6 +10,7 @@ and that the restarted broker catches up and rejoins the ISR.
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -203,5 +204,43 @@ def test_controlled_shutdown_and_preferred_leader(tmp_path: Path, zookeeper_serv
         brokers[leader].start()
         wait_for("the preferred replica leading again", lambda: (s := partition_state(admin, topic)) and s[0] == leader)
         assert len(consume_all(bootstrap, topic, 100)) == 100
+        for b in brokers.values():
+            assert not b.log_problems(), b.log_problems()
+
+
+@pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
+def test_a_broker_past_its_session_registers_again(tmp_path: Path, kind: str, request: pytest.FixtureRequest) -> None:
+    """A broker paused (or cut off) longer than its metadata session loses its registration and
+    any controllership with the session. As Kafka's broker does, it registers again in the new
+    session and rejoins the ISR; it used to stay unregistered for good, so the others saw it as
+    dead and the leader and controller kept adding it to and removing it from the ISR."""
+    if kind == "zookeeper":
+        server = request.getfixturevalue("zookeeper_server")
+        metadata = {"metadata": "zookeeper", "zookeeper.connect": server.connect_string + unique_chroot("expiry")}
+    else:
+        server = request.getfixturevalue("etcd_server")
+        metadata = {"metadata": "etcd", "etcd.endpoints": server.endpoint, "etcd.namespace": unique_chroot("expiry")}
+    with three_brokers(tmp_path, metadata) as brokers:
+        bootstrap = ",".join(b.bootstrap for b in brokers.values())
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        wait_for("three live brokers", lambda: all_brokers_seen(brokers))
+        topic = unique_topic("expiry")
+        admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(15)
+        leader, _ = wait_for("a full ISR", lambda: (s := partition_state(admin, topic)) and len(s[1]) == 3 and s)
+        victim = next(i for i in brokers if i != leader)
+        others = AdminClient({"bootstrap.servers": ",".join(b.bootstrap for i, b in brokers.items() if i != victim)})
+        process = brokers[victim].process
+        assert process is not None
+        process.send_signal(signal.SIGSTOP)
+        try:
+            wait_for(
+                "the paused broker out of the ISR", lambda: (s := partition_state(others, topic)) and victim not in s[1]
+            )
+            time.sleep(SESSION_MS * 2 / 1000)  # well past its session
+        finally:
+            process.send_signal(signal.SIGCONT)
+        wait_for("three live brokers again", lambda: all_brokers_seen(brokers), timeout_s=30)
+        wait_for("the broker back in the ISR", lambda: (s := partition_state(others, topic)) and victim in s[1])
+        assert len(produce(bootstrap, topic, [b"z%d" % i for i in range(20)])) == 20
         for b in brokers.values():
             assert not b.log_problems(), b.log_problems()

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: registrations and partition states: the controller's election triggers
 WATCHED_PREFIX = "/brokers/"
+#: pause before campaigning again after leadership (or the session) was lost, or a store error
+CAMPAIGN_BACKOFF_S = 0.5
 
 
 class Controller:
@@ -52,22 +54,49 @@ class Controller:
         self.store = store
         self.cache = cache
         self.leadership: Leadership | None = None
+        self._term: trio.CancelScope | None = None
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Campaign (blocks while another broker controls), then elect on every broker change.
-        Reports started as soon as *some* broker is known to be the controller."""
+        """Campaign (blocks while another broker controls), then elect on every broker change;
+        campaign again whenever leadership or the metadata session is lost. Reports started as
+        soon as *some* broker is known to be the controller."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._lead)
+            nursery.start_soon(self._campaign_forever)
             await self.cache.controller_known.wait()
             task_status.started()
 
+    def session_lost(self) -> None:
+        """The metadata session expired: its election key is gone (another broker may lead by
+        now), so stop acting as controller and campaign again in the next session."""
+        self.leadership = None
+        if self._term is not None:
+            self._term.cancel()
+
+    async def _campaign_forever(self) -> None:
+        while True:
+            with trio.CancelScope() as term:
+                self._term = term
+                try:
+                    await self._lead()
+                except Exception as exc:  # the store is away: a new session will come
+                    log.warning("controller: %s; campaigning again", exc)
+            self._term = None
+            if self.leadership is not None:
+                log.info("broker %d is no longer the controller", self.config.broker_id)
+            self.leadership = None
+            await trio.sleep(CAMPAIGN_BACKOFF_S)
+
     async def _lead(self) -> None:
+        """One term: win the election, then elect on every change until leadership is lost
+        (a fenced write) or the watch ends."""
         self.leadership = await self.store.campaign(CONTROLLER_ELECTION, str(self.config.broker_id).encode())
         log.info("broker %d is the controller (epoch %d)", self.config.broker_id, self.leadership.epoch)
         await self.cache.refresh_controller()
-        while True:
+        while self.leadership is not None:
             items, revision = await self.store.list(WATCHED_PREFIX)
             await self.elect_offline_leaders(items)
+            if self.leadership is None:
+                return  # fenced: another broker controls
             try:
                 async for ev in self.store.watch(WATCHED_PREFIX, after_revision=revision):
                     log.debug("controller: change of %s at %d", ev.key, ev.revision)

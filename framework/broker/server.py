@@ -33,7 +33,7 @@ import trio
 
 from ..config import Config
 from ..errors import OdradekError
-from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore
+from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, SessionState
 from ..manager import Plugins, load_plugins
 from .alter_partition import AlterPartitionManager
 from .controller import Controller
@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 SESSION_TTL_MS = 18000
 #: how long a stopping broker tries to move its leaderships away (Kafka's controlled shutdown)
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
+#: pause between attempts to register again after a lost metadata session
+REREGISTER_BACKOFF_S = 0.5
 
 
 class InconsistentClusterId(OdradekError):
@@ -169,6 +171,8 @@ class BrokerServer:
                     self.broker_epoch = await store.register_broker(config.broker_id, info)
                     self.controller = Controller(config, store, core.metadata_cache)
                     await self._start(background, scopes, self.controller.run)
+                    controller = self.controller
+                    self._spawn(background, scopes, lambda: self._follow_session(store, info, controller))
                     log.info(
                         "broker %d serving cluster %s (broker epoch %d)",
                         config.broker_id,
@@ -189,6 +193,39 @@ class BrokerServer:
                     await core.shutdown()
                 for scope in scopes:
                     scope.cancel()
+
+    async def _follow_session(self, store: MetadataStore, info: bytes, controller: Controller) -> None:
+        """What Kafka's broker does when its ZooKeeper session expires: the registration (an
+        ephemeral) and any controllership died with the session, so stop controlling at once and,
+        once the store has a new session, register again (a new broker epoch) and campaign again.
+        Without this, a broker paused or cut off past its session stayed unregistered for good:
+        the others saw it as dead and kept taking it out of every ISR."""
+        lost = False
+        async for state in store.session_states():
+            if state is SessionState.LOST:
+                if not lost:
+                    log.warning(
+                        "metadata session lost: broker %d is unregistered until a new session", self.config.broker_id
+                    )
+                lost = True
+                controller.session_lost()
+            elif state is SessionState.CONNECTED and lost:
+                await self._register_again(store, info)
+                lost = False
+
+    async def _register_again(self, store: MetadataStore, info: bytes) -> None:
+        attempt = 0
+        while True:
+            try:
+                self.broker_epoch = await store.register_broker(self.config.broker_id, info)
+            except Exception as exc:  # the old registration not gone yet, or the store away again
+                attempt += 1
+                if attempt % 20 == 1:
+                    log.warning("re-registering broker %d failed (%s); retrying", self.config.broker_id, exc)
+                await trio.sleep(REREGISTER_BACKOFF_S)
+                continue
+            log.info("broker %d registered again (broker epoch %d)", self.config.broker_id, self.broker_epoch)
+            return
 
     def _connector(self) -> Any:
         """How this broker reaches the others (replica fetchers): the first listener's transport."""
