@@ -111,6 +111,9 @@ async def test_isr_lag_and_rejoin(tmp_path: Path) -> None:
         assert not p.can_join_isr(2)
         p.update_follower_fetch_state(2, 1, 0, now_ms=2000)
         assert p.can_join_isr(2)
+        # caught up, but only long ago: a follower that stopped fetching does not rejoin on it
+        assert p.can_join_isr(2, now_ms=2500, max_lag_ms=1000)
+        assert not p.can_join_isr(2, now_ms=4000, max_lag_ms=1000)
         leader_append(p, batch([b"y"]))
         p.update_follower_fetch_state(1, 1, 0, now_ms=3000)  # behind, but the HW never goes back
         assert p.high_watermark == 1

@@ -197,13 +197,29 @@ def test_controlled_shutdown_and_preferred_leader(tmp_path: Path, zookeeper_serv
         survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != leader)
         admin2 = AdminClient({"bootstrap.servers": survivors})
         # moved by the stopping broker itself: no waiting for its metadata session to expire
-        _, isr = wait_for("a new leader", lambda: (s := partition_state(admin2, topic)) and s[0] != leader and s)
+        new_leader, isr = wait_for(
+            "a new leader", lambda: (s := partition_state(admin2, topic)) and s[0] != leader and s
+        )
         assert leader not in isr
+        assert new_leader != leader
         assert len(produce(survivors, topic, [b"y%d" % i for i in range(50)])) == 50
 
         brokers[leader].start()
         wait_for("the preferred replica leading again", lambda: (s := partition_state(admin, topic)) and s[0] == leader)
         assert len(consume_all(bootstrap, topic, 100)) == 100
+        # a follower stopped cleanly stays out of the ISR: the leader must not re-add it on the LEO
+        # it last fetched (it used to, every ~1.5 s, and the controller took it out again)
+        wait_for("a full ISR again", lambda: (s := partition_state(admin, topic)) and len(s[1]) == 3)
+        follower = next(i for i in brokers if i != leader)
+        seen = len(brokers[leader].log_path.read_text().splitlines())
+        brokers[follower].stop()
+        time.sleep(LAG_MS * 2 / 1000)
+        changes = [
+            line for line in brokers[leader].log_path.read_text().splitlines()[seen:] if f"{topic}-0: ISR" in line
+        ]
+        assert not any(line.endswith(f"{follower}]") or f" {follower}," in line.split("->")[-1] for line in changes), (
+            changes
+        )
         for b in brokers.values():
             assert not b.log_problems(), b.log_problems()
 

@@ -26,7 +26,7 @@ import trio
 from ..config import Config
 from ..interfaces import MetadataConflict, MetadataStore, TopicPartition
 from ..sessions import MetadataUnavailable
-from .metadata_cache import MetadataCache, PartitionState, encode, partition_state_key
+from .metadata_cache import BROKERS_PREFIX, MetadataCache, PartitionState, encode, partition_state_key
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -65,12 +65,19 @@ class AlterPartitionManager:
         """Propose every due ISR change; returns how many were written."""
         rm = self.replica_manager
         now = rm.clock_ms()
+        # KIP-841: only a registered broker may join an ISR (the controller takes dead ones out)
+        live = set(self.cache.live_broker_ids())
         written = 0
         for tp, p in list(rm.partitions.items()):
             if not p.is_leader:
                 continue
             shrink = p.out_of_sync_replicas(now, self.max_lag_ms)
-            expand = {r for r in p.replicas if r != self.broker_id and p.can_join_isr(r)}
+            expand = {
+                r for r in p.replicas if r != self.broker_id and r in live and p.can_join_isr(r, now, self.max_lag_ms)
+            }
+            if expand:
+                # the cache may not have seen a stopping broker unregister yet: ask the store
+                expand = {r for r in expand if await self.store.get(f"{BROKERS_PREFIX}{r}") is not None}
             if not shrink and not expand:
                 continue
             new_isr = tuple(r for r in p.replicas if (r in p.isr or r in expand) and r not in shrink)

@@ -251,10 +251,14 @@ class Partition:
                 out.add(r)
         return out
 
-    def can_join_isr(self, replica_id: int) -> bool:
-        """A follower rejoins once its LEO reached the HW and the start of the current epoch."""
+    def can_join_isr(self, replica_id: int, now_ms: int | None = None, max_lag_ms: int | None = None) -> bool:
+        """A follower rejoins once its LEO reached the HW and the start of the current epoch;
+        with ``now_ms``, only if it also caught up within ``max_lag_ms`` (Kafka's
+        ``isCaughtUp``): a follower that stopped fetching must not rejoin on the LEO it had."""
         state = self.remote_replicas.get(replica_id)
         if state is None or replica_id in self.isr:
+            return False
+        if now_ms is not None and max_lag_ms is not None and now_ms - state.last_caught_up_time_ms > max_lag_ms:
             return False
         entries = self.log.epoch_entries()
         epoch_start = entries[-1].start_offset if entries else 0
