@@ -284,3 +284,27 @@ async def test_restart_keeps_topics_configs_data_and_offsets(tmp_path: Path) -> 
         assert [r.value for r in await fetch_records(core, tp)] == [b"v0", b"v1", b"v2", b"v3"]
         r = await core.fetch(-1, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(tp, 4, 100)])
         assert r[tp].high_watermark == 4
+
+
+async def test_a_log_left_by_an_earlier_topic_of_the_name_is_not_reused(tmp_path: Path) -> None:
+    """A broker down while its topic was deleted and created again (by the rest of a cluster)
+    finds on restart a log whose recorded topic id is not the topic's: the log goes instead of
+    serving the old records under the new topic (Kafka's partition.metadata, KIP-516). Here the
+    id on disk is changed while the broker is down, which is what that broker would see."""
+    tp = TopicPartition("t", 0)
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        await produce(core, tp, batch([b"old-1", b"old-2"]))
+        topic_id = core.metadata_cache.topics["t"].topic_id
+        plog = core.storage.get_log(tp)
+        assert plog is not None and plog.read_state("partition.metadata") == topic_id.encode()
+    async with running_broker(tmp_path) as core:  # same topic: the log is kept
+        assert [r.value for r in await fetch_records(core, tp)] == [b"old-1", b"old-2"]
+        plog = core.storage.get_log(tp)
+        assert plog is not None
+        plog.write_state("partition.metadata", b"0" * 32)  # as if written by an earlier topic "t"
+    async with running_broker(tmp_path) as core:
+        assert await fetch_records(core, tp) == []
+        assert (await produce(core, tp, batch([b"new"]))).base_offset == 0
+        plog = core.storage.get_log(tp)
+        assert plog is not None and plog.read_state("partition.metadata") == topic_id.encode()
