@@ -12,6 +12,7 @@ from odradek.client.fetcher import CompletedFetch
 from odradek.errors import CorruptMessage
 from odradek.interfaces import TopicPartition
 from odradek.manager import Plugins, build_plugin_manager
+from odradek.plugins.storage_segment.scan import empty_batch_like
 from odradek.records import (
     Compression,
     ControlRecordType,
@@ -119,3 +120,16 @@ def test_read_committed_drops_aborted_transactions_and_markers() -> None:
     assert position == 8
     uncommitted, _ = _take_all(_fetch(data, 0, aborted=None), 0)
     assert [r.value for r in uncommitted] == [b"c0", b"c1", b"a0", b"a1", b"plain", b"later"]
+
+
+def test_empty_batches_kept_by_compaction_move_the_position() -> None:
+    """Compaction keeps an active producer's last batch with no records (for producer state). A
+    consumer must step over it: the position stayed at its offset, so odradek's consumer (and
+    the Spark connector on it) polled there until the timeout. Found with a compacted topic."""
+    kept = build_batch([(b"k", b"v", (), 1)], base_offset=0, producer_id=3, producer_epoch=0, base_sequence=0)
+    empty = bytes(empty_batch_like(kept))
+    parts = [empty, build_batch([(b"k", b"later", (), 1)], base_offset=1)]
+    out, position = _take_all(_fetch(b"".join(parts), 0), 0)
+    assert [(r.offset, r.value) for r in out] == [(1, b"later")] and position == 2
+    out, position = _take_all(_fetch(empty, 0), 0)  # only empty batches in a response
+    assert out == [] and position == 1

@@ -184,3 +184,16 @@ async def test_offset_calls_without_a_group_id_fail_at_once(autojump_clock: trio
             assert err.value.code is ErrorCode.INVALID_GROUP_ID
         with pytest.raises(KafkaError, match="needs a group.id"):
             c.commit_async()
+
+
+def test_header_keys_must_be_strings() -> None:
+    """A null header key is refused, as Kafka's producer refuses it (it was written as the text
+    "None"; found through the Spark sink); so is a header that is not a (key, value) pair."""
+    from odradek.client.producer import to_headers
+
+    assert to_headers([("a", b"1"), ("b", None)]) == [("a", b"1"), ("b", None)]
+    assert to_headers({"c": "x"}) == [("c", b"x")]
+    with pytest.raises(TypeError, match="header key"):
+        to_headers([(None, b"x")])
+    with pytest.raises(TypeError, match="pair"):
+        to_headers([None])  # type: ignore[list-item]

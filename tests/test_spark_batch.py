@@ -102,6 +102,14 @@ def test_batch_write_with_key_partition_headers_and_topic_option(spark_session: 
         assert r.partition == i % 3
         assert [(h.key, h.value) for h in r.headers] == [("id", str(i).encode())]
     assert sorted(int(r.key) for r in back) == list(range(60))
+    # a null header key is refused, as Kafka's producer refuses it (it was written as "None")
+    null_key = spark_session.range(1).selectExpr(
+        "CAST(id AS STRING) AS value", "array(named_struct('key', CAST(NULL AS STRING), 'value', X'01')) AS headers"
+    )
+    with pytest.raises(Exception, match="null header key"):
+        null_key.write.mode("append").format("odradek").option("kafka.bootstrap.servers", bootstrap).option(
+            "topic", topic
+        ).save()
 
 
 @pytest.mark.parametrize(

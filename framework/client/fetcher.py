@@ -138,7 +138,9 @@ class CompletedFetch:
             if self._aborted is not None and self._skip_aborted(header, pos):
                 position = max(position, header.next_offset)
                 continue
-            if header.is_control:
+            if header.is_control or header.record_count == 0:
+                # markers, and the empty batches compaction keeps for producer state: nothing to
+                # return, but the position moves past them (a consumer would poll there for ever)
                 position = max(position, header.next_offset)
                 continue
             self._cursor = RecordCursor(records_section(self.data, pos, header, codecs, check_crcs), header)

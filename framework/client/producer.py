@@ -72,7 +72,15 @@ def to_headers(headers: HeadersIn) -> Sequence[tuple[str, bytes | None]]:
     if not headers:
         return ()
     items = headers.items() if isinstance(headers, Mapping) else headers
-    return [(str(k), to_bytes(v, "header value")) for k, v in items]
+    out: list[tuple[str, bytes | None]] = []
+    for item in items:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise TypeError(f"a header must be a (key, value) pair, got {item!r}")
+        key, value = item
+        if not isinstance(key, str):  # Kafka's producer refuses null keys; str(None) would write "None"
+            raise TypeError(f"a header key must be a string, got {key!r}")
+        out.append((key, to_bytes(value, "header value")))
+    return out
 
 
 class RecordFuture:

@@ -137,7 +137,7 @@ def produce_batches(options: SinkOptions, layout: SinkLayout, batches: Iterator[
                     topic,
                     values[i],
                     key=keys[i],
-                    headers=[(h["key"], h["value"]) for h in row_headers] if row_headers else None,
+                    headers=_row_headers(row_headers) if row_headers else None,
                     partition=partitions[i],
                     callback=on_delivery,
                 )
@@ -185,3 +185,14 @@ class OdradekStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Acknowledged records stay; a re-run of the batch sends them again (at-least-once)."""
+
+
+def _row_headers(row_headers: list[dict[str, object] | None]) -> list[tuple[object, object]]:
+    """A row's ``headers`` array as (key, value) pairs; a null element or a null key is refused
+    with a clear error, as Kafka's producer refuses a null header key."""
+    out: list[tuple[object, object]] = []
+    for h in row_headers:
+        if h is None or h.get("key") is None:
+            raise ValueError(f"A row's 'headers' holds a null header or a null header key: {row_headers!r}")
+        out.append((h["key"], h["value"]))
+    return out
