@@ -29,3 +29,28 @@ def test_restart_between_produce_and_consume() -> None:
         producer = Producer({"bootstrap.servers": broker.bootstrap})
         producer.produce(topic, b"x")
         assert producer.flush(TIMEOUT_S) == 0
+
+
+def test_admin_metadata_calls_wait_out_a_broker_restart() -> None:
+    """odradek's admin client retries Metadata through a broker that is down for a few seconds,
+    as Kafka's AdminClient does until default.api.timeout.ms; it failed at once with a network
+    error, which stopped a Spark streaming query on any broker restart."""
+    import threading
+    import time
+
+    from odradek.client import Admin
+
+    topic = unique_topic("admin-restart")
+    with start_broker() as broker:
+        produce(broker, topic, [(b"k", b"v")])
+        with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+            assert admin.list_topics()[topic] == 1
+            broker.stop()
+            restarter = threading.Thread(target=lambda: (time.sleep(2), broker.start()))
+            restarter.start()
+            try:
+                described = admin.describe_topics([topic], timeout=TIMEOUT_S)
+                assert [p.partition for p in described[topic].partitions] == [0]  # type: ignore[union-attr]
+                assert admin.list_topics(timeout=TIMEOUT_S)[topic] == 1
+            finally:
+                restarter.join()

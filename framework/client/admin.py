@@ -160,13 +160,22 @@ class AsyncAdmin(AsyncClient):
     async def list_topics(self, *, include_internal: bool = False, timeout: float | None = None) -> dict[str, int]:
         """Every topic with its partition count."""
         self._check_open()
-        with self._api_deadline(timeout, "list topics"):
-            cluster = await self.network.refresh_metadata(all_topics=True)
+        cluster = await self._metadata(None, timeout, "list topics")
         return {
             name: info.num_partitions
             for name, info in sorted(cluster.topics.items())
             if info.error is ErrorCode.NONE and (include_internal or not info.is_internal)
         }
+
+    async def _metadata(self, names: list[str] | None, timeout: float | None, what: str) -> Any:
+        """A Metadata round trip for ``names`` (every topic when None), retried through broker
+        restarts and unreachable brokers until the API timeout, as Kafka's AdminClient retries."""
+
+        async def attempt() -> Any:
+            return await self.network.refresh_metadata(names, all_topics=names is None, allow_auto_create=False)
+
+        with self._api_deadline(timeout, what):
+            return await self.network.call_with_retries(attempt, timeout_s=self._default_timeout(timeout), what=what)
 
     async def describe_topics(
         self, topics: Iterable[str] | None = None, timeout: float | None = None
@@ -174,8 +183,7 @@ class AsyncAdmin(AsyncClient):
         """Partitions, leaders, replicas and ISR of ``topics`` (all when None)."""
         self._check_open()
         names = None if topics is None else list(topics)
-        with self._api_deadline(timeout, "describe topics"):
-            cluster = await self.network.refresh_metadata(names, all_topics=names is None, allow_auto_create=False)
+        cluster = await self._metadata(names, timeout, "describe topics")
         out: dict[str, TopicDescription | KafkaError] = {}
         for name in names if names is not None else sorted(cluster.topics):
             info = cluster.topics.get(name)
