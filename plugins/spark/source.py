@@ -1,13 +1,16 @@
 """The data source Spark instantiates for ``format("odradek")``: options in, readers and writers out.
 
 Spark creates it from the user's options (case-insensitive strings) in a planning Python process;
-every method validates the options it needs, so a bad option fails the query when it is defined,
-with a ``ValueError`` naming the option.
+every method validates the options it needs, so a bad option fails with a ``ValueError`` naming
+the option: a batch read or write when it is defined, a stream when its query starts.
 """
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from . import FORMAT
@@ -47,9 +50,12 @@ class OdradekDataSource(DataSource):
         return OdradekBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        options = parse_source_options(self.options, streaming=True)
-        check_client_config(options.client_config, sink=False)
-        _check_schema(schema, options.include_headers)
+        try:
+            options = parse_source_options(self.options, streaming=True)
+            check_client_config(options.client_config, sink=False)
+            _check_schema(schema, options.include_headers)
+        except ValueError as exc:
+            return RefusedStreamReader(exc)
         return OdradekStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> OdradekWriter:
@@ -63,3 +69,34 @@ class OdradekDataSource(DataSource):
         options = parse_sink_options(self.options)
         check_client_config(options.client_config, sink=True)
         return OdradekStreamWriter(options, sink_layout(schema, options))
+
+
+class RefusedStreamReader(DataSourceStreamReader):
+    """A stream reader for options that are refused: every call raises their ``ValueError``.
+
+    pyspark 4.3's streaming source runner calls ``reader.stop()`` in a ``finally`` around
+    ``streamReader()``, so an error raised there is reported as ``UnboundLocalError: cannot
+    access local variable 'reader'``, with the real message far down the trace. Raising from the
+    reader's first call instead puts the option's message at the top of the query's error.
+    """
+
+    def __init__(self, error: ValueError) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict[str, Any]:
+        raise self.error
+
+    def latestOffset(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise self.error
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        raise self.error
+
+    def commit(self, end: dict[str, Any]) -> None:
+        raise self.error
+
+    def stop(self) -> None:
+        pass
