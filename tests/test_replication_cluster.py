@@ -67,6 +67,18 @@ def all_brokers_seen(brokers: dict[int, BrokerProcess]) -> bool:
     return True
 
 
+def replicated_topic(brokers: dict[int, BrokerProcess], prefix: str) -> tuple[str, AdminClient, str, int]:
+    """Once all three brokers are seen: a new topic with replication factor 3 and
+    min.insync.replicas 2, its ISR full; returns (bootstrap, admin, topic, leader)."""
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wait_for("three live brokers", lambda: all_brokers_seen(brokers))
+    topic = unique_topic(prefix)
+    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(15)
+    leader, _ = wait_for("a full ISR", lambda: (s := partition_state(admin, topic)) and len(s[1]) == 3 and s)
+    return bootstrap, admin, topic, leader
+
+
 def partition_state(admin: AdminClient, topic: str) -> tuple[int, list[int]] | None:
     """(leader, isr) of partition 0 as the cluster reports it, or None."""
     try:
@@ -185,12 +197,7 @@ def test_controlled_shutdown_and_preferred_leader(tmp_path: Path, zookeeper_serv
     preferred replica leads again."""
     metadata = {"metadata": "zookeeper", "zookeeper.connect": zookeeper_server.connect_string + unique_chroot("cs")}
     with three_brokers(tmp_path, metadata) as brokers:
-        bootstrap = ",".join(b.bootstrap for b in brokers.values())
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        wait_for("three live brokers", lambda: all_brokers_seen(brokers))
-        topic = unique_topic("cs")
-        admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(15)
-        leader, _ = wait_for("a full ISR", lambda: (s := partition_state(admin, topic)) and len(s[1]) == 3 and s)
+        bootstrap, admin, topic, leader = replicated_topic(brokers, "cs")
         assert len(produce(bootstrap, topic, [b"x%d" % i for i in range(50)])) == 50
 
         brokers[leader].stop()
@@ -237,12 +244,7 @@ def test_a_broker_past_its_session_registers_again(tmp_path: Path, kind: str, re
         server = request.getfixturevalue("etcd_server")
         metadata = {"metadata": "etcd", "etcd.endpoints": server.endpoint, "etcd.namespace": unique_chroot("expiry")}
     with three_brokers(tmp_path, metadata) as brokers:
-        bootstrap = ",".join(b.bootstrap for b in brokers.values())
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        wait_for("three live brokers", lambda: all_brokers_seen(brokers))
-        topic = unique_topic("expiry")
-        admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(15)
-        leader, _ = wait_for("a full ISR", lambda: (s := partition_state(admin, topic)) and len(s[1]) == 3 and s)
+        bootstrap, _, topic, leader = replicated_topic(brokers, "expiry")
         victim = next(i for i in brokers if i != leader)
         others = AdminClient({"bootstrap.servers": ",".join(b.bootstrap for i, b in brokers.items() if i != victim)})
         process = brokers[victim].process

@@ -200,43 +200,44 @@ class InMemoryInternalTopic:
     def __init__(self, num_partitions: int = 50, node: PartitionLeader | None = None) -> None:
         self.num_partitions = num_partitions
         self.node = node or PartitionLeader(0, "127.0.0.1", 9092)
-        self.partitions: dict[int, list[Record]] | None = None
-        #: the same records with their batch context, and markers (see :meth:`append_marker`)
-        self.entries: dict[int, list[LogEntry]] = {}
+        #: partition -> its records with their batch context; None until the topic is created
+        self.entries: dict[int, list[LogEntry]] | None = None
         self.fail_next: list[ErrorCode] = []
         self.appends = 0
 
+    @property
+    def partitions(self) -> dict[int, list[Record]] | None:
+        """partition -> its (key, value) records (None until the topic is created)."""
+        if self.entries is None:
+            return None
+        return {p: [(e.key, e.value) for e in es if e.key is not None] for p, es in self.entries.items()}
+
     async def exists(self) -> bool:
-        return self.partitions is not None
+        return self.entries is not None
 
     async def ensure_topic(self) -> bool:
-        if self.partitions is None:
-            self.partitions = {p: [] for p in range(self.num_partitions)}
+        if self.entries is None:
+            self.entries = {p: [] for p in range(self.num_partitions)}
         return True
 
     def _append(
         self, partition: int, records: Sequence[Record], producer_id: int = -1, transactional: bool = False
     ) -> ErrorCode:
-        if self.partitions is None:
+        if self.entries is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if self.fail_next:
             return self.fail_next.pop(0)
         self.appends += 1
-        self.partitions[partition].extend(records)
-        self.entries.setdefault(partition, []).extend(LogEntry(k, v, producer_id, transactional) for k, v in records)
+        self.entries[partition].extend(LogEntry(k, v, producer_id, transactional) for k, v in records)
         return ErrorCode.NONE
 
-    def append_marker(self, partition: int, producer_id: int, commit: bool) -> None:
-        """A transaction marker (what the transaction coordinator writes at the end)."""
-        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
-        self.entries.setdefault(partition, []).append(LogEntry(None, None, producer_id, True, kind))
-
     async def read(self, partition: int) -> AsyncIterator[Record]:
-        for record in list((self.partitions or {}).get(partition, ())):
-            yield record
+        async for entry in self.read_entries(partition):
+            if entry.key is not None:
+                yield entry.key, entry.value
 
     async def read_entries(self, partition: int) -> AsyncIterator[LogEntry]:
-        for entry in list(self.entries.get(partition, ())):
+        for entry in list((self.entries or {}).get(partition, ())):
             yield entry
 
     def records(self) -> Sequence[Record]:
@@ -244,6 +245,6 @@ class InMemoryInternalTopic:
         return [r for p in (self.partitions or {}).values() for r in p]
 
     async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
-        if self.partitions is None:
+        if self.entries is None:
             return {}
         return dict.fromkeys(range(self.num_partitions), self.node)

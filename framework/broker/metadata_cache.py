@@ -234,8 +234,7 @@ class MetadataCache:
             hosted.add(p)
             tp = TopicPartition(topic.name, p)
             current = self.replica_manager.get_partition(tp)
-            if current is None and topic.topic_id:
-                await self._drop_log_of_another_topic(tp, topic.topic_id)
+            id_on_disk = await self._check_topic_id(tp, topic.topic_id) if current is None and topic.topic_id else True
             if state.leader == self.broker_id:
                 if (
                     current is None
@@ -250,36 +249,33 @@ class MetadataCache:
                 self.replica_manager.become_follower(
                     tp, config, state.leader, state.leader_epoch, replicas, state.isr, state.version
                 )
-            if current is None and topic.topic_id:
-                self._remember_topic_id(tp, topic.topic_id)
+            if not id_on_disk:  # a log created (or adopted) just now: record whose it is
+                plog = self.replica_manager.storage.get_log(tp)
+                if plog is not None:
+                    plog.write_state(TOPIC_ID_STATE, topic.topic_id.encode())
         if old_config is not None and dict(old_config) != dict(config):
             self.replica_manager.update_config(topic.name, config)
         await self._remove_local(topic.name, hosted)
 
-    async def _drop_log_of_another_topic(self, tp: TopicPartition, topic_id: str) -> None:
-        """A log on disk left by an earlier topic of the same name (deleted while this broker
-        was down, then created again): its records must not reappear under the new topic, so it
-        goes before the partition is hosted. Logs remember their topic's id (Kafka's
-        ``partition.metadata``, KIP-516); one without it (written before ids were kept) is
-        adopted."""
+    async def _check_topic_id(self, tp: TopicPartition, topic_id: str) -> bool:
+        """Before hosting ``tp``: whether a log on disk already records ``topic_id``. A log left
+        by an earlier topic of the same name (deleted while this broker was down, then created
+        again) goes first, so its records never reappear under the new topic: logs remember
+        their topic's id (Kafka's ``partition.metadata``, KIP-516); one without it (written
+        before ids were kept) is adopted. False means the id is to be written once hosted."""
         storage = self.replica_manager.storage
         plog = storage.get_log(tp)
-        if plog is None:
-            return
-        stored = plog.read_state(TOPIC_ID_STATE)
-        if stored is not None and stored.decode(errors="replace") != topic_id:
-            log.warning(
-                "%s: the log on disk belongs to an earlier topic of this name (id %s, now %s): deleting it",
-                tp, stored.decode(errors="replace"), topic_id,
-            )  # fmt: skip
-            await storage.delete_log(tp)
-
-    def _remember_topic_id(self, tp: TopicPartition, topic_id: str) -> None:
-        """Write the topic's id beside a newly hosted log (once), so that a later topic of the
-        same name can tell the log is not its own."""
-        plog = self.replica_manager.storage.get_log(tp)
-        if plog is not None and plog.read_state(TOPIC_ID_STATE) is None:
-            plog.write_state(TOPIC_ID_STATE, topic_id.encode())
+        stored = plog.read_state(TOPIC_ID_STATE) if plog is not None else None
+        if stored is None:
+            return False
+        if stored.decode(errors="replace") == topic_id:
+            return True
+        log.warning(
+            "%s: the log on disk belongs to an earlier topic of this name (id %s, now %s): deleting it",
+            tp, stored.decode(errors="replace"), topic_id,
+        )  # fmt: skip
+        await storage.delete_log(tp)
+        return False
 
     async def _remove_local(self, name: str, keep: set[int]) -> None:
         for tp in [tp for tp in self.replica_manager.partitions if tp.topic == name and tp.partition not in keep]:

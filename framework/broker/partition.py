@@ -334,7 +334,7 @@ class Partition:
         """The aborted transactions a read_committed fetch of [fetch_offset, upper_bound_offset)
         must name, after dropping those whose ABORT marker compaction removed (checked once per
         compaction of the log, not per fetch)."""
-        count = getattr(self.log, "compaction_count", 0)
+        count = self.log.compaction_count
         if count != self._aborted_checked_at:
             removed = self.producer_state.drop_aborted_without_marker(self.log)
             if removed:
