@@ -67,6 +67,33 @@ async def test_index_entries_are_kafkas(tmp_path: Path) -> None:
     assert times[-1] == (5000 + 10 * (len(spans) - 1) + 2, spans[-1][1])
 
 
+async def test_offset_index_entries_reach_the_file_by_the_fsync_and_in_bounded_batches(tmp_path: Path) -> None:
+    """The append path keeps new offset-index entries in memory and stores them in batches: an
+    fsync of the log (and so the recovery point, which trusts the index) covers all of them, and
+    without any read or flush at most ``_ROOM_STEP`` of them are held back."""
+    storage = await open_storage(tmp_path, log_index_interval_bytes=0)
+    log = log_of(storage)
+    index_file = tmp_path / "events-0" / "00000000000000000000.index"
+    spans, positions, pos = [], [], 0
+    for i in range(3 * segment_module._ROOM_STEP + 17):
+        data = batch(1, ts=1000 + i)
+        positions.append(pos)
+        spans.append(append(log, data))
+        pos += len(data)
+    # the first batch starts the first stretch; each later one gets an entry
+    expected = [(last, p) for (_, last), p in zip(spans[1:], positions[1:], strict=True)]
+    on_disk = [e for e in _entries(index_file, ">ii") if e != (0, 0)]
+    assert on_disk == expected[: len(on_disk)]
+    assert len(expected) - len(on_disk) <= segment_module._ROOM_STEP
+    await log.flush()
+    assert log.recovery_point == log.log_end_offset
+    assert _entries(index_file, ">ii")[: len(expected)] == expected
+    # each indexed batch carried a new largest timestamp: the time index has one entry for each
+    times = [(1000 + i, last) for i, (_, last) in enumerate(spans) if i]
+    assert _entries(index_file.with_suffix(".timeindex"), ">qi")[: len(times)] == times
+    await storage.close()
+
+
 async def test_roll_by_time_uses_record_timestamps(tmp_path: Path) -> None:
     storage = await open_storage(tmp_path, log_roll_ms=1000)
     log = log_of(storage)
