@@ -144,12 +144,22 @@ async def test_transactions_last_stable_offset_and_aborted_index(tmp_path: Path)
         expected = [AbortedTxn(9, 0, 3, 0)]
         assert p.producer_state.aborted_transactions(0, 4) == expected
         assert p.producer_state.aborted_transactions(4, 10) == []
-        # a marker from an older epoch is fenced
+        # a marker from an older epoch is refused as Kafka refuses it (INVALID_PRODUCER_EPOCH)
         old = bytearray(records.build_control_batch(records.ControlRecordType.COMMIT, producer_id=9, producer_epoch=0))
         leader_append(p, batch([b"t3"], producer_id=9, producer_epoch=1, base_sequence=0, is_transactional=True))
         with pytest.raises(KafkaError) as fenced:
             leader_append(p, old, AppendOrigin.COORDINATOR)
-        assert fenced.value.code == ErrorCode.PRODUCER_FENCED
+        assert fenced.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+        # so is one from a coordinator older than the last one that wrote a marker (a zombie)
+        p.producer_state.producers[9].coordinator_epoch = 5
+        zombie = bytearray(
+            records.build_control_batch(
+                records.ControlRecordType.COMMIT, producer_id=9, producer_epoch=1, coordinator_epoch=4
+            )
+        )
+        with pytest.raises(KafkaError) as fenced:
+            leader_append(p, zombie, AppendOrigin.COORDINATOR)
+        assert fenced.value.code == ErrorCode.TRANSACTION_COORDINATOR_FENCED
         with pytest.raises(InvalidProducerEpoch):
             leader_append(p, batch([b"late"], producer_id=9, producer_epoch=0, base_sequence=3))
         assert p.last_stable_offset == 4  # the epoch-1 transaction is open

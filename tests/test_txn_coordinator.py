@@ -60,12 +60,6 @@ class Markers:
 
 
 class Offsets:
-    def __init__(self) -> None:
-        self.completed: list[tuple[int, bool]] = []
-
-    async def complete(self, producer_id: int, commit: bool) -> None:
-        self.completed.append((producer_id, commit))
-
     def offsets_partition(self, group_id: str) -> int | None:
         return None  # no group coordinator: the configured partition count places the group
 
@@ -131,7 +125,6 @@ async def test_commit_writes_markers_and_completes() -> None:
         assert sorted(markers.written) == sorted(
             [(pid, epoch, ControlRecordType.COMMIT, tp) for tp in (TP0, TP1, offsets_tp)]
         )
-        assert offsets.completed == [(pid, True)]
         md = coord.transactions["a"]
         assert md.state is TransactionState.COMPLETE_COMMIT and not md.partitions
         assert not coord.verify_transaction("a", pid, epoch, TP0)
@@ -233,7 +226,8 @@ async def test_markers_are_retried_until_written(autojump_clock: trio.testing.Mo
         assert [(tp, kind) for _, _, kind, tp in markers.written].count((TP1, ControlRecordType.COMMIT)) == 1
 
 
-async def test_prepared_transaction_is_completed_after_reload() -> None:
+@pytest.mark.trio
+async def test_prepared_transaction_is_completed_after_reload(autojump_clock: trio.testing.MockClock) -> None:
     log, markers = InMemoryTransactionLog(num_partitions=5), Markers()
     async with coordinator(log, markers) as coord:
         r = await coord.init_producer_id("a", 60000)

@@ -96,6 +96,8 @@ class BrokerCore:
         #: BrokerServer (``odradek.broker.txn``)
         self.transaction_coordinator: Any = None
         self.txn_offsets: Any = None
+        #: the partition leader's side of transaction markers (WriteTxnMarkers), attached with them
+        self.txn_markers: Any = None
 
     async def start(self) -> None:
         """Load the metadata and host this broker's partitions (the watch runs separately:

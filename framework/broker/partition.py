@@ -297,8 +297,8 @@ class Partition:
             dup = self.producer_state.find_duplicate(batches[0])
             if dup is not None:
                 return LeaderAppendResult(None, duplicate=dup)
-        self.producer_state.validate(batches, origin)
         markers = control_markers(data, batches) if any(b.is_control for b in batches) else {}
+        self.producer_state.validate(batches, origin, markers)
         lso_before = self.last_stable_offset
         info = self.log.append_as_leader(data, batches, self.leader_epoch)
         firsts = _first_offsets(info.first_offset, batches)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -155,17 +155,33 @@ class ProducerStateManager:
             return None
         return entry.find_duplicate(meta.producer_epoch, meta.base_sequence, _last_seq(meta))
 
-    def validate(self, batches: Sequence[BatchMeta], origin: AppendOrigin) -> None:
+    def validate(
+        self,
+        batches: Sequence[BatchMeta],
+        origin: AppendOrigin,
+        markers: Mapping[int, records.ControlRecord] | None = None,
+    ) -> None:
         """Raise the Kafka error a client append of ``batches`` deserves (epoch, sequence), without
-        changing any state. Batches of one producer are checked against each other in order."""
+        changing any state. Batches of one producer are checked against each other in order.
+        ``markers`` (a control batch's index -> its decoded marker) lets a marker from a
+        coordinator older than the last one seen be refused."""
         staged: dict[int, ProducerStateEntry] = {}
-        for meta in batches:
+        for i, meta in enumerate(batches):
             pid = meta.producer_id
             if pid < 0:
                 continue
             entry = staged.get(pid) or (self.producers[pid].copy() if pid in self.producers else None)
             entry = entry or ProducerStateEntry(pid)
             self._check(entry, meta, origin)
+            marker = markers.get(i) if markers else None
+            if marker is not None and origin is not AppendOrigin.REPLICATION:
+                if marker.coordinator_epoch < entry.coordinator_epoch:  # Kafka's checkCoordinatorEpoch
+                    raise KafkaError(
+                        f"marker of producer {pid} from coordinator epoch {marker.coordinator_epoch}, older than "
+                        f"{entry.coordinator_epoch} (a zombie coordinator)",
+                        code=ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                    )
+                entry.coordinator_epoch = marker.coordinator_epoch
             self._apply(entry, meta, first_offset=0, last_offset=0)
             staged[pid] = entry
 
@@ -173,9 +189,10 @@ class ProducerStateManager:
         epoch = meta.producer_epoch
         if epoch < entry.producer_epoch:
             if meta.is_control and origin is not AppendOrigin.REPLICATION:
-                raise KafkaError(
-                    f"marker epoch {epoch} is older than producer {entry.producer_id}'s epoch {entry.producer_epoch}",
-                    code=ErrorCode.PRODUCER_FENCED,
+                # Kafka (since 2.7) answers a stale marker INVALID_PRODUCER_EPOCH, which the
+                # transaction coordinator takes as "this transaction was superseded"
+                raise InvalidProducerEpoch(
+                    f"marker epoch {epoch} is older than producer {entry.producer_id}'s epoch {entry.producer_epoch}"
                 )
             if origin is AppendOrigin.CLIENT:
                 raise InvalidProducerEpoch(

@@ -146,7 +146,9 @@ class BrokerServer:
                 await self._start_group_coordinator(core, background, scopes)
                 from .txn.wiring import start_transaction_coordinator  # after the groups: TxnOffsetCommit needs them
 
-                await start_transaction_coordinator(core, config, lambda fn: self._start(background, scopes, fn))
+                await start_transaction_coordinator(
+                    core, config, lambda fn: self._start(background, scopes, fn), self._connector
+                )
             except BaseException:
                 for scope in scopes:  # shielded tasks would keep the nursery (and serve) open forever
                     scope.cancel()

@@ -44,6 +44,7 @@ class ApiKey(IntEnum):
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
@@ -84,6 +85,7 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 2),
         ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 2),
         ApiKey.END_TXN: VersionRange(0, 2),
+        ApiKey.WRITE_TXN_MARKERS: VersionRange(0, 1),  # inter-broker; v0 is odradek's schema (kio has v1+)
         ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 2),
         # Admin and group-inspection APIs, at every version kio models that needs no topic ids.
         ApiKey.CREATE_TOPICS: VersionRange(2, 7),
@@ -133,7 +135,7 @@ def advertised_versions(handled: Iterable[int]) -> dict[int, VersionRange]:
 #: None: no version is flexible (OffsetDelete).
 _FIRST_FLEXIBLE: dict[int, int | None] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 16: 3, 18: 3,
-    19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 28: 3, 32: 4, 33: 2, 37: 2, 42: 2, 44: 1, 47: None,
+    19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 32: 4, 33: 2, 37: 2, 42: 2, 44: 1, 47: None,
 }  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 
 from ..errors import ErrorCode, InvalidRequest, UnsupportedVersion
+from . import write_txn_markers as write_txn_markers_v0
 from .apis import PRODUCE_IMPLEMENTED, SUPPORTED_VERSIONS, ApiKey, VersionRange
 from .fetch import decode_fetch_request
 from .guard import check_message
@@ -82,9 +83,22 @@ def datetime_ms(value: int) -> datetime.datetime | None:
 # -- schema lookup ------------------------------------------------------------------------------
 
 
+#: kio-shaped schemas of versions kio does not model (Kafka 4.x dropped them): (key, version) ->
+#: (request class, response class)
+_OWN_SCHEMAS: dict[tuple[int, int], tuple[type[Any], type[Any]]] = {
+    (ApiKey.WRITE_TXN_MARKERS, 0): (
+        write_txn_markers_v0.WriteTxnMarkersRequest,
+        write_txn_markers_v0.WriteTxnMarkersResponse,
+    ),
+}
+
+
 @cache
 def request_type(api_key: int, api_version: int) -> type[Any]:
     """kio's request class for api/version (raises ``UnsupportedVersion`` when kio has none)."""
+    own = _OWN_SCHEMAS.get((api_key, api_version))
+    if own is not None:
+        return own[0]
     try:
         return load_request_schema(api_key, api_version)
     except Exception:
@@ -94,6 +108,9 @@ def request_type(api_key: int, api_version: int) -> type[Any]:
 @cache
 def response_type(api_key: int, api_version: int) -> type[Any]:
     """kio's response class for api/version (raises ``UnsupportedVersion`` when kio has none)."""
+    own = _OWN_SCHEMAS.get((api_key, api_version))
+    if own is not None:
+        return own[1]
     try:
         return load_response_schema(api_key, api_version)
     except Exception:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -337,14 +337,20 @@ class GroupMetadataManager:
     def has_pending_txn(self, group_id: str, tp: TopicPartition) -> bool:
         return any(tp in groups.get(group_id, {}) for groups in self.pending_txn.values())
 
-    def complete_txn(self, producer_id: int, commit: bool) -> int:
-        """The producer's transaction ended and its marker is in the log: its offsets become the
-        groups' committed offsets (commit) or are dropped (abort). Returns how many applied."""
-        by_group = self.pending_txn.pop(producer_id, {})
+    def complete_txn(self, producer_id: int, commit: bool, partitions: Collection[int] | None = None) -> int:
+        """The producer's transaction ended and its marker is in the log of ``partitions`` (all
+        when None): its offsets of the groups placed there become the groups' committed offsets
+        (commit) or are dropped (abort). Returns how many applied."""
+        held = self.pending_txn.get(producer_id, {})
+        settled = {g: v for g, v in held.items() if partitions is None or self.partition_for(g) in partitions}
+        for group_id in settled:
+            del held[group_id]
+        if not held:
+            self.pending_txn.pop(producer_id, None)
         if not commit:
             return 0
         applied = 0
-        for group_id, values in by_group.items():
+        for group_id, values in settled.items():
             if self.partition_for(group_id) not in self.owned:
                 continue  # coordinated elsewhere now: that broker's load applies the marker
             group = self.groups.get(group_id)

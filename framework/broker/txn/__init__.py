@@ -4,7 +4,8 @@
   AddOffsetsToTxn, EndTxn, timeouts, the produce path's verification);
 - :mod:`.state` -- transaction states and metadata; :mod:`.schema` -- Kafka's log schemas;
 - :mod:`.log` -- the topic through the broker facade (or in memory);
-- :mod:`.markers` -- COMMIT/ABORT control batches through the replica manager;
+- :mod:`.markers` -- COMMIT/ABORT control batches: appended by partition leaders, delivered to
+  them by the coordinator's marker channel (WriteTxnMarkers);
 - :mod:`.offsets` -- TxnOffsetCommit offsets pending until the transaction ends.
 
 See docs/transactions.md.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from .coordinator import MarkerWriter, TransactionCoordinator
 from .log import TRANSACTION_STATE_TOPIC, BrokerTransactionLog, InMemoryTransactionLog, TransactionLog
-from .markers import ReplicaMarkerWriter
+from .markers import MarkerAppender, TransactionMarkerChannel
 from .offsets import PendingTxnOffsets
 from .state import TransactionMetadata, TransactionState
 
@@ -22,11 +23,12 @@ __all__ = [
     "TRANSACTION_STATE_TOPIC",
     "BrokerTransactionLog",
     "InMemoryTransactionLog",
+    "MarkerAppender",
     "MarkerWriter",
     "PendingTxnOffsets",
-    "ReplicaMarkerWriter",
     "TransactionCoordinator",
     "TransactionLog",
+    "TransactionMarkerChannel",
     "TransactionMetadata",
     "TransactionState",
 ]

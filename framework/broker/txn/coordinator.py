@@ -50,12 +50,33 @@ ABORT_INTERVAL_MS = 10_000
 OWNERSHIP_REFRESH_S = 0.5
 #: how long InitProducerId without a prior FindCoordinator waits for the log's leader
 OWNERSHIP_WAIT_S = 5.0
-MARKER_ATTEMPTS = 5
+#: marker retries back off from this, doubling up to the maximum (Kafka retries each
+#: retriable marker error until it is written or the coordinator is no longer in charge)
 MARKER_RETRY_BACKOFF_S = 0.1
+MARKER_RETRY_BACKOFF_MAX_S = 2.0
+#: how long EndTxn waits for the markers before answering anyway: the outcome is durable once
+#: Prepare* is written, and the markers go on in the background (Kafka answers at once)
+END_TXN_WAIT_S = 10.0
+#: marker outcomes that finish a partition: written, the partition deleted (the channel's
+#: UNKNOWN_TOPIC_OR_PARTITION), or a log that cannot hold markers (Kafka drops those partitions)
+_MARKER_DONE = frozenset(
+    {
+        ErrorCode.NONE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        ErrorCode.UNSUPPORTED_VERSION,
+    }
+)
+#: marker outcomes that mean a newer producer or coordinator took over: stop sending (Kafka's
+#: TransactionMarkerRequestCompletionHandler)
+_MARKER_SUPERSEDED = frozenset(
+    {ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED, ErrorCode.PRODUCER_FENCED}
+)
 
 
 class MarkerWriter(Protocol):
-    """Writes a transaction marker into partitions (Kafka's WriteTxnMarkers, done locally)."""
+    """Writes a transaction marker into partitions through their leaders (Kafka's
+    ``TransactionMarkerChannelManager``; :class:`~.markers.TransactionMarkerChannel`)."""
 
     async def write_markers(
         self,
@@ -66,7 +87,8 @@ class MarkerWriter(Protocol):
         partitions: Collection[TopicPartition],
     ) -> dict[TopicPartition, ErrorCode]:
         """Per partition: NONE once written, UNKNOWN_TOPIC_OR_PARTITION if the partition no longer
-        exists (it needs no marker), another error to retry."""
+        exists (it needs no marker), INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED if a
+        newer producer or coordinator took over, another error to retry."""
         ...
 
 
@@ -75,7 +97,8 @@ class ProducerIdSource(Protocol):
 
 
 class TxnOffsetSink(Protocol):
-    async def complete(self, producer_id: int, commit: bool) -> None: ...
+    """Where AddOffsetsToTxn learns a group's offsets partition. The offsets themselves are
+    settled by the marker in that partition, on its leader (:class:`~.markers.MarkerAppender`)."""
 
     def offsets_partition(self, group_id: str) -> int | None:
         """The group's ``__consumer_offsets`` partition as its coordinator places it (None: no
@@ -128,8 +151,13 @@ class TransactionCoordinator:
         self.remote: set[int] = set()
         self.active = False
         self._locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)
+        #: transactional id -> done event / cancel scope of its running marker task
         self._completing: dict[str, trio.Event] = {}
+        self._completion_scopes: dict[str, trio.CancelScope] = {}
+        self.end_txn_wait_s = END_TXN_WAIT_S
         self._ownership_lock = trio.Lock()
+        #: the leader epoch each owned partition was loaded under
+        self._loaded_epochs: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None
 
     def partition_for(self, transactional_id: str) -> int:
@@ -175,16 +203,29 @@ class TransactionCoordinator:
                     self.coordinator_epochs[p] = leader.leader_epoch
             mine = {p for p, leader in leaders.items() if leader.node_id == self.node_id}
             self.remote = set(leaders) - mine
-            for p in [p for p in self.owned if p in leaders and p not in mine]:
-                self.owned.discard(p)
-                for tid in [t for t in self.transactions if self.partition_for(t) == p]:
-                    del self.transactions[tid]
+            # partitions led elsewhere now, or led again under a new epoch (lost and regained
+            # between two checks): forget them (reloaded below when they are ours)
+            for p in [p for p in self.owned if p in leaders]:
+                if p not in mine or self._loaded_epochs.get(p) != leaders[p].leader_epoch:
+                    self._unload(p)
             for p in sorted(mine - self.owned - self.loading):
                 self.loading.add(p)
                 try:
+                    self._loaded_epochs[p] = leaders[p].leader_epoch
                     await self._load(p)
                 finally:
                     self.loading.discard(p)
+
+    def _unload(self, partition: int) -> None:
+        """This broker no longer coordinates ``partition`` (or must reload it): drop its ids and
+        stop their marker tasks; the partition's new coordinator resumes them from the log."""
+        self.owned.discard(partition)
+        self._loaded_epochs.pop(partition, None)
+        for tid in [t for t in self.transactions if self.partition_for(t) == partition]:
+            del self.transactions[tid]
+            scope = self._completion_scopes.get(tid)
+            if scope is not None:
+                scope.cancel()
 
     async def _load(self, partition: int) -> None:
         loaded: dict[str, TransactionMetadata | None] = {}
@@ -206,17 +247,29 @@ class TransactionCoordinator:
         for tid in pending:
             self._spawn_completion(tid)
 
-    def _spawn_completion(self, transactional_id: str) -> None:
-        if self._nursery is not None:
-            self._nursery.start_soon(self._complete_logged, transactional_id)
+    def _spawn_completion(self, transactional_id: str) -> trio.Event | None:
+        """Start the marker task of a prepared transaction unless it runs already; its done event
+        (None when the coordinator is not running)."""
+        running = self._completing.get(transactional_id)
+        if running is not None or self._nursery is None:
+            return running
+        done = self._completing[transactional_id] = trio.Event()
+        self._nursery.start_soon(self._completion_task, transactional_id, done)
+        return done
 
-    async def _complete_logged(self, transactional_id: str) -> None:
-        """A background completion: a failure is logged (the periodic task retries), never raised
-        into the coordinator's nursery."""
+    async def _completion_task(self, transactional_id: str, done: trio.Event) -> None:
+        """Owned by the coordinator's nursery; cancelled when the id's partition is lost."""
+        scope = self._completion_scopes[transactional_id] = trio.CancelScope()
         try:
-            await self._complete(transactional_id)
-        except Exception:
+            with scope:
+                await self._deliver_markers(transactional_id)
+        except Exception:  # never raised into the coordinator's nursery: the periodic task retries
             log.exception("completing the transaction of %r failed; retrying later", transactional_id)
+        finally:
+            if self._completion_scopes.get(transactional_id) is scope:
+                del self._completion_scopes[transactional_id]
+            del self._completing[transactional_id]
+            done.set()
 
     # -- helpers ---------------------------------------------------------------------------------------
     def validate(self, transactional_id: str | None) -> ErrorCode | None:
@@ -447,51 +500,68 @@ class TransactionCoordinator:
         return ErrorCode.NONE
 
     async def _complete(self, transactional_id: str) -> None:
-        """Write the markers of a prepared transaction and complete it (once at a time per id).
-        Left prepared if some marker could not be written; the abort loop retries."""
-        running = self._completing.get(transactional_id)
-        if running is not None:
-            await running.wait()  # a concurrent completion (EndTxn vs the periodic retry): share it
+        """Have the markers of a prepared transaction written and the transaction completed;
+        wait for that up to ``end_txn_wait_s`` (the task goes on in the background after)."""
+        done = self._spawn_completion(transactional_id)
+        if done is not None:
+            with trio.move_on_after(self.end_txn_wait_s):
+                await done.wait()
+
+    def _in_charge(self, transactional_id: str, md: TransactionMetadata, coordinator_epoch: int) -> bool:
+        """Whether this coordinator still owns ``md`` under ``coordinator_epoch`` (fencing)."""
+        p = self.partition_for(transactional_id)
+        return (
+            p in self.owned
+            and self.coordinator_epochs.get(p) == coordinator_epoch
+            and self.transactions.get(transactional_id) is md
+        )
+
+    async def _deliver_markers(self, transactional_id: str) -> None:
+        """Write the markers of a prepared transaction into every partition of it through their
+        leaders (the groups' ``__consumer_offsets`` partitions too: there the marker settles the
+        TxnOffsetCommit offsets), retrying with backoff until each is written, then write
+        Complete*. Stops, leaving the transaction prepared, once another coordinator (or a newer
+        epoch of this one) is in charge or a partition says a newer producer epoch or coordinator
+        took over; whoever is in charge then completes it."""
+        md = self.transactions.get(transactional_id)
+        if md is None or not md.state.is_prepare:
             return
-        done_event = self._completing[transactional_id] = trio.Event()
-        try:
-            md = self.transactions.get(transactional_id)
-            if md is None or not md.state.is_prepare:
+        commit = md.state is TransactionState.PREPARE_COMMIT
+        result = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        coordinator_epoch = self.coordinator_epochs.get(self.partition_for(transactional_id), 0)
+        remaining = set(md.partitions)
+        backoff = MARKER_RETRY_BACKOFF_S
+        failures = 0
+        while remaining:
+            if not self._in_charge(transactional_id, md, coordinator_epoch):
+                log.info("%r: no longer its coordinator (epoch %d); markers stop", transactional_id, coordinator_epoch)
                 return
-            commit = md.state is TransactionState.PREPARE_COMMIT
-            result = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
-            coordinator_epoch = self.coordinator_epochs.get(self.partition_for(transactional_id), 0)
-            # every partition of the transaction, the groups' __consumer_offsets partitions too:
-            # their marker settles the TxnOffsetCommit records written there
-            remaining = set(md.partitions)
-            for attempt in range(MARKER_ATTEMPTS):
-                if not remaining:
-                    break
-                if attempt:
-                    await trio.sleep(MARKER_RETRY_BACKOFF_S)
-                written = await self.markers.write_markers(
-                    md.producer_id, md.producer_epoch, coordinator_epoch, result, sorted(remaining)
-                )
-                for tp, error in written.items():
-                    if error in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                        remaining.discard(tp)
-                    else:
-                        log.warning("%s marker for %r on %s failed: %s", result.name, transactional_id, tp, error.name)
+            written = await self.markers.write_markers(
+                md.producer_id, md.producer_epoch, coordinator_epoch, result, sorted(remaining)
+            )
+            for tp, error in written.items():
+                if error in _MARKER_DONE:
+                    remaining.discard(tp)
+                elif error in _MARKER_SUPERSEDED:
+                    log.warning(
+                        "%s marker of %r for %s refused with %s: superseded; markers stop",
+                        result.name, transactional_id, tp, error.name,
+                    )  # fmt: skip
+                    return
             if remaining:
-                log.error("%r stays %s: markers not written to %s", transactional_id, md.state.name, sorted(remaining))
-                return
-            if self.txn_offsets is not None and any(tp.topic == OFFSETS_TOPIC for tp in md.partitions):
-                try:
-                    await self.txn_offsets.complete(md.producer_id, commit)
-                except Exception:  # the markers are written: the transaction completes regardless
-                    log.exception("transactional offsets of %r could not be completed", transactional_id)
-            done = TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT
-            async with self._locks[transactional_id]:
-                if self.transactions.get(transactional_id) is md:
-                    await self._persist(md.transition(done, self.now_ms(), partitions=set(), txn_start_ms=-1))
-        finally:
-            del self._completing[transactional_id]
-            done_event.set()
+                failures += 1
+                level = logging.WARNING if failures in (1, 10) or failures % 100 == 0 else logging.DEBUG
+                log.log(
+                    level,
+                    "%s markers of %r not written yet to %s (attempt %d); retrying",
+                    result.name, transactional_id, sorted(remaining), failures,
+                )  # fmt: skip
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, MARKER_RETRY_BACKOFF_MAX_S)
+        done = TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT
+        async with self._locks[transactional_id]:
+            if self._in_charge(transactional_id, md, coordinator_epoch):
+                await self._persist(md.transition(done, self.now_ms(), partitions=set(), txn_start_ms=-1))
 
     # -- timeouts --------------------------------------------------------------------------------------
     async def abort_timed_out_transactions(self) -> int:
@@ -503,7 +573,7 @@ class TransactionCoordinator:
             if self.partition_for(tid) not in self.owned:
                 continue
             if md.state.is_prepare:
-                await self._complete(tid)
+                self._spawn_completion(tid)  # a marker task that stopped (or never started): again
             elif md.state is TransactionState.ONGOING and md.txn_start_ms + md.timeout_ms < now:
                 log.info("aborting transaction of %r: open for more than %d ms", tid, md.timeout_ms)
                 if await self._abort(tid, fence=True, expected=md) == ErrorCode.NONE:

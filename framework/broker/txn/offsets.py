@@ -9,7 +9,7 @@ rebuilds them and the marker settles them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from ...errors import ErrorCode
 from ...interfaces import TopicPartition
@@ -58,9 +58,11 @@ class PendingTxnOffsets:
         coordinator = self._groups()
         return coordinator is not None and coordinator.manager.has_pending_txn(group_id, tp)
 
-    async def complete(self, producer_id: int, commit: bool) -> None:
-        """The producer's transaction ended and its markers are written (the group's offsets
-        partition included): apply its offsets (commit) or forget them (abort)."""
+    def complete_partitions(self, producer_id: int, commit: bool, partitions: Collection[int]) -> None:
+        """The producer's marker was appended to these ``__consumer_offsets`` partitions (by this
+        broker, their leader): apply its offsets of the groups placed there (commit) or forget
+        them (abort). Called by :class:`~.markers.MarkerAppender`, whichever broker coordinates
+        the transaction."""
         coordinator = self._groups()
         if coordinator is not None:
-            coordinator.manager.complete_txn(producer_id, commit)
+            coordinator.manager.complete_txn(producer_id, commit, partitions)

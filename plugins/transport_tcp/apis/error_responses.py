@@ -55,6 +55,7 @@ IDENTITY_FIELDS = frozenset(
         "member_id",
         "group_instance_id",
         "transactional_id",
+        "producer_id",  # WriteTxnMarkers answers per producer
         "resource_type",
         "resource_name",
         "key",

@@ -1,4 +1,5 @@
-"""Handlers for transactions: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit.
+"""Handlers for transactions: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, and
+the inter-broker WriteTxnMarkers.
 
 They call the broker's :class:`odradek.broker.txn.TransactionCoordinator`
 (``broker.transaction_coordinator``) and, for TxnOffsetCommit, its pending-offsets store next to
@@ -12,10 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
+
 from odradek.broker.group import OffsetAndMetadata
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.protocol import ApiKey, timedelta_ms
+from odradek.records import ControlRecordType
 
 from . import Handler, RequestContext
 from ._kio import kerr, make, response_class
@@ -150,11 +154,70 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     return make(cls, throttle_time=NO_THROTTLE, topics=topics)
 
 
+async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
+    """WriteTxnMarkers (v0-1), sent by a transaction coordinator to a partition leader: each
+    marker is appended as leader and replicated (acks=all) in every partition it names, the
+    markers of a request concurrently; per partition Kafka's errors (UNKNOWN_TOPIC_OR_PARTITION
+    not hosted here, NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED,
+    ...). A marker in a ``__consumer_offsets`` partition settles the producer's pending
+    TxnOffsetCommit offsets there (see ``odradek.broker.txn.markers``)."""
+    version = ctx.api_version
+    cls = response_class(ApiKey.WRITE_TXN_MARKERS, version)
+    result_cls = response_class(ApiKey.WRITE_TXN_MARKERS, version, "WritableTxnMarkerResult")
+    topic_cls = response_class(ApiKey.WRITE_TXN_MARKERS, version, "WritableTxnMarkerTopicResult")
+    part_cls = response_class(ApiKey.WRITE_TXN_MARKERS, version, "WritableTxnMarkerPartitionResult")
+    appender = getattr(ctx.broker, "txn_markers", None)
+    outcomes: list[dict[TopicPartition, ErrorCode]] = [{} for _ in request.markers]
+
+    async def write(i: int, marker: Any) -> None:
+        wanted = [TopicPartition(t.name, int(p)) for t in marker.topics for p in t.partition_indexes]
+        if appender is None:
+            outcomes[i] = dict.fromkeys(wanted, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return
+        outcomes[i] = await appender.append_markers(
+            int(marker.producer_id),
+            int(marker.producer_epoch),
+            int(marker.coordinator_epoch),
+            ControlRecordType.COMMIT if marker.transaction_result else ControlRecordType.ABORT,
+            wanted,
+        )
+
+    async with trio.open_nursery() as nursery:
+        for i, marker in enumerate(request.markers):
+            nursery.start_soon(write, i, marker)
+    markers = tuple(
+        make(
+            result_cls,
+            producer_id=marker.producer_id,
+            topics=tuple(
+                make(
+                    topic_cls,
+                    name=t.name,
+                    partitions=tuple(
+                        make(
+                            part_cls,
+                            partition_index=p,
+                            error_code=kerr(
+                                outcomes[i].get(TopicPartition(t.name, int(p)), ErrorCode.UNKNOWN_SERVER_ERROR)
+                            ),
+                        )
+                        for p in t.partition_indexes
+                    ),
+                )
+                for t in marker.topics
+            ),
+        )
+        for i, marker in enumerate(request.markers)
+    )
+    return make(cls, markers=markers)
+
+
 HANDLERS = {
     ApiKey.ADD_PARTITIONS_TO_TXN: Handler(ApiKey.ADD_PARTITIONS_TO_TXN, handle_add_partitions_to_txn, ordered=True),
     ApiKey.ADD_OFFSETS_TO_TXN: Handler(ApiKey.ADD_OFFSETS_TO_TXN, handle_add_offsets_to_txn, ordered=True),
     ApiKey.END_TXN: Handler(ApiKey.END_TXN, handle_end_txn, ordered=True),
     ApiKey.TXN_OFFSET_COMMIT: Handler(ApiKey.TXN_OFFSET_COMMIT, handle_txn_offset_commit, ordered=True),
+    ApiKey.WRITE_TXN_MARKERS: Handler(ApiKey.WRITE_TXN_MARKERS, handle_write_txn_markers, ordered=True),
 }
 
 __all__ = ["HANDLERS"]
