@@ -6,17 +6,23 @@ offsets of a ``__consumer_offsets`` partition settled by its marker."""
 from __future__ import annotations
 
 import struct
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from broker_harness import batch, create, running_broker
 
 from odradek.broker.api import FetchPartition, IsolationLevel
 from odradek.broker.core import BrokerCore
-from odradek.broker.group import OffsetAndMetadata
+from odradek.broker.group import InMemoryOffsetsLog, OffsetAndMetadata
+from odradek.broker.group.metadata_manager import GroupMetadataManager
+from odradek.broker.group.schema import offset_key, offset_value
+from odradek.broker.internal_topic import LogEntry
 from odradek.client.requests import make_request
+from odradek.config import default_config
 from odradek.errors import ErrorCode
 from odradek.interfaces import Endpoint, TopicPartition
 from odradek.plugins.transport_tcp.apis import Dispatcher, load_handlers
@@ -208,3 +214,36 @@ async def test_marker_in_the_offsets_partition_settles_pending_offsets(tmp_path:
         # the marker is in the log: the control batch is there for a reload to read
         log_data = core.replica_manager.get_partition(TopicPartition(*offsets_tp))
         assert log_data is not None and log_data.high_watermark == log_data.log.log_end_offset
+
+
+class _PausingOffsetsLog(InMemoryOffsetsLog):
+    """Stops after the last record of a load until ``gate`` is set (a marker lands meanwhile)."""
+
+    def __init__(self) -> None:
+        super().__init__(num_partitions=4)
+        self.gate = trio.Event()
+
+    async def read_entries(self, partition: int) -> AsyncIterator[LogEntry]:
+        async for entry in super().read_entries(partition):
+            yield entry
+        await self.gate.wait()
+
+
+async def test_a_marker_landing_while_the_offsets_partition_loads_settles_its_offsets() -> None:
+    """A new group coordinator loads its __consumer_offsets partition while the transaction
+    coordinator's retried marker is appended there: the load has read past the marker's place,
+    so the settlement is applied at the end of the load instead of leaving the offsets pending."""
+    log = _PausingOffsetsLog()
+    await log.ensure_topic()
+    manager = GroupMetadataManager(log, default_config(), lambda: 0)
+    p = manager.partition_for("g")
+    await log.append(p, [(offset_key("g", TP), offset_value(OffsetAndMetadata(5)))], 0, producer_id=30,
+                     producer_epoch=0, transactional=True)  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(manager.load_partition, p, lambda _group: None)
+        await trio.testing.wait_all_tasks_blocked()
+        assert p in manager.loading
+        manager.complete_txn(30, True, [p])  # the marker's append on this broker, mid-load
+        log.gate.set()
+    assert manager.get_offsets("g", [TP])[TP].offset == 5
+    assert not manager.has_pending_txn("g", TP)

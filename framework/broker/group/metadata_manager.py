@@ -104,6 +104,9 @@ class GroupMetadataManager:
         #: settled by the transaction's marker: producer id -> group -> partition -> offset.
         #: Rebuilt from the log on load, so they survive a restart, as in Kafka.
         self.pending_txn: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+        #: markers appended to a partition while it loads (partition -> (producer id, commit)):
+        #: the load may have read past their place already, so they are applied at its end
+        self._settled_while_loading: dict[int, list[tuple[int, bool]]] = {}
 
     # -- ownership -------------------------------------------------------------------------------
     @property
@@ -166,6 +169,11 @@ class GroupMetadataManager:
                         records[key.group] = decode_group_value(entry.value) if entry.value is not None else None
                 except CorruptMessage as exc:
                     log.warning("skipping unreadable __consumer_offsets-%d record: %s", partition, exc)
+            for pid, commit in self._settled_while_loading.pop(partition, []):
+                settled = pending.pop(pid, {})
+                if commit:
+                    for group_id, values in settled.items():
+                        offsets[group_id].update(values)
             for pid, by_group in pending.items():  # transactions still open: settled by their marker later
                 mine = self.pending_txn.setdefault(pid, {})
                 for group_id, values in by_group.items():
@@ -185,6 +193,7 @@ class GroupMetadataManager:
             return loaded
         finally:
             self.loading.discard(partition)
+            self._settled_while_loading.pop(partition, None)
 
     def _group_from_record(self, group_id: str, record: GroupRecord | None) -> GroupMetadata:
         if record is None:
@@ -341,6 +350,8 @@ class GroupMetadataManager:
         """The producer's transaction ended and its marker is in the log of ``partitions`` (all
         when None): its offsets of the groups placed there become the groups' committed offsets
         (commit) or are dropped (abort). Returns how many applied."""
+        for p in self.loading if partitions is None else self.loading & set(partitions):
+            self._settled_while_loading.setdefault(p, []).append((producer_id, commit))
         held = self.pending_txn.get(producer_id, {})
         settled = {g: v for g, v in held.items() if partitions is None or self.partition_for(g) in partitions}
         for group_id in settled:
