@@ -166,8 +166,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         str,
         "header",
         "What produce checks inside a CRC-valid batch: header (its headers, room for its record count, "
-        "and that a compressed section decompresses) or full (decode every record, as Kafka does; "
-        "~1.5 us a record).",
+        "and that a compressed section decompresses) or full (read every record, as Kafka does, and "
+        "renumber a compressed batch's inner offsets if they are not consecutive; ~0.6 us a record). "
+        "Use full when producers are not trusted: a malformed record that header lets through stalls "
+        "the consumers that reach it.",
         choices=("header", "full"),
         topic_key="record.validation",
     ),

@@ -46,6 +46,7 @@ __all__ = [
     "RecordFields",
     "build_batch",
     "build_control_batch",
+    "check_records",
     "compute_crc",
     "decode_batch",
     "decode_records",
@@ -300,7 +301,8 @@ def validate_batches(
 ) -> list[BatchMeta]:
     """Validate every batch in a produce (or replication) payload from its header alone.
 
-    Per batch, in Kafka's order: magic 2 and sane framing (CorruptMessage), size against
+    Per batch, in Kafka's order: magic 2 (InvalidRecord from a client, else CorruptMessage) and
+    sane framing (CorruptMessage), size against
     ``max_batch_bytes`` (MessageTooLarge), CRC-32C over bytes 21..end (CorruptMessage), then the
     counts (InvalidRecord): recordCount and lastOffsetDelta non-negative and, with
     ``exact_counts`` (what a producer writes), recordCount == lastOffsetDelta + 1. Pass
@@ -319,14 +321,18 @@ def validate_batches(
     append = out.append
     unpack = _unpack_header
     pos = 0
+    # Kafka's ProduceRequest.validateRecords: a client's message set of another magic (v0/v1, whose
+    # magic byte sits at the same place) is an invalid request, not corruption -- clients retry
+    # CORRUPT_MESSAGE, INVALID_RECORD fails the send at once
+    bad_magic = InvalidRecord if from_client else CorruptMessage
     while pos < n:
         if n - pos < HEADER_SIZE:
             if n - pos > MAGIC_OFFSET and buf[pos + MAGIC_OFFSET] != MAGIC:
-                raise CorruptMessage(f"record batch at {pos} has magic {buf[pos + MAGIC_OFFSET]}, expected 2")
+                raise bad_magic(f"record batch at {pos} has magic {buf[pos + MAGIC_OFFSET]}, expected 2")
             raise CorruptMessage(f"record batch at {pos} is truncated: {n - pos} bytes, header needs 61")
         (base, blen, _ple, magic, crc, attrs, lod, _fts, maxts, pid, pep, bseq, count) = unpack(buf, pos)
         if magic != MAGIC:
-            raise CorruptMessage(f"record batch at {pos} has magic {magic}, expected 2")
+            raise bad_magic(f"record batch at {pos} has magic {magic}, expected 2")
         if blen < MIN_BATCH_LENGTH:
             raise CorruptMessage(f"record batch at {pos} has batchLength {blen} < {MIN_BATCH_LENGTH}")
         size = blen + LOG_OVERHEAD
@@ -488,7 +494,7 @@ def _varint(value: int) -> bytes:
     return _uvarint(z)
 
 
-def _read_uvarint_rest(data: bytes, z: int, pos: int) -> tuple[int, int]:
+def _read_uvarint_rest(data: Buffer, z: int, pos: int) -> tuple[int, int]:
     """Finish an unsigned varint whose first byte ``z`` (>= 0x80) was read; ``pos`` is past it.
 
     Returns the raw (still zigzagged) value and the position after the varint.
@@ -727,6 +733,127 @@ def decode_records(
     if pos != n:
         raise InvalidRecord(f"records section has {n - pos} bytes after the {count} declared records")
     return out
+
+
+def check_records(data: Buffer, count: int, *, require_keys: bool = False) -> bool:
+    """Check an uncompressed records section as :func:`decode_records` reads it, without
+    building records (about half its cost): ``count`` records that tile ``data`` exactly, each
+    internally consistent, header keys UTF-8, and with ``require_keys`` no null key (compacted
+    topics; InvalidRecord). Raises what :func:`decode_records` raises for the same bytes.
+
+    Returns whether the offset deltas are exactly 0, 1, ... ``count - 1`` (what a producer
+    writes; a compressed batch with others is renumbered, as Kafka's LogValidator does)."""
+    rest = _read_uvarint_rest
+    pos = 0
+    n = len(data)
+    consecutive = True
+    try:
+        for i in range(count):
+            z = data[pos]
+            pos += 1
+            if z > 0x7F:
+                b = data[pos]
+                if b < 0x80:  # two bytes, inline: the common multi-byte case
+                    z = (z & 0x7F) | (b << 7)
+                    pos += 1
+                else:
+                    z, pos = rest(data, z, pos)
+            length = (z >> 1) ^ -(z & 1)
+            start = pos
+            end = pos + length
+            if length < 6 or end > n:
+                raise CorruptMessage(f"record at byte {start} has length {length}, {n - start} bytes left")
+            pos += 1  # attributes (unused in v2)
+            at = pos
+            while data[pos] > 0x7F:  # timestampDelta: any value is valid
+                pos += 1
+            if pos - at > 9:
+                raise CorruptMessage("varint is longer than 10 bytes")
+            z = data[pos + 1]
+            pos += 2
+            if z > 0x7F:
+                b = data[pos]
+                if b < 0x80:  # two bytes, inline: the common multi-byte case
+                    z = (z & 0x7F) | (b << 7)
+                    pos += 1
+                else:
+                    z, pos = rest(data, z, pos)
+            if z != i << 1:  # the zigzag of offsetDelta i
+                consecutive = False
+            z = data[pos]
+            pos += 1
+            if z > 0x7F:
+                b = data[pos]
+                if b < 0x80:  # two bytes, inline: the common multi-byte case
+                    z = (z & 0x7F) | (b << 7)
+                    pos += 1
+                else:
+                    z, pos = rest(data, z, pos)
+            if z & 1:
+                if require_keys:
+                    raise InvalidRecord(f"compacted topics need a key on every record (record {i})")
+            else:
+                pos += z >> 1
+            z = data[pos]
+            pos += 1
+            if z > 0x7F:
+                b = data[pos]
+                if b < 0x80:  # two bytes, inline: the common multi-byte case
+                    z = (z & 0x7F) | (b << 7)
+                    pos += 1
+                else:
+                    z, pos = rest(data, z, pos)
+            if not z & 1:
+                pos += z >> 1
+            z = data[pos]
+            pos += 1
+            if z:
+                if z > 0x7F:
+                    b = data[pos]
+                    if b < 0x80:  # two bytes, inline: the common multi-byte case
+                        z = (z & 0x7F) | (b << 7)
+                        pos += 1
+                    else:
+                        z, pos = rest(data, z, pos)
+                if z & 1:
+                    raise InvalidRecord(f"record at byte {start} has a negative header count")
+                for _h in range(z >> 1):
+                    z = data[pos]
+                    pos += 1
+                    if z > 0x7F:
+                        b = data[pos]
+                        if b < 0x80:  # two bytes, inline: the common multi-byte case
+                            z = (z & 0x7F) | (b << 7)
+                            pos += 1
+                        else:
+                            z, pos = rest(data, z, pos)
+                    if z & 1:
+                        raise InvalidRecord(f"record at byte {start} has a header key of negative length")
+                    z >>= 1
+                    if pos + z > end:
+                        raise InvalidRecord(f"record at byte {start} has a header key running past its end")
+                    str(data[pos : pos + z], "utf-8")  # a header key is a string (raises if not UTF-8)
+                    pos += z
+                    z = data[pos]
+                    pos += 1
+                    if z > 0x7F:
+                        b = data[pos]
+                        if b < 0x80:  # two bytes, inline: the common multi-byte case
+                            z = (z & 0x7F) | (b << 7)
+                            pos += 1
+                        else:
+                            z, pos = rest(data, z, pos)
+                    if not z & 1:
+                        pos += z >> 1
+            if pos != end:
+                raise InvalidRecord(f"record at byte {start} declares {length} bytes but holds {pos - start}")
+    except IndexError:
+        raise CorruptMessage(f"records section is truncated at byte {pos} of {n}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord(f"record header key is not UTF-8: {exc}") from None
+    if pos != n:
+        raise InvalidRecord(f"records section has {n - pos} bytes after the {count} declared records")
+    return consecutive
 
 
 # --------------------------------------------------------------------------------------------

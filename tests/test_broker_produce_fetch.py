@@ -292,12 +292,46 @@ async def test_full_record_validation_refuses_malformed_records_header_mode_lets
         assert [r.value for r in await fetch_records(core, full_tp)] == [b"v%d" % i for i in range(5)]
 
 
+async def test_full_validation_reads_inside_records_and_renumbers_compressed_batches(tmp_path: Path) -> None:
+    """``record.validation=full`` reads every record (Kafka's LogValidator): a key length that runs
+    past its record is refused even though the record's own length is right. A compressed batch
+    whose inner offsets are not 0, 1, ... is rebuilt with consecutive ones, as Kafka rebuilds it;
+    an uncompressed one is kept as sent, as in Kafka."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "full", **{"record.validation": "full"})
+        tp = TopicPartition("full", 0)
+        good = batch([b"value"], keys=[b"key"])
+        section = bytearray(good[records.HEADER_SIZE :])
+        assert section[4] == 6  # the key length (zigzag 3) after length, attributes, two deltas
+        section[4] = 40
+        result = await produce(core, tp, _with_records_section(good, bytes(section)))
+        assert result.error in (ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE)
+        assert await fetch_records(core, tp) == []
+        values = [b"a", b"b", b"c"]
+        gzip = batch(values, compression=records.Compression.GZIP, offset_deltas=[0, 0, 2])
+        assert (await produce(core, tp, gzip)).error == ErrorCode.NONE
+        plain = batch(values, offset_deltas=[0, 0, 2])
+        assert (await produce(core, tp, plain)).error == ErrorCode.NONE
+        fetched = [(r.offset, r.value) for r in await fetch_records(core, tp)]
+        assert fetched == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"a"), (3, b"b"), (5, b"c")]
+
+
 async def test_fetch_from_a_broker_that_is_not_a_replica(tmp_path: Path) -> None:
     async with running_broker(tmp_path) as core:
         await create(core, "t")
         await produce(core, TP, batch([b"x"]))
         r = await core.fetch(5, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 0, 100)])
         assert r[TP].error == ErrorCode.NOT_LEADER_OR_FOLLOWER and r[TP].records is None
+
+
+async def test_a_batch_larger_than_a_segment_is_refused(tmp_path: Path) -> None:
+    """Kafka's UnifiedLog.append: RECORD_LIST_TOO_LARGE when segment.bytes could not hold it,
+    whatever max.message.bytes allows."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "small", **{"segment.bytes": "2000", "max.message.bytes": "100000"})
+        tp = TopicPartition("small", 0)
+        assert (await produce(core, tp, batch([b"x" * 3000]))).error == ErrorCode.RECORD_LIST_TOO_LARGE
+        assert (await produce(core, tp, batch([b"x" * 1000]))).error == ErrorCode.NONE
 
 
 async def test_timestamp_difference_limit(tmp_path: Path) -> None:
@@ -316,5 +350,6 @@ async def test_timestamp_difference_limit(tmp_path: Path) -> None:
             (now - 7_200_000, ErrorCode.INVALID_TIMESTAMP),  # two hours old
             (now + 600_000, ErrorCode.INVALID_TIMESTAMP),  # ten minutes ahead: past after
             (now + 10_000, ErrorCode.NONE),
+            (-1, ErrorCode.NONE),  # no timestamp: nothing to bound (Kafka's LogValidator skips it)
         ):
             assert (await produce(core, tp, batch([b"v"], timestamp=ts))).error == error, ts

@@ -277,6 +277,12 @@ def test_bad_magic_is_corrupt_message(magic: int) -> None:
         R.decode_batch(bad)
     with pytest.raises(CorruptMessage, match="magic"):
         R.validate_batches(bad[:40])
+    # from a producer (Kafka's ProduceRequest.validateRecords): INVALID_RECORD, which clients do
+    # not retry, instead of the retriable CORRUPT_MESSAGE
+    for payload in (bad, bad[:40]):
+        with pytest.raises(InvalidRecord, match="magic") as exc:
+            R.validate_batches(payload, from_client=True)
+        assert exc.value.code is ErrorCode.INVALID_RECORD
 
 
 def test_batch_length_below_minimum_is_corrupt_message() -> None:
@@ -390,6 +396,60 @@ def test_malformed_records_section() -> None:
         R.decode_records(b"\x80", 1, 0, 0)
     with pytest.raises(CorruptMessage):
         R.decode_records(b"\xff" * 11, 1, 0, 0)
+
+
+def _outcome(fn: Callable[[], object]) -> str:
+    try:
+        fn()
+    except (CorruptMessage, InvalidRecord):
+        return "refused"
+    return "read"
+
+
+@FAST
+@given(records=RECORDS, data=st.data())
+def test_check_records_reads_what_decode_records_reads(records: list[tuple[Any, ...]], data: st.DataObject) -> None:
+    """The broker's structural check (full validation, compacted topics) accepts exactly the
+    records sections the decoder accepts: valid ones, and any of them with a byte changed,
+    bytes cut off or bytes added."""
+    recs = [(k, v, h, ts if ts is not None and ts >= 0 else 5) for k, v, h, ts in records]
+    section = R.encode_records(recs, 5)
+    assert R.check_records(section, len(recs)) is True
+    assert R.check_records(memoryview(bytearray(section)), len(recs)) is True
+    kind = data.draw(st.sampled_from(["flip", "cut", "extend"]))
+    bad = bytearray(section)
+    if kind == "flip":
+        bad[data.draw(st.integers(0, len(bad) - 1))] ^= data.draw(st.integers(1, 255))
+    elif kind == "cut":
+        del bad[data.draw(st.integers(0, len(bad) - 1)) :]
+    else:
+        bad += data.draw(st.binary(min_size=1, max_size=4))
+    count = len(recs)
+    assert _outcome(lambda: R.check_records(bytes(bad), count)) == _outcome(
+        lambda: R.decode_records(bytes(bad), count, 0, 0)
+    )
+
+
+def test_check_records_offsets_and_keys() -> None:
+    recs = [(b"k", b"v", [], 1), (None, b"w", [("h", b"x")], 2)]
+    assert R.check_records(R.encode_records(recs, 1, offset_deltas=[0, 2]), 2) is False
+    assert R.check_records(R.encode_records(recs, 1, offset_deltas=[0, 0]), 2) is False
+    assert R.check_records(R.encode_records(recs, 1), 2) is True
+    with pytest.raises(InvalidRecord, match="key"):
+        R.check_records(R.encode_records(recs, 1), 2, require_keys=True)
+    assert R.check_records(R.encode_records(recs[:1], 1), 1, require_keys=True) is True
+    # a key length running past the record (the record's own length is right)
+    section = bytearray(R.encode_records([(b"key", b"value", [], 1)], 1))
+    assert section[4] == 6  # zigzag of the key length 3, after length, attributes and two deltas
+    section[4] = 40
+    with pytest.raises((CorruptMessage, InvalidRecord)):
+        R.check_records(bytes(section), 1)
+    # a header key that is not UTF-8
+    section = R.encode_records([(b"k", b"v", [("ab", None)], 1)], 1).replace(b"ab", b"\xff\xfe")
+    with pytest.raises(InvalidRecord, match="UTF-8"):
+        R.check_records(section, 1)
+    with pytest.raises(InvalidRecord, match="UTF-8"):
+        R.decode_records(section, 1, 0, 1)
 
 
 # ---------------------------------------------------------------------------------------------
