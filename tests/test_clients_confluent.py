@@ -99,6 +99,28 @@ def test_admin_topics_configs_partitions_and_delete_records(odradek_broker: Brok
     assert topic not in admin.list_topics(timeout=TIMEOUT_S).topics
 
 
+def test_acks0_produce_refused_by_the_broker_closes_the_connection(odradek_broker: BrokerProcess) -> None:
+    """acks=0 has no response to carry an error, so the broker closes the connection (as Kafka
+    does): librdkafka sees the disconnect, reconnects, and later messages still arrive."""
+    admin = AdminClient({"bootstrap.servers": odradek_broker.bootstrap})
+    topic = unique_topic("acks0")
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})])[topic].result(TIMEOUT_S)
+    errors: list[Any] = []
+    producer = Producer(
+        {"bootstrap.servers": odradek_broker.bootstrap, "acks": 0, "linger.ms": 0, "error_cb": errors.append}
+    )
+    producer.produce(topic, value=b"no key")  # a compacted topic refuses it: INVALID_RECORD
+    assert producer.flush(TIMEOUT_S) == 0
+    deadline = time.monotonic() + TIMEOUT_S
+    closed = f"with acks=0 ({topic}-0: INVALID_RECORD)"
+    while closed not in odradek_broker.log_path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, "the broker did not close the connection"
+        time.sleep(0.1)
+    producer.produce(topic, key=b"k", value=b"keyed")
+    assert producer.flush(TIMEOUT_S) == 0
+    assert [(m.key(), m.value()) for m in consume(odradek_broker, topic, 1)] == [(b"k", b"keyed")]
+
+
 def test_long_poll_delivers_records_produced_later(odradek_broker: BrokerProcess) -> None:
     topic = unique_topic("longpoll")
     produce(odradek_broker, topic, [(b"k", b"first")])

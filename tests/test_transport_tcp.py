@@ -4,6 +4,7 @@ idle close, graceful drain, sendfile, and every core/admin handler at every vers
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import struct
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -328,6 +329,54 @@ async def test_pipelined_produce_requests_of_mixed_sizes_reach_the_core_in_order
         seen = [next(iter(parts.values())) for _acks, parts in broker.produced]
         assert [(len(v), v[0]) for v in seen] == [(size, i) for i, size in enumerate(sizes)]
         await conn.aclose()
+
+
+class FailingPartitionBroker(ScriptedBroker):
+    """Answers NOT_LEADER_OR_FOLLOWER for partition 1 of every produce."""
+
+    async def produce(self, acks: int, timeout_ms: int, partitions: Mapping[TopicPartition, bytearray], **kw: Any):
+        results = await super().produce(acks, timeout_ms, partitions, **kw)
+        return {
+            tp: PartitionProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER) if tp.partition == 1 else r
+            for tp, r in results.items()
+        }
+
+
+def _produce(acks: int, *parts: tuple[int, bytes], version: int = 7) -> ProduceRequestData:
+    data = [PartitionProduceData(p, bytearray(b)) for p, b in parts]
+    return ProduceRequestData(acks, 1000, [TopicProduceData("t", data)], None, version)
+
+
+async def test_acks0_produce_with_a_partition_error_closes_after_earlier_answers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Kafka's handleProduceRequest: acks=0 with any partition error closes the connection (the
+    producer notices and refreshes its metadata), after the answers to earlier requests; the
+    requests pipelined behind it are not processed. Without errors nothing is sent back."""
+    caplog.set_level(logging.INFO, logger="odradek.transport.tcp")
+    broker = FailingPartitionBroker(_config())
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        await conn.send_frame(encode_request(metadata_request(), correlation_id=1, client_id="p"))
+        await conn.send_frame(encode_request(_produce(0, (0, b"ok")), correlation_id=2, client_id="p"))
+        await conn.send_frame(encode_request(_produce(0, (0, b"a"), (1, b"b")), correlation_id=3, client_id="p"))
+        await conn.send_frame(encode_request(_produce(0, (0, b"late")), correlation_id=4, client_id="p"))
+        await conn.send_frame(encode_request(metadata_request(), correlation_id=5, client_id="p"))
+        cid, _ = decode_response(3, 8, await conn.receive_frame())
+        assert cid == 1
+        with trio.fail_after(5), pytest.raises(ConnectionError):
+            await conn.receive_frame()
+        await conn.aclose()
+        # a Produce v0-2 with acks=0 is refused on every partition: closed too
+        conn = await connect(bound)
+        await conn.send_frame(encode_request(_produce(0, (0, b"old"), version=2), correlation_id=6, client_id="p"))
+        with trio.fail_after(5), pytest.raises(ConnectionError):
+            await conn.receive_frame()
+        await conn.aclose()
+    assert [list(parts.values()) for _acks, parts in broker.produced] == [[b"ok"], [b"a", b"b"]]
+    closes = [r for r in caplog.records if "acks=0" in r.getMessage() and "closing connection" in r.getMessage()]
+    assert closes and all(r.levelname == "INFO" for r in closes)
+    assert "t-1: NOT_LEADER_OR_FOLLOWER" in closes[0].getMessage()
 
 
 async def test_fetch_records_are_sent_from_the_file(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ import trio
 from odradek.errors import KafkaError, OdradekError
 from odradek.protocol import ApiKey, FetchEnvelope, RequestHeader, api_name, parse_request_header
 
-from .apis import Dispatcher, Outcome
+from .apis import CloseConnection, Dispatcher, Outcome
 from .framing import FrameError, FrameReader, FrameTooLarge, OnBlock, send_all, send_frame, sendfile
 
 log = logging.getLogger("odradek.transport.tcp")
@@ -73,6 +73,7 @@ class KafkaConnection:
         self._queued: list[_Pending] = []  # outcomes not written yet (released on close)
         self._waiting_since: float | None = None  # when the reader started waiting for a frame
         self._stalled: trio.CancelScope | None = None  # the writer's stalled-write scope
+        self._closing = False  # a request failed: the connection closes after the answers before it
         self.closed = trio.Event()
 
     def stop_reading(self) -> None:
@@ -195,7 +196,15 @@ class KafkaConnection:
         try:
             if after is not None:
                 await after.wait()
+            if self._closing:
+                # an earlier request closes the connection: this one is not processed (Kafka
+                # reads nothing after the request it closes the connection for)
+                pending.failed = True
+                return
             pending.outcome = await self.dispatcher.process(header, frame, self.peer)
+        except CloseConnection as exc:
+            log.info("closing connection %s: %s", self.peer, exc)
+            self._fail(pending)
         except (KafkaError, OdradekError) as exc:
             log.warning(
                 "closing connection %s: %s v%d (correlation id %d) from %r: %s",
@@ -206,7 +215,7 @@ class KafkaConnection:
                 header.client_id,
                 exc,
             )
-            pending.failed = True
+            self._fail(pending)
         except Exception:
             log.exception(
                 "closing connection %s: %s v%d failed unexpectedly",
@@ -214,12 +223,19 @@ class KafkaConnection:
                 api_name(header.api_key),
                 header.api_version,
             )
-            pending.failed = True
+            self._fail(pending)
         finally:
             if mine is not None:
                 mine.set()
             pending.done.set()
             self.reader.recycle(frame)
+
+    def _fail(self, pending: _Pending) -> None:
+        """``pending`` closes the connection: the writer closes it once the responses before it
+        are written; no further request is read or processed."""
+        pending.failed = True
+        self._closing = True
+        self._read_scope.cancel()
 
     # -- writing ------------------------------------------------------------------------------
     async def _write_loop(self, nursery: trio.Nursery) -> None:

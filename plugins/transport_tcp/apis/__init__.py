@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from odradek.config import Config
-from odradek.errors import InvalidRequest, KafkaError, UnsupportedVersion
+from odradek.errors import InvalidRequest, KafkaError, OdradekError, UnsupportedVersion
 from odradek.interfaces import Endpoint
 from odradek.protocol import (
     ApiKey,
@@ -84,6 +84,14 @@ class Handler:
     ordered: bool = True
 
 
+class CloseConnection(OdradekError):
+    """Raised by a handler whose only answer is closing the connection (Kafka's
+    ``requestChannel.closeConnection``): a Produce with acks=0 that failed somewhere has no
+    response to carry the error, so the client notices by the close and refreshes its metadata.
+    The connection writes the responses to earlier requests first, reads nothing further, and
+    logs the message at INFO."""
+
+
 #: What the dispatcher returns for a request: a frame, a Fetch envelope, or nothing (acks=0).
 Outcome: TypeAlias = bytes | FetchEnvelope | None
 
@@ -145,6 +153,8 @@ class Dispatcher:
         ctx = RequestContext(header, self.broker, self.config, self.listener, peer, self.advertised)
         try:
             response = await self.handlers[key].handle(ctx, request)
+        except CloseConnection:
+            raise
         except Exception as exc:
             response = self._answer_failure(header, request, exc, peer)
         if response is None:
@@ -187,4 +197,13 @@ def _release_records(response: FetchResponseData) -> None:
                 records.release()
 
 
-__all__ = ["HANDLER_MODULES", "Dispatcher", "Handler", "HandlerFn", "Outcome", "RequestContext", "load_handlers"]
+__all__ = [
+    "HANDLER_MODULES",
+    "CloseConnection",
+    "Dispatcher",
+    "Handler",
+    "HandlerFn",
+    "Outcome",
+    "RequestContext",
+    "load_handlers",
+]

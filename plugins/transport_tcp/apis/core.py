@@ -40,7 +40,7 @@ from odradek.protocol import (
     timedelta_ms,
 )
 
-from . import Handler, RequestContext
+from . import CloseConnection, Handler, RequestContext
 from ._kio import kerr, make, response_class
 
 NO_THROTTLE = timedelta_ms(0)
@@ -91,7 +91,9 @@ def _group_by_topic(order: Iterable[TopicPartition]) -> list[tuple[str, list[Top
 async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> ProduceResponseData | None:
     """Append each partition's batch; acks=0 gets no response at all."""
     if not produce_version_implemented(request.version):
-        return None if request.acks == 0 else produce_unsupported_response(request)
+        if request.acks == 0:
+            raise CloseConnection(f"Produce v{request.version} with acks=0 is not supported (UNSUPPORTED_VERSION)")
+        return produce_unsupported_response(request)
     order: list[TopicPartition] = []
     partitions: dict[TopicPartition, bytearray | memoryview] = {}
     results: dict[TopicPartition, PartitionProduceResult] = {}
@@ -115,6 +117,15 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Pr
         except KafkaError as exc:
             results.update({tp: PartitionProduceResult(exc.code, error_message=str(exc)) for tp in partitions})
     if request.acks == 0:
+        failed = {tp: r.error for tp, r in results.items() if r.error != ErrorCode.NONE}
+        if failed:
+            # no response to carry the errors: Kafka closes the connection so that the producer
+            # notices and refreshes its metadata
+            summary = ", ".join(f"{tp.topic}-{tp.partition}: {ErrorCode(code).name}" for tp, code in failed.items())
+            raise CloseConnection(
+                f"error during produce request with correlation id {ctx.header.correlation_id} from client id "
+                f"{ctx.header.client_id!r} with acks=0 ({summary})"
+            )
         return None
     missing = PartitionProduceResult(ErrorCode.UNKNOWN_SERVER_ERROR)
     return ProduceResponseData(
