@@ -379,6 +379,19 @@ async def test_acks0_produce_with_a_partition_error_closes_after_earlier_answers
     assert "t-1: NOT_LEADER_OR_FOLLOWER" in closes[0].getMessage()
 
 
+async def test_a_partition_named_twice_in_a_produce_is_appended_once() -> None:
+    """Kafka collects a Produce request's partitions in a map: the last batch of a partition named
+    twice is appended, and the response has one entry per partition."""
+    broker = ScriptedBroker(_config())
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        response = await call(conn, _produce(1, (0, b"first"), (2, b"other"), (0, b"second")))
+        await conn.aclose()
+    assert broker.produced == [(1, {TopicPartition("t", 0): b"second", TopicPartition("t", 2): b"other"})]
+    ((topic),) = response.responses
+    assert [(p.index, int(p.error_code)) for p in topic.partition_responses] == [(0, 0), (2, 0)]
+
+
 async def test_fetch_records_are_sent_from_the_file(tmp_path: Path) -> None:
     path = tmp_path / "00000000000000000000.log"
     data = bytes(range(256)) * 4

@@ -100,8 +100,11 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Pr
     for topic in request.topic_data:
         for p in topic.partition_data:
             tp = TopicPartition(topic.name, p.index)
-            order.append(tp)
-            # null records: the core answers INVALID_RECORD (v3+ needs exactly one batch per partition)
+            if tp not in partitions:
+                order.append(tp)
+            # null records: the core answers INVALID_RECORD (v3+ needs exactly one batch per partition).
+            # A partition named twice is one entry, as in Kafka's map: the last batch is appended
+            # and the response has one entry for it.
             partitions[tp] = p.records if p.records is not None else bytearray()
     if partitions:
         try:
