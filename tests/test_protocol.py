@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import io
 import struct
+import sys
 import uuid
 from dataclasses import fields
 from typing import Any
@@ -54,6 +55,7 @@ from odradek.protocol import (
     response_type,
 )
 from odradek.protocol.fetch import decode_fetch_request
+from odradek.protocol.headers import write_uvarint
 from odradek.protocol.produce import decode_produce_request, encode_produce_response
 
 # -- a deterministic sample instance of any kio entity, every field set ------------------------
@@ -435,13 +437,113 @@ def test_fetch_envelope_rejects_flexible_versions() -> None:
         (ApiKey.METADATA, 4, b"\x7f\xff\xff\xff\x01"),
         # a tagged field whose size runs past the end of the frame
         (ApiKey.API_VERSIONS, 3, b"\x02a\x02b\x01\x00\x7f"),
-        # an unknown tag
-        (ApiKey.API_VERSIONS, 3, b"\x02a\x02b\x01\x09\x00"),
+        # ... and an unknown one
+        (ApiKey.API_VERSIONS, 3, b"\x02a\x02b\x01\x09\x7f"),
+        # an unknown tag inside a struct array, running past the end
+        (ApiKey.CREATE_TOPICS, 5, b"\x02\x02t\x00\x00\x00\x01\x00\x01\x01\x01\x01\x09\x30"),
     ],
 )
 def test_guard_refuses_implausible_lengths_before_kio(key: int, version: int, body: bytes) -> None:
     with pytest.raises(InvalidRequest):
         decode_request(key, version, body, 0)
+
+
+# -- unknown tagged fields (KIP-482: receivers skip them) --------------------------------------------
+
+
+def _kio_bytes(value: Any) -> bytes:
+    out = io.BytesIO()
+    entity_writer(type(value))(out, value)
+    return out.getvalue()
+
+
+def _tags(*tags: tuple[int, bytes]) -> bytes:
+    out = write_uvarint(len(tags))
+    for tag, data in tags:
+        out += write_uvarint(tag) + write_uvarint(len(data)) + data
+    return out
+
+
+def _with_tags(plain: bytes, part: bytes, tagged_part: bytes) -> bytes:
+    """``plain`` with the one occurrence of ``part`` replaced by ``tagged_part``."""
+    assert plain.count(part) == 1
+    return plain.replace(part, tagged_part)
+
+
+def test_unknown_tagged_fields_at_the_top_level_are_skipped() -> None:
+    cls = request_type(ApiKey.API_VERSIONS, 3)
+    request = cls(client_software_name="librdkafka", client_software_version="2.6.1")
+    plain = _kio_bytes(request)
+    assert plain.endswith(b"\x00")
+    for tags in ((7, b"xyz"),), ((0, b""),), ((1, b"a"), (300, b"\x01" * 200)):
+        assert decode_request(ApiKey.API_VERSIONS, 3, plain[:-1] + _tags(*tags), 0) == request
+    # inside a frame, after the header
+    frame = bytearray(encode_request(request, correlation_id=4, client_id="c"))
+    frame[-1:] = _tags((9, b"later"))
+    assert decode_request(ApiKey.API_VERSIONS, 3, frame, parse_request_header(frame).body_offset) == request
+
+
+@pytest.mark.parametrize("version", [5, 6, 7])
+def test_unknown_tagged_fields_nested_in_struct_arrays_are_skipped(version: int) -> None:
+    """Unknown tags in a CreateTopics request at every level: the request, a topic (an element of
+    a struct array) and a config of that topic (an array inside the array)."""
+    module = sys.modules[request_type(ApiKey.CREATE_TOPICS, version).__module__]
+    config = module.CreatableTopicConfig(name="retention.ms", value="1000")
+    other = module.CreatableTopicConfig(name="cleanup.policy", value=None)
+    topic = module.CreatableTopic(
+        name="t", num_partitions=3, replication_factor=1, assignments=(), configs=(config, other)
+    )
+    second = module.CreatableTopic(name="u", num_partitions=1, replication_factor=1, assignments=(), configs=())
+    request = module.CreateTopicsRequest(
+        topics=(topic, second), timeout=datetime.timedelta(seconds=5), validate_only=False
+    )
+    config_bytes, topic_bytes = _kio_bytes(config), _kio_bytes(topic)
+    tagged_config = config_bytes[:-1] + _tags((5, b"\x00\x01"), (77, b""))
+    tagged_topic = _with_tags(topic_bytes, config_bytes, tagged_config)[:-1] + _tags((3, b"abc"))
+    wire = _with_tags(_kio_bytes(request), topic_bytes, tagged_topic)
+    wire = wire[:-1] + _tags((2, b"top"))
+    assert decode_request(ApiKey.CREATE_TOPICS, version, wire, 0) == request
+
+
+def test_known_tagged_fields_still_decode_beside_unknown_ones() -> None:
+    """Responses (odradek's client reads them through the same path): CreateTopics v5's known
+    tag 0 in a topic result and ApiVersions v3's known tags, with unknown tags next to them and
+    inside a known tag's struct array."""
+    module = sys.modules[response_type(ApiKey.CREATE_TOPICS, 5).__module__]
+    result = module.CreatableTopicResult(
+        name="t",
+        error_code=kio_errors.ErrorCode.none,
+        error_message=None,
+        topic_config_error_code=kio_errors.ErrorCode.topic_authorization_failed,
+        num_partitions=1,
+        replication_factor=1,
+        configs=(),
+    )
+    response = module.CreateTopicsResponse(throttle_time=datetime.timedelta(0), topics=(result,))
+    known = b"\x00\x02" + struct.pack(">h", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    result_bytes = _kio_bytes(result)
+    assert result_bytes.endswith(b"\x01" + known)
+    tagged_result = result_bytes[: -len(known) - 1] + b"\x02" + known + b"\x09\x01\xff"
+    wire = struct.pack(">i", 3) + b"\x00" + _with_tags(_kio_bytes(response), result_bytes, tagged_result)
+    assert decode_response(ApiKey.CREATE_TOPICS, 5, wire) == (3, response)
+
+    module = sys.modules[response_type(ApiKey.API_VERSIONS, 3).__module__]
+    feature = module.SupportedFeatureKey(name="metadata.version", min_version=1, max_version=7)
+    response = module.ApiVersionsResponse(
+        error_code=kio_errors.ErrorCode.none,
+        api_keys=(module.ApiVersion(api_key=18, min_version=0, max_version=4),),
+        throttle_time=datetime.timedelta(0),
+        supported_features=(feature,),
+        finalized_features_epoch=5,
+    )
+    feature_bytes = _kio_bytes(feature)
+    plain = _kio_bytes(response)
+    features = b"\x02" + feature_bytes  # the compact array inside tag 0
+    tagged_features = b"\x02" + feature_bytes[:-1] + _tags((4, b"new"))
+    section = _tags((0, features), (1, struct.pack(">q", 5)))
+    assert plain.endswith(section)
+    wire = plain[: -len(section)] + _tags((0, tagged_features), (1, struct.pack(">q", 5)), (60, b"x"))
+    assert decode_response(ApiKey.API_VERSIONS, 3, struct.pack(">i", 8) + wire) == (8, response)
 
 
 def test_header_of_unknown_api_versions_version_parses_even_with_garbage_after_client_id() -> None:

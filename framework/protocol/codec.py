@@ -137,7 +137,10 @@ def _readonly(buf: Buffer) -> bytes | memoryview:
 
 
 def _kio_decode(cls: type, buf: Buffer, offset: int, what: str) -> Any:
-    check_message(cls, buf, offset)  # kio's native reader must never see an implausible length
+    # kio's native reader must never see an implausible length, nor a tag it does not know
+    stripped = check_message(cls, buf, offset)
+    if stripped is not None:  # unknown tagged fields (KIP-482): kio reads a copy without them
+        buf, offset = stripped, 0
     try:
         value, consumed = _reader(cls)(_readonly(buf), offset)
     except (DecodeError, ValueError, TypeError, IndexError, OverflowError, UnicodeDecodeError) as exc:

@@ -5,7 +5,13 @@ a 20-byte frame makes it request tens of gigabytes, and Rust aborts the whole pr
 allocation failure. A broker cannot let one client's bytes kill it, so every message is first
 walked here, schema-driven, without building objects: each length and count is checked against
 the bytes that remain (every array element takes at least one byte), tagged fields are checked
-inside their declared size, and unknown tags are refused. Only a message that passes reaches kio.
+inside their declared size. Only a message that passes reaches kio.
+
+Unknown tagged fields are skipped, as KIP-482 asks of every receiver (Kafka adds tags to existing
+versions without a version bump), but kio's reader refuses them; so a message that has any is
+copied once more without them (:func:`entity_strip`, re-checking every length as it goes) and
+that copy is what kio reads. Messages without unknown tags -- all of them, from today's clients --
+pay nothing for it.
 
 The walker is compiled once per kio class into closures; a typical request costs a few
 microseconds (bench/protocol_produce.py measures the Produce path, which is hand-written).
@@ -30,10 +36,18 @@ from kio.serial._introspect import (
 )
 
 from ..errors import InvalidRequest, KafkaError
+from .headers import write_uvarint
 
 Buffer = bytes | bytearray | memoryview
 #: skip(buf, pos, end) -> position after the value; raises InvalidRequest when it does not fit
 Skip = Callable[[Buffer, int, int], int]
+#: strip(buf, pos, end, out) -> position after the value, appended to ``out`` without unknown tags
+Strip = Callable[[Buffer, int, int, bytearray], int]
+
+
+class _UnknownTag(Exception):
+    """The fast walk met an unknown tagged field: the message needs :func:`entity_strip`."""
+
 
 _FIXED = {
     "bool": 1,
@@ -191,7 +205,7 @@ def entity_skip(cls: type[Any]) -> Skip:
                     raise _fail("tagged field beyond the message")
                 inner = tagged.get(tag)
                 if inner is None:
-                    raise _fail(f"unknown tagged field {tag}")
+                    raise _UnknownTag(tag)
                 if inner(buf, pos, stop) != stop:
                     raise _fail(f"tagged field {tag} does not fill its size")
                 pos = stop
@@ -200,13 +214,128 @@ def entity_skip(cls: type[Any]) -> Skip:
     return skip
 
 
-def check_message(cls: type, buf: Buffer, offset: int) -> None:
-    """Raise ``InvalidRequest`` unless ``buf[offset:]`` is exactly one plausible ``cls`` message."""
+# -- stripping unknown tagged fields ------------------------------------------------------------
+
+
+def _copy(skip: Skip) -> Strip:
+    def strip(buf: Buffer, pos: int, end: int, out: bytearray) -> int:
+        stop = skip(buf, pos, end)
+        out += buf[pos:stop]
+        return stop
+
+    return strip
+
+
+def _array_strip(item: Strip, flexible: bool) -> Strip:
+    def strip(buf: Buffer, pos: int, end: int, out: bytearray) -> int:
+        start = pos
+        if flexible:
+            n, pos = _uvarint(buf, pos, end)
+            n -= 1
+        else:
+            n = _int32(buf, pos, end)
+            pos += 4
+        if n < -1:
+            raise _fail("negative array length")
+        if n > end - pos:
+            raise _fail(f"array of {n} elements in {end - pos} bytes")
+        out += buf[start:pos]
+        for _ in range(n):
+            pos = item(buf, pos, end, out)
+        return pos
+
+    return strip
+
+
+def _nullable_entity_strip(inner: Strip) -> Strip:
+    def strip(buf: Buffer, pos: int, end: int, out: bytearray) -> int:
+        if pos >= end:
+            raise _fail("truncated struct marker")
+        marker = buf[pos]
+        out.append(marker)
+        if marker == 0xFF:
+            return pos + 1
+        return inner(buf, pos + 1, end, out)
+
+    return strip
+
+
+def _field_strip(f: Any, flexible: bool, is_tag: bool) -> Strip:
+    kind = classify_field(f)
+    if isinstance(kind, EntityTupleField):
+        return _array_strip(entity_strip(kind.type_), flexible)
+    if isinstance(kind, EntityField):
+        inner = entity_strip(kind.type_)
+        return _nullable_entity_strip(inner) if (not is_tag and is_optional(f)) else inner
+    return _copy(_field_skip(f, flexible, is_tag))  # primitives hold no tags
+
+
+@cache
+def entity_strip(cls: type[Any]) -> Strip:
+    """Copies one ``cls`` entity without its unknown tagged fields (at any depth), checking
+    every length as :func:`entity_skip` does."""
+    flexible = bool(cls.__flexible__)
+    regular: list[Strip] = []
+    tagged: dict[int, Strip] = {}
+    for f in fields(cls):
+        tag = get_field_tag(f)
+        if tag is None:
+            regular.append(_field_strip(f, flexible, False))
+        else:
+            tagged[int(tag)] = _field_strip(f, flexible, True)
+
+    def strip(buf: Buffer, pos: int, end: int, out: bytearray) -> int:
+        for s in regular:
+            pos = s(buf, pos, end, out)
+        if not flexible:
+            return pos
+        count, pos = _uvarint(buf, pos, end)
+        if count > end - pos:
+            raise _fail("too many tagged fields")
+        kept: list[tuple[int, bytearray]] = []
+        for _ in range(count):
+            tag, pos = _uvarint(buf, pos, end)
+            size, pos = _uvarint(buf, pos, end)
+            stop = pos + size
+            if stop > end:
+                raise _fail("tagged field beyond the message")
+            inner = tagged.get(tag)
+            if inner is not None:  # a known tag, itself stripped; unknown ones are left out
+                value = bytearray()
+                if inner(buf, pos, stop, value) != stop:
+                    raise _fail(f"tagged field {tag} does not fill its size")
+                kept.append((tag, value))
+            pos = stop
+        out += write_uvarint(len(kept))
+        for tag, value in kept:
+            out += write_uvarint(tag)
+            out += write_uvarint(len(value))
+            out += value
+        return pos
+
+    return strip
+
+
+def check_message(cls: type, buf: Buffer, offset: int) -> bytes | None:
+    """Raise ``InvalidRequest`` unless ``buf[offset:]`` is exactly one plausible ``cls`` message.
+
+    Returns None when kio may read ``buf`` from ``offset`` as it is, or, when the message has
+    tagged fields ``cls`` does not know (KIP-482: skip them), a copy of the message without
+    them, for kio to read from 0.
+    """
     # ``cls`` is a bare ``type``: mypy does not see ``type[Any]`` as Hashable (python/mypy#11470),
     # which the cached ``entity_skip`` requires of its argument.
-    end = entity_skip(cls)(buf, offset, len(buf))
+    try:
+        end = entity_skip(cls)(buf, offset, len(buf))
+    except _UnknownTag:
+        out = bytearray()
+        end = entity_strip(cls)(buf, offset, len(buf), out)
+        stripped: bytes | None = bytes(out)
+    else:
+        stripped = None
     if end != len(buf):
         raise InvalidRequest(f"{len(buf) - end} unexpected bytes after the message")
+    return stripped
 
 
-__all__ = ["check_message", "entity_skip"]
+__all__ = ["check_message", "entity_skip", "entity_strip"]
