@@ -279,6 +279,43 @@ async def test_api_versions_and_fallback_over_tcp() -> None:
         await conn.aclose()
 
 
+@pytest.mark.parametrize("version", [3, 4])
+@pytest.mark.parametrize(
+    ("name", "software_version", "valid"),
+    [
+        ("confluent-kafka-python", "2.6.1-rdkafka-2.6.1", True),  # librdkafka via confluent-kafka
+        ("librdkafka", "2.6.1", True),
+        ("apache-kafka-java", "3.9.0", True),
+        ("odradek-test", "1", True),
+        ("a", "1", True),
+        ("", "1", False),
+        ("kcat", "", False),
+        ("-kcat", "1", False),
+        ("kcat.", "1", False),
+        ("has space", "1", False),
+        ("kcat", "1_0", False),
+        ("kcat", "1.0\n", False),
+        ("kät", "1", False),
+    ],
+)
+async def test_api_versions_checks_the_client_software_name_and_version(
+    name: str, software_version: str, valid: bool, version: int
+) -> None:
+    """Kafka's ApiVersionsRequest.isValid: v3+ names must match [a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?;
+    otherwise INVALID_REQUEST with an empty key list."""
+    dispatcher = Dispatcher(ScriptedBroker(_config()), _config(), ENDPOINT, CORE_AND_ADMIN)
+    request = request_type(ApiKey.API_VERSIONS, version)(
+        client_software_name=name, client_software_version=software_version
+    )
+    frame = bytearray(encode_request(request, correlation_id=2, client_id="c"))
+    wire = await dispatcher.process(parse_request_header(frame), frame, "127.0.0.1:1")
+    _, response = decode_response(ApiKey.API_VERSIONS, version, wire)
+    if valid:
+        assert int(response.error_code) == ErrorCode.NONE and len(response.api_keys) > 5
+    else:
+        assert int(response.error_code) == ErrorCode.INVALID_REQUEST and response.api_keys == ()
+
+
 async def test_pipelined_requests_are_answered_in_order_and_acks0_gets_nothing() -> None:
     broker = ScriptedBroker(_config())
     broker.fetch_gate = trio.Event()

@@ -9,6 +9,7 @@ Fetch response that leaves one out).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -56,8 +57,22 @@ def _isolation(value: int) -> IsolationLevel:
 # -- ApiVersions ------------------------------------------------------------------------------
 
 
+#: What Kafka's ``ApiVersionsRequest.isValid`` allows as client software name and version (v3+).
+_SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
 async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
-    """The advertised version table (unknown versions never get here: see the dispatcher)."""
+    """The advertised version table (unknown versions never get here: see the dispatcher).
+
+    v3+ names the client software; a name or version Kafka would not accept (empty, or other
+    than letters, digits, '-' and '.' with a letter or digit at both ends) gets INVALID_REQUEST
+    and no key list, as Kafka's ``ApiVersionsRequest.getErrorResponse``.
+    """
+    if ctx.api_version >= 3 and not (
+        _SOFTWARE_NAME_VERSION.fullmatch(request.client_software_name)
+        and _SOFTWARE_NAME_VERSION.fullmatch(request.client_software_version)
+    ):
+        return api_versions_response(ctx.api_version, {}, ErrorCode.INVALID_REQUEST)
     return api_versions_response(ctx.api_version, dict(ctx.advertised))
 
 
