@@ -121,6 +121,30 @@ def test_acks0_produce_refused_by_the_broker_closes_the_connection(odradek_broke
     assert [(m.key(), m.value()) for m in consume(odradek_broker, topic, 1)] == [(b"k", b"keyed")]
 
 
+def test_a_client_configured_for_sasl_fails_with_an_authentication_error(odradek_broker: BrokerProcess) -> None:
+    """No listener has SASL: the handshake is answered ILLEGAL_SASL_STATE (as Kafka's KafkaApis
+    does), so librdkafka reports an authentication error at once instead of retrying a closed
+    connection."""
+    errors: list[Any] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": odradek_broker.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "user",
+            "sasl.password": "secret",
+            "error_cb": errors.append,
+            "log_level": 0,
+        }
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    assert errors, "no error reported"
+    assert errors[0].code() == KafkaError._AUTHENTICATION
+    assert "Request not valid in current SASL state" in errors[0].str()
+
+
 def test_long_poll_delivers_records_produced_later(odradek_broker: BrokerProcess) -> None:
     topic = unique_topic("longpoll")
     produce(odradek_broker, topic, [(b"k", b"first")])

@@ -130,6 +130,8 @@ def test_version_table_matches_protocol_md() -> None:
         25: (0, 2),
         26: (0, 2),
         28: (0, 2),
+        17: (0, 1),
+        36: (0, 2),
     }
     for key, rng in expected.items():
         assert tuple(SUPPORTED_VERSIONS[key]) == rng, ApiKey(key).name

@@ -249,7 +249,30 @@ async def test_every_core_and_admin_handler_answers_every_version(key: int, vers
     wire = outcome.to_bytes()[4:] if hasattr(outcome, "to_bytes") else outcome
     cid, response = decode_response(key, version, wire)
     assert cid == 5
-    assert "error_code" not in dir(response) or int(response.error_code) == 0
+    expected = ErrorCode.ILLEGAL_SASL_STATE if key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE) else 0
+    assert "error_code" not in dir(response) or int(response.error_code) == expected
+
+
+@pytest.mark.parametrize(("key", "version"), [(17, 0), (17, 1), (36, 0), (36, 1), (36, 2)])
+async def test_sasl_requests_are_answered_illegal_sasl_state(key: int, version: int) -> None:
+    """No listener has SASL: Kafka's KafkaApis answers SaslHandshake and SaslAuthenticate with
+    ILLEGAL_SASL_STATE (and lists both in ApiVersions); the connection stays open."""
+    broker = ScriptedBroker(_config())
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        advertised = {
+            k.api_key: (k.min_version, k.max_version) for k in (await call(conn, api_versions_request())).api_keys
+        }
+        assert advertised[17] == (0, 1) and advertised[36] == (0, 2)
+        request = sample(request_type(key, version))
+        response = await call(conn, request, 2)
+        assert int(response.error_code) == ErrorCode.ILLEGAL_SASL_STATE
+        if key == ApiKey.SASL_AUTHENTICATE:
+            assert response.error_message == "SaslAuthenticate request received after successful authentication"
+        else:
+            assert response.mechanisms == ()
+        assert (await call(conn, metadata_request(), 3)).topics[0].name == "t"
+        await conn.aclose()
 
 
 def _replace(obj: Any, **changes: Any) -> Any:

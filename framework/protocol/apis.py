@@ -35,6 +35,7 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -48,6 +49,7 @@ class ApiKey(IntEnum):
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
@@ -99,6 +101,9 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.LIST_GROUPS: VersionRange(0, 4),
         ApiKey.DELETE_GROUPS: VersionRange(0, 2),
         ApiKey.OFFSET_DELETE: VersionRange(0, 0),  # Kafka has only v0 (KIP-496)
+        # Listed as Kafka lists them on every listener; without SASL both answer ILLEGAL_SASL_STATE.
+        ApiKey.SASL_HANDSHAKE: VersionRange(0, 1),
+        ApiKey.SASL_AUTHENTICATE: VersionRange(0, 2),
     }
 )
 
@@ -136,6 +141,7 @@ def advertised_versions(handled: Iterable[int]) -> dict[int, VersionRange]:
 _FIRST_FLEXIBLE: dict[int, int | None] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 16: 3, 18: 3,
     19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 32: 4, 33: 2, 37: 2, 42: 2, 44: 1, 47: None,
+    17: None, 36: 2,
 }  # fmt: skip
 
 

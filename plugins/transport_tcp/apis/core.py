@@ -1,5 +1,5 @@
 """Handlers for the data path and bootstrap: ApiVersions, Metadata, Produce, Fetch, ListOffsets,
-InitProducerId, OffsetForLeaderEpoch.
+InitProducerId, OffsetForLeaderEpoch, SaslHandshake and SaslAuthenticate.
 
 Each translates the wire request into the core's dataclasses (``odradek.broker.api``), calls
 the core, and maps results back; failures of one partition are that partition's error code.
@@ -317,6 +317,31 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
     )
 
 
+# -- SaslHandshake, SaslAuthenticate -----------------------------------------------------------
+
+
+async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
+    """No listener authenticates with SASL: as Kafka's KafkaApis answers a handshake that reaches
+    it (on a listener without SASL, or after authentication), ILLEGAL_SASL_STATE. A client set
+    up for SASL so fails with an authentication error instead of waiting."""
+    return make(
+        response_class(ApiKey.SASL_HANDSHAKE, ctx.api_version),
+        error_code=kerr(ErrorCode.ILLEGAL_SASL_STATE),
+        mechanisms=(),
+    )
+
+
+async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
+    """ILLEGAL_SASL_STATE, with Kafka's message (see :func:`handle_sasl_handshake`)."""
+    return make(
+        response_class(ApiKey.SASL_AUTHENTICATE, ctx.api_version),
+        error_code=kerr(ErrorCode.ILLEGAL_SASL_STATE),
+        error_message="SaslAuthenticate request received after successful authentication",
+        auth_bytes=b"",
+        session_lifetime=timedelta_ms(0),
+    )
+
+
 HANDLERS: dict[int, Handler] = {
     ApiKey.API_VERSIONS: Handler(ApiKey.API_VERSIONS, handle_api_versions, ordered=False),
     ApiKey.METADATA: Handler(ApiKey.METADATA, handle_metadata, ordered=True),  # may auto-create topics
@@ -327,6 +352,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: Handler(
         ApiKey.OFFSET_FOR_LEADER_EPOCH, handle_offset_for_leader_epoch, ordered=False
     ),
+    ApiKey.SASL_HANDSHAKE: Handler(ApiKey.SASL_HANDSHAKE, handle_sasl_handshake, ordered=False),
+    ApiKey.SASL_AUTHENTICATE: Handler(ApiKey.SASL_AUTHENTICATE, handle_sasl_authenticate, ordered=False),
 }
 
 __all__ = ["HANDLERS"]
