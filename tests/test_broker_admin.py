@@ -191,6 +191,19 @@ async def test_describe_configs(tmp_path: Path) -> None:
         assert [s[0] for s in res[0].configs[0].synonyms] == ["log.retention.ms"]
         missing = await core.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "nope")])
         assert missing[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        # Kafka's Topic.validate comes first: names no topic can have are INVALID_TOPIC_EXCEPTION
+        for bad in ("..", ".", "", "bad name"):
+            res = await core.describe_configs([ConfigResource(ConfigResourceType.TOPIC, bad)])
+            assert res[0].error == ErrorCode.INVALID_TOPIC_EXCEPTION, bad
+            assert await alter(core, bad, AlterableConfig("retention.ms", AlterConfigOp.SET, "1")) == (
+                ErrorCode.INVALID_TOPIC_EXCEPTION
+            )
+        # a resource type odradek does not serve, in Kafka's words
+        (logger,) = await core.describe_configs([ConfigResource(ConfigResourceType.BROKER_LOGGER, "0")])
+        assert (logger.error, logger.error_message) == (
+            ErrorCode.INVALID_REQUEST,
+            "Unsupported resource type: BROKER_LOGGER",
+        )
         broker = await core.describe_configs([ConfigResource(ConfigResourceType.BROKER, "0", ["log.retention.ms"])])
         entry = broker[0].configs[0]
         assert entry.read_only and entry.value == "12345" and entry.source == ConfigSource.STATIC_BROKER_CONFIG

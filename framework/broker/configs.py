@@ -171,9 +171,7 @@ class ConfigManager:
                         include_synonyms=include_synonyms, include_documentation=include_documentation, names=names
                     )
                 else:
-                    raise KafkaError(
-                        f"config resource type {r.resource_type!r} is not supported", code=ErrorCode.INVALID_REQUEST
-                    )
+                    raise _unsupported_type(r.resource_type)
             except KafkaError as exc:
                 results.append(DescribeConfigsResult(exc.code, str(exc), r.resource_type, r.name))
                 continue
@@ -184,6 +182,7 @@ class ConfigManager:
         self, name: str, names: list[str] | None, include_synonyms: bool, include_documentation: bool
     ) -> list[ConfigEntry]:
         assert self.cache is not None
+        _validate_topic_name(name)
         topic = self.cache.topics.get(name)
         config = self.cache.topic_config(name)
         if topic is None or config is None:
@@ -219,9 +218,7 @@ class ConfigManager:
                         "broker configs are static in odradek: set them in the config file or with --set and restart"
                     )
                 else:
-                    raise KafkaError(
-                        f"config resource type {r.resource_type!r} is not supported", code=ErrorCode.INVALID_REQUEST
-                    )
+                    raise _unsupported_type(r.resource_type)
             except KafkaError as exc:
                 results.append(AlterConfigsResult(exc.code, str(exc), r.resource_type, r.name))
                 continue
@@ -230,6 +227,7 @@ class ConfigManager:
 
     async def _alter_topic(self, r: AlterConfigsResource, validate_only: bool, *, replace: bool = False) -> None:
         assert self.cache is not None and self.store is not None
+        _validate_topic_name(r.name)
         topic = self.cache.topics.get(r.name)
         if topic is None:
             raise UnknownTopicOrPartition(f"topic {r.name!r} does not exist")
@@ -276,3 +274,20 @@ class ConfigManager:
                 f"configs of {r.name!r} changed concurrently; retry", code=ErrorCode.REQUEST_TIMED_OUT
             ) from None
         await self.cache.refresh_topic(r.name)
+
+
+def _validate_topic_name(name: str) -> None:
+    """Kafka's ``Topic.validate`` before the topic is looked up: a name no topic can have
+    ("", ".", "..", illegal characters) is INVALID_TOPIC_EXCEPTION, not UNKNOWN_TOPIC_OR_PARTITION."""
+    from .admin import validate_topic_name  # admin imports this module
+
+    validate_topic_name(name)
+
+
+def _unsupported_type(resource_type: int) -> KafkaError:
+    """Kafka's ``InvalidRequestException("Unsupported resource type: BROKER_LOGGER")``."""
+    try:
+        name = ConfigResourceType(resource_type).name
+    except ValueError:
+        name = "UNKNOWN"
+    return KafkaError(f"Unsupported resource type: {name}", code=ErrorCode.INVALID_REQUEST)
