@@ -310,13 +310,8 @@ def test_produce_v0_2_answered_unsupported_version() -> None:
 def test_api_versions_fallback_bytes() -> None:
     adv = advertised_versions([ApiKey.PRODUCE, ApiKey.METADATA])
     frame = api_versions_fallback(7, adv)
-    assert frame == (
-        struct.pack(">ihi", 7, 35, 3)
-        + struct.pack(">hhh", 0, 0, 7)
-        + struct.pack(">hhh", 3, 0, 8)
-        # ApiVersions itself is always listed
-        + struct.pack(">hhh", 18, 0, 4)
-    )
+    # only ApiVersions' own range, as Kafka's getErrorResponse (KIP-511)
+    assert frame == struct.pack(">ihi", 7, 35, 1) + struct.pack(">hhh", 18, 0, 4)
     # a client that asked v3 reads the v0 body the broker fell back to
     correlation_id, response = decode_response(ApiKey.API_VERSIONS, 3, frame)
     assert correlation_id == 7 and response.error_code == ErrorCode.UNSUPPORTED_VERSION

@@ -232,14 +232,15 @@ def api_versions_response(api_version: int, advertised: dict[int, VersionRange],
 def api_versions_fallback(correlation_id: int, advertised: dict[int, VersionRange]) -> bytes:
     """The frame answering an ApiVersions request of a version the broker does not know.
 
-    Kafka's rule (KIP-511): do not parse the body; answer with header v0 and a *v0* body carrying
-    UNSUPPORTED_VERSION and the full key list, so the client can retry with a version both know.
+    Kafka's rule (KIP-511, ``ApiVersionsRequest.getErrorResponse``): do not parse the body;
+    answer with header v0 and a *v0* body carrying UNSUPPORTED_VERSION and one key, ApiVersions
+    with its range, so the client can retry with a version both know.
     """
+    own = advertised.get(ApiKey.API_VERSIONS, SUPPORTED_VERSIONS[ApiKey.API_VERSIONS])
     out = bytearray(_I32.pack(correlation_id))
     out += _I16.pack(ErrorCode.UNSUPPORTED_VERSION)
-    out += _I32.pack(len(advertised))
-    for k, r in advertised.items():
-        out += _API_VERSION_V0.pack(k, r.min, r.max)
+    out += _I32.pack(1)
+    out += _API_VERSION_V0.pack(ApiKey.API_VERSIONS, own.min, own.max)
     return bytes(out)
 
 
