@@ -115,7 +115,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     # -- topics
     _k("num.partitions", int, 1, "Partitions of auto-created topics.", minimum=1),
     _k("default.replication.factor", int, 1, "Replication factor of auto-created topics.", minimum=1),
-    _k("auto.create.topics.enable", bool, True, "Create a topic on first Metadata/Produce for it."),
+    _k("auto.create.topics.enable", bool, True, "Create a topic when a Metadata request names it (not on Produce)."),
     _k("delete.topic.enable", bool, True, "Allow DeleteTopics."),
     _k("message.max.bytes", int, 1048588, "Largest record batch accepted.", minimum=0, topic_key="max.message.bytes"),
     _k(
