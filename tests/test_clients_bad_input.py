@@ -230,25 +230,40 @@ def test_well_framed_produce_of_garbage_batches_gets_per_partition_errors(odrade
     )
 
     topic = unique_topic("garbage")
-    with socket.create_connection((odradek_broker.host, odradek_broker.port), timeout=10) as sock:
-        correlation = iter(range(1, 10**6))
+    state: dict[str, socket.socket] = {}
 
-        @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-        @given(st.binary(max_size=200), st.sampled_from([-1, 0, 1, 5]))
-        def produce_garbage(records: bytes, acks: int) -> None:
-            cid = next(correlation)
-            request = ProduceRequestData(
-                acks, 1000, [TopicProduceData(topic, [PartitionProduceData(0, bytearray(records))])], None, 7
-            )
-            frame = encode_request(request, correlation_id=cid, client_id="garbage")
-            sock.sendall(struct.pack(">i", len(frame)) + frame)
-            if acks == 0:
-                return  # no response at all
-            got_cid, response = decode_response(ApiKey.PRODUCE, 7, _read_frame(sock))
-            assert got_cid == cid
-            (partition,) = response.responses[0].partition_responses
-            # garbage never appends; unknown acks (5) are refused too
-            assert partition.error_code != 0
+    def connection() -> socket.socket:
+        if "sock" not in state:
+            state["sock"] = socket.create_connection((odradek_broker.host, odradek_broker.port), timeout=10)
+        return state["sock"]
 
+    correlation = iter(range(1, 10**6))
+
+    @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.binary(max_size=200), st.sampled_from([-1, 0, 1, 5]))
+    def produce_garbage(records: bytes, acks: int) -> None:
+        cid = next(correlation)
+        request = ProduceRequestData(
+            acks, 1000, [TopicProduceData(topic, [PartitionProduceData(0, bytearray(records))])], None, 7
+        )
+        frame = encode_request(request, correlation_id=cid, client_id="garbage")
+        sock = connection()
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        if acks == 0:
+            # no response to carry the error: the broker closes the connection (as Kafka)
+            assert sock.recv(1) == b""
+            sock.close()
+            del state["sock"]
+            return
+        got_cid, response = decode_response(ApiKey.PRODUCE, 7, _read_frame(sock))
+        assert got_cid == cid
+        (partition,) = response.responses[0].partition_responses
+        # garbage never appends; unknown acks (5) are refused too
+        assert partition.error_code != 0
+
+    try:
         produce_garbage()
+    finally:
+        if "sock" in state:
+            state["sock"].close()
     odradek_broker.check_alive()
