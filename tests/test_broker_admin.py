@@ -25,7 +25,7 @@ from odradek.errors import ErrorCode, InvalidTopic
 from odradek.interfaces import TopicPartition
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "é", "a/b"])
+@pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "é", "a/b", "events\n"])
 def test_invalid_topic_names(name: str) -> None:
     with pytest.raises(InvalidTopic):
         validate_topic_name(name)

@@ -43,7 +43,7 @@ from .metadata_cache import (
 log = logging.getLogger(__name__)
 
 MAX_NAME_LENGTH = 249
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")  # matched whole (fullmatch: "$" would allow a final newline)
 
 
 def validate_topic_name(name: str) -> None:
@@ -54,7 +54,7 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopic(f"topic name cannot be {name!r}")
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidTopic(f"topic name is longer than {MAX_NAME_LENGTH} characters: {len(name)}")
-    if not _LEGAL.match(name):
+    if not _LEGAL.fullmatch(name):
         raise InvalidTopic(f"topic name {name!r} is illegal: only ASCII alphanumerics, '.', '_' and '-' are allowed")
 
 
