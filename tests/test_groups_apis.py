@@ -314,3 +314,66 @@ async def test_a_deleted_topics_offsets_go_from_every_group(wire: Wire) -> None:
     assert await _committed(wire, "b") == []
     assert coordinator.manager.get_group("b") is None
     assert coordinator.manager.get_group("a") is not None
+
+
+def _fetch_v8_group(group_id: str, topics: dict[str, list[int]] | None) -> Any:
+    return nested(
+        ApiKey.OFFSET_FETCH, 8, "OffsetFetchRequestGroup", group_id=group_id,
+        topics=None if topics is None else tuple(
+            nested(ApiKey.OFFSET_FETCH, 8, "OffsetFetchRequestTopics", name=name, partition_indexes=tuple(parts))
+            for name, parts in topics.items()),
+    )  # fmt: skip
+
+
+async def test_offset_fetch_v8_answers_each_group_as_if_alone(wire: Wire) -> None:
+    """OffsetFetch v8 (KIP-709): a batch of groups, each answered as a v7 request for it alone
+    would be, its error in its own entry: a known group's offsets (null topics: all it
+    committed), an unknown group's -1s (or nothing for null topics, no error: Kafka's
+    coordinator answers an unknown group that way), NOT_COORDINATOR for a group whose
+    __consumer_offsets partition another broker leads, COORDINATOR_LOAD_IN_PROGRESS for one
+    whose partition is loading; errors come with no topics."""
+    coordinator = wire.dispatcher.broker.group_coordinator
+    by_partition: dict[int, str] = {}
+    for i in range(100):
+        by_partition.setdefault(coordinator.partition_for(f"g{i}"), f"g{i}")
+    known, unknown, elsewhere, loading = (by_partition[p] for p in range(4))
+    for group_id in (known, unknown, elsewhere, loading):
+        await wire.call(ApiKey.FIND_COORDINATOR, 2, build(ApiKey.FIND_COORDINATOR, 2, key=group_id, key_type=0))
+    commit = await wire.call(ApiKey.OFFSET_COMMIT, 7, _commit_v7(known, "", -1, {"t": [0, 2], "u": [1]}))
+    assert {int(p.error_code) for t in commit.topics for p in t.partitions} == {0}
+    # another broker now leads `elsewhere`'s partition (this one resigns it, as on a leadership
+    # move); `loading`'s partition is being loaded
+    node = coordinator.log.node
+    moved = coordinator.partition_for(elsewhere)
+    real_leaders = coordinator.log.leaders
+
+    async def leaders(listener_name: str | None = None) -> dict[int, Any]:
+        out = await real_leaders(listener_name)
+        out[moved] = dataclasses.replace(node, node_id=node.node_id + 1)
+        return out
+
+    coordinator.log.leaders = leaders
+    await coordinator.refresh_ownership()
+    coordinator.manager.loading.add(coordinator.partition_for(loading))
+
+    request = build(
+        ApiKey.OFFSET_FETCH, 8, require_stable=True,
+        groups=(_fetch_v8_group(known, None), _fetch_v8_group(unknown, None),
+                _fetch_v8_group(unknown, {"t": [1]}), _fetch_v8_group(known, {"t": [0, 1], "u": [1]}),
+                _fetch_v8_group(elsewhere, {"t": [0]}), _fetch_v8_group(loading, None)),
+    )  # fmt: skip
+    response = await wire.call(ApiKey.OFFSET_FETCH, 8, request)
+    answered = [
+        (g.group_id, int(g.error_code), [(t.name, [(p.partition_index, p.committed_offset, int(p.error_code))
+                                                    for p in t.partitions]) for t in g.topics])
+        for g in response.groups
+    ]  # fmt: skip
+    assert answered == [
+        (known, 0, [("t", [(0, 10, 0), (2, 12, 0)]), ("u", [(1, 11, 0)])]),
+        (unknown, 0, []),
+        (unknown, 0, [("t", [(1, -1, 0)])]),
+        (known, 0, [("t", [(0, 10, 0), (1, -1, 0)]), ("u", [(1, 11, 0)])]),
+        (elsewhere, ErrorCode.NOT_COORDINATOR, []),
+        (loading, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, []),
+    ]
+    assert response.throttle_time == ms(0)

@@ -117,8 +117,8 @@ def test_version_table_matches_protocol_md() -> None:
         2: (1, 5),
         3: (0, 8),
         8: (2, 7),
-        9: (1, 5),
-        10: (0, 2),
+        9: (1, 8),
+        10: (0, 4),
         11: (0, 5),
         12: (0, 3),
         13: (0, 3),
@@ -197,6 +197,117 @@ def test_round_trip_every_supported_version(key: int, version: int) -> None:
     response = sample(response_type(key, version))
     wire = encode_response(key, version, 42, response)
     assert decode_response(key, version, wire) == (42, response)
+
+
+# -- the group APIs' flexible and batched versions, byte for byte -------------------------------
+#
+# Hand-written from Kafka's message JSON (OffsetFetch v6+ and FindCoordinator v3+ are flexible,
+# KIP-482: compact strings and arrays as uvarint length + 1, 0 for null, a tagged-field count
+# after every struct; request header v2, response header v1), so these check the codec against
+# the spec rather than kio against itself.
+
+_FLEX_REQUEST_HEADER = bytes.fromhex("0000002a 0002") + b"rt" + b"\x00"  # corr 42, client "rt", no tags
+_FLEX_RESPONSE_HEADER = bytes.fromhex("0000002a 00")
+
+
+def _kio_cls(key: int, version: int, name: str, *, response: bool = False) -> Any:
+    module = (response_type if response else request_type)(key, version).__module__
+    return getattr(__import__(module, fromlist=["x"]), name)
+
+
+def _offset_fetch_cases() -> list[tuple[int, Any, bytes, Any, bytes]]:
+    key = ApiKey.OFFSET_FETCH
+    cases = []
+    for version in (6, 7):
+        topic = _kio_cls(key, version, "OffsetFetchRequestTopic")(name="t", partition_indexes=(0, 5))
+        fields: dict[str, Any] = {"group_id": "g", "topics": (topic,)}
+        body = "0267 02 0274 03 00000000 00000005 00"  # group, 1 topic "t" [0, 5]
+        if version == 7:
+            fields["require_stable"] = True
+            body += "01"
+        request = request_type(key, version)(**fields)
+        partition = _kio_cls(key, version, "OffsetFetchResponsePartition", response=True)(
+            partition_index=5, committed_offset=7, committed_leader_epoch=-1, metadata="",
+            error_code=kio_errors.ErrorCode(88),
+        )  # fmt: skip
+        topic_cls = _kio_cls(key, version, "OffsetFetchResponseTopic", response=True)
+        resp_topic = topic_cls(name="t", partitions=(partition,))
+        response = response_type(key, version)(
+            throttle_time=datetime.timedelta(0), topics=(resp_topic,), error_code=kio_errors.ErrorCode(0)
+        )
+        resp_body = "00000000 02 0274 02 00000005 0000000000000007 ffffffff 01 0058 00 00 0000"
+        cases.append((version, request, bytes.fromhex(body + "00"), response, bytes.fromhex(resp_body + "00")))
+    # v8: two groups, the second with null topics; per-group errors, no top-level error
+    group_topic = _kio_cls(key, 8, "OffsetFetchRequestTopics")(name="t", partition_indexes=(0, 5))
+    group_cls = _kio_cls(key, 8, "OffsetFetchRequestGroup")
+    request = request_type(key, 8)(
+        groups=(group_cls(group_id="g", topics=(group_topic,)), group_cls(group_id="h", topics=None)),
+        require_stable=True,
+    )
+    body = "03 0267 02 0274 03 00000000 00000005 00 00 0268 00 00 01 00"
+    partition = _kio_cls(key, 8, "OffsetFetchResponsePartitions", response=True)(
+        partition_index=5, committed_offset=7, committed_leader_epoch=-1, metadata="",
+        error_code=kio_errors.ErrorCode(88),
+    )  # fmt: skip
+    resp_topic = _kio_cls(key, 8, "OffsetFetchResponseTopics", response=True)(name="t", partitions=(partition,))
+    resp_group = _kio_cls(key, 8, "OffsetFetchResponseGroup", response=True)
+    response = response_type(key, 8)(
+        throttle_time=datetime.timedelta(0),
+        groups=(
+            resp_group(group_id="g", topics=(resp_topic,), error_code=kio_errors.ErrorCode(0)),
+            resp_group(group_id="h", topics=(), error_code=kio_errors.ErrorCode(16)),
+        ),
+    )
+    resp_body = (
+        "00000000 03 0267 02 0274 02 00000005 0000000000000007 ffffffff 01 0058 00 00 0000 00 0268 01 0010 00 00"
+    )  # fmt: skip
+    cases.append((8, request, bytes.fromhex(body), response, bytes.fromhex(resp_body)))
+    return cases
+
+
+def _find_coordinator_cases() -> list[tuple[int, Any, bytes, Any, bytes]]:
+    key = ApiKey.FIND_COORDINATOR
+    ok, unavailable = kio_errors.ErrorCode(0), kio_errors.ErrorCode(15)
+    v3_request = request_type(key, 3)(key="g", key_type=0)
+    v3_response = response_type(key, 3)(
+        throttle_time=datetime.timedelta(0), error_code=ok, error_message=None, node_id=1, host="h", port=9092
+    )
+    v4_request = request_type(key, 4)(key_type=1, coordinator_keys=("a", "b"))
+    coordinator = _kio_cls(key, 4, "Coordinator", response=True)
+    v4_response = response_type(key, 4)(
+        throttle_time=datetime.timedelta(0),
+        coordinators=(
+            coordinator(key="a", node_id=1, host="h", port=9092, error_code=ok, error_message=None),
+            coordinator(key="b", node_id=-1, host="", port=-1, error_code=unavailable, error_message="x"),
+        ),
+    )
+    return [
+        (3, v3_request, bytes.fromhex("0267 00 00"), v3_response,
+         bytes.fromhex("00000000 0000 00 00000001 0268 00002384 00")),
+        (4, v4_request, bytes.fromhex("01 03 0261 0262 00"), v4_response,
+         bytes.fromhex("00000000 03 0261 00000001 0268 00002384 0000 00 00 0262 ffffffff 01 ffffffff 000f 0278 00 00")),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("key", "version", "request_", "request_body", "response", "response_body"),
+    [(ApiKey.OFFSET_FETCH, *case) for case in _offset_fetch_cases()]
+    + [(ApiKey.FIND_COORDINATOR, *case) for case in _find_coordinator_cases()],
+    ids=["OffsetFetch-v6", "OffsetFetch-v7", "OffsetFetch-v8", "FindCoordinator-v3", "FindCoordinator-v4"],
+)
+def test_group_api_flexible_versions_byte_exact(
+    key: int, version: int, request_: Any, request_body: bytes, response: Any, response_body: bytes
+) -> None:
+    """OffsetFetch v6-8 and FindCoordinator v3-4 through odradek's codec, both directions:
+    the exact bytes Kafka's schema gives, and back to the same message."""
+    frame = encode_request(request_, correlation_id=42, client_id="rt")
+    assert frame == struct.pack(">hh", key, version) + _FLEX_REQUEST_HEADER + request_body
+    header = parse_request_header(frame)
+    assert decode_request(key, version, bytearray(frame), header.body_offset) == request_
+    wire = encode_response(key, version, 42, response)
+    assert wire == _FLEX_RESPONSE_HEADER + response_body
+    assert decode_response(key, version, wire) == (42, response)
+    assert is_flexible(key, version)
 
 
 @pytest.mark.parametrize("version", range(0, 8))

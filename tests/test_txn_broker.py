@@ -4,7 +4,9 @@ markers, transactional offsets, and state reloaded after a restart."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
 import trio
 from broker_harness import batch, create, running_broker
@@ -15,7 +17,9 @@ from odradek.broker.core import BrokerCore
 from odradek.broker.group import OffsetAndMetadata
 from odradek.broker.txn import TransactionState
 from odradek.errors import ErrorCode
-from odradek.interfaces import TopicPartition
+from odradek.interfaces import Endpoint, TopicPartition
+from odradek.plugins.transport_tcp.apis import Dispatcher, load_handlers
+from odradek.protocol import ApiKey, decode_response, encode_request, parse_request_header, request_type
 
 TP = TopicPartition("t", 0)
 RC = IsolationLevel.READ_COMMITTED
@@ -272,3 +276,101 @@ async def test_max_timestamp_is_only_an_offset_the_asker_may_read(tmp_path: Path
         # committed: the same answer for both (the COMMIT marker, stamped now, holds the largest
         # timestamp; Kafka's segment max timestamp counts control batches too)
         assert await max_ts(RC) == await max_ts(IsolationLevel.READ_UNCOMMITTED) != (-1, -1)
+
+
+# -- the group APIs' transaction-aware versions, over the wire codec -------------------------------
+
+
+async def _call(core: BrokerCore, api_key: int, version: int, **fields: Any) -> Any:
+    """Encode a request as a client would, run it through the broker's handlers, decode the answer."""
+    cls = request_type(api_key, version)
+    frame = bytearray(encode_request(cls(**fields), correlation_id=3, client_id="wire"))
+    dispatcher = Dispatcher(core, core.config, Endpoint("PLAINTEXT", "127.0.0.1", 0), load_handlers())
+    outcome = await dispatcher.process(parse_request_header(frame), frame, "127.0.0.1:1")
+    wire = outcome.to_bytes()[4:] if hasattr(outcome, "to_bytes") else outcome
+    _cid, response = decode_response(api_key, version, wire)
+    return response
+
+
+def _nested(api_key: int, version: int, class_name: str, /, **fields: Any) -> Any:
+    return getattr(sys.modules[request_type(api_key, version).__module__], class_name)(**fields)
+
+
+async def _fetched(core: BrokerCore, version: int, require_stable: bool) -> list[tuple[int, int]]:
+    """(committed offset, error) of t-0 and t-1 for group g, by OffsetFetch ``version`` (7 or 8)."""
+    if version >= 8:
+        topic = _nested(ApiKey.OFFSET_FETCH, 8, "OffsetFetchRequestTopics", name="t", partition_indexes=(0, 1))
+        group = _nested(ApiKey.OFFSET_FETCH, 8, "OffsetFetchRequestGroup", group_id="g", topics=(topic,))
+        response = await _call(core, ApiKey.OFFSET_FETCH, 8, groups=(group,), require_stable=require_stable)
+        [answer] = response.groups
+    else:
+        topic = _nested(ApiKey.OFFSET_FETCH, version, "OffsetFetchRequestTopic", name="t", partition_indexes=(0, 1))
+        answer = await _call(core, ApiKey.OFFSET_FETCH, version, group_id="g", topics=(topic,),
+                             require_stable=require_stable)  # fmt: skip
+    assert int(answer.error_code) == 0  # UNSTABLE_OFFSET_COMMIT is per partition, as in Kafka
+    return [(p.committed_offset, int(p.error_code)) for t in answer.topics for p in t.partitions]
+
+
+async def test_offset_fetch_require_stable_with_pending_transactional_offsets(tmp_path: Path) -> None:
+    """OffsetFetch v7+ require_stable (KIP-447): while a transaction holds offsets of the group
+    (TxnOffsetCommit done, no marker yet) those partitions answer UNSTABLE_OFFSET_COMMIT with
+    offset -1 (the others their committed offset); without require_stable the last committed
+    offset; once the transaction commits, its offsets, stable."""
+    async with running_broker(tmp_path) as core:
+        await _topic(core)
+        await _coordinators_ready(core, "g")
+        coord = core.transaction_coordinator
+        assert (await core.group_coordinator.commit_offsets("g", "", None, -1, {TP: OffsetAndMetadata(2)})) == {
+            TP: ErrorCode.NONE
+        }
+        r = await core.init_producer_id("tx", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        assert await coord.add_offsets("tx", pid, epoch, "g") == ErrorCode.NONE
+        assert await core.txn_offsets.commit("g", pid, epoch, "", None, -1, {TP: OffsetAndMetadata(5)}) == {
+            TP: ErrorCode.NONE
+        }
+        unstable = ErrorCode.UNSTABLE_OFFSET_COMMIT
+        for version in (7, 8):
+            assert await _fetched(core, version, require_stable=True) == [(-1, unstable), (-1, 0)]
+            assert await _fetched(core, version, require_stable=False) == [(2, 0), (-1, 0)]
+        assert await coord.end_transaction("tx", pid, epoch, True) == ErrorCode.NONE
+        for version in (7, 8):
+            assert await _fetched(core, version, require_stable=True) == [(5, 0), (-1, 0)]
+        # a transaction holding offsets of a group that has none committed yet is unstable too
+        r = await core.init_producer_id("tx", 60000)
+        assert await coord.add_offsets("tx", r.producer_id, r.producer_epoch, "fresh") == ErrorCode.NONE
+        await _coordinators_ready(core, "fresh")
+        assert await core.txn_offsets.commit(
+            "fresh", r.producer_id, r.producer_epoch, "", None, -1, {TP: OffsetAndMetadata(1)}
+        ) == {TP: ErrorCode.NONE}
+        topic = _nested(ApiKey.OFFSET_FETCH, 7, "OffsetFetchRequestTopic", name="t", partition_indexes=(0,))
+        fresh = await _call(core, ApiKey.OFFSET_FETCH, 7, group_id="fresh", topics=(topic,), require_stable=True)
+        assert [int(p.error_code) for p in fresh.topics[0].partitions] == [unstable]
+        assert await coord.end_transaction("tx", r.producer_id, r.producer_epoch, False) == ErrorCode.NONE
+        fresh = await _call(core, ApiKey.OFFSET_FETCH, 7, group_id="fresh", topics=(topic,), require_stable=True)
+        assert [(p.committed_offset, int(p.error_code)) for p in fresh.topics[0].partitions] == [(-1, 0)]
+
+
+async def test_find_coordinator_v4_batches_keys_of_both_types(tmp_path: Path) -> None:
+    """FindCoordinator v4 (KIP-699): every key of the batch answered on its own, for groups
+    (key type 0) and transactional ids (1), each as v3 answers it alone; an unknown key type
+    fails each key with INVALID_REQUEST."""
+    async with running_broker(tmp_path) as core:
+        assert (await core.transaction_coordinator.find_coordinator("tx")).error == ErrorCode.NONE  # creates the log
+        await _coordinators_ready(core, "g1", "tx")
+        for key_type, keys in ((0, ("g1", "g2", "")), (1, ("tx", "other-tx"))):
+            batched = await _call(core, ApiKey.FIND_COORDINATOR, 4, key_type=key_type, coordinator_keys=keys)
+            got = [(c.key, int(c.error_code), c.node_id, c.host, c.port) for c in batched.coordinators]
+            alone = []
+            for key in keys:
+                v3 = await _call(core, ApiKey.FIND_COORDINATOR, 3, key=key, key_type=key_type)
+                alone.append((key, int(v3.error_code), v3.node_id, v3.host, v3.port))
+            assert got == alone
+            assert {(error, node_id, host, port) for _, error, node_id, host, port in got} == {
+                (0, core.node_id, "127.0.0.1", 9092)
+            }
+        bad = await _call(core, ApiKey.FIND_COORDINATOR, 4, key_type=7, coordinator_keys=("a", "b"))
+        assert [(c.key, int(c.error_code), c.node_id) for c in bad.coordinators] == [
+            ("a", ErrorCode.INVALID_REQUEST, -1),
+            ("b", ErrorCode.INVALID_REQUEST, -1),
+        ]

@@ -75,8 +75,8 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.LIST_OFFSETS: VersionRange(1, 5),
         ApiKey.METADATA: VersionRange(0, 8),
         ApiKey.OFFSET_COMMIT: VersionRange(2, 7),
-        ApiKey.OFFSET_FETCH: VersionRange(1, 5),
-        ApiKey.FIND_COORDINATOR: VersionRange(0, 2),
+        ApiKey.OFFSET_FETCH: VersionRange(1, 8),  # v7 require_stable (KIP-447), v8 batched groups (KIP-709)
+        ApiKey.FIND_COORDINATOR: VersionRange(0, 4),  # v4 batched keys (KIP-699)
         ApiKey.JOIN_GROUP: VersionRange(0, 5),
         ApiKey.HEARTBEAT: VersionRange(0, 3),
         ApiKey.LEAVE_GROUP: VersionRange(0, 3),

@@ -297,14 +297,26 @@ class GroupMetadataManager:
     def get_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool = False
     ) -> dict[TopicPartition, PartitionOffset]:
-        """Committed offsets (all of the group's when ``partitions`` is None); -1 when none."""
+        """Committed offsets (all of the group's when ``partitions`` is None); -1 when none.
+
+        ``require_stable`` (OffsetFetch v7+, KIP-447): a partition with an offset commit still
+        in flight, or with transactional offsets whose transaction has not ended, answers
+        UNSTABLE_OFFSET_COMMIT instead of the last committed offset (Kafka's
+        ``hasPendingOffsetCommitsForTopicPartition``); the client retries until it is settled.
+        """
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
-            return {tp: PartitionOffset() for tp in partitions or ()}
+            # a TxnOffsetCommit may precede the group's first plain commit: still unstable
+            return {
+                tp: PartitionOffset(error=ErrorCode.UNSTABLE_OFFSET_COMMIT)
+                if require_stable and self.has_pending_txn(group_id, tp)
+                else PartitionOffset()
+                for tp in partitions or ()
+            }
         wanted: Iterable[TopicPartition] = partitions if partitions is not None else list(group.offsets)
         out: dict[TopicPartition, PartitionOffset] = {}
         for tp in wanted:
-            if require_stable and group.pending_offset_commits[tp] > 0:
+            if require_stable and (group.pending_offset_commits[tp] > 0 or self.has_pending_txn(group_id, tp)):
                 out[tp] = PartitionOffset(error=ErrorCode.UNSTABLE_OFFSET_COMMIT)
                 continue
             value = group.offsets.get(tp)

@@ -69,6 +69,7 @@ _VALUE_LISTS = {
     "groups": "group_id",
     "groups_names": "group_id",
     "topic_names": "name",
+    "coordinator_keys": "key",  # FindCoordinator v4
 }
 
 #: response lists that describe state rather than answer what the request named (a created

@@ -6,7 +6,8 @@ They translate wire requests into calls on the broker's
 applying the few per-version rules Kafka's ``KafkaApis`` applies: JoinGroup v0 has no rebalance
 timeout (the session timeout serves), v4+ gets the MEMBER_ID_REQUIRED round trip, LeaveGroup
 v0-v2 leaves one member, OffsetCommit v2-v4 carries a retention time, OffsetFetch v1 has no
-top-level error and v2+ reads "all partitions" from a null topic list.
+top-level error and v2+ reads "all partitions" from a null topic list, OffsetFetch v7+ answers
+``require_stable`` and v8 and FindCoordinator v4 take batches (of groups, of keys).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from odradek.broker.group import GroupCoordinator, OffsetAndMetadata, PartitionOffset
+from odradek.broker.group import FindCoordinatorResult, GroupCoordinator, OffsetAndMetadata, PartitionOffset
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.protocol import ApiKey, ms, timedelta_ms
@@ -45,32 +46,46 @@ def _client_host(peer: str) -> str:
 # -- FindCoordinator ------------------------------------------------------------------------------
 
 
-async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
-    """The group's coordinator (or, with key type 1, the transaction coordinator when the broker
-    runs one)."""
-    key_type = int(getattr(request, "key_type", COORDINATOR_KEY_GROUP))
-    cls = response_class(ApiKey.FIND_COORDINATOR, ctx.api_version)
+async def _find_one(ctx: RequestContext, key_type: int, key: str) -> FindCoordinatorResult:
+    """The coordinator of one key: the group coordinator's answer (key type 0) or the
+    transaction coordinator's (1)."""
     if key_type == COORDINATOR_KEY_GROUP:
         coordinator = _coordinator(ctx)
-        result = await coordinator.find_coordinator(request.key, ctx.listener.name) if coordinator else None
+        result = await coordinator.find_coordinator(key, ctx.listener.name) if coordinator else None
     elif key_type == COORDINATOR_KEY_TRANSACTION:
         txn = getattr(ctx.broker, "transaction_coordinator", None)
-        result = await txn.find_coordinator(request.key, ctx.listener.name) if txn else None
+        result = await txn.find_coordinator(key, ctx.listener.name) if txn else None
     else:
-        return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(ErrorCode.INVALID_REQUEST),
-                    error_message=f"unknown coordinator key type {key_type}", node_id=-1, host="", port=-1)  # fmt: skip
+        return FindCoordinatorResult(
+            ErrorCode.INVALID_REQUEST, error_message=f"unknown coordinator key type {key_type}"
+        )
     if result is None:
-        return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                    error_message="no coordinator runs on this broker", node_id=-1, host="", port=-1)  # fmt: skip
-    return make(
-        cls,
-        throttle_time=NO_THROTTLE,
-        error_code=kerr(result.error),
-        error_message=result.error_message,
-        node_id=result.node_id,
-        host=result.host,
-        port=result.port,
-    )
+        return FindCoordinatorResult(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="no coordinator runs on this broker"
+        )
+    return result
+
+
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    """The group's coordinator (or, with key type 1, the transaction coordinator when the broker
+    runs one). v4 (KIP-699) looks up a batch of keys of one type, each answered as if alone."""
+    key_type = int(getattr(request, "key_type", COORDINATOR_KEY_GROUP))
+    cls = response_class(ApiKey.FIND_COORDINATOR, ctx.api_version)
+    if ctx.api_version >= 4:
+        entry_cls = response_class(ApiKey.FIND_COORDINATOR, ctx.api_version, "Coordinator")
+        entries = []
+        for key in request.coordinator_keys:
+            result = await _find_one(ctx, key_type, key)
+            entries.append(make(entry_cls, key=key, **_coordinator_fields(result)))
+        return make(cls, throttle_time=NO_THROTTLE, coordinators=tuple(entries))
+    result = await _find_one(ctx, key_type, request.key)
+    return make(cls, throttle_time=NO_THROTTLE, **_coordinator_fields(result))
+
+
+def _coordinator_fields(result: FindCoordinatorResult) -> dict[str, Any]:
+    """A lookup's response fields (a failed one names no node: -1, "", -1)."""
+    return dict(error_code=kerr(result.error), error_message=result.error_message, node_id=result.node_id,
+                host=result.host, port=result.port)  # fmt: skip
 
 
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------------
@@ -248,26 +263,29 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     return make(cls, throttle_time=NO_THROTTLE, topics=topics)
 
 
-async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
-    version = ctx.api_version
-    cls = response_class(ApiKey.OFFSET_FETCH, version)
-    topic_cls = response_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponseTopic")
-    partition_cls = response_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponsePartition")
-    requested: list[TopicPartition] | None
-    if request.topics is None:
-        requested = None
-    else:
-        requested = [TopicPartition(t.name, int(p)) for t in request.topics for p in t.partition_indexes]
+def _requested(topics: Sequence[Any] | None) -> list[TopicPartition] | None:
+    """The partitions an OffsetFetch (group) names; None (v2+: a null topic list) means all."""
+    if topics is None:
+        return None
+    return [TopicPartition(t.name, int(p)) for t in topics for p in t.partition_indexes]
+
+
+def _fetch_group(
+    ctx: RequestContext, group_id: str, requested: list[TopicPartition] | None, require_stable: bool
+) -> tuple[ErrorCode, dict[TopicPartition, PartitionOffset]]:
+    """One group's committed offsets, routed as if the group were asked alone (NOT_COORDINATOR,
+    COORDINATOR_LOAD_IN_PROGRESS, ... as the group's error)."""
     coordinator = _coordinator(ctx)
     if coordinator is None:
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE
-        offsets = {tp: PartitionOffset(error=error) for tp in requested or ()}
-    else:
-        error, offsets = coordinator.fetch_offsets(
-            request.group_id, requested, bool(getattr(request, "require_stable", False))
-        )
-    if version >= 2 and error != ErrorCode.NONE:
-        offsets = {}  # v2+: a group-level error is the top-level error, with no partitions
+        return error, {tp: PartitionOffset(error=error) for tp in requested or ()}
+    return coordinator.fetch_offsets(group_id, requested, require_stable)
+
+
+def _offset_topics(
+    offsets: dict[TopicPartition, PartitionOffset], topic_cls: type, partition_cls: type
+) -> tuple[Any, ...]:
+    """Response topics for ``offsets``, topics and partitions in the order asked."""
     by_topic: dict[str, list[Any]] = {}
     for tp, value in offsets.items():
         by_topic.setdefault(tp.topic, []).append(
@@ -280,7 +298,32 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
                 error_code=kerr(value.error),
             )
         )
-    topics = tuple(make(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+    return tuple(make(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+
+
+async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    """OffsetFetch v1-8. v7+ ``require_stable`` (KIP-447): partitions with pending transactional
+    offsets answer UNSTABLE_OFFSET_COMMIT, per partition as in Kafka. v8 (KIP-709) asks for a
+    batch of groups, each answered as if alone, its error in the group's entry."""
+    version = ctx.api_version
+    cls = response_class(ApiKey.OFFSET_FETCH, version)
+    require_stable = bool(getattr(request, "require_stable", False))
+    if version >= 8:
+        group_cls = response_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponseGroup")
+        topic_cls = response_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponseTopics")
+        partition_cls = response_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponsePartitions")
+        groups = []
+        for group in request.groups:
+            error, offsets = _fetch_group(ctx, group.group_id, _requested(group.topics), require_stable)
+            topics = _offset_topics(offsets, topic_cls, partition_cls) if error == ErrorCode.NONE else ()
+            groups.append(make(group_cls, group_id=group.group_id, topics=topics, error_code=kerr(error)))
+        return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    topic_cls = response_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponseTopic")
+    partition_cls = response_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponsePartition")
+    error, offsets = _fetch_group(ctx, request.group_id, _requested(request.topics), require_stable)
+    if version >= 2 and error != ErrorCode.NONE:
+        offsets = {}  # v2+: a group-level error is the top-level error, with no partitions
+    topics = _offset_topics(offsets, topic_cls, partition_cls)
     return make(cls, throttle_time=NO_THROTTLE, topics=topics, error_code=kerr(error))
 
 
