@@ -141,6 +141,39 @@ def test_kafka_python_group(group_broker: BrokerProcess) -> None:
     assert committed_offsets(group_broker, group.group, topic, 4) == produced.counts
 
 
+def test_kafka_python_admin_fetches_offsets_of_several_groups_in_one_request(group_broker: BrokerProcess) -> None:
+    """kafka-python's admin list_group_offsets against a broker advertising FindCoordinator v4
+    and OffsetFetch v8 looks up every group's coordinator in one request (KIP-699) and asks for
+    all their offsets in one request per coordinator (KIP-709): each group gets its own answer,
+    an unknown group none."""
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.protocol.api_key import ApiKey as KafkaApiKey
+
+    topic = unique_topic("kpadm")
+    create_topic(group_broker, topic, 2)
+    groups = {unique_topic("kpadm-a"): [(0, 5), (1, 7)], unique_topic("kpadm-b"): [(1, 2)]}
+    for group_id, offsets in groups.items():
+        committer = Consumer({"bootstrap.servers": group_broker.bootstrap, "group.id": group_id})
+        try:
+            committer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets], asynchronous=False)
+        finally:
+            committer.close()
+    admin = KafkaAdminClient(bootstrap_servers=group_broker.bootstrap)
+    try:
+        versions = admin.api_versions()
+        assert versions[KafkaApiKey.FindCoordinator][1] >= 4 and versions[KafkaApiKey.OffsetFetch][1] >= 8
+        unknown = unique_topic("kpadm-none")
+        listed = admin.list_group_offsets({**dict.fromkeys(groups), unknown: None})
+    finally:
+        admin.close()
+    assert {g: sorted((tp.partition, om.offset) for tp, om in found.items()) for g, found in listed.items()} == {
+        **{g: sorted(o) for g, o in groups.items()},
+        unknown: [],
+    }
+    assert all(isinstance(tp, KafkaTopicPartition) and tp.topic == topic for found in listed.values() for tp in found)
+
+
 def test_aiokafka_group(group_broker: BrokerProcess) -> None:
     topic = unique_topic("aiog")
     create_topic(group_broker, topic, 4)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from client_helpers import TIMEOUT_S, consume
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
 
@@ -148,6 +148,43 @@ def test_consume_transform_produce_commits_offsets_with_the_transaction(odradek_
         consumer.close()
     got = consume(odradek_broker, sink, 5, **{"isolation.level": "read_committed"})
     assert _values(got) == [b"00", b"11", b"22", b"33", b"44"]
+
+
+def test_admin_require_stable_sees_offsets_held_by_an_open_transaction(odradek_broker: BrokerProcess) -> None:
+    """confluent-kafka's list_consumer_group_offsets(require_stable=True) (librdkafka: OffsetFetch
+    v7+, KIP-447) while a transaction holds offsets of the group: UNSTABLE_OFFSET_COMMIT for that
+    partition; without require_stable the last committed offset (none yet); after the commit,
+    the transaction's offset. A read_committed consumer's committed() waits for it, as with Kafka."""
+    source, group = unique_topic("stable"), unique_topic("stable-g")
+    _create(odradek_broker, source, partitions=2)
+    admin = AdminClient({"bootstrap.servers": odradek_broker.bootstrap})
+    consumer = Consumer({"bootstrap.servers": odradek_broker.bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})  # fmt: skip
+    producer = _txn_producer(odradek_broker, unique_topic("tid"))
+    partitions = [TopicPartition(source, 0), TopicPartition(source, 1)]
+
+    def listed(require_stable: bool) -> list[tuple[int, int | None]]:
+        request = [ConsumerGroupTopicPartitions(group, partitions)]
+        result = admin.list_consumer_group_offsets(request, require_stable=require_stable)[group].result(TIMEOUT_S)
+        return [(tp.offset, tp.error.code() if tp.error else None) for tp in result.topic_partitions]
+
+    try:
+        consumer.commit(offsets=[TopicPartition(source, 1, 4)], asynchronous=False)
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            [TopicPartition(source, 0, 3)], consumer.consumer_group_metadata(), TIMEOUT_S
+        )
+        invalid = -1001  # librdkafka's OFFSET_INVALID: no committed offset
+        assert listed(require_stable=True) == [(invalid, KafkaError.UNSTABLE_OFFSET_COMMIT), (4, None)]
+        assert listed(require_stable=False) == [(invalid, None), (4, None)]
+        with pytest.raises(KafkaException) as waited:  # librdkafka retries UNSTABLE until stable
+            consumer.committed(partitions, timeout=1.5)
+        assert waited.value.args[0].code() == KafkaError._TIMED_OUT
+        producer.commit_transaction(TIMEOUT_S)
+        assert listed(require_stable=True) == [(3, None), (4, None)]
+        assert [tp.offset for tp in consumer.committed(partitions, timeout=TIMEOUT_S)] == [3, 4]
+    finally:
+        consumer.close()
 
 
 def test_second_producer_with_the_same_transactional_id_fences_the_first(odradek_broker: BrokerProcess) -> None:
