@@ -231,3 +231,46 @@ async def test_open_transactions_are_tracked_through_appends_markers_and_reloads
         rebuilt = ProducerStateManager()
         rebuilt.load(p.log)
         assert rebuilt.first_unstable_offset() == _scan_first_unstable(p.producer_state)
+
+
+async def test_consumer_reads_go_past_runs_of_empty_batches(tmp_path: Path) -> None:
+    """Segments holding only empty batches (all a compacted batch's records gone; the cleaner
+    leaves such segments) answered alone make librdkafka double its fetch size and then report
+    MSG_SIZE_TOO_LARGE; a consumer's read goes on past them to the records after, a follower's
+    read returns them (its producer state needs them), and at the end of the log they are
+    answered so the client moves past them."""
+    from odradek.plugins.storage_segment.scan import empty_batch_like
+
+    async with storage_at(tmp_path) as storage:
+        config = default_config(log_segment_bytes=130).topic_config()  # two empty batches a segment
+        p = Partition(TP, storage.get_or_create_log(TP, config), 0, config)
+        p.producer_state.load(p.log)
+        p.make_follower(1, 0, [0, 1], [0, 1])
+        parts = [records.build_batch([(b"k", b"v0", [], 1), (b"k", b"v1", [], 2)])]
+        parts += [empty_batch_like(records.build_batch([(b"k", b"x", [], 3)], base_offset=o)) for o in range(2, 12)]
+        parts += [records.build_batch([(b"k", b"v12", [], 4)], base_offset=12)]
+        parts += [empty_batch_like(records.build_batch([(b"k", b"x", [], 5)], base_offset=o)) for o in (13, 14)]
+        for part in parts:  # one append each, so the segments roll between them
+            data = bytearray(part)
+            p.append_records_as_follower(data, records.validate_batches(data, exact_counts=False))
+        assert len(p.log.segments) >= 7
+        p.make_leader(1, [0], [0])
+        assert p.high_watermark == p.log_end_offset == 15
+
+        def read(offset: int, replica_id: int = -1) -> tuple[int, list[int]]:
+            r = p.read_records(
+                offset, 1 << 20, IsolationLevel.READ_UNCOMMITTED, min_one_batch=True, replica_id=replica_id
+            )
+            try:
+                return r.info.first_batch_offset, [h.record_count for _, h in records.iter_headers(r.info.to_bytes())]
+            finally:
+                r.info.release()
+
+        first, counts = read(2)
+        assert first == 12 and counts[0] == 1  # past five segments of empty batches, to the record
+        first, counts = read(13)
+        assert first == 13 and counts == [0] * len(counts)  # nothing after them: answered as they are
+        p.make_follower(1, 2, [0, 1], [0, 1])
+        p.make_leader(3, [0, 1], [0, 1])
+        first, counts = read(2, replica_id=1)
+        assert first == 2 and counts == [0] * len(counts)  # a follower gets every batch

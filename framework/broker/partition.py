@@ -371,7 +371,38 @@ class Partition:
         if fetch_offset < lstart or fetch_offset > leo:
             raise OffsetOutOfRange(f"{self.topic_partition}: offset {fetch_offset} is outside [{lstart}, {leo}]")
         info = self.log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+        if replica_id < 0 and 0 < info.size <= _EMPTY_RUN_BYTES:
+            info = self._past_empty_batches(info, max_bytes, max_offset, min_one_batch)
         return ReadResult(info, hw, lso, lstart, leo)
+
+    def _past_empty_batches(
+        self, info: FetchDataInfo, max_bytes: int, max_offset: int | None, min_one_batch: bool
+    ) -> FetchDataInfo:
+        """A consumer's read that found only empty batches (what compaction keeps of a batch
+        whose records all went, e.g. a cleaned segment that held nothing else) reads on past
+        them, so the answer holds records when the log has more. librdkafka takes an answer of
+        empty batches alone for a message too large for its fetch size: it doubles that size
+        each time and, after a run of them, reports MSG_SIZE_TOO_LARGE to the application.
+        Followers still get every batch (their producer state needs them); at the end of what
+        the consumer may read, the empty batches are answered (the client moves past them)."""
+        limit = self.log.log_end_offset if max_offset is None else max_offset
+        current = info
+        for _ in range(_EMPTY_RUN_READS):
+            after = _after_empty_batches(current.to_bytes())
+            if after is None or after >= limit:
+                break
+            nxt = self.log.read(after, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+            if nxt.size == 0:
+                nxt.release()
+                break
+            if current is not info:
+                current.release()
+            current = nxt
+            if current.size > _EMPTY_RUN_BYTES:
+                break
+        if current is not info:
+            info.release()
+        return current
 
     def fetch_offset_for_timestamp(self, timestamp: int, isolation_level: IsolationLevel) -> tuple[int, int] | None:
         """ListOffsets by time: (offset, timestamp) of the first batch at or after ``timestamp``
@@ -404,3 +435,21 @@ def _first_offsets(first_offset: int, batches: Sequence[BatchMeta]) -> list[int]
         out.append(offset)
         offset += b.last_offset_delta + 1
     return out
+
+
+#: reads of at most this many bytes are checked for holding empty batches only (an empty batch
+#: is 61 bytes; a read with records in it is rarely this small)
+_EMPTY_RUN_BYTES = 4096
+#: how many further reads a consumer's read may take to get past runs of empty batches
+_EMPTY_RUN_READS = 64
+
+
+def _after_empty_batches(data: bytes) -> int | None:
+    """The offset after the batches in ``data`` when every one is an empty data batch (no
+    records, not a control batch), else None."""
+    last = None
+    for _, header in records.iter_headers(data):
+        if header.record_count != 0 or header.is_control:
+            return None
+        last = header.last_offset
+    return None if last is None else last + 1
