@@ -321,3 +321,45 @@ async def test_a_log_left_by_an_earlier_topic_of_the_name_is_not_reused(tmp_path
         assert (await produce(core, tp, batch([b"new"]))).base_offset == 0
         plog = core.storage.get_log(tp)
         assert plog is not None and plog.read_state("partition.metadata") == topic_id.encode()
+
+
+@pytest.mark.parametrize(
+    ("content", "crash", "complaint"),
+    [
+        (b"\x00garbage\nnot a checkpoint\n", False, "which is not a topic id"),
+        (b"", True, "is empty"),  # as a crash can leave a file on some file systems
+        (b"0123456789abcdef0123456789abcdeg", False, "which is not a topic id"),
+    ],
+)
+async def test_an_unreadable_topic_id_file_keeps_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes, crash: bool, complaint: str
+) -> None:
+    """Only an id read whole that names another topic deletes a log (Kafka too never deletes a
+    log because ``partition.metadata`` cannot be read): a damaged or empty file is reported,
+    the log kept as the current topic's and the file written again, so the next start is clean."""
+    tp = TopicPartition("t", 0)
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        await produce(core, tp, batch([b"v1", b"v2"]))
+        topic_id = core.metadata_cache.topics["t"].topic_id
+        plog = core.storage.get_log(tp)
+        assert plog is not None
+        state = plog.dir / "partition.metadata.state"
+        log_dir = plog.dir.parent
+    state.write_bytes(content)
+    if crash:
+        (log_dir / ".kafka_cleanshutdown").unlink()
+    caplog.clear()
+    async with running_broker(tmp_path) as core:
+        assert [r.value for r in await fetch_records(core, tp)] == [b"v1", b"v2"]
+        assert state.read_bytes() == topic_id.encode()
+        warned = [r for r in caplog.records if "partition.metadata" in r.getMessage()]
+        assert [r.levelname for r in warned] == ["WARNING"], caplog.text
+        assert complaint in warned[0].getMessage() and "keeping the log" in warned[0].getMessage()
+        assert "earlier topic" not in caplog.text
+        assert (await produce(core, tp, batch([b"v3"]))).base_offset == 2
+    caplog.clear()
+    async with running_broker(tmp_path) as core:
+        assert [r.value for r in await fetch_records(core, tp)] == [b"v1", b"v2", b"v3"]
+        assert "partition.metadata" not in caplog.text and "earlier topic" not in caplog.text
+        assert state.read_bytes() == topic_id.encode()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import trio
 
 from ..config import Config, TopicConfig
+from ..errors import KafkaStorageError
 from ..interfaces import MetadataCompacted, MetadataStore, TopicPartition, Versioned
 from .replica_manager import ReplicaManager
 
@@ -44,6 +46,17 @@ CONTROLLER_ELECTION = "controller"
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 #: the per-partition state (beside the log) holding its topic's id
 TOPIC_ID_STATE = "partition.metadata"
+_TOPIC_ID = re.compile(r"[0-9a-fA-F]{32}")
+
+
+def parse_topic_id(data: bytes) -> str | None:
+    """The topic id a ``partition.metadata`` state holds (the hex of its UUID, as written by
+    :meth:`MetadataCache._reconcile`), lower-cased; None when the bytes are not one."""
+    try:
+        text = data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return None
+    return text.lower() if _TOPIC_ID.fullmatch(text) else None
 
 
 def topic_key(topic: str) -> str:
@@ -252,7 +265,10 @@ class MetadataCache:
             if not id_on_disk:  # a log created (or adopted) just now: record whose it is
                 plog = self.replica_manager.storage.get_log(tp)
                 if plog is not None:
-                    plog.write_state(TOPIC_ID_STATE, topic.topic_id.encode())
+                    try:
+                        plog.write_state(TOPIC_ID_STATE, topic.topic_id.encode())
+                    except (KafkaStorageError, OSError) as exc:  # tried again on the next start
+                        log.error("%s: cannot record the topic id in %s: %s", tp, TOPIC_ID_STATE, exc)
         if old_config is not None and dict(old_config) != dict(config):
             self.replica_manager.update_config(topic.name, config)
         await self._remove_local(topic.name, hosted)
@@ -262,17 +278,40 @@ class MetadataCache:
         by an earlier topic of the same name (deleted while this broker was down, then created
         again) goes first, so its records never reappear under the new topic: logs remember
         their topic's id (Kafka's ``partition.metadata``, KIP-516); one without it (written
-        before ids were kept) is adopted. False means the id is to be written once hosted."""
+        before ids were kept) is adopted. Only an id read whole that names another topic
+        deletes the log: a file that cannot be read, or is empty or not an id (a damaged disk,
+        a crash on a file system that lost the write) proves nothing about whose the records
+        are, so the log is kept as the current topic's (logged) and the file written again.
+        False means the id is to be written once hosted."""
         storage = self.replica_manager.storage
         plog = storage.get_log(tp)
-        stored = plog.read_state(TOPIC_ID_STATE) if plog is not None else None
+        if plog is None:
+            return False
+        try:
+            stored = plog.read_state(TOPIC_ID_STATE)
+        except OSError as exc:
+            log.warning(
+                "%s: cannot read %s (%s); keeping the log as topic id %s's and writing the file again",
+                tp, TOPIC_ID_STATE, exc, topic_id,
+            )  # fmt: skip
+            return False
         if stored is None:
             return False
-        if stored.decode(errors="replace") == topic_id:
+        if stored == topic_id.encode():
+            return True
+        found = parse_topic_id(stored)
+        if found is None:
+            what = "is empty" if not stored else f"holds {bytes(stored[:64])!r}, which is not a topic id"
+            log.warning(
+                "%s: %s %s; keeping the log as topic id %s's and writing the file again",
+                tp, TOPIC_ID_STATE, what, topic_id,
+            )  # fmt: skip
+            return False
+        if found == topic_id.lower():
             return True
         log.warning(
             "%s: the log on disk belongs to an earlier topic of this name (id %s, now %s): deleting it",
-            tp, stored.decode(errors="replace"), topic_id,
+            tp, found, topic_id,
         )  # fmt: skip
         await storage.delete_log(tp)
         return False
