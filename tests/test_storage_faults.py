@@ -235,6 +235,118 @@ async def test_corrupt_indexes_after_a_clean_shutdown_are_caught(tmp_path: Path,
     await storage.close()
 
 
+# -- damage below the recovery point ------------------------------------------------------------
+
+OLD_SEGMENTS = {"log_segment_bytes": 6000, "log_index_interval_bytes": 300}
+
+
+async def _segmented_log(path: Path, *, crash: bool) -> tuple[dict[int, records.BatchHeader], list[int], int]:
+    """About 10 segments of 3-record batches, the leader epoch rising in the 4th; closed
+    cleanly, or "crashed" after the flusher fsynced the rolled segments and the recovery point
+    was checkpointed, with a few unflushed batches in the active segment. Returns the batch
+    headers by base offset, the segment bases and the recovery point."""
+    storage = await open_storage(path, **OLD_SEGMENTS)
+    log = log_of(storage)
+    for i in range(200):
+        append(log, batch(3, value_size=60, ts=10_000 + 10 * i), epoch=0 if i < 70 else 1)
+    if crash:
+        await storage.flush_tick()  # fsync of the rolled segments moves the recovery point
+        await storage.write_own_checkpoints()
+        for i in range(5):
+            append(log, batch(3, value_size=60, ts=20_000 + 10 * i), epoch=1)
+    headers = {b.header.base_offset: b.header for b in read_batches(log)}
+    bases = [seg.base_offset for seg in log.segments]
+    recovery_point = log.recovery_point
+    if crash:
+        storage.abandon()
+    else:
+        await storage.close()
+    assert len(bases) >= 8 and (recovery_point >= bases[-1] or not crash)
+    return headers, bases, recovery_point
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["clean", "crash"])
+@pytest.mark.parametrize("damage", ["half", "last-batch"])
+async def test_a_torn_segment_below_the_recovery_point_is_cut_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, crash: bool, damage: str
+) -> None:
+    """A flushed segment cut short (a damaged disk, not a torn write: the data was fsynced)
+    loses only the batches past the damage, as Kafka's loader recovers one segment whose index
+    fails its sanity check: the later segments stay and the log has an offset gap that reads
+    cross. ``last-batch`` cuts into the segment's last batch, past its last index entry, which
+    the index alone cannot show: the log's framing from that entry is checked too."""
+    headers, bases, _ = await _segmented_log(tmp_path, crash=crash)
+    leo = max(h.next_offset for h in headers.values())
+    victim = tmp_path / "events-0" / f"{bases[1]:020d}.log"
+    size = victim.stat().st_size
+    os.truncate(victim, size // 2 + 100 if damage == "half" else size - 50)
+    caplog.clear()
+    storage = await open_storage(tmp_path, **OLD_SEGMENTS)
+    log = storage.get_log(TP)
+    assert log is not None
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and f"segment {bases[1]} below the recovery point" in errors[0].getMessage(), caplog.text
+    assert "later segment(s) are kept" in errors[0].getMessage() and "deleting" not in caplog.text
+    assert [seg.base_offset for seg in log.segments] == bases
+    assert log.log_end_offset == leo
+    cut_at = log.segments[1].next_offset
+    assert bases[1] < cut_at < bases[2]
+    lost = [o for o in headers if cut_at <= o < bases[2]]
+    assert lost and f"offsets {cut_at} to {bases[2] - 1}" in errors[0].getMessage()
+    # every batch outside the damage is read whole, in order, across the gap
+    got = [b.header for b in read_batches(log)]
+    assert got == [h for o, h in sorted(headers.items()) if o not in lost]
+    for offset in range(0, leo, 2):
+        fetched = log.read(offset, 1)
+        (found,) = records.iter_batches(fetched.to_bytes())
+        fetched.release()
+        expect = headers[min(o for o in headers if o not in lost and headers[o].last_offset >= offset)]
+        assert found.header == expect, offset
+    assert log.offset_for_timestamp(10_000 + 10 * 40) is not None
+    assert [(e.epoch, e.start_offset) for e in log.epoch_entries()] == [(0, 0), (1, 210)]
+    first, _ = append(log, batch(2), epoch=1)
+    assert first == leo
+    await storage.close()
+    caplog.clear()
+    storage = await open_storage(tmp_path, **OLD_SEGMENTS)  # the cut and the rebuilt indexes hold
+    log = storage.get_log(TP)
+    assert log is not None and log.log_end_offset == leo + 2
+    assert [b.header for b in read_batches(log)][: len(got)] == got
+    assert "WARNING" not in caplog.text and "ERROR" not in caplog.text, caplog.text
+    await storage.close()
+
+
+async def test_a_torn_segment_in_the_unflushed_tail_still_ends_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past the recovery point a bad batch is a torn write: nothing valid can follow it, so
+    the log ends there and later segments go (Kafka's recoverLog)."""
+    storage = await open_storage(tmp_path, **OLD_SEGMENTS)
+    log = log_of(storage)
+    for i in range(60):
+        append(log, batch(3, value_size=60, ts=10_000 + 10 * i))
+    await storage.flush_tick()
+    await storage.write_own_checkpoints()
+    flushed = log.recovery_point
+    for i in range(120):  # several more segments, none of them fsynced
+        append(log, batch(3, value_size=60, ts=20_000 + 10 * i))
+    bases = [seg.base_offset for seg in log.segments]
+    storage.abandon()
+    later = [b for b in bases if b > flushed]
+    assert len(later) >= 3
+    victim = tmp_path / "events-0" / f"{later[0]:020d}.log"
+    os.truncate(victim, victim.stat().st_size // 2 + 100)
+    caplog.clear()
+    storage = await open_storage(tmp_path, **OLD_SEGMENTS)
+    log = storage.get_log(TP)
+    assert log is not None
+    assert f"deleting {len(later) - 1} later segment(s)" in caplog.text
+    assert [seg.base_offset for seg in log.segments] == [b for b in bases if b <= later[0]]
+    assert later[0] < log.log_end_offset < later[1]
+    _check_contiguous(log)
+    await storage.close()
+
+
 # -- disk full ----------------------------------------------------------------------------------
 
 

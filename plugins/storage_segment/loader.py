@@ -6,11 +6,14 @@ Order of work, each step safe to repeat if the process dies during it:
    (already out of the log), index ``*.swap`` files (indexes are rebuilt);
 2. a ``*.log.swap`` is a cleaned segment whose swap was committed but not finished: the old
    segments it overlaps are deleted and it takes its final name (its indexes are rebuilt);
-3. segments from the one holding the recovery point onward (all of them after a crash, none
-   after a clean shutdown) are verified batch by batch and get fresh indexes; the first bad
-   batch and everything after it, in this and later segments, is cut and logged;
-4. a segment whose index file is missing or fails the cheap sanity checks is recovered the same
-   way, whatever the recovery point says.
+3. segments from the one holding the recovery point onward (the unflushed tail: none after a
+   clean shutdown) are verified batch by batch and get fresh indexes; the first bad batch is a
+   torn write, so it and everything after it, in this and later segments, is cut (logged);
+4. a segment below it holds fsynced data and is trusted unless its index file is missing or
+   fails the cheap sanity checks, or its log does not frame from the last index entry to the
+   end of the file (:func:`log_sanity_error`); such a segment is recovered on its own (Kafka's
+   ``loadSegmentFiles``): a bad batch cuts that segment's tail only (logged at ERROR with the
+   offsets lost), the later segments stay and the log has an offset gap, which reads cross.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from odradek.config import TopicConfig
+from odradek.errors import CorruptMessage
 from odradek.interfaces import TopicPartition
 
 from .log import SegmentLog
@@ -107,6 +111,28 @@ def _complete_swaps(directory: Path, names: list[str], bases: list[int]) -> set[
     return swapped
 
 
+def log_sanity_error(seg: LogSegment) -> str | None:
+    """Why the log file does not agree with its offset index (cheap: only the batch headers
+    after the last index entry are read), or None. The index alone cannot show a log cut short
+    after its last entry, or a last entry that no longer starts its batch: the batches from
+    that entry must frame the file exactly, the first of them ending at the entry's offset."""
+    if seg.size == 0:
+        return None
+    entry_offset, position = seg.offset_index.last_entry()
+    indexed = seg.offset_index.entries > 0
+    end = position
+    try:
+        for pos, h in scan_headers(seg.log.fd(), position, seg.size):
+            if pos == position and indexed and h.last_offset != entry_offset:
+                return f"the last index entry names offset {entry_offset}, its batch ends at {h.last_offset}"
+            end = pos + h.size
+    except CorruptMessage as exc:
+        return str(exc)
+    if end != seg.size:
+        return f"the log file has {seg.size} bytes, its batches end at {end}"
+    return None
+
+
 def load_log(
     directory: Path,
     tp: TopicPartition,
@@ -137,22 +163,28 @@ def load_log(
     segments = [
         _segment(directory, b, ctx, config, (directory / f"{b:020d}{LOG_SUFFIX}").stat().st_size) for b in bases
     ]
+    # the unflushed tail (Kafka's recoverLog): after a crash, the segment holding the recovery
+    # point and every later one; a bad batch there is a torn write, nothing valid follows it
+    tail: set[int] = set()
     if not clean_shutdown:
         rp = recovery_point or 0
-        first = max(bisect.bisect_right(bases, rp) - 1, 0)
-        must_recover |= set(bases[first:])
+        tail = set(bases[max(bisect.bisect_right(bases, rp) - 1, 0) :])
+    # below it (Kafka's loadSegmentFiles): data that was fsynced, trusted unless its index or
+    # framing fails the cheap checks; such a segment is recovered on its own and a cut there
+    # takes nothing else with it (later segments hold fsynced data too)
+    alone = must_recover - tail
     for seg in segments:
-        if seg.base_offset in must_recover:
+        if seg.base_offset in tail or seg.base_offset in alone:
             continue
-        why = seg.offset_index.sanity_error(seg.size) or seg.time_index.sanity_error(seg.size)
+        why = seg.offset_index.sanity_error(seg.size) or seg.time_index.sanity_error(seg.size) or log_sanity_error(seg)
         if why is not None:
-            log.warning("%s: index of segment %d is not usable (%s); rebuilding it", tp, seg.base_offset, why)
-            must_recover.add(seg.base_offset)
+            log.warning("%s: segment %d fails its sanity check (%s); recovering it", tp, seg.base_offset, why)
+            alone.add(seg.base_offset)
 
     kept: list[LogSegment] = []
     recovered: list[LogSegment] = []
     for i, seg in enumerate(segments):
-        if seg.base_offset in must_recover:
+        if seg.base_offset in tail:
             cut, why = seg.recover()
             recovered.append(seg)
             if cut:
@@ -172,8 +204,23 @@ def load_log(
                         _remove(path)
                 kept.append(seg)
                 break
-            if i < len(segments) - 1:
-                seg.on_become_inactive()
+        elif seg.base_offset in alone:
+            cut, why = seg.recover()
+            recovered.append(seg)
+            if cut:
+                following = segments[i + 1].base_offset if i + 1 < len(segments) else None
+                lost = (
+                    f"offsets {seg.next_offset} to {following - 1} are no longer in the log; "
+                    f"the {len(segments) - i - 1} later segment(s) are kept"
+                    if following is not None
+                    else f"the log now ends at offset {seg.next_offset}"
+                )
+                log.error(
+                    "%s: segment %d below the recovery point is damaged: cut %d bytes after offset %d (%s); %s",
+                    tp, seg.base_offset, cut, seg.next_offset - 1, why, lost,
+                )  # fmt: skip
+        if recovered and recovered[-1] is seg and i < len(segments) - 1:
+            seg.on_become_inactive()
         kept.append(seg)
     segments = kept
 
