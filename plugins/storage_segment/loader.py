@@ -133,6 +133,17 @@ def log_sanity_error(seg: LogSegment) -> str | None:
     return None
 
 
+def segment_sanity_error(seg: LogSegment) -> str | None:
+    """The cheap checks a segment below the recovery point must pass to be trusted, or why not."""
+    if (problem := seg.offset_index.sanity_error(seg.size)) is not None:
+        return f"offset index: {problem}"
+    if (problem := seg.time_index.sanity_error(seg.size)) is not None:
+        return f"time index: {problem}"
+    if (problem := log_sanity_error(seg)) is not None:
+        return f"log: {problem}"
+    return None
+
+
 def load_log(
     directory: Path,
     tp: TopicPartition,
@@ -176,7 +187,7 @@ def load_log(
     for seg in segments:
         if seg.base_offset in tail or seg.base_offset in alone:
             continue
-        why = seg.offset_index.sanity_error(seg.size) or seg.time_index.sanity_error(seg.size) or log_sanity_error(seg)
+        why = segment_sanity_error(seg)
         if why is not None:
             log.warning("%s: segment %d fails its sanity check (%s); recovering it", tp, seg.base_offset, why)
             alone.add(seg.base_offset)
@@ -215,9 +226,10 @@ def load_log(
                     if following is not None
                     else f"the log now ends at offset {seg.next_offset}"
                 )
+                where = f"after offset {seg.next_offset - 1}" if seg.next_offset > seg.base_offset else "(all of it)"
                 log.error(
-                    "%s: segment %d below the recovery point is damaged: cut %d bytes after offset %d (%s); %s",
-                    tp, seg.base_offset, cut, seg.next_offset - 1, why, lost,
+                    "%s: segment %d below the recovery point is damaged: cut %d bytes %s (%s); %s",
+                    tp, seg.base_offset, cut, where, why, lost,
                 )  # fmt: skip
         if recovered and recovered[-1] is seg and i < len(segments) - 1:
             seg.on_become_inactive()
