@@ -549,6 +549,11 @@ def test_fetch_envelope_rejects_flexible_versions() -> None:
         (ApiKey.API_VERSIONS, 3, b"\x02a\x02b\x01\x09\x7f"),
         # an unknown tag inside a struct array, running past the end
         (ApiKey.CREATE_TOPICS, 5, b"\x02\x02t\x00\x00\x00\x01\x00\x01\x01\x01\x01\x09\x30"),
+        # null for CreatePartitions' topics, which cannot be null (the handler met None)
+        (ApiKey.CREATE_PARTITIONS, 2, b"\xff\xff\xff\xff\x00\x00\x03\xe8\x00"),
+        (ApiKey.CREATE_PARTITIONS, 3, b"\x00\x00\x00\x03\xe8\x00\x00"),
+        # a null topic name in a DeleteTopics v1 request (a string that cannot be null)
+        (ApiKey.DELETE_TOPICS, 1, b"\x00\x00\x00\x01\xff\xff\x00\x00\x03\xe8"),
     ],
 )
 def test_guard_refuses_implausible_lengths_before_kio(key: int, version: int, body: bytes) -> None:

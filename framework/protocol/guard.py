@@ -109,7 +109,7 @@ def _fixed(size: int) -> Skip:
     return skip
 
 
-def _length_prefixed(kafka_type: str, flexible: bool) -> Skip:
+def _length_prefixed(kafka_type: str, flexible: bool, nullable: bool = True) -> Skip:
     legacy_string = kafka_type == "string"
 
     def skip(buf: Buffer, pos: int, end: int) -> int:
@@ -124,6 +124,8 @@ def _length_prefixed(kafka_type: str, flexible: bool) -> Skip:
             pos += 4
         if n < -1:
             raise _fail("negative length")
+        if n == -1 and not nullable:
+            raise _fail("null in a field that cannot be null")
         pos += max(n, 0)
         if pos > end:
             raise _fail("length beyond the message")
@@ -132,7 +134,7 @@ def _length_prefixed(kafka_type: str, flexible: bool) -> Skip:
     return skip
 
 
-def _array(item: Skip, flexible: bool) -> Skip:
+def _array(item: Skip, flexible: bool, nullable: bool = True) -> Skip:
     def skip(buf: Buffer, pos: int, end: int) -> int:
         if flexible:
             n, pos = _uvarint(buf, pos, end)
@@ -142,6 +144,8 @@ def _array(item: Skip, flexible: bool) -> Skip:
             pos += 4
         if n < -1:
             raise _fail("negative array length")
+        if n == -1 and not nullable:  # Kafka's readers refuse it ("non-nullable field ... was serialized as null")
+            raise _fail("null array in a field that cannot be null")
         if n > end - pos:  # every element takes at least one byte
             raise _fail(f"array of {n} elements in {end - pos} bytes")
         for _ in range(n):
@@ -165,13 +169,16 @@ def _nullable_entity(inner: Skip) -> Skip:
 
 def _field_skip(f: Any, flexible: bool, is_tag: bool) -> Skip:
     kind = classify_field(f)
+    nullable = is_optional(f)
     if isinstance(kind, PrimitiveField | PrimitiveTupleField):
         kafka_type = get_schema_field_type(f)
         size = _FIXED.get(kafka_type)
-        item = _fixed(size) if size is not None else _length_prefixed(kafka_type, flexible)
-        return _array(item, flexible) if isinstance(kind, PrimitiveTupleField) else item
+        if isinstance(kind, PrimitiveTupleField):
+            item = _fixed(size) if size is not None else _length_prefixed(kafka_type, flexible)
+            return _array(item, flexible, nullable)
+        return _fixed(size) if size is not None else _length_prefixed(kafka_type, flexible, nullable)
     if isinstance(kind, EntityTupleField):
-        return _array(entity_skip(kind.type_), flexible)
+        return _array(entity_skip(kind.type_), flexible, nullable)
     assert isinstance(kind, EntityField)
     inner = entity_skip(kind.type_)
     return _nullable_entity(inner) if (not is_tag and is_optional(f)) else inner
@@ -226,7 +233,7 @@ def _copy(skip: Skip) -> Strip:
     return strip
 
 
-def _array_strip(item: Strip, flexible: bool) -> Strip:
+def _array_strip(item: Strip, flexible: bool, nullable: bool = True) -> Strip:
     def strip(buf: Buffer, pos: int, end: int, out: bytearray) -> int:
         start = pos
         if flexible:
@@ -237,6 +244,8 @@ def _array_strip(item: Strip, flexible: bool) -> Strip:
             pos += 4
         if n < -1:
             raise _fail("negative array length")
+        if n == -1 and not nullable:
+            raise _fail("null array in a field that cannot be null")
         if n > end - pos:
             raise _fail(f"array of {n} elements in {end - pos} bytes")
         out += buf[start:pos]
@@ -263,7 +272,7 @@ def _nullable_entity_strip(inner: Strip) -> Strip:
 def _field_strip(f: Any, flexible: bool, is_tag: bool) -> Strip:
     kind = classify_field(f)
     if isinstance(kind, EntityTupleField):
-        return _array_strip(entity_strip(kind.type_), flexible)
+        return _array_strip(entity_strip(kind.type_), flexible, is_optional(f))
     if isinstance(kind, EntityField):
         inner = entity_strip(kind.type_)
         return _nullable_entity_strip(inner) if (not is_tag and is_optional(f)) else inner
