@@ -358,3 +358,60 @@ async def test_requests_before_start_get_coordinator_not_available() -> None:
     coordinator = GroupCoordinator(InMemoryOffsetsLog(4), make_config())
     assert coordinator.heartbeat(GROUP, "m", None, 1) == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert (await coordinator.find_coordinator(GROUP)).error == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+async def test_assignment_store_failing_on_a_full_disk_does_not_rebalance_in_a_loop(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A full disk fails every store of the group's assignment (KAFKA_STORAGE_ERROR): the leader
+    and the waiting follower get Kafka's NOT_COORDINATOR, the group goes back to
+    PreparingRebalance once, and members that rejoin at once (librdkafka does, after
+    NOT_COORDINATOR) find the next join phase held back: a few rebalances in 20 s, not
+    thousands (the bug hunt logged 4,078 in 6 s). Once the disk has room the group settles."""
+    log = InMemoryOffsetsLog(num_partitions=4)
+    async with running(log) as (coordinator, nursery):
+        a = await join_and_sync_alone(coordinator)
+        group = coordinator.manager.get_group(GROUP)
+        assert group is not None
+        log.fail_next = [ErrorCode.KAFKA_STORAGE_ERROR] * 100_000
+        b_join = spawn(nursery, join, coordinator)
+        await trio.testing.wait_all_tasks_blocked()
+        a_joined = await join(coordinator, a.member_id)
+        b = await b_join.result()
+        assert a_joined.generation_id == b.generation_id == 2
+        b_sync = spawn(nursery, coordinator.sync_group, GROUP, 2, b.member_id, None, None, None, {})
+        await trio.testing.wait_all_tasks_blocked()
+        assignments = {a.member_id: assignment_bytes(0), b.member_id: assignment_bytes(1)}
+        leader = await coordinator.sync_group(GROUP, 2, a.member_id, None, None, None, assignments)
+        assert leader.error == ErrorCode.NOT_COORDINATOR
+        assert (await b_sync.result()).error == ErrorCode.NOT_COORDINATOR
+        assert group.state is GroupState.PREPARING_REBALANCE and group.generation_id == 2
+
+        async def round_trip() -> tuple[ErrorCode, ErrorCode]:
+            """Both members rejoin at once and sync, as clients without a backoff do."""
+            b_rejoin = spawn(nursery, join, coordinator, b.member_id)
+            a_rejoined = await join(coordinator, a.member_id)
+            b_rejoined = await b_rejoin.result()
+            generation = a_rejoined.generation_id
+            follower = spawn(nursery, coordinator.sync_group, GROUP, generation, b.member_id, None, None, None, {})
+            await trio.testing.wait_all_tasks_blocked()
+            synced = await coordinator.sync_group(GROUP, generation, a.member_id, None, None, None, assignments)
+            assert b_rejoined.error == ErrorCode.NONE
+            return synced.error, (await follower.result()).error
+
+        start, rounds = trio.current_time(), 0
+        while trio.current_time() - start < 20 and rounds < 200:
+            errors = await round_trip()
+            assert errors == (ErrorCode.NOT_COORDINATOR, ErrorCode.NOT_COORDINATOR)
+            rounds += 1
+        assert rounds <= 6, f"{rounds} rebalances in {trio.current_time() - start:.1f} s"
+        assert group.generation_id == 2 + rounds
+        # the disk has room again: the next rebalance (after the current backoff) succeeds
+        log.fail_next = []
+        assert await round_trip() == (ErrorCode.NONE, ErrorCode.NONE)
+        assert group.state is GroupState.STABLE
+        # and the backoff is gone: a new rebalance completes as soon as everyone rejoined
+        coordinator._maybe_prepare_rebalance(group, "test")
+        before = trio.current_time()
+        assert await round_trip() == (ErrorCode.NONE, ErrorCode.NONE)
+        assert trio.current_time() - before < 0.1

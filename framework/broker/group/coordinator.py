@@ -48,6 +48,13 @@ log = logging.getLogger(__name__)
 
 #: a new member's JoinGroup expires after this if the rebalance never completes (Kafka's value)
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
+#: after storing a group's assignment failed (a full disk), the next join phase lasts at least
+#: this long, doubling with each consecutive failure up to the maximum. Kafka answers the same
+#: NOT_COORDINATOR, but its failed log dir then goes offline and FindCoordinator fails, so
+#: clients back off; here the coordinator stays, and members that rejoin at once (librdkafka
+#: does) would otherwise rebalance in a loop of a millisecond a round.
+STORE_FAILURE_BACKOFF_MS = 1_000
+STORE_FAILURE_BACKOFF_MAX_MS = 30_000
 
 
 class MembershipProtocol:
@@ -68,6 +75,9 @@ class MembershipProtocol:
         self.active = False
         self._nursery: trio.Nursery | None = None
         self._initial_join: set[str] = set()
+        #: group -> (consecutive failed assignment stores, trio time before which its join
+        #: phase does not complete early)
+        self._store_failures: dict[str, tuple[int, float]] = {}
 
     # -- plumbing ------------------------------------------------------------------------------------
     def _spawn(self, fn: Callable[..., object], *args: object) -> None:
@@ -449,6 +459,12 @@ class MembershipProtocol:
         """Complete the join phase early once everyone is in (not during the initial delay)."""
         key = ("join", group.group_id)
         if key in self.timers and group.group_id not in self._initial_join and group.has_all_members_joined():
+            failed = self._store_failures.get(group.group_id)
+            if failed is not None and failed[1] > trio.current_time():
+                # the last assignment could not be stored: complete when the backoff ends
+                group_id = group.group_id
+                self.timers.schedule(key, failed[1] - trio.current_time(), lambda: self._on_join_expire(group_id))
+                return
             self.timers.cancel(key)
             self._on_complete_join(group)
 
@@ -587,9 +603,15 @@ class MembershipProtocol:
         if not (group.is_state(GroupState.COMPLETING_REBALANCE) and group.generation_id == generation):
             return  # the group moved on while we were writing
         if error != ErrorCode.NONE:
+            failures = self._store_failures.get(group.group_id, (0, 0.0))[0] + 1
+            backoff_ms = min(STORE_FAILURE_BACKOFF_MS << min(failures - 1, 16), STORE_FAILURE_BACKOFF_MAX_MS)
+            self._store_failures[group.group_id] = (failures, trio.current_time() + backoff_ms / 1000)
             self._reset_and_propagate_assignment_error(group, error)
-            self._maybe_prepare_rebalance(group, "storing the assignment failed")
+            self._maybe_prepare_rebalance(
+                group, f"storing the assignment failed ({error.name}); the next join phase lasts >= {backoff_ms} ms"
+            )
             return
+        self._store_failures.pop(group.group_id, None)
         for member in group.members.values():
             member.assignment = assignment.get(member.member_id, b"")
         self._propagate_assignment(group, ErrorCode.NONE)
