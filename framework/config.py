@@ -521,6 +521,26 @@ def _check_cross_keys(values: Mapping[str, Any]) -> None:
     if values.get("group.min.session.timeout.ms", 0) > values.get("group.max.session.timeout.ms", 1):
         raise ConfigError("invalid value for 'group.min.session.timeout.ms': above group.max.session.timeout.ms")
     _check_listeners(values)
+    _check_log_dirs(values)
+
+
+def _check_log_dirs(values: Mapping[str, Any]) -> None:
+    """Kafka's rules: at least one log dir, none given twice (two spellings of one directory
+    would have the broker lock it against itself)."""
+    if "log.dirs" not in values:
+        return
+    dirs = [str(d) for d in values["log.dirs"] if str(d).strip()]
+    if not dirs:
+        raise ConfigError("invalid value for 'log.dirs': at least one log directory must be defined")
+    seen: dict[Path, str] = {}
+    for d in dirs:
+        resolved = Path(d).expanduser().resolve()
+        if resolved in seen:
+            raise ConfigError(
+                f"invalid value for 'log.dirs': duplicate log directory {d!r}"
+                + (f" (the same as {seen[resolved]!r})" if seen[resolved] != d else "")
+            )
+        seen[resolved] = d
 
 
 def _check_listeners(values: Mapping[str, Any]) -> None:

@@ -114,3 +114,30 @@ def test_the_open_file_soft_limit_is_raised_to_the_hard_limit() -> None:
         assert raise_open_file_limit() == (after, after)  # already there: nothing to do
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize(("value", "message"), [("", "at least one log directory"), ("d,d", "duplicate log directory")])
+def test_serve_refuses_bad_log_dirs_as_a_config_error(
+    value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rc 2 like every config error (it was an IndexError from meta_local, or "in use by
+    another process" for a directory given twice)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["serve", "--set", f"log.dirs={value}"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "in use" not in err
+
+
+def test_serve_with_a_damaged_metadata_file_exits_with_one_line(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "odradek-metadata.json").write_text("{not json")
+    result = subprocess.run(
+        [sys.executable, "-m", "odradek", "serve", "--set", "listeners=PLAINTEXT://127.0.0.1:0",
+         "--set", f"log.dirs={data}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    [line] = [ln for ln in result.stderr.splitlines() if "failed to start" in ln]
+    assert str(data / "odradek-metadata.json") in line and "backup" in line

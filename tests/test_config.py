@@ -101,3 +101,16 @@ def test_replace_validates() -> None:
     assert c.replace(num_partitions=4)["num.partitions"] == 4
     with pytest.raises(ConfigError):
         c.replace(num_partitions=-1)
+
+
+@pytest.mark.parametrize("value", ["", " ", ","])
+def test_log_dirs_must_name_a_directory(value: str) -> None:
+    with pytest.raises(ConfigError, match="at least one log directory must be defined"):
+        load_config(None, overrides={"log.dirs": value})
+
+
+@pytest.mark.parametrize(("value", "named"), [("a,a", "'a'"), ("a,./a", "'./a' (the same as 'a')")])
+def test_log_dirs_must_not_repeat_a_directory(value: str, named: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, overrides={"log.dirs": value})
+    assert str(info.value) == f"invalid value for 'log.dirs': duplicate log directory {named}"
