@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import trio
 import trio.testing
 
 from odradek.config import default_config
+from odradek.errors import KafkaStorageError
 from odradek.interfaces import (
     ABSENT,
     Check,
@@ -192,3 +194,44 @@ async def test_leadership_lost_on_close(tmp_path: Path) -> None:
         assert await keeper.leader("c") is None
         again = await keeper.campaign("c", b"y")
         assert again.epoch == lead.epoch + 1
+
+
+@pytest.mark.parametrize("content", [b"", b"\n", b"{garbage", b"[]", b'{"format": 1}', b'{"format": 7}'])
+async def test_a_damaged_metadata_file_is_a_one_line_error_naming_it(tmp_path: Path, content: bytes) -> None:
+    """Not a JSONDecodeError traceback at start-up: which file, what is wrong, what to do."""
+    path = tmp_path / FILE_NAME
+    path.write_bytes(content)
+    s = LocalMetadataStore(path)
+    with pytest.raises(store_mod.MetadataFileError) as info:
+        await s.open(6000)
+    message = str(info.value)
+    assert str(path.resolve()) in message and "\n" not in message
+    assert ("is empty" if not content.strip() else "is damaged") in message
+    assert "backup" in message
+    assert path.read_bytes() == content  # left as it was
+    # the lock was released: a fixed file opens
+    path.unlink()
+    async with open_local_store(path):
+        pass
+
+
+async def test_a_full_disk_names_the_metadata_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restarting on a full disk after a crash: dropping the dead session's registrations
+    rewrites the file; the failure names it (it was a bare '[Errno 28] No space left on device')
+    and leaves no half-written temp file."""
+    path = tmp_path / FILE_NAME
+    s = LocalMetadataStore(path)
+    await s.open(6000)
+    await s.register_broker(1, b"{}")
+    store_mod._SHARED.pop(s.path).release()  # a crash: the ephemeral stays in the file
+    before = path.read_bytes()
+
+    def write(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store_mod.os, "write", write)
+    with pytest.raises(KafkaStorageError, match=rf"writing the metadata file {path.resolve()} failed: \[Errno 28\]"):
+        await LocalMetadataStore(path).open(6000)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [FILE_NAME, FILE_NAME + ".lock"]

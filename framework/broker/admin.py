@@ -24,6 +24,7 @@ from ..errors import (
     InvalidRequest,
     InvalidTopic,
     KafkaError,
+    KafkaStorageError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
@@ -162,7 +163,30 @@ class AdminManager:
             "created topic %s with %d partitions, replication factor %d", t.name, len(assignment), len(assignment[0])
         )
         await self.cache.refresh_topic(t.name)
+        failed = {
+            tp: exc
+            for tp, exc in self.cache.storage_failures.items()
+            if tp.topic == t.name and tp.partition < len(assignment)
+        }
+        if failed:
+            await self._undo_create(t.name, ops)
+            tp, exc = next(iter(failed.items()))
+            raise KafkaStorageError(f"topic {t.name!r} not created: the log of {tp} cannot be created: {exc}")
         return self._created(t.name, assignment, overrides, config, topic_id)
+
+    async def _undo_create(self, name: str, ops: Sequence[Put | Delete]) -> None:
+        """Take back a topic whose logs could not be created here (a full disk), so that the
+        client's error is the whole story: CreateTopics can be retried once space is freed."""
+        keys = [op.key for op in ops if isinstance(op, Put)]
+        try:
+            await self.store.txn([], [Delete(k) for k in reversed(keys)])
+        except Exception as exc:  # the store cannot be written either: the topic stays, unhosted
+            log.error("topic %s: its logs cannot be created and taking it back failed too: %s", name, exc)
+        else:
+            log.info("topic %s taken back: its logs cannot be created", name)
+        await self.cache.refresh_topic(name)
+        for tp in [tp for tp in self.cache.storage_failures if tp.topic == name]:
+            self.cache.storage_failures.pop(tp, None)
 
     def _created(
         self, name: str, assignment: list[list[int]], overrides: dict[str, str], config: TopicConfig, topic_id: str

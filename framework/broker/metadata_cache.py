@@ -32,7 +32,7 @@ from typing import Any
 import trio
 
 from ..config import Config, TopicConfig
-from ..errors import KafkaStorageError
+from ..errors import ErrorCode, KafkaError, KafkaStorageError
 from ..interfaces import MetadataCompacted, MetadataStore, TopicPartition, Versioned
 from .replica_manager import ReplicaManager
 
@@ -161,6 +161,9 @@ class MetadataCache:
         #: tool), after its local partitions are removed; must not block (the group coordinator
         #: starts removing the topic's committed offsets)
         self.topic_deleted_listeners: list[Callable[[str], None]] = []
+        #: partitions this broker should host whose log could not be created (a full disk):
+        #: the storage error, until hosting one succeeds (CreateTopics reports it)
+        self.storage_failures: dict[TopicPartition, KafkaError] = {}
 
     # -- loading ---------------------------------------------------------------------------------
     async def load(self) -> None:
@@ -247,21 +250,33 @@ class MetadataCache:
             hosted.add(p)
             tp = TopicPartition(topic.name, p)
             current = self.replica_manager.get_partition(tp)
-            id_on_disk = await self._check_topic_id(tp, topic.topic_id) if current is None and topic.topic_id else True
-            if state.leader == self.broker_id:
-                if (
-                    current is None
-                    or not current.is_leader
-                    or current.leader_epoch != state.leader_epoch
-                    or (current.isr != frozenset(state.isr))
-                ):
-                    self.replica_manager.become_leader(
-                        tp, config, state.leader_epoch, replicas, state.isr, state.version
-                    )
-            elif current is None or current.leader_id != state.leader or current.leader_epoch != state.leader_epoch:
-                self.replica_manager.become_follower(
-                    tp, config, state.leader, state.leader_epoch, replicas, state.isr, state.version
+            try:
+                id_on_disk = (
+                    await self._check_topic_id(tp, topic.topic_id) if current is None and topic.topic_id else True
                 )
+                if state.leader == self.broker_id:
+                    if (
+                        current is None
+                        or not current.is_leader
+                        or current.leader_epoch != state.leader_epoch
+                        or (current.isr != frozenset(state.isr))
+                    ):
+                        self.replica_manager.become_leader(
+                            tp, config, state.leader_epoch, replicas, state.isr, state.version
+                        )
+                elif current is None or current.leader_id != state.leader or current.leader_epoch != state.leader_epoch:
+                    self.replica_manager.become_follower(
+                        tp, config, state.leader, state.leader_epoch, replicas, state.isr, state.version
+                    )
+            except KafkaError as exc:
+                # its log cannot be created (a full disk): not hosted; the others still are, and
+                # the metadata watch, which reconciles, must not die of it
+                if exc.code is not ErrorCode.KAFKA_STORAGE_ERROR:
+                    raise
+                log.error("cannot host %s: %s", tp, exc)
+                self.storage_failures[tp] = exc
+                continue
+            self.storage_failures.pop(tp, None)
             if not id_on_disk:  # a log created (or adopted) just now: record whose it is
                 plog = self.replica_manager.storage.get_log(tp)
                 if plog is not None:

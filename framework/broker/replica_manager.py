@@ -46,6 +46,7 @@ from .log_validator import validate_records
 from .partition import Partition
 from .producer_state import SNAPSHOT_NAME, AppendOrigin
 from .purgatory import DelayedOperationPurgatory
+from .storage_failures import StorageFailureLog, one_line
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,17 @@ def _nothing() -> None:
 
 def _nothing_for(tp: TopicPartition) -> None:
     pass
+
+
+def log_dir_of(partition: Partition) -> str:
+    """The log dir holding ``partition`` (the parent of the segment engine's partition
+    directory), for messages; another storage plugin is named as "the log storage"."""
+    directory = getattr(partition.log, "dir", None)
+    return str(directory.parent) if directory is not None else "the log storage"
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) or (isinstance(exc, KafkaError) and exc.code is ErrorCode.KAFKA_STORAGE_ERROR)
 
 
 def _error_of(exc: BaseException) -> ErrorCode:
@@ -108,6 +120,12 @@ class ReplicaManager:
         self._persist_lock = trio.Lock()
         #: per partition, at its last producer-state snapshot: (state changes, map end offset, log bytes)
         self._snapshot_marks: dict[TopicPartition, tuple[int, int, int]] = {}
+        #: appends failing per log dir (disk full): one ERROR when they start, INFO when they work
+        self.append_failures = StorageFailureLog(log, "appends to partitions", clock=trio.current_time)
+        #: the periodic HW checkpoint and producer-state snapshots
+        self.persist_failures = StorageFailureLog(
+            log, "checkpoints and producer-state snapshots", clock=trio.current_time
+        )
 
     # -- partition registry (driven by the metadata layer) ---------------------------------------
     def get_partition(self, tp: TopicPartition) -> Partition | None:
@@ -231,12 +249,20 @@ class ReplicaManager:
                                              validated.batches[0].producer_epoch, tp)  # fmt: skip
                 appended = partition.append_records_to_leader(validated.data, validated.batches, origin, acks)
             except KafkaError as exc:
+                if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
+                    self._append_failed(tp, exc)
                 results[tp] = PartitionProduceResult(exc.code, error_message=str(exc))
                 continue
-            except Exception as exc:  # a storage or programming error must fail this partition only
+            except OSError as exc:  # a storage plugin that lets the OS error through
+                self._append_failed(tp, exc)
+                results[tp] = PartitionProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(exc))
+                continue
+            except Exception as exc:  # a programming error must fail this partition only
                 log.exception("append to %s failed", tp)
                 results[tp] = PartitionProduceResult(_error_of(exc), error_message=repr(exc))
                 continue
+            if self.append_failures.active:
+                self.append_failures.succeeded(log_dir_of(partition))
             if appended.duplicate is not None:
                 results[tp] = PartitionProduceResult(
                     ErrorCode.NONE, appended.duplicate.first_offset, -1, partition.log_start_offset
@@ -253,6 +279,10 @@ class ReplicaManager:
             op = DelayedProduce(results, required, self.partitions.get)
             await self.produce_purgatory.try_complete_else_watch(op, list(required), timeout_ms)
         return results
+
+    def _append_failed(self, tp: TopicPartition, exc: BaseException) -> None:
+        partition = self.partitions.get(tp)
+        self.append_failures.failed(log_dir_of(partition) if partition is not None else "the log storage", exc)
 
     def _verify_transaction(
         self, transactional_id: str | None, producer_id: int, epoch: int, tp: TopicPartition
@@ -493,17 +523,43 @@ class ReplicaManager:
             await trio.sleep(HW_CHECKPOINT_INTERVAL_MS / 1000)
             try:
                 await self.persist_state()
+                self.persist_failures.succeeded("the log dirs")
+            except Exception as exc:
+                if not _is_storage_error(exc):
+                    log.exception("replica manager housekeeping failed; retrying at the next interval")
+                else:  # disk full or an I/O error: known, lasting; logged once, then rate-limited
+                    self.persist_failures.failed("the log dirs", exc)
+            try:
                 if trio.current_time() >= next_expiration:
                     self.remove_expired_producers()
                     next_expiration = trio.current_time() + PRODUCER_EXPIRATION_CHECK_INTERVAL_MS / 1000
             except Exception:
-                log.exception("replica manager housekeeping failed; retrying at the next interval")
+                log.exception("expiring producer ids failed; retrying at the next interval")
 
     async def shutdown(self) -> None:
-        """Answer parked requests, snapshot producer state, checkpoint HWs, flush every log."""
+        """Answer parked requests, snapshot producer state, checkpoint HWs, flush every log.
+
+        Never raises for a storage failure (a full disk): each failed write is logged once, in
+        one line, and shutdown goes on -- what was acknowledged is in the logs already, and the
+        next start recovers past the last good checkpoint as after a crash."""
         self.produce_purgatory.expire_all()
         self.fetch_purgatory.expire_all()
         with trio.CancelScope(shield=True):
-            await self.persist_state(only_changed=False)
-        for p in list(self.partitions.values()):
-            await p.log.flush()
+            try:
+                await self.persist_state(only_changed=False)
+            except Exception as exc:
+                if not _is_storage_error(exc):
+                    raise
+                log.error("shutdown: checkpoint/snapshot not written, the next start recovers: %s", one_line(exc))
+        failed = 0
+        for tp, p in list(self.partitions.items()):
+            try:
+                await p.log.flush()
+            except Exception as exc:
+                if not _is_storage_error(exc):
+                    raise
+                failed += 1
+                if failed == 1:
+                    log.error("shutdown: flushing %s failed, the next start recovers it: %s", tp, one_line(exc))
+        if failed > 1:
+            log.error("shutdown: flushing failed for %d partitions in all", failed)

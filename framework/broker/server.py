@@ -185,16 +185,20 @@ class BrokerServer:
             finally:
                 # listeners have drained (or failed): hand leaderships over, stop following,
                 # answer parked requests, persist state
-                with trio.CancelScope(shield=True):
-                    with trio.move_on_after(CONTROLLED_SHUTDOWN_TIMEOUT_S):
-                        try:
-                            await alter_partition.controlled_shutdown()
-                        except Exception:
-                            log.exception("controlled shutdown failed; the controller elects after session expiry")
-                    fetcher_scope.cancel()
-                    await core.shutdown()
-                for scope in scopes:
-                    scope.cancel()
+                # whatever fails here, the shielded background tasks must be cancelled, or
+                # they keep the nursery (and the process) alive forever
+                try:
+                    with trio.CancelScope(shield=True):
+                        with trio.move_on_after(CONTROLLED_SHUTDOWN_TIMEOUT_S):
+                            try:
+                                await alter_partition.controlled_shutdown()
+                            except Exception:
+                                log.exception("controlled shutdown failed; the controller elects after session expiry")
+                        fetcher_scope.cancel()
+                        await core.shutdown()
+                finally:
+                    for scope in scopes:
+                        scope.cancel()
 
     async def _follow_session(self, store: MetadataStore, info: bytes, controller: Controller) -> None:
         """What Kafka's broker does when its ZooKeeper session expires: the registration (an

@@ -31,6 +31,7 @@ import base64
 import contextlib
 import fcntl
 import json
+import logging
 import os
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -40,6 +41,7 @@ from typing import Any
 
 import trio
 
+from odradek.errors import KafkaStorageError, OdradekError
 from odradek.interfaces import (
     ABSENT,
     ANY,
@@ -57,12 +59,18 @@ from odradek.interfaces import (
     WatchEvent,
 )
 
+log = logging.getLogger(__name__)
+
 FILE_NAME = "odradek-metadata.json"
 FORMAT_VERSION = 1
 #: How many change events watches can replay; older history raises MetadataCompacted.
 HISTORY_EVENTS = 10_000
 ELECTION_PREFIX = "/elections/"
 BROKER_IDS_PREFIX = "/brokers/ids/"
+
+
+class MetadataFileError(OdradekError):
+    """``odradek-metadata.json`` cannot be read: empty, not JSON, or not odradek's format."""
 
 
 class MetadataStoreClosed(Exception):
@@ -120,16 +128,28 @@ class _SharedState:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return
-        doc = json.loads(raw)
-        if doc.get("format") != FORMAT_VERSION:
-            raise ValueError(f"metadata file {self.path} has unknown format {doc.get('format')!r}")
-        self.revision = int(doc["revision"])
-        dropped = False
-        for key, e in doc["keys"].items():
-            if e.get("ephemeral"):
-                dropped = True  # its session died with the previous process
-                continue
-            self.keys[key] = _Entry(base64.b64decode(e["value"]), int(e["mod"]), int(e["create"]), None)
+        try:
+            doc = json.loads(raw)
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+            if doc.get("format") != FORMAT_VERSION:
+                raise ValueError(f"unknown format {doc.get('format')!r}")
+            revision = int(doc["revision"])
+            keys: dict[str, _Entry] = {}
+            dropped = False
+            for key, e in doc["keys"].items():
+                if e.get("ephemeral"):
+                    dropped = True  # its session died with the previous process
+                    continue
+                keys[key] = _Entry(base64.b64decode(e["value"], validate=True), int(e["mod"]), int(e["create"]), None)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            what = "is empty" if not raw.strip() else f"is damaged ({type(exc).__name__}: {exc})"
+            raise MetadataFileError(
+                f"metadata file {self.path} {what}: restore it from a backup of the stopped broker; do not "
+                "delete it while its log dirs hold data (a broker starting without it knows no topics)"
+            ) from None
+        self.revision = revision
+        self.keys.update(keys)
         if dropped:
             # the deletions are a change: bump the revision so epochs issued later are new ones
             self.revision += 1
@@ -156,15 +176,20 @@ class _SharedState:
     def write_file(self, data: bytes) -> None:
         """Atomic replace: write temp, fsync, rename, fsync the directory."""
         tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError as exc:  # a full disk: the old file stays whole; no half-written temp file
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise KafkaStorageError(f"writing the metadata file {self.path} failed: {exc}") from exc
         dfd = os.open(self.path.parent, os.O_RDONLY)
         try:
             os.fsync(dfd)
@@ -278,6 +303,8 @@ class LocalMetadataStore:
             if mine:
                 with trio.CancelScope(shield=True):
                     await state.commit((), [Delete(k) for k in mine], self._session)
+        except KafkaStorageError as exc:  # a full disk: the file keeps them, marked ephemeral
+            log.error("closing the metadata session: %s; its registrations are dropped at the next start", exc)
         finally:
             self._state = None
             state.sessions -= 1

@@ -52,19 +52,31 @@ def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
     ``sync=False`` skips both fsyncs: readers still see the old or the new file whole, but
     after a power loss either may be there (or neither's data); for files whose caller makes
     them durable later (fsync of the path and its directory) or can rebuild them.
+
+    Raises ``OSError`` naming the file (a bare ``[Errno 28]`` from ``write`` does not), with
+    the temp file removed: a full disk must not keep a half-written one.
     """
     tmp = path.with_name(path.name + TEMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     if sync:
         fsync_dir(path.parent)
 

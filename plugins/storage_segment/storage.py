@@ -120,6 +120,12 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _first_error(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
 class SegmentLogStorage:
     """Segmented logs in ``log.dirs``; satisfies :class:`odradek.interfaces.LogStorage`."""
 
@@ -198,17 +204,20 @@ class SegmentLogStorage:
                     continue
                 if tp in self._logs:
                     raise KafkaStorageError(f"{tp} is in two log dirs: {self._logs[tp].dir} and {entry.path}")
-                lg = load_log(
-                    Path(entry.path),
-                    tp,
-                    topic_defaults,
-                    self.ctx,
-                    recovery_point=recovery.get(tp),
-                    log_start_offset=starts.get(tp),
-                    clean_shutdown=clean,
-                    retire=self._retire,
-                    on_log_start_change=self._on_log_start_change,
-                )
+                try:
+                    lg = load_log(
+                        Path(entry.path),
+                        tp,
+                        topic_defaults,
+                        self.ctx,
+                        recovery_point=recovery.get(tp),
+                        log_start_offset=starts.get(tp),
+                        clean_shutdown=clean,
+                        retire=self._retire,
+                        on_log_start_change=self._on_log_start_change,
+                    )
+                except OSError as exc:  # a full disk while recovery rewrites indexes, an I/O error
+                    raise KafkaStorageError(f"loading the log of {tp} in {entry.path} failed: {exc}") from exc
                 lg.first_dirty_offset = max(dirty.get(tp, 0), lg.log_start_offset)
                 self._logs[tp] = lg
         log.info("loaded %d partition logs from %s", len(self._logs), ", ".join(map(str, self.log_dirs)))
@@ -289,11 +298,11 @@ class SegmentLogStorage:
         for tp, offset in offsets.items():
             lg = self._logs.get(tp)
             per_dir[lg.dir.parent if lg is not None else self.log_dirs[0]][tp] = offset
-        try:
-            for d, entries in per_dir.items():
+        for d, entries in per_dir.items():
+            try:
                 write_offsets(d / name, entries)
-        except OSError as exc:
-            raise KafkaStorageError(f"writing checkpoint {name!r} failed: {exc}") from exc
+            except OSError as exc:
+                raise KafkaStorageError(f"writing checkpoint {name!r} failed: {exc}") from exc
 
     def read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
         if not _NAME.match(name):
@@ -437,16 +446,32 @@ class SegmentLogStorage:
         if self._closed or not self._opened:
             self._release_locks()
             return
+        # a failed flush or checkpoint (a full disk) is logged and close goes on: the files are
+        # closed, the locks released, and no clean-shutdown marker is written, so the next start
+        # recovers past the last good checkpoint as after a crash
+        clean = True
         try:
             for lg in list(self._logs.values()):
                 lg.prepare_close()
-            await self.flush_all()
+            try:
+                await self.flush_all()
+            except* (OSError, KafkaStorageError) as group:
+                clean = False
+                log.error("close: flushing logs failed, the next start recovers them: %s", _first_error(group))
             for lg in list(self._logs.values()):
                 lg.close_files()
-            await self.write_own_checkpoints()
+            try:
+                await self.write_own_checkpoints()
+            except (OSError, KafkaStorageError) as exc:
+                clean = False
+                log.error("close: %s; the next start recovers past the last good checkpoint", exc)
             await self._unlink_retired()
-            for d in self.log_dirs:
-                atomic_write(d / CLEAN_SHUTDOWN_FILE, b"")
+            if clean:
+                for d in self.log_dirs:
+                    try:
+                        atomic_write(d / CLEAN_SHUTDOWN_FILE, b"")
+                    except OSError as exc:
+                        log.error("close: cannot mark %s as cleanly shut down: %s", d, exc)
         finally:
             self._closed = True
             self._release_locks()

@@ -1,0 +1,249 @@
+"""A whole broker on a full disk (simulated ENOSPC): shutdown finishes, failures are logged once
+and rate-limited rather than with a traceback each, Produce and CreateTopics answer
+KAFKA_STORAGE_ERROR, and what was acknowledged is there after a restart."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import trio
+from broker_harness import batch, broker_config, broker_plugins, create, fetch_records, produce
+
+from odradek.broker import replica_manager as replica_manager_module
+from odradek.broker.api import CreatableTopic
+from odradek.broker.replica_manager import ReplicaManager
+from odradek.broker.server import BrokerServer
+from odradek.broker.storage_failures import StorageFailureLog
+from odradek.errors import ErrorCode, KafkaStorageError
+from odradek.interfaces import TopicPartition
+from odradek.plugins.meta_local import store as meta_local_store
+from odradek.plugins.storage_segment import checkpoint as checkpoint_module
+from odradek.plugins.storage_segment import index as index_module
+from odradek.plugins.storage_segment import segment as segment_module
+from odradek.plugins.storage_segment import storage as storage_module
+
+TP = TopicPartition("t", 0)
+
+
+class _FullOs:
+    """``os`` for one module, whose writes fail with ENOSPC while ``full`` is set."""
+
+    def __init__(self) -> None:
+        self.full = False
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(os, name)
+        if name not in ("write", "pwrite", "posix_fallocate"):
+            return real
+
+        def call(*args: Any) -> Any:
+            if self.full:
+                raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+            return real(*args)
+
+        return call
+
+
+@contextmanager
+def disk(monkeypatch: pytest.MonkeyPatch, *modules: ModuleType) -> Iterator[_FullOs]:
+    """Simulated ENOSPC for the writes of ``modules`` (default: every storage and metadata file)."""
+    fake = _FullOs()
+    for module in modules or (checkpoint_module, segment_module, index_module, meta_local_store):
+        monkeypatch.setattr(module, "os", fake)
+    yield fake
+
+
+async def _start(nursery: trio.Nursery, data: Path) -> BrokerServer:
+    server = BrokerServer(broker_config(data), broker_plugins())
+    await nursery.start(server.serve)
+    return server
+
+
+@pytest.mark.timeout(60)
+async def test_shutdown_finishes_while_the_disk_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Checkpoints, snapshots and the clean-shutdown marker all fail: each failure is one ERROR
+    line naming the file and the errno, the broker still stops (it hung forever), and the
+    acknowledged records are there at the next start."""
+    data = tmp_path / "data"
+    with disk(monkeypatch) as fs:
+        async with trio.open_nursery() as nursery:
+            server = await _start(nursery, data)
+            assert server.core is not None
+            await create(server.core, "t")
+            for i in range(3):
+                assert (await produce(server.core, TP, batch([b"v%d" % i]))).error == ErrorCode.NONE
+            fs.full = True
+            caplog.clear()
+            nursery.cancel_scope.cancel()
+        fs.full = False
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors, "the failed writes at shutdown must be logged"
+    assert all(r.exc_info is None and "\n" not in r.getMessage() for r in errors)
+    checkpoint = [r.getMessage() for r in errors if "replication-offset-checkpoint" in r.getMessage()]
+    assert len(checkpoint) == 1 and "ENOSPC" in checkpoint[0] and str(data) in checkpoint[0]
+    assert not (data / storage_module.CLEAN_SHUTDOWN_FILE).exists()  # the next start recovers
+    async with trio.open_nursery() as nursery:
+        server = await _start(nursery, data)
+        assert server.core is not None
+        assert [r.value for r in await fetch_records(server.core, TP)] == [b"v0", b"v1", b"v2"]
+        nursery.cancel_scope.cancel()
+
+
+class _FailingStorage:
+    """Just enough of a LogStorage for the replica manager's housekeeping."""
+
+    def __init__(self) -> None:
+        self.full = True
+        self.writes = 0
+
+    def write_checkpoint(self, name: str, offsets: Any) -> None:
+        self.writes += 1
+        if self.full:
+            raise KafkaStorageError(f"writing checkpoint /d/{name} failed: [Errno 28] No space left on device") from (
+                OSError(errno.ENOSPC, "No space left on device")
+            )
+
+
+async def test_housekeeping_on_a_full_disk_logs_once_then_rate_limited(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The 5 s checkpoint failing for good logged a traceback each time; now one ERROR line when
+    it starts, then at most one per interval, and INFO when it works again (real time, shrunk:
+    the write runs in a worker thread, which trio's autojump clock would jump over)."""
+    monkeypatch.setattr(replica_manager_module, "HW_CHECKPOINT_INTERVAL_MS", 10)
+    storage = _FailingStorage()
+    manager = ReplicaManager(0, storage, {})  # type: ignore[arg-type]
+    manager.persist_failures.interval_s = 0.5
+    caplog.set_level(logging.INFO, logger="odradek.broker.replica_manager")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(manager.run)
+        while storage.writes < 100:
+            await trio.sleep(0.05)
+        failing = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert all(r.exc_info is None for r in failing)  # no traceback for a known condition
+        assert 1 <= len(failing) <= 1 + storage.writes * 0.01 / 0.5 + 2
+        assert len(failing) < storage.writes / 10
+        assert "ENOSPC" in failing[0].getMessage() and "replication-offset-checkpoint" in failing[0].getMessage()
+        storage.full = False
+        written = storage.writes
+        while storage.writes < written + 2:
+            await trio.sleep(0.05)
+        infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+        assert infos[-1].startswith("checkpoints and producer-state snapshots in the log dirs work again")
+        nursery.cancel_scope.cancel()
+
+
+def test_storage_failure_log_rate_limits_per_key() -> None:
+    now = [0.0]
+    logger = logging.getLogger("test.storage_failures")
+    messages: list[tuple[int, str]] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append((record.levelno, record.getMessage()))
+
+    handler = Capture()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        failures = StorageFailureLog(logger, "appends", interval_s=60, clock=lambda: now[0])
+        exc = KafkaStorageError("append failed")
+        exc.__cause__ = OSError(errno.ENOSPC, "No space left on device")
+        for _ in range(100):
+            failures.failed("/a", exc)
+            now[0] += 1
+        failures.failed("/b", exc)
+        failures.succeeded("/a")
+        failures.succeeded("/a")
+    finally:
+        logger.removeHandler(handler)
+    assert [level for level, _ in messages] == [logging.ERROR, logging.ERROR, logging.ERROR, logging.INFO]
+    assert messages[0][1] == "appends in /a failing: append failed (errno 28 ENOSPC)"
+    assert messages[1][1].startswith("appends in /a still failing after 60 s (60 more failures)")
+    assert messages[2][1].startswith("appends in /b failing")
+    assert messages[3][1] == "appends in /a work again (failed for 100 s)"
+
+
+async def test_produce_on_a_full_disk_logs_the_log_dir_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "data"
+    caplog.set_level(logging.INFO, logger="odradek.broker.replica_manager")
+    with disk(monkeypatch, segment_module, index_module) as fs:
+        async with trio.open_nursery() as nursery:
+            server = await _start(nursery, data)
+            assert server.core is not None
+            await create(server.core, "t")
+            caplog.clear()
+            fs.full = True
+            for _ in range(5):
+                result = await produce(server.core, TP, batch([b"x" * 100]))
+                assert result.error == ErrorCode.KAFKA_STORAGE_ERROR
+            errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+            assert len(errors) == 1 and errors[0].exc_info is None
+            assert str(data.resolve()) in errors[0].getMessage() and "ENOSPC" in errors[0].getMessage()
+            fs.full = False
+            assert (await produce(server.core, TP, batch([b"y"]))).error == ErrorCode.NONE
+            assert any(
+                r.levelno == logging.INFO and "work again" in r.getMessage() and str(data.resolve()) in r.getMessage()
+                for r in caplog.records
+            )
+            nursery.cancel_scope.cancel()
+
+
+async def test_create_topics_when_the_partition_files_cannot_be_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KAFKA_STORAGE_ERROR for that topic (it was UNKNOWN_SERVER_ERROR with a traceback), the
+    topic taken back, other topics unaffected, and the same CreateTopics works once there is room."""
+    real_load_log = storage_module.load_log
+    full = [True]
+
+    def load_log(directory: Path, tp: TopicPartition, *args: Any, **kwargs: Any) -> Any:
+        if full[0] and tp.topic == "t2":
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)", str(directory / "0.log"))
+        return real_load_log(directory, tp, *args, **kwargs)
+
+    monkeypatch.setattr(storage_module, "load_log", load_log)
+    async with trio.open_nursery() as nursery:
+        server = await _start(nursery, tmp_path / "data")
+        core = server.core
+        assert core is not None
+        topics = [CreatableTopic("t1", 1, 1), CreatableTopic("t2", 3, 1)]
+        results = await core.create_topics(topics, 5000, False)
+        assert results["t1"].error == ErrorCode.NONE
+        assert results["t2"].error == ErrorCode.KAFKA_STORAGE_ERROR
+        assert "No space left on device" in (results["t2"].error_message or "")
+        assert not core.metadata_cache.contains_topic("t2")
+        full[0] = False
+        again = await core.create_topics([CreatableTopic("t2", 3, 1)], 5000, False)
+        assert again["t2"].error == ErrorCode.NONE
+        for p in range(3):
+            assert (await produce(core, TopicPartition("t2", p), batch([b"z"]))).error == ErrorCode.NONE
+        nursery.cancel_scope.cancel()
+
+
+async def test_create_topics_when_the_metadata_file_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with disk(monkeypatch, meta_local_store) as fs:
+        async with trio.open_nursery() as nursery:
+            server = await _start(nursery, tmp_path / "data")
+            assert server.core is not None
+            fs.full = True
+            results = await server.core.create_topics([CreatableTopic("t2", 1, 1)], 5000, False)
+            assert results["t2"].error == ErrorCode.KAFKA_STORAGE_ERROR
+            assert "odradek-metadata.json" in (results["t2"].error_message or "")
+            assert not list((tmp_path / "data").glob("*.tmp"))  # no half-written temp file stays
+            fs.full = False
+            nursery.cancel_scope.cancel()
