@@ -102,3 +102,41 @@ def test_describe_shows_offsets_of_a_topic_that_is_gone(
     assert args.func(args) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("g ")]
     assert [r[1:6] for r in rows] == [["gone", "0", "5", "-", "-"], ["live", "0", "3", "10", "7"]]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expect"),
+    [
+        (["reset-offsets", "--group", "g", "--all-topics", "--to-earliest"], ("group", "g")),
+        (["reset-offsets", "g", "--all-topics", "--to-earliest"], ("group", "g")),
+        (["reset-offsets", "g", "--group", "g", "--all-topics", "--to-earliest"], ("group", "g")),
+        (["delete-offsets", "--group", "g", "--topic", "t"], ("group", "g")),
+        (["delete", "--group", "a", "--group", "b"], ("groups", ["a", "b"])),
+        (["delete", "a", "b"], ("groups", ["a", "b"])),
+        (["describe", "a", "--group", "b"], ("groups", ["a", "b"])),
+    ],
+)
+def test_group_as_positional_or_kafka_style_option(argv: list[str], expect: tuple[str, object]) -> None:
+    """``kafka-consumer-groups --group G`` spelling works as well as the positional GROUP."""
+    args = build_parser().parse_args(["groups", *argv, "--bootstrap-server", "h:1"])
+    assert getattr(args, expect[0]) == expect[1]
+    assert not hasattr(args, "group_option") and not hasattr(args, "group_options")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["delete"], "a group is required: GROUP or --group GROUP"),
+        (["reset-offsets", "--all-topics", "--to-earliest"], "a group is required"),
+        (["reset-offsets", "a", "--group", "b", "--all-topics", "--to-earliest"], "two groups given"),
+        (["delete", "g", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_subcommand_errors_show_the_subcommands_usage(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["groups", *argv, "--bootstrap-server", "h:1"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"usage: odradek groups {argv[0]}" in err and f"odradek groups {argv[0]}: error: {message}" in err

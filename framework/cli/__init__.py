@@ -27,13 +27,27 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
+class SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser that reports arguments it does not know itself, with its own
+    usage: argparse leaves them to the top-level parser, whose ``usage: odradek [-h] COMMAND``
+    says nothing about what ``odradek groups delete`` takes."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="odradek",
         description="odradek: a Kafka-compatible distributed commit log (broker, client tools, perf).",
     )
     parser.add_argument("--version", action="version", version=f"odradek {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     for module_name in COMMANDS:
         importlib.import_module(module_name).register(sub)
     return parser

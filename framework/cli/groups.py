@@ -31,6 +31,7 @@ import trio
 
 from ..errors import KafkaError, OdradekError
 from ..interfaces import TopicPartition
+from . import SubcommandParser
 from .client_args import add_admin_arguments
 
 
@@ -38,9 +39,47 @@ class GroupsCommandError(OdradekError):
     """A groups command cannot do what was asked (the message says why)."""
 
 
+def _group_arguments(parser: argparse.ArgumentParser, *, many: bool) -> None:
+    """GROUP as a positional (odradek's spelling) or ``--group GROUP`` (Kafka's
+    ``kafka-consumer-groups``; repeatable where several groups are taken)."""
+    if many:
+        parser.add_argument("groups", nargs="*", metavar="GROUP", help="group ids (or --group)")
+        parser.add_argument(
+            "--group", dest="group_options", action="append", default=[], metavar="GROUP",
+            help="a group id, as kafka-consumer-groups takes it (repeatable)",
+        )  # fmt: skip
+    else:
+        parser.add_argument("group", nargs="?", metavar="GROUP", help="the group id (or --group)")
+        parser.add_argument(
+            "--group", dest="group_option", metavar="GROUP", help="the group id, as kafka-consumer-groups takes it"
+        )
+
+
+class _GroupsParser(SubcommandParser):
+    """Merges ``--group`` into GROUP after parsing, with errors in this subcommand's usage."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if hasattr(parsed, "group_options"):
+            parsed.groups = [*parsed.groups, *parsed.group_options]
+            del parsed.group_options
+            if not parsed.groups:
+                self.error("a group is required: GROUP or --group GROUP")
+        elif hasattr(parsed, "group_option"):
+            if parsed.group is not None and parsed.group_option is not None and parsed.group != parsed.group_option:
+                self.error(f"two groups given ({parsed.group!r} and --group {parsed.group_option!r}): one only")
+            parsed.group = parsed.group if parsed.group is not None else parsed.group_option
+            del parsed.group_option
+            if parsed.group is None:
+                self.error("a group is required: GROUP or --group GROUP")
+        return parsed, extras
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("groups", help="list, describe, reset offsets of and delete consumer groups")
-    gsub = p.add_subparsers(dest="groups_command", metavar="SUBCOMMAND", required=True)
+    gsub = p.add_subparsers(dest="groups_command", metavar="SUBCOMMAND", required=True, parser_class=_GroupsParser)
 
     lst = gsub.add_parser("list", help="list the consumer groups of the cluster")
     add_admin_arguments(lst)
@@ -49,12 +88,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     desc = gsub.add_parser("describe", help="state, members, committed offsets and lag of groups")
     add_admin_arguments(desc)
-    desc.add_argument("groups", nargs="+", metavar="GROUP")
+    _group_arguments(desc, many=True)
     desc.set_defaults(func=run_describe)
 
     reset = gsub.add_parser("reset-offsets", help="change the committed offsets of an inactive group")
     add_admin_arguments(reset)
-    reset.add_argument("group", metavar="GROUP")
+    _group_arguments(reset, many=False)
     scope = reset.add_mutually_exclusive_group(required=True)
     scope.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]", help="topic, optionally partitions")
     scope.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
@@ -72,14 +111,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     delete = gsub.add_parser("delete", help="delete inactive groups and their committed offsets")
     add_admin_arguments(delete)
-    delete.add_argument("groups", nargs="+", metavar="GROUP")
+    _group_arguments(delete, many=True)
     delete.set_defaults(func=run_delete)
 
     delete_offsets = gsub.add_parser(
         "delete-offsets", help="remove a group's committed offsets of topics its members do not consume"
     )
     add_admin_arguments(delete_offsets)
-    delete_offsets.add_argument("group", metavar="GROUP")
+    _group_arguments(delete_offsets, many=False)
     delete_offsets.add_argument(
         "--topic", action="append", required=True, metavar="TOPIC[:P,P...]", help="topic, optionally partitions"
     )
