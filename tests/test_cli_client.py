@@ -123,3 +123,31 @@ def test_console_pipe_through_subprocesses(odradek_broker: BrokerProcess, tmp_pa
                               capture_output=True, text=True, timeout=60)  # fmt: skip
     assert consumed.returncode == 0, consumed.stderr
     assert consumed.stdout == lines
+
+
+def test_produce_from_a_missing_file_is_a_clear_error(tmp_path: object) -> None:
+    """It printed a FileNotFoundError traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "odradek", "produce", "--bootstrap-server", "127.0.0.1:1", "--topic", "t",
+         "--file", "/nonexistent/lines.txt"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == "Error: cannot read --file /nonexistent/lines.txt: No such file or directory"
+
+
+@pytest.mark.integration
+def test_consume_from_a_partition_the_topic_lacks_fails(
+    odradek_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It read "0 messages" and exited 0 for a partition that does not exist."""
+    topic = unique_topic("twoparts")
+    boot = ["--bootstrap-server", odradek_broker.bootstrap]
+    assert main(["topics", "create", *boot, "--topic", topic, "--partitions", "2"]) == 0
+    capsys.readouterr()
+    code = main(["consume", *boot, "--topic", topic, "--partition", "9", "--from-beginning", "--timeout-ms", "500"])
+    assert code != 0
+    assert f"topic '{topic}' has 2 partitions (0-1): no partition 9" in capsys.readouterr().err
+    assert (
+        main(["consume", *boot, "--topic", topic, "--partition", "1", "--from-beginning", "--timeout-ms", "200"]) == 0
+    )

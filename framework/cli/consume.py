@@ -143,7 +143,14 @@ def _start_consumer(args: argparse.Namespace, consumer: Any) -> None:
             raise ConsumeCommandError("--offset needs direct assignment: drop --group")
         consumer.subscribe([args.topic])
         return
-    partitions = args.partition if args.partition else consumer.partitions_for(args.topic)
+    existing = consumer.partitions_for(args.topic)
+    missing = sorted(set(args.partition or ()) - set(existing))
+    if missing:
+        raise ConsumeCommandError(
+            f"topic {args.topic!r} has {len(existing)} partition{'s' if len(existing) != 1 else ''} "
+            f"(0-{len(existing) - 1}): no partition {', '.join(map(str, missing))}"
+        )
+    partitions = args.partition if args.partition else existing
     tps = [TopicPartition(args.topic, p) for p in partitions]
     consumer.assign(tps)
     if args.timestamp is not None:

@@ -164,7 +164,11 @@ def run(args: argparse.Namespace) -> int:
     reader = LineReader.from_properties(
         parse_key_values(args.property, "--property"), parse_key_values(args.header, "--header")
     )
-    stream: TextIO = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115
+    try:
+        stream: TextIO = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115
+    except OSError as exc:
+        print(f"Error: cannot read --file {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     try:
         with Producer(config) as producer:
             produce_lines(producer, args.topic, _lines(stream), reader, partition=args.partition, sync=args.sync)
