@@ -100,8 +100,9 @@ def _confluent() -> Any:
     return confluent_kafka
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create ``topic`` with ``partitions`` partitions unless it exists (CreateTopics)."""
+def ensure_topic(bootstrap: str, topic: str, partitions: int, *, create: bool = True) -> None:
+    """Create ``topic`` with ``partitions`` partitions unless it exists (CreateTopics); with
+    ``create=False`` a missing topic is an error instead."""
     ck = _confluent()
     # confluent_kafka.admin re-exports these without __all__, which strict mypy reports
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -112,6 +113,8 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
             return
     except ck.KafkaException as exc:  # no broker answered at bootstrap within the timeout
         raise PerfError(f"cannot reach a broker at {bootstrap}: {exc.args[0].str()}") from None
+    if not create:
+        raise PerfError(f"topic {topic!r} does not exist (perf consume reads an existing topic: fill it first)")
     futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     try:
         futures[topic].result(timeout=30)

@@ -113,3 +113,41 @@ def test_no_broker_at_bootstrap_is_one_line_error(capsys: pytest.CaptureFixture[
     code = main(["perf", "produce", "--bootstrap-server", f"127.0.0.1:{port}", "--topic", "t", "--num-records", "1"])
     assert code == 2
     assert f"odradek: error: cannot reach a broker at 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["produce", "--record-size", "-1"], "argument --record-size: must be above 0, not -1"),
+        (["produce", "--num-records", "0"], "argument --num-records: must be above 0, not 0"),
+        (["consume", "--timeout-s", "x"], "argument --timeout-s: invalid float value: 'x'"),
+    ],
+)
+def test_bad_numbers_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ValueError traceback before; now argparse's usage error and exit code 2."""
+    base = ["perf", argv[0], "--topic", "t", "--num-records", "1"]
+    with pytest.raises(SystemExit) as info:
+        main([*base, *argv[1:]])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"usage: odradek perf {argv[0]}" in err and message in err
+
+
+def test_consume_timeout_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["perf", "consume", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--timeout-s TIMEOUT_S fail when NUM_RECORDS have not been read after this many seconds" in help_text
+
+
+def test_consume_of_an_unknown_topic_fails_at_once(
+    odradek_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It created the topic and waited --timeout-s (120 s) for records that could not come."""
+    topic = unique_topic("nosuch")
+    code = main(["perf", "consume", "--bootstrap-server", odradek_broker.bootstrap, "--topic", topic,
+                 "--num-records", "10"])  # fmt: skip
+    assert code == 2
+    assert f"odradek: error: topic '{topic}' does not exist" in capsys.readouterr().err
+    assert main(["topics", "list", "--bootstrap-server", odradek_broker.bootstrap]) == 0
+    assert topic not in capsys.readouterr().out.split()

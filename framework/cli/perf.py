@@ -26,9 +26,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         m = psub.add_parser(mode, help=help_)
         m.add_argument("--bootstrap-server", default="127.0.0.1:9092")
         m.add_argument("--topic", required=True)
-        m.add_argument("--num-records", type=int, required=True)
-        m.add_argument("--record-size", type=int, default=100)
-        m.add_argument("--partitions", type=int, default=1, help="partitions when the topic is created")
+        m.add_argument("--num-records", type=_positive(int), required=True)
+        m.add_argument("--record-size", type=_positive(int), default=100, help="bytes per record value")
+        m.add_argument("--partitions", type=_positive(int), default=1, help="partitions when the topic is created")
         m.add_argument(
             "--client",
             choices=("librdkafka", "odradek"),
@@ -50,7 +50,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             m.add_argument("--linger-ms", type=float, default=5)
             m.add_argument("--latency-every", type=int, default=10, help="time every N-th record")
         if mode == "consume":
-            m.add_argument("--timeout-s", type=float, default=120)
+            m.add_argument(
+                "--timeout-s",
+                type=_positive(float),
+                default=120,
+                help="fail when NUM_RECORDS have not been read after this many seconds (default 120)",
+            )
         if mode in ("produce", "e2e"):
             m.add_argument(
                 "--producer-property",
@@ -70,6 +75,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         m.set_defaults(func=run)
 
 
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type: ``kind`` (int or float) above zero, else a usage error (rc 2)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+        return value
+
+    return parse
+
+
 def _properties(items: list[str]) -> dict[str, str]:
     return dict(parse_sets(items))
 
@@ -78,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     producer_extra = _properties(getattr(args, "producer_property", []))
     consumer_extra = _properties(getattr(args, "consumer_property", []))
-    perf.ensure_topic(args.bootstrap_server, args.topic, args.partitions)
+    # consume reads what is there: creating the topic would only wait --timeout-s for nothing
+    perf.ensure_topic(args.bootstrap_server, args.topic, args.partitions, create=args.perf_command != "consume")
     own = args.client == "odradek"
     with _progress(console, args) as report:
         if args.perf_command == "produce":
