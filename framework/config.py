@@ -297,7 +297,9 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "log.segment.delete.delay.ms",
         int,
         60000,
-        "Delay before a deleted segment's files are removed.",
+        "Accepted for compatibility; has no effect. Kafka waits this long before removing a deleted "
+        "segment's files so that readers finish; odradek unlinks them at once, and a read in progress "
+        "keeps its pinned descriptor until it is done (see docs/storage.md).",
         minimum=0,
         topic_key="file.delete.delay.ms",
     ),

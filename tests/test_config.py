@@ -114,3 +114,12 @@ def test_log_dirs_must_not_repeat_a_directory(value: str, named: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(None, overrides={"log.dirs": value})
     assert str(info.value) == f"invalid value for 'log.dirs': duplicate log directory {named}"
+
+
+def test_segment_delete_delay_says_it_has_no_effect() -> None:
+    """docs/storage.md says the engine does not use it (files are unlinked at once, readers keep
+    their pinned descriptors); the reference must not promise a delay."""
+    from odradek.config import BROKER_KEYS
+
+    [key] = [k for k in BROKER_KEYS if k.name == "log.segment.delete.delay.ms"]
+    assert "no effect" in key.doc and "pinned descriptor" in key.doc
