@@ -17,6 +17,7 @@ import pytest
 import trio
 from broker_harness import batch, broker_config, broker_plugins, create, fetch_records, produce
 
+from odradek.broker import metadata_cache as metadata_cache_module
 from odradek.broker import replica_manager as replica_manager_module
 from odradek.broker.api import CreatableTopic
 from odradek.broker.replica_manager import ReplicaManager
@@ -201,20 +202,26 @@ async def test_produce_on_a_full_disk_logs_the_log_dir_once(
             nursery.cancel_scope.cancel()
 
 
+def _logs_cannot_be_created(monkeypatch: pytest.MonkeyPatch, topic: str, *, full: bool) -> list[bool]:
+    """Creating or loading a log of ``topic`` fails with ENOSPC while the returned flag is set."""
+    real_load_log = storage_module.load_log
+    flag = [full]
+
+    def load_log(directory: Path, tp: TopicPartition, *args: Any, **kwargs: Any) -> Any:
+        if flag[0] and tp.topic == topic:
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)", str(directory / "0.log"))
+        return real_load_log(directory, tp, *args, **kwargs)
+
+    monkeypatch.setattr(storage_module, "load_log", load_log)
+    return flag
+
+
 async def test_create_topics_when_the_partition_files_cannot_be_created(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """KAFKA_STORAGE_ERROR for that topic (it was UNKNOWN_SERVER_ERROR with a traceback), the
     topic taken back, other topics unaffected, and the same CreateTopics works once there is room."""
-    real_load_log = storage_module.load_log
-    full = [True]
-
-    def load_log(directory: Path, tp: TopicPartition, *args: Any, **kwargs: Any) -> Any:
-        if full[0] and tp.topic == "t2":
-            raise OSError(errno.ENOSPC, "No space left on device (simulated)", str(directory / "0.log"))
-        return real_load_log(directory, tp, *args, **kwargs)
-
-    monkeypatch.setattr(storage_module, "load_log", load_log)
+    full = _logs_cannot_be_created(monkeypatch, "t2", full=True)
     async with trio.open_nursery() as nursery:
         server = await _start(nursery, tmp_path / "data")
         core = server.core
@@ -247,3 +254,32 @@ async def test_create_topics_when_the_metadata_file_cannot_be_written(
             assert not list((tmp_path / "data").glob("*.tmp"))  # no half-written temp file stays
             fs.full = False
             nursery.cancel_scope.cancel()
+
+
+async def test_partitions_left_unhosted_by_a_full_disk_are_hosted_once_there_is_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition of an existing topic whose log cannot be created when the broker should host
+    it (here: its log gone and the disk full when the topic is reconciled) is tried again by the
+    broker's retry (every UNHOSTED_RETRY_S): it was hosted only at the next change to its topic
+    or a restart."""
+    full = _logs_cannot_be_created(monkeypatch, "t3", full=False)
+    monkeypatch.setattr(metadata_cache_module, "UNHOSTED_RETRY_S", 0.1)
+    async with trio.open_nursery() as nursery:
+        server = await _start(nursery, tmp_path / "data")
+        core = server.core
+        assert core is not None
+        assert (await core.create_topics([CreatableTopic("t3", 2, 1)], 5000, False))["t3"].error == ErrorCode.NONE
+        tp = TopicPartition("t3", 1)
+        await core.replica_manager.remove_partition(tp, delete=True)
+        full[0] = True
+        await core.metadata_cache.refresh_topic("t3")
+        assert tp in core.metadata_cache.storage_failures and core.replica_manager.get_partition(tp) is None
+        assert await core.metadata_cache.retry_unhosted() == 1  # still full
+        full[0] = False
+        with trio.fail_after(10):  # the server's retry, every UNHOSTED_RETRY_S (0.1 s here)
+            while core.replica_manager.get_partition(tp) is None:
+                await trio.sleep(0.05)
+        assert not core.metadata_cache.storage_failures
+        assert (await produce(core, tp, batch([b"z"]))).error == ErrorCode.NONE
+        nursery.cancel_scope.cancel()

@@ -47,6 +47,8 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 #: the per-partition state (beside the log) holding its topic's id
 TOPIC_ID_STATE = "partition.metadata"
 _TOPIC_ID = re.compile(r"[0-9a-fA-F]{32}")
+#: how often partitions left unhosted by a storage error (a full disk) are tried again
+UNHOSTED_RETRY_S = 10.0
 
 
 def parse_topic_id(data: bytes) -> str | None:
@@ -337,6 +339,29 @@ class MetadataCache:
                 await self.replica_manager.remove_partition(tp, delete=True)
             except Exception as exc:  # one partition's failure must not keep the others' logs
                 log.error("removing the log of %s failed: %s", tp, exc)
+
+    async def retry_unhosted(self) -> int:
+        """Try again to host the partitions whose log could not be created (a full disk): the
+        watch reconciles only on changes, so without this they stayed unhosted until the next
+        change to their topic or a restart. Returns how many are still unhosted."""
+        for name in sorted({tp.topic for tp in self.storage_failures}):
+            if name in self.topics:
+                await self.refresh_topic(name)
+            else:  # the topic went meanwhile
+                for tp in [tp for tp in self.storage_failures if tp.topic == name]:
+                    del self.storage_failures[tp]
+        return len(self.storage_failures)
+
+    async def retry_unhosted_forever(self) -> None:
+        """Background (the server's nursery): :meth:`retry_unhosted` every ``UNHOSTED_RETRY_S``."""
+        while True:
+            interval_s = UNHOSTED_RETRY_S
+            await trio.sleep(interval_s)
+            if self.storage_failures:
+                try:
+                    await self.retry_unhosted()
+                except Exception:  # a store hiccup: the next interval tries again
+                    log.exception("hosting partitions again failed; retrying in %.0f s", interval_s)
 
     # -- the watch -------------------------------------------------------------------------------
     async def run(self) -> None:

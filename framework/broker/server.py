@@ -137,6 +137,7 @@ class BrokerServer:
             self._spawn(background, scopes, storage.run)
             self._spawn(background, scopes, core.replica_manager.run)
             self._spawn(background, scopes, core.metadata_cache.run)
+            self._spawn(background, scopes, core.metadata_cache.retry_unhosted_forever)
             alter_partition = AlterPartitionManager(config, store, core.metadata_cache, core.replica_manager)
             self._spawn(background, scopes, alter_partition.run)
             fetchers = ReplicaFetcherManager(config, core.replica_manager, core.metadata_cache, self._connector)
