@@ -371,7 +371,7 @@ class Partition:
         if fetch_offset < lstart or fetch_offset > leo:
             raise OffsetOutOfRange(f"{self.topic_partition}: offset {fetch_offset} is outside [{lstart}, {leo}]")
         info = self.log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
-        if replica_id < 0 and 0 < info.size <= _EMPTY_RUN_BYTES:
+        if replica_id < 0 and 0 < info.size <= _EMPTY_RUN_BYTES and info.size % records.HEADER_SIZE == 0:
             info = self._past_empty_batches(info, max_bytes, max_offset, min_one_batch)
         return ReadResult(info, hw, lso, lstart, leo)
 
@@ -437,8 +437,9 @@ def _first_offsets(first_offset: int, batches: Sequence[BatchMeta]) -> list[int]
     return out
 
 
-#: reads of at most this many bytes are checked for holding empty batches only (an empty batch
-#: is 61 bytes; a read with records in it is rarely this small)
+#: reads of at most this many bytes, and a multiple of 61 (an empty batch is a bare 61-byte header),
+#: are checked for holding empty batches only: the check reads the bytes, so a consumer that keeps
+#: up (small reads, each fetch) pays it about once in 61 reads, not on each
 _EMPTY_RUN_BYTES = 4096
 #: how many further reads a consumer's read may take to get past runs of empty batches
 _EMPTY_RUN_READS = 64

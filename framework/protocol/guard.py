@@ -134,20 +134,28 @@ def _length_prefixed(kafka_type: str, flexible: bool, nullable: bool = True) -> 
     return skip
 
 
+def _array_length(buf: Buffer, pos: int, end: int, flexible: bool, nullable: bool) -> tuple[int, int]:
+    """An array's element count (-1: null) and the position after it, checked: not below -1,
+    null only where the field may be null (Kafka's readers refuse it), and no more elements than
+    bytes left (every element takes at least one)."""
+    if flexible:
+        n, pos = _uvarint(buf, pos, end)
+        n -= 1
+    else:
+        n = _int32(buf, pos, end)
+        pos += 4
+    if n < -1:
+        raise _fail("negative array length")
+    if n == -1 and not nullable:
+        raise _fail("null array in a field that cannot be null")
+    if n > end - pos:
+        raise _fail(f"array of {n} elements in {end - pos} bytes")
+    return n, pos
+
+
 def _array(item: Skip, flexible: bool, nullable: bool = True) -> Skip:
     def skip(buf: Buffer, pos: int, end: int) -> int:
-        if flexible:
-            n, pos = _uvarint(buf, pos, end)
-            n -= 1
-        else:
-            n = _int32(buf, pos, end)
-            pos += 4
-        if n < -1:
-            raise _fail("negative array length")
-        if n == -1 and not nullable:  # Kafka's readers refuse it ("non-nullable field ... was serialized as null")
-            raise _fail("null array in a field that cannot be null")
-        if n > end - pos:  # every element takes at least one byte
-            raise _fail(f"array of {n} elements in {end - pos} bytes")
+        n, pos = _array_length(buf, pos, end, flexible, nullable)
         for _ in range(n):
             pos = item(buf, pos, end)
         return pos
@@ -236,18 +244,7 @@ def _copy(skip: Skip) -> Strip:
 def _array_strip(item: Strip, flexible: bool, nullable: bool = True) -> Strip:
     def strip(buf: Buffer, pos: int, end: int, out: bytearray) -> int:
         start = pos
-        if flexible:
-            n, pos = _uvarint(buf, pos, end)
-            n -= 1
-        else:
-            n = _int32(buf, pos, end)
-            pos += 4
-        if n < -1:
-            raise _fail("negative array length")
-        if n == -1 and not nullable:
-            raise _fail("null array in a field that cannot be null")
-        if n > end - pos:
-            raise _fail(f"array of {n} elements in {end - pos} bytes")
+        n, pos = _array_length(buf, pos, end, flexible, nullable)
         out += buf[start:pos]
         for _ in range(n):
             pos = item(buf, pos, end, out)
