@@ -274,7 +274,11 @@ class LogStorage(Protocol):
         ...
 
     async def close(self) -> None:
-        """Flush and close every log, write the recovery-point checkpoint."""
+        """Flush and close every log, write the recovery-point checkpoint.
+
+        A failed write (a full disk) must not stop the rest of the close: every file is still
+        closed and every lock released. Only then does ``close`` raise ``KafkaStorageError``,
+        so that the broker exits non-zero and the next start knows to recover."""
         ...
 
 

@@ -471,10 +471,18 @@ class SegmentLogStorage:
                     try:
                         atomic_write(d / CLEAN_SHUTDOWN_FILE, b"")
                     except OSError as exc:
+                        clean = False
                         log.error("close: cannot mark %s as cleanly shut down: %s", d, exc)
         finally:
             self._closed = True
             self._release_locks()
+        if not clean:
+            # raised only now, with every file closed and the locks released, so the process
+            # can exit non-zero (a service manager sees the failed stop) without leaking anything
+            raise KafkaStorageError(
+                "storage closed without persisting everything (see the errors above); "
+                "the next start recovers the logs as after a crash"
+            )
 
     def abandon(self) -> None:
         """Drop everything as a crash would (no flush, no checkpoints, indexes left untrimmed),
