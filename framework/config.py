@@ -78,9 +78,27 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     # -- which plugins assemble this broker
     _k("storage", str, "segment", "Storage engine plugin (odradek_register_storage name)."),
     _k("metadata", str, "local", "Metadata store plugin: local, zookeeper or etcd."),
-    _k("transport", str, "", "Transport plugin name; empty picks one by listener security protocol."),
-    _k("plugins", list, [], "Extra plugins to load: entry-point names or module paths."),
-    _k("plugins.disabled", list, [], "Loaded plugins to unregister by name."),
+    _k(
+        "transport",
+        str,
+        "",
+        "Transport plugin name for the listeners and the broker's own connections to other brokers; empty: "
+        "the transport serving each listener's security protocol (the built-in one when several do).",
+    ),
+    _k(
+        "plugins",
+        list,
+        [],
+        "Extra plugins to load: entry-point names or module paths (needed for third-party plugins with "
+        "ODRADEK_DISABLE_PLUGIN_AUTOLOAD=1). A name that matches nothing is an error.",
+    ),
+    _k(
+        "plugins.disabled",
+        list,
+        [],
+        "Plugins (entry-point names) never to load, e.g. one of two offering the same name or codec id; "
+        "a name that matches no plugin is an error. Clients read ODRADEK_PLUGINS_DISABLED.",
+    ),
     # -- identity and listeners
     _k("broker.id", int, 0, "This broker's id in the cluster.", minimum=0),
     _k("cluster.id", str, "", "Cluster id; generated and stored by the metadata store when empty."),
@@ -577,29 +595,12 @@ def all_keys(plugins: Plugins | None) -> dict[str, ConfigKey]:
     return keys
 
 
-def load_config(
-    path: str | Path | None = None,
-    *,
-    overrides: Mapping[str, Any] | Iterable[tuple[str, Any]] = (),
-    env: Mapping[str, str] | None = None,
-    plugins: Plugins | None = None,
-) -> Config:
-    """Defaults <- TOML file <- ``ODRADEK_*`` env <- overrides (``--set``), validated.
-
-    ``plugins`` contributes plugin-declared keys; without it only built-in keys are known.
-    """
-    keys = all_keys(plugins)
-    values = {name: key.default for name, key in keys.items()}
-    sources: dict[str, str] = {}
-
-    def apply(name: str, raw: Any, source: str) -> None:
-        if name == "log.dir":  # Kafka accepts the singular form too
-            name = "log.dirs"
-        if name not in keys:
-            raise ConfigError(f"unknown config key {name!r} (from {source})")
-        values[name] = _parse_value(keys[name], raw)
-        sources[name] = source
-
+def _raw_settings(
+    path: str | Path | None,
+    overrides: Mapping[str, Any] | Iterable[tuple[str, Any]],
+    env: Mapping[str, str] | None,
+) -> Iterator[tuple[str, Any, str]]:
+    """``(key, raw value, source)`` from the TOML file, ``ODRADEK_*`` env, then overrides."""
     if path is not None:
         p = Path(path)
         try:
@@ -609,14 +610,62 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from None
         for name, raw in _flatten(table):
-            apply(name, raw, f"file {p}")
+            yield name, raw, f"file {p}"
     environ = os.environ if env is None else env
     for var, raw in environ.items():
         if var.startswith(ENV_PREFIX) and var not in _NON_CONFIG_ENV:
-            apply(var[len(ENV_PREFIX) :].lower().replace("_", "."), raw, f"env {var}")
+            yield var[len(ENV_PREFIX) :].lower().replace("_", "."), raw, f"env {var}"
     items = overrides.items() if isinstance(overrides, Mapping) else overrides
     for name, raw in items:
-        apply(name, raw, "cli")
+        yield name, raw, "cli"
+
+
+#: The kernel keys that say which plugins to load (see :func:`plugin_selection`).
+PLUGIN_KEYS = ("plugins", "plugins.disabled")
+
+
+def plugin_selection(
+    path: str | Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | Iterable[tuple[str, Any]] = (),
+    env: Mapping[str, str] | None = None,
+) -> tuple[list[str], list[str]]:
+    """``(plugins, plugins.disabled)`` from the same sources as :func:`load_config`.
+
+    The plugins must be loaded before the config is validated (their keys are part of it), but
+    which plugins to load is itself in the config: these two kernel keys are read first, every
+    other key is left for :func:`load_config` once the plugins are loaded."""
+    keys = {k.name: k for k in BROKER_KEYS if k.name in PLUGIN_KEYS}
+    values: dict[str, list[str]] = {name: [] for name in PLUGIN_KEYS}
+    for name, raw, _source in _raw_settings(path, overrides, env):
+        if name in keys:
+            values[name] = _parse_value(keys[name], raw)
+    return values["plugins"], values["plugins.disabled"]
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | Iterable[tuple[str, Any]] = (),
+    env: Mapping[str, str] | None = None,
+    plugins: Plugins | None = None,
+) -> Config:
+    """Defaults <- TOML file <- ``ODRADEK_*`` env <- overrides (``--set``), validated.
+
+    ``plugins`` contributes plugin-declared keys; without it only built-in keys are known. The
+    ``plugins`` and ``plugins.disabled`` values are not applied here: build ``plugins`` from
+    :func:`plugin_selection` first (as ``odradek serve`` does).
+    """
+    keys = all_keys(plugins)
+    values = {name: key.default for name, key in keys.items()}
+    sources: dict[str, str] = {}
+    for name, raw, source in _raw_settings(path, overrides, env):
+        if name == "log.dir":  # Kafka accepts the singular form too
+            name = "log.dirs"
+        if name not in keys:
+            raise ConfigError(f"unknown config key {name!r} (from {source})")
+        values[name] = _parse_value(keys[name], raw)
+        sources[name] = source
     _check_cross_keys(values)
     return Config(keys, values, sources, plugins)
 

@@ -4,13 +4,15 @@
 All hooks are ``register_*`` hooks in the datasette style: each plugin returns a list of named
 factories, the kernel merges the lists from every plugin, refuses duplicates with an error naming
 both plugins, and picks the one the config selects (``storage = "segment"``). So every hook is
-*collected* (pluggy calls every implementation and returns the list of results); none is
-``firstresult``. Hooks are synchronous and cheap: they describe what a plugin offers, they never do
-I/O. The objects they return have ``async`` methods for I/O, which the kernel runs inside its own
-nurseries.
+*collected*: :class:`odradek.manager.Plugins` calls every implementation itself (to know which
+plugin offered what) and checks its items; none is ``firstresult``, and hook wrappers and
+``tryfirst``/``trylast`` are refused at registration since they would mean nothing. Hooks are
+synchronous and cheap: they describe what a plugin offers, they never do I/O. The objects they
+return have ``async`` methods for I/O, which the kernel runs inside its own nurseries.
 
-Names are prefixed ``odradek_``; the plugin manager rejects an implementation of an unknown
-``odradek_*`` hook at registration, so a misspelt hook is an error, not silently ignored.
+Names are prefixed ``odradek_``; the plugin manager rejects a ``@hookimpl`` function whose name is
+no hook, and a hook-named function without ``@hookimpl``, at registration, so a misspelt hook is
+an error, not silently ignored.
 docs/plugins.md documents every hook with its exact signature (a test checks that).
 """
 

@@ -9,7 +9,8 @@ Start-up order (each step needs the previous one):
    partitions (producer state rebuilt, high watermarks restored from the checkpoint);
 4. background tasks: ``LogStorage.run()`` (retention, cleaner, flushes), the replica manager's
    checkpoints, the metadata watch, the group coordinator;
-5. listeners: one per ``listeners`` entry, through the transport serving its security protocol;
+5. listeners: one per ``listeners`` entry, through the transport ``Plugins.transport_for`` picks
+   for its security protocol (the one the broker's own outgoing connections use too);
    their bound addresses (port 0 resolved) are what the broker advertises unless
    ``advertised.listeners`` says otherwise;
 6. registration: ``MetadataStore.register_broker`` (ephemeral), then the controller campaign.
@@ -94,7 +95,9 @@ class BrokerServer:
 
     def __init__(self, config: Config, plugins: Plugins | None = None) -> None:
         self.config = config
-        self.plugins = plugins or config.plugins or load_plugins()
+        self.plugins = (
+            plugins or config.plugins or load_plugins(extra=config["plugins"], disabled=config["plugins.disabled"])
+        )
         self.storage: LogStorage | None = None
         self.store: MetadataStore | None = None
         self.core: BrokerCore | None = None
@@ -158,11 +161,7 @@ class BrokerServer:
                 async with trio.open_nursery() as listeners:
                     bound: list[Endpoint] = []
                     for ep in config.listeners:
-                        factory = (
-                            self.plugins.transport(config["transport"])
-                            if config["transport"]
-                            else self.plugins.transport_for(ep.security_protocol)
-                        )
+                        factory = self.plugins.transport_for(ep.security_protocol, config["transport"])
                         listener = factory.listener(config, core, ep)
                         bound.extend(await listeners.start(listener.serve))
                     self.endpoints = bound
@@ -235,9 +234,12 @@ class BrokerServer:
             return
 
     def _connector(self) -> Any:
-        """How this broker reaches the others (replica fetchers): the first listener's transport."""
+        """How this broker reaches the others (replica fetchers, the transaction marker channel):
+        the first listener's security protocol, through the transport its listeners use (the
+        ``transport`` setting, else the one serving that protocol), so a broker never serves one
+        transport and fetches over another."""
         protocol = self.config.listeners[0].security_protocol if self.config.listeners else "PLAINTEXT"
-        return self.plugins.transport_for(protocol).connector({})
+        return self.plugins.transport_for(protocol, self.config["transport"]).connector({})
 
     @staticmethod
     def _spawn(nursery: trio.Nursery, scopes: list[trio.CancelScope], fn: Any) -> None:

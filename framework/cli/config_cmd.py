@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..config import BROKER_KEYS, load_config
 from ..interfaces import ConfigKey
-from ..manager import load_plugins
+from ..manager import configured_plugins, load_plugins
 from . import add_config_arguments, parse_sets
 
 
@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    config = load_config(args.config, overrides=parse_sets(args.set), plugins=load_plugins())
+    sets = parse_sets(args.set)
+    config = load_config(args.config, overrides=sets, plugins=configured_plugins(args.config, overrides=sets))
     names = [n for n in sorted(config) if not args.changed or config.source(n) != "default"]
     if args.json:
         print(json.dumps({n: config[n] for n in names}, indent=2))

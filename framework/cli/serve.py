@@ -1,6 +1,7 @@
 """``odradek serve``: run one broker until Ctrl-C or SIGTERM.
 
-Loads the plugins and the config (defaults: a PLAINTEXT listener on 127.0.0.1:9092 and data
+Loads the plugins the config selects (its `plugins` and `plugins.disabled`, read first), then the
+whole config (defaults: a PLAINTEXT listener on 127.0.0.1:9092 and data
 under ./data), assembles the broker (:class:`odradek.broker.server.BrokerServer`) and logs where
 it listens and where its data is. The first SIGINT/SIGTERM shuts it down cleanly (listeners stop
 accepting, in-flight requests are answered, logs are flushed and closed); a second Ctrl-C
@@ -23,7 +24,7 @@ import trio
 
 from ..config import Config, ConfigError, load_config
 from ..errors import OdradekError
-from ..manager import PluginError, load_plugins
+from ..manager import PluginError, configured_plugins
 from . import add_config_arguments, parse_sets
 
 log = logging.getLogger("odradek.serve")
@@ -57,8 +58,9 @@ def run(args: argparse.Namespace) -> int:
     # the first requests (kio builds hypothesis charmaps as it loads schemas lazily)
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     limits = raise_open_file_limit()
-    plugins = load_plugins()
-    config = load_config(args.config, overrides=parse_sets(args.set), plugins=plugins)
+    sets = parse_sets(args.set)
+    plugins = configured_plugins(args.config, overrides=sets)  # the config's plugins and plugins.disabled
+    config = load_config(args.config, overrides=sets, plugins=plugins)
     _setup_logging(config)
     if limits[0] != limits[1]:
         log.info("open-file limit raised from %d to %d", *limits)
