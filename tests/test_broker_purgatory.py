@@ -237,6 +237,48 @@ async def test_acks_all_waits_for_followers_then_times_out(
         await follower_session.close()
 
 
+async def test_acks_all_retry_of_a_duplicate_waits_for_the_high_watermark(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """An idempotent producer's retry of a batch whose acks=all request timed out is a duplicate:
+    it keeps the original offset but, like a first append, is answered only once the high
+    watermark covers it. It used to be answered NONE at once, acknowledging a record no follower
+    had, which a crash of this leader alone then lost."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        follower_session = await add_in_sync_follower(core, TP, 2)
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None
+        pid = (await core.init_producer_id(None, 60000)).producer_id
+
+        def victim() -> bytearray:
+            return batch([b"victim"], producer_id=pid, producer_epoch=0, base_sequence=0)
+
+        first = await produce(core, TP, victim(), acks=-1, timeout_ms=500)
+        assert first.error == ErrorCode.REQUEST_TIMED_OUT
+        start = trio.current_time()
+        retry = await produce(core, TP, victim(), acks=-1, timeout_ms=500)
+        assert retry.error == ErrorCode.REQUEST_TIMED_OUT and trio.current_time() - start == pytest.approx(0.5)
+        assert partition.log_end_offset == 1 and partition.high_watermark == 0  # not appended twice
+        results = []
+
+        async def producer() -> None:
+            results.append(await produce(core, TP, victim(), acks=-1, timeout_ms=10_000))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(producer)
+            await trio.sleep(0.3)
+            assert not results  # still waiting for the follower
+            await core.fetch(2, 0, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 1, 1 << 20)])
+        assert results[0].error == ErrorCode.NONE and results[0].base_offset == 0
+        assert partition.log_end_offset == 1 and partition.high_watermark == 1
+        # once covered, a retry is answered at once
+        start = trio.current_time()
+        again = await produce(core, TP, victim(), acks=-1, timeout_ms=500)
+        assert again.error == ErrorCode.NONE and again.base_offset == 0 and trio.current_time() == start
+        await follower_session.close()
+
+
 async def test_acks_all_refused_below_min_insync_replicas(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -264,9 +264,14 @@ class ReplicaManager:
             if self.append_failures.active:
                 self.append_failures.succeeded(log_dir_of(partition))
             if appended.duplicate is not None:
-                results[tp] = PartitionProduceResult(
-                    ErrorCode.NONE, appended.duplicate.first_offset, -1, partition.log_start_offset
-                )
+                # a retry of a batch already in the log (its first try timed out, or reached an
+                # earlier leader): answered with the original offsets, but for acks=all only once
+                # the high watermark covers it, as for a first append (Kafka's ReplicaManager
+                # delays duplicates too); answering at once acknowledged records no follower
+                # had, lost when this leader alone then failed
+                dup = appended.duplicate
+                results[tp] = PartitionProduceResult(ErrorCode.NONE, dup.first_offset, -1, partition.log_start_offset)
+                required[tp] = dup.last_offset + 1
                 continue
             info = appended.info
             assert info is not None
