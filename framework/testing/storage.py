@@ -154,6 +154,31 @@ class StorageConformance:
                 fetched.release()
             assert log.size_in_bytes == len(make_batch(2)) + len(data)
 
+    async def test_append_copies_the_request_buffer(self, tmp_path: Path) -> None:
+        """``data`` is the request's own buffer: the TCP transport reads the next request into it
+        once ``append_as_leader`` returns, so an engine that keeps a view of it (a memoryview
+        slice, the bytearray itself) would serve the next request's bytes. Overwrite the buffer
+        after each append, as the transport does, and read back what was appended."""
+        async with self.env(tmp_path) as env:
+            _, log = await env.log()
+            data = make_batch(3)
+            log.append_as_leader(data, metas(data), 0)
+            expected = bytes(data)
+            data[:] = bytes(len(data))  # the buffer is reused in place: same size, new bytes
+            # the transport passes a slice of a larger receive buffer (after the request header)
+            batch = make_batch(2, value_size=40)
+            request = bytearray(b"\xaa" * 24) + batch + bytearray(b"\xbb" * 8)
+            view = memoryview(request)[24 : 24 + len(batch)]
+            log.append_as_leader(view, metas(batch), 0)
+            expected += bytes(view)
+            view.release()
+            request[:] = b"\xcc" * len(request)
+            fetched = log.read(0, 1 << 20)
+            try:
+                assert fetched.to_bytes() == expected, "stored batches changed when the appended buffer was reused"
+            finally:
+                fetched.release()
+
     async def test_follower_append_keeps_offsets_and_epochs(self, tmp_path: Path) -> None:
         async with self.env(tmp_path) as env:
             _, log = await env.log()
