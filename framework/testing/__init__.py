@@ -5,8 +5,16 @@ implementations (``check_storage(factory)``, ``MetadataStoreConformance``) and f
 start real servers for integration tests (a broker subprocess, ZooKeeper, etcd, a Spark session).
 Each concern lives in its own module; this module only re-exports, and imports nothing heavy:
 fixtures import pyspark, kazoo or etcd3 lazily, when a test asks for them.
+
+pytest rewrites ``assert`` statements (to show the values compared) only in test modules and in
+modules marked for it before they are imported. An installed distribution's pytest11 plugin gets
+that only for the files its metadata lists, which an editable install does not, so the suites'
+modules are marked (in ``_assert_rewrite``) before the imports below: a failing conformance check then shows what
+the plugin returned and what was expected instead of a bare ``AssertionError``.
 """
 
+# First: marks the suites for assertion rewriting before any of them is imported.
+from . import _assert_rewrite as _assert_rewrite
 from .broker import BrokerProcess as BrokerProcess
 from .broker import odradek_broker as odradek_broker
 from .broker import start_broker as start_broker

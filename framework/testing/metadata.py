@@ -68,6 +68,10 @@ class MetadataStoreConformance:
     #: duplicate watch event). Real time: kept short, it only bounds how long a bug may hide.
     quiet_s: ClassVar[float] = 0.3
 
+    # Every test and fixture here is async: marked for pytest-trio explicitly, so the suite runs
+    # in a project that does not set ``trio_mode = true`` (a third party's, or none at all).
+    pytestmark = pytest.mark.trio
+
     @pytest.fixture
     def metadata_store_factory(self) -> Callable[[], MetadataStore]:
         """Override: return a callable making a new unopened store on this test's fresh data."""
