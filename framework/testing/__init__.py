@@ -19,6 +19,8 @@ from .broker import BrokerProcess as BrokerProcess
 from .broker import odradek_broker as odradek_broker
 from .broker import start_broker as start_broker
 from .broker import unique_topic as unique_topic
+from .codec import CodecConformance as CodecConformance
+from .codec import check_codec as check_codec
 from .metadata import MetadataStoreConformance as MetadataStoreConformance
 from .servers import EtcdServer as EtcdServer
 from .servers import ZooKeeperServer as ZooKeeperServer

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -50,6 +49,7 @@ import trio
 from .. import records
 from ..errors import KafkaError, OffsetOutOfRange
 from ..interfaces import EpochEntry, FetchDataInfo, LogStorage, PartitionLog, TopicPartition
+from ._suite import suite_for
 from .storage_support import (
     TP,
     StorageEnv,
@@ -551,7 +551,4 @@ def check_storage(factory: Any, **attributes: Any) -> type[StorageConformance]:
 
     TestMyStorage = check_storage(my_factory)
     """
-    caller = sys._getframe(1).f_globals.get("__name__", __name__)
-    cls = type("StorageConformanceSuite", (StorageConformance,), {"factory": factory, **attributes})
-    cls.__module__ = caller
-    return cls
+    return suite_for(StorageConformance, "StorageConformanceSuite", {"factory": factory, **attributes})
