@@ -22,6 +22,8 @@ from .broker import unique_topic as unique_topic
 from .codec import CodecConformance as CodecConformance
 from .codec import check_codec as check_codec
 from .metadata import MetadataStoreConformance as MetadataStoreConformance
+from .partitioner import PartitionerConformance as PartitionerConformance
+from .partitioner import check_partitioner as check_partitioner
 from .servers import EtcdServer as EtcdServer
 from .servers import ZooKeeperServer as ZooKeeperServer
 from .servers import etcd_server as etcd_server
