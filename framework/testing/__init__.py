@@ -15,6 +15,8 @@ the plugin returned and what was expected instead of a bare ``AssertionError``.
 
 # First: marks the suites for assertion rewriting before any of them is imported.
 from . import _assert_rewrite as _assert_rewrite
+from .assignor import AssignorConformance as AssignorConformance
+from .assignor import check_assignor as check_assignor
 from .broker import BrokerProcess as BrokerProcess
 from .broker import odradek_broker as odradek_broker
 from .broker import start_broker as start_broker
