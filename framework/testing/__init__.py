@@ -36,3 +36,5 @@ from .servers import zookeeper_server as zookeeper_server
 from .spark import spark_session as spark_session
 from .storage import StorageConformance as StorageConformance
 from .storage import check_storage as check_storage
+from .transport import TransportConformance as TransportConformance
+from .transport import check_transport as check_transport

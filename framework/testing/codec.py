@@ -180,7 +180,11 @@ class CodecConformance:
         reference = _REFERENCE_DECODERS.get(codec.id)
         if reference is None:
             pytest.skip(f"id {codec.id} is not one of Kafka's codecs: no framing to check")
-        assert reference(compressed) == data, f"{codec.name} output is not what other Kafka clients read"
+        try:
+            decoded = reference(compressed)
+        except Exception as exc:
+            pytest.fail(f"{codec.name} output is not Kafka's framing for id {codec.id}: {exc!r}")
+        assert decoded == data, f"{codec.name} output is not what other Kafka clients read"
 
     def test_reads_what_other_clients_write(self) -> None:
         codec = self.make_codec()
