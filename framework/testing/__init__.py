@@ -1,7 +1,8 @@
 """odradek's pytest plugin (entry point ``pytest11: odradek``).
 
-It gives plugin authors -- ours and third parties' -- conformance suites to run against their own
-implementations (``check_storage(factory)``, ``MetadataStoreConformance``) and fixtures that
+It gives plugin authors -- ours and third parties' -- a conformance suite per plugin role to run
+against their own implementations (``check_storage``, ``MetadataStoreConformance``,
+``check_transport``, ``check_codec``, ``check_partitioner``, ``check_assignor``) and fixtures that
 start real servers for integration tests (a broker subprocess, ZooKeeper, etcd, a Spark session).
 Each concern lives in its own module; this module only re-exports, and imports nothing heavy:
 fixtures import pyspark, kazoo or etcd3 lazily, when a test asks for them.
@@ -9,8 +10,9 @@ fixtures import pyspark, kazoo or etcd3 lazily, when a test asks for them.
 pytest rewrites ``assert`` statements (to show the values compared) only in test modules and in
 modules marked for it before they are imported. An installed distribution's pytest11 plugin gets
 that only for the files its metadata lists, which an editable install does not, so the suites'
-modules are marked (in ``_assert_rewrite``) before the imports below: a failing conformance check then shows what
-the plugin returned and what was expected instead of a bare ``AssertionError``.
+modules are marked (in ``_assert_rewrite``) before the imports below: a failing conformance
+check then shows what the plugin returned and what was expected instead of a bare
+``AssertionError``.
 """
 
 # First: marks the suites for assertion rewriting before any of them is imported.
