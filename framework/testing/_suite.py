@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any, TypeVar
 
+import pytest
+
 S = TypeVar("S", bound=type)
 
 
@@ -15,4 +17,13 @@ def suite_for(base: S, name: str, attributes: dict[str, Any], *, depth: int = 2)
     caller = sys._getframe(depth).f_globals.get("__name__", __name__)
     cls: S = type(name, (base,), attributes)  # type: ignore[assignment]
     cls.__module__ = caller
+    return cls
+
+
+def registered_class(suite: object, attribute: str) -> type[Any]:
+    """The class a suite checks, from its ``attribute`` (set on the suite class by ``check_*`` or
+    a subclass); fails the test with what to set when it is missing or not a class."""
+    cls = getattr(type(suite), attribute, None)
+    if not isinstance(cls, type):
+        pytest.fail(f"{type(suite).__name__} must set `{attribute}` to the class the hook registers, not {cls!r}")
     return cls

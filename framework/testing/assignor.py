@@ -37,8 +37,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import pytest
-
 from ..consumer_protocol import (
     DEFAULT_GENERATION,
     Assignment,
@@ -49,7 +47,7 @@ from ..consumer_protocol import (
     encode_subscription,
 )
 from ..interfaces import Assignor, GroupMember, MemberAssignment, TopicPartition
-from ._suite import suite_for
+from ._suite import registered_class, suite_for
 
 __all__ = ["AssignorConformance", "GroupSimulation", "check_assignor"]
 
@@ -185,10 +183,7 @@ class AssignorConformance:
     assignor: ClassVar[Any] = None
 
     def assignor_class(self) -> type[Any]:
-        cls = type(self).__dict__.get("assignor", self.assignor)
-        if not isinstance(cls, type):
-            pytest.fail(f"{type(self).__name__} must set `assignor` to the class the hook registers, not {cls!r}")
-        return cls
+        return registered_class(self, "assignor")
 
     def group(self) -> GroupSimulation:
         return GroupSimulation(self.assignor_class())

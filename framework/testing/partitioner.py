@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import pytest
 
 from ..interfaces import Partitioner
-from ._suite import suite_for
+from ._suite import registered_class, suite_for
 
 __all__ = ["PartitionerConformance", "check_partitioner"]
 
@@ -54,10 +54,7 @@ class PartitionerConformance:
     key_determines_partition: ClassVar[bool] = True
 
     def partitioner_class(self) -> type[Any]:
-        cls = type(self).__dict__.get("partitioner", self.partitioner)
-        if not isinstance(cls, type):
-            pytest.fail(f"{type(self).__name__} must set `partitioner` to the class the hook registers, not {cls!r}")
-        return cls
+        return registered_class(self, "partitioner")
 
     def make(self) -> Partitioner:
         made: Partitioner = self.partitioner_class()()
