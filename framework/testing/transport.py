@@ -135,6 +135,8 @@ class TransportConformance:
         return factory
 
     def config(self) -> Config:
+        """The listener's broker config: built-in keys only (``default_config``); a transport
+        with config keys of its own overrides this to load them (``load_config(plugins=...)``)."""
         values = {"socket.request.max.bytes": self.max_request_bytes, **self.config_overrides}
         return default_config(**{k.replace(".", "_"): v for k, v in values.items()})
 
