@@ -33,6 +33,7 @@ from typing import Any
 import trio
 
 from ..config import Config
+from ..coordination import broker_key
 from ..errors import OdradekError
 from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, SessionState
 from ..manager import Plugins, load_plugins
@@ -50,6 +51,17 @@ SESSION_TTL_MS = 18000
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
 #: pause between attempts to register again after a lost metadata session
 REREGISTER_BACKOFF_S = 0.5
+#: how long a starting broker waits for an earlier session's registration of its id to expire (a
+#: restart within the session timeout after kill -9); longer than the default session timeouts
+#: (18 s for ZooKeeper and etcd), so a registration still there afterwards is a live broker's
+REGISTRATION_WAIT_S = 60.0
+#: how often the starting broker looks again meanwhile
+REGISTRATION_POLL_S = 0.5
+
+
+class BrokerIdConflict(OdradekError):
+    """Another session holds this broker id's registration: another live broker has the same
+    ``broker.id``, or an earlier process's session outlived the wait."""
 
 
 class InconsistentClusterId(OdradekError):
@@ -129,6 +141,7 @@ class BrokerServer:
     async def _serve_with(self, storage: LogStorage, store: MetadataStore, task_status: Any) -> None:
         config = self.config
         cluster_id = await ensure_cluster_id(store, str(config["cluster.id"]))
+        await self._wait_for_earlier_registration(store)
         core = BrokerCore(config, storage, store, self.plugins.codecs(), cluster_id=cluster_id)
         self.core = core
         await core.start()
@@ -157,6 +170,7 @@ class BrokerServer:
                 for scope in scopes:  # shielded tasks would keep the nursery (and serve) open forever
                     scope.cancel()
                 raise
+            registered = False
             try:
                 async with trio.open_nursery() as listeners:
                     bound: list[Endpoint] = []
@@ -170,7 +184,8 @@ class BrokerServer:
                         e.name: (e.host, e.port, e.security_protocol) for e in advertised
                     }
                     info = registration_json([(e.name, e.host, e.port, e.security_protocol) for e in advertised], None)
-                    self.broker_epoch = await store.register_broker(config.broker_id, info)
+                    self.broker_epoch = await self._register(store, info)
+                    registered = True
                     self.controller = Controller(config, store, core.metadata_cache)
                     await self._start(background, scopes, self.controller.run)
                     controller = self.controller
@@ -189,16 +204,63 @@ class BrokerServer:
                 # they keep the nursery (and the process) alive forever
                 try:
                     with trio.CancelScope(shield=True):
-                        with trio.move_on_after(CONTROLLED_SHUTDOWN_TIMEOUT_S):
-                            try:
-                                await alter_partition.controlled_shutdown()
-                            except Exception:
-                                log.exception("controlled shutdown failed; the controller elects after session expiry")
+                        # only a registered broker hands leaderships over: one that never
+                        # registered would act on another session's behalf
+                        if registered:
+                            with trio.move_on_after(CONTROLLED_SHUTDOWN_TIMEOUT_S):
+                                try:
+                                    await alter_partition.controlled_shutdown()
+                                except Exception:
+                                    log.exception(
+                                        "controlled shutdown failed; the controller elects after session expiry"
+                                    )
                         fetcher_scope.cancel()
                         await core.shutdown()
                 finally:
                     for scope in scopes:
                         scope.cancel()
+
+    async def _wait_for_earlier_registration(self, store: MetadataStore) -> None:
+        """Before anything starts, wait for a registration of this broker id that an earlier
+        session holds to go away.
+
+        After kill -9 and a restart within the session timeout, the dead process's ephemeral
+        registration is still there. Kafka refuses to start then (its supervisor retries); this
+        broker waits for the session to expire instead, so the restart just works, and nothing
+        runs meanwhile: no listener, no partition, no group is served on metadata that still
+        names the dead process as alive (the broker used to start all of that, fail at
+        registration with a traceback and then, in its shutdown, move leaderships around)."""
+        broker_id = self.config.broker_id
+        key = broker_key(broker_id)
+        if await store.get(key) is None:
+            return
+        log.info(
+            "broker %d is still registered by an earlier session (a restart within the session timeout?): "
+            "waiting up to %.0f s for it to expire",
+            broker_id,
+            REGISTRATION_WAIT_S,
+        )
+        with trio.move_on_after(REGISTRATION_WAIT_S):
+            while await store.get(key) is not None:
+                await trio.sleep(REGISTRATION_POLL_S)
+            log.info("broker %d: the earlier registration expired", broker_id)
+            return
+        raise BrokerIdConflict(
+            f"broker id {broker_id} is registered by another session that stayed alive for "
+            f"{REGISTRATION_WAIT_S:.0f} s: is another broker running with broker.id={broker_id}?"
+        )
+
+    async def _register(self, store: MetadataStore, info: bytes) -> int:
+        """``register_broker``, with a conflict (another session registered this id since the
+        wait above) as a one-line error instead of a traceback."""
+        broker_id = self.config.broker_id
+        try:
+            return await store.register_broker(broker_id, info)
+        except MetadataConflict as exc:
+            raise BrokerIdConflict(
+                f"broker id {broker_id} is registered by another session: is another broker running "
+                f"with broker.id={broker_id}? ({exc})"
+            ) from exc
 
     async def _follow_session(self, store: MetadataStore, info: bytes, controller: Controller) -> None:
         """What Kafka's broker does when its ZooKeeper session expires: the registration (an
