@@ -4,11 +4,13 @@ min.insync.replicas) with a second broker simulated by a second meta_local sessi
 
 from __future__ import annotations
 
+import logging
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from broker_harness import batch, produce, running_broker
 
@@ -87,7 +89,8 @@ async def _isr_in_store(core: BrokerCore) -> tuple[int, ...]:
     return PartitionState.decode(v).isr
 
 
-async def test_leader_side_acks_all_isr_shrink_and_expand(tmp_path: Path) -> None:
+async def test_leader_side_acks_all_isr_shrink_and_expand(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "odradek.broker.alter_partition")
     async with running_broker(tmp_path, **{"replica.lag.time.max.ms": 300}) as core:
         other = LocalMetadataStore(tmp_path / FILE_NAME)
         await other.open(6000)
@@ -135,6 +138,9 @@ async def test_leader_side_acks_all_isr_shrink_and_expand(tmp_path: Path) -> Non
                 while await _isr_in_store(core) != (0, 7):
                     await trio.sleep(0.05)
             assert partition.isr == {0, 7} and partition.high_watermark == 2
+            # each change is logged from the ISR it replaced (it logged the new one on both sides)
+            changes = [r.getMessage() for r in caplog.records if "ISR" in r.getMessage()]
+            assert changes == ["t-0: ISR [0, 7] -> [0]", "t-0: ISR [0] -> [0, 7]"], changes
         finally:
             await other.close()
 

@@ -81,8 +81,9 @@ class AlterPartitionManager:
             if not shrink and not expand:
                 continue
             new_isr = tuple(r for r in p.replicas if (r in p.isr or r in expand) and r not in shrink)
+            old_isr = sorted(p.isr)  # alter_isr adopts the new one
             if await self.alter_isr(tp, new_isr):
-                log.info("%s: ISR %s -> %s", tp, sorted(p.isr), list(new_isr))
+                log.info("%s: ISR %s -> %s", tp, old_isr, list(new_isr))
                 written += 1
         return written
 

@@ -505,7 +505,7 @@ class MembershipProtocol:
     async def _store_empty_group(self, group: GroupMetadata) -> None:
         error = await self.manager.store_group(group, {})
         if error != ErrorCode.NONE:
-            log.warning("storing empty group %s failed: %s", group.group_id, error)
+            log.warning("storing empty group %s failed: %s", group.group_id, ErrorCode(error).name)
 
     def _maybe_elect_new_joined_leader(self, group: GroupMetadata) -> bool:
         if group.leader_id is None:
