@@ -22,14 +22,15 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Generator, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import trio
 
 from ..config import ConfigError
 from ..errors import ErrorCode, KafkaError, MessageTooLarge
 from ..interfaces import Connector, TopicPartition
-from ..manager import Plugins
+from ..manager import PluginError, Plugins
+from ..plugin_origin import origin
 from ..records import Compression
 from .accumulator import (
     ABORT_FOR_NEW_BATCH,
@@ -220,6 +221,8 @@ class AsyncProducer(AsyncClient):
             )
         partitioner = self.partitioner
         p = partitioner.partition(topic, key, value, num_partitions)
+        if type(p) is not int or not 0 <= p < num_partitions:
+            p = self._checked_partition(topic, p, num_partitions)
         result = accumulator.try_append(
             TopicPartition(topic, p), key, value, headers, timestamp, size, abort_on_new_batch=True, callback=callback
         )
@@ -227,10 +230,32 @@ class AsyncProducer(AsyncClient):
             # KIP-480: a record that would open a new batch lets a sticky partitioner move on
             partitioner.on_new_batch(topic, p, num_partitions)
             p = partitioner.partition(topic, key, value, num_partitions)
+            if type(p) is not int or not 0 <= p < num_partitions:
+                p = self._checked_partition(topic, p, num_partitions)
             result = accumulator.try_append(
                 TopicPartition(topic, p), key, value, headers, timestamp, size, callback=callback
             )
         return result
+
+    def _checked_partition(self, topic: str, p: object, num_partitions: int) -> int:
+        """The slow path of the partitioner check in :meth:`append_nowait`: an ``int`` subclass
+        in range is taken as its ``int``; anything else fails the send at once with an error
+        naming the partitioner, its plugin and the value. A partition that does not exist would
+        otherwise sit in the accumulator until ``delivery.timeout.ms`` expires it (2 minutes by
+        default) without ever saying why; Kafka's producer refuses an invalid partitioner result
+        in ``send()`` too."""
+        if isinstance(p, int) and not isinstance(p, bool) and 0 <= p < num_partitions:
+            return int(p)
+        self._bad_partition(topic, p, num_partitions)
+
+    def _bad_partition(self, topic: str, p: object, num_partitions: int) -> NoReturn:
+        name = self.partitioner.name
+        culprit = origin(self.plugins, "odradek_register_partitioners", name)
+        got = repr(p) if isinstance(p, int) and not isinstance(p, bool) else f"{p!r} ({type(p).__name__}, not an int)"
+        raise PluginError(
+            f"partitioner {name!r} from {culprit} returned partition {got} for a record to topic {topic!r}, "
+            f"which has {num_partitions} partition(s): a partitioner must return an int in 0..{num_partitions - 1}"
+        )
 
     async def send(
         self,
