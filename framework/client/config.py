@@ -55,8 +55,8 @@ PRODUCER_KEYS: tuple[ConfigKey, ...] = (
         "compression.type",
         str,
         "none",
-        "Batch compression codec.",
-        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        "Batch compression codec: none, gzip, snappy, lz4, zstd, or the name of another loaded codec "
+        "plugin (checked when the producer is created).",
     ),
     _k("compression.level", int, -1, "Codec level (-1: the codec's default)."),
     _k("enable.idempotence", bool, True, "Exactly-once per partition: producer id + sequence numbers."),

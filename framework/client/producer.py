@@ -27,11 +27,11 @@ from typing import Any, NoReturn
 import trio
 
 from ..config import ConfigError
-from ..errors import ErrorCode, KafkaError, MessageTooLarge
-from ..interfaces import Connector, TopicPartition
+from ..errors import ErrorCode, KafkaError, MessageTooLarge, UnsupportedCompressionType
+from ..interfaces import Codec, Connector, TopicPartition
 from ..manager import PluginError, Plugins
 from ..plugin_origin import origin
-from ..records import Compression
+from ..records import Compression, codec_named
 from .accumulator import (
     ABORT_FOR_NEW_BATCH,
     RECORD_OVERHEAD,
@@ -49,13 +49,6 @@ from .sender import Sender
 HeadersIn = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 
 _ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
-_COMPRESSION = {
-    "none": Compression.NONE,
-    "gzip": Compression.GZIP,
-    "snappy": Compression.SNAPPY,
-    "lz4": Compression.LZ4,
-    "zstd": Compression.ZSTD,
-}
 
 
 def to_bytes(value: bytes | bytearray | memoryview | str | None, what: str) -> bytes | None:
@@ -150,10 +143,7 @@ class AsyncProducer(AsyncClient):
         self.partitioner = self.plugins.partitioner(c["partitioner"])
         self.max_block_s = c["max.block.ms"] / 1000.0
         self.max_request_size = c["max.request.size"]
-        compression = _COMPRESSION[c["compression.type"]]
-        codecs = self.plugins.codecs() if compression else None
-        if compression and compression not in (codecs or {}):
-            raise ConfigError(f"compression.type={c['compression.type']!r}: no codec plugin for it is loaded")
+        compression, codecs = self._codec(c["compression.type"])
         self.accumulator = RecordAccumulator(
             batch_size=max(c["batch.size"], 1), linger_s=c["linger.ms"] / 1000.0, buffer_memory=c["buffer.memory"]
         )
@@ -174,6 +164,18 @@ class AsyncProducer(AsyncClient):
         self.network.allow_auto_create = True
         self._sender_done = trio.Event()
         self._memory_freed = trio.Event()
+
+    def _codec(self, name: str) -> tuple[int, Mapping[int, Codec] | None]:
+        """The codec id ``compression.type`` names (0 for ``none``) and the codecs to build
+        batches with. Any loaded codec plugin's name is accepted, not only Kafka's four, so a
+        third-party codec registered under a new id (5-7) is selected like a built-in one."""
+        if name == "none":
+            return int(Compression.NONE), None
+        codecs = self.plugins.codecs()
+        try:
+            return codec_named(name, codecs).id, codecs
+        except UnsupportedCompressionType as exc:
+            raise ConfigError(f"invalid value for 'compression.type': {exc}") from None
 
     async def _on_start(self, nursery: trio.Nursery) -> None:
         nursery.start_soon(self._run_sender, nursery)
