@@ -1,9 +1,10 @@
 # mypy: disable-error-code="empty-body"
 """Every hook odradek's kernel calls, grouped by role.
 
-All hooks are ``register_*`` hooks in the datasette style: each plugin returns a list of named
-factories, the kernel merges the lists from every plugin, refuses duplicates with an error naming
-both plugins, and picks the one the config selects (``storage = "segment"``). So every hook is
+Every hook returns a list in the datasette style (the ``register_*`` hooks return named
+factories, codecs or classes; ``odradek_config_keys`` returns config keys): each plugin returns a
+list of named things, the kernel merges the lists from every plugin, refuses duplicates with an
+error naming both plugins, and picks the one the config selects (``storage = "segment"``). So every hook is
 *collected* (pluggy calls every implementation and returns the list of results); none is
 ``firstresult``. Hooks are synchronous and cheap: they describe what a plugin offers, they never do
 I/O. The objects they return have ``async`` methods for I/O, which the kernel runs inside its own

@@ -40,6 +40,7 @@ from .interfaces import (
     StorageFactory,
     TransportFactory,
 )
+from .plugin_origin import describe_plugin
 
 ENTRY_POINT_GROUP = "odradek"
 DISABLE_AUTOLOAD_ENV = "ODRADEK_DISABLE_PLUGIN_AUTOLOAD"
@@ -196,7 +197,17 @@ class Plugins:
 
     # -- roles ---------------------------------------------------------------------------------
     def config_keys(self) -> list[ConfigKey]:
-        return [item for _, item in self._by_name("odradek_config_keys", lambda k: k.name).values()]
+        """Every plugin's config keys. A key whose ``type`` is not a class (the string ``"int"``)
+        would be accepted here and then coerce every value with ``"int"(raw)``: refused now,
+        naming the plugin, so its author sees the mistake when the plugin is first loaded."""
+        merged = self._by_name("odradek_config_keys", lambda k: k.name)
+        for plugin, key in merged.values():
+            if not isinstance(key.type, type):
+                raise PluginError(
+                    f"{describe_plugin(plugin)} declares config key {key.name!r} with type {key.type!r}: "
+                    "ConfigKey.type must be a class (str, int, float, bool or list)"
+                )
+        return [item for _, item in merged.values()]
 
     def storage(self, name: str) -> StorageFactory:
         result: StorageFactory = self._select("odradek_register_storage", name)
