@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import trio
+from broker_harness import plugins_with
 
 from odradek.broker.server import BrokerServer
 from odradek.client import NewTopic
@@ -23,7 +24,7 @@ from odradek.client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
 from odradek.config import Config, load_config
 from odradek.hookspecs import hookimpl
 from odradek.interfaces import TopicPartition
-from odradek.manager import PluginError, Plugins, build_plugin_manager
+from odradek.manager import PluginError, Plugins
 from odradek.transport import (
     Broker,
     Connection,
@@ -85,16 +86,7 @@ def unix_transport(socket_dir: Path) -> types.ModuleType:
     return module
 
 
-def _plugins(*extra: object) -> Plugins:
-    builtins = [
-        "odradek.plugins.compress.plugin",
-        "odradek.plugins.storage_segment.plugin",
-        "odradek.plugins.meta_local.plugin",
-        "odradek.plugins.transport_tcp.plugin",
-        "odradek.default_partitioners",
-        "odradek.default_assignors",
-    ]
-    return Plugins(build_plugin_manager(entry_points_enabled=False, extra=[*builtins, *extra]))
+_plugins = plugins_with
 
 
 @asynccontextmanager

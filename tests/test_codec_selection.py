@@ -13,7 +13,7 @@ import client_fakes
 import pytest
 import trio
 import trio.testing
-from broker_harness import FAKE_TRANSPORT, batch, produce
+from broker_harness import batch, plugins_with, produce
 from client_fakes import FakeBroker
 
 from odradek import records
@@ -25,7 +25,6 @@ from odradek.config import ConfigError, load_config
 from odradek.errors import ErrorCode
 from odradek.hookspecs import hookimpl
 from odradek.interfaces import Codec, TopicPartition
-from odradek.manager import Plugins, build_plugin_manager
 
 
 class XorCodec:
@@ -50,14 +49,7 @@ def _codec_plugin(*codecs: Codec) -> types.ModuleType:
     return module
 
 
-def _plugins(*extra: object) -> Plugins:
-    builtins = [
-        "odradek.plugins.compress.plugin",
-        "odradek.plugins.storage_segment.plugin",
-        "odradek.plugins.meta_local.plugin",
-        "odradek.default_partitioners",
-    ]
-    return Plugins(build_plugin_manager(entry_points_enabled=False, extra=[*builtins, *extra]))
+_plugins = plugins_with
 
 
 PLUGINS = _plugins(_codec_plugin(XorCodec()))
@@ -125,7 +117,7 @@ def test_the_broker_compression_type_accepts_loaded_codec_names_only() -> None:
 
 
 async def test_a_topic_compressed_with_a_codec_plugin(tmp_path: Path) -> None:
-    plugins = _plugins(_codec_plugin(XorCodec()), FAKE_TRANSPORT)
+    plugins = _plugins(_codec_plugin(XorCodec()))
     overrides = {"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0"}
     server = BrokerServer(load_config(env={}, plugins=plugins, overrides=overrides), plugins)
     async with trio.open_nursery() as nursery:
