@@ -22,8 +22,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidConfig, OdradekError
+from .errors import InvalidConfig, OdradekError, UnsupportedCompressionType
 from .interfaces import ConfigKey, Endpoint
+from .records import codec_named
 
 if TYPE_CHECKING:
     from .manager import Plugins
@@ -140,8 +141,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "compression.type",
         str,
         "producer",
-        "Broker-side compression of stored batches (producer keeps the producer's).",
-        choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+        "Broker-side compression of stored batches: producer (keep the producer's codec), uncompressed, "
+        "gzip, snappy, lz4, zstd, or the name of another loaded codec plugin.",
         topic_key="compression.type",
     ),
     # KIP-390: the level of the broker's own compression (compression.type set to a codec)
@@ -530,6 +531,28 @@ def parse_listener(spec: str, key: str = "listeners") -> Endpoint:
     return Endpoint(name=name.upper(), host=host, port=int(port_s), security_protocol=protocol)
 
 
+#: ``compression.type`` values every broker accepts; any other must name a loaded codec plugin.
+BUILTIN_COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+
+
+def compression_type_problem(value: str, plugins: Plugins | None) -> str | None:
+    """Why ``value`` is not a valid broker or topic ``compression.type``, or None when it is.
+
+    Kafka's names are always valid; another name must be that of a codec the plugins register
+    (with an id in 5..7), so that a third-party codec can be chosen for a topic like a built-in
+    one. Without plugins (a config built for a test) only Kafka's names are known.
+    """
+    if value in BUILTIN_COMPRESSION_TYPES:
+        return None
+    if plugins is None:
+        return f"{value!r} is not one of {list(BUILTIN_COMPRESSION_TYPES)}"
+    try:
+        codec_named(value, plugins.codecs())
+    except UnsupportedCompressionType as exc:
+        return f"{value!r} is neither producer nor uncompressed, and {exc}"
+    return None
+
+
 def _check_cross_keys(values: Mapping[str, Any]) -> None:
     for policy in values.get("log.cleanup.policy", []):
         if policy not in _CLEANUP_CHOICES:
@@ -667,6 +690,9 @@ def load_config(
         values[name] = _parse_value(keys[name], raw)
         sources[name] = source
     _check_cross_keys(values)
+    problem = compression_type_problem(values["compression.type"], plugins)
+    if problem is not None:
+        raise ConfigError(f"invalid value for 'compression.type': {problem}")
     return Config(keys, values, sources, plugins)
 
 
@@ -702,6 +728,10 @@ class TopicConfig(Mapping[str, Any]):
                 raise InvalidConfig(str(exc)) from None
             if name == "cleanup.policy" and any(p not in _CLEANUP_CHOICES for p in value):
                 raise InvalidConfig(f"invalid value for 'cleanup.policy': {raw!r}")
+            if name == "compression.type":
+                problem = compression_type_problem(value, broker.plugins)
+                if problem is not None:
+                    raise InvalidConfig(f"invalid value for 'compression.type': {problem}")
             values[name] = value
             parsed[name] = value
         if values["min.compaction.lag.ms"] > values["max.compaction.lag.ms"]:

@@ -1,14 +1,15 @@
 # mypy: disable-error-code="empty-body"
 """Every hook odradek's kernel calls, grouped by role.
 
-All hooks are ``register_*`` hooks in the datasette style: each plugin returns a list of named
-factories, the kernel merges the lists from every plugin, refuses duplicates with an error naming
-both plugins, and picks the one the config selects (``storage = "segment"``). So every hook is
-*collected*: :class:`odradek.manager.Plugins` calls every implementation itself (to know which
-plugin offered what) and checks its items; none is ``firstresult``, and hook wrappers and
-``tryfirst``/``trylast`` are refused at registration since they would mean nothing. Hooks are
-synchronous and cheap: they describe what a plugin offers, they never do I/O. The objects they
-return have ``async`` methods for I/O, which the kernel runs inside its own nurseries.
+Every hook returns a list in the datasette style (the ``register_*`` hooks return named
+factories, codecs or classes; ``odradek_config_keys`` returns config keys): the kernel merges the
+lists from every plugin, refuses duplicates with an error naming both plugins, and picks the one
+the config selects (``storage = "segment"``). So every hook is *collected*:
+:class:`odradek.manager.Plugins` calls every implementation itself (to know which plugin offered
+what) and checks its items; none is ``firstresult``, and hook wrappers and ``tryfirst``/``trylast``
+are refused at registration since they would mean nothing. Hooks are synchronous and cheap: they
+describe what a plugin offers, they never do I/O. The objects they return have ``async`` methods
+for I/O, which the kernel runs inside its own nurseries.
 
 Names are prefixed ``odradek_``; the plugin manager rejects a ``@hookimpl`` function whose name is
 no hook, and a hook-named function without ``@hookimpl``, at registration, so a misspelt hook is

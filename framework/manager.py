@@ -435,6 +435,8 @@ class Plugins:
 
     # -- roles ---------------------------------------------------------------------------------
     def config_keys(self) -> list[ConfigKey]:
+        """Every plugin's config keys (a key whose ``type`` is not a class, such as the string
+        ``"int"``, was refused naming the plugin when its hook was called: see ``_ITEM_CHECKS``)."""
         return [item for _, item in self._by_name("odradek_config_keys", lambda k: k.name).values()]
 
     def storage(self, name: str) -> StorageFactory:

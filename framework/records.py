@@ -7,8 +7,9 @@ place, and validates a produce payload from its 61-byte headers plus one CRC cal
 without decompressing or decoding a single record (:func:`validate_batches`). Only clients, and
 the broker's compaction, decode records (:func:`decode_batch`, :func:`iter_batches`).
 
-Compression goes through codecs (``Mapping[int, Codec]``, Kafka's ids 1..4 and whatever a
-third-party plugin registers); ``codecs=None`` means the process-wide plugin set
+Compression goes through codecs (``Mapping[int, Codec]``, Kafka's ids 1..4 and ids 5..7 that a
+third-party plugin registers; :func:`codec_named` finds one by its ``compression.type`` name);
+``codecs=None`` means the process-wide plugin set
 (:func:`odradek.manager.default_plugins`), resolved only when a compressed batch is met.
 
 Errors carry Kafka's codes: :class:`~odradek.errors.CorruptMessage` for bad CRC, bad magic and
@@ -47,6 +48,7 @@ __all__ = [
     "build_batch",
     "build_control_batch",
     "check_records",
+    "codec_named",
     "compute_crc",
     "decode_batch",
     "decode_records",
@@ -873,6 +875,33 @@ def _resolve_codecs(codecs: Mapping[int, Codec] | None) -> Mapping[int, Codec]:
 
         _default_codecs = default_plugins().codecs()
     return _default_codecs
+
+
+#: The codec id is 3 bits of a batch's attributes: Kafka uses 1-4, so 5-7 are the ids a
+#: third-party codec plugin can add (only odradek's own clients can read such batches).
+MAX_CODEC_ID = 7
+
+
+def codec_named(name: str, codecs: Mapping[int, Codec] | None = None) -> Codec:
+    """The loaded codec called ``name`` (``compression.type`` selects codecs by name).
+
+    Raises UnsupportedCompressionType naming the loaded codecs when none is called ``name``, when
+    two are (with different ids), or when its id does not fit the 3 bits of a batch's attributes.
+    """
+    loaded = _resolve_codecs(codecs)
+    found = [codec for codec in loaded.values() if codec.name == name]
+    if not found:
+        names = ", ".join(sorted(c.name for c in loaded.values())) or "none"
+        raise UnsupportedCompressionType(f"no codec named {name!r} is loaded (loaded codecs: {names})")
+    if len(found) > 1:
+        ids = " and ".join(str(c.id) for c in found)
+        raise UnsupportedCompressionType(f"two loaded codecs are named {name!r} (ids {ids}); disable one")
+    codec = found[0]
+    if not 1 <= codec.id <= MAX_CODEC_ID:
+        raise UnsupportedCompressionType(
+            f"codec {name!r} has id {codec.id}: a codec id must be 1..{MAX_CODEC_ID} (3 bits of a batch's attributes)"
+        )
+    return codec
 
 
 def _codec(codecs: Mapping[int, Codec] | None, cid: int) -> Codec:

@@ -65,6 +65,20 @@ def broker_plugins() -> Plugins:
     )
 
 
+def plugins_with(*extra: object) -> Plugins:
+    """Every built-in plugin a broker and odradek's client need, entry points off, plus ``extra``
+    (in-process third-party plugins under test)."""
+    builtins = [
+        "odradek.plugins.compress.plugin",
+        "odradek.plugins.storage_segment.plugin",
+        "odradek.plugins.meta_local.plugin",
+        "odradek.plugins.transport_tcp.plugin",
+        "odradek.default_partitioners",
+        "odradek.default_assignors",
+    ]
+    return Plugins(build_plugin_manager(entry_points_enabled=False, extra=[*builtins, *extra]))
+
+
 def broker_config(data_dir: Path, **overrides: Any) -> Config:
     return default_config(log_dirs=str(data_dir), listeners="PLAINTEXT://127.0.0.1:0", **overrides)
 

@@ -60,7 +60,7 @@ class AppendSettings:
     max_message_bytes: int
     log_append_time: bool
     compact: bool
-    target_compression: int | None  # None: keep the producer's codec
+    target_compression: int | None  # None: keep the producer's codec (or see target_codec)
     #: how far a CreateTime timestamp may lie before / after the broker's clock: the tighter of
     #: message.timestamp.difference.max.ms and message.timestamp.before/after.max.ms (KIP-937);
     #: None when neither limits it
@@ -68,6 +68,9 @@ class AppendSettings:
     full_validation: bool = False  # record.validation=full: decode every record
     compression_level: int | None = None  # compression.<codec>.level of target_compression
     segment_bytes: int | None = None  # segment.bytes: no append may be larger than a segment
+    #: a third-party codec's name from compression.type: its id is found among the broker's
+    #: codecs on each append (the topic config does not know the plugins)
+    target_codec: str | None = None
 
     @classmethod
     def from_config(cls, config: TopicConfig) -> AppendSettings:
@@ -79,11 +82,12 @@ class AppendSettings:
             config.max_message_bytes,
             config.message_timestamp_type == LOG_APPEND_TIME,
             config.compact,
-            None if target == "producer" else int(_TOPIC_COMPRESSION[target]),
+            int(_TOPIC_COMPRESSION[target]) if target in _TOPIC_COMPRESSION else None,
             None if before >= LONG_MAX and after >= LONG_MAX else (before, after),
             config["record.validation"] == "full",
             _compression_level(config, target),
             config.segment_bytes,
+            None if target == "producer" or target in _TOPIC_COMPRESSION else target,
         )
 
 
@@ -145,8 +149,10 @@ def validate_records(
         for meta in batches:  # raises CorruptMessage / InvalidRecord for the first bad record
             if not _check_records(data, meta, codecs, require_keys=settings.compact):
                 renumber.add(meta.position)
-    if client and (settings.target_compression is not None or renumber):
-        target = None if settings.target_compression is None else records.Compression(settings.target_compression)
+    target = settings.target_compression
+    if target is None and settings.target_codec is not None:
+        target = records.codec_named(settings.target_codec, codecs).id
+    if client and (target is not None or renumber):
         data, batches = _rebuild(data, batches, target, codecs, settings.compression_level, renumber)
     if settings.segment_bytes is not None and len(data) > settings.segment_bytes:
         # Kafka's UnifiedLog.append: a segment must hold the whole append (as validated, recompressed)
@@ -219,7 +225,7 @@ def _check_records(
 def _rebuild(
     data: bytearray | memoryview,
     batches: list[BatchMeta],
-    target: records.Compression | None,
+    target: int | None,
     codecs: Mapping[int, Codec],
     level: int | None,
     renumber: set[int],
@@ -240,7 +246,7 @@ def _rebuild(
             batch = records.decode_batch(data, meta.position, codecs=codecs, verify_crc=False)
             chunk = records.build_batch(
                 [(r.key, r.value, r.headers, r.timestamp) for r in batch.records],
-                compression=records.Compression(codec),
+                compression=codec,
                 codecs=codecs,
                 compression_level=level,
                 producer_id=header.producer_id,

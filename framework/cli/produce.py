@@ -38,8 +38,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--compression-codec",
         "--compression",
         dest="compression",
-        choices=("none", "gzip", "snappy", "lz4", "zstd"),
-        help="batch compression",
+        metavar="CODEC",
+        help="batch compression: none, gzip, snappy, lz4, zstd or another loaded codec plugin's name",
     )
     p.add_argument("--request-required-acks", dest="acks", choices=("0", "1", "-1", "all"), help="acks")
     p.add_argument(

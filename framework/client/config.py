@@ -28,7 +28,13 @@ def _k(
 COMMON_KEYS: tuple[ConfigKey, ...] = (
     _k("bootstrap.servers", list, [], "host:port pairs to bootstrap from (comma separated)."),
     _k("client.id", str, "odradek", "Client id sent with every request (broker logs, quotas)."),
-    _k("security.protocol", str, "PLAINTEXT", "Transport security protocol: picks the transport plugin."),
+    _k(
+        "security.protocol",
+        str,
+        "PLAINTEXT",
+        "Security protocol: picks the transport plugin that declares it (PLAINTEXT: tcp) unless transport is set.",
+    ),
+    _k("transport", str, "", "Transport plugin by name (an odradek setting); empty: chosen by security.protocol."),
     _k("ssl.ca.location", str, "", "CA bundle for SSL (transport plugins that support TLS)."),
     _k("ssl.certificate.location", str, "", "Client certificate for SSL."),
     _k("ssl.key.location", str, "", "Client private key for SSL."),
@@ -55,8 +61,8 @@ PRODUCER_KEYS: tuple[ConfigKey, ...] = (
         "compression.type",
         str,
         "none",
-        "Batch compression codec.",
-        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        "Batch compression codec: none, gzip, snappy, lz4, zstd, or the name of another loaded codec "
+        "plugin (checked when the producer is created).",
     ),
     _k("compression.level", int, -1, "Codec level (-1: the codec's default)."),
     _k("enable.idempotence", bool, True, "Exactly-once per partition: producer id + sequence numbers."),

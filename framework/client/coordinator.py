@@ -39,7 +39,9 @@ from ..consumer_protocol import (
 from ..errors import ErrorCode, KafkaError
 from ..interfaces import Assignor, GroupMember, MemberAssignment, TopicPartition
 from ..manager import Plugins
+from ..plugin_origin import origin
 from ..protocol import ApiKey
+from .assignment_check import InvalidAssignment, check_assignment
 from .config import ClientConfig
 from .connection import BrokerConnection
 from .fetcher import Fetcher
@@ -102,6 +104,7 @@ class ConsumerCoordinator:
         self.auto_commit_interval_s = config["auto.commit.interval.ms"] / 1000.0
         self.default_timeout_s = config["default.api.timeout.ms"] / 1000.0
         self.exclude_internal = bool(config["exclude.internal.topics"])
+        self.plugins = plugins
         self.assignors: list[Assignor] = (
             [plugins.assignor(name) for name in config["partition.assignment.strategy"]] if self.group_id else []
         )
@@ -307,16 +310,24 @@ class ConsumerCoordinator:
         self.network.add_topics(all_topics)
         await self.network.refresh_metadata(all_topics)
         counts = {t: self.network.cluster.partitions_for(t) for t in all_topics}
-        result: Mapping[str, MemberAssignment] = assignor.assign(counts, group_members)
-        log.info("group %s generation %d: leader assigned %s", self.group_id, self.generation, dict(result))
+
+        def culprit() -> str:
+            plugin = origin(self.plugins, "odradek_register_assignors", assignor.name)
+            return f"assignor {assignor.name!r} from {plugin}"
+
+        try:
+            raw: object = assignor.assign(counts, group_members)
+        except Exception as exc:  # a bug in the plugin: fail this rebalance, naming it
+            raise InvalidAssignment(f"{culprit()} raised {exc!r} in assign()") from exc
+        result = check_assignment(
+            raw, group_members, counts, cooperative=self.protocol == "cooperative", culprit=culprit
+        )
+        log.info("group %s generation %d: leader assigned %s", self.group_id, self.generation, result)
         return [
             {
                 "member_id": m.member_id,
                 "assignment": encode_assignment(
-                    Assignment(
-                        tuple(result[m.member_id].partitions) if m.member_id in result else (),
-                        result[m.member_id].user_data if m.member_id in result else None,
-                    )
+                    Assignment(tuple(result[m.member_id].partitions), result[m.member_id].user_data)
                 ),
             }
             for m in group_members

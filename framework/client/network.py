@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 import trio
 
 from ..errors import ErrorCode, KafkaError
-from ..interfaces import Connector
-from ..manager import Plugins, default_plugins
+from ..interfaces import Connector, TransportFactory
+from ..manager import PluginError, Plugins, default_plugins
 from ..protocol import ApiKey
 from .cluster import ClusterSnapshot, snapshot_from_metadata
 from .config import ClientConfig
@@ -65,13 +65,29 @@ class NetworkClient:
     connection. All methods run in the client's trio thread.
     """
 
+    def _transport(self) -> TransportFactory:
+        """The transport plugin whose connector reaches the brokers: the one named by
+        ``transport`` when set, else the one declaring ``security.protocol`` (as the broker picks
+        its listeners' transports), so a third-party transport is used by naming it or by the
+        security protocol it declares in its ``TransportFactory``."""
+        name: str = self.config["transport"]
+        if name:
+            return self.plugins.transport(name)
+        protocol: str = self.config["security.protocol"]
+        try:
+            return self.plugins.transport_for(protocol)
+        except PluginError as exc:
+            names = ", ".join(sorted(t.name for t in self.plugins.transports())) or "none"
+            raise PluginError(
+                f"{exc} (loaded transports: {names}); set 'transport' to one of them, or install a "
+                f"transport plugin that declares {protocol!r} in its security_protocols"
+            ) from None
+
     def __init__(self, config: ClientConfig, plugins: Plugins | None = None, *, connector: Connector | None = None):
         self.config = config
         self.plugins = plugins or default_plugins()
         self.client_id: str = config["client.id"]
-        self.connector: Connector = connector or self.plugins.transport_for(config["security.protocol"]).connector(
-            config.as_strings()
-        )
+        self.connector: Connector = connector or self._transport().connector(config.as_strings())
         self.request_timeout_s = config["request.timeout.ms"] / 1000.0
         self.connect_timeout_s = config["socket.connection.setup.timeout.ms"] / 1000.0
         self.retry_backoff = Backoff(config["retry.backoff.ms"], config["retry.backoff.max.ms"])

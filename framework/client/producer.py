@@ -22,15 +22,16 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Generator, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import trio
 
 from ..config import ConfigError
-from ..errors import ErrorCode, KafkaError, MessageTooLarge
-from ..interfaces import Connector, TopicPartition
-from ..manager import Plugins
-from ..records import Compression
+from ..errors import ErrorCode, KafkaError, MessageTooLarge, UnsupportedCompressionType
+from ..interfaces import Codec, Connector, TopicPartition
+from ..manager import PluginError, Plugins
+from ..plugin_origin import origin
+from ..records import Compression, codec_named
 from .accumulator import (
     ABORT_FOR_NEW_BATCH,
     RECORD_OVERHEAD,
@@ -48,13 +49,6 @@ from .sender import Sender
 HeadersIn = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 
 _ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
-_COMPRESSION = {
-    "none": Compression.NONE,
-    "gzip": Compression.GZIP,
-    "snappy": Compression.SNAPPY,
-    "lz4": Compression.LZ4,
-    "zstd": Compression.ZSTD,
-}
 
 
 def to_bytes(value: bytes | bytearray | memoryview | str | None, what: str) -> bytes | None:
@@ -149,10 +143,7 @@ class AsyncProducer(AsyncClient):
         self.partitioner = self.plugins.partitioner(c["partitioner"])
         self.max_block_s = c["max.block.ms"] / 1000.0
         self.max_request_size = c["max.request.size"]
-        compression = _COMPRESSION[c["compression.type"]]
-        codecs = self.plugins.codecs() if compression else None
-        if compression and compression not in (codecs or {}):
-            raise ConfigError(f"compression.type={c['compression.type']!r}: no codec plugin for it is loaded")
+        compression, codecs = self._codec(c["compression.type"])
         self.accumulator = RecordAccumulator(
             batch_size=max(c["batch.size"], 1), linger_s=c["linger.ms"] / 1000.0, buffer_memory=c["buffer.memory"]
         )
@@ -173,6 +164,18 @@ class AsyncProducer(AsyncClient):
         self.network.allow_auto_create = True
         self._sender_done = trio.Event()
         self._memory_freed = trio.Event()
+
+    def _codec(self, name: str) -> tuple[int, Mapping[int, Codec] | None]:
+        """The codec id ``compression.type`` names (0 for ``none``) and the codecs to build
+        batches with. Any loaded codec plugin's name is accepted, not only Kafka's four, so a
+        third-party codec registered under a new id (5-7) is selected like a built-in one."""
+        if name == "none":
+            return int(Compression.NONE), None
+        codecs = self.plugins.codecs()
+        try:
+            return codec_named(name, codecs).id, codecs
+        except UnsupportedCompressionType as exc:
+            raise ConfigError(f"invalid value for 'compression.type': {exc}") from None
 
     async def _on_start(self, nursery: trio.Nursery) -> None:
         nursery.start_soon(self._run_sender, nursery)
@@ -220,6 +223,8 @@ class AsyncProducer(AsyncClient):
             )
         partitioner = self.partitioner
         p = partitioner.partition(topic, key, value, num_partitions)
+        if type(p) is not int or not 0 <= p < num_partitions:
+            p = self._checked_partition(topic, p, num_partitions)
         result = accumulator.try_append(
             TopicPartition(topic, p), key, value, headers, timestamp, size, abort_on_new_batch=True, callback=callback
         )
@@ -227,10 +232,32 @@ class AsyncProducer(AsyncClient):
             # KIP-480: a record that would open a new batch lets a sticky partitioner move on
             partitioner.on_new_batch(topic, p, num_partitions)
             p = partitioner.partition(topic, key, value, num_partitions)
+            if type(p) is not int or not 0 <= p < num_partitions:
+                p = self._checked_partition(topic, p, num_partitions)
             result = accumulator.try_append(
                 TopicPartition(topic, p), key, value, headers, timestamp, size, callback=callback
             )
         return result
+
+    def _checked_partition(self, topic: str, p: object, num_partitions: int) -> int:
+        """The slow path of the partitioner check in :meth:`append_nowait`: an ``int`` subclass
+        in range is taken as its ``int``; anything else fails the send at once with an error
+        naming the partitioner, its plugin and the value. A partition that does not exist would
+        otherwise sit in the accumulator until ``delivery.timeout.ms`` expires it (2 minutes by
+        default) without ever saying why; Kafka's producer refuses an invalid partitioner result
+        in ``send()`` too."""
+        if isinstance(p, int) and not isinstance(p, bool) and 0 <= p < num_partitions:
+            return int(p)
+        self._bad_partition(topic, p, num_partitions)
+
+    def _bad_partition(self, topic: str, p: object, num_partitions: int) -> NoReturn:
+        name = self.partitioner.name
+        culprit = origin(self.plugins, "odradek_register_partitioners", name)
+        got = repr(p) if isinstance(p, int) and not isinstance(p, bool) else f"{p!r} ({type(p).__name__}, not an int)"
+        raise PluginError(
+            f"partitioner {name!r} from {culprit} returned partition {got} for a record to topic {topic!r}, "
+            f"which has {num_partitions} partition(s): a partitioner must return an int in 0..{num_partitions - 1}"
+        )
 
     async def send(
         self,

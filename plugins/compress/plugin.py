@@ -2,7 +2,9 @@
 
 A third-party codec plugin looks the same: a module (named by an ``odradek`` entry point) whose
 ``odradek_register_codecs`` returns objects with ``id``, ``name``, ``compress`` and
-``decompress`` (:class:`odradek.interfaces.Codec`), under a new id.
+``decompress`` (:class:`odradek.interfaces.Codec`), under a new id (5, 6 or 7: the codec id is 3
+bits of a batch's attributes and Kafka uses 1-4) and a new name, which ``compression.type``
+selects; or under one of these ids to replace a built-in codec (see docs/plugins.md).
 """
 
 from __future__ import annotations

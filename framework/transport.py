@@ -1,0 +1,101 @@
+"""The public building blocks for writing a transport plugin: ``odradek.transport``.
+
+A transport plugin moves Kafka's size-prefixed frames over some byte stream (TCP, TLS, a Unix
+socket, ...); everything about the Kafka protocol itself -- parsing request headers, decoding
+requests, calling the broker core, encoding responses, ordering pipelined requests, sending
+Fetch record slices with ``os.sendfile`` -- is shared, and is what this module offers, under
+names that stay stable (the built-in ``tcp`` transport is built from exactly these pieces, which
+live in ``odradek.plugins.transport_tcp``; import them from here, not from there).
+
+Server side, in ``TransportFactory.listener(config, broker, endpoint)``:
+
+- ``config`` is the broker's :class:`~odradek.config.Config`; ``broker`` is the broker core, a
+  :class:`Broker` (``odradek.broker.core.BrokerCore``): a transport never calls it directly, it
+  hands it to a :class:`Dispatcher`, one per listener;
+- for every accepted stream socket, :func:`serve_connection` runs a :class:`KafkaConnection`
+  with the broker's limits (``socket.request.max.bytes``, ``queued.max.requests``,
+  ``connections.max.idle.ms``) until the peer leaves; it never raises for what a client does;
+- ``serve(task_status=...)`` reports the bound :class:`Endpoint` list with
+  ``task_status.started(...)`` once it accepts connections, then serves until cancelled.
+
+Client side, in ``TransportFactory.connector(client_config)``: ``connect(host, port, timeout_s=)``
+opens a stream and wraps it with :func:`client_connection`, a :class:`Connection` that sends and
+receives whole frames (responses larger than ``receive.message.max.bytes`` are refused).
+
+Both sides need a trio *socket* stream (``trio.SocketStream`` for clients, an accepted
+``trio.socket`` socket for servers) of any family: the data path reads with ``recv_into`` and
+sends record slices with ``os.sendfile``. docs/plugins.md has a complete example over a Unix
+socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import trio
+
+from .broker.api import Broker
+from .config import Config
+from .interfaces import Connection, Connector, Endpoint, Listener, TransportFactory
+from .plugins.transport_tcp.apis import Dispatcher, Handler, RequestContext, load_handlers
+from .plugins.transport_tcp.client import DEFAULT_MAX_RESPONSE_BYTES, TcpConnection
+from .plugins.transport_tcp.connection import KafkaConnection
+from .plugins.transport_tcp.framing import FrameError, FrameReader, FrameTooLarge, send_frame
+
+#: What :func:`client_connection` returns: frames over any connected ``trio.SocketStream``
+#: (the tcp transport's client connection works for every socket family).
+StreamConnection = TcpConnection
+
+
+def connection_for(
+    sock: trio.socket.SocketType, dispatcher: Dispatcher, config: Config, *, peer: str
+) -> KafkaConnection:
+    """A :class:`KafkaConnection` serving Kafka requests on the accepted socket ``sock``, with the
+    broker config's request size, pipelining and idle limits; ``peer`` names it in logs."""
+    return KafkaConnection(
+        sock,
+        dispatcher,
+        peer=peer,
+        max_request_bytes=int(config["socket.request.max.bytes"]),
+        max_in_flight=int(config["queued.max.requests"]),
+        idle_timeout_s=int(config["connections.max.idle.ms"]) / 1000,
+    )
+
+
+async def serve_connection(sock: trio.socket.SocketType, dispatcher: Dispatcher, config: Config, *, peer: str) -> None:
+    """Serve one accepted socket until the client leaves, then close it (start one task per
+    connection in the listener's nursery). Client mistakes (bad framing, oversized or undecodable
+    requests, unknown APIs) close this connection only, after earlier requests were answered."""
+    await connection_for(sock, dispatcher, config, peer=peer).run()
+
+
+def client_connection(stream: trio.SocketStream, client_config: Mapping[str, str] | None = None) -> Connection:
+    """Wrap a connected stream for odradek's client: whole frames in and out, responses bounded
+    by ``receive.message.max.bytes`` from ``client_config`` (what the connector was built with)."""
+    limit = int((client_config or {}).get("receive.message.max.bytes", DEFAULT_MAX_RESPONSE_BYTES))
+    connection: Connection = StreamConnection(stream, limit)
+    return connection
+
+
+__all__ = [
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "Broker",
+    "Connection",
+    "Connector",
+    "Dispatcher",
+    "Endpoint",
+    "FrameError",
+    "FrameReader",
+    "FrameTooLarge",
+    "Handler",
+    "KafkaConnection",
+    "Listener",
+    "RequestContext",
+    "StreamConnection",
+    "TransportFactory",
+    "client_connection",
+    "connection_for",
+    "load_handlers",
+    "send_frame",
+    "serve_connection",
+]
