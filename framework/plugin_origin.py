@@ -1,30 +1,19 @@
 """Which plugin, from which distribution, offers a named thing: for errors that name the culprit.
 
 When a plugin's object misbehaves at run time (a partitioner returning a partition that does not
-exist, an assignor handing out a partition twice, a config key declared with a bad type), the
+exist, an assignor handing out a partition twice), the
 error must say which installed plugin to blame, so that the operator knows what to fix, update or
-disable. These helpers find that out from the plugin manager and the ``odradek`` entry points;
-they run only on error paths, so they may call hooks again.
+disable. These helpers find the plugin through the plugin manager, which names it with its
+distribution (:meth:`odradek.manager.Plugins.label`); they run only on error paths, so they may
+call hooks again.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .manager import Plugins
-
-ENTRY_POINT_GROUP = "odradek"
-
-
-def describe_plugin(plugin_name: str) -> str:
-    """``plugin 'x' (distribution 'y')``; just ``plugin 'x'`` for a plugin registered in-process
-    (a module object given to the manager), which has no distribution."""
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == plugin_name and ep.dist is not None:
-            return f"plugin {plugin_name!r} (distribution {ep.dist.name!r})"
-    return f"plugin {plugin_name!r}"
 
 
 def plugin_offering(plugins: Plugins, hook_name: str, label: object, *, attr: str = "name") -> str | None:
@@ -44,4 +33,4 @@ def origin(plugins: Plugins, hook_name: str, label: object, *, attr: str = "name
     """``plugin 'x' (distribution 'y')`` for the plugin offering ``label`` (see
     :func:`plugin_offering`), or ``an unknown plugin`` when none can be found."""
     name = plugin_offering(plugins, hook_name, label, attr=attr)
-    return describe_plugin(name) if name is not None else "an unknown plugin"
+    return plugins.label(name) if name is not None else "an unknown plugin"
