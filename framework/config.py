@@ -538,14 +538,18 @@ BUILTIN_COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4"
 def compression_type_problem(value: str, plugins: Plugins | None) -> str | None:
     """Why ``value`` is not a valid broker or topic ``compression.type``, or None when it is.
 
-    Kafka's names are always valid; another name must be that of a codec the plugins register
-    (with an id in 5..7), so that a third-party codec can be chosen for a topic like a built-in
-    one. Without plugins (a config built for a test) only Kafka's names are known.
+    ``producer`` and ``uncompressed`` are always valid; any other name must be that of a codec
+    the plugins register, so that a third-party codec can be chosen for a topic like a built-in
+    one, and Kafka's names are refused too when their codec is not loaded (the built-in
+    ``compress`` plugin disabled): every produce would fail otherwise. Without plugins (a config
+    built for a test) Kafka's names are taken as they are.
     """
-    if value in BUILTIN_COMPRESSION_TYPES:
+    if value in ("producer", "uncompressed"):
         return None
     if plugins is None:
-        return f"{value!r} is not one of {list(BUILTIN_COMPRESSION_TYPES)}"
+        return (
+            None if value in BUILTIN_COMPRESSION_TYPES else f"{value!r} is not one of {list(BUILTIN_COMPRESSION_TYPES)}"
+        )
     try:
         codec_named(value, plugins.codecs())
     except UnsupportedCompressionType as exc:
@@ -607,13 +611,20 @@ def _check_listeners(values: Mapping[str, Any]) -> None:
                 names.append(name)
 
 
+def _offered_by(plugins: Plugins, key: ConfigKey) -> str:
+    """`` (offered by plugin 'x' (distribution 'y'))`` for errors about a plugin's config key."""
+    from .plugin_origin import origin  # the manager imports this module
+
+    return f" (offered by {origin(plugins, 'odradek_config_keys', key.name)})"
+
+
 def all_keys(plugins: Plugins | None) -> dict[str, ConfigKey]:
     """Built-in keys plus every plugin's keys; a plugin redefining a built-in key is an error."""
     keys = {k.name: k for k in BROKER_KEYS}
     if plugins is not None:
         for key in plugins.config_keys():
             if key.name in keys:
-                raise ConfigError(f"plugin config key {key.name!r} redefines a built-in key")
+                raise ConfigError(f"plugin config key {key.name!r} redefines a built-in key{_offered_by(plugins, key)}")
             keys[key.name] = key
     return keys
 

@@ -190,7 +190,10 @@ def build_plugin_manager(
         elif name in eps:
             _register_entry_point(pm, _only(name, eps[name]))
         else:
-            _register(pm, _load_module(name), name, f"module {name}")
+            module = _load_module(name)
+            if pm.is_registered(module):  # named by module path, already loaded by its entry point
+                continue
+            _register(pm, module, name, f"module {name}")
     unknown = [name for name in off if name not in eps and name not in extra_names]
     if unknown:
         known = ", ".join(sorted(set(eps) | extra_names)) or "none"
@@ -269,7 +272,8 @@ def _register(pm: PluginManager, plugin: object, name: str, origin: str = "") ->
     except ValueError as exc:
         raise PluginError(f"{label} conflicts with an already registered one: {exc}") from exc
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"{label} has an invalid hook implementation: {exc}") from exc
+        detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        raise PluginError(f"{label} has an invalid hook implementation: {detail}") from exc
 
 
 def _is_sequence(value: object) -> TypeGuard[Sequence[Any]]:
@@ -401,7 +405,7 @@ class Plugins:
                 merged[k] = (plugin, item)
                 continue
             other = merged[k][0]
-            what = f"{role} {k!r}" + (f" ({item.name})" if role == "compression" else "")
+            what = f"{role} {k!r}" + (f" ({item.name})" if role == "compression" and k != item.name else "")
             if other == plugin:
                 conflicts.append(f"{what} is offered twice by {self.label(plugin)}; a plugin offers each name once")
             else:
@@ -494,7 +498,12 @@ class Plugins:
         )
 
     def codecs(self) -> dict[int, Codec]:
-        return {k: v for k, (_, v) in self._by_name("odradek_register_codecs", lambda c: c.id).items()}
+        """Every codec by id. Two codecs with one id, or with one name (``compression.type``
+        selects by name, so a third-party id-7 codec called ``gzip`` would make ``gzip`` mean
+        different codecs to the broker and to the producer), are errors naming both plugins."""
+        by_id = self._by_name("odradek_register_codecs", lambda c: c.id)
+        self._by_name("odradek_register_codecs", lambda c: c.name)
+        return {k: v for k, (_, v) in by_id.items()}
 
     def partitioner(self, name: str) -> Partitioner:
         cls = self._select("odradek_register_partitioners", name)
@@ -551,11 +560,12 @@ class Plugins:
         twice, a security protocol served by several transports none of them built in."""
         out: list[str] = []
         for hook_name in _HOOK_ROLES:
-            key: Callable[[Any], Any] = (
-                (lambda c: c.id) if hook_name == "odradek_register_codecs" else (lambda i: i.name)
-            )
+            key_fns: list[Callable[[Any], Any]] = [lambda i: i.name]
+            if hook_name == "odradek_register_codecs":
+                key_fns.insert(0, lambda c: c.id)  # one id or one name: both are conflicts
             try:
-                out.extend(self._merge(hook_name, key)[1])
+                for key in key_fns:
+                    out.extend(self._merge(hook_name, key)[1])
             except PluginError:
                 continue  # a failing hook: describe() reports it against its plugin
         try:

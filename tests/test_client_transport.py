@@ -4,15 +4,15 @@ name (``transport``) or by the security protocol it declares (``security.protoco
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
 import tempfile
 import types
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
@@ -21,18 +21,12 @@ from broker_harness import plugins_with
 from odradek.broker.server import BrokerServer
 from odradek.client import NewTopic
 from odradek.client.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
-from odradek.config import Config, load_config
-from odradek.hookspecs import hookimpl
+from odradek.config import load_config
 from odradek.interfaces import TopicPartition
 from odradek.manager import PluginError, Plugins
+from odradek.testing import TransportConformance
 from odradek.transport import (
-    Broker,
-    Connection,
-    Dispatcher,
     Endpoint,
-    TransportFactory,
-    client_connection,
-    serve_connection,
 )
 
 
@@ -43,46 +37,23 @@ def socket_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "plugins.md"
+
+
+def documented_example() -> str:
+    """The Unix-socket transport of docs/plugins.md's "Transport plugins", as printed there."""
+    text = DOCS.read_text()
+    start = text.index("```python\n", text.index("## Transport plugins")) + len("```python\n")
+    return text[start : text.index("```\n", start)]
+
+
 def unix_transport(socket_dir: Path) -> types.ModuleType:
-    """The plugin module: a listener and a connector for Kafka frames over AF_UNIX sockets at
-    ``<socket_dir>/<port>.sock`` (the listener's port only names the socket file)."""
-
-    def path_for(port: int) -> str:
-        return str(socket_dir / f"{port}.sock")
-
-    class UnixListener:
-        def __init__(self, config: Config, broker: Broker, endpoint: Endpoint) -> None:
-            self.config, self.broker, self.endpoint = config, broker, endpoint
-
-        async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-            port = self.endpoint.port or 9
-            sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            await sock.bind(path_for(port))
-            sock.listen()
-            dispatcher = Dispatcher(self.broker, self.config, self.endpoint)
-            with sock:
-                async with trio.open_nursery() as connections:
-                    ep = self.endpoint
-                    task_status.started([Endpoint(ep.name, ep.host, port, ep.security_protocol)])
-                    while True:
-                        client, _ = await sock.accept()
-                        connections.start_soon(
-                            lambda c=client: serve_connection(c, dispatcher, self.config, peer="unix")
-                        )
-
-    class UnixConnector:
-        def __init__(self, client_config: Mapping[str, str] | None = None) -> None:
-            self.client_config = client_config
-
-        async def connect(self, host: str, port: int, *, timeout_s: float) -> Connection:
-            with trio.fail_after(timeout_s):
-                stream = await trio.open_unix_socket(path_for(port))
-            return client_connection(stream, self.client_config)
-
+    """The plugin module: docs/plugins.md's example run as written, its sockets in ``socket_dir``
+    (``<socket_dir>/<port>.sock``: the listener's port only names the socket file)."""
+    source = documented_example()
+    assert 'SOCKET_DIR = "/run/odradek"' in source
     module = types.ModuleType("unix_transport")
-    module.odradek_register_transports = hookimpl(  # type: ignore[attr-defined]
-        lambda: [TransportFactory("unix", ("PLAINTEXT", "UNIX"), UnixListener, UnixConnector, "Kafka over AF_UNIX")]
-    )
+    exec(compile(source.replace('"/run/odradek"', repr(str(socket_dir))), str(DOCS), "exec"), module.__dict__)
     return module
 
 
@@ -110,7 +81,7 @@ async def test_a_third_party_transport_serves_the_broker_and_the_client(
 ) -> None:
     plugins = _plugins(unix_transport(socket_dir))
     async with unix_broker(tmp_path, plugins) as bootstrap:
-        assert os.listdir(socket_dir) == ["9.sock"]
+        assert os.listdir(socket_dir) == [bootstrap.rpartition(":")[2] + ".sock"]
         config = {"bootstrap.servers": bootstrap, **select}
         async with AsyncAdmin(config, plugins=plugins) as admin:
             await admin.create_topics([NewTopic("over-unix", 1, 1)])
@@ -124,6 +95,37 @@ async def test_a_third_party_transport_serves_the_broker_and_the_client(
                     batches = await consumer.poll(timeout=1.0)
                     got += [(r.key, r.value) for rs in batches.values() for r in rs]
         assert got == [(b"k", b"hello")]
+
+
+class TestTheDocumentedTransportConforms(TransportConformance):
+    """The documented example passes the transport suite, over its own socket files."""
+
+    directory = Path(tempfile.mkdtemp(prefix="odr-unix-suite-", dir="/tmp"))
+    atexit.register(shutil.rmtree, directory, True)
+    module = unix_transport(directory)
+    factory = module.odradek_register_transports()[0]
+
+    async def open_stream(self, endpoint: Endpoint) -> trio.abc.Stream:
+        return await trio.open_unix_socket(self.module.path_for(endpoint.port))
+
+
+async def test_a_stale_socket_file_does_not_stop_a_restart(tmp_path: Path, socket_dir: Path) -> None:
+    """A socket file left by an earlier process (kill -9) is replaced, and a listener removes its
+    own file when it stops."""
+    plugins = _plugins(unix_transport(socket_dir))
+    async with unix_broker(tmp_path, plugins) as bootstrap:
+        (name,) = os.listdir(socket_dir)
+        assert bootstrap.endswith(":" + name.removesuffix(".sock"))
+    assert os.listdir(socket_dir) == []
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(socket_dir / "40000.sock"))  # as if a killed broker had left it
+    stale.close()
+    overrides = {"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:40000", "transport": "unix"}
+    server = BrokerServer(load_config(env={}, plugins=plugins, overrides=overrides), plugins)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        assert [ep.port for ep in server.endpoints] == [40000]
+        nursery.cancel_scope.cancel()
 
 
 def test_an_unknown_transport_or_security_protocol_is_named(socket_dir: Path) -> None:

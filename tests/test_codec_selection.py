@@ -25,7 +25,7 @@ from odradek.config import ConfigError, load_config
 from odradek.errors import ErrorCode, UnsupportedCompressionType
 from odradek.hookspecs import hookimpl
 from odradek.interfaces import Codec, TopicPartition
-from odradek.manager import PluginError
+from odradek.manager import PluginError, Plugins, build_plugin_manager
 
 
 class XorCodec:
@@ -104,10 +104,43 @@ def test_two_codecs_with_one_name_are_refused() -> None:
         id = 6
 
     config = {"bootstrap.servers": "b:9092", "compression.type": "xor"}
-    with pytest.raises(ConfigError, match=r"two loaded codecs are named 'xor' \(ids 5 and 6\)"):
+    with pytest.raises(PluginError, match=r"compression 'xor' is offered twice by plugin 'xor_codec'"):
         AsyncProducer(
             config, plugins=_plugins(_codec_plugin(XorCodec(), Other())), connector=FakeBroker({}).connector()
         )
+    # the records layer, which also takes codecs from elsewhere than plugins, refuses it too
+    with pytest.raises(UnsupportedCompressionType, match=r"two loaded codecs are named 'xor' \(ids 5 and 6\)"):
+        records.codec_named("xor", {5: XorCodec(), 6: Other()})
+
+
+def test_a_third_party_codec_named_like_a_built_in_one_is_a_conflict() -> None:
+    """An id-7 codec called gzip would make compression.type=gzip mean id 7 to the producer
+    (or an error) and id 1 to the broker: refused, naming both plugins, and listed by
+    `odradek plugins` as a conflict."""
+
+    class FakeGzip(XorCodec):
+        id = 7
+        name = "gzip"
+
+    plugins = _plugins(_codec_plugin(FakeGzip()))
+    both = r"compression 'gzip' is offered by both plugin '\S*compress\S*'.* and plugin 'xor_codec'"
+    with pytest.raises(PluginError, match=both):
+        plugins.codecs()
+    assert any("compression 'gzip' is offered by both" in c for c in plugins.conflicts())
+
+
+def test_a_kafka_codec_name_needs_its_codec_loaded() -> None:
+    """With the built-in compress plugin disabled and no replacement, compression.type=gzip is
+    refused when the config loads (every produce would fail with UNSUPPORTED_COMPRESSION_TYPE)."""
+    without = Plugins(
+        build_plugin_manager(entry_points_enabled=False, extra=["odradek.plugins.storage_segment.plugin"])
+    )
+    with pytest.raises(ConfigError, match=r"'gzip' is neither producer nor uncompressed, and no codec named 'gzip'"):
+        load_config(env={}, plugins=without, overrides={"compression.type": "gzip"})
+    assert (
+        load_config(env={}, plugins=without, overrides={"compression.type": "producer"})["compression.type"]
+        == "producer"
+    )
 
 
 # -- broker and topics -------------------------------------------------------------------------

@@ -332,3 +332,37 @@ def test_odradek_plugins_reports_a_broken_hook_without_a_traceback(tmp_path: Pat
     assert "odradek: error: plugin 'broken' (distribution 'odr-broken') returned <object" in r.stderr
     rows = {row["name"]: row for row in json.loads(r.stdout)}
     assert rows["broken"]["distribution"] == "odr-broken" and rows["broken"]["problems"]
+
+
+def test_an_invalid_hook_implementation_is_reported_in_one_line() -> None:
+    def takes_args(config: object) -> list[object]:
+        return []
+
+    with pytest.raises(PluginError) as info:
+        _plugins(_module("broken", odradek_register_metadata=hookimpl(takes_args)))
+    assert "\n" not in str(info.value) and "plugin 'broken'" in str(info.value)
+
+
+def test_naming_an_autoloaded_plugin_by_its_module_path_is_a_no_op() -> None:
+    """``plugins = ["odradek.plugins.transport_tcp.plugin"]`` names a plugin its entry point has
+    already loaded: nothing to do (pluggy's "already registered" error dumped its registry)."""
+    plugins = Plugins(build_plugin_manager(extra=[TCP]))
+    assert plugins.transport("tcp").name == "tcp"
+
+
+def test_a_plugin_redefining_a_built_in_config_key_is_named() -> None:
+    plugins = _plugins(_module("keys", odradek_config_keys=hookimpl(lambda: [ConfigKey("broker.id", int, 0, "")])))
+    with pytest.raises(Exception, match=r"'broker.id' redefines a built-in key \(offered by plugin 'keys'\)"):
+        load_config(env={}, plugins=plugins)
+
+
+def test_config_reference_honours_the_plugin_settings(tmp_path: Path) -> None:
+    """``odradek config reference`` lists the keys of the plugins a config loads, like ``serve``
+    (it used to load the default plugins whatever the settings said)."""
+    root = distribution(tmp_path / "site", "odr-flavour", {"flavour": "odr_flavour"}, {"odr_flavour": FLAVOUR})
+    no_autoload = {"ODRADEK_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    r = odradek_cli("config", "reference", "--set", "plugins=flavour", pythonpath=root, **no_autoload)
+    assert r.returncode == 0, r.stderr
+    assert "example.flavour" in r.stdout
+    r = odradek_cli("config", "reference", pythonpath=root, **no_autoload)
+    assert r.returncode == 0 and "example.flavour" not in r.stdout

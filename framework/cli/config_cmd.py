@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..config import BROKER_KEYS, load_config
 from ..interfaces import ConfigKey
-from ..manager import configured_plugins, load_plugins
+from ..manager import Plugins, configured_plugins
 from . import add_config_arguments, parse_sets
 
 
@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show.add_argument("--changed", action="store_true", help="only keys not at their default")
     show.set_defaults(func=run_show)
     ref = csub.add_parser("reference", help="print every config key as Markdown (docs/configuration.md)")
+    add_config_arguments(ref)  # the plugins and plugins.disabled they name decide which keys exist
     ref.set_defaults(func=run_reference)
 
 
@@ -44,11 +45,12 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def reference_markdown() -> str:
-    """The config reference: every built-in and plugin key with type, default and meaning."""
+def reference_markdown(plugins: Plugins | None = None) -> str:
+    """The config reference: every built-in and plugin key with type, default and meaning, for
+    ``plugins`` (default: what a broker with no config file would load)."""
     from ..config import TOPIC_ONLY_KEYS, all_keys
 
-    plugins = load_plugins()
+    plugins = plugins or configured_plugins()
     keys = all_keys(plugins)
     builtin = {k.name for k in BROKER_KEYS}
     lines = [
@@ -95,5 +97,6 @@ def reference_markdown() -> str:
 
 
 def run_reference(args: argparse.Namespace) -> int:
-    print(reference_markdown(), end="")
+    sets = parse_sets(args.set)
+    print(reference_markdown(configured_plugins(args.config, overrides=sets)), end="")
     return 0
