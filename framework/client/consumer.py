@@ -362,16 +362,24 @@ class AsyncConsumer(AsyncClient):
 
     # -- close -------------------------------------------------------------------------------------
     async def _on_close(self, timeout: float | None) -> None:
+        """Java's close(): commit what was consumed (with ``enable.auto.commit``), revoke, leave.
+
+        Runs after the client is marked closed, so it calls the coordinator directly (the public
+        ``commit()`` refuses a closed client). A join under way is stopped first: the member leaves
+        instead of completing a rebalance it would abandon, and its owned partitions (kept during a
+        cooperative rebalance) are committed and revoked as in a stable group -- the generation is
+        still valid while the group prepares the rebalance. Commit failures are logged by the
+        coordinator and never skip the LeaveGroup, so the group hands the partitions over at once
+        instead of after ``session.timeout.ms``.
+        """
         if self._nursery is None or timeout == 0:
             return
         with trio.move_on_after(self._default_timeout(timeout)):
             coordinator = self.coordinator
-            if self.subscriptions.subscribed and coordinator.owned and coordinator.state is MemberState.STABLE:
+            await coordinator.abort_join()
+            if self.subscriptions.subscribed and coordinator.owned and coordinator.generation >= 0:
                 await coordinator._revoke(list(coordinator.owned))
-            elif coordinator.auto_commit and self.subscriptions.positions():
-                try:
-                    await self.commit()
-                except KafkaError:
-                    pass
+            elif coordinator.auto_commit:
+                await coordinator.commit_consumed(self.subscriptions.positions(), "on close")
             if self.group_id:
                 await coordinator.leave()

@@ -120,6 +120,7 @@ class ConsumerCoordinator:
         self.rejoin_needed = True
         self._joined_topics: dict[str, int] = {}
         self._join_task_running = False
+        self._join_scope: trio.CancelScope | None = None
         self._join_done = trio.Event()
         self._join_done.set()
         self._join_error: BaseException | None = None
@@ -160,19 +161,31 @@ class ConsumerCoordinator:
             self._join_task_running = True
             self._join_done = trio.Event()
             self._join_error = None
+            self._join_scope = trio.CancelScope()  # entered by the task; abort_join may cancel it first
             nursery.start_soon(self._join_task)
         return self._join_done
 
     async def _join_task(self) -> None:
+        assert self._join_scope is not None
         try:
-            await self._join()
+            with self._join_scope:
+                await self._join()
         except (KafkaError, trio.TooSlowError) as exc:  # reported by the next poll()
             self._join_error = exc
             if isinstance(exc, FencedInstanceId):
                 self._fatal = exc
         finally:
+            self._join_scope = None
             self._join_task_running = False
             self._join_done.set()
+
+    async def abort_join(self) -> None:
+        """Stop a join under way and wait until its task ended (close(): a leaving member does
+        not finish the rebalance)."""
+        if self._join_task_running:
+            if self._join_scope is not None:
+                self._join_scope.cancel()
+            await self._join_done.wait()
 
     def take_join_error(self) -> None:
         error, self._join_error = self._join_error, None
@@ -347,12 +360,9 @@ class ConsumerCoordinator:
 
     async def _revoke(self, partitions: list[TopicPartition]) -> None:
         if self.auto_commit:
-            positions = {tp: pos for tp, pos in self.subs.positions().items() if tp in set(partitions)}
-            if positions:
-                try:
-                    await self.commit({tp: OffsetAndMetadata(p) for tp, p in positions.items()})
-                except KafkaError as exc:
-                    log.warning("auto-commit before revoking %s failed: %s", partitions, exc)
+            wanted = set(partitions)
+            positions = {tp: pos for tp, pos in self.subs.positions().items() if tp in wanted}
+            await self.commit_consumed(positions, f"before revoking {partitions}")
         await self._listener("on_partitions_revoked", partitions)
         for tp in partitions:
             self.fetcher.discard(tp)
@@ -479,6 +489,16 @@ class ConsumerCoordinator:
             if exc.code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS):
                 self.rejoin_needed = True
             raise
+
+    async def commit_consumed(self, positions: Mapping[TopicPartition, int], when: str) -> None:
+        """The automatic commit of ``enable.auto.commit`` (before a revocation, on close): a
+        failure is logged, not raised, since the caller goes on revoking or leaving either way."""
+        if not positions:
+            return
+        try:
+            await self.commit({tp: OffsetAndMetadata(p) for tp, p in positions.items()})
+        except KafkaError as exc:
+            log.warning("group %s: auto-commit %s failed: %s", self.group_id, when, exc)
 
     async def committed(
         self, partitions: Iterable[TopicPartition], timeout_s: float

@@ -1,0 +1,88 @@
+"""odradek's consumer committing and leaving against an ``odradek serve`` subprocess.
+
+What a user of Kafka's Java consumer relies on: close() commits what was consumed and leaves the
+group whatever state the member is in; commits are answered without waiting behind a long-poll
+fetch; commit errors are fatal or retriable as in Java; ``enable.auto.commit`` commits only what
+earlier polls returned.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from odradek.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from odradek.client.coordinator import MemberState
+from odradek.testing import BrokerProcess, unique_topic
+
+pytestmark = pytest.mark.integration
+TIMEOUT_S = 30.0
+
+
+def _topic_with_records(broker: BrokerProcess, prefix: str, count: int, partitions: int = 1) -> str:
+    topic = unique_topic(prefix)
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        assert admin.create_topics([NewTopic(topic, partitions, 1)])[topic] is None
+    with Producer({"bootstrap.servers": broker.bootstrap}) as producer:
+        for i in range(count):
+            producer.send(topic, b"%d" % i, partition=i % partitions)
+    return topic
+
+
+def _poll_count(consumer: Consumer, count: int) -> int:
+    got = 0
+    deadline = time.monotonic() + TIMEOUT_S
+    while got < count and time.monotonic() < deadline:
+        got += sum(len(records) for records in consumer.poll(0.5).values())
+    return got
+
+
+def _committed(broker: BrokerProcess, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, Any]:
+    with Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group}) as probe:
+        return {tp: (c.offset if c is not None else None) for tp, c in probe.committed(tps).items()}
+
+
+def _members(broker: BrokerProcess, group: str) -> int:
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        description = admin.describe_groups([group])[group]
+    return len(description.members)  # type: ignore[union-attr]
+
+
+# -- close() commits and leaves ---------------------------------------------------------------------
+
+
+def test_close_commits_consumed_offsets_of_an_assigned_consumer(odradek_broker: BrokerProcess) -> None:
+    """assign() with a group.id and auto-commit: close() commits the positions (it raised
+    ClientClosedError and committed nothing)."""
+    topic = _topic_with_records(odradek_broker, "close-assign", 10)
+    tp = TopicPartition(topic, 0)
+    group = unique_topic("g")
+    consumer = Consumer({"bootstrap.servers": odradek_broker.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "auto.commit.interval.ms": 60_000})  # fmt: skip
+    consumer.assign([tp])
+    assert _poll_count(consumer, 10) == 10
+    consumer.close()
+    assert _committed(odradek_broker, group, [tp]) == {tp: 10}
+
+
+def test_close_mid_rebalance_commits_and_leaves(odradek_broker: BrokerProcess) -> None:
+    """A subscribed member closed while a (cooperative) rebalance is under way still commits its
+    positions and sends LeaveGroup, so the group does not wait session.timeout.ms for it."""
+    topic = _topic_with_records(odradek_broker, "close-rebalance", 10)
+    tp = TopicPartition(topic, 0)
+    group = unique_topic("g")
+    consumer = Consumer({"bootstrap.servers": odradek_broker.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "auto.commit.interval.ms": 60_000,
+                         "partition.assignment.strategy": "cooperative-sticky",
+                         "session.timeout.ms": 60_000})  # fmt: skip
+    consumer.subscribe([topic])
+    assert _poll_count(consumer, 10) == 10
+    assert _members(odradek_broker, group) == 1
+    # what a join task sets while it runs; the generation stays valid until the group completes
+    coordinator = consumer._async.coordinator
+    consumer._loop().run_sync(lambda: setattr(coordinator, "state", MemberState.REBALANCING))
+    consumer.close()
+    assert _committed(odradek_broker, group, [tp]) == {tp: 10}
+    assert _members(odradek_broker, group) == 0
