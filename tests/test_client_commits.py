@@ -12,8 +12,10 @@ import time
 from typing import Any
 
 import pytest
+import trio
 
 from odradek.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from odradek.client.aio import AsyncConsumer
 from odradek.client.coordinator import MemberState
 from odradek.testing import BrokerProcess, unique_topic
 
@@ -86,3 +88,36 @@ def test_close_mid_rebalance_commits_and_leaves(odradek_broker: BrokerProcess) -
     consumer.close()
     assert _committed(odradek_broker, group, [tp]) == {tp: 10}
     assert _members(odradek_broker, group) == 0
+
+
+# -- group and offset requests do not queue behind a long-poll fetch ----------------------------------
+
+
+def test_commit_committed_and_end_offsets_do_not_wait_for_a_long_poll_fetch(odradek_broker: BrokerProcess) -> None:
+    """A caught-up consumer always has a Fetch parked at the broker for fetch.max.wait.ms; the
+    broker answers a connection's requests in order, so on a shared connection each commit,
+    committed() and end_offsets() waited for it."""
+    topic = _topic_with_records(odradek_broker, "longpoll", 3)
+    tp = TopicPartition(topic, 0)
+    max_wait_ms = 20_000
+
+    async def main() -> None:
+        conf = {"bootstrap.servers": odradek_broker.bootstrap, "group.id": unique_topic("g"),
+                "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                "fetch.max.wait.ms": max_wait_ms, "heartbeat.interval.ms": 1000}  # fmt: skip
+        async with AsyncConsumer(conf) as consumer:
+            consumer.subscribe([topic])
+            got = 0
+            with trio.fail_after(TIMEOUT_S):
+                while got < 3:
+                    got += sum(len(r) for r in (await consumer.poll(1.0)).values())
+                while not consumer.fetcher._in_flight_nodes:  # the caught-up long poll is parked
+                    await trio.sleep(0.01)
+            # every call below would wait max_wait_ms behind the parked fetch on one connection
+            with trio.fail_after(max_wait_ms / 1000.0 / 2):
+                for _ in range(3):
+                    await consumer.commit()
+                    assert (await consumer.committed([tp]))[tp].offset == 3  # type: ignore[union-attr]
+                    assert await consumer.end_offsets([tp]) == {tp: 3}
+
+    trio.run(main)
