@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 
-from odradek.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from odradek.client import Admin, Consumer, NewTopic, NoOffsetForPartition, Producer, TopicPartition
 from odradek.client.aio import AsyncConsumer
 from odradek.client.coordinator import MemberState
 from odradek.testing import BrokerProcess, unique_topic
@@ -121,3 +121,27 @@ def test_commit_committed_and_end_offsets_do_not_wait_for_a_long_poll_fetch(odra
                     assert await consumer.end_offsets([tp]) == {tp: 3}
 
     trio.run(main)
+
+
+# -- auto.offset.reset=none ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["assign", "subscribe"])
+def test_no_offset_for_partition_is_raised_by_every_poll_until_a_seek(odradek_broker: BrokerProcess, mode: str) -> None:
+    """Raised once, then every poll returned {} and position() timed out: a silent stall."""
+    topic = _topic_with_records(odradek_broker, "reset-none", 5)
+    tp = TopicPartition(topic, 0)
+    conf = {"bootstrap.servers": odradek_broker.bootstrap, "group.id": unique_topic("g"), "auto.offset.reset": "none"}
+    with Consumer(conf) as consumer:
+        if mode == "assign":
+            consumer.assign([tp])
+        else:
+            consumer.subscribe([topic])
+        for _ in range(3):
+            with pytest.raises(NoOffsetForPartition, match=f"{topic}-0"):
+                consumer.poll(TIMEOUT_S)
+        with pytest.raises(NoOffsetForPartition):
+            consumer.position(tp, timeout=TIMEOUT_S)
+        consumer.seek(tp, 2)
+        assert consumer.position(tp) == 2
+        assert _poll_count(consumer, 3) == 3

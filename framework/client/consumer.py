@@ -31,7 +31,7 @@ from ..manager import Plugins
 from .base import AsyncClient
 from .coordinator import ConsumerCoordinator, MemberState, RebalanceListener
 from .decoding import ConsumerRecord
-from .fetcher import Fetcher
+from .fetcher import Fetcher, NoOffsetForPartition
 from .group_ops import OffsetAndMetadata
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetAndTimestamp, list_offsets
 from .subscription import EARLIEST, LATEST, SubscriptionState
@@ -144,6 +144,7 @@ class AsyncConsumer(AsyncClient):
                 await self._ensure_group(deadline)
             if self.subscriptions.assignment:
                 await self._update_positions(deadline)
+                self._raise_missing_offsets()
             records = self.fetcher.drain(limit)
             if records:
                 return records
@@ -181,6 +182,15 @@ class AsyncConsumer(AsyncClient):
             await self.coordinator.refresh_committed_positions(timeout)
         if self.subscriptions.needing_reset():
             self.fetcher.wakeup()
+
+    def _raise_missing_offsets(self, only: list[TopicPartition] | None = None) -> None:
+        """Java's NoOffsetForPartitionException, raised by every poll() (and position()) while a
+        partition has neither a committed offset nor a reset strategy, until the user seeks it:
+        raising once and then returning nothing would stall the partition silently."""
+        missing = [tp for tp in self.subscriptions.missing_offsets() if only is None or tp in only]
+        if missing:
+            names = ", ".join(map(str, missing))
+            raise NoOffsetForPartition(f"undefined offset with no reset policy (auto.offset.reset=none) for {names}")
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self._iterate()
@@ -228,6 +238,7 @@ class AsyncConsumer(AsyncClient):
                 if st.awaiting_committed:
                     await self.coordinator.refresh_committed_positions(self._default_timeout(timeout))
                     continue
+                self._raise_missing_offsets([tp])
                 self.fetcher.wakeup()
                 await trio.sleep(0.005)
                 st = self.subscriptions.state(tp)

@@ -364,16 +364,9 @@ class Fetcher:
         """ListOffsets for every partition waiting for a reset (earliest / latest / timestamp)."""
         try:
             while True:
-                pending = self.subs.needing_reset()
+                pending = self.subs.needing_reset()  # auto.offset.reset=none: poll() raises instead
                 if not pending:
                     return
-                if any(v == "none" for v in pending.values()):
-                    bad = [tp for tp, v in pending.items() if v == "none"]
-                    for tp in bad:
-                        self.subs.state(tp).reset = None
-                    self._errors.append(NoOffsetForPartition(f"no committed offset for {', '.join(map(str, bad))}"))
-                    self._signal_data()
-                    continue
                 wanted = {
                     tp: EARLIEST_TIMESTAMP if v == EARLIEST else LATEST_TIMESTAMP if v == LATEST else int(v)
                     for tp, v in pending.items()
