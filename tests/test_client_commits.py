@@ -17,6 +17,7 @@ import trio
 from odradek.client import Admin, Consumer, NewTopic, NoOffsetForPartition, Producer, TopicPartition
 from odradek.client.aio import AsyncConsumer
 from odradek.client.coordinator import MemberState
+from odradek.errors import ErrorCode, KafkaError
 from odradek.testing import BrokerProcess, unique_topic
 
 pytestmark = pytest.mark.integration
@@ -145,3 +146,26 @@ def test_no_offset_for_partition_is_raised_by_every_poll_until_a_seek(odradek_br
         consumer.seek(tp, 2)
         assert consumer.position(tp) == 2
         assert _poll_count(consumer, 3) == 3
+
+
+# -- commit errors: Java's retriable and fatal ones -----------------------------------------------------
+
+
+def test_commit_of_a_partition_the_cluster_lacks_fails_at_once(odradek_broker: BrokerProcess) -> None:
+    """UNKNOWN_TOPIC_OR_PARTITION was retried for default.api.timeout.ms; a partition the
+    metadata confirms missing (a deleted topic, one recreated smaller) now fails the commit."""
+    topic = _topic_with_records(odradek_broker, "commit-missing", 1)
+    timeout_ms = 20_000
+
+    async def main() -> None:
+        conf = {"bootstrap.servers": odradek_broker.bootstrap, "group.id": unique_topic("g"),
+                "default.api.timeout.ms": timeout_ms}  # fmt: skip
+        async with AsyncConsumer(conf) as consumer:
+            with trio.fail_after(timeout_ms / 1000.0 / 2), pytest.raises(KafkaError) as info:
+                await consumer.commit({TopicPartition(topic, 5): 3})
+            assert info.value.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            assert f"{topic}-5 does not exist" in str(info.value)
+            await consumer.commit({TopicPartition(topic, 0): 1})  # the partition that exists
+            assert (await consumer.committed([TopicPartition(topic, 0)]))[TopicPartition(topic, 0)] is not None
+
+    trio.run(main)

@@ -67,6 +67,30 @@ class MemberState(enum.Enum):
     STABLE = "stable"
 
 
+#: OffsetCommit errors worth retrying, as Java's ConsumerCoordinator sorts them: a coordinator
+#: loading, moving or unreachable, and a partition the broker does not know (yet); every other
+#: error (generation, rebalance, authorization, metadata size) fails the commit at once
+_COMMIT_RETRIABLE = frozenset(
+    {
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+)
+
+
+class CommitFailedError(KafkaError):
+    """An offset commit failed for good (Java's CommitFailedException, and the other errors its
+    commitSync does not retry): never retried, whatever its code means elsewhere."""
+
+    @property
+    def retriable(self) -> bool:
+        return False
+
+
 class FencedInstanceId(KafkaError):
     """Another consumer with the same ``group.instance.id`` joined: this one must stop."""
 
@@ -101,6 +125,9 @@ class ConsumerCoordinator:
         self.auto_commit = bool(config["enable.auto.commit"]) and bool(self.group_id)
         self.auto_commit_interval_s = config["auto.commit.interval.ms"] / 1000.0
         self.default_timeout_s = config["default.api.timeout.ms"] / 1000.0
+        #: how long an automatic commit (before a revocation, on close) retries: the join task
+        #: runs it while no heartbeat is sent, so it must end well within session.timeout.ms
+        self.auto_commit_timeout_s = min(self.default_timeout_s, self.session_timeout_ms / 2000.0)
         self.exclude_internal = bool(config["exclude.internal.topics"])
         self.assignors: list[Assignor] = (
             [plugins.assignor(name) for name in config["partition.assignment.strategy"]] if self.group_id else []
@@ -468,35 +495,74 @@ class ConsumerCoordinator:
         self.generation = -1
 
     # -- offsets -----------------------------------------------------------------------------------
-    async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
-        """Commit ``offsets`` as this member (or as a non-member for manual assignment)."""
+    async def commit(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], *, timeout_s: float | None = None
+    ) -> None:
+        """Commit ``offsets`` as this member (or as a non-member for manual assignment), retrying
+        what Java retries (:data:`_COMMIT_RETRIABLE`) for ``timeout_s`` (default.api.timeout.ms).
+
+        UNKNOWN_TOPIC_OR_PARTITION is retried only while the cluster's metadata still has the
+        partition (a topic being created or moved); a partition the metadata does not have (a
+        deleted topic, one recreated with fewer partitions) fails the commit at once instead of
+        after the whole timeout, as Java's and librdkafka's commits do.
+        """
         if not self.group_id:
             raise KafkaError("commit needs a group.id", code=ErrorCode.INVALID_GROUP_ID)
         member = self.subs.subscribed and self.state is not MemberState.UNJOINED
 
         async def attempt() -> None:
-            await commit_offsets(
-                self.coordinator,
-                offsets,
-                generation=self.generation if member else -1,
-                member_id=self.member_id if member else "",
-                group_instance_id=self.group_instance_id if member else None,
-            )
+            try:
+                await commit_offsets(
+                    self.coordinator,
+                    offsets,
+                    generation=self.generation if member else -1,
+                    member_id=self.member_id if member else "",
+                    group_instance_id=self.group_instance_id if member else None,
+                )
+            except KafkaError as exc:
+                if exc.code not in _COMMIT_RETRIABLE:
+                    raise CommitFailedError(str(exc), code=exc.code) from exc
+                if exc.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    await self._check_partitions_exist(offsets, exc)
+                raise
 
+        timeout = self.default_timeout_s if timeout_s is None else timeout_s
         try:
-            await self.network.call_with_retries(attempt, timeout_s=self.default_timeout_s, what="OffsetCommit")
+            await self.network.call_with_retries(attempt, timeout_s=timeout, what="OffsetCommit")
         except KafkaError as exc:
             if exc.code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS):
                 self.rejoin_needed = True
             raise
 
+    async def _check_partitions_exist(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], exc: KafkaError
+    ) -> None:
+        """Raise CommitFailedError when fresh metadata lacks one of the committed partitions."""
+        topics = {tp.topic for tp in offsets}
+        try:
+            cluster = await self.network.refresh_metadata(topics, allow_auto_create=False)
+        except KafkaError:
+            return  # no answer: retry the commit as usual
+        for tp in offsets:
+            info = cluster.topics.get(tp.topic)
+            gone = info is None or info.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if gone or (info is not None and info.error is ErrorCode.NONE and tp.partition not in info.partitions):
+                raise CommitFailedError(
+                    f"OffsetCommit for group {self.group_id!r} failed: topic or partition {tp} does not exist",
+                    code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                ) from exc
+
     async def commit_consumed(self, positions: Mapping[TopicPartition, int], when: str) -> None:
         """The automatic commit of ``enable.auto.commit`` (before a revocation, on close): a
-        failure is logged, not raised, since the caller goes on revoking or leaving either way."""
+        failure is logged, not raised, since the caller goes on revoking or leaving either way;
+        retries end after :attr:`auto_commit_timeout_s` so a rebalance is never held for the
+        whole default.api.timeout.ms."""
         if not positions:
             return
         try:
-            await self.commit({tp: OffsetAndMetadata(p) for tp, p in positions.items()})
+            await self.commit(
+                {tp: OffsetAndMetadata(p) for tp, p in positions.items()}, timeout_s=self.auto_commit_timeout_s
+            )
         except KafkaError as exc:
             log.warning("group %s: auto-commit %s failed: %s", self.group_id, when, exc)
 
