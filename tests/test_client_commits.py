@@ -8,13 +8,14 @@ earlier polls returned.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import pytest
 import trio
 
-from odradek.client import Admin, Consumer, NewTopic, NoOffsetForPartition, Producer, TopicPartition
+from odradek.client import Admin, ClientClosedError, Consumer, NewTopic, NoOffsetForPartition, Producer, TopicPartition
 from odradek.client.aio import AsyncConsumer
 from odradek.client.coordinator import MemberState
 from odradek.errors import ErrorCode, KafkaError
@@ -169,3 +170,33 @@ def test_commit_of_a_partition_the_cluster_lacks_fails_at_once(odradek_broker: B
             assert (await consumer.committed([TopicPartition(topic, 0)]))[TopicPartition(topic, 0)] is not None
 
     trio.run(main)
+
+
+# -- the facade closed from another thread ------------------------------------------------------------
+
+
+def test_close_from_another_thread_makes_a_blocked_poll_raise_client_closed(odradek_broker: BrokerProcess) -> None:
+    """The blocked poll() raised trio.Cancelled, a BaseException that ends the calling thread."""
+    topic = _topic_with_records(odradek_broker, "close-thread", 1)
+    consumer = Consumer({"bootstrap.servers": odradek_broker.bootstrap, "auto.offset.reset": "latest"})
+    consumer.assign([TopicPartition(topic, 0)])
+    assert consumer.poll(0.5) == {}
+    outcome: list[BaseException | None] = []
+    started = threading.Event()
+
+    def blocked_poll() -> None:
+        started.set()
+        try:
+            consumer.poll(TIMEOUT_S * 10)
+            outcome.append(None)
+        except BaseException as exc:  # what the thread would die of
+            outcome.append(exc)
+
+    worker = threading.Thread(target=blocked_poll)
+    worker.start()
+    started.wait()
+    time.sleep(0.2)  # let the poll reach its wait (the close must not depend on it)
+    consumer.close()
+    worker.join(TIMEOUT_S)
+    assert not worker.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], ClientClosedError), outcome

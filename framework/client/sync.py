@@ -79,6 +79,11 @@ class _ClientThread:
             return trio.from_thread.run(fn, *args, trio_token=self._token)
         except trio.RunFinishedError:
             raise self._error or ClientClosedError("client is closed") from None
+        except trio.Cancelled:
+            # another thread closed the client while this call waited (a blocked poll()): trio
+            # cancels the call when its loop ends, and a Cancelled (a BaseException) would kill
+            # the calling thread
+            raise ClientClosedError(f"this {self.client.role} was closed while the call was waiting") from None
 
     def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
         if not self.alive:
