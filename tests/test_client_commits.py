@@ -200,3 +200,32 @@ def test_close_from_another_thread_makes_a_blocked_poll_raise_client_closed(odra
     worker.join(TIMEOUT_S)
     assert not worker.is_alive()
     assert len(outcome) == 1 and isinstance(outcome[0], ClientClosedError), outcome
+
+
+# -- enable.auto.commit commits what earlier polls returned -------------------------------------------
+
+
+def test_auto_commit_commits_only_records_of_earlier_polls(odradek_broker: BrokerProcess) -> None:
+    """Java's semantics: the auto-commit runs inside poll() and commits the positions after the
+    records earlier polls returned, never records the application is still processing (a
+    background timer committed them, so a crash mid-processing skipped them)."""
+    topic = _topic_with_records(odradek_broker, "autocommit", 30)
+    tp = TopicPartition(topic, 0)
+    group = unique_topic("g")
+    with Consumer({"bootstrap.servers": odradek_broker.bootstrap, "group.id": group,
+                   "auto.offset.reset": "earliest", "auto.commit.interval.ms": 50,
+                   "max.poll.records": 10}) as consumer:  # fmt: skip
+        consumer.subscribe([topic])
+        first: list[Any] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while not first and time.monotonic() < deadline:
+            first = consumer.poll(0.5).get(tp, [])
+        assert [r.offset for r in first] == list(range(10))
+        time.sleep(1.0)  # "processing" for many auto.commit.interval.ms, without polling
+        assert consumer.committed([tp])[tp] is None
+        second = consumer.poll(TIMEOUT_S)[tp]  # this poll commits the first poll's records
+        assert second[0].offset == 10
+        while consumer.committed([tp])[tp] is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        committed = consumer.committed([tp])[tp]
+        assert committed is not None and committed.offset == 10

@@ -10,7 +10,8 @@
 
 The consumer controls its position (the seeds' pull model): ``seek``, ``seek_to_beginning``,
 ``seek_to_end`` and ``offsets_for_times`` move it; ``commit`` stores it with the group (or
-``enable.auto.commit`` does every ``auto.commit.interval.ms``). Fetches run ahead in the
+``enable.auto.commit`` does, from ``poll()``, every ``auto.commit.interval.ms``: only records
+earlier polls returned are committed). Fetches run ahead in the
 background (:mod:`odradek.client.fetcher`); ``poll()`` decodes at most ``max.poll.records``.
 Group membership (:mod:`odradek.client.coordinator`) is driven by ``poll()``: it (re)joins when
 needed and waits for the join up to its timeout.
@@ -67,8 +68,6 @@ class AsyncConsumer(AsyncClient):
         nursery.start_soon(self.fetcher.run, nursery)
         if self.group_id:
             nursery.start_soon(self.coordinator.heartbeat_loop)
-            if self.coordinator.auto_commit:
-                nursery.start_soon(self.coordinator.auto_commit_loop)
 
     # -- subscription ----------------------------------------------------------------------------
     def subscribe(
@@ -137,6 +136,9 @@ class AsyncConsumer(AsyncClient):
         deadline = trio.current_time() + timeout
         limit = max_records or self.max_poll_records
         self.coordinator.last_poll = trio.current_time()
+        assert self._nursery is not None
+        # before anything is returned: what earlier polls returned is processed (at-least-once)
+        self.coordinator.maybe_auto_commit(self._nursery)
         while True:
             self.coordinator.check_fatal()
             self.fetcher.raise_errors()

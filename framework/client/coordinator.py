@@ -14,7 +14,8 @@ at once when they revoked something so the next generation can hand it out.
 
 Rebalance listener callbacks (``on_partitions_revoked``, ``on_partitions_assigned``,
 ``on_partitions_lost``; sync or async) run inside the join task. With ``enable.auto.commit`` the
-positions are committed before partitions are revoked.
+positions are committed from ``poll()`` every ``auto.commit.interval.ms`` (see
+:meth:`ConsumerCoordinator.maybe_auto_commit`), before partitions are revoked, and on close.
 """
 
 from __future__ import annotations
@@ -124,6 +125,9 @@ class ConsumerCoordinator:
         self.heartbeat_interval_s = config["heartbeat.interval.ms"] / 1000.0
         self.auto_commit = bool(config["enable.auto.commit"]) and bool(self.group_id)
         self.auto_commit_interval_s = config["auto.commit.interval.ms"] / 1000.0
+        self._next_auto_commit = 0.0  # set by the first poll (trio's clock is not running yet)
+        self._auto_commit_running = False
+        self._auto_committed: dict[TopicPartition, int] = {}
         self.default_timeout_s = config["default.api.timeout.ms"] / 1000.0
         #: how long an automatic commit (before a revocation, on close) retries: the join task
         #: runs it while no heartbeat is sent, so it must end well within session.timeout.ms
@@ -594,20 +598,35 @@ class ConsumerCoordinator:
                 self.subs.request_reset(tp)
         self.fetcher.wakeup()
 
-    async def auto_commit_loop(self) -> None:
-        """Commit changed positions every ``auto.commit.interval.ms`` (only what moved since the
-        last auto-commit, so an idle consumer sends nothing)."""
-        last: dict[TopicPartition, int] = {}
-        while True:
-            await trio.sleep(self.auto_commit_interval_s)
-            if self.subs.subscribed and self.state is not MemberState.STABLE:
-                continue
-            changed = {tp: p for tp, p in self.subs.positions().items() if last.get(tp) != p}
-            if not changed:
-                continue
-            try:
-                await self.commit({tp: OffsetAndMetadata(p) for tp, p in changed.items()})
-            except KafkaError as exc:
-                log.info("auto-commit failed: %s", exc)
-            else:
-                last.update(changed)
+    def maybe_auto_commit(self, nursery: trio.Nursery) -> None:
+        """``enable.auto.commit`` as Java does it: called by every ``poll()`` before it returns
+        anything, and once ``auto.commit.interval.ms`` has passed since the last auto-commit,
+        commits the positions in the background -- which are the offsets after the records
+        *earlier* polls returned. A record is committed only once the application asked for more,
+        so processing finished before the next poll() gives at-least-once delivery (a background
+        timer committed records still being processed). Only positions that moved since the last
+        auto-commit are sent, so an idle consumer sends nothing; a failed commit is tried again
+        after ``retry.backoff.ms``."""
+        if not self.auto_commit or self._auto_commit_running:
+            return
+        now = trio.current_time()
+        if now < self._next_auto_commit:
+            return
+        if self.subs.subscribed and self.state is not MemberState.STABLE:
+            return  # the revocation before the rejoin commits (or the partitions are lost)
+        self._next_auto_commit = now + self.auto_commit_interval_s
+        changed = {tp: p for tp, p in self.subs.positions().items() if self._auto_committed.get(tp) != p}
+        if changed:
+            self._auto_commit_running = True
+            nursery.start_soon(self._auto_commit, changed)
+
+    async def _auto_commit(self, positions: dict[TopicPartition, int]) -> None:
+        try:
+            await self.commit({tp: OffsetAndMetadata(p) for tp, p in positions.items()})
+        except KafkaError as exc:
+            log.info("group %s: auto-commit failed: %s", self.group_id, exc)
+            self._next_auto_commit = trio.current_time() + self.network.retry_backoff.seconds(0)
+        else:
+            self._auto_committed.update(positions)
+        finally:
+            self._auto_commit_running = False
