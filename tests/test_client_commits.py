@@ -17,7 +17,7 @@ import trio
 
 from odradek.client import Admin, ClientClosedError, Consumer, NewTopic, NoOffsetForPartition, Producer, TopicPartition
 from odradek.client.aio import AsyncConsumer
-from odradek.client.coordinator import MemberState
+from odradek.client.coordinator import CommitFailedError, MemberState
 from odradek.errors import ErrorCode, KafkaError
 from odradek.testing import BrokerProcess, unique_topic
 
@@ -229,3 +229,43 @@ def test_auto_commit_commits_only_records_of_earlier_polls(odradek_broker: Broke
             time.sleep(0.05)
         committed = consumer.committed([tp])[tp]
         assert committed is not None and committed.offset == 10
+
+
+# -- arguments Java refuses; commits by a consumer that left its group -----------------------------------
+
+
+def test_negative_seek_offset_and_record_timestamp_are_refused(odradek_broker: BrokerProcess) -> None:
+    topic = _topic_with_records(odradek_broker, "negative", 1)
+    tp = TopicPartition(topic, 0)
+    with Consumer({"bootstrap.servers": odradek_broker.bootstrap}) as consumer:
+        consumer.assign([tp])
+        with pytest.raises(ValueError, match="seek offset must be >= 0"):
+            consumer.seek(tp, -5)
+        consumer.seek(tp, 0)
+        assert consumer.position(tp) == 0
+    with Producer({"bootstrap.servers": odradek_broker.bootstrap}) as producer:
+        with pytest.raises(ValueError, match="invalid timestamp -5"):
+            producer.send(topic, b"v", timestamp=-5)
+        assert producer.send(topic, b"v", timestamp=0).result(TIMEOUT_S).timestamp == 0
+
+
+def test_commit_after_leaving_for_max_poll_interval_raises_commit_failed(odradek_broker: BrokerProcess) -> None:
+    """A consumer that left the group (poll() not called within max.poll.interval.ms) committed
+    as a non-member: accepted by an empty group (rewinding offsets it no longer owns), a bare
+    UNKNOWN_MEMBER_ID otherwise. Java raises CommitFailedException explaining the poll interval."""
+    topic = _topic_with_records(odradek_broker, "zombie", 10)
+    tp = TopicPartition(topic, 0)
+    group = unique_topic("g")
+    conf = {"bootstrap.servers": odradek_broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "max.poll.interval.ms": 1000, "heartbeat.interval.ms": 100}  # fmt: skip
+    with Consumer(conf) as consumer:
+        consumer.subscribe([topic])
+        assert _poll_count(consumer, 10) == 10
+        coordinator = consumer._async.coordinator
+        deadline = time.monotonic() + TIMEOUT_S
+        while coordinator.state is not MemberState.UNJOINED and time.monotonic() < deadline:
+            time.sleep(0.05)  # no poll(): the heartbeat task leaves the group after 1 s
+        assert coordinator.state is MemberState.UNJOINED
+        with pytest.raises(CommitFailedError, match="max.poll.interval.ms=1000"):
+            consumer.commit()
+        assert consumer.committed([tp])[tp] is None

@@ -206,7 +206,10 @@ class AsyncConsumer(AsyncClient):
 
     # -- positions ---------------------------------------------------------------------------------
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
-        """Make the next poll return ``partition`` from ``offset``."""
+        """Make the next poll return ``partition`` from ``offset`` (>= 0, as Java's seek demands;
+        seek_to_beginning / seek_to_end / offsets_for_times for the log's edges and times)."""
+        if offset < 0:
+            raise ValueError(f"seek offset must be >= 0, not {offset}")
         tp = TopicPartition(*partition)
         self.subscriptions.seek(tp, offset)
         self.fetcher.discard(tp)

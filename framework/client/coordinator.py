@@ -92,6 +92,16 @@ class CommitFailedError(KafkaError):
         return False
 
 
+def _not_a_member(group_id: str, max_poll_interval_ms: int, detail: str) -> str:
+    """Java's CommitFailedException explanation: why a subscribed consumer may not commit."""
+    return (
+        f"commit failed: this consumer is not a member of group {group_id!r} ({detail}). Its partitions "
+        f"may already be assigned to another member: a consumer that does not call poll() within "
+        f"max.poll.interval.ms={max_poll_interval_ms} leaves the group (processing what one poll returned "
+        f"took too long). Raise max.poll.interval.ms or lower max.poll.records; the next poll() rejoins"
+    )
+
+
 class FencedInstanceId(KafkaError):
     """Another consumer with the same ``group.instance.id`` joined: this one must stop."""
 
@@ -512,7 +522,14 @@ class ConsumerCoordinator:
         """
         if not self.group_id:
             raise KafkaError("commit needs a group.id", code=ErrorCode.INVALID_GROUP_ID)
-        member = self.subs.subscribed and self.state is not MemberState.UNJOINED
+        if self.subs.subscribed and self.state is MemberState.UNJOINED:
+            # Java's CommitFailedException; committing as a non-member (generation -1) would
+            # succeed in an empty group and overwrite offsets this consumer no longer owns
+            raise CommitFailedError(
+                _not_a_member(self.group_id, self.rebalance_timeout_ms, "not joined, or left the group"),
+                code=ErrorCode.UNKNOWN_MEMBER_ID,
+            )
+        member = self.subs.subscribed
 
         async def attempt() -> None:
             try:
@@ -524,6 +541,10 @@ class ConsumerCoordinator:
                     group_instance_id=self.group_instance_id if member else None,
                 )
             except KafkaError as exc:
+                if exc.code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+                    detail = f"the coordinator answered {exc.code.name}"
+                    message = _not_a_member(self.group_id, self.rebalance_timeout_ms, detail)
+                    raise CommitFailedError(message, code=exc.code) from exc
                 if exc.code not in _COMMIT_RETRIABLE:
                     raise CommitFailedError(str(exc), code=exc.code) from exc
                 if exc.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
