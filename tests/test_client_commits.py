@@ -8,6 +8,7 @@ earlier polls returned.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from typing import Any
@@ -269,3 +270,25 @@ def test_commit_after_leaving_for_max_poll_interval_raises_commit_failed(odradek
         with pytest.raises(CommitFailedError, match="max.poll.interval.ms=1000"):
             consumer.commit()
         assert consumer.committed([tp])[tp] is None
+
+
+# -- a facade dropped without close() -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["producer", "consumer"])
+def test_a_facade_garbage_collected_without_close_ends_its_thread(odradek_broker: BrokerProcess, role: str) -> None:
+    """Each unclosed facade kept its daemon thread and its sockets for ever."""
+    topic = _topic_with_records(odradek_broker, "unclosed", 1)
+    client: Any
+    if role == "producer":
+        client = Producer({"bootstrap.servers": odradek_broker.bootstrap})
+        client.send(topic, b"v").result(TIMEOUT_S)
+    else:
+        client = Consumer({"bootstrap.servers": odradek_broker.bootstrap})
+        assert topic in client.list_topics()
+    thread = client._thread._thread
+    assert thread.is_alive()
+    del client
+    gc.collect()
+    thread.join(TIMEOUT_S)
+    assert not thread.is_alive()
