@@ -95,10 +95,11 @@ class CommitFailedError(KafkaError):
 def _not_a_member(group_id: str, max_poll_interval_ms: int, detail: str) -> str:
     """Java's CommitFailedException explanation: why a subscribed consumer may not commit."""
     return (
-        f"commit failed: this consumer is not a member of group {group_id!r} ({detail}). Its partitions "
-        f"may already be assigned to another member: a consumer that does not call poll() within "
-        f"max.poll.interval.ms={max_poll_interval_ms} leaves the group (processing what one poll returned "
-        f"took too long). Raise max.poll.interval.ms or lower max.poll.records; the next poll() rejoins"
+        f"commit failed: this consumer is not a member of the current generation of group {group_id!r} "
+        f"({detail}). The group may have rebalanced and assigned its partitions to another member; a "
+        f"consumer that does not call poll() within max.poll.interval.ms={max_poll_interval_ms} leaves the "
+        f"group (processing what one poll returned took too long): raise max.poll.interval.ms or lower "
+        f"max.poll.records. The next poll() rejoins"
     )
 
 
