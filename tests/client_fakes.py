@@ -5,7 +5,8 @@
 keeps each partition's log as a list of (offset, value) and applies Kafka's idempotence rules:
 a batch continuing the producer's sequence is appended, a retry of one of the last five batches
 is acknowledged with its original offset (a duplicate), anything else is
-OUT_OF_ORDER_SEQUENCE_NUMBER. ``faults`` scripts what happens to each Produce request: ``"ok"``,
+OUT_OF_ORDER_SEQUENCE_NUMBER; a batch over ``max_message_bytes`` is MESSAGE_TOO_LARGE. ``faults``
+scripts what happens to each Produce request: ``"ok"``,
 ``"drop_before"`` (connection dies, nothing written) or ``"drop_after"`` (written, connection dies
 before the response: the case that makes naive retries duplicate records).
 """
@@ -43,8 +44,17 @@ ADVERTISED = {
 
 
 class FakeBroker:
-    def __init__(self, topics: dict[str, int], *, node_id: int = 1, faults: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        topics: dict[str, int],
+        *,
+        node_id: int = 1,
+        faults: Iterable[str] = (),
+        max_message_bytes: int | None = None,
+    ) -> None:
         self.node_id = node_id
+        #: a batch larger than this is refused with MESSAGE_TOO_LARGE (the topic's max.message.bytes)
+        self.max_message_bytes = max_message_bytes
         self.topics = topics
         self.logs: dict[TopicPartition, list[tuple[int, bytes | None]]] = {
             TopicPartition(t, p): [] for t, n in topics.items() for p in range(n)
@@ -140,6 +150,8 @@ class FakeBroker:
         ((_pos, header),) = list(iter_headers(data))
         records = decode_batch(data).records
         self.received.append((tp, header.base_sequence, tuple(r.value for r in records)))
+        if self.max_message_bytes is not None and len(data) > self.max_message_bytes:
+            return PartitionProduceResponse(tp.partition, ErrorCode.MESSAGE_TOO_LARGE)
         if header.producer_id >= 0:
             key = (header.producer_id, tp)
             recent = self.recent.setdefault(key, [])

@@ -18,6 +18,7 @@ from ..interfaces import TopicPartition
 from .accumulator import RecordMetadata
 from .admin import AlterConfigOp, ConfigResourceType, NewTopic
 from .base import ClientClosedError
+from .coordinator import CommitFailedError
 from .decoding import ConsumerRecord
 from .fetcher import NoOffsetForPartition
 from .group_ops import OffsetAndMetadata
@@ -28,6 +29,7 @@ __all__ = [
     "Admin",
     "AlterConfigOp",
     "ClientClosedError",
+    "CommitFailedError",
     "ConfigResourceType",
     "Consumer",
     "ConsumerRecord",

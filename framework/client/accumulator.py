@@ -18,6 +18,7 @@ list operations at a time, never across an await.
 
 from __future__ import annotations
 
+import bisect
 import enum
 import threading
 from collections import deque
@@ -82,12 +83,14 @@ class ProducerBatch:
         "full",
         "in_retry",
         "log_append_time",
+        "parent",
         "payload",
         "producer_epoch",
         "producer_id",
         "records",
         "retry_at",
         "size",
+        "split",
         "tp",
         "waiters",
     )
@@ -117,6 +120,11 @@ class ProducerBatch:
         self.finish_hook = finish_hook
         #: whatever the finish hook keeps per batch (sync futures being waited on)
         self.waiters: Any = None
+        #: after a split (MESSAGE_TOO_LARGE): (index of its first record, child batch), in order;
+        #: the records' results are the children's, and this batch finishes with the last child
+        self.split: list[tuple[int, ProducerBatch]] | None = None
+        #: a split child's parent batch (None for a batch made by send())
+        self.parent: ProducerBatch | None = None
 
     @property
     def record_count(self) -> int:
@@ -142,6 +150,13 @@ class ProducerBatch:
         )
 
     def result(self, index: int) -> tuple[RecordMetadata | None, BaseException | None]:
+        """Record ``index``'s metadata or error (per record: the halves of a split batch may end
+        differently)."""
+        split = self.split
+        if split is not None:
+            start, child = split[bisect.bisect_right(split, index, key=lambda part: part[0]) - 1]
+            if child.done.is_set():
+                return child.result(index - start)
         if self.error is not None:
             return None, self.error
         return self.metadata(index), None
@@ -391,6 +406,44 @@ class RecordAccumulator:
                 size += head.size
                 out.append(head)
         return out
+
+    def split(self, batch: ProducerBatch, now: float) -> list[ProducerBatch]:
+        """Split a batch the broker refused as too large (MESSAGE_TOO_LARGE; it wrote nothing)
+        into two halves queued at the head of its partition, as Java's Sender splits such a
+        batch: records that fit the topic's ``max.message.bytes`` are then written instead of
+        failing with the ones that do not (a half still too large is split again; a single
+        record fails). With idempotence the halves take the batch's sequence numbers in order
+        (the first half its base sequence, the second the next free one), so the partition's
+        sequence stays gap-free and later batches keep theirs, as in Java. The records' futures
+        stay with ``batch``, which finishes when both halves did."""
+        half = (len(batch.records) + 1) // 2
+        children: list[tuple[int, ProducerBatch]] = []
+        sequence = batch.base_sequence
+        for start, records in ((0, batch.records[:half]), (half, batch.records[half:])):
+            child = ProducerBatch(batch.tp, batch.created, self._child_finished)
+            child.records = records
+            child.size = BATCH_OVERHEAD + sum(record_size(k, v, h) for k, v, h, _ts in records)
+            child.full = True
+            child.attempts = batch.attempts
+            child.parent = batch
+            if sequence >= 0:
+                child.base_sequence = sequence
+                child.producer_id = batch.producer_id
+                child.producer_epoch = batch.producer_epoch
+                sequence = (sequence + len(records)) & 0x7FFFFFFF
+            children.append((start, child))
+        batch.split = children
+        for _start, child in reversed(children):  # each goes in front of the one after it
+            self.reenqueue(child, now)
+        return [child for _start, child in children]
+
+    def _child_finished(self, child: ProducerBatch) -> None:
+        """A split child's finish hook: its parent finishes (and frees its memory) with the last."""
+        parent = child.parent
+        if parent is None or parent.split is None or not all(c.done.is_set() for _s, c in parent.split):
+            return
+        self.release(parent)
+        parent.complete(-1)  # results come from the children (ProducerBatch.result)
 
     def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
         """Put a batch that failed retriably back at the front of its partition, in sequence

@@ -25,6 +25,7 @@ from .admin import (
 )
 from .base import ClientClosedError
 from .consumer import AsyncConsumer
+from .coordinator import CommitFailedError
 from .decoding import ConsumerRecord
 from .fetcher import NoOffsetForPartition
 from .group_ops import OffsetAndMetadata
@@ -38,6 +39,7 @@ __all__ = [
     "AsyncProducer",
     "ClientClosedError",
     "ClusterDescription",
+    "CommitFailedError",
     "ConfigEntry",
     "ConfigResourceType",
     "ConsumerRecord",

@@ -10,7 +10,8 @@
 
 The consumer controls its position (the seeds' pull model): ``seek``, ``seek_to_beginning``,
 ``seek_to_end`` and ``offsets_for_times`` move it; ``commit`` stores it with the group (or
-``enable.auto.commit`` does every ``auto.commit.interval.ms``). Fetches run ahead in the
+``enable.auto.commit`` does, from ``poll()``, every ``auto.commit.interval.ms``: only records
+earlier polls returned are committed). Fetches run ahead in the
 background (:mod:`odradek.client.fetcher`); ``poll()`` decodes at most ``max.poll.records``.
 Group membership (:mod:`odradek.client.coordinator`) is driven by ``poll()``: it (re)joins when
 needed and waits for the join up to its timeout.
@@ -31,7 +32,7 @@ from ..manager import Plugins
 from .base import AsyncClient
 from .coordinator import ConsumerCoordinator, MemberState, RebalanceListener
 from .decoding import ConsumerRecord
-from .fetcher import Fetcher
+from .fetcher import Fetcher, NoOffsetForPartition
 from .group_ops import OffsetAndMetadata
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetAndTimestamp, list_offsets
 from .subscription import EARLIEST, LATEST, SubscriptionState
@@ -67,8 +68,6 @@ class AsyncConsumer(AsyncClient):
         nursery.start_soon(self.fetcher.run, nursery)
         if self.group_id:
             nursery.start_soon(self.coordinator.heartbeat_loop)
-            if self.coordinator.auto_commit:
-                nursery.start_soon(self.coordinator.auto_commit_loop)
 
     # -- subscription ----------------------------------------------------------------------------
     def subscribe(
@@ -137,6 +136,9 @@ class AsyncConsumer(AsyncClient):
         deadline = trio.current_time() + timeout
         limit = max_records or self.max_poll_records
         self.coordinator.last_poll = trio.current_time()
+        assert self._nursery is not None
+        # before anything is returned: what earlier polls returned is processed (at-least-once)
+        self.coordinator.maybe_auto_commit(self._nursery)
         while True:
             self.coordinator.check_fatal()
             self.fetcher.raise_errors()
@@ -144,6 +146,7 @@ class AsyncConsumer(AsyncClient):
                 await self._ensure_group(deadline)
             if self.subscriptions.assignment:
                 await self._update_positions(deadline)
+                self._raise_missing_offsets()
             records = self.fetcher.drain(limit)
             if records:
                 return records
@@ -182,6 +185,15 @@ class AsyncConsumer(AsyncClient):
         if self.subscriptions.needing_reset():
             self.fetcher.wakeup()
 
+    def _raise_missing_offsets(self, only: list[TopicPartition] | None = None) -> None:
+        """Java's NoOffsetForPartitionException, raised by every poll() (and position()) while a
+        partition has neither a committed offset nor a reset strategy, until the user seeks it:
+        raising once and then returning nothing would stall the partition silently."""
+        missing = [tp for tp in self.subscriptions.missing_offsets() if only is None or tp in only]
+        if missing:
+            names = ", ".join(map(str, missing))
+            raise NoOffsetForPartition(f"undefined offset with no reset policy (auto.offset.reset=none) for {names}")
+
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self._iterate()
 
@@ -194,7 +206,10 @@ class AsyncConsumer(AsyncClient):
 
     # -- positions ---------------------------------------------------------------------------------
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
-        """Make the next poll return ``partition`` from ``offset``."""
+        """Make the next poll return ``partition`` from ``offset`` (>= 0, as Java's seek demands;
+        seek_to_beginning / seek_to_end / offsets_for_times for the log's edges and times)."""
+        if offset < 0:
+            raise ValueError(f"seek offset must be >= 0, not {offset}")
         tp = TopicPartition(*partition)
         self.subscriptions.seek(tp, offset)
         self.fetcher.discard(tp)
@@ -228,6 +243,7 @@ class AsyncConsumer(AsyncClient):
                 if st.awaiting_committed:
                     await self.coordinator.refresh_committed_positions(self._default_timeout(timeout))
                     continue
+                self._raise_missing_offsets([tp])
                 self.fetcher.wakeup()
                 await trio.sleep(0.005)
                 st = self.subscriptions.state(tp)
@@ -362,16 +378,24 @@ class AsyncConsumer(AsyncClient):
 
     # -- close -------------------------------------------------------------------------------------
     async def _on_close(self, timeout: float | None) -> None:
+        """Java's close(): commit what was consumed (with ``enable.auto.commit``), revoke, leave.
+
+        Runs after the client is marked closed, so it calls the coordinator directly (the public
+        ``commit()`` refuses a closed client). A join under way is stopped first: the member leaves
+        instead of completing a rebalance it would abandon, and its owned partitions (kept during a
+        cooperative rebalance) are committed and revoked as in a stable group -- the generation is
+        still valid while the group prepares the rebalance. Commit failures are logged by the
+        coordinator and never skip the LeaveGroup, so the group hands the partitions over at once
+        instead of after ``session.timeout.ms``.
+        """
         if self._nursery is None or timeout == 0:
             return
         with trio.move_on_after(self._default_timeout(timeout)):
             coordinator = self.coordinator
-            if self.subscriptions.subscribed and coordinator.owned and coordinator.state is MemberState.STABLE:
+            await coordinator.abort_join()
+            if self.subscriptions.subscribed and coordinator.owned and coordinator.generation >= 0:
                 await coordinator._revoke(list(coordinator.owned))
-            elif coordinator.auto_commit and self.subscriptions.positions():
-                try:
-                    await self.commit()
-                except KafkaError:
-                    pass
+            elif coordinator.auto_commit:
+                await coordinator.commit_consumed(self.subscriptions.positions(), "on close")
             if self.group_id:
                 await coordinator.leave()

@@ -14,7 +14,8 @@ at once when they revoked something so the next generation can hand it out.
 
 Rebalance listener callbacks (``on_partitions_revoked``, ``on_partitions_assigned``,
 ``on_partitions_lost``; sync or async) run inside the join task. With ``enable.auto.commit`` the
-positions are committed before partitions are revoked.
+positions are committed from ``poll()`` every ``auto.commit.interval.ms`` (see
+:meth:`ConsumerCoordinator.maybe_auto_commit`), before partitions are revoked, and on close.
 """
 
 from __future__ import annotations
@@ -69,6 +70,41 @@ class MemberState(enum.Enum):
     STABLE = "stable"
 
 
+#: OffsetCommit errors worth retrying, as Java's ConsumerCoordinator sorts them: a coordinator
+#: loading, moving or unreachable, and a partition the broker does not know (yet); every other
+#: error (generation, rebalance, authorization, metadata size) fails the commit at once
+_COMMIT_RETRIABLE = frozenset(
+    {
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+)
+
+
+class CommitFailedError(KafkaError):
+    """An offset commit failed for good (Java's CommitFailedException, and the other errors its
+    commitSync does not retry): never retried, whatever its code means elsewhere."""
+
+    @property
+    def retriable(self) -> bool:
+        return False
+
+
+def _not_a_member(group_id: str, max_poll_interval_ms: int, detail: str) -> str:
+    """Java's CommitFailedException explanation: why a subscribed consumer may not commit."""
+    return (
+        f"commit failed: this consumer is not a member of the current generation of group {group_id!r} "
+        f"({detail}). The group may have rebalanced and assigned its partitions to another member; a "
+        f"consumer that does not call poll() within max.poll.interval.ms={max_poll_interval_ms} leaves the "
+        f"group (processing what one poll returned took too long): raise max.poll.interval.ms or lower "
+        f"max.poll.records. The next poll() rejoins"
+    )
+
+
 class FencedInstanceId(KafkaError):
     """Another consumer with the same ``group.instance.id`` joined: this one must stop."""
 
@@ -102,7 +138,13 @@ class ConsumerCoordinator:
         self.heartbeat_interval_s = config["heartbeat.interval.ms"] / 1000.0
         self.auto_commit = bool(config["enable.auto.commit"]) and bool(self.group_id)
         self.auto_commit_interval_s = config["auto.commit.interval.ms"] / 1000.0
+        self._next_auto_commit = 0.0  # set by the first poll (trio's clock is not running yet)
+        self._auto_commit_running = False
+        self._auto_committed: dict[TopicPartition, int] = {}
         self.default_timeout_s = config["default.api.timeout.ms"] / 1000.0
+        #: how long an automatic commit (before a revocation, on close) retries: the join task
+        #: runs it while no heartbeat is sent, so it must end well within session.timeout.ms
+        self.auto_commit_timeout_s = min(self.default_timeout_s, self.session_timeout_ms / 2000.0)
         self.exclude_internal = bool(config["exclude.internal.topics"])
         self.plugins = plugins
         self.assignors: list[Assignor] = (
@@ -123,6 +165,7 @@ class ConsumerCoordinator:
         self.rejoin_needed = True
         self._joined_topics: dict[str, int] = {}
         self._join_task_running = False
+        self._join_scope: trio.CancelScope | None = None
         self._join_done = trio.Event()
         self._join_done.set()
         self._join_error: BaseException | None = None
@@ -163,19 +206,31 @@ class ConsumerCoordinator:
             self._join_task_running = True
             self._join_done = trio.Event()
             self._join_error = None
+            self._join_scope = trio.CancelScope()  # entered by the task; abort_join may cancel it first
             nursery.start_soon(self._join_task)
         return self._join_done
 
     async def _join_task(self) -> None:
+        assert self._join_scope is not None
         try:
-            await self._join()
+            with self._join_scope:
+                await self._join()
         except (KafkaError, trio.TooSlowError) as exc:  # reported by the next poll()
             self._join_error = exc
             if isinstance(exc, FencedInstanceId):
                 self._fatal = exc
         finally:
+            self._join_scope = None
             self._join_task_running = False
             self._join_done.set()
+
+    async def abort_join(self) -> None:
+        """Stop a join under way and wait until its task ended (close(): a leaving member does
+        not finish the rebalance)."""
+        if self._join_task_running:
+            if self._join_scope is not None:
+                self._join_scope.cancel()
+            await self._join_done.wait()
 
     def take_join_error(self) -> None:
         error, self._join_error = self._join_error, None
@@ -358,12 +413,9 @@ class ConsumerCoordinator:
 
     async def _revoke(self, partitions: list[TopicPartition]) -> None:
         if self.auto_commit:
-            positions = {tp: pos for tp, pos in self.subs.positions().items() if tp in set(partitions)}
-            if positions:
-                try:
-                    await self.commit({tp: OffsetAndMetadata(p) for tp, p in positions.items()})
-                except KafkaError as exc:
-                    log.warning("auto-commit before revoking %s failed: %s", partitions, exc)
+            wanted = set(partitions)
+            positions = {tp: pos for tp, pos in self.subs.positions().items() if tp in wanted}
+            await self.commit_consumed(positions, f"before revoking {partitions}")
         await self._listener("on_partitions_revoked", partitions)
         for tp in partitions:
             self.fetcher.discard(tp)
@@ -469,27 +521,87 @@ class ConsumerCoordinator:
         self.generation = -1
 
     # -- offsets -----------------------------------------------------------------------------------
-    async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
-        """Commit ``offsets`` as this member (or as a non-member for manual assignment)."""
+    async def commit(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], *, timeout_s: float | None = None
+    ) -> None:
+        """Commit ``offsets`` as this member (or as a non-member for manual assignment), retrying
+        what Java retries (:data:`_COMMIT_RETRIABLE`) for ``timeout_s`` (default.api.timeout.ms).
+
+        UNKNOWN_TOPIC_OR_PARTITION is retried only while the cluster's metadata still has the
+        partition (a topic being created or moved); a partition the metadata does not have (a
+        deleted topic, one recreated with fewer partitions) fails the commit at once instead of
+        after the whole timeout, as Java's and librdkafka's commits do.
+        """
         if not self.group_id:
             raise KafkaError("commit needs a group.id", code=ErrorCode.INVALID_GROUP_ID)
-        member = self.subs.subscribed and self.state is not MemberState.UNJOINED
+        if self.subs.subscribed and self.state is MemberState.UNJOINED:
+            # Java's CommitFailedException; committing as a non-member (generation -1) would
+            # succeed in an empty group and overwrite offsets this consumer no longer owns
+            raise CommitFailedError(
+                _not_a_member(self.group_id, self.rebalance_timeout_ms, "not joined, or left the group"),
+                code=ErrorCode.UNKNOWN_MEMBER_ID,
+            )
+        member = self.subs.subscribed
 
         async def attempt() -> None:
-            await commit_offsets(
-                self.coordinator,
-                offsets,
-                generation=self.generation if member else -1,
-                member_id=self.member_id if member else "",
-                group_instance_id=self.group_instance_id if member else None,
-            )
+            try:
+                await commit_offsets(
+                    self.coordinator,
+                    offsets,
+                    generation=self.generation if member else -1,
+                    member_id=self.member_id if member else "",
+                    group_instance_id=self.group_instance_id if member else None,
+                )
+            except KafkaError as exc:
+                if exc.code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+                    detail = f"the coordinator answered {exc.code.name}"
+                    message = _not_a_member(self.group_id, self.rebalance_timeout_ms, detail)
+                    raise CommitFailedError(message, code=exc.code) from exc
+                if exc.code not in _COMMIT_RETRIABLE:
+                    raise CommitFailedError(str(exc), code=exc.code) from exc
+                if exc.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    await self._check_partitions_exist(offsets, exc)
+                raise
 
+        timeout = self.default_timeout_s if timeout_s is None else timeout_s
         try:
-            await self.network.call_with_retries(attempt, timeout_s=self.default_timeout_s, what="OffsetCommit")
+            await self.network.call_with_retries(attempt, timeout_s=timeout, what="OffsetCommit")
         except KafkaError as exc:
             if exc.code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.REBALANCE_IN_PROGRESS):
                 self.rejoin_needed = True
             raise
+
+    async def _check_partitions_exist(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], exc: KafkaError
+    ) -> None:
+        """Raise CommitFailedError when fresh metadata lacks one of the committed partitions."""
+        topics = {tp.topic for tp in offsets}
+        try:
+            cluster = await self.network.refresh_metadata(topics, allow_auto_create=False)
+        except KafkaError:
+            return  # no answer: retry the commit as usual
+        for tp in offsets:
+            info = cluster.topics.get(tp.topic)
+            gone = info is None or info.error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if gone or (info is not None and info.error is ErrorCode.NONE and tp.partition not in info.partitions):
+                raise CommitFailedError(
+                    f"OffsetCommit for group {self.group_id!r} failed: topic or partition {tp} does not exist",
+                    code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                ) from exc
+
+    async def commit_consumed(self, positions: Mapping[TopicPartition, int], when: str) -> None:
+        """The automatic commit of ``enable.auto.commit`` (before a revocation, on close): a
+        failure is logged, not raised, since the caller goes on revoking or leaving either way;
+        retries end after :attr:`auto_commit_timeout_s` so a rebalance is never held for the
+        whole default.api.timeout.ms."""
+        if not positions:
+            return
+        try:
+            await self.commit(
+                {tp: OffsetAndMetadata(p) for tp, p in positions.items()}, timeout_s=self.auto_commit_timeout_s
+            )
+        except KafkaError as exc:
+            log.warning("group %s: auto-commit %s failed: %s", self.group_id, when, exc)
 
     async def committed(
         self, partitions: Iterable[TopicPartition], timeout_s: float
@@ -519,20 +631,35 @@ class ConsumerCoordinator:
                 self.subs.request_reset(tp)
         self.fetcher.wakeup()
 
-    async def auto_commit_loop(self) -> None:
-        """Commit changed positions every ``auto.commit.interval.ms`` (only what moved since the
-        last auto-commit, so an idle consumer sends nothing)."""
-        last: dict[TopicPartition, int] = {}
-        while True:
-            await trio.sleep(self.auto_commit_interval_s)
-            if self.subs.subscribed and self.state is not MemberState.STABLE:
-                continue
-            changed = {tp: p for tp, p in self.subs.positions().items() if last.get(tp) != p}
-            if not changed:
-                continue
-            try:
-                await self.commit({tp: OffsetAndMetadata(p) for tp, p in changed.items()})
-            except KafkaError as exc:
-                log.info("auto-commit failed: %s", exc)
-            else:
-                last.update(changed)
+    def maybe_auto_commit(self, nursery: trio.Nursery) -> None:
+        """``enable.auto.commit`` as Java does it: called by every ``poll()`` before it returns
+        anything, and once ``auto.commit.interval.ms`` has passed since the last auto-commit,
+        commits the positions in the background -- which are the offsets after the records
+        *earlier* polls returned. A record is committed only once the application asked for more,
+        so processing finished before the next poll() gives at-least-once delivery (a background
+        timer committed records still being processed). Only positions that moved since the last
+        auto-commit are sent, so an idle consumer sends nothing; a failed commit is tried again
+        after ``retry.backoff.ms``."""
+        if not self.auto_commit or self._auto_commit_running:
+            return
+        now = trio.current_time()
+        if now < self._next_auto_commit:
+            return
+        if self.subs.subscribed and self.state is not MemberState.STABLE:
+            return  # the revocation before the rejoin commits (or the partitions are lost)
+        self._next_auto_commit = now + self.auto_commit_interval_s
+        changed = {tp: p for tp, p in self.subs.positions().items() if self._auto_committed.get(tp) != p}
+        if changed:
+            self._auto_commit_running = True
+            nursery.start_soon(self._auto_commit, changed)
+
+    async def _auto_commit(self, positions: dict[TopicPartition, int]) -> None:
+        try:
+            await self.commit({tp: OffsetAndMetadata(p) for tp, p in positions.items()})
+        except KafkaError as exc:
+            log.info("group %s: auto-commit failed: %s", self.group_id, exc)
+            self._next_auto_commit = trio.current_time() + self.network.retry_backoff.seconds(0)
+        else:
+            self._auto_committed.update(positions)
+        finally:
+            self._auto_commit_running = False

@@ -32,7 +32,7 @@ from ..records import ControlRecordType, decode_batch, iter_headers, parse_contr
 from .config import ClientConfig
 from .connection import BrokerConnection
 from .decoding import ConsumerRecord, RecordCursor, records_section
-from .network import NetworkClient
+from .network import FETCH_CHANNEL, NetworkClient
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
 from .requests import error_code, make_request
 from .subscription import EARLIEST, LATEST, SubscriptionState
@@ -287,7 +287,8 @@ class Fetcher:
         got_data = False
         try:
             try:
-                response = await self.network.send(node, build, timeout_s=self.request_timeout_s)
+                # a connection of its own: the long poll holds up nothing else sent to the broker
+                response = await self.network.send(node, build, timeout_s=self.request_timeout_s, channel=FETCH_CHANNEL)
             except KafkaError as exc:
                 log.debug("fetch from broker %d failed: %r", node, exc)
                 self.network.request_update()
@@ -363,16 +364,9 @@ class Fetcher:
         """ListOffsets for every partition waiting for a reset (earliest / latest / timestamp)."""
         try:
             while True:
-                pending = self.subs.needing_reset()
+                pending = self.subs.needing_reset()  # auto.offset.reset=none: poll() raises instead
                 if not pending:
                     return
-                if any(v == "none" for v in pending.values()):
-                    bad = [tp for tp, v in pending.items() if v == "none"]
-                    for tp in bad:
-                        self.subs.state(tp).reset = None
-                    self._errors.append(NoOffsetForPartition(f"no committed offset for {', '.join(map(str, bad))}"))
-                    self._signal_data()
-                    continue
                 wanted = {
                     tp: EARLIEST_TIMESTAMP if v == EARLIEST else LATEST_TIMESTAMP if v == LATEST else int(v)
                     for tp, v in pending.items()

@@ -65,8 +65,8 @@ class FutureHub:
                 return
             # the state stays on the batch: concurrent.futures.wait() removes its waiters afterwards
             state.event.set()
-            error = batch.error
-            for future, installed in state.waiters.values():
+            for index, (future, installed) in state.waiters.items():
+                error = batch.result(index)[1]  # per record: a split batch's halves may differ
                 for waiter in installed:
                     if error is None:
                         waiter.add_result(future)
@@ -101,7 +101,7 @@ class RecordFuture(concurrent.futures.Future):  # type: ignore[type-arg]
 
     @property
     def _exception(self) -> BaseException | None:  # type: ignore[override]
-        return self._batch.error if self._batch.done.is_set() else None
+        return self._batch.result(self._index)[1] if self._batch.done.is_set() else None
 
     @property
     def _waiters(self) -> list[Any]:  # type: ignore[override]
@@ -148,7 +148,7 @@ class RecordFuture(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self._wait(timeout)
-        return self._batch.error
+        return self._batch.result(self._index)[1]
 
     def add_done_callback(self, fn: Callable[[Any], Any]) -> None:
         with self._hub.condition:

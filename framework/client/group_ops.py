@@ -14,7 +14,7 @@ from ..errors import ErrorCode, KafkaError
 from ..interfaces import TopicPartition
 from ..protocol import ApiKey
 from .connection import BrokerConnection, NetworkError
-from .network import GROUP_COORDINATOR, NetworkClient
+from .network import COORDINATOR_CHANNEL, GROUP_COORDINATOR, NetworkClient
 from .requests import RequestBuilder, error_code, make_request, request_builder
 
 _COORDINATOR_ERRORS = frozenset(
@@ -51,7 +51,8 @@ class CoordinatorLookup:
     async def send(self, build: RequestBuilder, *, timeout_s: float | None = None) -> Any:
         node = await self.get()
         try:
-            return await self.network.send(node, build, timeout_s=timeout_s)
+            # a connection of its own: commits and heartbeats never wait behind a long-poll fetch
+            return await self.network.send(node, build, timeout_s=timeout_s, channel=COORDINATOR_CHANNEL)
         except NetworkError:
             self.node = None
             raise

@@ -3,9 +3,16 @@
 :class:`NetworkClient` is shared by the producer, consumer and admin (each client object owns
 one). It bootstraps from ``bootstrap.servers``, keeps a :class:`ClusterSnapshot` fresh (every
 ``metadata.max.age.ms``, and soon after anyone reports a stale leader), opens at most one
-connection per broker through the transport plugin's connector, and offers ``send(node, ...)``
-where the request is built *after* the connection is known, so it uses the version negotiated
-with that broker.
+connection per broker and channel through the transport plugin's connector, and offers
+``send(node, ...)`` where the request is built *after* the connection is known, so it uses the
+version negotiated with that broker.
+
+Channels: a broker answers the requests of one connection in order, so a request queued behind
+a long-poll Fetch waits up to ``fetch.max.wait.ms``, and one behind a JoinGroup up to the
+rebalance. Like the Java client, which gives the group coordinator a connection of its own, the
+consumer's fetches (:data:`FETCH_CHANNEL`) and the group coordinator's requests
+(:data:`COORDINATOR_CHANNEL`) each use their own connection to a broker; everything else
+(metadata, ListOffsets, produce, admin requests) shares the default one.
 
 Retry policy (Java's, KIP-580): exponential backoff from ``retry.backoff.ms`` doubling up to
 ``retry.backoff.max.ms`` with +/-20% jitter, retriable error codes and network errors only.
@@ -37,6 +44,11 @@ T = TypeVar("T")
 #: FindCoordinator key types
 GROUP_COORDINATOR = 0
 TRANSACTION_COORDINATOR = 1
+
+#: connections to one broker, by what they carry (see module doc)
+DEFAULT_CHANNEL = ""
+FETCH_CHANNEL = "fetch"
+COORDINATOR_CHANNEL = "coordinator"
 
 
 class Backoff:
@@ -103,8 +115,9 @@ class NetworkClient:
         #: topics whose metadata is kept; None: every topic (pattern subscriptions, admin)
         self.topics: set[str] | None = set()
         self.allow_auto_create = False
-        self._connections: dict[int, BrokerConnection] = {}
-        self._connecting: dict[int, trio.Event] = {}
+        #: open connections by (node id, channel)
+        self._connections: dict[tuple[int, str], BrokerConnection] = {}
+        self._connecting: dict[tuple[int, str], trio.Event] = {}
         #: called after every metadata update (the sender and the fetcher look for new leaders)
         self.metadata_listeners: list[Callable[[], None]] = []
         #: called after every connect attempt, whoever made it (the producer's sender wakes up)
@@ -133,21 +146,23 @@ class NetworkClient:
             return self.bootstrap[-node_id - 1]
         raise NetworkError(f"broker {node_id} is not in the cluster metadata")
 
-    async def connection(self, node_id: int) -> BrokerConnection:
-        """The open connection to ``node_id``, connecting if needed (concurrent callers share one)."""
+    async def connection(self, node_id: int, channel: str = DEFAULT_CHANNEL) -> BrokerConnection:
+        """The open connection to ``node_id`` for ``channel``, connecting if needed (concurrent
+        callers share one)."""
+        key = (node_id, channel)
         while True:
-            conn = self._connections.get(node_id)
+            conn = self._connections.get(key)
             if conn is not None and not conn.closed:
                 return conn
             if self._closed or self._nursery is None:
                 raise NetworkError("client is closed")
-            pending = self._connecting.get(node_id)
+            pending = self._connecting.get(key)
             if pending is None:
                 break
             await pending.wait()
-            if node_id not in self._connections:  # the other attempt failed: report it too
+            if key not in self._connections:  # the other attempt failed: report it too
                 raise NetworkError(f"cannot connect to broker {node_id}")
-        event = self._connecting[node_id] = trio.Event()
+        event = self._connecting[key] = trio.Event()
         try:
             host, port = self._address(node_id)
             conn = await BrokerConnection.open(
@@ -166,10 +181,10 @@ class NetworkClient:
             raise
         else:
             self._failures.pop(node_id, None)
-            self._connections[node_id] = conn
+            self._connections[key] = conn
             return conn
         finally:
-            del self._connecting[node_id]
+            del self._connecting[key]
             event.set()
             for listener in self.connect_listeners:
                 listener()
@@ -177,10 +192,10 @@ class NetworkClient:
     def connection_nowait(self, node_id: int) -> BrokerConnection | None:
         """The open connection to ``node_id``, or None after starting to connect in the background
         (unless a connect is already under way or the node is in reconnect backoff)."""
-        conn = self._connections.get(node_id)
+        conn = self._connections.get((node_id, DEFAULT_CHANNEL))
         if conn is not None and not conn.closed:
             return conn
-        if node_id in self._connecting or self._nursery is None or self._closed:
+        if (node_id, DEFAULT_CHANNEL) in self._connecting or self._nursery is None or self._closed:
             return None
         _failures, retry_at = self._failures.get(node_id, (0, 0.0))
         if retry_at > trio.current_time():
@@ -203,7 +218,7 @@ class NetworkClient:
         random.shuffle(known)
 
         def rank(node: int) -> tuple[int, int]:
-            conn = self._connections.get(node)
+            conn = self._connections.get((node, DEFAULT_CHANNEL))
             if conn is not None and not conn.closed:
                 return (0, conn.in_flight)
             failures, retry_at = self._failures.get(node, (0, 0.0))
@@ -221,10 +236,11 @@ class NetworkClient:
         *,
         timeout_s: float | None = None,
         expect_response: bool = True,
+        channel: str = DEFAULT_CHANNEL,
     ) -> Any:
-        """Build a request for ``node_id``'s connection (``build(conn)`` picks the version) and
-        send it; raises NetworkError (retriable) when the broker cannot be reached."""
-        conn = await self.connection(node_id)
+        """Build a request for ``node_id``'s connection on ``channel`` (``build(conn)`` picks the
+        version) and send it; raises NetworkError (retriable) when the broker cannot be reached."""
+        conn = await self.connection(node_id, channel)
         request = build(conn)
         timeout = self.request_timeout_s if timeout_s is None else timeout_s
         return await conn.request(request, timeout_s=timeout, expect_response=expect_response)
@@ -366,9 +382,9 @@ class NetworkClient:
             return
         idle = self.config["connections.max.idle.ms"] / 1000.0
         now = trio.current_time()
-        for node, conn in list(self._connections.items()):
+        for key, conn in list(self._connections.items()):
             if conn.closed or (conn.in_flight == 0 and now - conn.last_used > idle):
-                del self._connections[node]
+                del self._connections[key]
                 self._nursery.start_soon(conn.close)
 
     # -- coordinators ----------------------------------------------------------------------------

@@ -211,6 +211,8 @@ class AsyncProducer(AsyncClient):
             raise MessageTooLarge(f"the record is {size} bytes, larger than max.request.size={self.max_request_size}")
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
+        elif timestamp < 0:  # Java's IllegalArgumentException: -1 would mean "no timestamp" on the wire
+            raise ValueError(f"invalid timestamp {timestamp}: a record's timestamp is None or >= 0 (epoch ms)")
         accumulator = self.accumulator
         if partition is not None:
             if not 0 <= partition < num_partitions:

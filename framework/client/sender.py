@@ -179,7 +179,7 @@ class Sender:
         """Number (first drain only), encode and account the batches going to ``node``."""
         for b in batches:
             if b.payload is None:
-                if self.idempotent:
+                if self.idempotent and b.base_sequence < 0:  # the halves of a split keep theirs
                     seq = self._next_sequence.get(b.tp, 0)
                     b.base_sequence = seq
                     b.producer_id = self.producer_id
@@ -286,6 +286,15 @@ class Sender:
 
     def _on_error(self, batch: ProducerBatch, code: ErrorCode, exc: BaseException | None) -> None:
         now = trio.current_time()
+        if code is ErrorCode.MESSAGE_TOO_LARGE and batch.record_count > 1:
+            # over the topic's max.message.bytes as a whole, perhaps not record by record: split
+            # (Java's Sender does), rather than fail records that would fit alone
+            if len(self._tp_in_flight.get(batch.tp, ())) > 1:
+                self._tp_blocked.add(batch.tp)  # the halves go before later in-flight batches
+            self._done(batch)
+            log.info("%s: a batch of %d records is too large for the broker: split", batch.tp, batch.record_count)
+            self.accumulator.split(batch, now)
+            return
         retriable = code.retriable or isinstance(exc, NetworkError)
         if code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._earlier_outstanding(batch):
             retriable = True

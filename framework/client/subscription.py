@@ -18,6 +18,8 @@ from ..interfaces import TopicPartition
 
 EARLIEST = "earliest"
 LATEST = "latest"
+#: ``auto.offset.reset=none``: a partition without a position stays so until the user seeks
+NONE = "none"
 
 
 class SubscriptionError(OdradekError):
@@ -123,7 +125,17 @@ class SubscriptionState:
         return [tp for tp, st in self.assignment.items() if not st.paused and st.position is not None]
 
     def needing_reset(self) -> dict[TopicPartition, str | int]:
-        return {tp: st.reset for tp, st in self.assignment.items() if st.position is None and st.reset is not None}
+        """Partitions whose position the fetcher looks up (earliest, latest or a timestamp)."""
+        return {
+            tp: st.reset
+            for tp, st in self.assignment.items()
+            if st.position is None and st.reset is not None and st.reset != NONE
+        }
+
+    def missing_offsets(self) -> list[TopicPartition]:
+        """Partitions without a position and with no reset strategy (``auto.offset.reset=none``):
+        they stay so, and every poll() says so, until the user seeks them."""
+        return [tp for tp, st in self.assignment.items() if st.position is None and st.reset == NONE]
 
     def needing_committed(self) -> list[TopicPartition]:
         return [tp for tp, st in self.assignment.items() if st.position is None and st.awaiting_committed]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import inspect
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -79,6 +80,11 @@ class _ClientThread:
             return trio.from_thread.run(fn, *args, trio_token=self._token)
         except trio.RunFinishedError:
             raise self._error or ClientClosedError("client is closed") from None
+        except trio.Cancelled:
+            # another thread closed the client while this call waited (a blocked poll()): trio
+            # cancels the call when its loop ends, and a Cancelled (a BaseException) would kill
+            # the calling thread
+            raise ClientClosedError(f"this {self.client.role} was closed while the call was waiting") from None
 
     def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
         if not self.alive:
@@ -90,6 +96,17 @@ class _ClientThread:
         assert self._token is not None
         try:
             self._token.run_sync_soon(fn)
+        except trio.RunFinishedError:
+            pass
+
+    def stop_soon(self) -> None:
+        """Let the thread close the client gracefully (flush, commit, leave) and end, without
+        waiting: the facade's finalizer calls it from the garbage collector, which must not
+        block on the network."""
+        if self._stop is None or self._token is None:
+            return
+        try:
+            self._token.run_sync_soon(self._stop.set)
         except trio.RunFinishedError:
             pass
 
@@ -120,6 +137,7 @@ class _SyncClient:
         self._async: Any = self._async_class(self._config, **kwargs)
         self._lock = threading.Lock()
         self._thread: _ClientThread | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self._closed = False
 
     def _loop(self) -> _ClientThread:
@@ -131,6 +149,11 @@ class _SyncClient:
                 raise ClientClosedError(f"this {self._async.role} is closed")
             if self._thread is None:
                 self._thread = _ClientThread(self._async, f"odradek-{self._async.role}")
+                # a client dropped without close() would keep its thread and sockets for ever:
+                # when the facade is garbage collected, its thread closes the client and ends
+                # (the finalizer holds the thread, never the facade, and does not wait)
+                self._finalizer = weakref.finalize(self, self._thread.stop_soon)
+                self._finalizer.atexit = False  # daemon threads simply end with the interpreter
             return self._thread
 
     def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
@@ -143,6 +166,8 @@ class _SyncClient:
                 return
             self._closed = True
             thread = self._thread
+        if self._finalizer is not None:
+            self._finalizer.detach()
         if thread is not None:
             thread.stop(timeout)
 
