@@ -4,7 +4,10 @@ it fails at once with an error naming the plugin and the bad value, instead of h
 
 from __future__ import annotations
 
+import contextlib
 import textwrap
+import threading
+import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -13,6 +16,7 @@ import pytest
 import trio
 from client_fakes import FakeBroker
 
+from odradek.client import Consumer
 from odradek.client.aio import AsyncConsumer, AsyncProducer
 from odradek.client.assignment_check import InvalidAssignment, check_assignment
 from odradek.errors import KafkaError
@@ -239,5 +243,81 @@ def test_the_leader_fails_the_rebalance_and_poll_names_the_assignor(odradek_brok
                 for _ in range(20):
                     await consumer.poll(timeout=1.0)
             assert consumer.assignment() == set()
+
+    trio.run(main)
+
+
+class _Thief(_Greedy):
+    """Cooperative, and moves every partition straight to a member that owns none (KIP-429
+    wants a revocation first): valid in the first rebalance, invalid once someone owns them."""
+
+    name = "thief"
+    rebalance_protocol = "cooperative"
+
+    def assign(
+        self, partitions_per_topic: Mapping[str, int], members: Sequence[GroupMember]
+    ) -> dict[str, MemberAssignment]:
+        every = [TopicPartition(t, p) for t, n in partitions_per_topic.items() for p in range(n)]
+        ordered = sorted(members, key=lambda m: (bool(m.owned_partitions), m.member_id))
+        return {m.member_id: MemberAssignment(every if m is ordered[0] else []) for m in members}
+
+
+def test_a_cooperative_members_invalid_assignment_reaches_poll(odradek_broker: BrokerProcess) -> None:
+    """A cooperative member that owns partitions does not wait for its rejoin; the assignor's
+    InvalidAssignment must still reach its poll() (it was dropped when the next join started,
+    and the rebalance was retried for ever)."""
+    topic = unique_topic("thief")
+    thief = types.ModuleType("thief_assignor")
+    thief.odradek_register_assignors = hookimpl(lambda: [_Thief])  # type: ignore[attr-defined]
+    plugins = Plugins(build_plugin_manager(extra=[thief]))
+    config = {
+        "bootstrap.servers": odradek_broker.bootstrap,
+        "group.id": unique_topic("g"),
+        "partition.assignment.strategy": "thief",
+        "allow.auto.create.topics": "true",
+        "heartbeat.interval.ms": "300",
+        "enable.auto.commit": "false",
+        # the second member's close waits behind its SyncGroup, parked at the coordinator since
+        # the leader failed the rebalance: bounded by the request timeout (Java's close is too)
+        "request.timeout.ms": "3000",
+    }
+    stop = threading.Event()
+
+    def second_member() -> None:
+        with Consumer(config, plugins=plugins) as second:
+            second.subscribe([topic])
+            while not stop.is_set():
+                with contextlib.suppress(KafkaError):
+                    second.poll(0.3)
+
+    with Consumer(config, plugins=plugins) as first:
+        first.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while not first.assignment() and time.monotonic() < deadline:
+            first.poll(0.3)
+        assert first.assignment()
+        thread = threading.Thread(target=second_member)
+        thread.start()
+        try:
+            with pytest.raises(InvalidAssignment, match="assignor 'thief'.*moves from its owner"):
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    first.poll(0.3)
+        finally:
+            stop.set()
+            thread.join()
+
+
+def test_an_async_with_body_ending_in_a_cancelled_scope_closes_the_client(odradek_broker: BrokerProcess) -> None:
+    """Leaving ``async with AsyncConsumer(...)`` after the enclosing nursery was cancelled cancels
+    close() too; the client's own nursery must still be closed, or trio reports its stack of
+    nurseries corrupted (found while writing the test above, with the second member in a task)."""
+
+    async def main() -> None:
+        config = {"bootstrap.servers": odradek_broker.bootstrap, "group.id": unique_topic("g")}
+        async with trio.open_nursery() as nursery, AsyncConsumer(config) as consumer:
+            consumer.subscribe([unique_topic("cancelled")])
+            await consumer.poll(timeout=0.5)
+            nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -61,14 +61,17 @@ class AsyncClient:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
-        close_error: Exception | None = None
+        close_error: BaseException | None = None
         try:
             if exc_type is None:
                 await self.close()
             else:
                 with trio.CancelScope(shield=True):
                     await self.close(timeout=0)
-        except Exception as e:  # report it after the nursery is closed
+        except BaseException as e:  # reported after the nursery is closed, even a Cancelled:
+            # an `async with` body that ends inside a cancelled scope (a nursery cancelled after
+            # its last await) cancels close() too; leaving without closing the nursery would
+            # corrupt trio's stack of nurseries ("Nursery stack corrupted")
             close_error = e
         try:
             # True when the nursery absorbed the body's exception (the Cancelled of close())

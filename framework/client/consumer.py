@@ -171,6 +171,10 @@ class AsyncConsumer(AsyncClient):
             coordinator.rejoin_needed = True
         if coordinator.rejoin_needed or coordinator.state is not MemberState.STABLE:
             assert self._nursery is not None
+            # a join that failed since the last poll: a cooperative member that owns partitions
+            # does not wait for its joins, and starting the next one would drop the error (an
+            # assignor's InvalidAssignment was retried for ever instead of raised)
+            coordinator.take_join_error()
             done = coordinator.start_join(self._nursery)
             if coordinator.protocol == "eager" or not coordinator.owned:
                 with trio.move_on_at(deadline):
