@@ -421,6 +421,39 @@ def test_two_odradek_consumers_split_and_rebalance_cooperatively(odradek_broker:
     trio.run(run)
 
 
+def test_cooperative_consumers_polled_from_concurrent_tasks_rebalance(odradek_broker: BrokerProcess) -> None:
+    """Two cooperative consumers in one trio run, each polled by its own task that does not
+    yield between polls (await poll() in a bare loop). A member that owns partitions keeps
+    fetching while its rejoin runs; its poll() used to spin without a checkpoint until its
+    timeout, so the rejoin task never ran and the group never finished rebalancing."""
+    topic = unique_topic("coop-tasks")
+    _create(odradek_broker, topic, 2)
+    conf = {"bootstrap.servers": odradek_broker.bootstrap, "group.id": unique_topic("g"),
+            "partition.assignment.strategy": "cooperative-sticky"}  # fmt: skip
+
+    async def run() -> None:
+        async with AsyncConsumer(conf) as first, AsyncConsumer(conf) as second:
+            first.subscribe([topic])
+            with trio.fail_after(30):
+                while len(first.assignment()) < 2:
+                    await first.poll(0.5)
+            second.subscribe([topic])
+
+            async def poll_forever(consumer: AsyncConsumer) -> None:
+                while True:
+                    await consumer.poll(0.5)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(poll_forever, first)
+                nursery.start_soon(poll_forever, second)
+                with trio.fail_after(30):
+                    while len(first.assignment()) != 1 or len(second.assignment()) != 1:
+                        await trio.sleep(0.1)
+                nursery.cancel_scope.cancel()
+
+    trio.run(run)
+
+
 def test_pattern_subscription_follows_new_topics(odradek_broker: BrokerProcess) -> None:
     prefix = unique_topic("pat")
     _create(odradek_broker, f"{prefix}-a", 1)

@@ -20,7 +20,7 @@ needed and waits for the join up to its timeout.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import trio
@@ -158,11 +158,25 @@ class AsyncConsumer(AsyncClient):
     async def _wait_for_data(self) -> None:
         """Until fetched data, a needed rejoin, or a fetch error (checked by the poll loop)."""
         data = self.fetcher.data_ready
-        if self.subscriptions.subscribed and (
-            self.coordinator.rejoin_needed or self.coordinator.subscription_changed()
-        ):
+        coordinator = self.coordinator
+        if self.subscriptions.subscribed and (coordinator.rejoin_needed or coordinator.subscription_changed()):
+            if not coordinator.join_running:
+                return  # the poll loop starts the join
+            # a cooperative member keeps fetching while its join runs (it does not wait for it in
+            # _ensure_group): wait for data or the join's end. Returning at once made poll() spin
+            # without a checkpoint until its timeout, so in a caller that does not yield between
+            # polls the join task never ran and the group never finished rebalancing.
+            with trio.move_on_after(coordinator.heartbeat_interval_s):
+                async with trio.open_nursery() as either:
+
+                    async def until(wait: Callable[[], Awaitable[object]]) -> None:
+                        await wait()
+                        either.cancel_scope.cancel()
+
+                    either.start_soon(until, data.wait)
+                    either.start_soon(until, coordinator.wait_join_done)
             return
-        with trio.move_on_after(self.coordinator.heartbeat_interval_s if self.group_id else float("inf")):
+        with trio.move_on_after(coordinator.heartbeat_interval_s if self.group_id else float("inf")):
             await data.wait()
 
     async def _ensure_group(self, deadline: float) -> None:

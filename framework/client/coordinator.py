@@ -224,6 +224,15 @@ class ConsumerCoordinator:
             self._join_task_running = False
             self._join_done.set()
 
+    @property
+    def join_running(self) -> bool:
+        """Whether a (re)join task is under way."""
+        return self._join_task_running
+
+    async def wait_join_done(self) -> None:
+        """Until the join task under way (if any) has ended."""
+        await self._join_done.wait()
+
     async def abort_join(self) -> None:
         """Stop a join under way and wait until its task ended (close(): a leaving member does
         not finish the rebalance)."""
