@@ -166,6 +166,27 @@ async def test_create_partitions(tmp_path: Path) -> None:
         assert len((await core.metadata(["g"], False)).topics[0].partitions) == 3  # neither applied
 
 
+async def test_a_request_for_too_many_partitions_is_refused_whole(tmp_path: Path) -> None:
+    """Kafka's controller bound (10,000 new partitions per request): 2**31-1 partitions in a
+    49-byte request once had the broker build that many assignments before anything else ran."""
+    async with running_broker(tmp_path) as core:
+        for validate_only in (True, False):
+            huge = await core.create_topics([CreatableTopic("huge", 2**31 - 1, 1)], 1000, validate_only)
+            assert huge["huge"].error == ErrorCode.POLICY_VIOLATION
+            assert "2147483647 new partitions, at most 10000" in (huge["huge"].error_message or "")
+        # the bound is on the request's total: each topic alone would be fine, neither is created
+        pair = await core.create_topics([CreatableTopic("a", 6000, 1), CreatableTopic("b", 6000, 1)], 1000, True)
+        assert {r.error for r in pair.values()} == {ErrorCode.POLICY_VIOLATION}
+        assert (await core.create_topics([CreatableTopic("a", 6000, 1)], 1000, True))["a"].error == ErrorCode.NONE
+        await create(core, "g")
+        grow = await core.create_partitions([CreatePartitionsTopic("g", 2**31 - 1)], 1000, True)
+        assert grow["g"].error == ErrorCode.POLICY_VIOLATION
+        grow = await core.create_partitions([CreatePartitionsTopic("g", 10_001)], 1000, True)
+        assert grow["g"].error == ErrorCode.NONE  # 10,000 new partitions: at the bound
+        assert len((await core.metadata(["g"], False)).topics[0].partitions) == 1
+        assert (await core.metadata(None, False)).topics and "huge" not in core.metadata_cache.topics
+
+
 async def describe_topic(core: BrokerCore, name: str, *names: str) -> dict[str, tuple[str | None, ConfigSource]]:
     res = await core.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name, list(names) or None)])
     assert res[0].error == ErrorCode.NONE, res[0]

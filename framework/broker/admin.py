@@ -86,6 +86,21 @@ def assign_replicas(
     return out
 
 
+#: the most partitions one CreateTopics or CreatePartitions request may create, as in Kafka's
+#: controller (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH): the whole request is refused with
+#: POLICY_VIOLATION above it. Without a bound a 49-byte request asking for 2**31-1 partitions
+#: would have the broker build that many assignments in memory before anything else could run.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+
+
+def _too_many_partitions(total: int) -> str:
+    """Kafka's message for the bound, with the figures."""
+    return (
+        f"Excessively large number of partitions per request: {total} new partitions, "
+        f"at most {MAX_PARTITIONS_PER_REQUEST}"
+    )
+
+
 #: what Kafka answers (INVALID_REQUEST) for a topic named twice in one CreateTopics, DeleteTopics or
 #: CreatePartitions request: neither entry is applied, so the answer cannot contradict the result
 DUPLICATE_TOPIC = "duplicate topic name in the request"
@@ -115,9 +130,18 @@ class AdminManager:
     ) -> dict[str, CreateTopicResult]:
         results: dict[str, CreateTopicResult] = {}
         repeated = _repeated(t.name for t in topics)
+        default = int(self.config["num.partitions"])
+        total = sum(
+            len(t.assignments) if t.assignments else (default if t.num_partitions == -1 else max(t.num_partitions, 0))
+            for t in topics
+            if t.name not in repeated
+        )
         for t in topics:
             if t.name in repeated:
                 results[t.name] = CreateTopicResult(ErrorCode.INVALID_REQUEST, DUPLICATE_TOPIC)
+                continue
+            if total > MAX_PARTITIONS_PER_REQUEST:
+                results[t.name] = CreateTopicResult(ErrorCode.POLICY_VIOLATION, _too_many_partitions(total))
                 continue
             try:
                 results[t.name] = await self._create_topic(t, validate_only)
@@ -280,9 +304,17 @@ class AdminManager:
     ) -> dict[str, TopicResult]:
         results: dict[str, TopicResult] = {}
         repeated = _repeated(t.name for t in topics)
+        total = 0
+        for t in topics:
+            topic = self.cache.topics.get(t.name)
+            if t.name not in repeated and topic is not None:
+                total += max(t.count - topic.num_partitions, 0)
         for t in topics:
             if t.name in repeated:
                 results[t.name] = TopicResult(ErrorCode.INVALID_REQUEST, DUPLICATE_TOPIC)
+                continue
+            if total > MAX_PARTITIONS_PER_REQUEST:
+                results[t.name] = TopicResult(ErrorCode.POLICY_VIOLATION, _too_many_partitions(total))
                 continue
             try:
                 await self._create_partitions(t, validate_only)
