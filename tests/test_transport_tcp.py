@@ -809,3 +809,43 @@ async def test_a_failing_handler_keeps_the_connection(caplog: pytest.LogCaptureF
         await conn.aclose()
     failures = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
     assert failures and failures[0].exc_info is not None
+
+
+class OutOfRangeOffsets(ScriptedBroker):
+    """Returns an offset beyond int64 for ListOffsets (as a hostile batch once made the core do):
+    the handler succeeds, its response cannot be encoded."""
+
+    async def list_offsets(self, replica_id: int, isolation_level: int, partitions: Any) -> Any:
+        return {p.tp: ListOffsetsPartitionResult(ErrorCode.NONE, p.timestamp, 2**63, 0) for p in partitions}
+
+
+async def test_a_response_that_cannot_be_encoded_is_answered_unknown_server_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Pipelined ListOffsets (whose response cannot be encoded) between two Metadata requests:
+    the client gets ListOffsets' error response, UNKNOWN_SERVER_ERROR for the partition it
+    named, in its place; the connection stays open; the broker logs one ERROR line naming the
+    API and the reason, without a traceback."""
+    caplog.set_level(logging.INFO)
+    request = _replace(sample(request_type(ApiKey.LIST_OFFSETS, 5)), isolation_level=0)
+    async with serving(OutOfRangeOffsets(_config())) as (_listener, bound):
+        conn = await connect(bound)
+        await conn.send_frame(encode_request(metadata_request(), correlation_id=1, client_id="lo"))
+        await conn.send_frame(encode_request(request, correlation_id=2, client_id="lo"))
+        await conn.send_frame(encode_request(metadata_request(), correlation_id=3, client_id="lo"))
+        with trio.fail_after(5):
+            assert decode_response(3, 8, await conn.receive_frame())[0] == 1
+            cid, response = decode_response(2, 5, await conn.receive_frame())
+            assert decode_response(3, 8, await conn.receive_frame())[0] == 3
+        assert cid == 2
+        assert [(t.name, [(p.partition_index, int(p.error_code)) for p in t.partitions]) for t in response.topics] == [
+            ("odradek", [(3, ErrorCode.UNKNOWN_SERVER_ERROR)])
+        ]
+        assert (await call(conn, metadata_request(), 4)).topics[0].name == "t"
+        await conn.aclose()
+    problems = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(problems) == 1, [r.getMessage() for r in problems]
+    (line,) = problems
+    assert line.levelname == "ERROR" and line.exc_info is None
+    assert "ListOffsets v5" in line.getMessage() and "cannot be encoded" in line.getMessage()
+    assert "UNKNOWN_SERVER_ERROR" in line.getMessage()
