@@ -849,3 +849,20 @@ async def test_a_response_that_cannot_be_encoded_is_answered_unknown_server_erro
     assert line.levelname == "ERROR" and line.exc_info is None
     assert "ListOffsets v5" in line.getMessage() and "cannot be encoded" in line.getMessage()
     assert "UNKNOWN_SERVER_ERROR" in line.getMessage()
+
+
+async def test_a_client_id_that_is_not_utf8_is_served() -> None:
+    """Kafka decodes the client id leniently (U+FFFD for malformed bytes) and serves the request;
+    odradek used to close the connection."""
+    body = encode_request(metadata_request(1), correlation_id=5, client_id="x")
+    header = parse_request_header(body)
+    raw = b"bad\xff\xc3("
+    frame = struct.pack(">hhih", 3, 1, 5, len(raw)) + raw + body[header.body_offset :]
+    async with serving(ScriptedBroker(_config())) as (_listener, bound):
+        conn = await connect(bound)
+        await conn.send_frame(frame)
+        with trio.fail_after(5):
+            cid, response = decode_response(3, 1, await conn.receive_frame())
+        assert cid == 5 and response.topics[0].name == "t"
+        assert (await call(conn, metadata_request(), 6)).topics[0].name == "t"
+        await conn.aclose()
