@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import random
 import struct
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -865,4 +866,60 @@ async def test_a_client_id_that_is_not_utf8_is_served() -> None:
             cid, response = decode_response(3, 1, await conn.receive_frame())
         assert cid == 5 and response.topics[0].name == "t"
         assert (await call(conn, metadata_request(), 6)).topics[0].name == "t"
+        await conn.aclose()
+
+
+class GatedMetadata(ScriptedBroker):
+    """Metadata waits for ``gate`` (after setting ``entered``): an ordered request that holds the
+    requests pipelined behind it until the test lets it finish."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.entered = trio.Event()
+        self.gate = trio.Event()
+
+    async def metadata(self, topics: Any, allow_auto_create: bool, *, listener_name: Any = None) -> Any:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().metadata(topics, allow_auto_create, listener_name=listener_name)
+
+
+class _FixedRandom(random.Random):
+    """trio's run-queue coin: ``random()`` always gives ``value``, so every batch of woken tasks
+    runs in one fixed order (trio reverses a batch when the coin is below 0.5)."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+@pytest.mark.parametrize("coin", [0.0, 0.99], ids=["batches-reversed", "batches-kept"])
+async def test_requests_before_a_malformed_one_are_answered_whatever_the_wake_order(
+    coin: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ordered request X (Metadata, held by the core), an unordered A (ApiVersions) and a
+    malformed B, pipelined: A and B both wait for X and wake together when it finishes. Whichever
+    of them trio runs first, A is answered after X, then the connection closes (B is not). The
+    scheduler's coin is fixed, so each case is one deterministic interleaving and the two cases
+    cover both orders of A and B."""
+    monkeypatch.setattr(trio._core._run, "_r", _FixedRandom(coin))
+    broker = GatedMetadata(_config())
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        x = encode_request(metadata_request(), correlation_id=0, client_id="pl")
+        a = encode_request(api_versions_request(2), correlation_id=1, client_id="pl")
+        b = struct.pack(">hhih", 3, 8, 2, 2) + b"pl" + struct.pack(">i", 1000)  # 1000 topics in 4 bytes
+        for frame in (x, a, b):
+            await conn.send_frame(frame)
+        with trio.fail_after(5):
+            await broker.entered.wait()
+            await trio.testing.wait_all_tasks_blocked()  # A and B are read and wait for X
+            broker.gate.set()
+            assert decode_response(3, 8, await conn.receive_frame())[0] == 0
+            assert decode_response(18, 2, await conn.receive_frame())[0] == 1
+            with pytest.raises(ConnectionError):
+                await conn.receive_frame()
         await conn.aclose()
