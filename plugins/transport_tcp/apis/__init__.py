@@ -179,7 +179,7 @@ class Dispatcher:
             header.api_version,
             header.correlation_id,
             peer,
-            type(exc).__name__,
+            _qualified_name(type(exc)),
             exc,
             code.name,
         )
@@ -219,6 +219,11 @@ def _encode(header: RequestHeader, response: Any) -> bytes | FetchEnvelope:
             _release_records(response)
             raise
     return encode_response(key, version, header.correlation_id, response)
+
+
+def _qualified_name(cls: type) -> str:
+    """``struct.error`` rather than a bare ``error``; builtins by their name alone."""
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _release_records(response: FetchResponseData) -> None:
