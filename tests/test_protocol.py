@@ -174,6 +174,17 @@ def test_request_header_v1_and_v2() -> None:
     assert (h.client_id, v2[h.body_offset :]) == (None, b"BODY")
 
 
+def test_request_header_client_id_that_is_not_utf8_is_decoded_leniently() -> None:
+    """Kafka decodes the client id with Java's ``new String(bytes, UTF_8)``, which puts U+FFFD
+    in place of malformed input and serves the request; so does odradek."""
+    raw = b"ok\xff\xfe\xc3(\xed\xa0\x80end"  # stray bytes, a broken pair, an encoded surrogate
+    frame = struct.pack(">hhih", 3, 8, 77, len(raw)) + raw + b"BODY"
+    h = parse_request_header(frame)
+    assert h.client_id == raw.decode("utf-8", "replace")
+    assert h.client_id.startswith("ok\ufffd") and h.client_id.endswith("\ufffdend")
+    assert frame[h.body_offset :] == b"BODY"
+
+
 @pytest.mark.parametrize(
     "frame",
     [b"", b"\x00\x03\x00", struct.pack(">hhih", 3, 8, 1, 10) + b"abc", struct.pack(">hhih", 3, 8, 1, -7)],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import random
 import struct
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -809,3 +810,116 @@ async def test_a_failing_handler_keeps_the_connection(caplog: pytest.LogCaptureF
         await conn.aclose()
     failures = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
     assert failures and failures[0].exc_info is not None
+
+
+class OutOfRangeOffsets(ScriptedBroker):
+    """Returns an offset beyond int64 for ListOffsets (as a hostile batch once made the core do):
+    the handler succeeds, its response cannot be encoded."""
+
+    async def list_offsets(self, replica_id: int, isolation_level: int, partitions: Any) -> Any:
+        return {p.tp: ListOffsetsPartitionResult(ErrorCode.NONE, p.timestamp, 2**63, 0) for p in partitions}
+
+
+async def test_a_response_that_cannot_be_encoded_is_answered_unknown_server_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Pipelined ListOffsets (whose response cannot be encoded) between two Metadata requests:
+    the client gets ListOffsets' error response, UNKNOWN_SERVER_ERROR for the partition it
+    named, in its place; the connection stays open; the broker logs one ERROR line naming the
+    API and the reason, without a traceback."""
+    caplog.set_level(logging.INFO)
+    request = _replace(sample(request_type(ApiKey.LIST_OFFSETS, 5)), isolation_level=0)
+    async with serving(OutOfRangeOffsets(_config())) as (_listener, bound):
+        conn = await connect(bound)
+        await conn.send_frame(encode_request(metadata_request(), correlation_id=1, client_id="lo"))
+        await conn.send_frame(encode_request(request, correlation_id=2, client_id="lo"))
+        await conn.send_frame(encode_request(metadata_request(), correlation_id=3, client_id="lo"))
+        with trio.fail_after(5):
+            assert decode_response(3, 8, await conn.receive_frame())[0] == 1
+            cid, response = decode_response(2, 5, await conn.receive_frame())
+            assert decode_response(3, 8, await conn.receive_frame())[0] == 3
+        assert cid == 2
+        assert [(t.name, [(p.partition_index, int(p.error_code)) for p in t.partitions]) for t in response.topics] == [
+            ("odradek", [(3, ErrorCode.UNKNOWN_SERVER_ERROR)])
+        ]
+        assert (await call(conn, metadata_request(), 4)).topics[0].name == "t"
+        await conn.aclose()
+    problems = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(problems) == 1, [r.getMessage() for r in problems]
+    (line,) = problems
+    assert line.levelname == "ERROR" and line.exc_info is None
+    assert "ListOffsets v5" in line.getMessage() and "cannot be encoded" in line.getMessage()
+    assert "struct.error" in line.getMessage() and "UNKNOWN_SERVER_ERROR" in line.getMessage()
+
+
+async def test_a_client_id_that_is_not_utf8_is_served() -> None:
+    """Kafka decodes the client id leniently (U+FFFD for malformed bytes) and serves the request;
+    odradek used to close the connection."""
+    body = encode_request(metadata_request(1), correlation_id=5, client_id="x")
+    header = parse_request_header(body)
+    raw = b"bad\xff\xc3("
+    frame = struct.pack(">hhih", 3, 1, 5, len(raw)) + raw + body[header.body_offset :]
+    async with serving(ScriptedBroker(_config())) as (_listener, bound):
+        conn = await connect(bound)
+        await conn.send_frame(frame)
+        with trio.fail_after(5):
+            cid, response = decode_response(3, 1, await conn.receive_frame())
+        assert cid == 5 and response.topics[0].name == "t"
+        assert (await call(conn, metadata_request(), 6)).topics[0].name == "t"
+        await conn.aclose()
+
+
+class GatedMetadata(ScriptedBroker):
+    """Metadata waits for ``gate`` (after setting ``entered``): an ordered request that holds the
+    requests pipelined behind it until the test lets it finish."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.entered = trio.Event()
+        self.gate = trio.Event()
+
+    async def metadata(self, topics: Any, allow_auto_create: bool, *, listener_name: Any = None) -> Any:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().metadata(topics, allow_auto_create, listener_name=listener_name)
+
+
+class _FixedRandom(random.Random):
+    """trio's run-queue coin: ``random()`` always gives ``value``, so every batch of woken tasks
+    runs in one fixed order (trio reverses a batch when the coin is below 0.5)."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+@pytest.mark.parametrize("coin", [0.0, 0.99], ids=["batches-reversed", "batches-kept"])
+async def test_requests_before_a_malformed_one_are_answered_whatever_the_wake_order(
+    coin: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ordered request X (Metadata, held by the core), an unordered A (ApiVersions) and a
+    malformed B, pipelined: A and B both wait for X and wake together when it finishes. Whichever
+    of them trio runs first, A is answered after X, then the connection closes (B is not). The
+    scheduler's coin is fixed, so each case is one deterministic interleaving and the two cases
+    cover both orders of A and B."""
+    monkeypatch.setattr(trio._core._run, "_r", _FixedRandom(coin))
+    broker = GatedMetadata(_config())
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        x = encode_request(metadata_request(), correlation_id=0, client_id="pl")
+        a = encode_request(api_versions_request(2), correlation_id=1, client_id="pl")
+        b = struct.pack(">hhih", 3, 8, 2, 2) + b"pl" + struct.pack(">i", 1000)  # 1000 topics in 4 bytes
+        for frame in (x, a, b):
+            await conn.send_frame(frame)
+        with trio.fail_after(5):
+            await broker.entered.wait()
+            await trio.testing.wait_all_tasks_blocked()  # A and B are read and wait for X
+            broker.gate.set()
+            assert decode_response(3, 8, await conn.receive_frame())[0] == 0
+            assert decode_response(18, 2, await conn.receive_frame())[0] == 1
+            with pytest.raises(ConnectionError):
+                await conn.receive_frame()
+        await conn.aclose()

@@ -76,7 +76,8 @@ def parse_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader
 
     Works for any api key and version, known or not (an unknown version of a known API still
     gets its header parsed, so the broker can answer or log it). Raises ``InvalidRequest`` when
-    the frame is too short or the client id is not UTF-8.
+    the frame is too short for its header. A client id that is not valid UTF-8 is decoded with
+    U+FFFD in place of each malformed sequence, as Kafka's Java broker decodes it.
     """
     if len(frame) < _HEADER_FIXED.size:
         raise InvalidRequest(f"frame of {len(frame)} bytes is shorter than a request header")
@@ -91,10 +92,9 @@ def parse_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader
         end = pos + client_id_len
         if end > len(frame):
             raise InvalidRequest("truncated client id")
-        try:
-            client_id = bytes(frame[pos:end]).decode("utf-8")
-        except UnicodeDecodeError:
-            raise InvalidRequest("client id is not UTF-8") from None
+        # leniently, as Kafka's ``new String(bytes, UTF_8)``: malformed input becomes U+FFFD and
+        # the request is served (the client id only labels logs and quotas)
+        client_id = bytes(frame[pos:end]).decode("utf-8", errors="replace")
         pos = end
     if request_header_version(api_key, api_version) >= 2:
         try:

@@ -43,6 +43,8 @@ class _Pending:
     """A request in flight, in the writer's queue."""
 
     header: RequestHeader
+    #: its place in the connection's arrival order (0, 1, ...)
+    seq: int = 0
     done: trio.Event = field(default_factory=trio.Event)
     outcome: Outcome = None
     failed: bool = False
@@ -73,7 +75,9 @@ class KafkaConnection:
         self._queued: list[_Pending] = []  # outcomes not written yet (released on close)
         self._waiting_since: float | None = None  # when the reader started waiting for a frame
         self._stalled: trio.CancelScope | None = None  # the writer's stalled-write scope
-        self._closing = False  # a request failed: the connection closes after the answers before it
+        self._arrived = 0  # requests read so far: the next one's ``seq``
+        #: ``seq`` of the earliest request that closes the connection: it is answered up to there
+        self._closing_at: int | None = None
         self.closed = trio.Event()
 
     def stop_reading(self) -> None:
@@ -173,7 +177,8 @@ class KafkaConnection:
             log.warning("closing connection %s: bad request header: %s", self.peer, exc)
             self._slots.release()
             return None
-        pending = _Pending(header)
+        pending = _Pending(header, self._arrived)
+        self._arrived += 1
         self._queued.append(pending)
         self._send.send_nowait(pending)  # never blocks: the semaphore bounds the queue
         after = self._last_ordered_done
@@ -196,9 +201,12 @@ class KafkaConnection:
         try:
             if after is not None:
                 await after.wait()
-            if self._closing:
+            if self._closing_at is not None and pending.seq > self._closing_at:
                 # an earlier request closes the connection: this one is not processed (Kafka
-                # reads nothing after the request it closes the connection for)
+                # reads nothing after the request it closes the connection for). A request
+                # *before* the failed one is processed and answered even when it wakes after the
+                # failure (both waited for the same ordered request, and trio runs a batch of
+                # woken tasks in either order).
                 pending.failed = True
                 return
             pending.outcome = await self.dispatcher.process(header, frame, self.peer)
@@ -232,9 +240,11 @@ class KafkaConnection:
 
     def _fail(self, pending: _Pending) -> None:
         """``pending`` closes the connection: the writer closes it once the responses before it
-        are written; no further request is read or processed."""
+        are written (every earlier request is still processed, whenever its handler runs); no
+        further request is read, and none after it is processed."""
         pending.failed = True
-        self._closing = True
+        if self._closing_at is None or pending.seq < self._closing_at:
+            self._closing_at = pending.seq
         self._read_scope.cancel()
 
     # -- writing ------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 Reading uses ``recv_into`` with a small read-ahead buffer for the many small requests, and reads
 a large frame straight into its own buffer (one copy from the kernel, no reassembly). The size
-limit is checked as soon as the 4 size bytes arrive, before any of the body is read.
+limit is checked as soon as the 4 size bytes arrive, before any of the body is read. A large
+frame's buffer grows with the bytes that actually arrive (see ``FrameReader._read_into``): the
+size prefix alone pins no memory.
 
 Writing is plain ``send`` loops plus :func:`sendfile`: trio has no sendfile helper, so it calls
 ``os.sendfile`` on the non-blocking socket and waits with ``trio.lowlevel.wait_writable`` when
@@ -11,6 +13,7 @@ the kernel's send buffer is full.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
 from collections.abc import Callable
@@ -20,6 +23,14 @@ import trio
 _SIZE = struct.Struct(">i")
 #: Bytes a big frame's reader takes from a socket that always has data before letting others run.
 _YIELD_BYTES = 8 << 20
+#: The least a big frame's buffer starts with; it doubles as the bytes arrive.
+_FIRST_BIG_BUFFER = 64 * 1024
+#: CPython's ``PyByteArray_Resize`` (stable C API): sets a bytearray's length without writing the
+#: new bytes, which the socket is about to overwrite; growing through Python (``+= bytes(n)``)
+#: writes zeros first and made a fresh 16-100 MB frame 1.6-2.3x slower to receive.
+_bytearray_resize = ctypes.pythonapi.PyByteArray_Resize
+_bytearray_resize.argtypes = (ctypes.py_object, ctypes.c_ssize_t)
+_bytearray_resize.restype = ctypes.c_int
 
 
 class FrameError(Exception):
@@ -91,19 +102,20 @@ class FrameReader:
             frame = bytearray(self._view[self._start : self._start + size])
             self._start += size
         else:
-            frame = self._big_buffer(size)
             have = self.buffered
+            frame = self._big_buffer(size, have)
             frame[:have] = self._view[self._start : self._end]
             self._start = self._end = 0
-            await self._read_into(memoryview(frame), have)
+            frame = await self._read_into(frame, have, size)
         self.mid_frame = False
         return frame
 
     def recycle(self, frame: bytearray) -> None:
         """Take back a big frame whose request is done, to read the next big frame into.
 
-        A fresh ``bytearray(size)`` is zeroed before the socket overwrites it: for 1 MB Produce
-        requests that memset was 6% of the broker's CPU. The buffer is kept only if nothing still
+        A fresh buffer costs an allocation, a realloc per doubling as its frame arrives and fresh
+        pages (a zeroed ``bytearray(size)`` was 6% of the broker's CPU at 1 MB Produce requests);
+        the spare is already grown and paged in. The buffer is kept only if nothing still
         looks into it: a bytearray with a live memoryview cannot be resized, so the trial shrink
         raises ``BufferError`` and the buffer is left to its holder. Anything that must keep
         request bytes beyond its call (a storage engine that holds batches in memory) copies them.
@@ -118,39 +130,50 @@ class FrameReader:
         if spare is None or frame.__alloc__() > spare.__alloc__():
             self._spare = frame
 
-    def _big_buffer(self, size: int) -> bytearray:
-        """A bytearray of ``size`` bytes whose content will be overwritten: the spare when its
-        allocation can hold ``size`` without a realloc (CPython resizes in place between half the
-        allocation and all of it), else a new one with some headroom for the next, slightly
-        bigger, frame."""
+    def _big_buffer(self, size: int, have: int) -> bytearray:
+        """The buffer to read a frame of ``size`` bytes into, ``have`` of which are buffered
+        already; its content will be overwritten. The spare, at ``size`` bytes, when its
+        allocation can hold ``size`` without a realloc (CPython resizes in place between half
+        the allocation and all of it): that memory is the connection's already. Else a new
+        buffer of twice what has arrived (at least ``_FIRST_BIG_BUFFER``), which ``_read_into``
+        grows as more arrives: a peer that sends a 100 MB size and then nothing gets 64 KiB."""
         spare = self._spare
         if spare is not None:
             alloc = spare.__alloc__()
             if alloc // 2 <= size < alloc:
                 self._spare = None
-                length = len(spare)
-                if size < length:
-                    del spare[size:]
-                elif size > length:
-                    spare[length:] = bytes(size - length)
+                _bytearray_resize(spare, size)  # in place: size is within its allocation
                 return spare
-        frame = bytearray(size + (size >> 4))
-        del frame[size:]
+        frame = bytearray()
+        _grow(frame, min(size, max(2 * have, _FIRST_BIG_BUFFER)), size)
         return frame
 
-    async def _read_into(self, view: memoryview, have: int) -> None:
-        """Fill ``view`` from byte ``have`` on. Reads with ``os.readv`` while the kernel has
-        data and waits for readability only when it has none: trio's ``recv_into`` takes a
-        scheduler pass per call even when data is there, and a 1 MB produce request arrives in
-        many socket-buffer-sized pieces (a fifth of a broker's CPU at 1 KiB records went there).
-        Every ``_YIELD_BYTES`` it lets other tasks run, so a fast sender of a big frame (up to
-        ``socket.request.max.bytes``) cannot hold the event loop for the whole frame."""
+    async def _read_into(self, frame: bytearray, have: int, size: int) -> bytearray:
+        """Fill ``frame`` from byte ``have`` on to ``size`` bytes; returns it.
+
+        While the frame is longer than its buffer, the buffer doubles (up to ``size``, the new
+        bytes unwritten until the socket fills them) each time it is full, so the memory a
+        frame holds is at most about twice what its peer has sent: a size prefix pins nothing
+        on its own (Kafka allocates the whole request from its size, bounded by
+        ``queued.max.request.bytes``). The bytes still go straight from the kernel into the
+        frame; the cost is a realloc per doubling (glibc moves large blocks with ``mremap``),
+        only for a frame that does not fit the recycled spare.
+
+        Reads with ``os.readv`` while the kernel has data and waits for readability only when it
+        has none: trio's ``recv_into`` takes a scheduler pass per call even when data is there,
+        and a 1 MB produce request arrives in many socket-buffer-sized pieces (a fifth of a
+        broker's CPU at 1 KiB records went there). Every ``_YIELD_BYTES`` it lets other tasks
+        run, so a fast sender of a big frame (up to ``socket.request.max.bytes``) cannot hold
+        the event loop for the whole frame."""
         fd = self.sock.fileno()
-        size = len(view)
         since_yield = 0
         while have < size:
+            if have == len(frame):
+                # no memoryview of the frame is alive here (each read's view is a temporary),
+                # so the bytearray may resize
+                _grow(frame, min(size, 2 * have), size)
             try:
-                got = os.readv(fd, [view[have:]])
+                got = os.readv(fd, [memoryview(frame)[have:]])
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(fd)
                 since_yield = 0
@@ -162,6 +185,19 @@ class FrameReader:
             if since_yield >= _YIELD_BYTES:
                 await trio.lowlevel.checkpoint()
                 since_yield = 0
+        return frame
+
+
+def _grow(frame: bytearray, length: int, size: int) -> None:
+    """Extend ``frame`` to ``length`` bytes of a ``size``-byte frame, the new bytes unwritten
+    (the caller fills them from the socket before anyone sees the frame; a recycled spare holds
+    an earlier frame's bytes the same way). At ``size`` its allocation gets a sixteenth more, so
+    that recycled as the spare it holds the next, slightly bigger, frame in place (see
+    ``FrameReader._big_buffer``)."""
+    extra = size >> 4 if length == size else 0
+    _bytearray_resize(frame, length + extra)
+    if extra:
+        del frame[length:]
 
 
 OnBlock = Callable[[], None] | None

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from odradek.config import Config
-from odradek.errors import InvalidRequest, KafkaError, OdradekError, UnsupportedVersion
+from odradek.errors import ErrorCode, InvalidRequest, KafkaError, OdradekError, UnsupportedVersion
 from odradek.interfaces import Endpoint
 from odradek.protocol import (
     ApiKey,
@@ -159,13 +159,34 @@ class Dispatcher:
             response = self._answer_failure(header, request, exc, peer)
         if response is None:
             return None
-        if isinstance(response, FetchResponseData):
-            try:
-                return build_fetch_envelope(version, header.correlation_id, response)
-            except BaseException:
-                _release_records(response)
-                raise
-        return encode_response(key, version, header.correlation_id, response)
+        try:
+            return _encode(header, response)
+        except Exception as exc:
+            answer = self._answer_unencodable(header, request, exc, peer)
+        return _encode(header, answer)
+
+    def _answer_unencodable(self, header: RequestHeader, request: Any, exc: Exception, peer: str) -> Any:
+        """The error response in place of a response that cannot be encoded (a value the core
+        returned is out of its field's range, e.g. an offset beyond int64 read from a hostile
+        batch): the client gets UNKNOWN_SERVER_ERROR in that response's place in the pipeline
+        and the connection carries on, as for a failing handler. Logged once, as one ERROR line
+        naming the API and the reason (the traceback would only show the encoder). If the error
+        response cannot be built either, ``exc`` is raised and the connection closes."""
+        code = ErrorCode.UNKNOWN_SERVER_ERROR
+        log.error(
+            "%s v%d (correlation id %d) from %s: the response cannot be encoded (%s: %s); answered %s",
+            api_name(header.api_key),
+            header.api_version,
+            header.correlation_id,
+            peer,
+            _qualified_name(type(exc)),
+            exc,
+            code.name,
+        )
+        try:
+            return error_response(header.api_key, header.api_version, request, code, "unexpected server error")
+        except Exception as build_error:
+            raise exc from build_error
 
     def _answer_failure(self, header: RequestHeader, request: Any, exc: Exception, peer: str) -> Any:
         """The error response for a request whose handler raised ``exc`` (Kafka's
@@ -186,6 +207,23 @@ class Dispatcher:
             return error_response(header.api_key, header.api_version, request, code, message)
         except Exception as build_error:
             raise exc from build_error
+
+
+def _encode(header: RequestHeader, response: Any) -> bytes | FetchEnvelope:
+    """The wire form of a handler's response: a Fetch envelope, or a frame without its size."""
+    key, version = header.api_key, header.api_version
+    if isinstance(response, FetchResponseData):
+        try:
+            return build_fetch_envelope(version, header.correlation_id, response)
+        except BaseException:
+            _release_records(response)
+            raise
+    return encode_response(key, version, header.correlation_id, response)
+
+
+def _qualified_name(cls: type) -> str:
+    """``struct.error`` rather than a bare ``error``; builtins by their name alone."""
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _release_records(response: FetchResponseData) -> None:
