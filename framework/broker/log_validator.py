@@ -36,17 +36,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .. import records
+from .. import errors, records
 from ..config import LONG_MAX, TopicConfig
-from ..errors import (
-    CorruptMessage,
-    DecompressionLimitExceeded,
-    ErrorCode,
-    InvalidRecord,
-    KafkaError,
-    MessageTooLarge,
-    UnsupportedCompressionType,
-)
+from ..errors import CorruptMessage, ErrorCode, InvalidRecord, KafkaError, UnsupportedCompressionType
 from ..interfaces import BatchMeta, Codec
 from .producer_state import AppendOrigin
 
@@ -214,9 +206,9 @@ def _inflate(data: bytearray | memoryview, meta: BatchMeta, codec: Codec, limit:
     section = memoryview(data)[meta.position + records.HEADER_SIZE : meta.position + meta.size]
     try:
         return records.decompress_section(codec, section, limit)
-    except DecompressionLimitExceeded as exc:
+    except errors.DecompressionLimitExceeded as exc:
         claims = f"declares {exc.declared} bytes" if exc.declared is not None else "inflates to more than"
-        raise MessageTooLarge(
+        raise errors.MessageTooLarge(
             f"the batch's {len(section)}-byte {codec.name} records section {claims}"
             f"{', more than' if exc.declared is not None else ''} the broker's "
             f"message.max.decompressed.bytes ({limit})"
