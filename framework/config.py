@@ -193,6 +193,17 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         topic_key="record.validation",
     ),
     _k(
+        "message.max.decompressed.bytes",
+        int,
+        64 * 1024 * 1024,
+        "odradek-specific (Kafka has no such key): how many bytes a produced batch's compressed "
+        "records section may inflate to. Codecs stop at this bound instead of inflating a "
+        "decompression bomb; past it the produce gets MESSAGE_TOO_LARGE, on which producers split "
+        "the batch. Applies wherever the broker inflates client bytes (the decompress check, "
+        "record.validation=full, compacted topics, recompression to compression.type).",
+        minimum=1,
+    ),
+    _k(
         "min.insync.replicas",
         int,
         1,

@@ -196,6 +196,29 @@ def _error(name: str, code: ErrorCode, doc: str) -> type[KafkaError]:
 CorruptMessage = _error("CorruptMessage", ErrorCode.CORRUPT_MESSAGE, "CRC or framing of a batch is wrong.")
 InvalidRecord = _error("InvalidRecord", ErrorCode.INVALID_RECORD, "A batch's fields contradict each other.")
 MessageTooLarge = _error("MessageTooLarge", ErrorCode.MESSAGE_TOO_LARGE, "A batch exceeds max.message.bytes.")
+
+
+class DecompressionLimitExceeded(KafkaError):
+    """A compressed records section inflates past the bound its reader set.
+
+    Raised by a codec's ``decompress(data, max_size=n)`` as soon as its output would pass ``n``
+    bytes, before it allocates much more (a few compressed bytes can claim gigabytes: a
+    "decompression bomb"). The broker bounds what a produced batch may inflate to
+    (``message.max.decompressed.bytes``) and answers MESSAGE_TOO_LARGE, on which Kafka's producers
+    split the batch. ``limit`` is the bound; ``declared`` the size the compressed data claims, when
+    its framing says (snappy's preamble, a zstd or lz4 frame's content size), else None.
+    """
+
+    code: ClassVar[ErrorCode] = ErrorCode.MESSAGE_TOO_LARGE
+
+    def __init__(self, limit: int, *, codec: str = "", declared: int | None = None) -> None:
+        self.limit = limit
+        self.declared = declared
+        what = f"{codec} data" if codec else "compressed data"
+        size = f"declares {declared} bytes, more than" if declared is not None else "inflates past"
+        super().__init__(f"{what} {size} the {limit}-byte limit on its decompressed size")
+
+
 OffsetOutOfRange = _error("OffsetOutOfRange", ErrorCode.OFFSET_OUT_OF_RANGE, "An offset outside [log start, log end].")
 UnknownTopicOrPartition = _error(
     "UnknownTopicOrPartition", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such topic or partition."
@@ -239,6 +262,7 @@ RequestTimedOut = _error("RequestTimedOut", ErrorCode.REQUEST_TIMED_OUT, "A dela
 
 __all__ = [
     "CorruptMessage",
+    "DecompressionLimitExceeded",
     "DuplicateSequence",
     "ErrorCode",
     "FencedLeaderEpoch",

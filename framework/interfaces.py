@@ -298,8 +298,17 @@ class Codec(Protocol):
         """Compress a batch's records section."""
         ...
 
-    def decompress(self, data: bytes | memoryview) -> bytes:
-        """Decompress a batch's records section (accepting every framing clients write)."""
+    def decompress(self, data: bytes | memoryview, *, max_size: int | None = None) -> bytes:
+        """Decompress a batch's records section (accepting every framing clients write).
+
+        With ``max_size`` (the broker passes it for every produced batch: a few compressed bytes
+        can claim gigabytes), raise :class:`odradek.errors.DecompressionLimitExceeded` as soon as
+        the output would exceed ``max_size`` bytes, without allocating much beyond it: inflate in
+        bounded steps, and refuse a declared size (a frame's content size, snappy's preamble)
+        above the bound before calling the library. None: no bound (clients reading fetched data).
+        A codec written before ``max_size`` existed still loads; the records layer then
+        decompresses fully and checks afterwards (unbounded memory, see docs/plugins.md).
+        """
         ...
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 import os
 import sys
 import types
@@ -49,6 +50,7 @@ from .interfaces import (
     StorageFactory,
     TransportFactory,
 )
+from .records import takes_max_size
 
 ENTRY_POINT_GROUP = "odradek"
 DISABLE_AUTOLOAD_ENV = "ODRADEK_DISABLE_PLUGIN_AUTOLOAD"
@@ -342,6 +344,24 @@ _ITEM_CHECKS: dict[str, tuple[str, Callable[[Any], str | None]]] = {
 }
 
 
+_log = logging.getLogger(__name__)
+_WARNED_UNBOUNDED: set[tuple[str, int]] = set()
+
+
+def _warn_if_unbounded(codec: Codec, label: str) -> None:
+    """Once per codec: a ``decompress`` without ``max_size`` (written before the bound existed)
+    still works, but the broker can only check a produced batch's size after inflating it all."""
+    if takes_max_size(codec) or (label, codec.id) in _WARNED_UNBOUNDED:
+        return
+    _WARNED_UNBOUNDED.add((label, codec.id))
+    _log.warning(
+        "codec %r (%s) has no max_size in decompress: batches it reads are inflated completely before "
+        "message.max.decompressed.bytes is checked (see docs/plugins.md)",
+        codec.name,
+        label,
+    )
+
+
 def _merge_key(hook_name: str) -> Callable[[Any], Any]:
     """What two items must not share: a codec's id (the batch attributes carry it), else the name."""
     if hook_name == "odradek_register_codecs":
@@ -503,6 +523,8 @@ class Plugins:
         different codecs to the broker and to the producer), are errors naming both plugins."""
         by_id = self._by_name("odradek_register_codecs", lambda c: c.id)
         self._by_name("odradek_register_codecs", lambda c: c.name)
+        for plugin_name, codec in by_id.values():
+            _warn_if_unbounded(codec, self.label(plugin_name))
         return {k: v for k, (_, v) in by_id.items()}
 
     def partitioner(self, name: str) -> Partitioner:

@@ -19,6 +19,7 @@ truncated framing; :class:`~odradek.errors.InvalidRecord` for fields that contra
 
 from __future__ import annotations
 
+import inspect
 import struct
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -28,7 +29,15 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias
 
 from crc32c import crc32c
 
-from .errors import CorruptMessage, ErrorCode, InvalidRecord, KafkaError, MessageTooLarge, UnsupportedCompressionType
+from .errors import (
+    CorruptMessage,
+    DecompressionLimitExceeded,
+    ErrorCode,
+    InvalidRecord,
+    KafkaError,
+    MessageTooLarge,
+    UnsupportedCompressionType,
+)
 from .interfaces import BatchMeta
 
 if TYPE_CHECKING:
@@ -52,6 +61,7 @@ __all__ = [
     "compute_crc",
     "decode_batch",
     "decode_records",
+    "decompress_section",
     "encode_records",
     "iter_batches",
     "iter_headers",
@@ -100,6 +110,9 @@ NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 _INT32_MAX = 0x7FFFFFFF
+_INT32_MIN = -0x80000000
+_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # firstTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
@@ -311,7 +324,8 @@ def validate_batches(
     ``exact_counts=False`` for replicated data, where compaction may have removed records from a
     batch (then 0 <= recordCount <= lastOffsetDelta + 1). ``from_client=True`` adds the checks
     Kafka applies to client produce: no control batches, baseOffset 0, at least one record, a
-    base sequence whenever a producer id is set, and no LogAppendTime (INVALID_TIMESTAMP).
+    base sequence whenever a producer id is set, no LogAppendTime (INVALID_TIMESTAMP), and a
+    firstTimestamp no later than the maxTimestamp (CorruptMessage).
 
     Never decompresses or decodes records: O(1) Python work per batch plus one CRC call. The
     payload must hold whole batches only; trailing bytes are CorruptMessage. Returns one
@@ -332,7 +346,7 @@ def validate_batches(
             if n - pos > MAGIC_OFFSET and buf[pos + MAGIC_OFFSET] != MAGIC:
                 raise bad_magic(f"record batch at {pos} has magic {buf[pos + MAGIC_OFFSET]}, expected 2")
             raise CorruptMessage(f"record batch at {pos} is truncated: {n - pos} bytes, header needs 61")
-        (base, blen, _ple, magic, crc, attrs, lod, _fts, maxts, pid, pep, bseq, count) = unpack(buf, pos)
+        (base, blen, _ple, magic, crc, attrs, lod, fts, maxts, pid, pep, bseq, count) = unpack(buf, pos)
         if magic != MAGIC:
             raise bad_magic(f"record batch at {pos} has magic {magic}, expected 2")
         if blen < MIN_BATCH_LENGTH:
@@ -369,6 +383,11 @@ def validate_batches(
                     f"record batch at {pos}: producers may not set timestamp type LogAppendTime",
                     code=ErrorCode.INVALID_TIMESTAMP,
                 )
+            if fts > maxts:
+                # a producer's firstTimestamp is its first record's, maxTimestamp the largest: a
+                # batch claiming otherwise was not built by one (the only timestamp check that
+                # costs nothing here; the records' own are read under record.validation=full)
+                raise CorruptMessage(f"record batch at {pos}: firstTimestamp {fts} is after its maxTimestamp {maxts}")
         append(
             BatchMeta(
                 pos,
@@ -737,11 +756,16 @@ def decode_records(
     return out
 
 
-def check_records(data: Buffer, count: int, *, require_keys: bool = False) -> bool:
+def check_records(data: Buffer, count: int, *, require_keys: bool = False, first_timestamp: int | None = None) -> bool:
     """Check an uncompressed records section as :func:`decode_records` reads it, without
     building records (about half its cost): ``count`` records that tile ``data`` exactly, each
     internally consistent, header keys UTF-8, and with ``require_keys`` no null key (compacted
     topics; InvalidRecord). Raises what :func:`decode_records` raises for the same bytes.
+
+    Values a reader could not hold are CorruptMessage: an offset delta outside int32 (Kafka reads
+    it as an int32 varint) and, given the batch's ``first_timestamp``, a timestamp delta that
+    takes the record's timestamp outside int64 (ListOffsets and fetches would then answer a
+    value no Kafka field holds).
 
     Returns whether the offset deltas are exactly 0, 1, ... ``count - 1`` (what a producer
     writes; a compressed batch with others is renumbered, as Kafka's LogValidator does)."""
@@ -749,6 +773,9 @@ def check_records(data: Buffer, count: int, *, require_keys: bool = False) -> bo
     pos = 0
     n = len(data)
     consecutive = True
+    # a delta of at most 9 varint bytes is below 2**62 in magnitude: it can only overflow from a
+    # first timestamp of at least 2**62 in magnitude, so most records skip the check below
+    every_ts = first_timestamp is not None and not -(2**62) <= first_timestamp < 2**62
     try:
         for i in range(count):
             z = data[pos]
@@ -767,10 +794,12 @@ def check_records(data: Buffer, count: int, *, require_keys: bool = False) -> bo
                 raise CorruptMessage(f"record at byte {start} has length {length}, {n - start} bytes left")
             pos += 1  # attributes (unused in v2)
             at = pos
-            while data[pos] > 0x7F:  # timestampDelta: any value is valid
+            while data[pos] > 0x7F:  # timestampDelta
                 pos += 1
             if pos - at > 9:
                 raise CorruptMessage("varint is longer than 10 bytes")
+            if first_timestamp is not None and (pos - at == 9 or every_ts):
+                _check_timestamp(data, at, pos, first_timestamp, start)
             z = data[pos + 1]
             pos += 2
             if z > 0x7F:
@@ -782,6 +811,9 @@ def check_records(data: Buffer, count: int, *, require_keys: bool = False) -> bo
                     z, pos = rest(data, z, pos)
             if z != i << 1:  # the zigzag of offsetDelta i
                 consecutive = False
+                delta = (z >> 1) ^ -(z & 1)
+                if not _INT32_MIN <= delta <= _INT32_MAX:
+                    raise CorruptMessage(f"record at byte {start} has offsetDelta {delta}, outside int32")
             z = data[pos]
             pos += 1
             if z > 0x7F:
@@ -858,6 +890,20 @@ def check_records(data: Buffer, count: int, *, require_keys: bool = False) -> bo
     return consecutive
 
 
+def _check_timestamp(data: Buffer, at: int, last: int, first_timestamp: int, start: int) -> None:
+    """The record at ``start`` whose timestampDelta varint spans ``at..last`` has a timestamp
+    (first + delta) inside int64, else CorruptMessage."""
+    z = 0
+    for shift, i in enumerate(range(at, last + 1)):
+        z |= (data[i] & 0x7F) << (7 * shift)
+    timestamp = first_timestamp + ((z >> 1) ^ -(z & 1))
+    if not _INT64_MIN <= timestamp <= _INT64_MAX:
+        raise CorruptMessage(
+            f"record at byte {start}: firstTimestamp {first_timestamp} plus its timestampDelta is {timestamp}, "
+            "outside int64"
+        )
+
+
 # --------------------------------------------------------------------------------------------
 # Codecs
 # --------------------------------------------------------------------------------------------
@@ -909,6 +955,44 @@ def _codec(codecs: Mapping[int, Codec] | None, cid: int) -> Codec:
     if found is None:
         raise UnsupportedCompressionType(f"no codec plugin is loaded for compression id {cid}")
     return found
+
+
+#: Per codec object (kept alive here, so its id is not reused): whether its ``decompress`` takes
+#: ``max_size``. Looked up once per codec; the manager asks when it loads the codecs.
+_TAKES_MAX_SIZE: dict[int, tuple[Codec, bool]] = {}
+
+
+def takes_max_size(codec: Codec) -> bool:
+    """Whether ``codec.decompress`` accepts the ``max_size`` keyword (or ``**kwargs``).
+
+    Codecs written before the bound existed still load: :func:`decompress_section` then
+    decompresses them fully and checks the size afterwards (an unbounded allocation)."""
+    cached = _TAKES_MAX_SIZE.get(id(codec))
+    if cached is not None and cached[0] is codec:
+        return cached[1]
+    try:
+        params = inspect.signature(codec.decompress).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: call it the old way
+        takes = False
+    else:
+        takes = "max_size" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    _TAKES_MAX_SIZE[id(codec)] = (codec, takes)
+    return takes
+
+
+def decompress_section(codec: Codec, section: bytes | memoryview, max_size: int | None = None) -> bytes:
+    """``codec.decompress(section)``, bounded by ``max_size`` when given: the codec raises
+    :class:`~odradek.errors.DecompressionLimitExceeded` before inflating past it. A codec whose
+    ``decompress`` has no ``max_size`` (see :func:`takes_max_size`) is decompressed fully and the
+    result checked, so the limit still holds for what is kept, though not for memory."""
+    if max_size is None:
+        return codec.decompress(section)
+    if takes_max_size(codec):
+        return codec.decompress(section, max_size=max_size)
+    out = codec.decompress(section)
+    if len(out) > max_size:
+        raise DecompressionLimitExceeded(max_size, codec=codec.name)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -1028,11 +1112,17 @@ def _assemble(
 
 
 def decode_batch(
-    buf: Buffer, pos: int = 0, *, codecs: Mapping[int, Codec] | None = None, verify_crc: bool = True
+    buf: Buffer,
+    pos: int = 0,
+    *,
+    codecs: Mapping[int, Codec] | None = None,
+    verify_crc: bool = True,
+    max_decompressed: int | None = None,
 ) -> RecordBatch:
     """Decode the whole batch at ``pos``: header, CRC (unless ``verify_crc=False``), records
-    (decompressed through ``codecs``). Raises CorruptMessage for bad magic, CRC, truncation or a
-    codec failure, InvalidRecord for records inconsistent with the header."""
+    (decompressed through ``codecs``, to at most ``max_decompressed`` bytes when given). Raises
+    CorruptMessage for bad magic, CRC, truncation or a codec failure, InvalidRecord for records
+    inconsistent with the header, DecompressionLimitExceeded past ``max_decompressed``."""
     header = parse_header(buf, pos)
     if header.magic != MAGIC:
         raise CorruptMessage(f"record batch at {pos} has magic {header.magic}, expected 2")
@@ -1055,7 +1145,9 @@ def decode_batch(
     if cid:
         codec = _codec(codecs, cid)
         try:
-            data = codec.decompress(section)
+            data = decompress_section(codec, section, max_decompressed)
+        except DecompressionLimitExceeded:
+            raise
         except Exception as exc:
             raise CorruptMessage(f"record batch at {pos}: {codec.name} decompression failed: {exc!r}") from exc
     else:

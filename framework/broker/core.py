@@ -82,6 +82,7 @@ class BrokerCore:
             storage,
             codecs,
             producer_id_expiration_ms=int(config["producer.id.expiration.ms"]),
+            max_decompressed_bytes=int(config["message.max.decompressed.bytes"]),
         )
         self.metadata_cache = MetadataCache(config, store, self.replica_manager)
         #: name -> (the TopicState it was built from, live brokers, listed brokers, the answer):

@@ -20,7 +20,14 @@ offset deltas are not 0, 1, ... rebuilt with consecutive ones, as Kafka rebuilds
 
 Two rules need the records themselves and so leave the hot path, exactly where Kafka does too:
 compacted topics require a key on every record (their records are read as under ``full``), and a
-topic whose ``compression.type`` names a codec recompresses batches written with another one.
+topic whose ``compression.type`` names a codec recompresses batches written with another one
+(its records are read as under ``full`` first, and get consecutive offsets, as Kafka's rebuild
+assigns them).
+
+Every path that inflates a client's compressed section (the check above, full validation,
+compaction's key check, the rebuild) passes the broker's ``message.max.decompressed.bytes`` to the
+codec, which stops at that bound instead of inflating a "decompression bomb" (a few KiB claiming
+gigabytes): the produce gets MESSAGE_TOO_LARGE naming the sizes, on which producers split the batch.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .. import records
+from .. import errors, records
 from ..config import LONG_MAX, TopicConfig
 from ..errors import CorruptMessage, ErrorCode, InvalidRecord, KafkaError, UnsupportedCompressionType
 from ..interfaces import BatchMeta, Codec
@@ -43,6 +50,10 @@ _COMPRESSION_BYTE = records.ATTRIBUTES_OFFSET + 1
 #: the smallest encoded record: length, attributes, timestamp and offset deltas, key and value
 #: lengths (-1: null) and a header count, one byte each
 MIN_RECORD_BYTES = 7
+#: the default of ``message.max.decompressed.bytes``: how far a produced batch's records section
+#: may inflate (64 MiB: 64 times Kafka's default max.message.bytes, far above what a producer's
+#: batch.size gives, far below what would take a broker's memory)
+DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 _TOPIC_COMPRESSION = {
     "uncompressed": records.Compression.NONE,
     "gzip": records.Compression.GZIP,
@@ -116,8 +127,13 @@ def validate_records(
     api_version: int,
     now_ms: int,
     codecs: Mapping[int, Codec],
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
 ) -> ValidatedRecords:
-    """Validate ``data`` for a leader append, raising the Kafka error a client should see."""
+    """Validate ``data`` for a leader append, raising the Kafka error a client should see.
+
+    ``max_decompressed_bytes`` bounds what a client's compressed records section may inflate to
+    (``message.max.decompressed.bytes``); past it the codec stops and MESSAGE_TOO_LARGE is raised.
+    """
     if not data:
         raise InvalidRecord("a produce request must hold one record batch per partition")
     client = origin is AppendOrigin.CLIENT
@@ -134,7 +150,7 @@ def validate_records(
                 raise UnsupportedCompressionType(f"no codec with compression id {cid}")
         if client and not settings.compact:  # a compacted topic decodes every record below
             if cid:
-                _check_decompresses(data, meta, codecs[cid])
+                _check_decompresses(data, meta, codecs[cid], max_decompressed_bytes)
             elif meta.size - records.HEADER_SIZE < MIN_RECORD_BYTES * meta.record_count:
                 raise _too_many_records(meta, meta.size - records.HEADER_SIZE)
         if meta.producer_id >= 0:
@@ -147,13 +163,20 @@ def validate_records(
     renumber: set[int] = set()
     if client and (settings.compact or settings.full_validation):
         for meta in batches:  # raises CorruptMessage / InvalidRecord for the first bad record
-            if not _check_records(data, meta, codecs, require_keys=settings.compact):
+            section = _records_section(data, meta, codecs, max_decompressed_bytes)
+            if not _check_records(data, meta, section, require_keys=settings.compact):
                 renumber.add(meta.position)
     target = settings.target_compression
     if target is None and settings.target_codec is not None:
         target = records.codec_named(settings.target_codec, codecs).id
     if client and (target is not None or renumber):
-        data, batches = _rebuild(data, batches, target, codecs, settings.compression_level, renumber)
+        rebuild = _Rebuild(
+            codecs,
+            settings.compression_level,
+            max_decompressed_bytes,
+            checked=settings.compact or settings.full_validation,
+        )
+        data, batches = rebuild.run(data, batches, target, renumber)
     if settings.segment_bytes is not None and len(data) > settings.segment_bytes:
         # Kafka's UnifiedLog.append: a segment must hold the whole append (as validated, recompressed)
         raise KafkaError(
@@ -169,15 +192,39 @@ def validate_records(
     return ValidatedRecords(data, batches, log_append_time)
 
 
-def _check_decompresses(data: bytearray | memoryview, meta: BatchMeta, codec: Codec) -> None:
-    """A compressed records section decompresses into room for ``recordCount`` records."""
-    section = memoryview(data)[meta.position + records.HEADER_SIZE : meta.position + meta.size]
-    try:
-        size = len(codec.decompress(section))
-    except Exception as exc:  # each codec library raises its own error type
-        raise CorruptMessage(f"the batch's records do not decompress with {codec.name}: {exc!r}") from None
+def _check_decompresses(data: bytearray | memoryview, meta: BatchMeta, codec: Codec, limit: int) -> None:
+    """A compressed records section decompresses, within ``limit`` bytes, into room for
+    ``recordCount`` records."""
+    size = len(_inflate(data, meta, codec, limit))
     if size < MIN_RECORD_BYTES * meta.record_count:
         raise _too_many_records(meta, size)
+
+
+def _inflate(data: bytearray | memoryview, meta: BatchMeta, codec: Codec, limit: int) -> bytes:
+    """The batch's records section decompressed, to at most ``limit`` bytes: past it
+    MESSAGE_TOO_LARGE naming the sizes, a codec failure CORRUPT_MESSAGE."""
+    section = memoryview(data)[meta.position + records.HEADER_SIZE : meta.position + meta.size]
+    try:
+        return records.decompress_section(codec, section, limit)
+    except errors.DecompressionLimitExceeded as exc:
+        claims = f"declares {exc.declared} bytes" if exc.declared is not None else "inflates to more than"
+        raise errors.MessageTooLarge(
+            f"the batch's {len(section)}-byte {codec.name} records section {claims}"
+            f"{', more than' if exc.declared is not None else ''} the broker's "
+            f"message.max.decompressed.bytes ({limit})"
+        ) from None
+    except Exception as exc:  # each codec library raises its own error type
+        raise CorruptMessage(f"the batch's records do not decompress with {codec.name}: {exc!r}") from None
+
+
+def _records_section(
+    data: bytearray | memoryview, meta: BatchMeta, codecs: Mapping[int, Codec], limit: int
+) -> bytes | memoryview:
+    """The batch's records section, decompressed (within ``limit``) if it is compressed."""
+    cid = data[meta.position + _COMPRESSION_BYTE] & records.COMPRESSION_MASK
+    if cid:
+        return _inflate(data, meta, codecs[cid], limit)
+    return memoryview(data)[meta.position + records.HEADER_SIZE : meta.position + meta.size]
 
 
 def _too_many_records(meta: BatchMeta, section_bytes: int) -> KafkaError:
@@ -205,56 +252,67 @@ def _check_timestamps(data: bytearray | memoryview, meta: BatchMeta, window: tup
 
 
 def _check_records(
-    data: bytearray | memoryview, meta: BatchMeta, codecs: Mapping[int, Codec], *, require_keys: bool
+    data: bytearray | memoryview, meta: BatchMeta, section: bytes | memoryview, *, require_keys: bool
 ) -> bool:
-    """Every record of the batch read (:func:`odradek.records.check_records`), decompressed
-    first if need be; False when a compressed batch's offset deltas are not 0, 1, ... and it
-    must be renumbered (Kafka rebuilds such a batch; an uncompressed one is kept as sent)."""
+    """Every record of the batch read (:func:`odradek.records.check_records`) from its
+    ``section`` (decompressed); False when a compressed batch's offset deltas are not 0, 1, ...
+    and it must be renumbered (Kafka rebuilds such a batch; an uncompressed one is kept as sent)."""
+    first_timestamp = records.parse_header(data, meta.position).first_timestamp
+    consecutive = records.check_records(
+        section, meta.record_count, require_keys=require_keys, first_timestamp=first_timestamp
+    )
     cid = data[meta.position + _COMPRESSION_BYTE] & records.COMPRESSION_MASK
-    section: bytes | memoryview = memoryview(data)[meta.position + records.HEADER_SIZE : meta.position + meta.size]
-    if cid:
-        codec = codecs[cid]
-        try:
-            section = codec.decompress(section)
-        except Exception as exc:  # each codec library raises its own error type
-            raise CorruptMessage(f"the batch's records do not decompress with {codec.name}: {exc!r}") from None
-    consecutive = records.check_records(section, meta.record_count, require_keys=require_keys)
     return consecutive or not cid
 
 
-def _rebuild(
-    data: bytearray | memoryview,
-    batches: list[BatchMeta],
-    target: int | None,
-    codecs: Mapping[int, Codec],
-    level: int | None,
-    renumber: set[int],
-) -> tuple[bytearray | memoryview, list[BatchMeta]]:
-    """Rewrite the batches whose codec differs from the topic's ``compression.type`` (``target``;
-    None: keep each batch's), and those at a position in ``renumber`` with offset deltas 0, 1, ...;
-    the others are copied as they are. Producer id, epoch, sequence and transactional flag stay."""
-    out = bytearray()
-    new_batches: list[BatchMeta] = []
-    changed = False
-    for meta in batches:
-        header = records.parse_header(data, meta.position)
-        chunk: bytes | bytearray | memoryview = data[meta.position : meta.position + meta.size]
-        codec = header.compression_id if target is None else target
-        fix = meta.position in renumber
-        if header.compression_id != codec or fix:
-            changed = True
-            batch = records.decode_batch(data, meta.position, codecs=codecs, verify_crc=False)
-            chunk = records.build_batch(
-                [(r.key, r.value, r.headers, r.timestamp) for r in batch.records],
-                compression=codec,
-                codecs=codecs,
-                compression_level=level,
-                producer_id=header.producer_id,
-                producer_epoch=header.producer_epoch,
-                base_sequence=header.base_sequence,
-                is_transactional=header.is_transactional,
-                offset_deltas=None if fix else [r.offset - header.base_offset for r in batch.records],
-            )
-        new_batches.append(meta._replace(position=len(out), size=len(chunk)))
-        out += chunk
-    return (out, new_batches) if changed else (data, batches)
+@dataclass(frozen=True, slots=True)
+class _Rebuild:
+    """Rewrites batches for the topic's ``compression.type`` or with consecutive offset deltas."""
+
+    codecs: Mapping[int, Codec]
+    level: int | None
+    limit: int  # message.max.decompressed.bytes
+    checked: bool  # every record was already read by check_records (full validation, compaction)
+
+    def run(
+        self, data: bytearray | memoryview, batches: list[BatchMeta], target: int | None, renumber: set[int]
+    ) -> tuple[bytearray | memoryview, list[BatchMeta]]:
+        """Rewrite the batches whose codec differs from ``target`` (None: keep each batch's), and
+        those at a position in ``renumber``; the others are copied as they are. Producer id,
+        epoch, sequence and transactional flag stay.
+
+        A rewritten batch's records get offset deltas 0, 1, ... whatever the producer wrote, as
+        Kafka's LogValidator assigns consecutive offsets to the batches it rebuilds: the stored
+        batch is then consistent with its header (lastOffsetDelta = recordCount - 1, checked on
+        produce). Its records are read as under full validation first, so a record no Kafka
+        field can hold (an offset delta beyond int32, a timestamp beyond int64) is CORRUPT_MESSAGE
+        instead of failing while the batch is written."""
+        out = bytearray()
+        new_batches: list[BatchMeta] = []
+        changed = False
+        for meta in batches:
+            header = records.parse_header(data, meta.position)
+            chunk: bytes | bytearray | memoryview = data[meta.position : meta.position + meta.size]
+            codec = header.compression_id if target is None else target
+            if header.compression_id != codec or meta.position in renumber:
+                changed = True
+                chunk = self._rebuilt(data, meta, header, codec)
+            new_batches.append(meta._replace(position=len(out), size=len(chunk)))
+            out += chunk
+        return (out, new_batches) if changed else (data, batches)
+
+    def _rebuilt(self, data: bytearray | memoryview, meta: BatchMeta, header: records.BatchHeader, codec: int) -> bytes:
+        section = _records_section(data, meta, self.codecs, self.limit)
+        if not self.checked:
+            _check_records(data, meta, section, require_keys=False)
+        decoded = records.decode_records(bytes(section), header.record_count, 0, header.first_timestamp)
+        return records.build_batch(
+            [(r.key, r.value, r.headers, r.timestamp) for r in decoded],
+            compression=codec,
+            codecs=self.codecs,
+            compression_level=self.level,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+            is_transactional=header.is_transactional,
+        )

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import records
-from ..config import TopicConfig
+from ..config import LONG_MAX, LONG_MIN, TopicConfig
 from ..errors import (
     ErrorCode,
     FencedLeaderEpoch,
@@ -411,7 +411,14 @@ class Partition:
         found = self.log.offset_for_timestamp(timestamp)
         if found is None or found[0] >= bound:
             return None
-        return found
+        offset, record_timestamp = found
+        if not LONG_MIN <= record_timestamp <= LONG_MAX:  # (the offset is below the bound, so in range)
+            # a batch written before produce refused them may hold a record whose timestamp
+            # (firstTimestamp + delta) overflows int64, which no ListOffsets answer can carry;
+            # Kafka's Java arithmetic wraps it. Clamping keeps the answer's meaning (the record
+            # is at or after the asked timestamp) and the partition answerable.
+            record_timestamp = min(max(record_timestamp, LONG_MIN), LONG_MAX)
+        return offset, record_timestamp
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: advance the log start (never past the HW); -1 means the HW."""

@@ -42,7 +42,7 @@ from .api import (
     PartitionProduceResult,
 )
 from .delayed import DelayedFetch, DelayedProduce, release_all
-from .log_validator import validate_records
+from .log_validator import DEFAULT_MAX_DECOMPRESSED_BYTES, validate_records
 from .partition import Partition
 from .producer_state import SNAPSHOT_NAME, AppendOrigin
 from .purgatory import DelayedOperationPurgatory
@@ -98,10 +98,13 @@ class ReplicaManager:
         *,
         producer_id_expiration_ms: int = 86_400_000,
         clock_ms: Callable[[], int] = _now_ms,
+        max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     ) -> None:
         self.broker_id = broker_id
         self.storage = storage
         self.codecs = codecs
+        #: message.max.decompressed.bytes: how far a produced batch may inflate
+        self.max_decompressed_bytes = max_decompressed_bytes
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.clock_ms = clock_ms
         self.partitions: dict[TopicPartition, Partition] = {}
@@ -236,14 +239,19 @@ class ReplicaManager:
         for tp, data in entries.items():
             try:
                 partition = self._leader_partition(tp)
-                validated = validate_records(
-                    data,
-                    partition.append_settings,
-                    origin=origin,
-                    api_version=api_version,
-                    now_ms=now,
-                    codecs=self.codecs,
-                )
+                try:
+                    validated = validate_records(
+                        data,
+                        partition.append_settings,
+                        origin=origin,
+                        api_version=api_version,
+                        now_ms=now,
+                        codecs=self.codecs,
+                        max_decompressed_bytes=self.max_decompressed_bytes,
+                    )
+                except KafkaError as exc:  # a client's bad bytes: one line, the client gets the code
+                    log.info("refused records for %s: %s: %s", tp, exc.code.name, exc)
+                    raise
                 if origin is AppendOrigin.CLIENT and validated.batches[0].is_transactional:
                     self._verify_transaction(transactional_id, validated.batches[0].producer_id,
                                              validated.batches[0].producer_epoch, tp)  # fmt: skip

@@ -27,8 +27,13 @@ What a codec must honour, and why:
 - corrupt or truncated input raises an ``Exception`` (never crashes the process, never hangs): the
   records layer turns it into ``CorruptMessage``, so a consumer gets Kafka's CORRUPT_MESSAGE.
 
-``Codec.decompress`` has no output limit in the interface, so the suite cannot ask for bounded
-decompression (a "bomb"); it checks a highly compressible 8 MiB section round-trips.
+- ``decompress(data, max_size=n)`` (the broker passes ``message.max.decompressed.bytes`` for
+  every produced batch) returns output of exactly ``n`` bytes and raises
+  :class:`odradek.errors.DecompressionLimitExceeded` for more, stopping at the bound instead of
+  inflating a "bomb" first: 256 MiB of zeros compressed must be refused at 1 MiB within
+  ``HANG_S``, allocating (as tracemalloc sees it) far less than the inflated size. A codec whose
+  ``decompress`` has no ``max_size`` (written before it existed) skips these checks: the records
+  layer then decompresses it fully and checks afterwards (unbounded memory, see docs/plugins.md).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import gzip
 import os
 import random
 import threading
+import tracemalloc
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, ClassVar
@@ -44,7 +50,7 @@ from typing import Any, ClassVar
 import pytest
 
 from .. import records
-from ..errors import CorruptMessage
+from ..errors import CorruptMessage, DecompressionLimitExceeded
 from ..interfaces import Codec
 from ._suite import suite_for
 
@@ -175,6 +181,37 @@ class CodecConformance:
         decoded = records.decode_batch(batch, codecs={codec.id: codec})
         assert [(r.key, r.value) for r in decoded.records] == [(k, v) for k, v, _h, _t in recs]
 
+    # -- bounded decompression (max_size) ------------------------------------------------------
+    def _bounded_codec(self) -> Codec:
+        codec = self.make_codec()
+        if not records.takes_max_size(codec):
+            pytest.skip(f"{codec.name}.decompress takes no max_size: the records layer checks after inflating")
+        return codec
+
+    def test_max_size_is_exact(self) -> None:
+        codec = self._bounded_codec()
+        for kind in ("small", "text", "incompressible"):
+            data = INPUTS[kind]
+            compressed = codec.compress(data)
+            assert codec.decompress(compressed, max_size=len(data)) == data, f"{kind} input at its own size"
+            with pytest.raises(DecompressionLimitExceeded):
+                codec.decompress(compressed, max_size=len(data) - 1)
+
+    def test_max_size_stops_a_bomb(self) -> None:
+        """256 MiB of zeros, compressed, refused at 1 MiB: quickly, and with the memory Python
+        sees allocated during the call (tracemalloc: every ``bytes`` a C codec returns or
+        grows) staying far below the inflated size."""
+        codec = self._bounded_codec()
+        compressed = bytes(_bomb(codec))
+        tracemalloc.start()
+        try:
+            with pytest.raises(DecompressionLimitExceeded):
+                bounded(partial(codec.decompress, compressed, max_size=BOMB_LIMIT), "decompress of a bomb")
+            _current, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < BOMB_SIZE // 8, f"decompress with max_size={BOMB_LIMIT} allocated {peak} bytes"
+
     # -- Kafka's framing -----------------------------------------------------------------------
     def test_writes_kafka_framing(self) -> None:
         codec = self.make_codec()
@@ -221,6 +258,16 @@ class CodecConformance:
         batch[records.HEADER_SIZE :] = random.Random(3).randbytes(len(batch) - records.HEADER_SIZE)
         with pytest.raises(CorruptMessage):
             records.decode_batch(batch, codecs={codec.id: codec}, verify_crc=False)
+
+
+#: The bomb the suite inflates, and the bound it is decompressed with.
+BOMB_SIZE = 256 << 20
+BOMB_LIMIT = 1 << 20
+
+
+def _bomb(codec: Codec) -> bytes:
+    """BOMB_SIZE zero bytes compressed by ``codec`` (a codec compresses whole sections only)."""
+    return codec.compress(bytes(BOMB_SIZE))
 
 
 # -- reference framings (Kafka's, read and written by the other clients) -------------------------

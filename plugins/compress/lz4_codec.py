@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import lz4.frame
 
+from odradek.errors import DecompressionLimitExceeded
+
 DEFAULT_LEVEL = 0  # lz4's fast mode; 3..16 select LZ4-HC
 
 
@@ -30,8 +32,10 @@ class Lz4Codec:
         )
         return out
 
-    def decompress(self, data: bytes | memoryview) -> bytes:
+    def decompress(self, data: bytes | memoryview, *, max_size: int | None = None) -> bytes:
         """Every frame in ``data`` (concatenated frames are legal), whatever their flags."""
+        if max_size is not None:
+            return self._decompress_bounded(memoryview(data), max_size)
         out: bytes
         used: int
         out, used = lz4.frame.decompress(data, return_bytes_read=True)
@@ -46,3 +50,27 @@ class Lz4Codec:
             parts.append(chunk)
             used += n
         return b"".join(parts)
+
+    def _decompress_bounded(self, mv: memoryview, max_size: int) -> bytes:
+        """Frame by frame, refusing a declared content size over the room left before decoding
+        (the one-shot decoder allocates it), then asking the streaming decoder for at most one
+        byte more than that room (``max_length``)."""
+        parts: list[bytes] = []
+        total = 0
+        pos = 0
+        while True:
+            room = max_size - total
+            declared = int(lz4.frame.get_frame_info(mv[pos:])["content_size"])  # 0: not recorded
+            if declared > room:
+                raise DecompressionLimitExceeded(max_size, codec=self.name, declared=total + declared)
+            d = lz4.frame.LZ4FrameDecompressor()
+            chunk: bytes = d.decompress(mv[pos:], max_length=room + 1)
+            total += len(chunk)
+            if total > max_size:
+                raise DecompressionLimitExceeded(max_size, codec=self.name)
+            if not d.eof:
+                raise ValueError("lz4 data is truncated")
+            parts.append(chunk)
+            pos = len(mv) - len(d.unused_data or b"")  # None when the frame ended the data
+            if pos >= len(mv):
+                return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -12,6 +12,8 @@ import struct
 
 import snappy
 
+from odradek.errors import DecompressionLimitExceeded
+
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)  # version 1, compatible with 1
 XERIAL_HEADER_SIZE = 16
@@ -37,16 +39,42 @@ class SnappyCodec:
             parts.append(block)
         return b"".join(parts)
 
-    def decompress(self, data: bytes | memoryview) -> bytes:
-        """xerial-framed when the data starts with the xerial magic, raw snappy otherwise."""
+    def decompress(self, data: bytes | memoryview, *, max_size: int | None = None) -> bytes:
+        """xerial-framed when the data starts with the xerial magic, raw snappy otherwise.
+
+        With ``max_size``, the uncompressed lengths the data declares (each raw block's varint
+        preamble) are added up and refused over the bound *before* the library runs: cramjam
+        allocates a block's declared length up front and aborts the process when that fails."""
         mv = memoryview(data)  # any buffer (bytes, memoryview, cramjam.Buffer) slices alike
         if len(mv) >= XERIAL_HEADER_SIZE and mv[:8] == XERIAL_MAGIC:
-            return _decompress_xerial(mv)
+            blocks = _xerial_blocks(mv)
+            if max_size is not None:
+                declared = sum(declared_length(block) for block in blocks)
+                if declared > max_size:
+                    raise DecompressionLimitExceeded(max_size, codec=self.name, declared=declared)
+            return b"".join([bytes(snappy.uncompress(block)) for block in blocks])
+        if max_size is not None:
+            declared = declared_length(mv)
+            if declared > max_size:
+                raise DecompressionLimitExceeded(max_size, codec=self.name, declared=declared)
         return bytes(snappy.uncompress(mv))
 
 
-def _decompress_xerial(mv: memoryview) -> bytes:
-    out: list[bytes] = []
+def declared_length(block: memoryview) -> int:
+    """The uncompressed length a raw snappy block declares: its leading varint (at most 5 bytes,
+    a uint32). Raises ValueError when the varint is missing or longer."""
+    value = 0
+    for i in range(min(len(block), 5)):
+        byte = block[i]
+        value |= (byte & 0x7F) << (7 * i)
+        if byte < 0x80:
+            return value
+    raise ValueError("raw snappy data has no valid uncompressed-length preamble")
+
+
+def _xerial_blocks(mv: memoryview) -> list[memoryview]:
+    """The raw snappy blocks of xerial-framed data (``[int32 length, block]*`` after the header)."""
+    blocks: list[memoryview] = []
     pos = XERIAL_HEADER_SIZE
     n = len(mv)
     unpack = _LEN.unpack_from
@@ -57,6 +85,6 @@ def _decompress_xerial(mv: memoryview) -> bytes:
         pos += 4
         if length < 0 or pos + length > n:
             raise ValueError(f"xerial snappy block at {pos} declares {length} bytes, {n - pos} present")
-        out.append(bytes(snappy.uncompress(mv[pos : pos + length])))
+        blocks.append(mv[pos : pos + length])
         pos += length
-    return b"".join(out)
+    return blocks
