@@ -384,3 +384,55 @@ async def test_an_unreadable_topic_id_file_keeps_the_log(
         assert [r.value for r in await fetch_records(core, tp)] == [b"v1", b"v2", b"v3"]
         assert "partition.metadata" not in caplog.text and "earlier topic" not in caplog.text
         assert state.read_bytes() == topic_id.encode()
+
+
+async def test_stray_logs_are_deleted_at_start_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A DeleteTopics commits to the metadata first and deletes the logs after: a crash in
+    between left the rest of them on disk, loaded at every start, for ever. Once the metadata
+    is loaded, a start deletes the logs no topic owns here (Kafka's stray replicas): of a topic
+    the metadata does not have, and of a partition whose replicas no longer include this broker;
+    one WARNING per topic. A store that was empty at start-up deletes nothing."""
+    from odradek.broker.metadata_cache import MetadataCache, encode, topic_key
+
+    async with running_broker(tmp_path) as core:
+        await create(core, "gone", partitions=3)
+        await create(core, "moved", partitions=2)
+        await create(core, "kept")
+        for name, partitions in (("gone", 3), ("moved", 2), ("kept", 1)):
+            for p in range(partitions):
+                await produce(core, TopicPartition(name, p), batch([b"x"]))
+        cache = core.metadata_cache
+
+        async def crashed_before_removing(self: MetadataCache, name: str, keep: set[int]) -> None:
+            pass  # as if killed between the metadata commit and the log deletions
+
+        monkeypatch.setattr(MetadataCache, "_remove_local", crashed_before_removing)
+        assert (await core.delete_topics(["gone"], 1000))["gone"].error == ErrorCode.NONE
+        moved = cache.topics["moved"]  # partition 1 reassigned to another broker meanwhile
+        other = core.config.broker_id + 1
+        doc = {"version": 3, "topic_id": moved.topic_id, "partitions": {"0": [core.config.broker_id], "1": [other]}}
+        await core.store.put(topic_key("moved"), encode(doc))
+        await cache.refresh_topic("moved")
+        monkeypatch.undo()
+    assert sorted(d.name for d in tmp_path.glob("gone-*")) == ["gone-0", "gone-1", "gone-2"]
+    caplog.clear()
+    async with running_broker(tmp_path) as core:
+        assert not list(tmp_path.glob("gone-*"))
+        assert not (tmp_path / "moved-1").exists() and core.storage.get_log(TopicPartition("moved", 1)) is None
+        assert [r.value for r in await fetch_records(core, TopicPartition("moved", 0))] == [b"x"]
+        assert [r.value for r in await fetch_records(core, TopicPartition("kept", 0))] == [b"x"]
+        warned = [r.getMessage() for r in caplog.records if "stray" in r.getMessage()]
+        assert len(warned) == 2 and all(r.levelname == "WARNING" for r in caplog.records if "stray" in r.getMessage())
+        assert any("3 stray partition log(s) of topic gone" in m and "not in the metadata" in m for m in warned)
+        assert any("1 stray partition log(s) of topic moved (1)" in m and f"broker {other - 1}" in m for m in warned)
+    caplog.clear()
+    async with running_broker(tmp_path):  # nothing left to delete
+        assert "stray" not in caplog.text
+    # a new, empty store (the metadata lost, a wrong address): nothing is deleted, it is reported
+    (tmp_path / "odradek-metadata.json").unlink()
+    caplog.clear()
+    async with running_broker(tmp_path) as core:
+        assert (tmp_path / "kept-0").exists() and core.storage.get_log(TopicPartition("kept", 0)) is not None
+        assert "keeping 2 partition log(s) of 2 topic(s) the metadata does not know" in caplog.text

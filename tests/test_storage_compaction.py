@@ -600,3 +600,67 @@ async def test_max_compaction_lag_cleans_below_the_dirty_ratio_and_rolls(tmp_pat
     with pytest.raises(InvalidConfig, match="max.compaction.lag.ms"):
         compact_config(storage, min_compaction_lag_ms=2 * HOUR, max_compaction_lag_ms=HOUR)
     await storage.close()
+
+
+async def test_an_undecided_transaction_does_not_make_the_cleaner_spin(tmp_path: Path) -> None:
+    """A round stopped by a transaction without its marker cleans what lies before it and then
+    the log is not due again (the dirty ratio counts only below the transaction, Kafka's last
+    stable offset bound) until a marker is appended; the marker, though it sits in the active
+    segment past the round's end, decides the transaction for the next round. Before, every
+    round redid the same work (rewriting, fsyncing and renaming the same segments hundreds of
+    times a second) while the transaction was open, and after it ended until the active
+    segment rolled, and the cleaner never backed off."""
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage, min_cleanable_dirty_ratio=0.5)
+    write_keys(log, 6, keys=3)
+    open_first, _ = append(log, _txn_batch([b"key-0"], [b"aborted"], pid=9, seq=0))
+    while len(log.segments) < 6:  # dirty segments after it, all inactive
+        write_keys(log, 1, keys=3)
+    assert await storage.run_cleaner() == 1  # what lies before the transaction
+    assert log.first_dirty_offset <= open_first
+    rounds = storage.cleaner.rounds
+    for _ in range(5):
+        assert await storage.run_cleaner() == 0
+    write_keys(log, 3, keys=3)  # appends (and rolls) while the transaction stays open
+    assert await storage.run_cleaner() == 0
+    assert storage.cleaner.rounds == rounds
+    append(log, _marker(records.ControlRecordType.ABORT, 9))  # into the active segment
+    assert await storage.run_cleaner() == 1
+    assert log.first_dirty_offset == log.segments[-1].base_offset
+    assert (open_first, b"key-0", b"aborted") not in key_values(log)
+    for _ in range(5):
+        assert await storage.run_cleaner() == 0
+    assert storage.cleaner.rounds == rounds + 1
+    await storage.close()
+
+
+class _Stop(Exception):
+    pass
+
+
+async def test_the_cleaner_loop_backs_off_when_no_round_can_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_cleaner_loop`` goes on at once only after a pass that made progress; a pass with
+    nothing cleanable (here: all of it behind an open transaction) sleeps
+    ``log.cleaner.backoff.ms``. The sleeps it asks for are recorded, not timed."""
+    storage = await open_storage(tmp_path, log_cleaner_backoff_ms=15_000)
+    log = compacted_log(storage, min_cleanable_dirty_ratio=0.5)
+    write_keys(log, 6, keys=3)
+    append(log, _txn_batch([b"key-0"], [b"open"], pid=9, seq=0))
+    while len(log.segments) < 6:
+        write_keys(log, 1, keys=3)
+    sleeps: list[float] = []
+
+    async def recorded(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 5:
+            raise _Stop
+        await trio.lowlevel.checkpoint()
+
+    monkeypatch.setattr(trio, "sleep", recorded)
+    with pytest.raises(_Stop):
+        await storage._cleaner_loop()
+    monkeypatch.undo()
+    assert sleeps == [0, 15.0, 15.0, 15.0, 15.0]
+    await storage.close()

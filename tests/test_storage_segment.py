@@ -16,10 +16,16 @@ from odradek import records
 from odradek.errors import KafkaStorageError
 from odradek.interfaces import TopicPartition
 from odradek.plugins.storage_segment import segment as segment_module
+from odradek.plugins.storage_segment.checkpoint import read_offsets
 from odradek.plugins.storage_segment.handles import HandleCache
 from odradek.plugins.storage_segment.index import OffsetIndex
 from odradek.plugins.storage_segment.log import SegmentLog
-from odradek.plugins.storage_segment.storage import SegmentLogStorage
+from odradek.plugins.storage_segment.storage import (
+    CLEANER_CHECKPOINT,
+    LOG_START_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    SegmentLogStorage,
+)
 
 
 def _entries(path: Path, fmt: str) -> list[tuple[int, ...]]:
@@ -215,6 +221,96 @@ async def test_checkpoint_files_use_kafkas_text_format(tmp_path: Path) -> None:
         storage.write_checkpoint("recovery-point-offset-checkpoint", {})
     with pytest.raises(ValueError):
         storage.write_checkpoint("../escape", {})
+    await storage.close()
+
+
+def _checkpointed(path: Path) -> dict[str, dict[TopicPartition, int]]:
+    return {
+        name: read_offsets(path / name)
+        for name in (LOG_START_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, CLEANER_CHECKPOINT)
+    }
+
+
+async def _log_deleted_after_checkpointing(tmp_path: Path) -> SegmentLogStorage:
+    """A storage whose checkpoints name ``TP`` at log start 60, recovery point and cleaner
+    offset 100, and whose log of ``TP`` has just been deleted (the files not rewritten yet)."""
+    storage = await open_storage(tmp_path)
+    log = log_of(storage)
+    for _ in range(10):
+        append(log, batch(10))
+    log.delete_records_before(60)
+    log.first_dirty_offset = 100
+    await log.flush()
+    await storage.write_own_checkpoints()
+    assert {name: e[TP] for name, e in _checkpointed(tmp_path).items()} == {
+        LOG_START_CHECKPOINT: 60,
+        RECOVERY_POINT_CHECKPOINT: 100,
+        CLEANER_CHECKPOINT: 100,
+    }
+    await storage.delete_log(TP)
+    return storage
+
+
+async def _reopened_log(tmp_path: Path) -> tuple[SegmentLogStorage, SegmentLog]:
+    storage = await open_storage(tmp_path)
+    log = storage.get_log(TP)
+    assert log is not None
+    return storage, log
+
+
+async def test_a_log_created_again_does_not_inherit_the_deleted_logs_checkpoints(tmp_path: Path) -> None:
+    """A topic deleted and created again under its name before the checkpoints were next written
+    (the flusher's tick), then kill -9: the old log's log start offset (60, past the new log's
+    end) truncated the new log's acknowledged records at the next start. Creating the log
+    rewrites the checkpoints without the deleted log's entries first (Kafka rewrites them when
+    it deletes a log)."""
+    storage = await _log_deleted_after_checkpointing(tmp_path)
+    log = log_of(storage)  # before any periodic write
+    assert all(TP not in entries for entries in _checkpointed(tmp_path).values())
+    for _ in range(2):
+        append(log, batch(10))
+    await log.flush()
+    storage.abandon()  # kill -9: no checkpoint written since
+    storage, log = await _reopened_log(tmp_path)
+    assert (log.log_start_offset, log.log_end_offset, log.first_dirty_offset) == (0, 20, 0)
+    assert len(read_batches(log)) == 2
+    await storage.close()
+
+
+async def test_a_crash_after_a_deletion_does_not_leave_its_entries_to_the_next_log(tmp_path: Path) -> None:
+    """Deleted, then a crash before the checkpoints were written: the files still name the log
+    at the next start; a log created then under the name must not inherit the entries either."""
+    storage = await _log_deleted_after_checkpointing(tmp_path)
+    storage.abandon()
+    storage = await open_storage(tmp_path)
+    assert storage.get_log(TP) is None and _checkpointed(tmp_path)[LOG_START_CHECKPOINT][TP] == 60
+    log = log_of(storage)
+    append(log, batch(5))
+    await log.flush()
+    storage.abandon()
+    storage, log = await _reopened_log(tmp_path)
+    assert (log.log_start_offset, log.log_end_offset) == (0, 5)
+    await storage.close()
+
+
+async def test_the_flusher_drops_a_deleted_logs_checkpoint_entries(tmp_path: Path) -> None:
+    storage = await _log_deleted_after_checkpointing(tmp_path)
+    await storage.flush_tick()
+    assert all(TP not in entries for entries in _checkpointed(tmp_path).values())
+    await storage.close()
+
+
+async def test_a_cleaner_offset_past_the_log_end_is_reset(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Kafka's cleanableOffsets: a checkpointed cleaner offset past the log's end does not
+    describe this log; compaction starts again from the log start instead of never cleaning
+    the records below it."""
+    storage = await open_storage(tmp_path)
+    append(log_of(storage), batch(5))
+    await storage.close()
+    (tmp_path / CLEANER_CHECKPOINT).write_text("0\n1\nevents 0 500\n")
+    storage, log = await _reopened_log(tmp_path)
+    assert log.first_dirty_offset == 0
+    assert "cleaner offset checkpoint (500) is past the log end offset (5)" in caplog.text
     await storage.close()
 
 

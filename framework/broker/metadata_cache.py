@@ -33,7 +33,7 @@ import trio
 
 from ..config import Config, TopicConfig
 from ..errors import ErrorCode, KafkaError, KafkaStorageError
-from ..interfaces import MetadataCompacted, MetadataStore, TopicPartition, Versioned
+from ..interfaces import MetadataCompacted, MetadataStore, PartitionLog, TopicPartition, Versioned
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -166,6 +166,12 @@ class MetadataCache:
         #: partitions this broker should host whose log could not be created (a full disk):
         #: the storage error, until hosting one succeeds (CreateTopics reports it)
         self.storage_failures: dict[TopicPartition, KafkaError] = {}
+        #: whether the first :meth:`load` deletes stray logs (logs no topic of the metadata owns
+        #: here): set by the server, True when the store's cluster id was there before this
+        #: start; False (only report them) for a new, empty store, so a broker pointed at the
+        #: wrong store never deletes its logs as strays; None (the default): not looked for
+        self.delete_stray_logs: bool | None = None
+        self._strays_checked = False
 
     # -- loading ---------------------------------------------------------------------------------
     async def load(self) -> None:
@@ -183,6 +189,73 @@ class MetadataCache:
         for name in sorted(n for n in names if n):
             await self.refresh_topic(name)
         await self.refresh_controller()
+        if self.delete_stray_logs is not None and not self._strays_checked:
+            self._strays_checked = True
+            async with self._lock:
+                await self._remove_stray_logs(delete=self.delete_stray_logs)
+
+    # -- stray logs ------------------------------------------------------------------------------
+    async def _remove_stray_logs(self, *, delete: bool) -> None:
+        """At start-up, once the metadata is loaded: delete the logs on disk that no topic owns
+        here (Kafka KRaft's stray replicas). A DeleteTopics commits to the store first and
+        deletes the logs one by one after, so a crash in between left the rest of them on disk,
+        loaded at every start, for ever; a broker down while its topic was deleted, or its
+        partition moved to other brokers, is left the same. A log is stray when its topic is
+        not in the metadata, its partition is not in the topic, the partition's replicas do
+        not include this broker (as in Kafka: the metadata is the authority on where replicas
+        live, and the running broker removes such a log too when the change reaches it), or
+        its ``partition.metadata`` names another topic id. Hosted logs are left alone (their
+        topic id was checked when hosting), as is a log of a partition whose state is not
+        written yet (a topic being created). One WARNING per topic and reason. With ``delete``
+        False (the store was new at this start) they are only reported."""
+        storage = self.replica_manager.storage
+        strays: dict[tuple[str, str], list[TopicPartition]] = {}
+        for tp, plog in sorted(storage.all_logs().items()):
+            if self.replica_manager.get_partition(tp) is not None:
+                continue
+            why = self._stray_reason(tp, plog)
+            if why is not None:
+                strays.setdefault((tp.topic, why), []).append(tp)
+        if not delete:
+            if strays:
+                log.warning(
+                    "keeping %d partition log(s) of %d topic(s) the metadata does not know (%s): the "
+                    "metadata store was empty when this broker started, so it may not be this broker's",
+                    sum(len(t) for t in strays.values()), len({t for t, _ in strays}),
+                    ", ".join(sorted({t for t, _ in strays})[:10]),
+                )  # fmt: skip
+            return
+        for (topic, why), tps in strays.items():
+            log.warning(
+                "deleting %d stray partition log(s) of topic %s (%s): %s",
+                len(tps), topic, ", ".join(str(tp.partition) for tp in tps[:10]) + (", ..." if len(tps) > 10 else ""),
+                why,
+            )  # fmt: skip
+            for tp in tps:
+                try:
+                    await storage.delete_log(tp)
+                except (KafkaError, OSError) as exc:  # tried again at the next start
+                    log.error("deleting the stray log of %s failed: %s", tp, exc)
+
+    def _stray_reason(self, tp: TopicPartition, plog: PartitionLog) -> str | None:
+        """Why an unhosted log is stray, or None when it may still be this broker's."""
+        topic = self.topics.get(tp.topic)
+        if topic is None:
+            return "the topic is not in the metadata (deleted)"
+        replicas = topic.assignment.get(tp.partition)
+        if replicas is None:
+            return f"the topic has no partition {tp.partition}"
+        if self.broker_id not in replicas:
+            return f"the partition's replicas do not include broker {self.broker_id}"
+        if topic.topic_id:
+            try:
+                stored = plog.read_state(TOPIC_ID_STATE)
+            except OSError:
+                return None
+            found = parse_topic_id(stored) if stored is not None else None
+            if found is not None and found != topic.topic_id.lower():
+                return f"the log belongs to an earlier topic of this name (id {found}, now {topic.topic_id})"
+        return None
 
     def _set_broker(self, key: str, v: Versioned | None) -> None:
         try:

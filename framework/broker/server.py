@@ -140,9 +140,15 @@ class BrokerServer:
 
     async def _serve_with(self, storage: LogStorage, store: MetadataStore, task_status: Any) -> None:
         config = self.config
+        # a store that already had a cluster id is this broker's cluster's (when cluster.id is
+        # configured, ensure_cluster_id checks that it is the same): only then are logs the
+        # metadata does not know stray; a new, empty store (a wrong address, lost metadata)
+        # would make every log look stray
+        known_store = await store.get(CLUSTER_ID_KEY) is not None
         cluster_id = await ensure_cluster_id(store, str(config["cluster.id"]))
         await self._wait_for_earlier_registration(store)
         core = BrokerCore(config, storage, store, self.plugins.codecs(), cluster_id=cluster_id)
+        core.metadata_cache.delete_stray_logs = known_store
         self.core = core
         await core.start()
         async with trio.open_nursery() as background:

@@ -33,6 +33,10 @@ removed (and never count as a key's latest value, so they cannot hide the commit
 would have replaced); a committed transaction's records count from its COMMIT marker on; and the
 round ends before the segment holding the first record of a transaction with no marker yet (the
 storage engine cannot know its outcome, as Kafka's cleaner never passes the last stable offset).
+That offset then bounds the log's cleanable range (``SegmentLog.uncleanable_from``) until a
+control batch is appended, so a log with nothing cleanable below it is not due (no round is
+repeated without progress); a marker past the round's end, in the active segment, still decides
+its transaction.
 The map pass learns all of this from the batches themselves, in offset order: transactional
 records wait in their producer's pending list until the marker says what they are.
 """
@@ -117,6 +121,12 @@ def dirty_ratio(log: SegmentLog, now_ms: int) -> tuple[float, list[LogSegment], 
         if lag > 0 and seg.largest_timestamp() > now_ms - lag:
             break
         cleanable.append(seg)
+    # Kafka's last stable offset bound: a round found a transaction without its marker here,
+    # and nothing from its segment on is cleanable until a marker is appended (or truncation)
+    bound = log.uncleanable_from
+    if bound is not None and bound > log.log_start_offset:
+        while cleanable and cleanable[-1].next_offset > bound:
+            cleanable.pop()
     if not cleanable:
         return 0.0, [], segs[0].base_offset
     end = segs[len(cleanable)].base_offset
@@ -289,8 +299,10 @@ class OffsetMap:
                 if h.max_timestamp > self.producer_ts.get(h.producer_id, -1):
                     self.producer_ts[h.producer_id] = h.max_timestamp
             if h.is_control:
-                if h.base_offset < end_offset:
-                    self._end_txn(batch, h)
+                # a marker past the round's end (in the active segment) still decides its
+                # transaction: the round below it may clean that transaction's batches, as
+                # Kafka's may below the last stable offset, which the marker moved past them
+                self._end_txn(batch, h)
                 continue
             if keys and h.base_offset < end_offset and self.full:
                 end_offset = self.stopped_at = h.base_offset
@@ -558,7 +570,10 @@ class LogCleaner:
             await omap.add_segment(inp, end, keys=False)
         open_first = omap.first_open_txn_offset()
         if open_first is not None and open_first < end:
-            # stop before the segment holding the first record of an undecided transaction
+            # stop before the segment holding the first record of an undecided transaction, and
+            # remember it: the log is not due again for what lies past it until a marker comes
+            # (else every round redid this one, and the cleaner never backed off)
+            plan.log.uncleanable_from = open_first
             inputs = [inp for inp in inputs if inp.segment.next_offset <= open_first]
             end = inputs[-1].segment.next_offset if inputs else plan.inputs[0].segment.base_offset
             if not inputs:

@@ -263,7 +263,18 @@ def load_log(
         retire=retire,
         on_log_start_change=on_log_start_change,
     )
-    if start > leo:  # DeleteRecords up to the end, then a crash lost the tail: start empty there
+    if start > leo:
+        # DeleteRecords up to (near) the end, then a crash lost the unflushed tail: what is left
+        # lies below the log start the client was told, so the log starts empty there, as in
+        # Kafka's LogLoader. The checkpoint entry is trusted: it carries no topic id, and the
+        # storage keeps entries of a deleted log from reaching a log created under its name
+        # (SegmentLogStorage rewrites the checkpoints first), so a mismatch cannot come from here
+        if leo > result.log_start_offset:
+            log.warning(
+                "%s: the log start offset checkpoint (%d) is past the log end offset (%d): deleting "
+                "offsets %d to %d and starting the log at %d",
+                tp, start, leo, result.log_start_offset, leo - 1, start,
+            )  # fmt: skip
         result.truncate_fully_and_start_at(start)
     else:
         # Kafka's recoverSegment: epochs the recovered batches carry that the checkpoint lacks

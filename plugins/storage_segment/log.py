@@ -84,6 +84,10 @@ class SegmentLog:
         #: waiting for, -1 for none: the log is due for a round once it passes. Kept in memory
         #: only, as Kafka's latestDeleteHorizon: after a restart they wait for the next round.
         self.latest_delete_horizon = -1
+        #: the first offset of a transaction the cleaner found without its marker (Kafka bounds
+        #: the cleanable range by the last stable offset): nothing from its segment on is
+        #: cleaned until a control batch is appended or the log is truncated. In memory only
+        self.uncleanable_from: int | None = None
         self.compaction_count = 0  # segments replaced by cleaned ones (see PartitionLog)
         self.closed = False
         self._failure: str | None = None  # set when the log's files could not be kept consistent
@@ -156,7 +160,7 @@ class SegmentLog:
             return self._append_many_as_leader(data, batches, leader_epoch)
         # One batch: what every Produce v3+ request carries per partition. Written out flat --
         # at 16 KiB this Python is a fifth of the cost next to the pwrite it wraps.
-        position, batch_size, last_delta, _, max_ts, _, _, _, _, _ = batches[0]
+        position, batch_size, last_delta, _, max_ts, _, _, _, _, is_control = batches[0]
         size = len(data)
         if position != 0 or batch_size != size or size < _HEADER_SIZE:
             raise InvalidRecord("batch metadata does not match the data at position 0")
@@ -181,6 +185,8 @@ class SegmentLog:
         self._leo = last + 1
         self._size += size
         self._dirty = True
+        if is_control:  # a marker: the transaction that stopped the cleaner may have ended
+            self.uncleanable_from = None
         if last >= self._flush_at:
             self._flush_now()
         if leader_epoch > self._epochs.latest_epoch:
@@ -290,6 +296,8 @@ class SegmentLog:
         self._leo = leo = last_offsets[-1] + 1
         self._size += size
         self._dirty = True
+        if self.uncleanable_from is not None and any(m.is_control for m in batches):
+            self.uncleanable_from = None
         if leo > self._flush_at:
             self._flush_now()
         return LogAppendInfo(first, leo - 1, max_ts, off_max, append_time, self._log_start, size)
@@ -362,6 +370,7 @@ class SegmentLog:
             self.truncate_fully_and_start_at(offset)
             return
         self._generation += 1
+        self.uncleanable_from = None  # the transaction that stopped the cleaner may be gone
         doomed: list[Path] = []
         while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
             seg = self._segments.pop()
@@ -389,6 +398,7 @@ class SegmentLog:
         if offset < 0:
             raise ValueError(f"cannot start a log at negative offset {offset}")
         self._generation += 1
+        self.uncleanable_from = None
         doomed: list[Path] = []
         for seg in self._segments:
             doomed += seg.retire()

@@ -22,6 +22,7 @@ import os
 import re
 import resource
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -110,12 +111,6 @@ def _remove_all(paths: list[Path]) -> None:
             path.unlink(missing_ok=True)
 
 
-def _write_checkpoints(files: list[tuple[Path, dict[TopicPartition, int]]]) -> None:
-    """Write each (checkpoint path, offsets) pair (worker thread)."""
-    for path, offsets in files:
-        write_offsets(path, offsets)
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -152,6 +147,14 @@ class SegmentLogStorage:
         self._cleaner_dirty = False
         self._uncleanable: set[TopicPartition] = set()
         self._checkpoint_lock = trio.Lock()
+        #: deleted logs (or, after a start, logs absent from their dir) whose entries may still be
+        #: in a checkpoint file: a log created again under the name first rewrites the files
+        self._deleted_unpersisted: set[TopicPartition] = set()
+        #: one writer of the storage's checkpoint files at a time (worker thread or trio thread);
+        #: each snapshot is numbered so an older one never replaces a newer one's file
+        self._file_lock = threading.Lock()
+        self._snapshot_seq = 0
+        self._written_seq: dict[Path, int] = {}
         codecs = config.plugins.codecs() if getattr(config, "plugins", None) is not None else None
         expiration = int(_option(config, "producer.id.expiration.ms", 86_400_000))
         self.cleaner = LogCleaner(codecs, self._on_cleaned, dedupe_budget(config), expiration)
@@ -193,6 +196,7 @@ class SegmentLogStorage:
             recovery = read_offsets(d / RECOVERY_POINT_CHECKPOINT)
             starts = read_offsets(d / LOG_START_CHECKPOINT)
             dirty = read_offsets(d / CLEANER_CHECKPOINT)
+            loaded: set[TopicPartition] = set()
             for entry in sorted(os.scandir(d), key=lambda e: e.name):
                 if not entry.is_dir():
                     continue
@@ -219,7 +223,20 @@ class SegmentLogStorage:
                 except OSError as exc:  # a full disk while recovery rewrites indexes, an I/O error
                     raise KafkaStorageError(f"loading the log of {tp} in {entry.path} failed: {exc}") from exc
                 lg.first_dirty_offset = max(dirty.get(tp, 0), lg.log_start_offset)
+                if lg.first_dirty_offset > lg.log_end_offset:
+                    # Kafka's cleanableOffsets: a cleaner offset past the log's end belongs to
+                    # another log (or a lost tail); cleaning starts again from the log start
+                    log.warning(
+                        "%s: the cleaner offset checkpoint (%d) is past the log end offset (%d); "
+                        "resetting it to the log start offset %d",
+                        tp, lg.first_dirty_offset, lg.log_end_offset, lg.log_start_offset,
+                    )  # fmt: skip
+                    lg.first_dirty_offset = lg.log_start_offset
                 self._logs[tp] = lg
+                loaded.add(tp)
+            # entries of logs that are not in this dir (deleted before a crash let the checkpoint
+            # be rewritten): a log created under that name must not inherit them
+            self._deleted_unpersisted |= (set(recovery) | set(starts) | set(dirty)) - loaded
         log.info("loaded %d partition logs from %s", len(self._logs), ", ".join(map(str, self.log_dirs)))
 
     # -- logs ----------------------------------------------------------------------------------
@@ -238,6 +255,8 @@ class SegmentLogStorage:
             return existing
         if not _TOPIC.match(tp.topic) or tp.topic in {".", ".."} or tp.partition < 0:
             raise InvalidTopic(f"cannot store a log for {tp.topic!r} partition {tp.partition}")
+        if tp in self._deleted_unpersisted:
+            self._persist_deletions_now(tp)
         if len(self.log_dirs) == 1:
             # counting every hosted log per directory is O(logs) of pathlib work per new log:
             # quadratic when a 1,000-partition topic is created (seconds of broker CPU)
@@ -275,6 +294,10 @@ class SegmentLogStorage:
             return
         lg.close_files()
         self._uncleanable.discard(tp)
+        # its checkpoint entries go with the next write (the flusher's, within
+        # log.flush.scheduler.interval.ms), or at once if a log of that name is created first
+        self._deleted_unpersisted.add(tp)
+        self._log_start_dirty = True
         target = lg.dir.with_name(delete_dir_name(tp))
         try:
             os.rename(lg.dir, target)
@@ -318,22 +341,58 @@ class SegmentLogStorage:
             per_dir.setdefault(lg.dir.parent, {})[tp] = value(lg)
         return per_dir
 
-    async def write_own_checkpoints(self, *, recovery: bool = True) -> None:
-        """Persist the recovery points, log start offsets and cleaner offsets of every log dir."""
+    def _snapshot(self, *, recovery: bool) -> tuple[int, list[tuple[Path, dict[TopicPartition, int]]]]:
+        """The storage's own checkpoint files as they are now, numbered (trio thread)."""
         files: list[tuple[Path, dict[TopicPartition, int]]] = []
         if recovery:
             files += [
                 (d / RECOVERY_POINT_CHECKPOINT, o) for d, o in self._per_dir(lambda lg: lg.recovery_point).items()
             ]
-        self._log_start_dirty = self._cleaner_dirty = False
         files += [(d / LOG_START_CHECKPOINT, o) for d, o in self._per_dir(lambda lg: lg.log_start_offset).items()]
         files += [(d / CLEANER_CHECKPOINT, o) for d, o in self._per_dir(lambda lg: lg.first_dirty_offset).items()]
+        self._snapshot_seq += 1
+        return self._snapshot_seq, files
+
+    def _write_snapshot(self, seq: int, files: list[tuple[Path, dict[TopicPartition, int]]]) -> None:
+        """Write a snapshot's files, skipping any a newer snapshot has already written (any thread)."""
+        with self._file_lock:
+            for path, offsets in files:
+                if self._written_seq.get(path, 0) > seq:
+                    continue
+                write_offsets(path, offsets)
+                self._written_seq[path] = seq
+
+    async def write_own_checkpoints(self, *, recovery: bool = True) -> None:
+        """Persist the recovery points, log start offsets and cleaner offsets of every log dir."""
         async with self._checkpoint_lock:
+            self._log_start_dirty = self._cleaner_dirty = False
+            covered = set(self._deleted_unpersisted)
+            # a deleted log's entries go from all three files (its recovery point too)
+            seq, files = self._snapshot(recovery=recovery or bool(covered))
             try:
-                await trio.to_thread.run_sync(_write_checkpoints, files)
+                await trio.to_thread.run_sync(self._write_snapshot, seq, files)
             except OSError as exc:
                 self._log_start_dirty = self._cleaner_dirty = True  # try again next time
                 raise KafkaStorageError(f"writing checkpoints failed: {exc}") from exc
+            self._deleted_unpersisted -= covered
+
+    def _persist_deletions_now(self, tp: TopicPartition) -> None:
+        """Before a log is created under the name of one deleted since the checkpoints were last
+        written: write them now, without the old log's entries (Kafka rewrites a dir's
+        checkpoints when it deletes a log). Else a crash before the next write would load the
+        new log with the old one's log start offset -- past the new log's end, which truncates
+        it fully -- and its recovery point and cleaner offset. Synchronous (the caller is), and
+        rare: only a topic created again within a flush interval of its deletion gets here."""
+        covered = set(self._deleted_unpersisted)
+        seq, files = self._snapshot(recovery=True)
+        try:
+            self._write_snapshot(seq, files)
+        except OSError as exc:
+            raise KafkaStorageError(
+                f"cannot create the log for {tp}: the checkpoints still name its deleted predecessor "
+                f"and could not be rewritten: {exc}"
+            ) from exc
+        self._deleted_unpersisted -= covered
 
     def _on_log_start_change(self, _log: SegmentLog) -> None:
         self._log_start_dirty = True
