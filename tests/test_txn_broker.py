@@ -93,6 +93,30 @@ async def test_commit_abort_lso_and_aborted_list(tmp_path: Path) -> None:
         assert await _txn_produce(core, "tx", pid, epoch, 3, b"late") == ErrorCode.INVALID_PRODUCER_EPOCH
 
 
+async def test_transactional_produce_while_the_coordinator_loads_is_retriable(tmp_path: Path) -> None:
+    """A transactional batch arriving after a restart, before the coordinator has loaded (or
+    can even locate) the id's __transaction_state partition, is answered NOT_ENOUGH_REPLICAS,
+    as Kafka does, so the producer retries it instead of aborting with INVALID_TXN_STATE."""
+    async with running_broker(tmp_path) as core:
+        await _topic(core)
+        coord = core.transaction_coordinator
+        r = await core.init_producer_id("tx", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        assert (await coord.add_partitions("tx", pid, epoch, [TP]))[TP] == ErrorCode.NONE
+        p = coord.partition_for("tx")
+        coord.owned.discard(p)
+        coord.loading.add(p)  # the state of a coordinator in the middle of _load
+        assert await _txn_produce(core, "tx", pid, epoch, 0, b"a") == ErrorCode.NOT_ENOUGH_REPLICAS
+        coord.loading.discard(p)
+        coord.leaderless.add(p)  # before the broker registered: no leader known
+        assert await _txn_produce(core, "tx", pid, epoch, 0, b"a") == ErrorCode.NOT_ENOUGH_REPLICAS
+        coord.leaderless.discard(p)
+        coord.owned.add(p)
+        assert await _txn_produce(core, "tx", pid, epoch, 0, b"a") == ErrorCode.NONE
+        assert await coord.end_transaction("tx", pid, epoch, True) == ErrorCode.NONE
+        assert await fetch_values(core, RC) == [b"a"]
+
+
 async def test_transactional_offsets_visible_after_commit_only(tmp_path: Path) -> None:
     async with running_broker(tmp_path) as core:
         await _topic(core)

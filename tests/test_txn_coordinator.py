@@ -11,11 +11,12 @@ import trio
 import trio.testing
 
 from odradek.broker.group.hashing import partition_for
+from odradek.broker.internal_topic import PartitionLeader, Record
 from odradek.broker.txn import InMemoryTransactionLog, TransactionCoordinator, TransactionState
 from odradek.broker.txn.schema import parse_txn_key, parse_txn_value, txn_key, txn_value
 from odradek.broker.txn.state import TransactionMetadata
 from odradek.config import default_config
-from odradek.errors import ErrorCode, InvalidProducerEpoch
+from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.records import ControlRecordType
 
@@ -105,7 +106,7 @@ async def test_commit_writes_markers_and_completes() -> None:
     async with coordinator(markers=markers, offsets=offsets) as coord:
         r = await coord.init_producer_id("a", 60000)
         pid, epoch = r.producer_id, r.producer_epoch
-        assert not coord.verify_transaction("a", pid, epoch, TP0)  # no transaction yet
+        assert coord.verify_transaction("a", pid, epoch, TP0) == ErrorCode.INVALID_TXN_STATE  # no transaction yet
         assert await coord.add_partitions("a", pid, epoch, [TP0, TP1]) == {TP0: ErrorCode.NONE, TP1: ErrorCode.NONE}
         assert coord.check_txn_offset_commit("a", pid, epoch, "group") == ErrorCode.INVALID_TXN_STATE
         assert await coord.add_offsets("a", pid, epoch, "group") == ErrorCode.NONE
@@ -114,9 +115,9 @@ async def test_commit_writes_markers_and_completes() -> None:
         assert coord.check_txn_offset_commit("a", pid + 1, epoch, "group") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
         md = coord.transactions["a"]
         assert md.state is TransactionState.ONGOING and TP0 in md.partitions
-        assert coord.verify_transaction("a", pid, epoch, TP0)
-        assert not coord.verify_transaction("a", pid, epoch, TopicPartition("t", 7))
-        assert not coord.verify_transaction("a", pid + 1, epoch, TP0)
+        assert coord.verify_transaction("a", pid, epoch, TP0) == ErrorCode.NONE
+        assert coord.verify_transaction("a", pid, epoch, TopicPartition("t", 7)) == ErrorCode.INVALID_TXN_STATE
+        assert coord.verify_transaction("a", pid + 1, epoch, TP0) == ErrorCode.INVALID_TXN_STATE
         assert await coord.end_transaction("a", pid + 1, epoch, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
         assert await coord.end_transaction("a", pid, epoch, True) == ErrorCode.NONE
         # markers into every partition of the transaction: the data partitions and the group's
@@ -127,7 +128,7 @@ async def test_commit_writes_markers_and_completes() -> None:
         )
         md = coord.transactions["a"]
         assert md.state is TransactionState.COMPLETE_COMMIT and not md.partitions
-        assert not coord.verify_transaction("a", pid, epoch, TP0)
+        assert coord.verify_transaction("a", pid, epoch, TP0) == ErrorCode.INVALID_TXN_STATE
         # a retried EndTxn is answered again; the opposite outcome is refused
         assert await coord.end_transaction("a", pid, epoch, True) == ErrorCode.NONE
         assert await coord.end_transaction("a", pid, epoch, False) == ErrorCode.INVALID_TXN_STATE
@@ -189,8 +190,8 @@ async def test_reinit_aborts_the_open_transaction_and_fences_the_old_producer() 
         fenced = await coord.add_partitions("a", old.producer_id, old.producer_epoch, [TP0])
         assert fenced == {TP0: ErrorCode.PRODUCER_FENCED}
         assert await coord.end_transaction("a", old.producer_id, old.producer_epoch, True) == ErrorCode.PRODUCER_FENCED
-        with pytest.raises(InvalidProducerEpoch):
-            coord.verify_transaction("a", old.producer_id, old.producer_epoch, TP0)
+        verified = coord.verify_transaction("a", old.producer_id, old.producer_epoch, TP0)
+        assert verified == ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 @pytest.mark.trio
@@ -296,3 +297,72 @@ def test_log_schema_round_trip() -> None:
     value = txn_value(empty)
     assert value[17:21] == b"\xff\xff\xff\xff"  # Empty writes a null partition array, as Kafka does
     assert parse_txn_value("tid", value) == empty
+
+
+class GatedLog(InMemoryTransactionLog):
+    """A log whose reads wait for ``gate`` (a coordinator stays in the middle of loading) and
+    whose partitions have no leader while ``leaderless`` (a broker not registered yet)."""
+
+    def __init__(self, num_partitions: int = 5) -> None:
+        super().__init__(num_partitions)
+        self.gate: trio.Event | None = None
+        self.leaderless = False
+
+    async def read(self, partition: int) -> AsyncIterator[Record]:
+        if self.gate is not None:
+            await self.gate.wait()
+        async for record in super().read(partition):
+            yield record
+
+    async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
+        return {} if self.leaderless else await super().leaders(listener_name)
+
+
+async def test_requests_while_the_log_loads_are_answered_coordinator_load_in_progress() -> None:
+    """After a restart, until the id's __transaction_state partition is loaded, every request
+    about it gets a retriable answer: the produce path's verification too (it answered
+    INVALID_TXN_STATE, making the producer abort a healthy transaction)."""
+    log = GatedLog(num_partitions=1)
+    async with coordinator(log) as coord:
+        r = await coord.init_producer_id("a", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        await coord.add_partitions("a", pid, epoch, [TP0])
+        await coord.add_offsets("a", pid, epoch, "group")
+    p = coord.partition_for("a")
+    log.gate = trio.Event()
+    coord = TransactionCoordinator(log, Ids(), Markers(), default_config(), now_ms=_now_ms, txn_offsets=Offsets())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(coord.run)
+        await trio.testing.wait_all_tasks_blocked()
+        assert p in coord.loading and p not in coord.owned
+        loading = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        assert coord.verify_transaction("a", pid, epoch, TP0) == loading
+        assert await coord.add_partitions("a", pid, epoch, [TP1]) == {TP1: loading}
+        assert await coord.add_offsets("a", pid, epoch, "group") == loading
+        assert coord.check_txn_offset_commit("a", pid, epoch, "group") == loading
+        assert await coord.end_transaction("a", pid, epoch, True) == loading
+        assert (await coord.init_producer_id("a", 60000, pid, epoch)).error == loading
+        log.gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert coord.verify_transaction("a", pid, epoch, TP0) == ErrorCode.NONE
+        assert await coord.end_transaction("a", pid, epoch, True) == ErrorCode.NONE
+        nursery.cancel_scope.cancel()
+
+
+async def test_verification_before_the_log_has_a_leader_is_retriable() -> None:
+    """The first moments after a restart: the log exists but this broker has not registered, so
+    no partition has a live leader; nobody can tell yet whether a batch is in a transaction."""
+    log = GatedLog()
+    async with coordinator(log) as coord:
+        r = await coord.init_producer_id("a", 60000)
+        await coord.add_partitions("a", r.producer_id, r.producer_epoch, [TP0])
+    log.leaderless = True
+    async with coordinator(log) as coord:
+        assert not coord.owned and coord.leaderless == set(range(5))
+        verified = coord.verify_transaction("a", r.producer_id, r.producer_epoch, TP0)
+        assert verified == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        offsets = coord.check_txn_offset_commit("a", r.producer_id, r.producer_epoch, "group")
+        assert offsets == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        log.leaderless = False
+        await coord.refresh_ownership()
+        assert coord.verify_transaction("a", r.producer_id, r.producer_epoch, TP0) == ErrorCode.NONE

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from ...errors import CorruptMessage, ErrorCode, InvalidProducerEpoch
+from ...errors import CorruptMessage, ErrorCode
 from ...interfaces import TopicPartition
 from ...records import ControlRecordType
 from ..api import InitProducerIdResult
@@ -149,6 +149,9 @@ class TransactionCoordinator:
         self.coordinator_epochs: dict[int, int] = {}
         #: partitions another broker leads (their ids cannot be verified on this broker's produce path)
         self.remote: set[int] = set()
+        #: partitions of an existing log without a live leader (after a restart, until this broker
+        #: has registered): who coordinates their ids is not known yet
+        self.leaderless: set[int] = set()
         self.active = False
         self._locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)
         #: transactional id -> done event / cancel scope of its running marker task
@@ -203,6 +206,7 @@ class TransactionCoordinator:
                     self.coordinator_epochs[p] = leader.leader_epoch
             mine = {p for p, leader in leaders.items() if leader.node_id == self.node_id}
             self.remote = set(leaders) - mine
+            self.leaderless = set(range(self.log.num_partitions)) - set(leaders)
             # partitions led elsewhere now, or led again under a new epoch (lost and regained
             # between two checks): forget them (reloaded below when they are ours)
             for p in [p for p in self.owned if p in leaders]:
@@ -320,10 +324,14 @@ class TransactionCoordinator:
     # -- InitProducerId --------------------------------------------------------------------------------
     async def _ensure_owned(self, transactional_id: str) -> None:
         """Create the log and wait (briefly) for this broker to lead the id's partition, when a
-        caller skipped FindCoordinator (embedded use); clients always find the coordinator first."""
+        caller skipped FindCoordinator (embedded use); clients always find the coordinator first.
+        A partition being loaded is answered at once (COORDINATOR_LOAD_IN_PROGRESS, by
+        :meth:`validate`), as Kafka does, rather than holding the request until the load ends."""
         if not transactional_id or not self.active:
             return
         p = self.partition_for(transactional_id)
+        if p in self.loading:
+            return
         with trio.move_on_after(OWNERSHIP_WAIT_S):
             while p not in self.owned:
                 if await self.log.exists() or await self.log.ensure_topic():
@@ -439,8 +447,16 @@ class TransactionCoordinator:
     ) -> ErrorCode | None:
         """TxnOffsetCommit checks when this broker coordinates the transactional id too: the
         producer's current id and epoch, and the group's offsets partition in its ongoing
-        transaction (AddOffsetsToTxn first), else the offsets could never be completed."""
-        if self.partition_for(transactional_id) not in self.owned:
+        transaction (AddOffsetsToTxn first), else the offsets could never be completed. While
+        the id's partition loads (or has no leader yet) the check cannot be made: retriable
+        COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE rather than accepting offsets
+        of a producer that may have been fenced."""
+        p = self.partition_for(transactional_id)
+        if p in self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if p not in self.owned:
+            if p in self.leaderless:
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
             return None  # coordinated elsewhere: the group coordinator cannot check it here
         md = self.transactions.get(transactional_id)
         if md is None or md.producer_id != producer_id:
@@ -603,19 +619,33 @@ class TransactionCoordinator:
     # -- the produce path's check (ReplicaManager.verify_transaction) -------------------------------
     def verify_transaction(
         self, transactional_id: str | None, producer_id: int, producer_epoch: int, tp: TopicPartition
-    ) -> bool:
-        """Whether a transactional batch may be appended: ``tp`` is in the producer's ongoing
-        transaction. An older epoch raises INVALID_PRODUCER_EPOCH (the producer was fenced).
-        Ids coordinated by another broker cannot be checked here and are accepted."""
+    ) -> ErrorCode:
+        """May a client's transactional batch for ``tp`` be appended? NONE when ``tp`` is in the
+        producer's ongoing transaction; INVALID_PRODUCER_EPOCH for an older epoch (the producer
+        was fenced); INVALID_TXN_STATE otherwise. Ids coordinated by another broker cannot be
+        checked here and are accepted.
+
+        While the id's ``__transaction_state`` partition is loading, or has no leader yet (the
+        moments after a restart: the broker is listening before it has registered and reloaded
+        the log), the answer is not known yet: COORDINATOR_LOAD_IN_PROGRESS /
+        COORDINATOR_NOT_AVAILABLE, which the produce path answers as a retriable error, as
+        Kafka's verification does, instead of making the producer abort a healthy transaction."""
         if not transactional_id:
-            return False
-        if self.partition_for(transactional_id) not in self.owned:
-            return self.partition_for(transactional_id) in self.remote
+            return ErrorCode.INVALID_TXN_STATE
+        p = self.partition_for(transactional_id)
+        if p not in self.owned:
+            if p in self.remote:
+                return ErrorCode.NONE
+            if p in self.loading:
+                return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            if p in self.leaderless or not self.active:
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.INVALID_TXN_STATE
         md = self.transactions.get(transactional_id)
         if md is None or md.producer_id != producer_id:
-            return False
+            return ErrorCode.INVALID_TXN_STATE
         if producer_epoch < md.producer_epoch:
-            raise InvalidProducerEpoch(
-                f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {md.producer_epoch}"
-            )
-        return md.producer_epoch == producer_epoch and md.state is TransactionState.ONGOING and tp in md.partitions
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if md.producer_epoch == producer_epoch and md.state is TransactionState.ONGOING and tp in md.partitions:
+            return ErrorCode.NONE
+        return ErrorCode.INVALID_TXN_STATE
