@@ -5,6 +5,7 @@ markers, transactional offsets, and state reloaded after a restart."""
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -398,3 +399,33 @@ async def test_find_coordinator_v4_batches_keys_of_both_types(tmp_path: Path) ->
             ("a", ErrorCode.INVALID_REQUEST, -1),
             ("b", ErrorCode.INVALID_REQUEST, -1),
         ]
+
+
+async def test_init_producer_id_versions_on_the_wire(tmp_path: Path) -> None:
+    """v2 (flexible) as v0-1; v3+ re-initialises from the producer id and epoch the producer
+    holds (KIP-360); a fenced producer gets PRODUCER_FENCED from v4 and INVALID_PRODUCER_EPOCH
+    before (KIP-588)."""
+    async with running_broker(tmp_path) as core:
+        await _topic(core)
+        key = ApiKey.INIT_PRODUCER_ID
+        first = await _call(core, key, 2, transactional_id="tx", transaction_timeout=timedelta(seconds=60))
+        assert (first.error_code, first.producer_epoch) == (ErrorCode.NONE, 0)
+        pid = int(first.producer_id)
+        r = await _call(
+            core, key, 4, transactional_id="tx", transaction_timeout=timedelta(seconds=60), producer_id=pid,
+            producer_epoch=0,
+        )  # fmt: skip
+        assert (r.error_code, r.producer_id, r.producer_epoch) == (ErrorCode.NONE, pid, 1)
+        await core.init_producer_id("tx", 60000)  # another instance: epoch 2 fences epoch 1
+        for version, error in ((3, ErrorCode.INVALID_PRODUCER_EPOCH), (4, ErrorCode.PRODUCER_FENCED)):
+            r = await _call(
+                core, key, version, transactional_id="tx", transaction_timeout=timedelta(seconds=60),
+                producer_id=pid, producer_epoch=1,
+            )  # fmt: skip
+            assert r.error_code == error, version
+        idem = await _call(core, key, 4, transactional_id=None, transaction_timeout=timedelta(0))
+        bumped = await _call(
+            core, key, 3, transactional_id=None, transaction_timeout=timedelta(0), producer_id=idem.producer_id,
+            producer_epoch=idem.producer_epoch,
+        )  # fmt: skip
+        assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (0, idem.producer_id, 1)

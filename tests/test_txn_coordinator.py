@@ -13,6 +13,7 @@ import trio.testing
 from odradek.broker.group.hashing import partition_for
 from odradek.broker.internal_topic import PartitionLeader, Record
 from odradek.broker.txn import InMemoryTransactionLog, TransactionCoordinator, TransactionState
+from odradek.broker.txn.coordinator import MAX_EPOCH
 from odradek.broker.txn.schema import parse_txn_key, parse_txn_value, txn_key, txn_value
 from odradek.broker.txn.state import TransactionMetadata
 from odradek.config import default_config
@@ -366,3 +367,89 @@ async def test_verification_before_the_log_has_a_leader_is_retriable() -> None:
         log.leaderless = False
         await coord.refresh_ownership()
         assert coord.verify_transaction("a", r.producer_id, r.producer_epoch, TP0) == ErrorCode.NONE
+
+
+# -- KIP-360 / KIP-588: InitProducerId with the producer id and epoch the producer holds ---------
+
+
+async def test_kip360_reinit_from_the_current_epoch_bumps_it() -> None:
+    async with coordinator() as coord:
+        r = await coord.init_producer_id("a", 60000)
+        bumped = await coord.init_producer_id("a", 60000, r.producer_id, r.producer_epoch)
+        assert (bumped.error, bumped.producer_id, bumped.producer_epoch) == (ErrorCode.NONE, r.producer_id, 1)
+        # the answer was lost and the producer asks again from the epoch it still holds: accepted
+        retried = await coord.init_producer_id("a", 60000, r.producer_id, r.producer_epoch)
+        assert (retried.error, retried.producer_id, retried.producer_epoch) == (ErrorCode.NONE, r.producer_id, 2)
+
+
+async def test_kip360_reinit_aborts_the_ongoing_transaction_with_the_epoch_bumped() -> None:
+    markers = Markers()
+    async with coordinator(markers=markers) as coord:
+        r = await coord.init_producer_id("a", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        assert await coord.add_partitions("a", pid, epoch, [TP0]) == {TP0: ErrorCode.NONE}
+        bumped = await coord.init_producer_id("a", 60000, pid, epoch)
+        assert (bumped.error, bumped.producer_id, bumped.producer_epoch) == (ErrorCode.NONE, pid, epoch + 2)
+        assert markers.written == [(pid, epoch + 1, ControlRecordType.ABORT, TP0)]
+        assert coord.transactions["a"].state is TransactionState.EMPTY
+        # the producer goes on at its new epoch
+        assert await coord.add_partitions("a", pid, epoch + 2, [TP0]) == {TP0: ErrorCode.NONE}
+        assert await coord.end_transaction("a", pid, epoch + 2, True) == ErrorCode.NONE
+
+
+async def test_kip360_reinit_from_a_fenced_or_foreign_producer_is_refused() -> None:
+    markers = Markers()
+    async with coordinator(markers=markers) as coord:
+        old = await coord.init_producer_id("a", 60000)
+        new = await coord.init_producer_id("a", 60000)  # another instance: fences the old one
+        assert new.producer_epoch == old.producer_epoch + 1
+        await coord.add_partitions("a", new.producer_id, new.producer_epoch, [TP0])
+        fenced = await coord.init_producer_id("a", 60000, old.producer_id, old.producer_epoch)
+        assert fenced.error == ErrorCode.PRODUCER_FENCED
+        # a zombie cannot abort the live instance's transaction either
+        assert coord.transactions["a"].state is TransactionState.ONGOING and not markers.written
+        other = await coord.init_producer_id("a", 60000, new.producer_id + 1, new.producer_epoch)
+        assert other.error == ErrorCode.PRODUCER_FENCED
+        ahead = await coord.init_producer_id("a", 60000, new.producer_id, new.producer_epoch + 1)
+        assert ahead.error == ErrorCode.PRODUCER_FENCED
+
+
+async def test_kip360_unknown_transactional_id_gets_a_fresh_producer_id() -> None:
+    async with coordinator() as coord:
+        # e.g. the id expired while the producer was idle: Kafka hands out a new producer id
+        r = await coord.init_producer_id("a", 60000, 7, 3)
+        assert r.error == ErrorCode.NONE and r.producer_id != 7 and r.producer_epoch == 0
+
+
+async def test_kip360_exhausted_epoch_rotates_the_producer_id() -> None:
+    async with coordinator() as coord:
+        r = await coord.init_producer_id("a", 60000)
+        md = coord.transactions["a"]
+        coord.transactions["a"] = md.transition(TransactionState.EMPTY, 0, producer_epoch=MAX_EPOCH)
+        rotated = await coord.init_producer_id("a", 60000, r.producer_id, MAX_EPOCH)
+        assert rotated.error == ErrorCode.NONE
+        assert rotated.producer_id != r.producer_id and rotated.producer_epoch == 0
+        # a retry from the exhausted id (its answer lost) is still recognised
+        again = await coord.init_producer_id("a", 60000, r.producer_id, MAX_EPOCH)
+        assert (again.error, again.producer_id, again.producer_epoch) == (ErrorCode.NONE, rotated.producer_id, 1)
+
+
+@pytest.mark.trio
+async def test_kip588_producer_whose_transaction_timed_out_may_reinit(autojump_clock: trio.testing.MockClock) -> None:
+    """The coordinator aborted the transaction on timeout, bumping the epoch: the producer's own
+    requests are fenced, but InitProducerId from the epoch one behind recovers it."""
+    markers = Markers()
+    async with coordinator(markers=markers) as coord:
+        r = await coord.init_producer_id("a", 3000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        await coord.add_partitions("a", pid, epoch, [TP0])
+        await trio.sleep(coord.abort_interval_ms / 1000 + 1)
+        assert coord.transactions["a"].producer_epoch == epoch + 1
+        assert await coord.end_transaction("a", pid, epoch, False) == ErrorCode.PRODUCER_FENCED
+        recovered = await coord.init_producer_id("a", 3000, pid, epoch)
+        assert (recovered.error, recovered.producer_id, recovered.producer_epoch) == (ErrorCode.NONE, pid, epoch + 2)
+        assert await coord.add_partitions("a", pid, epoch + 2, [TP0]) == {TP0: ErrorCode.NONE}
+        # a new instance fences it for good: the old epoch is no longer accepted
+        await coord.end_transaction("a", pid, epoch + 2, True)
+        await coord.init_producer_id("a", 3000)
+        assert (await coord.init_producer_id("a", 3000, pid, epoch + 2)).error == ErrorCode.PRODUCER_FENCED

@@ -346,20 +346,26 @@ class TransactionCoordinator:
         self, transactional_id: str, transaction_timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1
     ) -> InitProducerIdResult:
         """The id's producer id with the epoch bumped (fencing older instances); an open
-        transaction is aborted first; a new id gets a fresh producer id at epoch 0. A producer
-        re-initialising with its id and epoch (KIP-360) must hold the current ones."""
+        transaction is aborted first (with the epoch bumped, so its markers fence the producer
+        that opened it); a new id gets a fresh producer id at epoch 0, and so does an id whose
+        epoch is exhausted.
+
+        ``producer_id``/``producer_epoch`` (InitProducerId v3+, KIP-360) are what a producer that
+        needs an epoch bump holds: accepted when they are the id's current producer id and
+        epoch, or the ones the current epoch was bumped from for that producer (a retry whose
+        answer was lost, or KIP-588: a producer whose transaction the coordinator aborted on
+        timeout). Others are PRODUCER_FENCED. An id the coordinator does not know (expired)
+        gets a fresh producer id, as in Kafka: the producer recovers from UNKNOWN_PRODUCER_ID."""
         await self._ensure_owned(transactional_id)
         error = self.validate(transactional_id)
         if error is not None:
             return InitProducerIdResult(error)
         if not 0 < transaction_timeout_ms <= self.max_timeout_ms:
             return InitProducerIdResult(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
-        current = self.transactions.get(transactional_id)
-        if producer_id >= 0 and (
-            current is None or (current.producer_id, current.producer_epoch) != (producer_id, producer_epoch)
-        ):
-            return InitProducerIdResult(ErrorCode.PRODUCER_FENCED)
+        expected = (producer_id, producer_epoch) if producer_id >= 0 else None
         ongoing = self.transactions.get(transactional_id)
+        if expected is not None and ongoing is not None and not self._may_reinit(ongoing, *expected):
+            return InitProducerIdResult(ErrorCode.PRODUCER_FENCED)
         if ongoing is not None and ongoing.state is TransactionState.ONGOING:
             error = await self._abort(transactional_id, fence=True, expected=ongoing)
             if error not in (ErrorCode.NONE, ErrorCode.CONCURRENT_TRANSACTIONS):
@@ -374,6 +380,8 @@ class TransactionCoordinator:
                 if md.state.is_prepare:
                     self._spawn_completion(transactional_id)
                 return InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+            elif expected is not None and not self._may_reinit(md, *expected):
+                return InitProducerIdResult(ErrorCode.PRODUCER_FENCED)  # another instance got in first
             else:
                 pid, epoch = md.producer_id, md.producer_epoch + 1
                 if epoch > MAX_EPOCH:
@@ -386,11 +394,26 @@ class TransactionCoordinator:
                     timeout_ms=transaction_timeout_ms,
                     partitions=set(),
                     txn_start_ms=-1,
+                    # a producer re-initialising from its epoch may retry from it; a new instance
+                    # (no id given) fences every older one
+                    last_producer_id=md.producer_id,
+                    last_producer_epoch=expected[1] if expected is not None else -1,
                 )
             error = await self._persist(new)
             if error != ErrorCode.NONE:
                 return InitProducerIdResult(error)
             return InitProducerIdResult(ErrorCode.NONE, new.producer_id, new.producer_epoch)
+
+    @staticmethod
+    def _may_reinit(md: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
+        """Whether a KIP-360 InitProducerId from ``producer_id``/``producer_epoch`` comes from the
+        producer the id's state belongs to: its current id and epoch, or the ones the current
+        epoch (or producer id, when the epoch was exhausted) was bumped from for it."""
+        if producer_epoch < 0:
+            return False
+        if producer_id == md.producer_id and producer_epoch == md.producer_epoch:
+            return True
+        return producer_id == md.last_producer_id and producer_epoch == md.last_producer_epoch
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------------------
     async def add_partitions(
@@ -507,8 +530,9 @@ class TransactionCoordinator:
             if md is not expected or md.state is not TransactionState.ONGOING:
                 return ErrorCode.CONCURRENT_TRANSACTIONS
             epoch = md.producer_epoch + 1 if fence and md.producer_epoch < MAX_EPOCH else md.producer_epoch
+            last = {"last_producer_id": md.producer_id, "last_producer_epoch": md.producer_epoch} if fence else {}
             error = await self._persist(
-                md.transition(TransactionState.PREPARE_ABORT, self.now_ms(), producer_epoch=epoch)
+                md.transition(TransactionState.PREPARE_ABORT, self.now_ms(), producer_epoch=epoch, **last)
             )
             if error != ErrorCode.NONE:
                 return error
