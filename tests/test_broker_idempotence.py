@@ -7,6 +7,7 @@ from pathlib import Path
 from broker_harness import batch, create, fetch_records, produce, running_broker
 
 from odradek.broker.core import BrokerCore
+from odradek.broker.producer_ids import MAX_EPOCH
 from odradek.broker.producer_state import SNAPSHOT_NAME
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
@@ -146,3 +147,23 @@ async def test_snapshots_only_where_producer_state_changed_or_a_segment_grew(tmp
         assert list(tmp_path.glob(f"t-0/{SNAPSHOT_NAME}*"))
         await produce(core, idem, pbatch(pid, 0, 1))
         assert await rm.persist_state() == 1
+
+
+async def test_kip360_idempotent_producer_bumps_its_epoch(tmp_path: Path) -> None:
+    """InitProducerId v3+ from an idempotent producer holding an id (a batch timed out, so its
+    sequences must restart): the same id at the next epoch, accepted from sequence 0 by the
+    partitions; the old epoch is fenced. At the epoch limit a new id."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        pid = await new_producer(core)
+        assert (await produce(core, TP, pbatch(pid, 0, 0, n=3))).error == ErrorCode.NONE
+        bumped = await core.init_producer_id(None, 60000, pid, 0)
+        assert (bumped.error, bumped.producer_id, bumped.producer_epoch) == (ErrorCode.NONE, pid, 1)
+        assert (await produce(core, TP, pbatch(pid, 1, 0, tag=b"w"))).error == ErrorCode.NONE
+        assert (await produce(core, TP, pbatch(pid, 0, 3))).error == ErrorCode.INVALID_PRODUCER_EPOCH
+        exhausted = await core.init_producer_id(None, 60000, pid, MAX_EPOCH)
+        assert exhausted.error == ErrorCode.NONE and exhausted.producer_id != pid and exhausted.producer_epoch == 0
+        # a producer id without an epoch (or the reverse) is malformed, as Kafka answers
+        assert (await core.init_producer_id(None, 60000, pid, -1)).error == ErrorCode.INVALID_REQUEST
+        assert (await core.init_producer_id("txn", 60000, -1, 0)).error == ErrorCode.INVALID_REQUEST
+        assert [r.value for r in await fetch_records(core, TP)] == [b"v0", b"v1", b"v2", b"w0"]

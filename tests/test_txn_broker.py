@@ -5,6 +5,7 @@ markers, transactional offsets, and state reloaded after a restart."""
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,30 @@ async def test_commit_abort_lso_and_aborted_list(tmp_path: Path) -> None:
         again = await core.init_producer_id("tx", 60000)
         assert again.producer_epoch == epoch + 1
         assert await _txn_produce(core, "tx", pid, epoch, 3, b"late") == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+async def test_transactional_produce_while_the_coordinator_loads_is_retriable(tmp_path: Path) -> None:
+    """A transactional batch arriving after a restart, before the coordinator has loaded (or
+    can even locate) the id's __transaction_state partition, is answered NOT_ENOUGH_REPLICAS,
+    as Kafka does, so the producer retries it instead of aborting with INVALID_TXN_STATE."""
+    async with running_broker(tmp_path) as core:
+        await _topic(core)
+        coord = core.transaction_coordinator
+        r = await core.init_producer_id("tx", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        assert (await coord.add_partitions("tx", pid, epoch, [TP]))[TP] == ErrorCode.NONE
+        p = coord.partition_for("tx")
+        coord.owned.discard(p)
+        coord.loading.add(p)  # the state of a coordinator in the middle of _load
+        assert await _txn_produce(core, "tx", pid, epoch, 0, b"a") == ErrorCode.NOT_ENOUGH_REPLICAS
+        coord.loading.discard(p)
+        coord.leaderless.add(p)  # before the broker registered: no leader known
+        assert await _txn_produce(core, "tx", pid, epoch, 0, b"a") == ErrorCode.NOT_ENOUGH_REPLICAS
+        coord.leaderless.discard(p)
+        coord.owned.add(p)
+        assert await _txn_produce(core, "tx", pid, epoch, 0, b"a") == ErrorCode.NONE
+        assert await coord.end_transaction("tx", pid, epoch, True) == ErrorCode.NONE
+        assert await fetch_values(core, RC) == [b"a"]
 
 
 async def test_transactional_offsets_visible_after_commit_only(tmp_path: Path) -> None:
@@ -374,3 +399,33 @@ async def test_find_coordinator_v4_batches_keys_of_both_types(tmp_path: Path) ->
             ("a", ErrorCode.INVALID_REQUEST, -1),
             ("b", ErrorCode.INVALID_REQUEST, -1),
         ]
+
+
+async def test_init_producer_id_versions_on_the_wire(tmp_path: Path) -> None:
+    """v2 (flexible) as v0-1; v3+ re-initialises from the producer id and epoch the producer
+    holds (KIP-360); a fenced producer gets PRODUCER_FENCED from v4 and INVALID_PRODUCER_EPOCH
+    before (KIP-588)."""
+    async with running_broker(tmp_path) as core:
+        await _topic(core)
+        key = ApiKey.INIT_PRODUCER_ID
+        first = await _call(core, key, 2, transactional_id="tx", transaction_timeout=timedelta(seconds=60))
+        assert (first.error_code, first.producer_epoch) == (ErrorCode.NONE, 0)
+        pid = int(first.producer_id)
+        r = await _call(
+            core, key, 4, transactional_id="tx", transaction_timeout=timedelta(seconds=60), producer_id=pid,
+            producer_epoch=0,
+        )  # fmt: skip
+        assert (r.error_code, r.producer_id, r.producer_epoch) == (ErrorCode.NONE, pid, 1)
+        await core.init_producer_id("tx", 60000)  # another instance: epoch 2 fences epoch 1
+        for version, error in ((3, ErrorCode.INVALID_PRODUCER_EPOCH), (4, ErrorCode.PRODUCER_FENCED)):
+            r = await _call(
+                core, key, version, transactional_id="tx", transaction_timeout=timedelta(seconds=60),
+                producer_id=pid, producer_epoch=1,
+            )  # fmt: skip
+            assert r.error_code == error, version
+        idem = await _call(core, key, 4, transactional_id=None, transaction_timeout=timedelta(0))
+        bumped = await _call(
+            core, key, 3, transactional_id=None, transaction_timeout=timedelta(0), producer_id=idem.producer_id,
+            producer_epoch=idem.producer_epoch,
+        )  # fmt: skip
+        assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (0, idem.producer_id, 1)

@@ -5,6 +5,8 @@ and kafka-python's transactional producer."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from typing import Any
 
@@ -14,7 +16,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, 
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
 
-from odradek.testing import BrokerProcess, unique_topic
+from odradek.testing import BrokerProcess, start_broker, unique_topic
 
 pytestmark = pytest.mark.integration
 
@@ -269,3 +271,38 @@ def test_aiokafka_transactions_and_read_committed_consumer(odradek_broker: Broke
     committed, everything = asyncio.run(run())
     assert committed == [b"aio-1", b"aio-2"]
     assert everything == [b"aio-1", b"aio-aborted", b"aio-2"]
+
+
+def test_abort_after_a_timed_out_batch_bumps_the_epoch_and_the_producer_goes_on() -> None:
+    """KIP-360: a batch that times out in flight (the broker hangs, then crashes) leaves the
+    producer's sequence unknown, so librdkafka needs an epoch bump: abort_transaction() sends
+    InitProducerId v3+ with its producer id and epoch, the coordinator aborts the transaction and
+    bumps the epoch, and the same producer commits the next transaction. With InitProducerId
+    v0-1 only, librdkafka made this a fatal error and the producer had to be thrown away."""
+    settings = {"offsets.topic.num.partitions": 1, "transaction.state.log.num.partitions": 1}
+    with start_broker(settings=settings) as broker:
+        topic = unique_topic("kip360")
+        _create(broker, topic)
+        producer = _txn_producer(broker, unique_topic("tid"), **{"message.timeout.ms": 2000})
+        producer.begin_transaction()
+        producer.produce(topic, b"committed-0")
+        producer.commit_transaction(TIMEOUT_S)
+        producer.begin_transaction()
+        producer.produce(topic, b"aborted-0")
+        assert producer.flush(TIMEOUT_S) == 0
+        assert broker.process is not None
+        errors: list[Any] = []
+        os.kill(broker.process.pid, signal.SIGSTOP)  # the next Produce is sent and never answered
+        try:
+            producer.produce(topic, b"timed-out", on_delivery=lambda err, _msg: errors.append(err))
+            producer.flush(4)
+        finally:
+            broker.kill()  # SIGKILL ends a stopped process too
+        assert [e.code() for e in errors] == [KafkaError._MSG_TIMED_OUT]
+        broker.start()
+        producer.abort_transaction(TIMEOUT_S)  # the epoch bump (raised a fatal error before)
+        producer.begin_transaction()
+        producer.produce(topic, b"committed-1")
+        producer.commit_transaction(TIMEOUT_S)
+        got = consume(broker, topic, 2, **{"isolation.level": "read_committed"})
+        assert _values(got) == [b"committed-0", b"committed-1"]

@@ -11,11 +11,13 @@ import trio
 import trio.testing
 
 from odradek.broker.group.hashing import partition_for
+from odradek.broker.internal_topic import PartitionLeader, Record
 from odradek.broker.txn import InMemoryTransactionLog, TransactionCoordinator, TransactionState
+from odradek.broker.txn.coordinator import MAX_EPOCH
 from odradek.broker.txn.schema import parse_txn_key, parse_txn_value, txn_key, txn_value
 from odradek.broker.txn.state import TransactionMetadata
 from odradek.config import default_config
-from odradek.errors import ErrorCode, InvalidProducerEpoch
+from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.records import ControlRecordType
 
@@ -105,7 +107,7 @@ async def test_commit_writes_markers_and_completes() -> None:
     async with coordinator(markers=markers, offsets=offsets) as coord:
         r = await coord.init_producer_id("a", 60000)
         pid, epoch = r.producer_id, r.producer_epoch
-        assert not coord.verify_transaction("a", pid, epoch, TP0)  # no transaction yet
+        assert coord.verify_transaction("a", pid, epoch, TP0) == ErrorCode.INVALID_TXN_STATE  # no transaction yet
         assert await coord.add_partitions("a", pid, epoch, [TP0, TP1]) == {TP0: ErrorCode.NONE, TP1: ErrorCode.NONE}
         assert coord.check_txn_offset_commit("a", pid, epoch, "group") == ErrorCode.INVALID_TXN_STATE
         assert await coord.add_offsets("a", pid, epoch, "group") == ErrorCode.NONE
@@ -114,9 +116,9 @@ async def test_commit_writes_markers_and_completes() -> None:
         assert coord.check_txn_offset_commit("a", pid + 1, epoch, "group") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
         md = coord.transactions["a"]
         assert md.state is TransactionState.ONGOING and TP0 in md.partitions
-        assert coord.verify_transaction("a", pid, epoch, TP0)
-        assert not coord.verify_transaction("a", pid, epoch, TopicPartition("t", 7))
-        assert not coord.verify_transaction("a", pid + 1, epoch, TP0)
+        assert coord.verify_transaction("a", pid, epoch, TP0) == ErrorCode.NONE
+        assert coord.verify_transaction("a", pid, epoch, TopicPartition("t", 7)) == ErrorCode.INVALID_TXN_STATE
+        assert coord.verify_transaction("a", pid + 1, epoch, TP0) == ErrorCode.INVALID_TXN_STATE
         assert await coord.end_transaction("a", pid + 1, epoch, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
         assert await coord.end_transaction("a", pid, epoch, True) == ErrorCode.NONE
         # markers into every partition of the transaction: the data partitions and the group's
@@ -127,7 +129,7 @@ async def test_commit_writes_markers_and_completes() -> None:
         )
         md = coord.transactions["a"]
         assert md.state is TransactionState.COMPLETE_COMMIT and not md.partitions
-        assert not coord.verify_transaction("a", pid, epoch, TP0)
+        assert coord.verify_transaction("a", pid, epoch, TP0) == ErrorCode.INVALID_TXN_STATE
         # a retried EndTxn is answered again; the opposite outcome is refused
         assert await coord.end_transaction("a", pid, epoch, True) == ErrorCode.NONE
         assert await coord.end_transaction("a", pid, epoch, False) == ErrorCode.INVALID_TXN_STATE
@@ -189,8 +191,8 @@ async def test_reinit_aborts_the_open_transaction_and_fences_the_old_producer() 
         fenced = await coord.add_partitions("a", old.producer_id, old.producer_epoch, [TP0])
         assert fenced == {TP0: ErrorCode.PRODUCER_FENCED}
         assert await coord.end_transaction("a", old.producer_id, old.producer_epoch, True) == ErrorCode.PRODUCER_FENCED
-        with pytest.raises(InvalidProducerEpoch):
-            coord.verify_transaction("a", old.producer_id, old.producer_epoch, TP0)
+        verified = coord.verify_transaction("a", old.producer_id, old.producer_epoch, TP0)
+        assert verified == ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 @pytest.mark.trio
@@ -296,3 +298,158 @@ def test_log_schema_round_trip() -> None:
     value = txn_value(empty)
     assert value[17:21] == b"\xff\xff\xff\xff"  # Empty writes a null partition array, as Kafka does
     assert parse_txn_value("tid", value) == empty
+
+
+class GatedLog(InMemoryTransactionLog):
+    """A log whose reads wait for ``gate`` (a coordinator stays in the middle of loading) and
+    whose partitions have no leader while ``leaderless`` (a broker not registered yet)."""
+
+    def __init__(self, num_partitions: int = 5) -> None:
+        super().__init__(num_partitions)
+        self.gate: trio.Event | None = None
+        self.leaderless = False
+
+    async def read(self, partition: int) -> AsyncIterator[Record]:
+        if self.gate is not None:
+            await self.gate.wait()
+        async for record in super().read(partition):
+            yield record
+
+    async def leaders(self, listener_name: str | None = None) -> dict[int, PartitionLeader]:
+        return {} if self.leaderless else await super().leaders(listener_name)
+
+
+async def test_requests_while_the_log_loads_are_answered_coordinator_load_in_progress() -> None:
+    """After a restart, until the id's __transaction_state partition is loaded, every request
+    about it gets a retriable answer: the produce path's verification too (it answered
+    INVALID_TXN_STATE, making the producer abort a healthy transaction)."""
+    log = GatedLog(num_partitions=1)
+    async with coordinator(log) as coord:
+        r = await coord.init_producer_id("a", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        await coord.add_partitions("a", pid, epoch, [TP0])
+        await coord.add_offsets("a", pid, epoch, "group")
+    p = coord.partition_for("a")
+    log.gate = trio.Event()
+    coord = TransactionCoordinator(log, Ids(), Markers(), default_config(), now_ms=_now_ms, txn_offsets=Offsets())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(coord.run)
+        await trio.testing.wait_all_tasks_blocked()
+        assert p in coord.loading and p not in coord.owned
+        loading = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        assert coord.verify_transaction("a", pid, epoch, TP0) == loading
+        assert await coord.add_partitions("a", pid, epoch, [TP1]) == {TP1: loading}
+        assert await coord.add_offsets("a", pid, epoch, "group") == loading
+        assert coord.check_txn_offset_commit("a", pid, epoch, "group") == loading
+        assert await coord.end_transaction("a", pid, epoch, True) == loading
+        assert (await coord.init_producer_id("a", 60000, pid, epoch)).error == loading
+        log.gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert coord.verify_transaction("a", pid, epoch, TP0) == ErrorCode.NONE
+        assert await coord.end_transaction("a", pid, epoch, True) == ErrorCode.NONE
+        nursery.cancel_scope.cancel()
+
+
+async def test_verification_before_the_log_has_a_leader_is_retriable() -> None:
+    """The first moments after a restart: the log exists but this broker has not registered, so
+    no partition has a live leader; nobody can tell yet whether a batch is in a transaction."""
+    log = GatedLog()
+    async with coordinator(log) as coord:
+        r = await coord.init_producer_id("a", 60000)
+        await coord.add_partitions("a", r.producer_id, r.producer_epoch, [TP0])
+    log.leaderless = True
+    async with coordinator(log) as coord:
+        assert not coord.owned and coord.leaderless == set(range(5))
+        verified = coord.verify_transaction("a", r.producer_id, r.producer_epoch, TP0)
+        assert verified == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        offsets = coord.check_txn_offset_commit("a", r.producer_id, r.producer_epoch, "group")
+        assert offsets == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        log.leaderless = False
+        await coord.refresh_ownership()
+        assert coord.verify_transaction("a", r.producer_id, r.producer_epoch, TP0) == ErrorCode.NONE
+
+
+# -- KIP-360 / KIP-588: InitProducerId with the producer id and epoch the producer holds ---------
+
+
+async def test_kip360_reinit_from_the_current_epoch_bumps_it() -> None:
+    async with coordinator() as coord:
+        r = await coord.init_producer_id("a", 60000)
+        bumped = await coord.init_producer_id("a", 60000, r.producer_id, r.producer_epoch)
+        assert (bumped.error, bumped.producer_id, bumped.producer_epoch) == (ErrorCode.NONE, r.producer_id, 1)
+        # the answer was lost and the producer asks again from the epoch it still holds: accepted
+        retried = await coord.init_producer_id("a", 60000, r.producer_id, r.producer_epoch)
+        assert (retried.error, retried.producer_id, retried.producer_epoch) == (ErrorCode.NONE, r.producer_id, 2)
+
+
+async def test_kip360_reinit_aborts_the_ongoing_transaction_with_the_epoch_bumped() -> None:
+    markers = Markers()
+    async with coordinator(markers=markers) as coord:
+        r = await coord.init_producer_id("a", 60000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        assert await coord.add_partitions("a", pid, epoch, [TP0]) == {TP0: ErrorCode.NONE}
+        bumped = await coord.init_producer_id("a", 60000, pid, epoch)
+        assert (bumped.error, bumped.producer_id, bumped.producer_epoch) == (ErrorCode.NONE, pid, epoch + 2)
+        assert markers.written == [(pid, epoch + 1, ControlRecordType.ABORT, TP0)]
+        assert coord.transactions["a"].state is TransactionState.EMPTY
+        # the producer goes on at its new epoch
+        assert await coord.add_partitions("a", pid, epoch + 2, [TP0]) == {TP0: ErrorCode.NONE}
+        assert await coord.end_transaction("a", pid, epoch + 2, True) == ErrorCode.NONE
+
+
+async def test_kip360_reinit_from_a_fenced_or_foreign_producer_is_refused() -> None:
+    markers = Markers()
+    async with coordinator(markers=markers) as coord:
+        old = await coord.init_producer_id("a", 60000)
+        new = await coord.init_producer_id("a", 60000)  # another instance: fences the old one
+        assert new.producer_epoch == old.producer_epoch + 1
+        await coord.add_partitions("a", new.producer_id, new.producer_epoch, [TP0])
+        fenced = await coord.init_producer_id("a", 60000, old.producer_id, old.producer_epoch)
+        assert fenced.error == ErrorCode.PRODUCER_FENCED
+        # a zombie cannot abort the live instance's transaction either
+        assert coord.transactions["a"].state is TransactionState.ONGOING and not markers.written
+        other = await coord.init_producer_id("a", 60000, new.producer_id + 1, new.producer_epoch)
+        assert other.error == ErrorCode.PRODUCER_FENCED
+        ahead = await coord.init_producer_id("a", 60000, new.producer_id, new.producer_epoch + 1)
+        assert ahead.error == ErrorCode.PRODUCER_FENCED
+
+
+async def test_kip360_unknown_transactional_id_gets_a_fresh_producer_id() -> None:
+    async with coordinator() as coord:
+        # e.g. the id expired while the producer was idle: Kafka hands out a new producer id
+        r = await coord.init_producer_id("a", 60000, 7, 3)
+        assert r.error == ErrorCode.NONE and r.producer_id != 7 and r.producer_epoch == 0
+
+
+async def test_kip360_exhausted_epoch_rotates_the_producer_id() -> None:
+    async with coordinator() as coord:
+        r = await coord.init_producer_id("a", 60000)
+        md = coord.transactions["a"]
+        coord.transactions["a"] = md.transition(TransactionState.EMPTY, 0, producer_epoch=MAX_EPOCH)
+        rotated = await coord.init_producer_id("a", 60000, r.producer_id, MAX_EPOCH)
+        assert rotated.error == ErrorCode.NONE
+        assert rotated.producer_id != r.producer_id and rotated.producer_epoch == 0
+        # a retry from the exhausted id (its answer lost) is still recognised
+        again = await coord.init_producer_id("a", 60000, r.producer_id, MAX_EPOCH)
+        assert (again.error, again.producer_id, again.producer_epoch) == (ErrorCode.NONE, rotated.producer_id, 1)
+
+
+@pytest.mark.trio
+async def test_kip588_producer_whose_transaction_timed_out_may_reinit(autojump_clock: trio.testing.MockClock) -> None:
+    """The coordinator aborted the transaction on timeout, bumping the epoch: the producer's own
+    requests are fenced, but InitProducerId from the epoch one behind recovers it."""
+    markers = Markers()
+    async with coordinator(markers=markers) as coord:
+        r = await coord.init_producer_id("a", 3000)
+        pid, epoch = r.producer_id, r.producer_epoch
+        await coord.add_partitions("a", pid, epoch, [TP0])
+        await trio.sleep(coord.abort_interval_ms / 1000 + 1)
+        assert coord.transactions["a"].producer_epoch == epoch + 1
+        assert await coord.end_transaction("a", pid, epoch, False) == ErrorCode.PRODUCER_FENCED
+        recovered = await coord.init_producer_id("a", 3000, pid, epoch)
+        assert (recovered.error, recovered.producer_id, recovered.producer_epoch) == (ErrorCode.NONE, pid, epoch + 2)
+        assert await coord.add_partitions("a", pid, epoch + 2, [TP0]) == {TP0: ErrorCode.NONE}
+        # a new instance fences it for good: the old epoch is no longer accepted
+        await coord.end_transaction("a", pid, epoch + 2, True)
+        await coord.init_producer_id("a", 3000)
+        assert (await coord.init_producer_id("a", 3000, pid, epoch + 2)).error == ErrorCode.PRODUCER_FENCED

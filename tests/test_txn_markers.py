@@ -160,7 +160,7 @@ async def test_write_txn_markers_appends_as_leader_with_kafkas_errors(tmp_path: 
         # an open transaction of producer 7 (written as a coordinator would let it be: the
         # transactional id's coordinator is another broker here, so the produce path accepts it)
         data = batch([b"a", b"b"], producer_id=7, producer_epoch=1, base_sequence=0, is_transactional=True)
-        core.replica_manager.verify_transaction = lambda *_: True
+        core.replica_manager.verify_transaction = lambda *_: ErrorCode.NONE
         assert (await core.produce(-1, 5000, {TP: data}, transactional_id="x"))[TP].error == ErrorCode.NONE
         assert await _lso(core) == (0, 2, [])
         # a stale producer epoch and an unhosted partition: Kafka's errors, nothing written

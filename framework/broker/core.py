@@ -168,6 +168,9 @@ class BrokerCore:
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = NO_PRODUCER_EPOCH,
     ) -> InitProducerIdResult:
+        if (producer_id < 0) != (producer_epoch < 0):
+            # Kafka's KafkaApis: a producer id without an epoch (or the reverse) is malformed
+            return InitProducerIdResult(ErrorCode.INVALID_REQUEST)
         if transactional_id is not None and self.transaction_coordinator is not None:
             result: InitProducerIdResult = await self.transaction_coordinator.init_producer_id(
                 transactional_id, transaction_timeout_ms, producer_id, producer_epoch

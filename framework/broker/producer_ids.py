@@ -3,7 +3,9 @@ its ``TransactionCoordinator``).
 
 Ids come in blocks of 1000 reserved through ``MetadataStore.next_id``, so a broker touches the
 store once per thousand producers and two brokers never hand out the same id (Kafka's
-``/latest_producer_id_block``). An idempotent producer gets a fresh id at epoch 0. A producer with
+``/latest_producer_id_block``). An idempotent producer gets a fresh id at epoch 0, or, asking with
+the id and epoch it holds (InitProducerId v3+, KIP-360), that id with the epoch bumped (a fresh id
+when the epoch would overflow). A producer with
 a ``transactional.id`` gets the id that transactional id had before with the epoch bumped, which
 fences the previous instance (its writes now carry an older epoch and are refused); the mapping
 is kept in the store under ``/transactions/ids/<transactional.id>``.
@@ -54,6 +56,12 @@ class ProducerIdManager:
         producer_epoch: int = NO_PRODUCER_EPOCH,
     ) -> InitProducerIdResult:
         if transactional_id is None:
+            if producer_id >= 0 and 0 <= producer_epoch < MAX_EPOCH:
+                # KIP-360: an idempotent producer that must restart its sequences (a batch timed
+                # out, UNKNOWN_PRODUCER_ID) keeps its id with the epoch bumped; partitions take
+                # the new epoch from sequence 0. There is no central state to check it against:
+                # any client may write with any producer id already, as in Kafka without ACLs
+                return InitProducerIdResult(ErrorCode.NONE, producer_id, producer_epoch + 1)
             return InitProducerIdResult(ErrorCode.NONE, await self.generate_producer_id(), 0)
         if transactional_id == "":
             return InitProducerIdResult(ErrorCode.INVALID_REQUEST)

@@ -56,6 +56,16 @@ HW_CHECKPOINT_INTERVAL_MS = 5000
 #: Kafka's producer.id.expiration.check.interval.ms default.
 PRODUCER_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 VALID_ACKS = (-1, 0, 1)
+#: transaction-verification answers meaning "the coordinator cannot tell yet": Kafka's produce
+#: path returns them as NOT_ENOUGH_REPLICAS, retriable for every client version
+_COORDINATOR_NOT_READY = frozenset(
+    {
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+    }
+)
 
 
 def _now_ms() -> int:
@@ -111,10 +121,11 @@ class ReplicaManager:
         self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("Fetch")
         #: KIP-890 verification of client transactional batches: (transactional id, producer id,
-        #: epoch, partition) -> whether the partition is in that producer's ongoing transaction.
+        #: epoch, partition) -> NONE if the partition is in that producer's ongoing transaction,
+        #: else the error (a coordinator that is not ready yet is answered as retriable).
         #: Set by a transaction coordinator; without one every transactional batch is refused, so
         #: no transaction can be left open forever, stalling the last stable offset.
-        self.verify_transaction: Callable[[str | None, int, int, TopicPartition], bool] | None = None
+        self.verify_transaction: Callable[[str | None, int, int, TopicPartition], ErrorCode] | None = None
         #: replication hooks (set by the replica fetcher manager and the ISR manager): partition
         #: roles changed; a follower of a led partition may rejoin its ISR
         self.on_partitions_changed: Callable[[], None] = _nothing
@@ -301,11 +312,22 @@ class ReplicaManager:
         self, transactional_id: str | None, producer_id: int, epoch: int, tp: TopicPartition
     ) -> None:
         verify = self.verify_transaction
-        if verify is None or not verify(transactional_id, producer_id, epoch, tp):
+        error = ErrorCode.INVALID_TXN_STATE if verify is None else verify(transactional_id, producer_id, epoch, tp)
+        if error == ErrorCode.NONE:
+            return
+        if error in _COORDINATOR_NOT_READY:
+            # the coordinator cannot say yet (loading __transaction_state after a restart, no
+            # leader): Kafka answers Produce NOT_ENOUGH_REPLICAS here, which every producer
+            # version retries, instead of an error that makes it abort the transaction
             raise KafkaError(
-                f"{tp} is not part of an ongoing transaction of producer {producer_id} (epoch {epoch})",
-                code=ErrorCode.INVALID_TXN_STATE,
+                f"{tp}: the transaction coordinator of {transactional_id!r} is not ready ({error.name}); retry",
+                code=ErrorCode.NOT_ENOUGH_REPLICAS,
             )
+        if error == ErrorCode.INVALID_PRODUCER_EPOCH:
+            raise KafkaError(f"{tp}: producer {producer_id} epoch {epoch} is fenced", code=error)
+        raise KafkaError(
+            f"{tp} is not part of an ongoing transaction of producer {producer_id} (epoch {epoch})", code=error
+        )
 
     # -- fetch -----------------------------------------------------------------------------------
     async def fetch_messages(

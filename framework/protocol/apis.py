@@ -82,7 +82,7 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.LEAVE_GROUP: VersionRange(0, 3),
         ApiKey.SYNC_GROUP: VersionRange(0, 3),
         ApiKey.API_VERSIONS: VersionRange(0, 4),
-        ApiKey.INIT_PRODUCER_ID: VersionRange(0, 1),
+        ApiKey.INIT_PRODUCER_ID: VersionRange(0, 4),  # v3 KIP-360 epoch bumps, v4 PRODUCER_FENCED (KIP-588)
         ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 3),
         ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 2),
         ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 2),

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from ...errors import CorruptMessage, ErrorCode, InvalidProducerEpoch
+from ...errors import CorruptMessage, ErrorCode
 from ...interfaces import TopicPartition
 from ...records import ControlRecordType
 from ..api import InitProducerIdResult
@@ -149,6 +149,9 @@ class TransactionCoordinator:
         self.coordinator_epochs: dict[int, int] = {}
         #: partitions another broker leads (their ids cannot be verified on this broker's produce path)
         self.remote: set[int] = set()
+        #: partitions of an existing log without a live leader (after a restart, until this broker
+        #: has registered): who coordinates their ids is not known yet
+        self.leaderless: set[int] = set()
         self.active = False
         self._locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)
         #: transactional id -> done event / cancel scope of its running marker task
@@ -203,6 +206,7 @@ class TransactionCoordinator:
                     self.coordinator_epochs[p] = leader.leader_epoch
             mine = {p for p, leader in leaders.items() if leader.node_id == self.node_id}
             self.remote = set(leaders) - mine
+            self.leaderless = set(range(self.log.num_partitions)) - set(leaders)
             # partitions led elsewhere now, or led again under a new epoch (lost and regained
             # between two checks): forget them (reloaded below when they are ours)
             for p in [p for p in self.owned if p in leaders]:
@@ -320,10 +324,14 @@ class TransactionCoordinator:
     # -- InitProducerId --------------------------------------------------------------------------------
     async def _ensure_owned(self, transactional_id: str) -> None:
         """Create the log and wait (briefly) for this broker to lead the id's partition, when a
-        caller skipped FindCoordinator (embedded use); clients always find the coordinator first."""
+        caller skipped FindCoordinator (embedded use); clients always find the coordinator first.
+        A partition being loaded is answered at once (COORDINATOR_LOAD_IN_PROGRESS, by
+        :meth:`validate`), as Kafka does, rather than holding the request until the load ends."""
         if not transactional_id or not self.active:
             return
         p = self.partition_for(transactional_id)
+        if p in self.loading:
+            return
         with trio.move_on_after(OWNERSHIP_WAIT_S):
             while p not in self.owned:
                 if await self.log.exists() or await self.log.ensure_topic():
@@ -338,20 +346,26 @@ class TransactionCoordinator:
         self, transactional_id: str, transaction_timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1
     ) -> InitProducerIdResult:
         """The id's producer id with the epoch bumped (fencing older instances); an open
-        transaction is aborted first; a new id gets a fresh producer id at epoch 0. A producer
-        re-initialising with its id and epoch (KIP-360) must hold the current ones."""
+        transaction is aborted first (with the epoch bumped, so its markers fence the producer
+        that opened it); a new id gets a fresh producer id at epoch 0, and so does an id whose
+        epoch is exhausted.
+
+        ``producer_id``/``producer_epoch`` (InitProducerId v3+, KIP-360) are what a producer that
+        needs an epoch bump holds: accepted when they are the id's current producer id and
+        epoch, or the ones the current epoch was bumped from for that producer (a retry whose
+        answer was lost, or KIP-588: a producer whose transaction the coordinator aborted on
+        timeout). Others are PRODUCER_FENCED. An id the coordinator does not know (expired)
+        gets a fresh producer id, as in Kafka: the producer recovers from UNKNOWN_PRODUCER_ID."""
         await self._ensure_owned(transactional_id)
         error = self.validate(transactional_id)
         if error is not None:
             return InitProducerIdResult(error)
         if not 0 < transaction_timeout_ms <= self.max_timeout_ms:
             return InitProducerIdResult(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
-        current = self.transactions.get(transactional_id)
-        if producer_id >= 0 and (
-            current is None or (current.producer_id, current.producer_epoch) != (producer_id, producer_epoch)
-        ):
-            return InitProducerIdResult(ErrorCode.PRODUCER_FENCED)
+        expected = (producer_id, producer_epoch) if producer_id >= 0 else None
         ongoing = self.transactions.get(transactional_id)
+        if expected is not None and ongoing is not None and not self._may_reinit(ongoing, *expected):
+            return InitProducerIdResult(ErrorCode.PRODUCER_FENCED)
         if ongoing is not None and ongoing.state is TransactionState.ONGOING:
             error = await self._abort(transactional_id, fence=True, expected=ongoing)
             if error not in (ErrorCode.NONE, ErrorCode.CONCURRENT_TRANSACTIONS):
@@ -366,6 +380,8 @@ class TransactionCoordinator:
                 if md.state.is_prepare:
                     self._spawn_completion(transactional_id)
                 return InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+            elif expected is not None and not self._may_reinit(md, *expected):
+                return InitProducerIdResult(ErrorCode.PRODUCER_FENCED)  # another instance got in first
             else:
                 pid, epoch = md.producer_id, md.producer_epoch + 1
                 if epoch > MAX_EPOCH:
@@ -378,11 +394,26 @@ class TransactionCoordinator:
                     timeout_ms=transaction_timeout_ms,
                     partitions=set(),
                     txn_start_ms=-1,
+                    # a producer re-initialising from its epoch may retry from it; a new instance
+                    # (no id given) fences every older one
+                    last_producer_id=md.producer_id,
+                    last_producer_epoch=expected[1] if expected is not None else -1,
                 )
             error = await self._persist(new)
             if error != ErrorCode.NONE:
                 return InitProducerIdResult(error)
             return InitProducerIdResult(ErrorCode.NONE, new.producer_id, new.producer_epoch)
+
+    @staticmethod
+    def _may_reinit(md: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
+        """Whether a KIP-360 InitProducerId from ``producer_id``/``producer_epoch`` comes from the
+        producer the id's state belongs to: its current id and epoch, or the ones the current
+        epoch (or producer id, when the epoch was exhausted) was bumped from for it."""
+        if producer_epoch < 0:
+            return False
+        if producer_id == md.producer_id and producer_epoch == md.producer_epoch:
+            return True
+        return producer_id == md.last_producer_id and producer_epoch == md.last_producer_epoch
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------------------
     async def add_partitions(
@@ -439,8 +470,16 @@ class TransactionCoordinator:
     ) -> ErrorCode | None:
         """TxnOffsetCommit checks when this broker coordinates the transactional id too: the
         producer's current id and epoch, and the group's offsets partition in its ongoing
-        transaction (AddOffsetsToTxn first), else the offsets could never be completed."""
-        if self.partition_for(transactional_id) not in self.owned:
+        transaction (AddOffsetsToTxn first), else the offsets could never be completed. While
+        the id's partition loads (or has no leader yet) the check cannot be made: retriable
+        COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE rather than accepting offsets
+        of a producer that may have been fenced."""
+        p = self.partition_for(transactional_id)
+        if p in self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if p not in self.owned:
+            if p in self.leaderless:
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
             return None  # coordinated elsewhere: the group coordinator cannot check it here
         md = self.transactions.get(transactional_id)
         if md is None or md.producer_id != producer_id:
@@ -491,8 +530,9 @@ class TransactionCoordinator:
             if md is not expected or md.state is not TransactionState.ONGOING:
                 return ErrorCode.CONCURRENT_TRANSACTIONS
             epoch = md.producer_epoch + 1 if fence and md.producer_epoch < MAX_EPOCH else md.producer_epoch
+            last = {"last_producer_id": md.producer_id, "last_producer_epoch": md.producer_epoch} if fence else {}
             error = await self._persist(
-                md.transition(TransactionState.PREPARE_ABORT, self.now_ms(), producer_epoch=epoch)
+                md.transition(TransactionState.PREPARE_ABORT, self.now_ms(), producer_epoch=epoch, **last)
             )
             if error != ErrorCode.NONE:
                 return error
@@ -603,19 +643,33 @@ class TransactionCoordinator:
     # -- the produce path's check (ReplicaManager.verify_transaction) -------------------------------
     def verify_transaction(
         self, transactional_id: str | None, producer_id: int, producer_epoch: int, tp: TopicPartition
-    ) -> bool:
-        """Whether a transactional batch may be appended: ``tp`` is in the producer's ongoing
-        transaction. An older epoch raises INVALID_PRODUCER_EPOCH (the producer was fenced).
-        Ids coordinated by another broker cannot be checked here and are accepted."""
+    ) -> ErrorCode:
+        """May a client's transactional batch for ``tp`` be appended? NONE when ``tp`` is in the
+        producer's ongoing transaction; INVALID_PRODUCER_EPOCH for an older epoch (the producer
+        was fenced); INVALID_TXN_STATE otherwise. Ids coordinated by another broker cannot be
+        checked here and are accepted.
+
+        While the id's ``__transaction_state`` partition is loading, or has no leader yet (the
+        moments after a restart: the broker is listening before it has registered and reloaded
+        the log), the answer is not known yet: COORDINATOR_LOAD_IN_PROGRESS /
+        COORDINATOR_NOT_AVAILABLE, which the produce path answers as a retriable error, as
+        Kafka's verification does, instead of making the producer abort a healthy transaction."""
         if not transactional_id:
-            return False
-        if self.partition_for(transactional_id) not in self.owned:
-            return self.partition_for(transactional_id) in self.remote
+            return ErrorCode.INVALID_TXN_STATE
+        p = self.partition_for(transactional_id)
+        if p not in self.owned:
+            if p in self.remote:
+                return ErrorCode.NONE
+            if p in self.loading:
+                return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            if p in self.leaderless or not self.active:
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.INVALID_TXN_STATE
         md = self.transactions.get(transactional_id)
         if md is None or md.producer_id != producer_id:
-            return False
+            return ErrorCode.INVALID_TXN_STATE
         if producer_epoch < md.producer_epoch:
-            raise InvalidProducerEpoch(
-                f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {md.producer_epoch}"
-            )
-        return md.producer_epoch == producer_epoch and md.state is TransactionState.ONGOING and tp in md.partitions
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if md.producer_epoch == producer_epoch and md.state is TransactionState.ONGOING and tp in md.partitions:
+            return ErrorCode.NONE
+        return ErrorCode.INVALID_TXN_STATE

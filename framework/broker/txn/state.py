@@ -70,6 +70,13 @@ class TransactionMetadata:
     partitions: set[TopicPartition] = field(default_factory=set)
     txn_start_ms: int = -1
     last_update_ms: int = -1
+    #: the producer id and epoch the current ones were bumped from when that bump was made for
+    #: the producer holding them (a KIP-360 InitProducerId, or the coordinator fencing a timed-out
+    #: or re-initialised transaction), else -1: a request from them is a retry or a producer
+    #: recovering (KIP-588), not a zombie. Kafka's ``lastProducerId``/``lastProducerEpoch``;
+    #: like Kafka's v0 log value, not persisted (a reloaded id starts without them)
+    last_producer_id: int = field(default=-1, compare=False)
+    last_producer_epoch: int = field(default=-1, compare=False)
 
     def transition(self, state: TransactionState, now_ms: int, **changes: object) -> TransactionMetadata:
         """A copy in ``state`` (checked against :data:`VALID_PREVIOUS`); the caller persists it

@@ -267,12 +267,21 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
-    """A producer id and epoch for an idempotent (or transactional) producer."""
+    """A producer id and epoch for an idempotent (or transactional) producer. v2 is the flexible
+    encoding; v3+ carries the producer id and epoch the producer holds (KIP-360: bump my epoch);
+    v4 may answer PRODUCER_FENCED, which older versions get as INVALID_PRODUCER_EPOCH (KIP-588)."""
     try:
-        r = await ctx.broker.init_producer_id(request.transactional_id, ms(request.transaction_timeout))
+        r = await ctx.broker.init_producer_id(
+            request.transactional_id,
+            ms(request.transaction_timeout),
+            int(getattr(request, "producer_id", -1)),
+            int(getattr(request, "producer_epoch", -1)),
+        )
         error, producer_id, producer_epoch = r.error, r.producer_id, r.producer_epoch
     except KafkaError as exc:
         error, producer_id, producer_epoch = exc.code, -1, -1
+    if error == ErrorCode.PRODUCER_FENCED and ctx.api_version < 4:
+        error = ErrorCode.INVALID_PRODUCER_EPOCH
     return make(
         response_class(ApiKey.INIT_PRODUCER_ID, ctx.api_version),
         throttle_time=NO_THROTTLE,
