@@ -10,6 +10,7 @@ from __future__ import annotations
 import lz4.frame
 
 from odradek.errors import DecompressionLimitExceeded
+from odradek.plugins.compress.frame_bounds import lz4_output_bound
 
 DEFAULT_LEVEL = 0  # lz4's fast mode; 3..16 select LZ4-HC
 
@@ -33,9 +34,14 @@ class Lz4Codec:
         return out
 
     def decompress(self, data: bytes | memoryview, *, max_size: int | None = None) -> bytes:
-        """Every frame in ``data`` (concatenated frames are legal), whatever their flags."""
+        """Every frame in ``data`` (concatenated frames are legal), whatever their flags. With
+        ``max_size``, frames whose block headers bound the output under it decode in one call
+        (see :mod:`.frame_bounds`); the others go through ``_decompress_bounded``."""
         if max_size is not None:
-            return self._decompress_bounded(memoryview(data), max_size)
+            bound = lz4_output_bound(memoryview(data))
+            if bound is None or bound > max_size:
+                return self._decompress_bounded(memoryview(data), max_size)
+            # else the block headers prove the output fits: decode like an unbounded call
         out: bytes
         used: int
         out, used = lz4.frame.decompress(data, return_bytes_read=True)

@@ -13,6 +13,7 @@ import threading
 import zstandard
 
 from odradek.errors import DecompressionLimitExceeded
+from odradek.plugins.compress.frame_bounds import zstd_output_bound
 
 DEFAULT_LEVEL = 3  # zstd's default, also Kafka's
 #: With a bound, a frame without a content size is fed to the streaming decoder in steps of
@@ -49,12 +50,17 @@ class ZstdCodec:
     def decompress(self, data: bytes | memoryview, *, max_size: int | None = None) -> bytes:
         """Every frame in ``data``: one-shot when the (only) frame records its content size,
         streaming frame by frame otherwise (no size, or several concatenated frames). With
-        ``max_size``, a declared content size over it is refused before anything is allocated,
-        and streamed frames are fed in bounded steps (see ``_STEP_SHIFT``)."""
+        ``max_size``, a declared content size over it is refused before anything is allocated;
+        frames whose block headers bound the output under it decode like unbounded ones (see
+        :mod:`.frame_bounds`), and the rest are fed in bounded steps (see ``_STEP_SHIFT``)."""
         dctx = self._local.dctx
         declared = zstandard.frame_content_size(data)
-        if max_size is not None and declared > max_size:
-            raise DecompressionLimitExceeded(max_size, codec=self.name, declared=declared)
+        if max_size is not None:
+            if declared > max_size:
+                raise DecompressionLimitExceeded(max_size, codec=self.name, declared=declared)
+            bound = zstd_output_bound(memoryview(data))
+            if bound is not None and bound <= max_size:
+                max_size = None  # the block headers prove the output fits: decode in one go
         if declared >= 0:
             try:
                 return dctx.decompress(data, allow_extra_data=False)
