@@ -206,7 +206,6 @@ async def test_loading_a_snapshot_drops_expired_producers(tmp_path: Path) -> Non
         restored.load(p.log)
         assert sorted(restored.producers) == [2, 3, 4]
         assert restored.first_unstable_offset() == 2
-        assert restored.changes > 0  # the next periodic snapshot is written without producer 1
         as_written = ProducerStateManager(10_000)  # no clock: the snapshot as it is
         as_written.load(p.log)
         assert sorted(as_written.producers) == [1, 2, 3, 4]

@@ -393,8 +393,8 @@ class ProducerStateManager:
         self.map_end_offset = max(self.map_end_offset, plog.log_start_offset)
         if self.clock_ms is not None and self.producers:
             # as Kafka's loadFromSnapshot: producers that expired while the broker was down (or
-            # whose expiry no snapshot recorded before a crash) must not come back; the count
-            # bumps ``changes`` so the next snapshot is written without them
+            # whose expiry no snapshot recorded before a crash) must not come back; the file
+            # keeps them until the next snapshot, and every load drops them again meanwhile
             self.remove_expired_producers(self.clock_ms())
         self._rebuild_open_txns()
         self.replayed_bytes = self.replay(plog, self.map_end_offset)
