@@ -48,8 +48,8 @@ KAFKA_INT_KEYS = frozenset(
         "replica.fetch.max.bytes", "replica.fetch.wait.max.ms", "offsets.topic.num.partitions",
         "offsets.topic.segment.bytes", "offsets.retention.minutes", "offset.metadata.max.bytes",
         "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms",
-        "group.max.size", "producer.id.expiration.ms", "transactional.id.expiration.ms",
-        "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
+        "group.max.size", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
+        "transactional.id.expiration.ms", "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
     }
 )  # fmt: skip
 KAFKA_SHORT_KEYS = frozenset({"default.replication.factor", "offsets.topic.replication.factor"})
@@ -351,6 +351,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("group.max.size", int, 2147483647, "Most members of one group.", minimum=1),
     # -- producers and transactions
     _k("producer.id.expiration.ms", int, 86400000, "Forget idle producer ids after this.", minimum=1),
+    _k("producer.id.expiration.check.interval.ms", int, 600000, "How often idle producer ids are removed.", minimum=1),
     _k("transactional.id.expiration.ms", int, 604800000, "Forget idle transactional ids after this.", minimum=1),
     _k("transaction.state.log.num.partitions", int, 50, "Partitions of __transaction_state.", minimum=1),
     _k("transaction.max.timeout.ms", int, 900000, "Largest transaction timeout a producer may ask for.", minimum=1),

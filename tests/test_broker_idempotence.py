@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import pytest
+import trio
+import trio.testing
 from broker_harness import batch, create, fetch_records, produce, running_broker
 
 from odradek.broker.core import BrokerCore
 from odradek.broker.producer_ids import MAX_EPOCH
 from odradek.broker.producer_state import SNAPSHOT_NAME
+from odradek.broker.replica_manager import ReplicaManager
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 
@@ -147,6 +152,62 @@ async def test_snapshots_only_where_producer_state_changed_or_a_segment_grew(tmp
         assert list(tmp_path.glob(f"t-0/{SNAPSHOT_NAME}*"))
         await produce(core, idem, pbatch(pid, 0, 1))
         assert await rm.persist_state() == 1
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def test_expired_producers_stay_expired_across_restarts(tmp_path: Path) -> None:
+    """An idempotent producer idle past producer.id.expiration.ms is forgotten for good: the
+    expiration check is followed by a snapshot without it (though no offset moved), and a
+    snapshot still holding it (written before it expired, e.g. by a broker that was then down
+    or crashed) is loaded without it. Its batch at sequence 5 is then accepted as from an
+    unknown producer, not OUT_OF_ORDER_SEQUENCE_NUMBER against the forgotten state."""
+    expiry = {"producer.id.expiration.ms": 5000, "producer.id.expiration.check.interval.ms": 3_600_000}
+    old = _wall_ms() - 60_000  # the batches' CreateTime: idle for a minute already
+    async with running_broker(tmp_path, **expiry) as core:
+        await create(core, "t", 2)
+        first, second = TopicPartition("t", 0), TopicPartition("t", 1)
+        pid = await new_producer(core)
+        for tp in (first, second):
+            for seq in range(5):
+                data = batch([b"v"], producer_id=pid, producer_epoch=0, base_sequence=seq, timestamp=old)
+                assert (await produce(core, tp, data)).error == ErrorCode.NONE
+        rm = core.replica_manager
+        assert rm.producer_id_expiration_check_interval_ms == 3_600_000
+        await rm.persist_state()
+        # partition 1 forgets the producer now; partition 0 keeps it in its snapshot (as if the
+        # broker had stopped before the check): the next start must drop it from there
+        assert rm.partitions[second].producer_state.remove_expired_producers(_wall_ms()) == 1
+        assert await rm.persist_state() == 1
+        assert f'"pid":{pid},'.encode() not in rm.partitions[second].log.read_state(SNAPSHOT_NAME)
+        assert f'"pid":{pid},'.encode() in rm.partitions[first].log.read_state(SNAPSHOT_NAME)
+    async with running_broker(tmp_path, **expiry) as core:
+        for tp in (first, second):
+            assert core.replica_manager.partitions[tp].producer_state.last_entry(pid) is None
+            data = batch([b"v"], producer_id=pid, producer_epoch=0, base_sequence=5, timestamp=old)
+            assert (await produce(core, tp, data)).error == ErrorCode.NONE
+
+
+async def test_producer_expiration_check_interval(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """producer.id.expiration.check.interval.ms sets how often the replica manager expires idle
+    producer ids (Kafka's default 10 minutes; the first check one interval after start)."""
+    rm = ReplicaManager(0, object(), {}, producer_id_expiration_check_interval_ms=2000)  # type: ignore[arg-type]
+    checks: list[float] = []
+
+    async def no_persist(*, only_changed: bool = True) -> int:
+        return 0
+
+    monkeypatch.setattr(rm, "persist_state", no_persist)
+    monkeypatch.setattr(rm, "remove_expired_producers", lambda: checks.append(trio.current_time()) or 0)
+    start = trio.current_time()
+    with trio.move_on_after(7):
+        await rm.run()
+    assert [round(t - start, 3) for t in checks] == [2, 4, 6]
+    assert ReplicaManager(0, object(), {}).producer_id_expiration_check_interval_ms == 600_000  # type: ignore[arg-type]
 
 
 async def test_kip360_idempotent_producer_bumps_its_epoch(tmp_path: Path) -> None:

@@ -182,9 +182,33 @@ async def test_expired_producers_are_forgotten(tmp_path: Path) -> None:
         p.make_leader(0, [0], [0])
         leader_append(p, batch([b"x"], producer_id=3, producer_epoch=0, base_sequence=0, timestamp=1000))
         state = p.producer_state
-        assert state.remove_expired_producers(now_ms=1000 + state.producer_id_expiration_ms) == 0
-        assert state.remove_expired_producers(now_ms=1001 + state.producer_id_expiration_ms) == 1
+        # Kafka's rule: expired once idle for producer.id.expiration.ms (not only past it)
+        assert state.remove_expired_producers(now_ms=999 + state.producer_id_expiration_ms) == 0
+        assert state.remove_expired_producers(now_ms=1000 + state.producer_id_expiration_ms) == 1
         assert state.last_entry(3) is None
+
+
+async def test_loading_a_snapshot_drops_expired_producers(tmp_path: Path) -> None:
+    """As Kafka's loadFromSnapshot: producers the snapshot holds that are expired by the time it
+    is loaded (the broker was down, or crashed before a snapshot recorded their expiry) do not
+    come back; a producer with an open transaction stays whatever its age, and so do producers
+    replayed from the log after the snapshot (the periodic check expires them)."""
+    async with storage_at(tmp_path) as s:
+        p = new_partition(s, 0)
+        p.make_leader(0, [0], [0])
+        leader_append(p, batch([b"old"], producer_id=1, producer_epoch=0, base_sequence=0, timestamp=1000))
+        leader_append(p, batch([b"new"], producer_id=2, producer_epoch=0, base_sequence=0, timestamp=50_000))
+        txn = batch([b"t"], producer_id=3, producer_epoch=0, base_sequence=0, timestamp=1000, is_transactional=True)
+        leader_append(p, txn)
+        p.producer_state.snapshot(p.log)
+        leader_append(p, batch([b"tail"], producer_id=4, producer_epoch=0, base_sequence=0, timestamp=1000))
+        restored = ProducerStateManager(10_000, clock_ms=lambda: 11_000)
+        restored.load(p.log)
+        assert sorted(restored.producers) == [2, 3, 4]
+        assert restored.first_unstable_offset() == 2
+        as_written = ProducerStateManager(10_000)  # no clock: the snapshot as it is
+        as_written.load(p.log)
+        assert sorted(as_written.producers) == [1, 2, 3, 4]
 
 
 def _scan_first_unstable(state: ProducerStateManager) -> int | None:

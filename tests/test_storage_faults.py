@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import random
 import subprocess
@@ -13,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 from storage_helpers import TP, append, batch, log_of, open_storage, read_batches
 
 from odradek import records
@@ -450,4 +453,46 @@ async def test_disk_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: 
         storage = await open_storage(disk, log_segment_bytes=256 * 1024, log_index_size_max_bytes=4096)
         log = storage.get_log(TP)
         assert log is not None and _check_contiguous(log)[-1].header.base_offset == first
+        await storage.close()
+
+
+async def test_failing_background_work_is_logged_rate_limited(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """At the fd limit (or on a full disk) the once-a-second flush tick fails writing the
+    checkpoints every time; it logged an ERROR each second. Now one ERROR when it starts, at
+    most one a minute (with how many failed meanwhile) while it goes on, and one INFO when it
+    works again. Virtual time; the work itself is stubbed (no worker threads)."""
+    storage = await open_storage(tmp_path)
+    failing = [True]
+
+    async def flush_tick() -> None:
+        if failing[0]:
+            error = OSError(errno.EMFILE, "Too many open files", str(tmp_path / "log-start-offset-checkpoint.tmp"))
+            raise KafkaStorageError(f"writing checkpoints failed: {error}") from error
+
+    async def nothing() -> int:
+        return 0
+
+    monkeypatch.setattr(storage, "flush_tick", flush_tick)
+    for name in ("run_retention", "write_own_checkpoints", "run_cleaner"):
+        monkeypatch.setattr(storage, name, nothing)
+    caplog.set_level(logging.INFO, logger="odradek.plugins.storage_segment.storage")
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(storage.run)
+            await trio.sleep(150.5)  # ~150 failed ticks
+            errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+            assert len(errors) == 3, errors
+            assert errors[0].startswith("scheduled flushes in ") and "(errno 24 EMFILE)" in errors[0]
+            assert "still failing after 60 s (60 more failures)" in errors[1]
+            failing[0] = False
+            await trio.sleep(2)
+            infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+            assert len(infos) == 1 and "scheduled flushes in" in infos[0] and "work again" in infos[0], infos
+            nursery.cancel_scope.cancel()
+    finally:
         await storage.close()

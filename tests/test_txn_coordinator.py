@@ -149,6 +149,36 @@ async def test_end_txn_without_a_transaction_is_invalid() -> None:
         assert await coord.end_transaction("unknown", 1, 0, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
 
 
+async def test_requests_for_unknown_ids_leave_no_per_id_state() -> None:
+    """Any client may name any transactional id: ids the coordinator does not know are answered
+    without a lock (or anything else) staying behind for them, while two requests for one id
+    still take turns on its lock."""
+    markers = Markers()
+    async with coordinator(markers=markers) as coord:
+        for i in range(200):
+            tid = f"unknown-{i}"
+            assert await coord.end_transaction(tid, 1, 0, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            assert await coord.add_partitions(tid, 1, 0, [TP0]) == {TP0: ErrorCode.INVALID_PRODUCER_ID_MAPPING}
+            assert await coord.add_offsets(tid, 1, 0, "g") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        assert len(coord._locks) == 0 and not coord.transactions
+        r = await coord.init_producer_id("a", 60000)
+        await coord.add_partitions("a", r.producer_id, r.producer_epoch, [TP0])
+        assert len(coord._locks) == 0
+        results: list[ErrorCode] = []
+
+        async def end() -> None:
+            results.append(await coord.end_transaction("a", r.producer_id, r.producer_epoch, True))
+
+        # another request for "a" holds its lock: EndTxn waits for it
+        async with trio.open_nursery() as nursery, coord._locks.hold("a"):
+            nursery.start_soon(end)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(coord._locks) == 1 and not results
+        assert results == [ErrorCode.NONE]
+        assert coord.transactions["a"].state is TransactionState.COMPLETE_COMMIT
+        assert len(coord._locks) == 0
+
+
 async def test_concurrent_transactions_while_markers_are_pending() -> None:
     markers = Markers()
     async with coordinator(markers=markers) as coord:

@@ -82,6 +82,7 @@ class BrokerCore:
             storage,
             codecs,
             producer_id_expiration_ms=int(config["producer.id.expiration.ms"]),
+            producer_id_expiration_check_interval_ms=int(config["producer.id.expiration.check.interval.ms"]),
             max_decompressed_bytes=int(config["message.max.decompressed.bytes"]),
         )
         self.metadata_cache = MetadataCache(config, store, self.replica_manager)

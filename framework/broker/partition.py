@@ -16,7 +16,7 @@ replica fetcher copies the leader's batches, offsets and epochs included). The l
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .. import records
@@ -93,6 +93,7 @@ class Partition:
         config: TopicConfig,
         *,
         producer_id_expiration_ms: int = 86_400_000,
+        clock_ms: Callable[[], int] | None = None,
     ) -> None:
         self.topic_partition = tp
         self.log = log
@@ -106,7 +107,7 @@ class Partition:
         self.isr: frozenset[int] = frozenset()
         self.remote_replicas: dict[int, ReplicaState] = {}
         self._high_watermark = log.log_start_offset
-        self.producer_state = ProducerStateManager(producer_id_expiration_ms)
+        self.producer_state = ProducerStateManager(producer_id_expiration_ms, clock_ms=clock_ms)
         #: the log's compaction_count when the aborted index was last checked against it (-1:
         #: never, so the first read_committed fetch checks a state loaded from a snapshot too)
         self._aborted_checked_at = -1

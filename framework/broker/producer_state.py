@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -129,7 +129,9 @@ def _last_seq(meta: BatchMeta) -> int:
 class ProducerStateManager:
     """Producer ids, epochs, sequences and transactions of one partition."""
 
-    def __init__(self, producer_id_expiration_ms: int = 86_400_000) -> None:
+    def __init__(
+        self, producer_id_expiration_ms: int = 86_400_000, *, clock_ms: Callable[[], int] | None = None
+    ) -> None:
         self.producers: dict[int, ProducerStateEntry] = {}
         #: producer id -> first offset of its open transaction (Kafka's ``ongoingTxns``): the LSO
         #: is read on every append and fetch, and scanning every producer for it would make
@@ -137,6 +139,9 @@ class ProducerStateManager:
         self._open_txns: dict[int, int] = {}
         self.aborted: list[AbortedTxn] = []
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        #: the broker's clock (ms), which :meth:`load` expires snapshot entries against; None
+        #: (tools, tests reading a snapshot as written) keeps every entry
+        self.clock_ms = clock_ms
         #: log offset up to which this state reflects the log (exclusive)
         self.map_end_offset = 0
         #: counts changes to what a snapshot holds beyond ``map_end_offset`` (producers, aborted
@@ -300,12 +305,16 @@ class ProducerStateManager:
         return self.producers.get(producer_id)
 
     # -- housekeeping ----------------------------------------------------------------------------
+    def is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
+        """Kafka's rule: no open transaction, and the last batch's timestamp at least
+        ``producer.id.expiration.ms`` old."""
+        return (
+            entry.current_txn_first_offset is None and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms
+        )
+
     def remove_expired_producers(self, now_ms: int) -> int:
-        """Forget producers idle longer than ``producer.id.expiration.ms`` without an open txn."""
-        cutoff = now_ms - self.producer_id_expiration_ms
-        expired = [
-            pid for pid, e in self.producers.items() if e.current_txn_first_offset is None and e.last_timestamp < cutoff
-        ]
+        """Forget producers idle for ``producer.id.expiration.ms`` or longer without an open txn."""
+        expired = [pid for pid, e in self.producers.items() if self.is_expired(e, now_ms)]
         for pid in expired:
             del self.producers[pid]
         if expired:
@@ -365,7 +374,9 @@ class ProducerStateManager:
         plog.write_state(SNAPSHOT_NAME, self.to_bytes())
 
     def load(self, plog: PartitionLog) -> None:
-        """Rebuild from the snapshot plus the log tail after it (or the whole log without one)."""
+        """Rebuild from the snapshot plus the log tail after it (or the whole log without one).
+        Snapshot entries already expired by :attr:`clock_ms` are dropped; producers replayed
+        from the log tail are kept until the next expiration check, as in Kafka."""
         self.producers = {}
         self.aborted = []
         self.map_end_offset = plog.log_start_offset
@@ -380,6 +391,11 @@ class ProducerStateManager:
                 # the log lost its tail after the snapshot (crash, truncation): replay from scratch
                 self.producers, self.aborted, self.map_end_offset = {}, [], plog.log_start_offset
         self.map_end_offset = max(self.map_end_offset, plog.log_start_offset)
+        if self.clock_ms is not None and self.producers:
+            # as Kafka's loadFromSnapshot: producers that expired while the broker was down (or
+            # whose expiry no snapshot recorded before a crash) must not come back; the file
+            # keeps them until the next snapshot, and every load drops them again meanwhile
+            self.remove_expired_producers(self.clock_ms())
         self._rebuild_open_txns()
         self.replayed_bytes = self.replay(plog, self.map_end_offset)
         self.on_log_start_offset_advanced(plog.log_start_offset)

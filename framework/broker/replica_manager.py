@@ -107,6 +107,7 @@ class ReplicaManager:
         codecs: Mapping[int, Codec],
         *,
         producer_id_expiration_ms: int = 86_400_000,
+        producer_id_expiration_check_interval_ms: int = PRODUCER_EXPIRATION_CHECK_INTERVAL_MS,
         clock_ms: Callable[[], int] = _now_ms,
         max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     ) -> None:
@@ -116,6 +117,8 @@ class ReplicaManager:
         #: message.max.decompressed.bytes: how far a produced batch may inflate
         self.max_decompressed_bytes = max_decompressed_bytes
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        #: producer.id.expiration.check.interval.ms: how often idle producer ids are expired
+        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self.clock_ms = clock_ms
         self.partitions: dict[TopicPartition, Partition] = {}
         self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("Produce")
@@ -151,7 +154,12 @@ class ReplicaManager:
             return partition
         plog = self.storage.get_or_create_log(tp, config)
         partition = Partition(
-            tp, plog, self.broker_id, config, producer_id_expiration_ms=self.producer_id_expiration_ms
+            tp,
+            plog,
+            self.broker_id,
+            config,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
+            clock_ms=self.clock_ms,
         )
         state = partition.producer_state
         state.load(plog)
@@ -532,8 +540,10 @@ class ReplicaManager:
                 size = p.log.size_in_bytes
                 mark = self._snapshot_marks.get(tp)
                 if only_changed and mark is not None:
-                    changes, at_end, at_size = mark
-                    if at_end == end or (changes == state.changes and size - at_size < p.config.segment_bytes):
+                    # expired producers and dropped aborted transactions change the state without
+                    # moving its end offset: they need a snapshot too, or a restart brings them back
+                    changes, _at_end, at_size = mark
+                    if changes == state.changes and size - at_size < p.config.segment_bytes:
                         continue
                 changes_now, data = state.changes, state.to_bytes()
                 try:
@@ -551,11 +561,24 @@ class ReplicaManager:
         return sum(p.producer_state.remove_expired_producers(now) for p in self.partitions.values())
 
     async def run(self) -> None:
-        """Background: checkpoint HWs and snapshot producer state every few seconds, expire idle
-        producer ids, until cancelled."""
-        next_expiration = trio.current_time() + PRODUCER_EXPIRATION_CHECK_INTERVAL_MS / 1000
+        """Background: checkpoint HWs and snapshot producer state every few seconds, and expire
+        idle producer ids every ``producer.id.expiration.check.interval.ms`` (first one interval
+        after start, as Kafka schedules it), until cancelled. An expiration due with a checkpoint
+        runs first, so the snapshot written then no longer holds the expired producers."""
+        checkpoint_s = HW_CHECKPOINT_INTERVAL_MS / 1000
+        expiration_s = self.producer_id_expiration_check_interval_ms / 1000
+        next_checkpoint = trio.current_time() + checkpoint_s
+        next_expiration = trio.current_time() + expiration_s
         while True:
-            await trio.sleep(HW_CHECKPOINT_INTERVAL_MS / 1000)
+            await trio.sleep_until(min(next_checkpoint, next_expiration))
+            if trio.current_time() >= next_expiration:
+                try:
+                    self.remove_expired_producers()
+                except Exception:
+                    log.exception("expiring producer ids failed; retrying at the next interval")
+                next_expiration = trio.current_time() + expiration_s
+            if trio.current_time() < next_checkpoint:
+                continue
             try:
                 await self.persist_state()
                 self.persist_failures.succeeded("the log dirs")
@@ -564,12 +587,7 @@ class ReplicaManager:
                     log.exception("replica manager housekeeping failed; retrying at the next interval")
                 else:  # disk full or an I/O error: known, lasting; logged once, then rate-limited
                     self.persist_failures.failed("the log dirs", exc)
-            try:
-                if trio.current_time() >= next_expiration:
-                    self.remove_expired_producers()
-                    next_expiration = trio.current_time() + PRODUCER_EXPIRATION_CHECK_INTERVAL_MS / 1000
-            except Exception:
-                log.exception("expiring producer ids failed; retrying at the next interval")
+            next_checkpoint = trio.current_time() + checkpoint_s
 
     async def shutdown(self) -> None:
         """Answer parked requests, snapshot producer state, checkpoint HWs, flush every log.

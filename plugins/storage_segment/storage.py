@@ -32,6 +32,7 @@ from typing import Any
 
 import trio
 
+from odradek.broker.storage_failures import StorageFailureLog
 from odradek.config import Config, ConfigError, TopicConfig
 from odradek.errors import InvalidTopic, KafkaStorageError
 from odradek.interfaces import TopicPartition
@@ -158,6 +159,13 @@ class SegmentLogStorage:
         codecs = config.plugins.codecs() if getattr(config, "plugins", None) is not None else None
         expiration = int(_option(config, "producer.id.expiration.ms", 86_400_000))
         self.cleaner = LogCleaner(codecs, self._on_cleaned, dedupe_budget(config), expiration)
+        #: the background tasks' failures (a full disk, no file descriptors left), per task: one
+        #: ERROR when they start, at most one a minute while they go on, INFO when the task works
+        #: again -- the task retries every tick, so logging each failure flooded the log
+        self.background_failures = {
+            task: StorageFailureLog(log, task, clock=trio.current_time)
+            for task in ("scheduled flushes", "retention checks", "checkpoint writes", "log cleaner rounds")
+        }
 
     # -- open ----------------------------------------------------------------------------------
     async def open(self) -> None:
@@ -460,31 +468,47 @@ class SegmentLogStorage:
             await self.write_own_checkpoints(recovery=False)
         return rounds
 
-    async def _every(self, interval_ms: int, work: Callable[[], Awaitable[Any]]) -> None:
+    def _log_dirs_text(self) -> str:
+        return ", ".join(str(d) for d in self.log_dirs)
+
+    async def _every(self, interval_ms: int, work: Callable[[], Awaitable[Any]], task: str) -> None:
+        """Run ``work`` every interval; a storage failure is retried at the next tick and logged
+        rate-limited (:attr:`background_failures`)."""
+        failures = self.background_failures[task]
         while True:
             await trio.sleep(interval_ms / 1000)
             try:
                 await work()
             except (OSError, KafkaStorageError) as exc:
-                log.error("background storage work failed (will retry): %r", exc)
+                failures.failed(self._log_dirs_text(), exc)
+            else:
+                failures.succeeded(self._log_dirs_text())
 
     async def _cleaner_loop(self) -> None:
         backoff = int(self.config["log.cleaner.backoff.ms"]) / 1000
+        failures = self.background_failures["log cleaner rounds"]
         while True:
             try:
                 rounds = await self.run_cleaner()
             except (OSError, KafkaStorageError) as exc:
-                log.error("log cleaner failed (will retry): %r", exc)
+                failures.failed(self._log_dirs_text(), exc)
                 rounds = 0
+            else:
+                failures.succeeded(self._log_dirs_text())
             await trio.sleep(0 if rounds else backoff)
 
     async def run(self) -> None:
         self._check_open()
         cfg = self.config
+        checkpoint_ms = cfg["log.flush.offset.checkpoint.interval.ms"]
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._every, cfg["log.flush.scheduler.interval.ms"], self.flush_tick)
-            nursery.start_soon(self._every, cfg["log.retention.check.interval.ms"], self.run_retention)
-            nursery.start_soon(self._every, cfg["log.flush.offset.checkpoint.interval.ms"], self.write_own_checkpoints)
+            nursery.start_soon(
+                self._every, cfg["log.flush.scheduler.interval.ms"], self.flush_tick, "scheduled flushes"
+            )
+            nursery.start_soon(
+                self._every, cfg["log.retention.check.interval.ms"], self.run_retention, "retention checks"
+            )
+            nursery.start_soon(self._every, checkpoint_ms, self.write_own_checkpoints, "checkpoint writes")
             if cfg["log.cleaner.enable"]:
                 nursery.start_soon(self._cleaner_loop)
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Protocol
 
 import trio
@@ -117,6 +117,36 @@ def _append_error(error: ErrorCode) -> ErrorCode:
     return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
+class IdLocks:
+    """One ``trio.Lock`` per transactional id, existing only while a task holds it or waits for
+    it. Any client can name any id (EndTxn, AddPartitionsToTxn of ids that do not exist are
+    answered INVALID_PRODUCER_ID_MAPPING), so a lock kept per id named would grow without bound;
+    Kafka keeps no state for ids it does not know either."""
+
+    def __init__(self) -> None:
+        #: id -> its lock and how many tasks hold it or wait for it
+        self._entries: dict[str, tuple[trio.Lock, list[int]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @asynccontextmanager
+    async def hold(self, transactional_id: str) -> AsyncIterator[None]:
+        """Hold the id's lock for the ``async with`` block; the last task out drops it."""
+        entry = self._entries.get(transactional_id)
+        if entry is None:
+            entry = self._entries[transactional_id] = (trio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._entries[transactional_id]
+
+
 class TransactionCoordinator:
     """Transactional ids of the ``__transaction_state`` partitions this broker leads."""
 
@@ -153,7 +183,7 @@ class TransactionCoordinator:
         #: has registered): who coordinates their ids is not known yet
         self.leaderless: set[int] = set()
         self.active = False
-        self._locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)
+        self._locks = IdLocks()
         #: transactional id -> done event / cancel scope of its running marker task
         self._completing: dict[str, trio.Event] = {}
         self._completion_scopes: dict[str, trio.CancelScope] = {}
@@ -370,7 +400,7 @@ class TransactionCoordinator:
             error = await self._abort(transactional_id, fence=True, expected=ongoing)
             if error not in (ErrorCode.NONE, ErrorCode.CONCURRENT_TRANSACTIONS):
                 return InitProducerIdResult(error)
-        async with self._locks[transactional_id]:
+        async with self._locks.hold(transactional_id):
             now = self.now_ms()
             md = self.transactions.get(transactional_id)
             if md is None:
@@ -431,7 +461,7 @@ class TransactionCoordinator:
                 tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
                 for tp in wanted
             }
-        async with self._locks[transactional_id]:
+        async with self._locks.hold(transactional_id):
             md = self.transactions.get(transactional_id)
             error = self._check_producer(md, producer_id, producer_epoch)
             if error is None:
@@ -500,7 +530,7 @@ class TransactionCoordinator:
         if error is not None:
             return error
         target = TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT
-        async with self._locks[transactional_id]:
+        async with self._locks.hold(transactional_id):
             md = self.transactions.get(transactional_id)
             error = self._check_producer(md, producer_id, producer_epoch)
             if error is not None:
@@ -525,7 +555,7 @@ class TransactionCoordinator:
     async def _abort(self, transactional_id: str, *, fence: bool, expected: TransactionMetadata) -> ErrorCode:
         """Abort an open transaction (timeout, re-init); ``fence`` bumps the epoch so the old
         producer's further requests are refused."""
-        async with self._locks[transactional_id]:
+        async with self._locks.hold(transactional_id):
             md = self.transactions.get(transactional_id)
             if md is not expected or md.state is not TransactionState.ONGOING:
                 return ErrorCode.CONCURRENT_TRANSACTIONS
@@ -599,7 +629,7 @@ class TransactionCoordinator:
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, MARKER_RETRY_BACKOFF_MAX_S)
         done = TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT
-        async with self._locks[transactional_id]:
+        async with self._locks.hold(transactional_id):
             if self._in_charge(transactional_id, md, coordinator_epoch):
                 await self._persist(md.transition(done, self.now_ms(), partitions=set(), txn_start_ms=-1))
 
@@ -629,12 +659,11 @@ class TransactionCoordinator:
             p = self.partition_for(tid)
             if p not in self.owned or not md.state.is_idle or md.last_update_ms + self.id_expiration_ms >= now:
                 continue
-            async with self._locks[tid]:
+            async with self._locks.hold(tid):
                 if self.transactions.get(tid) is not md:
                     continue
                 if await self.log.append(p, (txn_key(tid), None), now) == ErrorCode.NONE:
                     del self.transactions[tid]
-                    self._locks.pop(tid, None)
                     expired += 1
         if expired:
             log.info("expired %d idle transactional ids", expired)
