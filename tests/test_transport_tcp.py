@@ -44,7 +44,7 @@ from odradek.plugins.transport_tcp.apis import Dispatcher, load_handlers
 from odradek.plugins.transport_tcp.apis.admin import HANDLERS as ADMIN_HANDLERS
 from odradek.plugins.transport_tcp.apis.core import HANDLERS as CORE_HANDLERS
 from odradek.plugins.transport_tcp.client import TcpConnection, TcpConnector
-from odradek.plugins.transport_tcp.connection import KafkaConnection
+from odradek.plugins.transport_tcp.connection import EOF_GRACE_S, KafkaConnection
 from odradek.plugins.transport_tcp.server import TcpListener
 from odradek.protocol import (
     SUPPORTED_VERSIONS,
@@ -600,6 +600,51 @@ async def test_idle_connection_is_closed(autojump_clock: trio.testing.MockClock)
         await conn.closed.wait()
         # ... so the connection closes 600 s after it, not after the start
         assert trio.current_time() - start >= 1100
+    b.close()
+
+
+@pytest.mark.parametrize("inside_frame", [False, True])
+async def test_a_peer_that_closes_while_a_request_is_parked_is_closed_at_once(
+    autojump_clock: trio.testing.MockClock, inside_frame: bool
+) -> None:
+    """A FIN from the peer closes the connection EOF_GRACE_S later, cancelling a parked long
+    poll, instead of holding the socket (CLOSE-WAIT) until the fetch's max_wait."""
+    broker = ScriptedBroker(_config())
+    broker.fetch_gate = trio.Event()  # never set: the long poll would wait forever
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
+    a, b = trio.socket.socketpair()
+    conn = KafkaConnection(a, dispatcher, peer="pair", max_request_bytes=1 << 20, max_in_flight=4, idle_timeout_s=600)
+    fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0)
+    frame = encode_request(fetch, correlation_id=1, client_id="f")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await b.send(struct.pack(">i", len(frame)) + frame + (b"\0\0" if inside_frame else b""))
+        await trio.testing.wait_all_tasks_blocked()
+        assert broker.fetch_calls == 1
+        start = trio.current_time()
+        b.shutdown(trio.socket.SHUT_WR)
+        with trio.fail_after(60):
+            await conn.closed.wait()
+        assert trio.current_time() - start == pytest.approx(EOF_GRACE_S)
+        assert await b.recv(100) == b""  # the parked fetch was not answered: the socket is closed
+    b.close()
+
+
+async def test_a_peer_that_half_closes_gets_the_answers_that_are_ready(autojump_clock: trio.testing.MockClock) -> None:
+    broker = ScriptedBroker(_config())
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
+    a, b = trio.socket.socketpair()
+    conn = KafkaConnection(a, dispatcher, peer="pair", max_request_bytes=1 << 20, max_in_flight=4, idle_timeout_s=600)
+    frame = encode_request(metadata_request(), correlation_id=7, client_id="h")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await b.send(struct.pack(">i", len(frame)) + frame)
+        b.shutdown(trio.socket.SHUT_WR)
+        await conn.closed.wait()
+    received = bytearray()
+    while chunk := await b.recv(65536):
+        received += chunk
+    assert decode_response(ApiKey.METADATA, 8, bytes(received[4:]))[0] == 7
     b.close()
 
 

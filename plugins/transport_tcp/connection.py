@@ -14,6 +14,10 @@ Three kinds of task share a connection's nursery:
 Anything a client can get wrong -- framing, an oversized frame, an unknown API, bytes that do not
 decode -- closes this connection only, after the responses to earlier requests have been written,
 and is logged. ``stop_reading`` starts a graceful close: no new requests, in-flight ones finish.
+
+A peer that closes its side (EOF, a FIN) is gone, or at most waits for what it already asked:
+requests still being processed get ``EOF_GRACE_S`` to finish and be answered, then the
+connection closes and cancels what is left (see ``_peer_closed``).
 """
 
 from __future__ import annotations
@@ -30,12 +34,19 @@ from odradek.errors import KafkaError, OdradekError
 from odradek.protocol import ApiKey, FetchEnvelope, RequestHeader, api_name, parse_request_header
 
 from .apis import CloseConnection, Dispatcher, Outcome
-from .framing import FrameError, FrameReader, FrameTooLarge, OnBlock, send_all, send_frame, sendfile
+from .framing import FrameError, FrameReader, FrameTooLarge, OnBlock, PeerClosed, send_all, send_frame, sendfile
 
 log = logging.getLogger("odradek.transport.tcp")
 
 #: Errors that mean "the peer went away or broke the stream": close quietly.
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError, OSError)
+#: How long requests still in flight when the peer closes its side (EOF) get to finish and be
+#: answered before they are cancelled and the socket closed. Kafka's Selector closes a channel
+#: whose read returns EOF; without a bound, a long-poll Fetch (max_wait up to INT32_MAX ms) or a
+#: JoinGroup parked for a client that has left kept its socket in CLOSE-WAIT, and its fd, until
+#: the wait ended. The grace lets a client that only half-closed (``shutdown(SHUT_WR)``) after
+#: its requests still get the answers that are ready at once.
+EOF_GRACE_S = 0.5
 
 
 @dataclass(eq=False, slots=True)
@@ -78,6 +89,7 @@ class KafkaConnection:
         self._arrived = 0  # requests read so far: the next one's ``seq``
         #: ``seq`` of the earliest request that closes the connection: it is answered up to there
         self._closing_at: int | None = None
+        self._eof = False  # the peer closed its side
         self.closed = trio.Event()
 
     def stop_reading(self) -> None:
@@ -90,6 +102,10 @@ class KafkaConnection:
                 nursery.start_soon(self._write_loop, nursery)
                 nursery.start_soon(self._watch_idle)
                 await self._read_loop(nursery)
+            if self._eof and nursery.cancel_scope.cancelled_caught and self._queued:
+                log.debug(
+                    "connection %s closed by the peer: %d request(s) in flight cancelled", self.peer, len(self._queued)
+                )
         except* _GONE as group:
             log.debug("connection %s closed: %r", self.peer, group.exceptions[0])
         except* Exception:
@@ -111,6 +127,8 @@ class KafkaConnection:
                         await self._slots.acquire()
                         frame = await self._next_frame()
                         if frame is None:
+                            if self._eof:
+                                self._peer_closed(nursery)
                             return
                         started = self._start_request(nursery, frame)
                         if started is None:
@@ -131,7 +149,13 @@ class KafkaConnection:
         """
         self._waiting_since = trio.current_time()
         try:
-            return await self.reader.read_frame()
+            frame = await self.reader.read_frame()
+            self._eof = frame is None
+            return frame
+        except PeerClosed as exc:
+            log.warning("closing connection %s: %s", self.peer, exc)
+            self._eof = True
+            return None
         except FrameTooLarge as exc:
             log.warning("closing connection %s: %s (socket.request.max.bytes)", self.peer, exc)
             return None
@@ -140,6 +164,16 @@ class KafkaConnection:
             return None
         finally:
             self._waiting_since = None
+
+    def _peer_closed(self, nursery: trio.Nursery) -> None:
+        """The peer closed its side: nothing more will be read, and requests in flight get
+        ``EOF_GRACE_S`` to finish; then the connection's scope is cancelled, which cancels the
+        handlers still waiting (whatever they did already stays done: an append waiting for its
+        acks stays appended) and the writer, and the socket is closed. Without it a handler
+        parked for minutes (a long poll, a JoinGroup) held the socket in CLOSE-WAIT meanwhile:
+        the idle watch does not apply to a connection with a request in flight."""
+        scope = nursery.cancel_scope
+        scope.deadline = min(scope.deadline, trio.current_time() + EOF_GRACE_S)
 
     async def _watch_idle(self) -> None:
         """Stop reading once the reader has waited ``idle_timeout_s`` for a request while nothing
@@ -376,4 +410,4 @@ def _release(outcome: Outcome) -> None:
         outcome.release()
 
 
-__all__ = ["KafkaConnection", "write_envelope"]
+__all__ = ["EOF_GRACE_S", "KafkaConnection", "write_envelope"]
