@@ -603,6 +603,59 @@ async def test_idle_connection_is_closed(autojump_clock: trio.testing.MockClock)
     b.close()
 
 
+async def test_read_ahead_stops_at_the_byte_bound_and_resumes_as_answers_are_written(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Pipelined acks=-1 Produce requests queued behind a slow one: the reader stops reading once
+    the unanswered frames hold max_read_ahead_bytes (not at queued.max.requests), and reads on as
+    answers go out; a frame bigger than the bound is read when nothing else is in flight."""
+    broker = ScriptedBroker(_config())
+    broker.produce_delay = lambda size: 100
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
+    a, b = trio.socket.socketpair()
+    bound = 10_000
+    conn = KafkaConnection(
+        a, dispatcher, peer="pair", max_request_bytes=1 << 20, max_in_flight=100, idle_timeout_s=600,
+        max_read_ahead_bytes=bound,
+    )  # fmt: skip
+    small = encode_request(_produce(-1, (0, b"x" * 3000)), correlation_id=1, client_id="b")
+    big = encode_request(_produce(-1, (0, b"y" * 3 * bound)), correlation_id=2, client_id="b")
+    frames = [small] * 8 + [big, small]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+
+        async def send_all_frames() -> None:
+            for frame in frames:
+                await b.send(struct.pack(">i", len(frame)) + frame)
+
+        nursery.start_soon(send_all_frames)
+        await trio.testing.wait_all_tasks_blocked()
+        admitted = -(-bound // len(small))  # read until the bound is reached or passed
+        assert conn._arrived == admitted < 8
+        for _ in range(len(frames)):
+            await _receive_frame(b)
+            await trio.testing.wait_all_tasks_blocked()
+            # a frame is read only while those before it hold less than the bound: the big one
+            # when nothing else is in flight, and nothing behind it until it is answered
+            assert sum(p.size for p in conn._queued[:-1]) < bound
+        assert len(broker.produced) == len(frames)
+        nursery.cancel_scope.cancel()
+    b.close()
+
+
+async def _receive_frame(sock: trio.socket.SocketType) -> bytes:
+    async def exactly(n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = await sock.recv(n - len(out))
+            assert chunk
+            out += chunk
+        return out
+
+    (size,) = struct.unpack(">i", await exactly(4))
+    return await exactly(size)
+
+
 @pytest.mark.parametrize("inside_frame", [False, True])
 async def test_a_peer_that_closes_while_a_request_is_parked_is_closed_at_once(
     autojump_clock: trio.testing.MockClock, inside_frame: bool

@@ -2,9 +2,10 @@
 
 Three kinds of task share a connection's nursery:
 
-- the *reader* reads frames while fewer than ``queued.max.requests`` are in flight (a semaphore:
-  when it is exhausted the socket is not read, so a client that pipelines faster than it reads
-  responses is slowed by TCP itself), parses the header and starts one handler task per request;
+- the *reader* reads frames while fewer than ``queued.max.requests`` are in flight (a semaphore)
+  and the frames not answered yet hold less than ``MAX_READ_AHEAD_BYTES``; otherwise the socket
+  is not read, so a client that pipelines faster than it reads responses is slowed by TCP
+  itself. It parses the header and starts one handler task per request;
 - *handler* tasks run the dispatcher; ``ordered`` APIs wait for the previous ordered request of
   the connection, the others only for the ordered requests before them (see ``Handler``);
 - the *writer* takes requests in arrival order, waits for each one's outcome and writes it
@@ -47,6 +48,15 @@ _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError, OS
 #: the wait ended. The grace lets a client that only half-closed (``shutdown(SHUT_WR)``) after
 #: its requests still get the answers that are ready at once.
 EOF_GRACE_S = 0.5
+#: The bytes of request frames one connection may hold read but not answered before its reader
+#: stops reading the socket. ``queued.max.requests`` alone let one connection pile up 500 frames
+#: of up to ``socket.request.max.bytes`` each behind a slow ordered request (500 MB at 1 MB
+#: Produce requests behind a parked JoinGroup); Kafka reads one request per channel at a time
+#: (it mutes the channel) and bounds all of them with ``queued.max.request.bytes``. 16 MiB keeps
+#: a pipelining producer's socket busy (16 requests of 1 MB in flight) while bounding a
+#: connection. A frame is always read when nothing is in flight, so one request bigger than
+#: this is served, alone.
+MAX_READ_AHEAD_BYTES = 16 << 20
 
 
 @dataclass(eq=False, slots=True)
@@ -56,6 +66,8 @@ class _Pending:
     header: RequestHeader
     #: its place in the connection's arrival order (0, 1, ...)
     seq: int = 0
+    #: its frame's size: counted against the connection's read-ahead until it is answered
+    size: int = 0
     done: trio.Event = field(default_factory=trio.Event)
     outcome: Outcome = None
     failed: bool = False
@@ -73,6 +85,7 @@ class KafkaConnection:
         max_request_bytes: int,
         max_in_flight: int,
         idle_timeout_s: float,
+        max_read_ahead_bytes: int = MAX_READ_AHEAD_BYTES,
     ) -> None:
         self.sock = sock
         self.dispatcher = dispatcher
@@ -80,6 +93,9 @@ class KafkaConnection:
         self.reader = FrameReader(sock, max_request_bytes)
         self.idle_timeout_s = idle_timeout_s
         self._slots = trio.Semaphore(max_in_flight)
+        self.max_read_ahead_bytes = max_read_ahead_bytes
+        self._held = 0  # bytes of the frames read and not answered yet
+        self._room: trio.Event | None = None  # set by the writer when ``_held`` drops below the bound
         self._send, self._receive = trio.open_memory_channel[_Pending](max_in_flight)
         self._read_scope = trio.CancelScope()
         self._last_ordered_done: trio.Event | None = None
@@ -125,6 +141,9 @@ class KafkaConnection:
                 try:
                     while True:
                         await self._slots.acquire()
+                        while self._held >= self.max_read_ahead_bytes:
+                            self._room = trio.Event()
+                            await self._room.wait()
                         frame = await self._next_frame()
                         if frame is None:
                             if self._eof:
@@ -211,8 +230,9 @@ class KafkaConnection:
             log.warning("closing connection %s: bad request header: %s", self.peer, exc)
             self._slots.release()
             return None
-        pending = _Pending(header, self._arrived)
+        pending = _Pending(header, self._arrived, len(frame))
         self._arrived += 1
+        self._held += pending.size
         self._queued.append(pending)
         self._send.send_nowait(pending)  # never blocks: the semaphore bounds the queue
         after = self._last_ordered_done
@@ -323,8 +343,13 @@ class KafkaConnection:
                     for p in (pending, *joined):
                         p.outcome = None
                         self._queued.remove(p)
+                        self._held -= p.size
                 for _ in range(1 + len(joined)):
                     self._slots.release()
+                room = self._room
+                if room is not None and self._held < self.max_read_ahead_bytes:
+                    self._room = None
+                    room.set()
         # the reader stopped and every queued response is written: the caller closes
 
     def _coalesce(self, first: bytes) -> tuple[bytes, list[_Pending]]:
@@ -410,4 +435,4 @@ def _release(outcome: Outcome) -> None:
         outcome.release()
 
 
-__all__ = ["EOF_GRACE_S", "KafkaConnection", "write_envelope"]
+__all__ = ["EOF_GRACE_S", "MAX_READ_AHEAD_BYTES", "KafkaConnection", "write_envelope"]
