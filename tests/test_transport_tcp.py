@@ -603,6 +603,34 @@ async def test_idle_connection_is_closed(autojump_clock: trio.testing.MockClock)
     b.close()
 
 
+async def test_a_schema_that_cannot_be_loaded_closes_with_one_error_naming_the_cause(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At the fd limit kio's lazy import fails with EMFILE: the log says so, once, at ERROR, and
+    does not blame the client with "no request schema"."""
+    import errno
+
+    from odradek.protocol import codec
+
+    def emfile(api_key: int, api_version: int) -> Any:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    frame = encode_request(metadata_request(), correlation_id=1, client_id="e")
+    monkeypatch.setattr(codec, "load_request_schema", emfile)
+    codec.request_type.cache_clear()
+    broker = ScriptedBroker(_config())
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        await conn.send_frame(frame)
+        with trio.fail_after(5), pytest.raises(ConnectionError):
+            await conn.receive_frame()
+        await conn.aclose()
+    codec.request_type.cache_clear()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "EMFILE" in errors[0].getMessage() and not errors[0].exc_info
+    assert not any("no request schema" in r.getMessage() for r in caplog.records)
+
+
 async def test_read_ahead_stops_at_the_byte_bound_and_resumes_as_answers_are_written(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

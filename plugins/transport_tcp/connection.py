@@ -33,6 +33,7 @@ import trio
 
 from odradek.errors import KafkaError, OdradekError
 from odradek.protocol import ApiKey, FetchEnvelope, RequestHeader, api_name, parse_request_header
+from odradek.protocol.codec import SchemaUnavailable
 
 from .apis import CloseConnection, Dispatcher, Outcome
 from .framing import FrameError, FrameReader, FrameTooLarge, OnBlock, PeerClosed, send_all, send_frame, sendfile
@@ -277,6 +278,10 @@ class KafkaConnection:
                 header.client_id,
                 exc,
             )
+            self._fail(pending)
+        except SchemaUnavailable as exc:
+            # the broker's own trouble (out of fds): one line naming it, no traceback
+            log.error("closing connection %s: %s", self.peer, exc)
             self._fail(pending)
         except Exception:
             log.exception(
