@@ -786,6 +786,7 @@ async def test_accept_backs_off_when_out_of_file_descriptors(
     real.listen()
     fake = ExhaustedSocket(real)
     async with trio.open_nursery() as nursery:
+        caplog.set_level(logging.INFO, "odradek.transport.tcp")
         nursery.start_soon(listener._accept_loop, fake, dispatcher, nursery)
         client = trio.socket.socket()
         await client.connect(real.getsockname())
@@ -796,7 +797,42 @@ async def test_accept_backs_off_when_out_of_file_descriptors(
     real.close()
     gaps = [b - a for a, b in zip(fake.calls, fake.calls[1:], strict=False)][:3]
     assert all(g >= 0.1 for g in gaps), gaps  # waited between attempts instead of spinning
-    assert sum("EMFILE" in r.getMessage() for r in caplog.records) == 3
+    # one ERROR when it starts failing, one INFO when it works again
+    assert [(r.levelname, "EMFILE" in r.getMessage()) for r in caplog.records if "accepts in" in r.getMessage()] == [
+        ("ERROR", True),
+        ("INFO", False),
+    ]
+
+
+async def test_lasting_accept_failures_are_logged_once_a_minute(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    import errno
+
+    class Exhausted:
+        """accept() fails with EMFILE for 150 s, then blocks."""
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def accept(self) -> Any:
+            self.calls += 1
+            if trio.current_time() < 150:
+                raise OSError(errno.EMFILE, "Too many open files")
+            await trio.sleep_forever()
+
+    broker = ScriptedBroker(_config())
+    listener = TcpListener(_config(), broker, ENDPOINT)
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
+    fake = Exhausted()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(listener._accept_loop, fake, dispatcher, nursery)
+        await trio.sleep(200)
+        nursery.cancel_scope.cancel()
+    assert fake.calls > 1000  # ten attempts a second ...
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 3, errors  # ... logged at 0 s, 60 s and 120 s
+    assert "EMFILE" in errors[0] and "still failing after 60 s (600 more failures)" in errors[1]
 
 
 async def test_fetch_slices_are_released_when_the_client_leaves_before_the_answer(tmp_path: Path) -> None:
