@@ -603,6 +603,14 @@ async def test_idle_connection_is_closed(autojump_clock: trio.testing.MockClock)
     b.close()
 
 
+def _paired(broker: ScriptedBroker, **kw: Any) -> tuple[KafkaConnection, trio.socket.SocketType]:
+    """A connection served on one end of a socket pair; the test is the client on the other."""
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
+    a, b = trio.socket.socketpair()
+    settings: dict[str, Any] = {"max_request_bytes": 1 << 20, "max_in_flight": 4, "idle_timeout_s": 600, **kw}
+    return KafkaConnection(a, dispatcher, peer="pair", **settings), b
+
+
 async def test_a_schema_that_cannot_be_loaded_closes_with_one_error_naming_the_cause(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -639,13 +647,8 @@ async def test_read_ahead_stops_at_the_byte_bound_and_resumes_as_answers_are_wri
     answers go out; a frame bigger than the bound is read when nothing else is in flight."""
     broker = ScriptedBroker(_config())
     broker.produce_delay = lambda size: 100
-    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
-    a, b = trio.socket.socketpair()
     bound = 10_000
-    conn = KafkaConnection(
-        a, dispatcher, peer="pair", max_request_bytes=1 << 20, max_in_flight=100, idle_timeout_s=600,
-        max_read_ahead_bytes=bound,
-    )  # fmt: skip
+    conn, b = _paired(broker, max_in_flight=100, max_read_ahead_bytes=bound)
     small = encode_request(_produce(-1, (0, b"x" * 3000)), correlation_id=1, client_id="b")
     big = encode_request(_produce(-1, (0, b"y" * 3 * bound)), correlation_id=2, client_id="b")
     frames = [small] * 8 + [big, small]
@@ -692,9 +695,7 @@ async def test_a_peer_that_closes_while_a_request_is_parked_is_closed_at_once(
     poll, instead of holding the socket (CLOSE-WAIT) until the fetch's max_wait."""
     broker = ScriptedBroker(_config())
     broker.fetch_gate = trio.Event()  # never set: the long poll would wait forever
-    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
-    a, b = trio.socket.socketpair()
-    conn = KafkaConnection(a, dispatcher, peer="pair", max_request_bytes=1 << 20, max_in_flight=4, idle_timeout_s=600)
+    conn, b = _paired(broker)
     fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0)
     frame = encode_request(fetch, correlation_id=1, client_id="f")
     async with trio.open_nursery() as nursery:
@@ -713,9 +714,7 @@ async def test_a_peer_that_closes_while_a_request_is_parked_is_closed_at_once(
 
 async def test_a_peer_that_half_closes_gets_the_answers_that_are_ready(autojump_clock: trio.testing.MockClock) -> None:
     broker = ScriptedBroker(_config())
-    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
-    a, b = trio.socket.socketpair()
-    conn = KafkaConnection(a, dispatcher, peer="pair", max_request_bytes=1 << 20, max_in_flight=4, idle_timeout_s=600)
+    conn, b = _paired(broker)
     frame = encode_request(metadata_request(), correlation_id=7, client_id="h")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
