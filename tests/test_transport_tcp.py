@@ -44,7 +44,7 @@ from odradek.plugins.transport_tcp.apis import Dispatcher, load_handlers
 from odradek.plugins.transport_tcp.apis.admin import HANDLERS as ADMIN_HANDLERS
 from odradek.plugins.transport_tcp.apis.core import HANDLERS as CORE_HANDLERS
 from odradek.plugins.transport_tcp.client import TcpConnection, TcpConnector
-from odradek.plugins.transport_tcp.connection import KafkaConnection
+from odradek.plugins.transport_tcp.connection import EOF_GRACE_S, KafkaConnection
 from odradek.plugins.transport_tcp.server import TcpListener
 from odradek.protocol import (
     SUPPORTED_VERSIONS,
@@ -603,6 +603,131 @@ async def test_idle_connection_is_closed(autojump_clock: trio.testing.MockClock)
     b.close()
 
 
+def _paired(broker: ScriptedBroker, **kw: Any) -> tuple[KafkaConnection, trio.socket.SocketType]:
+    """A connection served on one end of a socket pair; the test is the client on the other."""
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
+    a, b = trio.socket.socketpair()
+    settings: dict[str, Any] = {"max_request_bytes": 1 << 20, "max_in_flight": 4, "idle_timeout_s": 600, **kw}
+    return KafkaConnection(a, dispatcher, peer="pair", **settings), b
+
+
+async def test_a_schema_that_cannot_be_loaded_closes_with_one_error_naming_the_cause(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At the fd limit kio's lazy import fails with EMFILE: the log says so, once, at ERROR, and
+    does not blame the client with "no request schema"."""
+    import errno
+
+    from odradek.protocol import codec
+
+    def emfile(api_key: int, api_version: int) -> Any:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    frame = encode_request(metadata_request(), correlation_id=1, client_id="e")
+    monkeypatch.setattr(codec, "load_request_schema", emfile)
+    codec.request_type.cache_clear()
+    broker = ScriptedBroker(_config())
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        await conn.send_frame(frame)
+        with trio.fail_after(5), pytest.raises(ConnectionError):
+            await conn.receive_frame()
+        await conn.aclose()
+    codec.request_type.cache_clear()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "EMFILE" in errors[0].getMessage() and not errors[0].exc_info
+    assert not any("no request schema" in r.getMessage() for r in caplog.records)
+
+
+async def test_read_ahead_stops_at_the_byte_bound_and_resumes_as_answers_are_written(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Pipelined acks=-1 Produce requests queued behind a slow one: the reader stops reading once
+    the unanswered frames hold max_read_ahead_bytes (not at queued.max.requests), and reads on as
+    answers go out; a frame bigger than the bound is read when nothing else is in flight."""
+    broker = ScriptedBroker(_config())
+    broker.produce_delay = lambda size: 100
+    bound = 10_000
+    conn, b = _paired(broker, max_in_flight=100, max_read_ahead_bytes=bound)
+    small = encode_request(_produce(-1, (0, b"x" * 3000)), correlation_id=1, client_id="b")
+    big = encode_request(_produce(-1, (0, b"y" * 3 * bound)), correlation_id=2, client_id="b")
+    frames = [small] * 8 + [big, small]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+
+        async def send_all_frames() -> None:
+            for frame in frames:
+                await b.send(struct.pack(">i", len(frame)) + frame)
+
+        nursery.start_soon(send_all_frames)
+        await trio.testing.wait_all_tasks_blocked()
+        admitted = -(-bound // len(small))  # read until the bound is reached or passed
+        assert conn._arrived == admitted < 8
+        for _ in range(len(frames)):
+            await _receive_frame(b)
+            await trio.testing.wait_all_tasks_blocked()
+            # a frame is read only while those before it hold less than the bound: the big one
+            # when nothing else is in flight, and nothing behind it until it is answered
+            assert sum(p.size for p in conn._queued[:-1]) < bound
+        assert len(broker.produced) == len(frames)
+        nursery.cancel_scope.cancel()
+    b.close()
+
+
+async def _receive_frame(sock: trio.socket.SocketType) -> bytes:
+    async def exactly(n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = await sock.recv(n - len(out))
+            assert chunk
+            out += chunk
+        return out
+
+    (size,) = struct.unpack(">i", await exactly(4))
+    return await exactly(size)
+
+
+@pytest.mark.parametrize("inside_frame", [False, True])
+async def test_a_peer_that_closes_while_a_request_is_parked_is_closed_at_once(
+    autojump_clock: trio.testing.MockClock, inside_frame: bool
+) -> None:
+    """A FIN from the peer closes the connection EOF_GRACE_S later, cancelling a parked long
+    poll, instead of holding the socket (CLOSE-WAIT) until the fetch's max_wait."""
+    broker = ScriptedBroker(_config())
+    broker.fetch_gate = trio.Event()  # never set: the long poll would wait forever
+    conn, b = _paired(broker)
+    fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0)
+    frame = encode_request(fetch, correlation_id=1, client_id="f")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await b.send(struct.pack(">i", len(frame)) + frame + (b"\0\0" if inside_frame else b""))
+        await trio.testing.wait_all_tasks_blocked()
+        assert broker.fetch_calls == 1
+        start = trio.current_time()
+        b.shutdown(trio.socket.SHUT_WR)
+        with trio.fail_after(60):
+            await conn.closed.wait()
+        assert trio.current_time() - start == pytest.approx(EOF_GRACE_S)
+        assert await b.recv(100) == b""  # the parked fetch was not answered: the socket is closed
+    b.close()
+
+
+async def test_a_peer_that_half_closes_gets_the_answers_that_are_ready(autojump_clock: trio.testing.MockClock) -> None:
+    broker = ScriptedBroker(_config())
+    conn, b = _paired(broker)
+    frame = encode_request(metadata_request(), correlation_id=7, client_id="h")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await b.send(struct.pack(">i", len(frame)) + frame)
+        b.shutdown(trio.socket.SHUT_WR)
+        await conn.closed.wait()
+    received = bytearray()
+    while chunk := await b.recv(65536):
+        received += chunk
+    assert decode_response(ApiKey.METADATA, 8, bytes(received[4:]))[0] == 7
+    b.close()
+
+
 @pytest.mark.timeout(60)  # without the deadline the connection would wait forever
 async def test_a_peer_that_stops_reading_responses_is_closed(autojump_clock: trio.testing.MockClock) -> None:
     """Writes go straight to the socket; only a write that has to wait for the peer arms the
@@ -660,6 +785,7 @@ async def test_accept_backs_off_when_out_of_file_descriptors(
     real.listen()
     fake = ExhaustedSocket(real)
     async with trio.open_nursery() as nursery:
+        caplog.set_level(logging.INFO, "odradek.transport.tcp")
         nursery.start_soon(listener._accept_loop, fake, dispatcher, nursery)
         client = trio.socket.socket()
         await client.connect(real.getsockname())
@@ -670,7 +796,42 @@ async def test_accept_backs_off_when_out_of_file_descriptors(
     real.close()
     gaps = [b - a for a, b in zip(fake.calls, fake.calls[1:], strict=False)][:3]
     assert all(g >= 0.1 for g in gaps), gaps  # waited between attempts instead of spinning
-    assert sum("EMFILE" in r.getMessage() for r in caplog.records) == 3
+    # one ERROR when it starts failing, one INFO when it works again
+    assert [(r.levelname, "EMFILE" in r.getMessage()) for r in caplog.records if "accepts in" in r.getMessage()] == [
+        ("ERROR", True),
+        ("INFO", False),
+    ]
+
+
+async def test_lasting_accept_failures_are_logged_once_a_minute(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    import errno
+
+    class Exhausted:
+        """accept() fails with EMFILE for 150 s, then blocks."""
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def accept(self) -> Any:
+            self.calls += 1
+            if trio.current_time() < 150:
+                raise OSError(errno.EMFILE, "Too many open files")
+            await trio.sleep_forever()
+
+    broker = ScriptedBroker(_config())
+    listener = TcpListener(_config(), broker, ENDPOINT)
+    dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
+    fake = Exhausted()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(listener._accept_loop, fake, dispatcher, nursery)
+        await trio.sleep(200)
+        nursery.cancel_scope.cancel()
+    assert fake.calls > 1000  # ten attempts a second ...
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 3, errors  # ... logged at 0 s, 60 s and 120 s
+    assert "EMFILE" in errors[0] and "still failing after 60 s (600 more failures)" in errors[1]
 
 
 async def test_fetch_slices_are_released_when_the_client_leaves_before_the_answer(tmp_path: Path) -> None:

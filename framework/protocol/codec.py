@@ -15,13 +15,15 @@ own size because it is streamed in parts.
 from __future__ import annotations
 
 import datetime
+import errno
 import io
 import struct
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 import kio.schema.errors as kio_errors
-from kio.index import load_request_schema, load_response_schema
+from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 
@@ -83,6 +85,16 @@ def datetime_ms(value: int) -> datetime.datetime | None:
 # -- schema lookup ------------------------------------------------------------------------------
 
 
+class SchemaUnavailable(RuntimeError):
+    """kio has a schema for this API version but it cannot be loaded now: its lazy import failed
+    for a reason of the broker's own (out of file descriptors, an I/O error), not the client's.
+
+    Not an ``UnsupportedVersion``: at the fd limit a valid ListGroups v0 was refused as "no
+    request schema for api 16 v0", which blames the client for the broker's trouble. The
+    lookup is not cached when it fails, so the same request works once the cause is gone.
+    """
+
+
 #: kio-shaped schemas of versions kio does not model (Kafka 4.x dropped them): (key, version) ->
 #: (request class, response class)
 _OWN_SCHEMAS: dict[tuple[int, int], tuple[type[Any], type[Any]]] = {
@@ -95,26 +107,42 @@ _OWN_SCHEMAS: dict[tuple[int, int], tuple[type[Any], type[Any]]] = {
 
 @cache
 def request_type(api_key: int, api_version: int) -> type[Any]:
-    """kio's request class for api/version (raises ``UnsupportedVersion`` when kio has none)."""
+    """kio's request class for api/version (raises ``UnsupportedVersion`` when kio has none,
+    ``SchemaUnavailable`` when it has one that cannot be loaded)."""
     own = _OWN_SCHEMAS.get((api_key, api_version))
     if own is not None:
         return own[0]
-    try:
-        return load_request_schema(api_key, api_version)
-    except Exception:
-        raise UnsupportedVersion(f"no request schema for api {api_key} v{api_version}") from None
+    return _load_schema(load_request_schema, "request", api_key, api_version)
 
 
 @cache
 def response_type(api_key: int, api_version: int) -> type[Any]:
-    """kio's response class for api/version (raises ``UnsupportedVersion`` when kio has none)."""
+    """kio's response class for api/version (raises ``UnsupportedVersion`` when kio has none,
+    ``SchemaUnavailable`` when it has one that cannot be loaded)."""
     own = _OWN_SCHEMAS.get((api_key, api_version))
     if own is not None:
         return own[1]
+    return _load_schema(load_response_schema, "response", api_key, api_version)
+
+
+def _load_schema(load: Callable[[int, int], type[Any]], kind: str, api_key: int, api_version: int) -> type[Any]:
+    """``load(api_key, api_version)``, telling a schema kio does not have (its index has no entry,
+    or the module or class it names does not exist) from one whose import failed."""
     try:
-        return load_response_schema(api_key, api_version)
-    except Exception:
-        raise UnsupportedVersion(f"no response schema for api {api_key} v{api_version}") from None
+        return load(api_key, api_version)
+    except (KioIndexError, AttributeError) as exc:
+        raise UnsupportedVersion(f"no {kind} schema for api {api_key} v{api_version}") from exc
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith("kio.schema"):
+            raise UnsupportedVersion(f"no {kind} schema for api {api_key} v{api_version}") from exc
+        cause: Exception = exc
+    except Exception as exc:  # EMFILE, an I/O or a syntax error inside kio: the broker's problem
+        cause = exc
+    code = errno.errorcode.get(cause.errno, "") if isinstance(cause, OSError) and cause.errno else ""
+    message = f"cannot load the {kind} schema for api {api_key} v{api_version}: {cause!r}" + (
+        f" ({code})" if code else ""
+    )
+    raise SchemaUnavailable(message) from cause
 
 
 # Callers hold the classes they pass to these cached lookups as bare ``type``: mypy does not treat
@@ -281,6 +309,7 @@ def decode_response(api_key: int, api_version: int, frame: Buffer) -> tuple[int,
 
 
 __all__ = [
+    "SchemaUnavailable",
     "api_versions_fallback",
     "api_versions_response",
     "datetime_ms",

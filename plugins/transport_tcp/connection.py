@@ -2,9 +2,10 @@
 
 Three kinds of task share a connection's nursery:
 
-- the *reader* reads frames while fewer than ``queued.max.requests`` are in flight (a semaphore:
-  when it is exhausted the socket is not read, so a client that pipelines faster than it reads
-  responses is slowed by TCP itself), parses the header and starts one handler task per request;
+- the *reader* reads frames while fewer than ``queued.max.requests`` are in flight (a semaphore)
+  and the frames not answered yet hold less than ``MAX_READ_AHEAD_BYTES``; otherwise the socket
+  is not read, so a client that pipelines faster than it reads responses is slowed by TCP
+  itself. It parses the header and starts one handler task per request;
 - *handler* tasks run the dispatcher; ``ordered`` APIs wait for the previous ordered request of
   the connection, the others only for the ordered requests before them (see ``Handler``);
 - the *writer* takes requests in arrival order, waits for each one's outcome and writes it
@@ -14,6 +15,10 @@ Three kinds of task share a connection's nursery:
 Anything a client can get wrong -- framing, an oversized frame, an unknown API, bytes that do not
 decode -- closes this connection only, after the responses to earlier requests have been written,
 and is logged. ``stop_reading`` starts a graceful close: no new requests, in-flight ones finish.
+
+A peer that closes its side (EOF, a FIN) is gone, or at most waits for what it already asked:
+requests still being processed get ``EOF_GRACE_S`` to finish and be answered, then the
+connection closes and cancels what is left (see ``_peer_closed``).
 """
 
 from __future__ import annotations
@@ -28,14 +33,31 @@ import trio
 
 from odradek.errors import KafkaError, OdradekError
 from odradek.protocol import ApiKey, FetchEnvelope, RequestHeader, api_name, parse_request_header
+from odradek.protocol.codec import SchemaUnavailable
 
 from .apis import CloseConnection, Dispatcher, Outcome
-from .framing import FrameError, FrameReader, FrameTooLarge, OnBlock, send_all, send_frame, sendfile
+from .framing import FrameError, FrameReader, FrameTooLarge, OnBlock, PeerClosed, send_all, send_frame, sendfile
 
 log = logging.getLogger("odradek.transport.tcp")
 
 #: Errors that mean "the peer went away or broke the stream": close quietly.
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError, OSError)
+#: How long requests still in flight when the peer closes its side (EOF) get to finish and be
+#: answered before they are cancelled and the socket closed. Kafka's Selector closes a channel
+#: whose read returns EOF; without a bound, a long-poll Fetch (max_wait up to INT32_MAX ms) or a
+#: JoinGroup parked for a client that has left kept its socket in CLOSE-WAIT, and its fd, until
+#: the wait ended. The grace lets a client that only half-closed (``shutdown(SHUT_WR)``) after
+#: its requests still get the answers that are ready at once.
+EOF_GRACE_S = 0.5
+#: The bytes of request frames one connection may hold read but not answered before its reader
+#: stops reading the socket. ``queued.max.requests`` alone let one connection pile up 500 frames
+#: of up to ``socket.request.max.bytes`` each behind a slow ordered request (500 MB at 1 MB
+#: Produce requests behind a parked JoinGroup); Kafka reads one request per channel at a time
+#: (it mutes the channel) and bounds all of them with ``queued.max.request.bytes``. 16 MiB keeps
+#: a pipelining producer's socket busy (16 requests of 1 MB in flight) while bounding a
+#: connection. A frame is always read when nothing is in flight, so one request bigger than
+#: this is served, alone.
+MAX_READ_AHEAD_BYTES = 16 << 20
 
 
 @dataclass(eq=False, slots=True)
@@ -45,6 +67,8 @@ class _Pending:
     header: RequestHeader
     #: its place in the connection's arrival order (0, 1, ...)
     seq: int = 0
+    #: its frame's size: counted against the connection's read-ahead until it is answered
+    size: int = 0
     done: trio.Event = field(default_factory=trio.Event)
     outcome: Outcome = None
     failed: bool = False
@@ -62,6 +86,7 @@ class KafkaConnection:
         max_request_bytes: int,
         max_in_flight: int,
         idle_timeout_s: float,
+        max_read_ahead_bytes: int = MAX_READ_AHEAD_BYTES,
     ) -> None:
         self.sock = sock
         self.dispatcher = dispatcher
@@ -69,6 +94,9 @@ class KafkaConnection:
         self.reader = FrameReader(sock, max_request_bytes)
         self.idle_timeout_s = idle_timeout_s
         self._slots = trio.Semaphore(max_in_flight)
+        self.max_read_ahead_bytes = max_read_ahead_bytes
+        self._held = 0  # bytes of the frames read and not answered yet
+        self._room: trio.Event | None = None  # set by the writer when ``_held`` drops below the bound
         self._send, self._receive = trio.open_memory_channel[_Pending](max_in_flight)
         self._read_scope = trio.CancelScope()
         self._last_ordered_done: trio.Event | None = None
@@ -78,6 +106,7 @@ class KafkaConnection:
         self._arrived = 0  # requests read so far: the next one's ``seq``
         #: ``seq`` of the earliest request that closes the connection: it is answered up to there
         self._closing_at: int | None = None
+        self._eof = False  # the peer closed its side
         self.closed = trio.Event()
 
     def stop_reading(self) -> None:
@@ -90,6 +119,10 @@ class KafkaConnection:
                 nursery.start_soon(self._write_loop, nursery)
                 nursery.start_soon(self._watch_idle)
                 await self._read_loop(nursery)
+            if self._eof and nursery.cancel_scope.cancelled_caught and self._queued:
+                log.debug(
+                    "connection %s closed by the peer: %d request(s) in flight cancelled", self.peer, len(self._queued)
+                )
         except* _GONE as group:
             log.debug("connection %s closed: %r", self.peer, group.exceptions[0])
         except* Exception:
@@ -109,8 +142,13 @@ class KafkaConnection:
                 try:
                     while True:
                         await self._slots.acquire()
+                        while self._held >= self.max_read_ahead_bytes:
+                            self._room = trio.Event()
+                            await self._room.wait()
                         frame = await self._next_frame()
                         if frame is None:
+                            if self._eof:
+                                self._peer_closed(nursery)
                             return
                         started = self._start_request(nursery, frame)
                         if started is None:
@@ -131,7 +169,13 @@ class KafkaConnection:
         """
         self._waiting_since = trio.current_time()
         try:
-            return await self.reader.read_frame()
+            frame = await self.reader.read_frame()
+            self._eof = frame is None
+            return frame
+        except PeerClosed as exc:
+            log.warning("closing connection %s: %s", self.peer, exc)
+            self._eof = True
+            return None
         except FrameTooLarge as exc:
             log.warning("closing connection %s: %s (socket.request.max.bytes)", self.peer, exc)
             return None
@@ -140,6 +184,16 @@ class KafkaConnection:
             return None
         finally:
             self._waiting_since = None
+
+    def _peer_closed(self, nursery: trio.Nursery) -> None:
+        """The peer closed its side: nothing more will be read, and requests in flight get
+        ``EOF_GRACE_S`` to finish; then the connection's scope is cancelled, which cancels the
+        handlers still waiting (whatever they did already stays done: an append waiting for its
+        acks stays appended) and the writer, and the socket is closed. Without it a handler
+        parked for minutes (a long poll, a JoinGroup) held the socket in CLOSE-WAIT meanwhile:
+        the idle watch does not apply to a connection with a request in flight."""
+        scope = nursery.cancel_scope
+        scope.deadline = min(scope.deadline, trio.current_time() + EOF_GRACE_S)
 
     async def _watch_idle(self) -> None:
         """Stop reading once the reader has waited ``idle_timeout_s`` for a request while nothing
@@ -177,8 +231,9 @@ class KafkaConnection:
             log.warning("closing connection %s: bad request header: %s", self.peer, exc)
             self._slots.release()
             return None
-        pending = _Pending(header, self._arrived)
+        pending = _Pending(header, self._arrived, len(frame))
         self._arrived += 1
+        self._held += pending.size
         self._queued.append(pending)
         self._send.send_nowait(pending)  # never blocks: the semaphore bounds the queue
         after = self._last_ordered_done
@@ -223,6 +278,10 @@ class KafkaConnection:
                 header.client_id,
                 exc,
             )
+            self._fail(pending)
+        except SchemaUnavailable as exc:
+            # the broker's own trouble (out of fds): one line naming it, no traceback
+            log.error("closing connection %s: %s", self.peer, exc)
             self._fail(pending)
         except Exception:
             log.exception(
@@ -289,8 +348,13 @@ class KafkaConnection:
                     for p in (pending, *joined):
                         p.outcome = None
                         self._queued.remove(p)
+                        self._held -= p.size
                 for _ in range(1 + len(joined)):
                     self._slots.release()
+                room = self._room
+                if room is not None and self._held < self.max_read_ahead_bytes:
+                    self._room = None
+                    room.set()
         # the reader stopped and every queued response is written: the caller closes
 
     def _coalesce(self, first: bytes) -> tuple[bytes, list[_Pending]]:
@@ -376,4 +440,4 @@ def _release(outcome: Outcome) -> None:
         outcome.release()
 
 
-__all__ = ["KafkaConnection", "write_envelope"]
+__all__ = ["EOF_GRACE_S", "MAX_READ_AHEAD_BYTES", "KafkaConnection", "write_envelope"]

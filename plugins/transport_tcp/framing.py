@@ -37,6 +37,10 @@ class FrameError(Exception):
     """The peer broke the framing: a negative or oversized length, or EOF inside a frame."""
 
 
+class PeerClosed(FrameError):
+    """The peer closed its side of the connection (EOF) inside a frame."""
+
+
 class FrameTooLarge(FrameError):
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"frame of {size} bytes exceeds the limit of {limit} bytes")
@@ -87,7 +91,7 @@ class FrameReader:
         """The next frame; None on EOF between frames. Raises ``FrameError`` on broken framing."""
         if not await self._fill(4):
             if self.buffered:
-                raise FrameError("connection closed inside a frame size")
+                raise PeerClosed("connection closed inside a frame size")
             return None
         self.mid_frame = True
         (size,) = _SIZE.unpack_from(self._buf, self._start)
@@ -98,7 +102,7 @@ class FrameReader:
         self._start += 4
         if size <= len(self._buf):
             if not await self._fill(size):
-                raise FrameError("connection closed inside a frame")
+                raise PeerClosed("connection closed inside a frame")
             frame = bytearray(self._view[self._start : self._start + size])
             self._start += size
         else:
@@ -179,7 +183,7 @@ class FrameReader:
                 since_yield = 0
                 continue
             if got == 0:
-                raise FrameError("connection closed inside a frame")
+                raise PeerClosed("connection closed inside a frame")
             have += got
             since_yield += got
             if since_yield >= _YIELD_BYTES:
@@ -257,4 +261,4 @@ async def sendfile(sock: trio.socket.SocketType, fd: int, offset: int, count: in
         count -= sent
 
 
-__all__ = ["FrameError", "FrameReader", "FrameTooLarge", "OnBlock", "send_all", "send_frame", "sendfile"]
+__all__ = ["FrameError", "FrameReader", "FrameTooLarge", "OnBlock", "PeerClosed", "send_all", "send_frame", "sendfile"]

@@ -6,8 +6,10 @@ port), then runs accept loops in an inner nursery and connections in an outer, *
 When the broker cancels ``serve``, the accept loops stop and the sockets close, every
 connection is told to stop reading, and the connections' nursery gets a deadline
 (``transport.shutdown.grace.ms``): in-flight requests finish and are answered, or are cancelled
-when the deadline passes. Accept errors from exhausted resources (EMFILE and friends) are logged
-and retried after a pause -- backpressure at accept instead of a crash.
+when the deadline passes. Accept errors from exhausted resources (EMFILE and friends) are retried
+after a pause -- backpressure at accept instead of a crash -- and logged as a lasting condition:
+one ERROR when accepting starts failing, at most one a minute (with the count) while it goes on,
+one INFO when it works again (10 ERROR lines a second buried everything else at the fd limit).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import trio
 
+from odradek.broker.storage_failures import StorageFailureLog
 from odradek.config import Config
 from odradek.interfaces import Endpoint
 
@@ -43,6 +46,8 @@ class TcpListener:
         self.endpoint = endpoint
         self.connections: set[KafkaConnection] = set()
         self.bound: list[Endpoint] = []
+        #: accept failures, logged once when they start, then at most once a minute
+        self.accept_failures = StorageFailureLog(log, "accepts", clock=trio.current_time)
 
     def _setting(self, name: str, default: Any) -> Any:
         try:
@@ -89,20 +94,18 @@ class TcpListener:
     async def _accept_loop(
         self, sock: trio.socket.SocketType, dispatcher: Dispatcher, connections: trio.Nursery
     ) -> None:
+        where = f"listener {self.endpoint.name}"
         while True:
             try:
                 client, address = await sock.accept()
             except OSError as exc:
                 if exc.errno in ACCEPT_CAPACITY_ERRNOS:
-                    log.error(
-                        "accept on %s failed (%s); retrying in %.0f ms",
-                        self.endpoint.name,
-                        errno.errorcode.get(exc.errno or 0, exc.errno),
-                        ACCEPT_BACKOFF_S * 1000,
-                    )
+                    self.accept_failures.failed(where, exc)  # retried every ACCEPT_BACKOFF_S
                     await trio.sleep(ACCEPT_BACKOFF_S)
                     continue
                 raise
+            if self.accept_failures.active:
+                self.accept_failures.succeeded(where)
             self._tune(client)
             peer = f"{address[0]}:{address[1]}"
             conn = KafkaConnection(
