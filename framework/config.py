@@ -723,6 +723,61 @@ def load_config(
 _NON_CONFIG_ENV = frozenset({"ODRADEK_DISABLE_PLUGIN_AUTOLOAD", "ODRADEK_TRACE_HOOKS", "ODRADEK_TEST_KEEP"})
 
 
+@dataclasses.dataclass(frozen=True)
+class TopicConfigProblem:
+    """Something wrong with a stored topic override found by :meth:`TopicConfig.load`: a key
+    ``dropped`` (invalid on its own; ``key`` and ``raw`` name it) or a cross-key conflict kept
+    as configured (``key`` empty)."""
+
+    key: str
+    raw: Any
+    message: str
+    dropped: bool
+
+
+def _topic_key_for(broker: Config) -> dict[str, ConfigKey]:
+    """Topic-level name -> its declared key (the broker default's key, or a topic-only key)."""
+    key_for = {k.topic_key: k for k in broker._keys.values() if k.topic_key}
+    key_for.update({k.name: k for k in TOPIC_ONLY_KEYS})
+    return key_for
+
+
+def _parse_topic_value(broker: Config, key_for: Mapping[str, ConfigKey], name: str, raw: Any) -> Any:
+    """One topic override parsed and checked on its own, or InvalidConfig naming the key."""
+    if name not in key_for:
+        raise InvalidConfig(f"unknown topic config {name!r}")
+    try:
+        value = _parse_value(dataclasses.replace(key_for[name], name=name), raw)  # errors name the topic key
+    except ConfigError as exc:
+        raise InvalidConfig(str(exc)) from None
+    if name == "cleanup.policy" and any(p not in _CLEANUP_CHOICES for p in value):
+        raise InvalidConfig(f"invalid value for 'cleanup.policy': {raw!r}")
+    if name == "compression.type":
+        problem = compression_type_problem(value, broker.plugins)
+        if problem is not None:
+            raise InvalidConfig(f"invalid value for 'compression.type': {problem}")
+    return value
+
+
+def _topic_conflicts(values: Mapping[str, Any]) -> list[str]:
+    """Kafka's cross-key rules of a topic's effective configs (``LogConfig.validateValues``)."""
+    if values["min.compaction.lag.ms"] > values["max.compaction.lag.ms"]:
+        return [
+            f"min.compaction.lag.ms ({values['min.compaction.lag.ms']}) is above "
+            f"max.compaction.lag.ms ({values['max.compaction.lag.ms']})"
+        ]
+    return []
+
+
+def render(value: Any) -> str:
+    """A config value as Kafka shows it: true/false, comma-joined lists, plain numbers."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 class TopicConfig(Mapping[str, Any]):
     """One topic's effective configs: Kafka's topic-level names, broker defaults underneath.
 
@@ -736,33 +791,43 @@ class TopicConfig(Mapping[str, Any]):
 
     @classmethod
     def build(cls, broker: Config, overrides: Mapping[str, Any]) -> TopicConfig:
-        defaults = broker.topic_defaults()
-        key_for = {k.topic_key: k for k in broker._keys.values() if k.topic_key}
-        key_for.update({k.name: k for k in TOPIC_ONLY_KEYS})
-        values = dict(defaults)
+        """The strict check of CreateTopics and (Incremental)AlterConfigs: the first invalid
+        override or cross-key conflict raises InvalidConfig naming it."""
+        key_for = _topic_key_for(broker)
+        values = broker.topic_defaults()
         parsed: dict[str, Any] = {}
         for name, raw in overrides.items():
-            if name not in key_for:
-                raise InvalidConfig(f"unknown topic config {name!r}")
-            k = key_for[name]
-            try:
-                value = _parse_value(dataclasses.replace(k, name=name), raw)  # errors name the topic key
-            except ConfigError as exc:
-                raise InvalidConfig(str(exc)) from None
-            if name == "cleanup.policy" and any(p not in _CLEANUP_CHOICES for p in value):
-                raise InvalidConfig(f"invalid value for 'cleanup.policy': {raw!r}")
-            if name == "compression.type":
-                problem = compression_type_problem(value, broker.plugins)
-                if problem is not None:
-                    raise InvalidConfig(f"invalid value for 'compression.type': {problem}")
-            values[name] = value
-            parsed[name] = value
-        if values["min.compaction.lag.ms"] > values["max.compaction.lag.ms"]:
-            raise InvalidConfig(
-                f"min.compaction.lag.ms ({values['min.compaction.lag.ms']}) is above "
-                f"max.compaction.lag.ms ({values['max.compaction.lag.ms']})"
-            )
+            parsed[name] = values[name] = _parse_topic_value(broker, key_for, name, raw)
+        conflicts = _topic_conflicts(values)
+        if conflicts:
+            raise InvalidConfig(conflicts[0])
         return cls(values, parsed)
+
+    @classmethod
+    def load(cls, broker: Config, overrides: Mapping[str, Any]) -> tuple[TopicConfig, list[TopicConfigProblem]]:
+        """The lenient read of an existing topic's stored overrides (at start-up or on a metadata
+        change), which must not lose what an operator set because something else changed since.
+
+        As in Kafka, which checks cross-key rules only when configs are created or altered, a
+        conflict (``min.compaction.lag.ms`` above a later broker default of
+        ``max.compaction.lag.ms``) keeps every override and is reported as a warning (the cleaner
+        then treats the max lag as the min lag, see :attr:`max_compaction_lag_ms`). An override
+        invalid on its own (a ``compression.type`` whose codec plugin is no longer loaded, a key
+        this broker does not know) is dropped alone, reported as an error naming the value used
+        instead; every other override stays."""
+        key_for = _topic_key_for(broker)
+        values = broker.topic_defaults()
+        parsed: dict[str, Any] = {}
+        problems: list[TopicConfigProblem] = []
+        for name, raw in overrides.items():
+            try:
+                parsed[name] = values[name] = _parse_topic_value(broker, key_for, name, raw)
+            except InvalidConfig as exc:
+                instead = f"the broker default {render(values[name])!r}" if name in values else "nothing (ignored)"
+                problems.append(TopicConfigProblem(name, raw, f"{exc}; using {instead} instead", dropped=True))
+        for conflict in _topic_conflicts(values):
+            problems.append(TopicConfigProblem("", None, f"{conflict} (kept as configured)", dropped=False))
+        return cls(values, parsed), problems
 
     @classmethod
     def known_keys(cls, broker: Config) -> list[str]:
@@ -835,7 +900,10 @@ class TopicConfig(Mapping[str, Any]):
 
     @property
     def max_compaction_lag_ms(self) -> int:
-        return int(self["max.compaction.lag.ms"])
+        """``max.compaction.lag.ms``, but never below ``min.compaction.lag.ms``: a topic loaded
+        with the two in conflict (see :meth:`load`) is compacted once its records reach the min
+        lag, which both bounds allow, rather than never or at once."""
+        return max(int(self["max.compaction.lag.ms"]), int(self["min.compaction.lag.ms"]))
 
     @property
     def message_timestamp_type(self) -> str:

@@ -320,6 +320,35 @@ async def test_restart_keeps_topics_configs_data_and_offsets(tmp_path: Path) -> 
         assert r[tp].high_watermark == 4
 
 
+async def test_restart_with_a_conflicting_broker_default_keeps_the_topics_overrides(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A legal new broker default (max.compaction.lag.ms below a topic's min.compaction.lag.ms)
+    used to drop every override of the topic at load: its retention.ms=-1 became the broker's
+    seven days and retention deleted old data. Now they stay, with one warning."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "keep", **{"retention.ms": "-1", "min.compaction.lag.ms": "100000"})
+    async with running_broker(tmp_path, log_cleaner_max_compaction_lag_ms=50000) as core:
+        config = core.metadata_cache.topic_config("keep")
+        assert config is not None and config.retention_ms == -1 and config.max_compaction_lag_ms == 100000
+        described = await describe_topic(core, "keep", "retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms")
+        assert described == {
+            "retention.ms": ("-1", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+            "min.compaction.lag.ms": ("100000", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+            "max.compaction.lag.ms": ("50000", ConfigSource.STATIC_BROKER_CONFIG),
+        }
+        # a new topic cannot be created with the pair: the cross-key rule holds where Kafka checks it
+        result = await core.create_topics(
+            [CreatableTopic("fresh", 1, 1, configs={"min.compaction.lag.ms": "100000"})], 5000, False
+        )
+        assert result["fresh"].error == ErrorCode.INVALID_CONFIG
+    warnings = [r.getMessage() for r in caplog.records if "keep" in r.getMessage()]
+    assert warnings == [
+        "topic keep: its configs conflict: min.compaction.lag.ms (100000) is above "
+        "max.compaction.lag.ms (50000) (kept as configured)"
+    ]
+
+
 async def test_a_log_left_by_an_earlier_topic_of_the_name_is_not_reused(tmp_path: Path) -> None:
     """A broker down while its topic was deleted and created again (by the rest of a cluster)
     finds on restart a log whose recorded topic id is not the topic's: the log goes instead of

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.config import ConfigError, default_config, load_config, parse_listener
+from odradek.config import ConfigError, TopicConfig, default_config, load_config, parse_listener
 from odradek.errors import InvalidConfig
 
 
@@ -86,6 +86,41 @@ def test_topic_config_defaults_and_overrides() -> None:
         with pytest.raises(InvalidConfig, match=next(iter(bad)).replace(".", r"\.")):
             c.topic_config(bad)
     assert c.topic_config({"retention.ms": str(2**63 - 1), "segment.bytes": str(2**31 - 1)}).segment_bytes == 2**31 - 1
+
+
+def test_loading_a_topic_keeps_overrides_that_conflict_with_a_later_broker_default() -> None:
+    """A topic created with min.compaction.lag.ms=100000 under a broker whose max lag was later
+    lowered to 50000: CreateTopics/AlterConfigs refuse the pair, but loading the existing topic
+    keeps every override (Kafka does not re-check cross-key rules at load) and says why."""
+    c = default_config(log_cleaner_max_compaction_lag_ms=50000)
+    stored = {"retention.ms": "-1", "min.compaction.lag.ms": "100000", "segment.bytes": "2048"}
+    with pytest.raises(InvalidConfig, match="min.compaction.lag.ms"):
+        c.topic_config(stored)
+    t, problems = TopicConfig.load(c, stored)
+    assert t.overrides == {"retention.ms": -1, "min.compaction.lag.ms": 100000, "segment.bytes": 2048}
+    assert t.retention_ms == -1 and t.segment_bytes == 2048
+    assert t["max.compaction.lag.ms"] == 50000  # described as configured ...
+    assert t.max_compaction_lag_ms == 100000  # ... and the cleaner waits for the min lag
+    assert [(p.dropped, p.message) for p in problems] == [
+        (False, "min.compaction.lag.ms (100000) is above max.compaction.lag.ms (50000) (kept as configured)")
+    ]
+
+
+def test_loading_a_topic_drops_only_the_override_that_is_invalid_on_its_own() -> None:
+    """A codec no longer loaded (here: no plugins, so only Kafka's names), a key this broker does
+    not know: each goes alone, naming the value used instead; the rest stays in force."""
+    c = default_config()
+    stored = {"retention.ms": "-1", "compression.type": "brotli", "mystery.key": "1", "preallocate": "true"}
+    t, problems = TopicConfig.load(c, stored)
+    assert t.overrides == {"retention.ms": -1, "preallocate": True}
+    assert t["compression.type"] == "producer"
+    assert [(p.key, p.raw, p.dropped) for p in problems] == [
+        ("compression.type", "brotli", True),
+        ("mystery.key", "1", True),
+    ]
+    assert problems[0].message.endswith("using the broker default 'producer' instead")
+    assert "unknown topic config 'mystery.key'" in problems[1].message
+    assert TopicConfig.load(c, {"retention.ms": "5"})[1] == []
 
 
 def test_listener_parsing() -> None:

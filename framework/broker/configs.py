@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config import Config, TopicConfig
+from ..config import Config, TopicConfig, render
 from ..errors import ErrorCode, InvalidConfig, KafkaError, UnknownTopicOrPartition
 from ..interfaces import ABSENT, Check, MetadataConflict, MetadataStore, Put
 from .api import (
@@ -49,15 +49,6 @@ _INT_CONFIGS = frozenset(
     }
 )
 _LIST_CONFIGS = frozenset({"cleanup.policy"})
-
-
-def render(value: Any) -> str:
-    """A config value as Kafka shows it: true/false, comma-joined lists, plain numbers."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 def config_type(name: str, value: Any) -> ConfigType:
@@ -189,7 +180,7 @@ class ConfigManager:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
         return self.topic_entries(
             config,
-            topic.overrides,
+            config.overrides,  # the overrides in force: one dropped at load reports its default
             include_synonyms=include_synonyms,
             include_documentation=include_documentation,
             names=names,

@@ -93,6 +93,16 @@ def reference_markdown(plugins: Plugins | None = None) -> str:
         "|---|---|---|---|",
     ]
     lines += [f"| `{k.name}` | {k.type.__name__} | `{k.default}` | {k.doc} |" for k in TOPIC_ONLY_KEYS]
+    lines += [
+        "",
+        "CreateTopics and AlterConfigs check every value and Kafka's cross-key rule",
+        "(`min.compaction.lag.ms` not above `max.compaction.lag.ms`, broker defaults included) and refuse",
+        "a request that breaks one with INVALID_CONFIG. A topic's stored overrides are read again at",
+        "every start and metadata change; as in Kafka, a conflict with a broker default changed since",
+        "keeps every override (one WARNING naming the topic; the cleaner then takes the min lag as the",
+        "max lag), and an override that is invalid on its own (a codec plugin no longer loaded) is",
+        "ignored alone (one ERROR naming the topic, key, value and the value used instead).",
+    ]
     return "\n".join(lines) + "\n"
 
 
