@@ -361,7 +361,16 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
 
 #: Topic-level keys that have no broker-level default key.
 TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = (
-    _k("segment.jitter.ms", int, 0, "Random jitter subtracted from segment.ms.", minimum=0),
+    _k(
+        "segment.jitter.ms",
+        int,
+        0,
+        (
+            "Roll each segment up to this much earlier than segment.ms (a random amount drawn per segment "
+            "below min(segment.jitter.ms, segment.ms)), so the segments of many partitions do not roll at once."
+        ),
+        minimum=0,
+    ),
     _k("preallocate", bool, False, "Reserve segment.bytes of disk per new segment (cut to its data on roll/close)."),
     _k("message.timestamp.difference.max.ms", int, LONG_MAX, "Largest allowed |append time - record time|.", minimum=0),
     _k(
