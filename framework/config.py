@@ -17,6 +17,7 @@ import dataclasses
 import math
 import os
 import re
+import socket
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -103,12 +104,18 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     # -- identity and listeners
     _k("broker.id", int, 0, "This broker's id in the cluster.", minimum=0),
     _k("cluster.id", str, "", "Cluster id; generated and stored by the metadata store when empty."),
-    _k("listeners", list, ["PLAINTEXT://127.0.0.1:9092"], "Where to listen: NAME://host:port, comma separated."),
+    _k(
+        "listeners",
+        list,
+        ["PLAINTEXT://127.0.0.1:9092"],
+        "Where to listen: NAME://host:port, comma separated (an empty host: every interface).",
+    ),
     _k(
         "advertised.listeners",
         list,
         [],
-        "Addresses given to clients, each named after one of the listeners; default: listeners.",
+        "Addresses given to clients, each named after one of the listeners; default: listeners. An empty "
+        "host is this machine's canonical host name; 0.0.0.0 and :: are refused (clients cannot connect to them).",
     ),
     _k("log.dirs", list, ["./data"], "Directories holding partition logs (the first also holds metadata)."),
     # -- network
@@ -521,7 +528,7 @@ class Config(Mapping[str, Any]):
     @property
     def advertised_listeners(self) -> list[Endpoint]:
         adv = self["advertised.listeners"]
-        return [parse_listener(s) for s in adv] if adv else self.listeners
+        return [parse_listener(s, "advertised.listeners") for s in adv] if adv else self.listeners
 
     def topic_defaults(self) -> dict[str, Any]:
         """Topic-level config names with the broker's defaults for them."""
@@ -537,17 +544,35 @@ class Config(Mapping[str, Any]):
         return TopicConfig.build(self, overrides or {})
 
 
+#: Hosts that mean "every interface" when bound, and no address a client can connect to.
+WILDCARD_HOSTS = ("0.0.0.0", "::")
+
+
 def parse_listener(spec: str, key: str = "listeners") -> Endpoint:
     """``PLAINTEXT://127.0.0.1:9092`` -> Endpoint; the listener name doubles as security protocol
     for the standard names (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). ``key`` names the config
-    key in errors."""
+    key in errors.
+
+    The host means what it means in Kafka. In ``listeners`` an empty host binds every interface
+    (``0.0.0.0``). In ``advertised.listeners`` -- addresses clients connect to -- an empty host
+    is this machine's canonical host name (Kafka's ``getCanonicalHostName``), and a wildcard
+    (``0.0.0.0``, ``::``) is refused: a client cannot connect to it."""
     name, sep, rest = spec.partition("://")
     if not sep:
         raise ConfigError(f"invalid value for {key!r}: {spec!r} is not NAME://host:port")
     host, colon, port_s = rest.rpartition(":")
     if not colon or not port_s.isdigit() or not (0 <= int(port_s) <= 65535):
         raise ConfigError(f"invalid value for {key!r}: {spec!r} has no valid port")
-    host = host.strip("[]") or "0.0.0.0"
+    host = host.strip("[]")
+    if key == "advertised.listeners":
+        if host in WILDCARD_HOSTS:
+            raise ConfigError(
+                f"invalid value for 'advertised.listeners': {spec!r}: advertised.listeners cannot use the "
+                f"nonroutable meta-address {host}. Use a routable IP address."
+            )
+        host = host or socket.getfqdn()
+    else:
+        host = host or "0.0.0.0"
     protocol = name.upper() if name.upper() in {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"} else "PLAINTEXT"
     return Endpoint(name=name.upper(), host=host, port=int(port_s), security_protocol=protocol)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,24 @@ def test_listener_parsing() -> None:
     assert parse_listener("INTERNAL://0.0.0.0:1").name == "INTERNAL"
     c = default_config(listeners="PLAINTEXT://127.0.0.1:1", advertised_listeners="PLAINTEXT://example:2")
     assert c.advertised_listeners[0].host == "example"
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "[::]"])
+def test_advertised_listeners_refuse_a_wildcard_host(host: str) -> None:
+    """Kafka's rule: a client given 0.0.0.0 in Metadata cannot connect to it."""
+    with pytest.raises(ConfigError) as info:
+        load_config(env={}, overrides={"listeners": "PLAINTEXT://:1", "advertised.listeners": f"PLAINTEXT://{host}:1"})
+    assert str(info.value) == (
+        f"invalid value for 'advertised.listeners': 'PLAINTEXT://{host}:1': advertised.listeners cannot use "
+        f"the nonroutable meta-address {host.strip('[]')}. Use a routable IP address."
+    )
+
+
+def test_an_empty_host_binds_every_interface_and_advertises_the_host_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "getfqdn", lambda *_: "broker1.example.com")
+    c = default_config(listeners="PLAINTEXT://:1", advertised_listeners="PLAINTEXT://:2")
+    assert c.listeners[0].host == "0.0.0.0"
+    assert (c.advertised_listeners[0].host, c.advertised_listeners[0].port) == ("broker1.example.com", 2)
 
 
 def test_replace_validates() -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 import trio
 
-from ..config import Config
+from ..config import WILDCARD_HOSTS, Config
 from ..coordination import broker_key
 from ..errors import OdradekError
 from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, SessionState
@@ -96,7 +96,7 @@ def advertised_endpoints(config: Config, bound: list[Endpoint]) -> list[Endpoint
     out = []
     for ep in bound:
         host = ep.host
-        if host in ("0.0.0.0", "::", ""):
+        if host in (*WILDCARD_HOSTS, ""):
             host = socket.getfqdn()
         out.append(Endpoint(ep.name, host, ep.port, ep.security_protocol))
     return out
