@@ -637,9 +637,11 @@ def _check_log_dirs(values: Mapping[str, Any]) -> None:
 
 
 def _check_listeners(values: Mapping[str, Any]) -> None:
-    """Kafka's rules: every listener has its own name, and every advertised address names one
+    """Kafka's rules: at least one listener, every listener has its own name, and every advertised address names one
     of them (a client is given the address of the listener it connected to; an advertised name
     no listener has would leave it with no broker to talk to)."""
+    if "listeners" in values and not values["listeners"]:  # the broker would serve nobody
+        raise ConfigError("invalid value for 'listeners': at least one listener must be defined")
     names: list[str] = []
     for key in ("listeners", "advertised.listeners"):
         seen: set[str] = set()

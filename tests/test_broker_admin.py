@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
-from broker_harness import batch, create, fetch_records, produce, running_broker
+import trio
+from broker_harness import batch, broker_config, create, fetch_records, produce, running_broker
 
 from odradek.broker.admin import assign_replicas, validate_topic_name
 from odradek.broker.api import (
@@ -21,8 +23,11 @@ from odradek.broker.api import (
     IsolationLevel,
 )
 from odradek.broker.core import BrokerCore
+from odradek.broker.server import BrokerServer, ListenersStopped
 from odradek.errors import ErrorCode, InvalidTopic
-from odradek.interfaces import TopicPartition
+from odradek.hookspecs import hookimpl
+from odradek.interfaces import Endpoint, TopicPartition, TransportFactory
+from odradek.manager import Plugins, build_plugin_manager
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "é", "a/b", "events\n"])
@@ -468,3 +473,37 @@ async def test_stray_logs_are_deleted_at_start_up(
     async with running_broker(tmp_path) as core:
         assert (tmp_path / "kept-0").exists() and core.storage.get_log(TopicPartition("kept", 0)) is not None
         assert "keeping 2 partition log(s) of 2 topic(s) the metadata does not know" in caplog.text
+
+
+async def test_a_broker_whose_listeners_all_end_stops_with_an_error(tmp_path: Path) -> None:
+    """A listener's serve that returns by itself (its socket gone) used to leave the broker shut
+    down inside while ``serve`` -- and the ``odradek serve`` process -- went on forever."""
+
+    class EndingListener:
+        def __init__(self, config: object, broker: object, endpoint: Endpoint) -> None:
+            self.endpoint = endpoint
+
+        async def serve(self, *, task_status: trio.TaskStatus[list[Endpoint]] = trio.TASK_STATUS_IGNORED) -> None:
+            task_status.started([self.endpoint])
+
+    transport = types.SimpleNamespace(
+        __name__="ending_transport",
+        odradek_register_transports=hookimpl(
+            lambda: [TransportFactory("ending", ["PLAINTEXT"], EndingListener, lambda _c: None, "ends at once")]
+        ),
+    )
+    plugins = Plugins(
+        build_plugin_manager(
+            entry_points_enabled=False,
+            extra=[
+                "odradek.plugins.compress.plugin",
+                "odradek.plugins.storage_segment.plugin",
+                "odradek.plugins.meta_local.plugin",
+                transport,
+            ],
+        )
+    )
+    server = BrokerServer(broker_config(tmp_path), plugins)
+    with trio.fail_after(30), pytest.RaisesGroup(ListenersStopped, flatten_subgroups=True, allow_unwrapped=True):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)

@@ -141,3 +141,13 @@ def test_serve_with_a_damaged_metadata_file_exits_with_one_line(tmp_path: Path) 
     assert "Traceback" not in result.stderr
     [line] = [ln for ln in result.stderr.splitlines() if "failed to start" in ln]
     assert str(data / "odradek-metadata.json") in line and "backup" in line
+
+
+def test_serve_refuses_empty_listeners_as_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``listeners=`` started a broker that served nobody and never exited."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["serve", "--set", "listeners="]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "odradek: error: invalid value for 'listeners': at least one listener must be defined"

@@ -43,6 +43,7 @@ def test_file_env_cli_precedence(tmp_path: Path) -> None:
         ({"listeners": "PLAINTEXT://a:1", "advertised.listeners": "EXTERNAL://b:2"}, "advertised.listeners"),
         ({"listeners": "PLAINTEXT://a:1", "advertised.listeners": "PLAINTEXT://b"}, "advertised.listeners"),
         ({"listeners": "PLAINTEXT://a:1", "advertised.listeners": "PLAINTEXT://b:2,PLAINTEXT://c:3"}, "advertised"),
+        ({"listeners": ""}, "at least one listener must be defined"),
         ({"log.message.timestamp.type": "WallTime"}, "log.message.timestamp.type"),
         # Kafka's types: INT keys stop at 2^31-1, LONG keys at 2^63-1, ratios at 1
         ({"log.segment.bytes": "3000000000"}, "log.segment.bytes"),

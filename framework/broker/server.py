@@ -64,6 +64,11 @@ class BrokerIdConflict(OdradekError):
     ``broker.id``, or an earlier process's session outlived the wait."""
 
 
+class ListenersStopped(OdradekError):
+    """The listeners all ended while the broker was meant to serve (not cancelled): ``serve``
+    raises this after its shutdown, so ``odradek serve`` exits non-zero instead of living on."""
+
+
 class InconsistentClusterId(OdradekError):
     """``cluster.id`` in the config differs from the one stored in the metadata store."""
 
@@ -203,6 +208,11 @@ class BrokerServer:
                         self.broker_epoch,
                     )
                     task_status.started(bound)
+                # not cancelled, so every listener returned by itself: a broker that accepts
+                # nobody must not stay alive looking healthy (the process would never exit)
+                raise ListenersStopped(
+                    f"broker {config.broker_id}: every listener stopped; nothing left to serve, shutting down"
+                )
             finally:
                 # listeners have drained (or failed): hand leaderships over, stop following,
                 # answer parked requests, persist state
