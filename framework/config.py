@@ -46,6 +46,7 @@ KAFKA_INT_KEYS = frozenset(
         "broker.id", "socket.request.max.bytes", "queued.max.requests", "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes", "fetch.max.bytes", "num.partitions", "message.max.bytes",
         "min.insync.replicas", "log.segment.bytes", "log.index.size.max.bytes", "log.index.interval.bytes",
+        "log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.roll.jitter.hours",
         "replica.fetch.max.bytes", "replica.fetch.wait.max.ms", "offsets.topic.num.partitions",
         "offsets.topic.segment.bytes", "offsets.retention.minutes", "offset.metadata.max.bytes",
         "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms",
@@ -188,6 +189,30 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         topic_key="message.timestamp.type",
     ),
     _k(
+        "log.message.timestamp.difference.max.ms",
+        int,
+        LONG_MAX,
+        "Largest allowed |append time - record time|.",
+        minimum=0,
+        topic_key="message.timestamp.difference.max.ms",
+    ),
+    _k(
+        "log.message.timestamp.before.max.ms",
+        int,
+        LONG_MAX,
+        "Largest allowed age of a CreateTime record timestamp against the broker's clock (KIP-937).",
+        minimum=0,
+        topic_key="message.timestamp.before.max.ms",
+    ),
+    _k(
+        "log.message.timestamp.after.max.ms",
+        int,
+        LONG_MAX,
+        "Largest allowed lead of a CreateTime record timestamp over the broker's clock (KIP-937).",
+        minimum=0,
+        topic_key="message.timestamp.after.max.ms",
+    ),
+    _k(
         "log.record.validation",
         str,
         "header",
@@ -234,6 +259,36 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "Roll a segment this long after its first record.",
         minimum=1,
         topic_key="segment.ms",
+    ),
+    _k(
+        "log.roll.hours",
+        int,
+        168,
+        "log.roll.ms in hours (Kafka's synonym; log.roll.ms wins when both are set).",
+        minimum=1,
+    ),
+    _k(
+        "log.roll.jitter.ms",
+        int,
+        0,
+        "Roll each segment up to this much earlier than segment.ms (a random amount drawn per segment "
+        "below min(segment.jitter.ms, segment.ms)), so the segments of many partitions do not roll at once.",
+        minimum=0,
+        topic_key="segment.jitter.ms",
+    ),
+    _k(
+        "log.roll.jitter.hours",
+        int,
+        0,
+        "log.roll.jitter.ms in hours (Kafka's synonym; log.roll.jitter.ms wins when both are set).",
+        minimum=0,
+    ),
+    _k(
+        "log.preallocate",
+        bool,
+        False,
+        "Reserve segment.bytes of disk per new segment (cut to its data on roll/close).",
+        topic_key="preallocate",
     ),
     _k(
         "log.index.size.max.bytes",
@@ -283,6 +338,19 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "Delete segments older than this (-1: keep forever).",
         minimum=-1,
         topic_key="retention.ms",
+    ),
+    _k(
+        "log.retention.minutes",
+        int,
+        10080,
+        "log.retention.ms in minutes (Kafka's synonym: log.retention.ms wins, then this, then "
+        "log.retention.hours; a negative value keeps forever).",
+    ),
+    _k(
+        "log.retention.hours",
+        int,
+        168,
+        "log.retention.ms in hours (Kafka's synonym, the lowest in precedence; a negative value keeps forever).",
     ),
     _k(
         "log.retention.bytes",
@@ -366,35 +434,44 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("log.level", str, "INFO", "Logging level of the broker process.", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 )
 
-#: Topic-level keys that have no broker-level default key.
-TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = (
-    _k(
-        "segment.jitter.ms",
-        int,
-        0,
-        (
-            "Roll each segment up to this much earlier than segment.ms (a random amount drawn per segment "
-            "below min(segment.jitter.ms, segment.ms)), so the segments of many partitions do not roll at once."
-        ),
-        minimum=0,
-    ),
-    _k("preallocate", bool, False, "Reserve segment.bytes of disk per new segment (cut to its data on roll/close)."),
-    _k("message.timestamp.difference.max.ms", int, LONG_MAX, "Largest allowed |append time - record time|.", minimum=0),
-    _k(
-        "message.timestamp.before.max.ms",
-        int,
-        LONG_MAX,
-        "Largest allowed age of a CreateTime record timestamp against the broker's clock (KIP-937).",
-        minimum=0,
-    ),
-    _k(
-        "message.timestamp.after.max.ms",
-        int,
-        LONG_MAX,
-        "Largest allowed lead of a CreateTime record timestamp over the broker's clock (KIP-937).",
-        minimum=0,
-    ),
-)
+#: Topic-level keys that have no broker-level default key (none now: every topic key odradek has
+#: has Kafka's broker synonym; kept for the reference and for plugins that read it).
+TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = ()
+
+#: Kafka's broker keys that set another broker key in a coarser unit, in Kafka's precedence after
+#: that key (``log.retention.ms`` > ``log.retention.minutes`` > ``log.retention.hours``), with
+#: their factor to milliseconds. The first one set (in a file, env or ``--set``) gives the value.
+UNIT_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
+    "log.retention.ms": (("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
+    "log.roll.ms": (("log.roll.hours", 3_600_000),),
+    "log.roll.jitter.ms": (("log.roll.jitter.hours", 3_600_000),),
+}
+
+
+def broker_synonyms(name: str) -> list[str]:
+    """``name`` and the keys of :data:`UNIT_SYNONYMS` that set it, in Kafka's precedence."""
+    return [name, *(syn for syn, _factor in UNIT_SYNONYMS.get(name, ()))]
+
+
+def _resolve_unit_synonyms(
+    keys: Mapping[str, ConfigKey], values: dict[str, Any], sources: Mapping[str, str]
+) -> dict[str, str]:
+    """Give each key of :data:`UNIT_SYNONYMS` not set itself the value of its first synonym that
+    is set (``log.retention.hours=168`` -> ``log.retention.ms=604800000``), as Kafka's
+    ``KafkaConfig`` does; a negative retention means no limit (-1). Returns key -> the synonym
+    its value came from."""
+    derived: dict[str, str] = {}
+    for name, synonyms in UNIT_SYNONYMS.items():
+        if name in sources:
+            continue
+        values[name] = keys[name].default
+        for syn, factor in synonyms:
+            if syn in sources:
+                value = int(values[syn]) * factor
+                values[name] = -1 if name == "log.retention.ms" and value < 0 else value
+                derived[name] = syn
+                break
+    return derived
 
 
 def _parse_value(key: ConfigKey, raw: Any) -> Any:
@@ -478,7 +555,8 @@ class Config(Mapping[str, Any]):
     ) -> None:
         self._keys = dict(keys)
         self._values = dict(values)
-        self._sources = dict(sources)
+        self._sources = dict(sources)  # only the keys set (file, env, cli, override)
+        self._derived = _resolve_unit_synonyms(self._keys, self._values, self._sources)
         self.plugins = plugins
 
     def __getitem__(self, name: str) -> Any:
@@ -497,7 +575,15 @@ class Config(Mapping[str, Any]):
         return self._keys[name]
 
     def source(self, name: str) -> str:
+        """Where the value came from; for a key given by a synonym in other units, that one's
+        (``file broker.toml (log.retention.hours)``)."""
+        if name in self._derived:
+            return f"{self.source(self._derived[name])} ({self._derived[name]})"
         return self._sources.get(name, "default")
+
+    def is_set(self, name: str) -> bool:
+        """Whether ``name`` itself was set (file, env, cli), not defaulted or given by a synonym."""
+        return name in self._sources
 
     def replace(self, **updates: Any) -> Config:
         """A copy with some keys changed (names with ``_`` for ``.``), validated like a load."""

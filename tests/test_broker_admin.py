@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from broker_harness import batch, broker_config, create, fetch_records, produce, running_broker
+from broker_harness import batch, broker_config, broker_plugins, create, fetch_records, produce, running_broker
 
 from odradek.broker.admin import assign_replicas, validate_topic_name
 from odradek.broker.api import (
@@ -24,6 +24,7 @@ from odradek.broker.api import (
 )
 from odradek.broker.core import BrokerCore
 from odradek.broker.server import BrokerServer, ListenersStopped
+from odradek.config import load_config
 from odradek.errors import ErrorCode, InvalidTopic
 from odradek.hookspecs import hookimpl
 from odradek.interfaces import Endpoint, TopicPartition, TransportFactory
@@ -214,7 +215,10 @@ async def test_describe_configs(tmp_path: Path) -> None:
         res = await core.describe_configs(
             [ConfigResource(ConfigResourceType.TOPIC, "t", ["retention.ms"])], include_synonyms=True
         )
-        assert [s[0] for s in res[0].configs[0].synonyms] == ["log.retention.ms"]
+        assert res[0].configs[0].synonyms == (
+            ("log.retention.ms", "12345", ConfigSource.STATIC_BROKER_CONFIG),
+            ("log.retention.ms", "604800000", ConfigSource.DEFAULT_CONFIG),
+        )
         missing = await core.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "nope")])
         assert missing[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         # Kafka's Topic.validate comes first: names no topic can have are INVALID_TOPIC_EXCEPTION
@@ -233,6 +237,47 @@ async def test_describe_configs(tmp_path: Path) -> None:
         broker = await core.describe_configs([ConfigResource(ConfigResourceType.BROKER, "0", ["log.retention.ms"])])
         entry = broker[0].configs[0]
         assert entry.read_only and entry.value == "12345" and entry.source == ConfigSource.STATIC_BROKER_CONFIG
+
+
+async def test_a_ported_server_properties_starts_with_kafkas_synonyms(tmp_path: Path) -> None:
+    """Kafka's server.properties lines are TOML too: log.retention.hours=168 and the other
+    broker synonyms of topic keys are read, not refused as unknown, and DescribeConfigs lists a
+    topic key's synonyms as Kafka does (override, the set broker synonyms by precedence, default)."""
+    properties = tmp_path / "server.properties"
+    properties.write_text(
+        "broker.id=0\nnum.partitions=1\nlog.retention.hours=168\nlog.retention.minutes=120\n"
+        "log.roll.hours=2\nlog.roll.jitter.hours=1\nlog.preallocate=true\n"
+        "log.message.timestamp.after.max.ms=3600000\nlog.retention.check.interval.ms=300000\n"
+    )
+    plugins = broker_plugins()
+    config = load_config(
+        properties,
+        env={},
+        overrides={"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0"},
+        plugins=plugins,
+    )
+    server = BrokerServer(config, plugins)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        core = server.core
+        assert core is not None
+        await create(core, "t", **{"retention.ms": "5000"})
+        described = await describe_topic(core, "t")
+        assert described["retention.ms"] == ("5000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+        assert described["segment.ms"] == ("7200000", ConfigSource.STATIC_BROKER_CONFIG)
+        assert described["segment.jitter.ms"] == ("3600000", ConfigSource.STATIC_BROKER_CONFIG)
+        assert described["preallocate"] == ("true", ConfigSource.STATIC_BROKER_CONFIG)
+        assert described["message.timestamp.after.max.ms"] == ("3600000", ConfigSource.STATIC_BROKER_CONFIG)
+        (res,) = await core.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, "t", ["retention.ms"])], include_synonyms=True
+        )
+        assert res.configs[0].synonyms == (
+            ("retention.ms", "5000", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+            ("log.retention.minutes", "120", ConfigSource.STATIC_BROKER_CONFIG),
+            ("log.retention.hours", "168", ConfigSource.STATIC_BROKER_CONFIG),
+            ("log.retention.ms", "604800000", ConfigSource.DEFAULT_CONFIG),
+        )
+        nursery.cancel_scope.cancel()
 
 
 async def test_incremental_alter_configs_apply_live(tmp_path: Path) -> None:

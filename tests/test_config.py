@@ -125,6 +125,37 @@ def test_loading_a_topic_drops_only_the_override_that_is_invalid_on_its_own() ->
     assert TopicConfig.load(c, {"retention.ms": "5"})[1] == []
 
 
+@pytest.mark.parametrize(
+    ("settings", "retention_ms", "source"),
+    [
+        ({}, 604800000, "default"),
+        ({"log.retention.hours": "1"}, 3_600_000, "cli (log.retention.hours)"),
+        ({"log.retention.hours": "1", "log.retention.minutes": "2"}, 120_000, "cli (log.retention.minutes)"),
+        ({"log.retention.hours": "1", "log.retention.minutes": "2", "log.retention.ms": "3"}, 3, "cli"),
+        ({"log.retention.hours": "-1"}, -1, "cli (log.retention.hours)"),  # negative: keep forever
+        ({"log.retention.minutes": "-5"}, -1, "cli (log.retention.minutes)"),
+    ],
+)
+def test_retention_synonyms_follow_kafkas_precedence(settings: dict[str, str], retention_ms: int, source: str) -> None:
+    c = load_config(env={}, overrides=settings)
+    assert (c["log.retention.ms"], c.source("log.retention.ms")) == (retention_ms, source)
+    assert c.topic_config().retention_ms == retention_ms
+
+
+def test_roll_and_other_synonyms_set_the_topic_defaults() -> None:
+    c = load_config(env={}, overrides={"log.roll.hours": "2", "log.roll.jitter.hours": "1", "log.preallocate": "true"})
+    t = c.topic_config()
+    assert (t.segment_ms, t["segment.jitter.ms"], t["preallocate"]) == (7_200_000, 3_600_000, True)
+    both = load_config(env={}, overrides={"log.roll.hours": "2", "log.roll.ms": "5", "log.roll.jitter.ms": "3"})
+    assert (both.topic_config().segment_ms, both.topic_config()["segment.jitter.ms"]) == (5, 3)
+    for key in ("difference", "before", "after"):
+        c = load_config(env={}, overrides={f"log.message.timestamp.{key}.max.ms": "1000"})
+        assert c.topic_config()[f"message.timestamp.{key}.max.ms"] == 1000
+    # replace() derives again: a synonym set later still gives the value, the key itself wins
+    assert c.replace(log_retention_hours=1)["log.retention.ms"] == 3_600_000
+    assert c.replace(log_retention_hours=1, log_retention_ms=7)["log.retention.ms"] == 7
+
+
 def test_listener_parsing() -> None:
     e = parse_listener("PLAINTEXT://[::1]:19092")
     assert (e.host, e.port, e.security_protocol) == ("::1", 19092, "PLAINTEXT")

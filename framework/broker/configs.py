@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config import Config, TopicConfig, render
+from ..config import Config, TopicConfig, broker_synonyms, render
 from ..errors import ErrorCode, InvalidConfig, KafkaError, UnknownTopicOrPartition
 from ..interfaces import ABSENT, Check, MetadataConflict, MetadataStore, Put
 from .api import (
@@ -100,8 +100,7 @@ class ConfigManager:
                 if name in overrides:
                     synonyms.append((name, render(value), ConfigSource.DYNAMIC_TOPIC_CONFIG))
                 if broker_key is not None:
-                    bsource = self._broker_source(broker_key.name)
-                    synonyms.append((broker_key.name, render(self.config[broker_key.name]), bsource))
+                    synonyms += self._broker_synonyms(broker_key.name)
             doc = None
             if include_documentation:
                 doc = broker_key.doc if broker_key is not None else None
@@ -124,6 +123,18 @@ class ConfigManager:
             ConfigSource.DEFAULT_CONFIG if self.config.source(key) == "default" else ConfigSource.STATIC_BROKER_CONFIG
         )
 
+    def _broker_synonyms(self, name: str) -> list[tuple[str, str | None, ConfigSource]]:
+        """Kafka's synonyms of a broker key: each of its synonyms that is set
+        (STATIC_BROKER_CONFIG), in precedence order (``log.retention.ms``,
+        ``log.retention.minutes``, ``log.retention.hours``), then the default (DEFAULT_CONFIG)."""
+        out: list[tuple[str, str | None, ConfigSource]] = [
+            (syn, render(self.config[syn]), ConfigSource.STATIC_BROKER_CONFIG)
+            for syn in broker_synonyms(name)
+            if self.config.is_set(syn)
+        ]
+        out.append((name, render(self.config.key(name).default), ConfigSource.DEFAULT_CONFIG))
+        return out
+
     def broker_entries(
         self, *, include_synonyms: bool, include_documentation: bool, names: Sequence[str] | None = None
     ) -> list[ConfigEntry]:
@@ -140,7 +151,7 @@ class ConfigManager:
                     read_only=True,
                     is_default=source is ConfigSource.DEFAULT_CONFIG,
                     source=source,
-                    synonyms=((name, render(value), source),) if include_synonyms else (),
+                    synonyms=tuple(self._broker_synonyms(name)) if include_synonyms else (),
                     config_type=config_type(name, value),
                     documentation=self.config.key(name).doc if include_documentation else None,
                 )
