@@ -14,6 +14,7 @@ holds one topic's effective values.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 import os
 import re
@@ -40,9 +41,14 @@ class ConfigError(OdradekError):
 
 
 #: Integer keys Kafka types as INT (32-bit; a larger value is INVALID_CONFIG there too); the
-#: other integer keys are LONG, and the two replication factors SHORT.
+#: other integer keys are LONG, the internal topics' replication factors SHORT. The one source of
+#: both the bounds here and DescribeConfigs' config_type (a topic key has its broker key's type).
+#: Plugin keys are listed where Kafka has the same key (zookeeper.*).
 KAFKA_INT_KEYS = frozenset(
     {
+        "default.replication.factor", "log.flush.offset.checkpoint.interval.ms", "compression.gzip.level",
+        "compression.lz4.level", "compression.zstd.level", "zookeeper.connection.timeout.ms",
+        "zookeeper.session.timeout.ms",
         "broker.id", "socket.request.max.bytes", "queued.max.requests", "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes", "fetch.max.bytes", "num.partitions", "message.max.bytes",
         "min.insync.replicas", "log.segment.bytes", "log.index.size.max.bytes", "log.index.interval.bytes",
@@ -54,7 +60,7 @@ KAFKA_INT_KEYS = frozenset(
         "transactional.id.expiration.ms", "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
     }
 )  # fmt: skip
-KAFKA_SHORT_KEYS = frozenset({"default.replication.factor", "offsets.topic.replication.factor"})
+KAFKA_SHORT_KEYS = frozenset({"offsets.topic.replication.factor"})
 INT_MAX = 2**31 - 1
 SHORT_MAX = 2**15 - 1
 LONG_MIN = -(2**63)
@@ -141,7 +147,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("fetch.max.bytes", int, 57671680, "Largest Fetch response the broker returns.", minimum=1024),
     # -- topics
     _k("num.partitions", int, 1, "Partitions of auto-created topics.", minimum=1),
-    _k("default.replication.factor", int, 1, "Replication factor of auto-created topics.", minimum=1),
+    # INT in Kafka, but a replication factor is an int16 in CreateTopics
+    _k(
+        "default.replication.factor", int, 1, "Replication factor of auto-created topics.", minimum=1, maximum=SHORT_MAX
+    ),
     _k("auto.create.topics.enable", bool, True, "Create a topic when a Metadata request names it (not on Produce)."),
     _k("delete.topic.enable", bool, True, "Allow DeleteTopics."),
     _k("message.max.bytes", int, 1048588, "Largest record batch accepted.", minimum=0, topic_key="max.message.bytes"),
@@ -486,16 +495,16 @@ def _parse_value(key: ConfigKey, raw: Any) -> Any:
             else:
                 raise ValueError(f"expected true or false, got {raw!r}")
         elif t is int:
-            if isinstance(raw, bool | float):
-                raise ValueError(f"expected an integer, got {raw!r}")
+            if isinstance(raw, bool) or not isinstance(raw, int | str):
+                raise ValueError(f"expected an integer, got {_show(raw)}")
             if isinstance(raw, str) and not _INTEGER.match(raw.strip()):
                 raise ValueError(f"expected an integer, got {raw!r}")  # Kafka takes no "1_000" or "1e3"
             value = int(raw)
             if not LONG_MIN <= value <= LONG_MAX:
                 raise ValueError(f"{value} does not fit a 64-bit long")
         elif t is float:
-            if isinstance(raw, bool):
-                raise ValueError(f"expected a number, got {raw!r}")
+            if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+                raise ValueError(f"expected a number, got {_show(raw)}")
             value = float(raw)
             if not math.isfinite(value):
                 raise ValueError(f"expected a finite number, got {raw!r}")
@@ -503,12 +512,15 @@ def _parse_value(key: ConfigKey, raw: Any) -> Any:
             if isinstance(raw, str):
                 value = [part.strip() for part in raw.split(",") if part.strip()]
             elif isinstance(raw, list | tuple):
+                for item in raw:
+                    if isinstance(item, bool) or not isinstance(item, str | int | float):
+                        raise ValueError(f"expected a list of strings, got an item {_show(item)}")
                 value = [str(v) for v in raw]
             else:
-                raise ValueError(f"expected a list or comma-separated string, got {raw!r}")
+                raise ValueError(f"expected a list or comma-separated string, got {_show(raw)}")
         elif t is str:
             if not isinstance(raw, str):
-                raise ValueError(f"expected a string, got {raw!r}")
+                raise ValueError(f"expected a string, got {_show(raw)}")
             value = raw
         else:
             value = t(raw)
@@ -525,6 +537,16 @@ def _parse_value(key: ConfigKey, raw: Any) -> Any:
     if maximum is not None and isinstance(value, int | float) and value > maximum:
         raise ConfigError(f"invalid value for {key.name!r}: {value} is above the maximum {maximum}")
     return value
+
+
+def _show(raw: Any) -> str:
+    """A value for an error message: TOML's dates and times as written, not Python's repr."""
+    if isinstance(raw, datetime.date | datetime.time):
+        kind = (
+            "date-time" if isinstance(raw, datetime.datetime) else "date" if isinstance(raw, datetime.date) else "time"
+        )
+        return f"{raw.isoformat()} (a TOML {kind})"
+    return repr(raw)
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

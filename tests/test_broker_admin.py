@@ -17,14 +17,16 @@ from odradek.broker.api import (
     ConfigResource,
     ConfigResourceType,
     ConfigSource,
+    ConfigType,
     CreatableTopic,
     CreatePartitionsTopic,
     FetchPartition,
     IsolationLevel,
 )
+from odradek.broker.configs import ConfigManager
 from odradek.broker.core import BrokerCore
 from odradek.broker.server import BrokerServer, ListenersStopped
-from odradek.config import load_config
+from odradek.config import default_config, load_config
 from odradek.errors import ErrorCode, InvalidTopic
 from odradek.hookspecs import hookimpl
 from odradek.interfaces import Endpoint, TopicPartition, TransportFactory
@@ -278,6 +280,45 @@ async def test_a_ported_server_properties_starts_with_kafkas_synonyms(tmp_path: 
             ("log.retention.ms", "604800000", ConfigSource.DEFAULT_CONFIG),
         )
         nursery.cancel_scope.cancel()
+
+
+def test_describe_configs_types_integers_as_kafka() -> None:
+    """DescribeConfigs v3+ config_type: INT, SHORT or LONG as Kafka types each key (the topic
+    keys as their broker keys), from the same lists that bound the values."""
+    manager = ConfigManager(default_config())
+    topic = {
+        e.name: e.config_type
+        for e in manager.topic_entries(
+            default_config().topic_config(), {}, include_synonyms=False, include_documentation=False
+        )
+    }
+    broker = {
+        e.name: e.config_type for e in manager.broker_entries(include_synonyms=False, include_documentation=False)
+    }
+    assert {
+        n: topic[n] for n in ("segment.bytes", "max.message.bytes", "segment.index.bytes", "index.interval.bytes")
+    } == (
+        dict.fromkeys(
+            ("segment.bytes", "max.message.bytes", "segment.index.bytes", "index.interval.bytes"), ConfigType.INT
+        )
+    )
+    assert (
+        topic["min.insync.replicas"]
+        == topic["compression.gzip.level"]
+        == topic["compression.zstd.level"]
+        == ConfigType.INT
+    )
+    assert topic["retention.ms"] == topic["flush.messages"] == topic["segment.jitter.ms"] == ConfigType.LONG
+    assert topic["preallocate"] == ConfigType.BOOLEAN and topic["cleanup.policy"] == ConfigType.LIST
+    assert broker["offsets.topic.replication.factor"] == ConfigType.SHORT
+    assert broker["default.replication.factor"] == broker["log.flush.offset.checkpoint.interval.ms"] == ConfigType.INT
+    assert (
+        broker["group.max.size"]
+        == broker["log.retention.hours"]
+        == broker["transaction.max.timeout.ms"]
+        == ConfigType.INT
+    )
+    assert broker["log.retention.ms"] == broker["connections.max.idle.ms"] == ConfigType.LONG
 
 
 async def test_incremental_alter_configs_apply_live(tmp_path: Path) -> None:
@@ -552,3 +593,21 @@ async def test_a_broker_whose_listeners_all_end_stops_with_an_error(tmp_path: Pa
     with trio.fail_after(30), pytest.RaisesGroup(ListenersStopped, flatten_subgroups=True, allow_unwrapped=True):
         async with trio.open_nursery() as nursery:
             await nursery.start(server.serve)
+
+
+async def test_an_offsets_topic_replication_factor_above_the_brokers_is_one_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kafka logs which setting keeps __consumer_offsets from being created; FindCoordinator
+    keeps answering COORDINATOR_NOT_AVAILABLE (clients retry), without an error per request."""
+    async with running_broker(tmp_path, offsets_topic_replication_factor=3) as core:
+        assert core.group_coordinator is not None
+        for _ in range(3):
+            found = await core.group_coordinator.find_coordinator("g")
+            assert found.error == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [
+        "cannot create __consumer_offsets: replication factor 3 is larger than the 1 available brokers "
+        "(configured via 'offsets.topic.replication.factor'). This can be ignored while the cluster "
+        "starts up and not all brokers are up yet"
+    ]

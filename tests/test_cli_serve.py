@@ -50,7 +50,23 @@ def test_serve_refuses_a_taken_port(tmp_path: Path) -> None:
             timeout=60,
         )
     assert result.returncode == 1
-    assert "broker failed to start" in result.stderr and "in use" in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert f"broker failed to start: listener PLAINTEXT://127.0.0.1:{port}: " in last and "in use" in last
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_names_a_listener_whose_host_is_not_local(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "odradek", "serve", "--set", "listeners=PLAINTEXT://127.0.0.1:0,OTHER://192.0.2.1:0"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert "broker failed to start: listener OTHER://192.0.2.1:0: " in last, last
+    assert "Traceback" not in result.stderr
 
 
 def test_serve_rejects_an_unknown_config_key(capsys: pytest.CaptureFixture[str]) -> None:

@@ -62,6 +62,24 @@ def test_bad_keys_and_values_name_the_key(overrides: dict[str, str], named: str)
         load_config(env={}, overrides=overrides)
 
 
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("log.segment.bytes = 2024-01-01", "'log.segment.bytes': expected an integer, got 2024-01-01 (a TOML date)"),
+        ("cluster.id = 07:32:00", "'cluster.id': expected a string, got 07:32:00 (a TOML time)"),
+        ("log.cleaner.min.cleanable.ratio = 2024-01-01T07:32:00", "got 2024-01-01T07:32:00 (a TOML date-time)"),
+        ("log.dirs = [2024-01-01]", "'log.dirs': expected a list of strings, got an item 2024-01-01 (a TOML date)"),
+        ("num.partitions = [1]", "'num.partitions': expected an integer, got [1]"),
+    ],
+)
+def test_a_toml_value_of_the_wrong_type_is_one_line_naming_the_key(tmp_path: Path, line: str, message: str) -> None:
+    f = tmp_path / "broker.toml"
+    f.write_text(line + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(f, env={})
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
 def test_bad_file(tmp_path: Path) -> None:
     f = tmp_path / "bad.toml"
     f.write_text("num.partitions = = 3")

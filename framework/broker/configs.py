@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config import Config, TopicConfig, broker_synonyms, render
+from ..config import KAFKA_INT_KEYS, KAFKA_SHORT_KEYS, Config, TopicConfig, broker_synonyms, render
 from ..errors import ErrorCode, InvalidConfig, KafkaError, UnknownTopicOrPartition
 from ..interfaces import ABSENT, Check, MetadataConflict, MetadataStore, Put
 from .api import (
@@ -31,31 +31,21 @@ from .api import (
 )
 from .metadata_cache import MetadataCache, config_key, encode
 
-#: Configs Kafka types as INT (the rest of the integers are LONG).
-_INT_CONFIGS = frozenset(
-    {
-        "segment.bytes",
-        "max.message.bytes",
-        "min.insync.replicas",
-        "index.interval.bytes",
-        "segment.index.bytes",
-        "message.max.bytes",
-        "log.segment.bytes",
-        "num.partitions",
-        "default.replication.factor",
-        "log.index.size.max.bytes",
-        "log.index.interval.bytes",
-        "broker.id",
-    }
-)
 _LIST_CONFIGS = frozenset({"cleanup.policy"})
 
 
-def config_type(name: str, value: Any) -> ConfigType:
+def config_type(name: str, value: Any, broker_name: str | None = None) -> ConfigType:
+    """Kafka's type of a config for DescribeConfigs v3+. An integer's INT, SHORT or LONG comes
+    from the lists that also bound its values (:data:`odradek.config.KAFKA_INT_KEYS`); a topic
+    key has its broker key's type (``segment.bytes`` that of ``log.segment.bytes``), given as
+    ``broker_name``."""
     if isinstance(value, bool):
         return ConfigType.BOOLEAN
     if isinstance(value, int):
-        return ConfigType.INT if name in _INT_CONFIGS else ConfigType.LONG
+        kafka_name = broker_name or name
+        if kafka_name in KAFKA_SHORT_KEYS:
+            return ConfigType.SHORT
+        return ConfigType.INT if kafka_name in KAFKA_INT_KEYS else ConfigType.LONG
     if isinstance(value, float):
         return ConfigType.DOUBLE
     if isinstance(value, list | tuple):
@@ -112,7 +102,7 @@ class ConfigManager:
                     is_default=source is ConfigSource.DEFAULT_CONFIG,
                     source=source,
                     synonyms=tuple(synonyms),
-                    config_type=config_type(name, value),
+                    config_type=config_type(name, value, broker_key.name if broker_key is not None else None),
                     documentation=doc,
                 )
             )

@@ -69,6 +69,17 @@ class ListenersStopped(OdradekError):
     raises this after its shutdown, so ``odradek serve`` exits non-zero instead of living on."""
 
 
+class ListenerError(OdradekError):
+    """A listener could not bind; the message names it (``listener PLAINTEXT://host:port: ...``),
+    since with several listeners the OS error alone does not say which."""
+
+
+def listener_spec(ep: Endpoint) -> str:
+    """``NAME://host:port`` as in ``listeners`` (an IPv6 host in brackets)."""
+    host = f"[{ep.host}]" if ":" in ep.host else ep.host
+    return f"{ep.name}://{host}:{ep.port}"
+
+
 class InconsistentClusterId(OdradekError):
     """``cluster.id`` in the config differs from the one stored in the metadata store."""
 
@@ -188,7 +199,10 @@ class BrokerServer:
                     for ep in config.listeners:
                         factory = self.plugins.transport_for(ep.security_protocol, config["transport"])
                         listener = factory.listener(config, core, ep)
-                        bound.extend(await listeners.start(listener.serve))
+                        try:
+                            bound.extend(await listeners.start(listener.serve))
+                        except OSError as exc:  # a port in use, a host that does not resolve or is not local
+                            raise ListenerError(f"listener {listener_spec(ep)}: {exc}") from exc
                     self.endpoints = bound
                     advertised = advertised_endpoints(config, bound)
                     core.metadata_cache.local_endpoints = {
