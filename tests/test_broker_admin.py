@@ -30,7 +30,6 @@ from odradek.config import default_config, load_config
 from odradek.errors import ErrorCode, InvalidTopic
 from odradek.hookspecs import hookimpl
 from odradek.interfaces import Endpoint, TopicPartition, TransportFactory
-from odradek.manager import Plugins, build_plugin_manager
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "é", "a/b", "events\n"])
@@ -578,18 +577,7 @@ async def test_a_broker_whose_listeners_all_end_stops_with_an_error(tmp_path: Pa
             lambda: [TransportFactory("ending", ["PLAINTEXT"], EndingListener, lambda _c: None, "ends at once")]
         ),
     )
-    plugins = Plugins(
-        build_plugin_manager(
-            entry_points_enabled=False,
-            extra=[
-                "odradek.plugins.compress.plugin",
-                "odradek.plugins.storage_segment.plugin",
-                "odradek.plugins.meta_local.plugin",
-                transport,
-            ],
-        )
-    )
-    server = BrokerServer(broker_config(tmp_path), plugins)
+    server = BrokerServer(broker_config(tmp_path), broker_plugins(transport))
     with trio.fail_after(30), pytest.RaisesGroup(ListenersStopped, flatten_subgroups=True, allow_unwrapped=True):
         async with trio.open_nursery() as nursery:
             await nursery.start(server.serve)
