@@ -14,9 +14,11 @@ holds one topic's effective values.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 import os
 import re
+import socket
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -39,12 +41,18 @@ class ConfigError(OdradekError):
 
 
 #: Integer keys Kafka types as INT (32-bit; a larger value is INVALID_CONFIG there too); the
-#: other integer keys are LONG, and the two replication factors SHORT.
+#: other integer keys are LONG, the internal topics' replication factors SHORT. The one source of
+#: both the bounds here and DescribeConfigs' config_type (a topic key has its broker key's type).
+#: Plugin keys are listed where Kafka has the same key (zookeeper.*).
 KAFKA_INT_KEYS = frozenset(
     {
+        "default.replication.factor", "log.flush.offset.checkpoint.interval.ms", "compression.gzip.level",
+        "compression.lz4.level", "compression.zstd.level", "zookeeper.connection.timeout.ms",
+        "zookeeper.session.timeout.ms",
         "broker.id", "socket.request.max.bytes", "queued.max.requests", "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes", "fetch.max.bytes", "num.partitions", "message.max.bytes",
         "min.insync.replicas", "log.segment.bytes", "log.index.size.max.bytes", "log.index.interval.bytes",
+        "log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.roll.jitter.hours",
         "replica.fetch.max.bytes", "replica.fetch.wait.max.ms", "offsets.topic.num.partitions",
         "offsets.topic.segment.bytes", "offsets.retention.minutes", "offset.metadata.max.bytes",
         "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms",
@@ -52,7 +60,7 @@ KAFKA_INT_KEYS = frozenset(
         "transactional.id.expiration.ms", "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
     }
 )  # fmt: skip
-KAFKA_SHORT_KEYS = frozenset({"default.replication.factor", "offsets.topic.replication.factor"})
+KAFKA_SHORT_KEYS = frozenset({"offsets.topic.replication.factor"})
 INT_MAX = 2**31 - 1
 SHORT_MAX = 2**15 - 1
 LONG_MIN = -(2**63)
@@ -103,12 +111,18 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     # -- identity and listeners
     _k("broker.id", int, 0, "This broker's id in the cluster.", minimum=0),
     _k("cluster.id", str, "", "Cluster id; generated and stored by the metadata store when empty."),
-    _k("listeners", list, ["PLAINTEXT://127.0.0.1:9092"], "Where to listen: NAME://host:port, comma separated."),
+    _k(
+        "listeners",
+        list,
+        ["PLAINTEXT://127.0.0.1:9092"],
+        "Where to listen: NAME://host:port, comma separated (an empty host: every interface).",
+    ),
     _k(
         "advertised.listeners",
         list,
         [],
-        "Addresses given to clients, each named after one of the listeners; default: listeners.",
+        "Addresses given to clients, each named after one of the listeners; default: listeners. An empty "
+        "host is this machine's canonical host name; 0.0.0.0 and :: are refused (clients cannot connect to them).",
     ),
     _k("log.dirs", list, ["./data"], "Directories holding partition logs (the first also holds metadata)."),
     # -- network
@@ -133,7 +147,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("fetch.max.bytes", int, 57671680, "Largest Fetch response the broker returns.", minimum=1024),
     # -- topics
     _k("num.partitions", int, 1, "Partitions of auto-created topics.", minimum=1),
-    _k("default.replication.factor", int, 1, "Replication factor of auto-created topics.", minimum=1),
+    # INT in Kafka, but a replication factor is an int16 in CreateTopics
+    _k(
+        "default.replication.factor", int, 1, "Replication factor of auto-created topics.", minimum=1, maximum=SHORT_MAX
+    ),
     _k("auto.create.topics.enable", bool, True, "Create a topic when a Metadata request names it (not on Produce)."),
     _k("delete.topic.enable", bool, True, "Allow DeleteTopics."),
     _k("message.max.bytes", int, 1048588, "Largest record batch accepted.", minimum=0, topic_key="max.message.bytes"),
@@ -179,6 +196,30 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "Timestamp kept in batches.",
         choices=("CreateTime", "LogAppendTime"),
         topic_key="message.timestamp.type",
+    ),
+    _k(
+        "log.message.timestamp.difference.max.ms",
+        int,
+        LONG_MAX,
+        "Largest allowed |append time - record time|.",
+        minimum=0,
+        topic_key="message.timestamp.difference.max.ms",
+    ),
+    _k(
+        "log.message.timestamp.before.max.ms",
+        int,
+        LONG_MAX,
+        "Largest allowed age of a CreateTime record timestamp against the broker's clock (KIP-937).",
+        minimum=0,
+        topic_key="message.timestamp.before.max.ms",
+    ),
+    _k(
+        "log.message.timestamp.after.max.ms",
+        int,
+        LONG_MAX,
+        "Largest allowed lead of a CreateTime record timestamp over the broker's clock (KIP-937).",
+        minimum=0,
+        topic_key="message.timestamp.after.max.ms",
     ),
     _k(
         "log.record.validation",
@@ -229,6 +270,36 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         topic_key="segment.ms",
     ),
     _k(
+        "log.roll.hours",
+        int,
+        168,
+        "log.roll.ms in hours (Kafka's synonym; log.roll.ms wins when both are set).",
+        minimum=1,
+    ),
+    _k(
+        "log.roll.jitter.ms",
+        int,
+        0,
+        "Roll each segment up to this much earlier than segment.ms (a random amount drawn per segment "
+        "below min(segment.jitter.ms, segment.ms)), so the segments of many partitions do not roll at once.",
+        minimum=0,
+        topic_key="segment.jitter.ms",
+    ),
+    _k(
+        "log.roll.jitter.hours",
+        int,
+        0,
+        "log.roll.jitter.ms in hours (Kafka's synonym; log.roll.jitter.ms wins when both are set).",
+        minimum=0,
+    ),
+    _k(
+        "log.preallocate",
+        bool,
+        False,
+        "Reserve segment.bytes of disk per new segment (cut to its data on roll/close).",
+        topic_key="preallocate",
+    ),
+    _k(
         "log.index.size.max.bytes",
         int,
         10485760,
@@ -276,6 +347,19 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "Delete segments older than this (-1: keep forever).",
         minimum=-1,
         topic_key="retention.ms",
+    ),
+    _k(
+        "log.retention.minutes",
+        int,
+        10080,
+        "log.retention.ms in minutes (Kafka's synonym: log.retention.ms wins, then this, then "
+        "log.retention.hours; a negative value keeps forever).",
+    ),
+    _k(
+        "log.retention.hours",
+        int,
+        168,
+        "log.retention.ms in hours (Kafka's synonym, the lowest in precedence; a negative value keeps forever).",
     ),
     _k(
         "log.retention.bytes",
@@ -359,26 +443,44 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("log.level", str, "INFO", "Logging level of the broker process.", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 )
 
-#: Topic-level keys that have no broker-level default key.
-TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = (
-    _k("segment.jitter.ms", int, 0, "Random jitter subtracted from segment.ms.", minimum=0),
-    _k("preallocate", bool, False, "Reserve segment.bytes of disk per new segment (cut to its data on roll/close)."),
-    _k("message.timestamp.difference.max.ms", int, LONG_MAX, "Largest allowed |append time - record time|.", minimum=0),
-    _k(
-        "message.timestamp.before.max.ms",
-        int,
-        LONG_MAX,
-        "Largest allowed age of a CreateTime record timestamp against the broker's clock (KIP-937).",
-        minimum=0,
-    ),
-    _k(
-        "message.timestamp.after.max.ms",
-        int,
-        LONG_MAX,
-        "Largest allowed lead of a CreateTime record timestamp over the broker's clock (KIP-937).",
-        minimum=0,
-    ),
-)
+#: Topic-level keys that have no broker-level default key (none now: every topic key odradek has
+#: has Kafka's broker synonym; kept for the reference and for plugins that read it).
+TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = ()
+
+#: Kafka's broker keys that set another broker key in a coarser unit, in Kafka's precedence after
+#: that key (``log.retention.ms`` > ``log.retention.minutes`` > ``log.retention.hours``), with
+#: their factor to milliseconds. The first one set (in a file, env or ``--set``) gives the value.
+UNIT_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
+    "log.retention.ms": (("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
+    "log.roll.ms": (("log.roll.hours", 3_600_000),),
+    "log.roll.jitter.ms": (("log.roll.jitter.hours", 3_600_000),),
+}
+
+
+def broker_synonyms(name: str) -> list[str]:
+    """``name`` and the keys of :data:`UNIT_SYNONYMS` that set it, in Kafka's precedence."""
+    return [name, *(syn for syn, _factor in UNIT_SYNONYMS.get(name, ()))]
+
+
+def _resolve_unit_synonyms(
+    keys: Mapping[str, ConfigKey], values: dict[str, Any], sources: Mapping[str, str]
+) -> dict[str, str]:
+    """Give each key of :data:`UNIT_SYNONYMS` not set itself the value of its first synonym that
+    is set (``log.retention.hours=168`` -> ``log.retention.ms=604800000``), as Kafka's
+    ``KafkaConfig`` does; a negative retention means no limit (-1). Returns key -> the synonym
+    its value came from."""
+    derived: dict[str, str] = {}
+    for name, synonyms in UNIT_SYNONYMS.items():
+        if name in sources:
+            continue
+        values[name] = keys[name].default
+        for syn, factor in synonyms:
+            if syn in sources:
+                value = int(values[syn]) * factor
+                values[name] = -1 if name == "log.retention.ms" and value < 0 else value
+                derived[name] = syn
+                break
+    return derived
 
 
 def _parse_value(key: ConfigKey, raw: Any) -> Any:
@@ -393,16 +495,16 @@ def _parse_value(key: ConfigKey, raw: Any) -> Any:
             else:
                 raise ValueError(f"expected true or false, got {raw!r}")
         elif t is int:
-            if isinstance(raw, bool | float):
-                raise ValueError(f"expected an integer, got {raw!r}")
+            if isinstance(raw, bool) or not isinstance(raw, int | str):
+                raise ValueError(f"expected an integer, got {_show(raw)}")
             if isinstance(raw, str) and not _INTEGER.match(raw.strip()):
                 raise ValueError(f"expected an integer, got {raw!r}")  # Kafka takes no "1_000" or "1e3"
             value = int(raw)
             if not LONG_MIN <= value <= LONG_MAX:
                 raise ValueError(f"{value} does not fit a 64-bit long")
         elif t is float:
-            if isinstance(raw, bool):
-                raise ValueError(f"expected a number, got {raw!r}")
+            if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+                raise ValueError(f"expected a number, got {_show(raw)}")
             value = float(raw)
             if not math.isfinite(value):
                 raise ValueError(f"expected a finite number, got {raw!r}")
@@ -410,12 +512,15 @@ def _parse_value(key: ConfigKey, raw: Any) -> Any:
             if isinstance(raw, str):
                 value = [part.strip() for part in raw.split(",") if part.strip()]
             elif isinstance(raw, list | tuple):
+                for item in raw:
+                    if isinstance(item, bool) or not isinstance(item, str | int | float):
+                        raise ValueError(f"expected a list of strings, got an item {_show(item)}")
                 value = [str(v) for v in raw]
             else:
-                raise ValueError(f"expected a list or comma-separated string, got {raw!r}")
+                raise ValueError(f"expected a list or comma-separated string, got {_show(raw)}")
         elif t is str:
             if not isinstance(raw, str):
-                raise ValueError(f"expected a string, got {raw!r}")
+                raise ValueError(f"expected a string, got {_show(raw)}")
             value = raw
         else:
             value = t(raw)
@@ -432,6 +537,16 @@ def _parse_value(key: ConfigKey, raw: Any) -> Any:
     if maximum is not None and isinstance(value, int | float) and value > maximum:
         raise ConfigError(f"invalid value for {key.name!r}: {value} is above the maximum {maximum}")
     return value
+
+
+def _show(raw: Any) -> str:
+    """A value for an error message: TOML's dates and times as written, not Python's repr."""
+    if isinstance(raw, datetime.date | datetime.time):
+        kind = (
+            "date-time" if isinstance(raw, datetime.datetime) else "date" if isinstance(raw, datetime.date) else "time"
+        )
+        return f"{raw.isoformat()} (a TOML {kind})"
+    return repr(raw)
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -462,7 +577,8 @@ class Config(Mapping[str, Any]):
     ) -> None:
         self._keys = dict(keys)
         self._values = dict(values)
-        self._sources = dict(sources)
+        self._sources = dict(sources)  # only the keys set (file, env, cli, override)
+        self._derived = _resolve_unit_synonyms(self._keys, self._values, self._sources)
         self.plugins = plugins
 
     def __getitem__(self, name: str) -> Any:
@@ -481,7 +597,15 @@ class Config(Mapping[str, Any]):
         return self._keys[name]
 
     def source(self, name: str) -> str:
+        """Where the value came from; for a key given by a synonym in other units, that one's
+        (``file broker.toml (log.retention.hours)``)."""
+        if name in self._derived:
+            return f"{self.source(self._derived[name])} ({self._derived[name]})"
         return self._sources.get(name, "default")
+
+    def is_set(self, name: str) -> bool:
+        """Whether ``name`` itself was set (file, env, cli), not defaulted or given by a synonym."""
+        return name in self._sources
 
     def replace(self, **updates: Any) -> Config:
         """A copy with some keys changed (names with ``_`` for ``.``), validated like a load."""
@@ -512,7 +636,7 @@ class Config(Mapping[str, Any]):
     @property
     def advertised_listeners(self) -> list[Endpoint]:
         adv = self["advertised.listeners"]
-        return [parse_listener(s) for s in adv] if adv else self.listeners
+        return [parse_listener(s, "advertised.listeners") for s in adv] if adv else self.listeners
 
     def topic_defaults(self) -> dict[str, Any]:
         """Topic-level config names with the broker's defaults for them."""
@@ -528,17 +652,35 @@ class Config(Mapping[str, Any]):
         return TopicConfig.build(self, overrides or {})
 
 
+#: Hosts that mean "every interface" when bound, and no address a client can connect to.
+WILDCARD_HOSTS = ("0.0.0.0", "::")
+
+
 def parse_listener(spec: str, key: str = "listeners") -> Endpoint:
     """``PLAINTEXT://127.0.0.1:9092`` -> Endpoint; the listener name doubles as security protocol
     for the standard names (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). ``key`` names the config
-    key in errors."""
+    key in errors.
+
+    The host means what it means in Kafka. In ``listeners`` an empty host binds every interface
+    (``0.0.0.0``). In ``advertised.listeners`` -- addresses clients connect to -- an empty host
+    is this machine's canonical host name (Kafka's ``getCanonicalHostName``), and a wildcard
+    (``0.0.0.0``, ``::``) is refused: a client cannot connect to it."""
     name, sep, rest = spec.partition("://")
     if not sep:
         raise ConfigError(f"invalid value for {key!r}: {spec!r} is not NAME://host:port")
     host, colon, port_s = rest.rpartition(":")
     if not colon or not port_s.isdigit() or not (0 <= int(port_s) <= 65535):
         raise ConfigError(f"invalid value for {key!r}: {spec!r} has no valid port")
-    host = host.strip("[]") or "0.0.0.0"
+    host = host.strip("[]")
+    if key == "advertised.listeners":
+        if host in WILDCARD_HOSTS:
+            raise ConfigError(
+                f"invalid value for 'advertised.listeners': {spec!r}: advertised.listeners cannot use the "
+                f"nonroutable meta-address {host}. Use a routable IP address."
+            )
+        host = host or socket.getfqdn()
+    else:
+        host = host or "0.0.0.0"
     protocol = name.upper() if name.upper() in {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"} else "PLAINTEXT"
     return Endpoint(name=name.upper(), host=host, port=int(port_s), security_protocol=protocol)
 
@@ -603,9 +745,11 @@ def _check_log_dirs(values: Mapping[str, Any]) -> None:
 
 
 def _check_listeners(values: Mapping[str, Any]) -> None:
-    """Kafka's rules: every listener has its own name, and every advertised address names one
+    """Kafka's rules: at least one listener, every listener has its own name, and every advertised address names one
     of them (a client is given the address of the listener it connected to; an advertised name
     no listener has would leave it with no broker to talk to)."""
+    if "listeners" in values and not values["listeners"]:  # the broker would serve nobody
+        raise ConfigError("invalid value for 'listeners': at least one listener must be defined")
     names: list[str] = []
     for key in ("listeners", "advertised.listeners"):
         seen: set[str] = set()
@@ -723,6 +867,61 @@ def load_config(
 _NON_CONFIG_ENV = frozenset({"ODRADEK_DISABLE_PLUGIN_AUTOLOAD", "ODRADEK_TRACE_HOOKS", "ODRADEK_TEST_KEEP"})
 
 
+@dataclasses.dataclass(frozen=True)
+class TopicConfigProblem:
+    """Something wrong with a stored topic override found by :meth:`TopicConfig.load`: a key
+    ``dropped`` (invalid on its own; ``key`` and ``raw`` name it) or a cross-key conflict kept
+    as configured (``key`` empty)."""
+
+    key: str
+    raw: Any
+    message: str
+    dropped: bool
+
+
+def _topic_key_for(broker: Config) -> dict[str, ConfigKey]:
+    """Topic-level name -> its declared key (the broker default's key, or a topic-only key)."""
+    key_for = {k.topic_key: k for k in broker._keys.values() if k.topic_key}
+    key_for.update({k.name: k for k in TOPIC_ONLY_KEYS})
+    return key_for
+
+
+def _parse_topic_value(broker: Config, key_for: Mapping[str, ConfigKey], name: str, raw: Any) -> Any:
+    """One topic override parsed and checked on its own, or InvalidConfig naming the key."""
+    if name not in key_for:
+        raise InvalidConfig(f"unknown topic config {name!r}")
+    try:
+        value = _parse_value(dataclasses.replace(key_for[name], name=name), raw)  # errors name the topic key
+    except ConfigError as exc:
+        raise InvalidConfig(str(exc)) from None
+    if name == "cleanup.policy" and any(p not in _CLEANUP_CHOICES for p in value):
+        raise InvalidConfig(f"invalid value for 'cleanup.policy': {raw!r}")
+    if name == "compression.type":
+        problem = compression_type_problem(value, broker.plugins)
+        if problem is not None:
+            raise InvalidConfig(f"invalid value for 'compression.type': {problem}")
+    return value
+
+
+def _topic_conflicts(values: Mapping[str, Any]) -> list[str]:
+    """Kafka's cross-key rules of a topic's effective configs (``LogConfig.validateValues``)."""
+    if values["min.compaction.lag.ms"] > values["max.compaction.lag.ms"]:
+        return [
+            f"min.compaction.lag.ms ({values['min.compaction.lag.ms']}) is above "
+            f"max.compaction.lag.ms ({values['max.compaction.lag.ms']})"
+        ]
+    return []
+
+
+def render(value: Any) -> str:
+    """A config value as Kafka shows it: true/false, comma-joined lists, plain numbers."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 class TopicConfig(Mapping[str, Any]):
     """One topic's effective configs: Kafka's topic-level names, broker defaults underneath.
 
@@ -736,33 +935,43 @@ class TopicConfig(Mapping[str, Any]):
 
     @classmethod
     def build(cls, broker: Config, overrides: Mapping[str, Any]) -> TopicConfig:
-        defaults = broker.topic_defaults()
-        key_for = {k.topic_key: k for k in broker._keys.values() if k.topic_key}
-        key_for.update({k.name: k for k in TOPIC_ONLY_KEYS})
-        values = dict(defaults)
+        """The strict check of CreateTopics and (Incremental)AlterConfigs: the first invalid
+        override or cross-key conflict raises InvalidConfig naming it."""
+        key_for = _topic_key_for(broker)
+        values = broker.topic_defaults()
         parsed: dict[str, Any] = {}
         for name, raw in overrides.items():
-            if name not in key_for:
-                raise InvalidConfig(f"unknown topic config {name!r}")
-            k = key_for[name]
-            try:
-                value = _parse_value(dataclasses.replace(k, name=name), raw)  # errors name the topic key
-            except ConfigError as exc:
-                raise InvalidConfig(str(exc)) from None
-            if name == "cleanup.policy" and any(p not in _CLEANUP_CHOICES for p in value):
-                raise InvalidConfig(f"invalid value for 'cleanup.policy': {raw!r}")
-            if name == "compression.type":
-                problem = compression_type_problem(value, broker.plugins)
-                if problem is not None:
-                    raise InvalidConfig(f"invalid value for 'compression.type': {problem}")
-            values[name] = value
-            parsed[name] = value
-        if values["min.compaction.lag.ms"] > values["max.compaction.lag.ms"]:
-            raise InvalidConfig(
-                f"min.compaction.lag.ms ({values['min.compaction.lag.ms']}) is above "
-                f"max.compaction.lag.ms ({values['max.compaction.lag.ms']})"
-            )
+            parsed[name] = values[name] = _parse_topic_value(broker, key_for, name, raw)
+        conflicts = _topic_conflicts(values)
+        if conflicts:
+            raise InvalidConfig(conflicts[0])
         return cls(values, parsed)
+
+    @classmethod
+    def load(cls, broker: Config, overrides: Mapping[str, Any]) -> tuple[TopicConfig, list[TopicConfigProblem]]:
+        """The lenient read of an existing topic's stored overrides (at start-up or on a metadata
+        change), which must not lose what an operator set because something else changed since.
+
+        As in Kafka, which checks cross-key rules only when configs are created or altered, a
+        conflict (``min.compaction.lag.ms`` above a later broker default of
+        ``max.compaction.lag.ms``) keeps every override and is reported as a warning (the cleaner
+        then treats the max lag as the min lag, see :attr:`max_compaction_lag_ms`). An override
+        invalid on its own (a ``compression.type`` whose codec plugin is no longer loaded, a key
+        this broker does not know) is dropped alone, reported as an error naming the value used
+        instead; every other override stays."""
+        key_for = _topic_key_for(broker)
+        values = broker.topic_defaults()
+        parsed: dict[str, Any] = {}
+        problems: list[TopicConfigProblem] = []
+        for name, raw in overrides.items():
+            try:
+                parsed[name] = values[name] = _parse_topic_value(broker, key_for, name, raw)
+            except InvalidConfig as exc:
+                instead = f"the broker default {render(values[name])!r}" if name in values else "nothing (ignored)"
+                problems.append(TopicConfigProblem(name, raw, f"{exc}; using {instead} instead", dropped=True))
+        for conflict in _topic_conflicts(values):
+            problems.append(TopicConfigProblem("", None, f"{conflict} (kept as configured)", dropped=False))
+        return cls(values, parsed), problems
 
     @classmethod
     def known_keys(cls, broker: Config) -> list[str]:
@@ -835,7 +1044,10 @@ class TopicConfig(Mapping[str, Any]):
 
     @property
     def max_compaction_lag_ms(self) -> int:
-        return int(self["max.compaction.lag.ms"])
+        """``max.compaction.lag.ms``, but never below ``min.compaction.lag.ms``: a topic loaded
+        with the two in conflict (see :meth:`load`) is compacted once its records reach the min
+        lag, which both bounds allow, rather than never or at once."""
+        return max(int(self["max.compaction.lag.ms"]), int(self["min.compaction.lag.ms"]))
 
     @property
     def message_timestamp_type(self) -> str:

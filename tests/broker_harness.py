@@ -51,7 +51,8 @@ FAKE_TRANSPORT = types.SimpleNamespace(
 )
 
 
-def broker_plugins() -> Plugins:
+def broker_plugins(transport: object = FAKE_TRANSPORT) -> Plugins:
+    """The plugins of a unit-test broker: the fake transport unless ``transport`` is given."""
     return Plugins(
         build_plugin_manager(
             entry_points_enabled=False,
@@ -59,7 +60,7 @@ def broker_plugins() -> Plugins:
                 "odradek.plugins.compress.plugin",
                 "odradek.plugins.storage_segment.plugin",
                 "odradek.plugins.meta_local.plugin",
-                FAKE_TRANSPORT,
+                transport,
             ],
         )
     )

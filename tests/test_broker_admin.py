@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
-from broker_harness import batch, create, fetch_records, produce, running_broker
+import trio
+from broker_harness import batch, broker_config, broker_plugins, create, fetch_records, produce, running_broker
 
 from odradek.broker.admin import assign_replicas, validate_topic_name
 from odradek.broker.api import (
@@ -15,14 +17,19 @@ from odradek.broker.api import (
     ConfigResource,
     ConfigResourceType,
     ConfigSource,
+    ConfigType,
     CreatableTopic,
     CreatePartitionsTopic,
     FetchPartition,
     IsolationLevel,
 )
+from odradek.broker.configs import ConfigManager
 from odradek.broker.core import BrokerCore
+from odradek.broker.server import BrokerServer, ListenersStopped
+from odradek.config import default_config, load_config
 from odradek.errors import ErrorCode, InvalidTopic
-from odradek.interfaces import TopicPartition
+from odradek.hookspecs import hookimpl
+from odradek.interfaces import Endpoint, TopicPartition, TransportFactory
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "é", "a/b", "events\n"])
@@ -209,7 +216,10 @@ async def test_describe_configs(tmp_path: Path) -> None:
         res = await core.describe_configs(
             [ConfigResource(ConfigResourceType.TOPIC, "t", ["retention.ms"])], include_synonyms=True
         )
-        assert [s[0] for s in res[0].configs[0].synonyms] == ["log.retention.ms"]
+        assert res[0].configs[0].synonyms == (
+            ("log.retention.ms", "12345", ConfigSource.STATIC_BROKER_CONFIG),
+            ("log.retention.ms", "604800000", ConfigSource.DEFAULT_CONFIG),
+        )
         missing = await core.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "nope")])
         assert missing[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         # Kafka's Topic.validate comes first: names no topic can have are INVALID_TOPIC_EXCEPTION
@@ -228,6 +238,86 @@ async def test_describe_configs(tmp_path: Path) -> None:
         broker = await core.describe_configs([ConfigResource(ConfigResourceType.BROKER, "0", ["log.retention.ms"])])
         entry = broker[0].configs[0]
         assert entry.read_only and entry.value == "12345" and entry.source == ConfigSource.STATIC_BROKER_CONFIG
+
+
+async def test_a_ported_server_properties_starts_with_kafkas_synonyms(tmp_path: Path) -> None:
+    """Kafka's server.properties lines are TOML too: log.retention.hours=168 and the other
+    broker synonyms of topic keys are read, not refused as unknown, and DescribeConfigs lists a
+    topic key's synonyms as Kafka does (override, the set broker synonyms by precedence, default)."""
+    properties = tmp_path / "server.properties"
+    properties.write_text(
+        "broker.id=0\nnum.partitions=1\nlog.retention.hours=168\nlog.retention.minutes=120\n"
+        "log.roll.hours=2\nlog.roll.jitter.hours=1\nlog.preallocate=true\n"
+        "log.message.timestamp.after.max.ms=3600000\nlog.retention.check.interval.ms=300000\n"
+    )
+    plugins = broker_plugins()
+    config = load_config(
+        properties,
+        env={},
+        overrides={"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0"},
+        plugins=plugins,
+    )
+    server = BrokerServer(config, plugins)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        core = server.core
+        assert core is not None
+        await create(core, "t", **{"retention.ms": "5000"})
+        described = await describe_topic(core, "t")
+        assert described["retention.ms"] == ("5000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+        assert described["segment.ms"] == ("7200000", ConfigSource.STATIC_BROKER_CONFIG)
+        assert described["segment.jitter.ms"] == ("3600000", ConfigSource.STATIC_BROKER_CONFIG)
+        assert described["preallocate"] == ("true", ConfigSource.STATIC_BROKER_CONFIG)
+        assert described["message.timestamp.after.max.ms"] == ("3600000", ConfigSource.STATIC_BROKER_CONFIG)
+        (res,) = await core.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, "t", ["retention.ms"])], include_synonyms=True
+        )
+        assert res.configs[0].synonyms == (
+            ("retention.ms", "5000", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+            ("log.retention.minutes", "120", ConfigSource.STATIC_BROKER_CONFIG),
+            ("log.retention.hours", "168", ConfigSource.STATIC_BROKER_CONFIG),
+            ("log.retention.ms", "604800000", ConfigSource.DEFAULT_CONFIG),
+        )
+        nursery.cancel_scope.cancel()
+
+
+def test_describe_configs_types_integers_as_kafka() -> None:
+    """DescribeConfigs v3+ config_type: INT, SHORT or LONG as Kafka types each key (the topic
+    keys as their broker keys), from the same lists that bound the values."""
+    manager = ConfigManager(default_config())
+    topic = {
+        e.name: e.config_type
+        for e in manager.topic_entries(
+            default_config().topic_config(), {}, include_synonyms=False, include_documentation=False
+        )
+    }
+    broker = {
+        e.name: e.config_type for e in manager.broker_entries(include_synonyms=False, include_documentation=False)
+    }
+    assert {
+        n: topic[n] for n in ("segment.bytes", "max.message.bytes", "segment.index.bytes", "index.interval.bytes")
+    } == (
+        dict.fromkeys(
+            ("segment.bytes", "max.message.bytes", "segment.index.bytes", "index.interval.bytes"), ConfigType.INT
+        )
+    )
+    assert (
+        topic["min.insync.replicas"]
+        == topic["compression.gzip.level"]
+        == topic["compression.zstd.level"]
+        == ConfigType.INT
+    )
+    assert topic["retention.ms"] == topic["flush.messages"] == topic["segment.jitter.ms"] == ConfigType.LONG
+    assert topic["preallocate"] == ConfigType.BOOLEAN and topic["cleanup.policy"] == ConfigType.LIST
+    assert broker["offsets.topic.replication.factor"] == ConfigType.SHORT
+    assert broker["default.replication.factor"] == broker["log.flush.offset.checkpoint.interval.ms"] == ConfigType.INT
+    assert (
+        broker["group.max.size"]
+        == broker["log.retention.hours"]
+        == broker["transaction.max.timeout.ms"]
+        == ConfigType.INT
+    )
+    assert broker["log.retention.ms"] == broker["connections.max.idle.ms"] == ConfigType.LONG
 
 
 async def test_incremental_alter_configs_apply_live(tmp_path: Path) -> None:
@@ -318,6 +408,35 @@ async def test_restart_keeps_topics_configs_data_and_offsets(tmp_path: Path) -> 
         assert [r.value for r in await fetch_records(core, tp)] == [b"v0", b"v1", b"v2", b"v3"]
         r = await core.fetch(-1, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(tp, 4, 100)])
         assert r[tp].high_watermark == 4
+
+
+async def test_restart_with_a_conflicting_broker_default_keeps_the_topics_overrides(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A legal new broker default (max.compaction.lag.ms below a topic's min.compaction.lag.ms)
+    used to drop every override of the topic at load: its retention.ms=-1 became the broker's
+    seven days and retention deleted old data. Now they stay, with one warning."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "keep", **{"retention.ms": "-1", "min.compaction.lag.ms": "100000"})
+    async with running_broker(tmp_path, log_cleaner_max_compaction_lag_ms=50000) as core:
+        config = core.metadata_cache.topic_config("keep")
+        assert config is not None and config.retention_ms == -1 and config.max_compaction_lag_ms == 100000
+        described = await describe_topic(core, "keep", "retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms")
+        assert described == {
+            "retention.ms": ("-1", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+            "min.compaction.lag.ms": ("100000", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+            "max.compaction.lag.ms": ("50000", ConfigSource.STATIC_BROKER_CONFIG),
+        }
+        # a new topic cannot be created with the pair: the cross-key rule holds where Kafka checks it
+        result = await core.create_topics(
+            [CreatableTopic("fresh", 1, 1, configs={"min.compaction.lag.ms": "100000"})], 5000, False
+        )
+        assert result["fresh"].error == ErrorCode.INVALID_CONFIG
+    warnings = [r.getMessage() for r in caplog.records if "keep" in r.getMessage()]
+    assert warnings == [
+        "topic keep: its configs conflict: min.compaction.lag.ms (100000) is above "
+        "max.compaction.lag.ms (50000) (kept as configured)"
+    ]
 
 
 async def test_a_log_left_by_an_earlier_topic_of_the_name_is_not_reused(tmp_path: Path) -> None:
@@ -439,3 +558,44 @@ async def test_stray_logs_are_deleted_at_start_up(
     async with running_broker(tmp_path) as core:
         assert (tmp_path / "kept-0").exists() and core.storage.get_log(TopicPartition("kept", 0)) is not None
         assert "keeping 2 partition log(s) of 2 topic(s) the metadata does not know" in caplog.text
+
+
+async def test_a_broker_whose_listeners_all_end_stops_with_an_error(tmp_path: Path) -> None:
+    """A listener's serve that returns by itself (its socket gone) used to leave the broker shut
+    down inside while ``serve`` -- and the ``odradek serve`` process -- went on forever."""
+
+    class EndingListener:
+        def __init__(self, config: object, broker: object, endpoint: Endpoint) -> None:
+            self.endpoint = endpoint
+
+        async def serve(self, *, task_status: trio.TaskStatus[list[Endpoint]] = trio.TASK_STATUS_IGNORED) -> None:
+            task_status.started([self.endpoint])
+
+    transport = types.SimpleNamespace(
+        __name__="ending_transport",
+        odradek_register_transports=hookimpl(
+            lambda: [TransportFactory("ending", ["PLAINTEXT"], EndingListener, lambda _c: None, "ends at once")]
+        ),
+    )
+    server = BrokerServer(broker_config(tmp_path), broker_plugins(transport))
+    with trio.fail_after(30), pytest.RaisesGroup(ListenersStopped, flatten_subgroups=True, allow_unwrapped=True):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+
+
+async def test_an_offsets_topic_replication_factor_above_the_brokers_is_one_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kafka logs which setting keeps __consumer_offsets from being created; FindCoordinator
+    keeps answering COORDINATOR_NOT_AVAILABLE (clients retry), without an error per request."""
+    async with running_broker(tmp_path, offsets_topic_replication_factor=3) as core:
+        assert core.group_coordinator is not None
+        for _ in range(3):
+            found = await core.group_coordinator.find_coordinator("g")
+            assert found.error == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [
+        "cannot create __consumer_offsets: replication factor 3 is larger than the 1 available brokers "
+        "(configured via 'offsets.topic.replication.factor'). This can be ignored while the cluster "
+        "starts up and not all brokers are up yet"
+    ]

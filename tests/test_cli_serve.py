@@ -42,15 +42,27 @@ def test_serve_refuses_a_taken_port(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "-m", "odradek", "serve", "--set", f"listeners=PLAINTEXT://127.0.0.1:{port}"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    assert result.returncode == 1
-    assert "broker failed to start" in result.stderr and "in use" in result.stderr
+        last = _failed_start_line(tmp_path, f"PLAINTEXT://127.0.0.1:{port}")
+    assert f"broker failed to start: listener PLAINTEXT://127.0.0.1:{port}: " in last and "in use" in last
+
+
+def test_serve_names_a_listener_whose_host_is_not_local(tmp_path: Path) -> None:
+    last = _failed_start_line(tmp_path, "PLAINTEXT://127.0.0.1:0,OTHER://192.0.2.1:0")
+    assert "broker failed to start: listener OTHER://192.0.2.1:0: " in last, last
+
+
+def _failed_start_line(cwd: Path, listeners: str) -> str:
+    """The last line of ``odradek serve`` with ``listeners``, which must fail to start (rc 1)
+    with no traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "odradek", "serve", "--set", f"listeners={listeners}"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    return result.stderr.strip().splitlines()[-1]
 
 
 def test_serve_rejects_an_unknown_config_key(capsys: pytest.CaptureFixture[str]) -> None:
@@ -141,3 +153,13 @@ def test_serve_with_a_damaged_metadata_file_exits_with_one_line(tmp_path: Path) 
     assert "Traceback" not in result.stderr
     [line] = [ln for ln in result.stderr.splitlines() if "failed to start" in ln]
     assert str(data / "odradek-metadata.json") in line and "backup" in line
+
+
+def test_serve_refuses_empty_listeners_as_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``listeners=`` started a broker that served nobody and never exited."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["serve", "--set", "listeners="]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "odradek: error: invalid value for 'listeners': at least one listener must be defined"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 
-from odradek.config import ConfigError, default_config, load_config, parse_listener
+from odradek.config import ConfigError, TopicConfig, default_config, load_config, parse_listener
 from odradek.errors import InvalidConfig
 
 
@@ -42,6 +43,7 @@ def test_file_env_cli_precedence(tmp_path: Path) -> None:
         ({"listeners": "PLAINTEXT://a:1", "advertised.listeners": "EXTERNAL://b:2"}, "advertised.listeners"),
         ({"listeners": "PLAINTEXT://a:1", "advertised.listeners": "PLAINTEXT://b"}, "advertised.listeners"),
         ({"listeners": "PLAINTEXT://a:1", "advertised.listeners": "PLAINTEXT://b:2,PLAINTEXT://c:3"}, "advertised"),
+        ({"listeners": ""}, "at least one listener must be defined"),
         ({"log.message.timestamp.type": "WallTime"}, "log.message.timestamp.type"),
         # Kafka's types: INT keys stop at 2^31-1, LONG keys at 2^63-1, ratios at 1
         ({"log.segment.bytes": "3000000000"}, "log.segment.bytes"),
@@ -58,6 +60,24 @@ def test_file_env_cli_precedence(tmp_path: Path) -> None:
 def test_bad_keys_and_values_name_the_key(overrides: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         load_config(env={}, overrides=overrides)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("log.segment.bytes = 2024-01-01", "'log.segment.bytes': expected an integer, got 2024-01-01 (a TOML date)"),
+        ("cluster.id = 07:32:00", "'cluster.id': expected a string, got 07:32:00 (a TOML time)"),
+        ("log.cleaner.min.cleanable.ratio = 2024-01-01T07:32:00", "got 2024-01-01T07:32:00 (a TOML date-time)"),
+        ("log.dirs = [2024-01-01]", "'log.dirs': expected a list of strings, got an item 2024-01-01 (a TOML date)"),
+        ("num.partitions = [1]", "'num.partitions': expected an integer, got [1]"),
+    ],
+)
+def test_a_toml_value_of_the_wrong_type_is_one_line_naming_the_key(tmp_path: Path, line: str, message: str) -> None:
+    f = tmp_path / "broker.toml"
+    f.write_text(line + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(f, env={})
+    assert message in str(info.value) and "\n" not in str(info.value)
 
 
 def test_bad_file(tmp_path: Path) -> None:
@@ -88,12 +108,96 @@ def test_topic_config_defaults_and_overrides() -> None:
     assert c.topic_config({"retention.ms": str(2**63 - 1), "segment.bytes": str(2**31 - 1)}).segment_bytes == 2**31 - 1
 
 
+def test_loading_a_topic_keeps_overrides_that_conflict_with_a_later_broker_default() -> None:
+    """A topic created with min.compaction.lag.ms=100000 under a broker whose max lag was later
+    lowered to 50000: CreateTopics/AlterConfigs refuse the pair, but loading the existing topic
+    keeps every override (Kafka does not re-check cross-key rules at load) and says why."""
+    c = default_config(log_cleaner_max_compaction_lag_ms=50000)
+    stored = {"retention.ms": "-1", "min.compaction.lag.ms": "100000", "segment.bytes": "2048"}
+    with pytest.raises(InvalidConfig, match="min.compaction.lag.ms"):
+        c.topic_config(stored)
+    t, problems = TopicConfig.load(c, stored)
+    assert t.overrides == {"retention.ms": -1, "min.compaction.lag.ms": 100000, "segment.bytes": 2048}
+    assert t.retention_ms == -1 and t.segment_bytes == 2048
+    assert t["max.compaction.lag.ms"] == 50000  # described as configured ...
+    assert t.max_compaction_lag_ms == 100000  # ... and the cleaner waits for the min lag
+    assert [(p.dropped, p.message) for p in problems] == [
+        (False, "min.compaction.lag.ms (100000) is above max.compaction.lag.ms (50000) (kept as configured)")
+    ]
+
+
+def test_loading_a_topic_drops_only_the_override_that_is_invalid_on_its_own() -> None:
+    """A codec no longer loaded (here: no plugins, so only Kafka's names), a key this broker does
+    not know: each goes alone, naming the value used instead; the rest stays in force."""
+    c = default_config()
+    stored = {"retention.ms": "-1", "compression.type": "brotli", "mystery.key": "1", "preallocate": "true"}
+    t, problems = TopicConfig.load(c, stored)
+    assert t.overrides == {"retention.ms": -1, "preallocate": True}
+    assert t["compression.type"] == "producer"
+    assert [(p.key, p.raw, p.dropped) for p in problems] == [
+        ("compression.type", "brotli", True),
+        ("mystery.key", "1", True),
+    ]
+    assert problems[0].message.endswith("using the broker default 'producer' instead")
+    assert "unknown topic config 'mystery.key'" in problems[1].message
+    assert TopicConfig.load(c, {"retention.ms": "5"})[1] == []
+
+
+@pytest.mark.parametrize(
+    ("settings", "retention_ms", "source"),
+    [
+        ({}, 604800000, "default"),
+        ({"log.retention.hours": "1"}, 3_600_000, "cli (log.retention.hours)"),
+        ({"log.retention.hours": "1", "log.retention.minutes": "2"}, 120_000, "cli (log.retention.minutes)"),
+        ({"log.retention.hours": "1", "log.retention.minutes": "2", "log.retention.ms": "3"}, 3, "cli"),
+        ({"log.retention.hours": "-1"}, -1, "cli (log.retention.hours)"),  # negative: keep forever
+        ({"log.retention.minutes": "-5"}, -1, "cli (log.retention.minutes)"),
+    ],
+)
+def test_retention_synonyms_follow_kafkas_precedence(settings: dict[str, str], retention_ms: int, source: str) -> None:
+    c = load_config(env={}, overrides=settings)
+    assert (c["log.retention.ms"], c.source("log.retention.ms")) == (retention_ms, source)
+    assert c.topic_config().retention_ms == retention_ms
+
+
+def test_roll_and_other_synonyms_set_the_topic_defaults() -> None:
+    c = load_config(env={}, overrides={"log.roll.hours": "2", "log.roll.jitter.hours": "1", "log.preallocate": "true"})
+    t = c.topic_config()
+    assert (t.segment_ms, t["segment.jitter.ms"], t["preallocate"]) == (7_200_000, 3_600_000, True)
+    both = load_config(env={}, overrides={"log.roll.hours": "2", "log.roll.ms": "5", "log.roll.jitter.ms": "3"})
+    assert (both.topic_config().segment_ms, both.topic_config()["segment.jitter.ms"]) == (5, 3)
+    for key in ("difference", "before", "after"):
+        c = load_config(env={}, overrides={f"log.message.timestamp.{key}.max.ms": "1000"})
+        assert c.topic_config()[f"message.timestamp.{key}.max.ms"] == 1000
+    # replace() derives again: a synonym set later still gives the value, the key itself wins
+    assert c.replace(log_retention_hours=1)["log.retention.ms"] == 3_600_000
+    assert c.replace(log_retention_hours=1, log_retention_ms=7)["log.retention.ms"] == 7
+
+
 def test_listener_parsing() -> None:
     e = parse_listener("PLAINTEXT://[::1]:19092")
     assert (e.host, e.port, e.security_protocol) == ("::1", 19092, "PLAINTEXT")
     assert parse_listener("INTERNAL://0.0.0.0:1").name == "INTERNAL"
     c = default_config(listeners="PLAINTEXT://127.0.0.1:1", advertised_listeners="PLAINTEXT://example:2")
     assert c.advertised_listeners[0].host == "example"
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "[::]"])
+def test_advertised_listeners_refuse_a_wildcard_host(host: str) -> None:
+    """Kafka's rule: a client given 0.0.0.0 in Metadata cannot connect to it."""
+    with pytest.raises(ConfigError) as info:
+        load_config(env={}, overrides={"listeners": "PLAINTEXT://:1", "advertised.listeners": f"PLAINTEXT://{host}:1"})
+    assert str(info.value) == (
+        f"invalid value for 'advertised.listeners': 'PLAINTEXT://{host}:1': advertised.listeners cannot use "
+        f"the nonroutable meta-address {host.strip('[]')}. Use a routable IP address."
+    )
+
+
+def test_an_empty_host_binds_every_interface_and_advertises_the_host_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "getfqdn", lambda *_: "broker1.example.com")
+    c = default_config(listeners="PLAINTEXT://:1", advertised_listeners="PLAINTEXT://:2")
+    assert c.listeners[0].host == "0.0.0.0"
+    assert (c.advertised_listeners[0].host, c.advertised_listeners[0].port) == ("broker1.example.com", 2)
 
 
 def test_replace_validates() -> None:

@@ -15,6 +15,7 @@ from storage_helpers import TP, append, batch, config, log_of, open_storage, rea
 from odradek import records
 from odradek.errors import KafkaStorageError
 from odradek.interfaces import TopicPartition
+from odradek.plugins.storage_segment import log as log_module
 from odradek.plugins.storage_segment import segment as segment_module
 from odradek.plugins.storage_segment.checkpoint import read_offsets
 from odradek.plugins.storage_segment.handles import HandleCache
@@ -124,6 +125,33 @@ async def test_roll_by_time_follows_a_live_segment_ms_change(tmp_path: Path) -> 
     assert len(log.segments) == 1
     append(log, batch(1, ts=1_001_100))
     assert [s.base_offset for s in log.segments] == [0, 4]
+    await storage.close()
+
+
+async def test_segment_jitter_stays_below_segment_ms_and_applies_to_every_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's randomSegmentJitter: drawn modulo min(segment.jitter.ms, segment.ms), for every
+    segment. A jitter above segment.ms made the roll age negative (a segment per batch), and
+    the first segment and those loaded at a restart had none."""
+    bounds: list[int] = []
+
+    def half(bound: int) -> int:
+        bounds.append(bound)
+        return bound // 2
+
+    monkeypatch.setattr(log_module.random, "randrange", half)
+    storage = await open_storage(tmp_path, log_roll_ms=1000)
+    log = log_of(storage, segment_jitter_ms=5000)
+    assert log.segments[0].roll_jitter_ms == 500  # the first segment too
+    for i in range(20):
+        append(log, batch(1, ts=1_000_000 + 100 * i))
+    assert [s.base_offset for s in log.segments] == [0, 6, 12, 18]  # rolls at 500 ms of record time
+    assert set(bounds) == {1000}
+    await storage.close()
+    storage = await open_storage(tmp_path, log_roll_ms=1000)
+    log = log_of(storage, segment_jitter_ms=5000)
+    assert log.segments[-1].roll_jitter_ms == 500  # the active segment after a restart
     await storage.close()
 
 

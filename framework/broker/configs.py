@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config import Config, TopicConfig
+from ..config import KAFKA_INT_KEYS, KAFKA_SHORT_KEYS, Config, TopicConfig, broker_synonyms, render
 from ..errors import ErrorCode, InvalidConfig, KafkaError, UnknownTopicOrPartition
 from ..interfaces import ABSENT, Check, MetadataConflict, MetadataStore, Put
 from .api import (
@@ -31,40 +31,21 @@ from .api import (
 )
 from .metadata_cache import MetadataCache, config_key, encode
 
-#: Configs Kafka types as INT (the rest of the integers are LONG).
-_INT_CONFIGS = frozenset(
-    {
-        "segment.bytes",
-        "max.message.bytes",
-        "min.insync.replicas",
-        "index.interval.bytes",
-        "segment.index.bytes",
-        "message.max.bytes",
-        "log.segment.bytes",
-        "num.partitions",
-        "default.replication.factor",
-        "log.index.size.max.bytes",
-        "log.index.interval.bytes",
-        "broker.id",
-    }
-)
 _LIST_CONFIGS = frozenset({"cleanup.policy"})
 
 
-def render(value: Any) -> str:
-    """A config value as Kafka shows it: true/false, comma-joined lists, plain numbers."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
-
-
-def config_type(name: str, value: Any) -> ConfigType:
+def config_type(name: str, value: Any, broker_name: str | None = None) -> ConfigType:
+    """Kafka's type of a config for DescribeConfigs v3+. An integer's INT, SHORT or LONG comes
+    from the lists that also bound its values (:data:`odradek.config.KAFKA_INT_KEYS`); a topic
+    key has its broker key's type (``segment.bytes`` that of ``log.segment.bytes``), given as
+    ``broker_name``."""
     if isinstance(value, bool):
         return ConfigType.BOOLEAN
     if isinstance(value, int):
-        return ConfigType.INT if name in _INT_CONFIGS else ConfigType.LONG
+        kafka_name = broker_name or name
+        if kafka_name in KAFKA_SHORT_KEYS:
+            return ConfigType.SHORT
+        return ConfigType.INT if kafka_name in KAFKA_INT_KEYS else ConfigType.LONG
     if isinstance(value, float):
         return ConfigType.DOUBLE
     if isinstance(value, list | tuple):
@@ -109,8 +90,7 @@ class ConfigManager:
                 if name in overrides:
                     synonyms.append((name, render(value), ConfigSource.DYNAMIC_TOPIC_CONFIG))
                 if broker_key is not None:
-                    bsource = self._broker_source(broker_key.name)
-                    synonyms.append((broker_key.name, render(self.config[broker_key.name]), bsource))
+                    synonyms += self._broker_synonyms(broker_key.name)
             doc = None
             if include_documentation:
                 doc = broker_key.doc if broker_key is not None else None
@@ -122,7 +102,7 @@ class ConfigManager:
                     is_default=source is ConfigSource.DEFAULT_CONFIG,
                     source=source,
                     synonyms=tuple(synonyms),
-                    config_type=config_type(name, value),
+                    config_type=config_type(name, value, broker_key.name if broker_key is not None else None),
                     documentation=doc,
                 )
             )
@@ -132,6 +112,18 @@ class ConfigManager:
         return (
             ConfigSource.DEFAULT_CONFIG if self.config.source(key) == "default" else ConfigSource.STATIC_BROKER_CONFIG
         )
+
+    def _broker_synonyms(self, name: str) -> list[tuple[str, str | None, ConfigSource]]:
+        """Kafka's synonyms of a broker key: each of its synonyms that is set
+        (STATIC_BROKER_CONFIG), in precedence order (``log.retention.ms``,
+        ``log.retention.minutes``, ``log.retention.hours``), then the default (DEFAULT_CONFIG)."""
+        out: list[tuple[str, str | None, ConfigSource]] = [
+            (syn, render(self.config[syn]), ConfigSource.STATIC_BROKER_CONFIG)
+            for syn in broker_synonyms(name)
+            if self.config.is_set(syn)
+        ]
+        out.append((name, render(self.config.key(name).default), ConfigSource.DEFAULT_CONFIG))
+        return out
 
     def broker_entries(
         self, *, include_synonyms: bool, include_documentation: bool, names: Sequence[str] | None = None
@@ -149,7 +141,7 @@ class ConfigManager:
                     read_only=True,
                     is_default=source is ConfigSource.DEFAULT_CONFIG,
                     source=source,
-                    synonyms=((name, render(value), source),) if include_synonyms else (),
+                    synonyms=tuple(self._broker_synonyms(name)) if include_synonyms else (),
                     config_type=config_type(name, value),
                     documentation=self.config.key(name).doc if include_documentation else None,
                 )
@@ -189,7 +181,7 @@ class ConfigManager:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
         return self.topic_entries(
             config,
-            topic.overrides,
+            config.overrides,  # the overrides in force: one dropped at load reports its default
             include_synonyms=include_synonyms,
             include_documentation=include_documentation,
             names=names,

@@ -57,6 +57,10 @@ class PartitionLeader:
     leader_epoch: int = 0
 
 
+#: The broker key that sets an internal topic's replication factor, named when it cannot be met.
+_REPLICATION_FACTOR_SETTINGS = {"__consumer_offsets": "offsets.topic.replication.factor"}
+
+
 class InternalTopic:
     """Create, append to, read back and locate the leaders of one internal topic."""
 
@@ -80,6 +84,7 @@ class InternalTopic:
         self.replication_factor = replication_factor  # -1: the broker's default.replication.factor
         self.configs = dict(configs)
         self.timeout_ms = timeout_ms
+        self._create_failure_logged: tuple[ErrorCode, str | None] | None = None
 
     async def exists(self) -> bool:
         md = await self.broker.metadata([self.name], allow_auto_create=False)
@@ -103,8 +108,32 @@ class InternalTopic:
         topic = CreatableTopic(self.name, self.num_partitions, self.replication_factor, configs=self.configs)
         result = (await self.broker.create_topics([topic], self.timeout_ms, False))[self.name]
         if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            self._log_create_failure(result.error, result.error_message)
             return False
+        self._create_failure_logged = None
         return await self.exists()
+
+    def _log_create_failure(self, error: ErrorCode, message: str | None) -> None:
+        """Kafka's one ERROR when an internal topic cannot be created because its replication
+        factor is above the alive brokers: the coordinators answer COORDINATOR_NOT_AVAILABLE
+        meanwhile (clients retry), so without it nothing would say which setting to fix.
+        Logged once per distinct failure, not on every FindCoordinator that tries again."""
+        if self._create_failure_logged == (error, message):
+            return
+        self._create_failure_logged = (error, message)
+        if error == ErrorCode.INVALID_REPLICATION_FACTOR:
+            setting = (
+                "default.replication.factor"
+                if self.replication_factor == -1
+                else _REPLICATION_FACTOR_SETTINGS.get(self.name, "its replication factor")
+            )
+            log.error(
+                "cannot create %s: %s (configured via %r). This can be ignored while the cluster "
+                "starts up and not all brokers are up yet",
+                self.name, message or error.name, setting,
+            )  # fmt: skip
+        else:
+            log.warning("cannot create %s yet: %s", self.name, message or error.name)
 
     async def append(
         self,

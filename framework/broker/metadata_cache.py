@@ -154,6 +154,7 @@ class MetadataCache:
         self.cluster_id = ""
         self.revision = 0
         self._topic_configs: dict[str, TopicConfig] = {}
+        self._problems_logged: dict[str, dict[str, Any]] = {}  # topic -> overrides whose problems were logged
         #: the store revision each topic was last read at: watch events at or below it are already
         #: in what was read (creating a 1,000-partition topic is 1,000 events: one refresh, not 1,000)
         self._topic_read_at: dict[str, int] = {}
@@ -288,6 +289,7 @@ class MetadataCache:
             if known or any(tp.topic == name for tp in self.replica_manager.partitions):
                 await self._remove_local(name, set())
             self._topic_configs.pop(name, None)
+            self._problems_logged.pop(name, None)
             if known:
                 for listener in self.topic_deleted_listeners:
                     listener(name)
@@ -310,11 +312,7 @@ class MetadataCache:
         await self._reconcile(topic)
 
     async def _reconcile(self, topic: TopicState) -> None:
-        try:
-            config = self.config.topic_config(topic.overrides)
-        except Exception as exc:  # a bad override written by another tool must not stop the broker
-            log.error("topic %s has invalid configs %s: %s; using broker defaults", topic.name, topic.overrides, exc)
-            config = self.config.topic_config()
+        config = self._load_topic_config(topic)
         old_config = self._topic_configs.get(topic.name)
         self._topic_configs[topic.name] = config
         hosted: set[int] = set()
@@ -362,6 +360,24 @@ class MetadataCache:
         if old_config is not None and dict(old_config) != dict(config):
             self.replica_manager.update_config(topic.name, config)
         await self._remove_local(topic.name, hosted)
+
+    def _load_topic_config(self, topic: TopicState) -> TopicConfig:
+        """The topic's effective configs from its stored overrides, keeping every override that
+        can be kept (:meth:`TopicConfig.load`): a conflict with a broker default changed since,
+        or a key that is invalid now, must not take the topic's other overrides (its
+        ``retention.ms=-1``) with it. Problems are logged once per set of stored overrides, not
+        again on every leader or ISR change of the topic."""
+        config, problems = TopicConfig.load(self.config, topic.overrides)
+        if problems and self._problems_logged.get(topic.name) != topic.overrides:
+            self._problems_logged[topic.name] = dict(topic.overrides)
+            for p in problems:
+                if p.dropped:
+                    log.error("topic %s: ignoring its config %s=%r: %s", topic.name, p.key, p.raw, p.message)
+                else:
+                    log.warning("topic %s: its configs conflict: %s", topic.name, p.message)
+        elif not problems:
+            self._problems_logged.pop(topic.name, None)
+        return config
 
     async def _check_topic_id(self, tp: TopicPartition, topic_id: str) -> bool:
         """Before hosting ``tp``: whether a log on disk already records ``topic_id``. A log left

@@ -32,7 +32,7 @@ from typing import Any
 
 import trio
 
-from ..config import Config
+from ..config import WILDCARD_HOSTS, Config
 from ..coordination import broker_key
 from ..errors import OdradekError
 from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, SessionState
@@ -62,6 +62,22 @@ REGISTRATION_POLL_S = 0.5
 class BrokerIdConflict(OdradekError):
     """Another session holds this broker id's registration: another live broker has the same
     ``broker.id``, or an earlier process's session outlived the wait."""
+
+
+class ListenersStopped(OdradekError):
+    """The listeners all ended while the broker was meant to serve (not cancelled): ``serve``
+    raises this after its shutdown, so ``odradek serve`` exits non-zero instead of living on."""
+
+
+class ListenerError(OdradekError):
+    """A listener could not bind; the message names it (``listener PLAINTEXT://host:port: ...``),
+    since with several listeners the OS error alone does not say which."""
+
+
+def listener_spec(ep: Endpoint) -> str:
+    """``NAME://host:port`` as in ``listeners`` (an IPv6 host in brackets)."""
+    host = f"[{ep.host}]" if ":" in ep.host else ep.host
+    return f"{ep.name}://{host}:{ep.port}"
 
 
 class InconsistentClusterId(OdradekError):
@@ -96,7 +112,7 @@ def advertised_endpoints(config: Config, bound: list[Endpoint]) -> list[Endpoint
     out = []
     for ep in bound:
         host = ep.host
-        if host in ("0.0.0.0", "::", ""):
+        if host in (*WILDCARD_HOSTS, ""):
             host = socket.getfqdn()
         out.append(Endpoint(ep.name, host, ep.port, ep.security_protocol))
     return out
@@ -183,7 +199,10 @@ class BrokerServer:
                     for ep in config.listeners:
                         factory = self.plugins.transport_for(ep.security_protocol, config["transport"])
                         listener = factory.listener(config, core, ep)
-                        bound.extend(await listeners.start(listener.serve))
+                        try:
+                            bound.extend(await listeners.start(listener.serve))
+                        except OSError as exc:  # a port in use, a host that does not resolve or is not local
+                            raise ListenerError(f"listener {listener_spec(ep)}: {exc}") from exc
                     self.endpoints = bound
                     advertised = advertised_endpoints(config, bound)
                     core.metadata_cache.local_endpoints = {
@@ -203,6 +222,11 @@ class BrokerServer:
                         self.broker_epoch,
                     )
                     task_status.started(bound)
+                # not cancelled, so every listener returned by itself: a broker that accepts
+                # nobody must not stay alive looking healthy (the process would never exit)
+                raise ListenersStopped(
+                    f"broker {config.broker_id}: every listener stopped; nothing left to serve, shutting down"
+                )
             finally:
                 # listeners have drained (or failed): hand leaderships over, stop following,
                 # answer parked requests, persist state

@@ -48,7 +48,7 @@ def run_show(args: argparse.Namespace) -> int:
 def reference_markdown(plugins: Plugins | None = None) -> str:
     """The config reference: every built-in and plugin key with type, default and meaning, for
     ``plugins`` (default: what a broker with no config file would load)."""
-    from ..config import TOPIC_ONLY_KEYS, all_keys
+    from ..config import TOPIC_ONLY_KEYS, UNIT_SYNONYMS, all_keys, broker_synonyms
 
     plugins = plugins or configured_plugins()
     keys = all_keys(plugins)
@@ -87,12 +87,31 @@ def reference_markdown(plugins: Plugins | None = None) -> str:
         "## Topic-level keys",
         "",
         "Set per topic with CreateTopics configs or IncrementalAlterConfigs (`odradek topics alter`);",
-        "each defaults to the broker key in the table above. Keys with no broker default:",
+        "each defaults to the broker key that names it in the table above (its topic-level key).",
         "",
-        "| key | type | default | meaning |",
-        "|---|---|---|---|",
+        "Kafka's broker synonyms in coarser units work too, so a ported `server.properties` keeps its",
+        "meaning; the first one set wins, in Kafka's precedence:",
+        "",
     ]
-    lines += [f"| `{k.name}` | {k.type.__name__} | `{k.default}` | {k.doc} |" for k in TOPIC_ONLY_KEYS]
+    lines += [f"- {' > '.join(f'`{n}`' for n in broker_synonyms(name))}" for name in UNIT_SYNONYMS]
+    lines += [
+        "",
+        "DescribeConfigs lists as a topic key's synonyms its override (DYNAMIC_TOPIC_CONFIG), the broker",
+        "keys among these that are set (STATIC_BROKER_CONFIG) in that order, then the default (DEFAULT_CONFIG).",
+    ]
+    if TOPIC_ONLY_KEYS:
+        lines += ["", "Keys with no broker default:", "", "| key | type | default | meaning |", "|---|---|---|---|"]
+        lines += [f"| `{k.name}` | {k.type.__name__} | `{k.default}` | {k.doc} |" for k in TOPIC_ONLY_KEYS]
+    lines += [
+        "",
+        "CreateTopics and AlterConfigs check every value and Kafka's cross-key rule",
+        "(`min.compaction.lag.ms` not above `max.compaction.lag.ms`, broker defaults included) and refuse",
+        "a request that breaks one with INVALID_CONFIG. A topic's stored overrides are read again at",
+        "every start and metadata change; as in Kafka, a conflict with a broker default changed since",
+        "keeps every override (one WARNING naming the topic; the cleaner then takes the min lag as the",
+        "max lag), and an override that is invalid on its own (a codec plugin no longer loaded) is",
+        "ignored alone (one ERROR naming the topic, key, value and the value used instead).",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -93,6 +93,8 @@ class SegmentLog:
         self._failure: str | None = None  # set when the log's files could not be kept consistent
         self._dirty = self._leo > self.recovery_point  # anything written since the last fsync
         self._apply_settings()
+        for seg in segments:  # as Kafka, every segment (the first, those loaded at a restart) has its jitter
+            seg.roll_jitter_ms = self._random_segment_jitter()
         self._dir_synced = False  # a new partition directory must reach its parent's entries
         self._epochs.truncate_from_end(self._leo)
         self._epochs.truncate_from_start(self._log_start)
@@ -146,9 +148,19 @@ class SegmentLog:
             index_interval=self.config.index_interval_bytes,
             preallocate_bytes=preallocate_bytes(self.config),
         )
-        jitter = int(self.config.get("segment.jitter.ms", 0) or 0)
-        seg.roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
+        seg.roll_jitter_ms = self._random_segment_jitter()
         return seg
+
+    def _random_segment_jitter(self) -> int:
+        """Kafka's ``LogConfig.randomSegmentJitter``: how much earlier than ``segment.ms`` a
+        segment rolls, drawn once per segment (so that the logs of topics created together do
+        not all roll at once). Drawn below ``min(segment.jitter.ms, segment.ms)`` -- the
+        effective segment.ms, capped by max.compaction.lag.ms for compacted logs: a jitter at
+        or above segment.ms would make the roll age zero or negative and roll a segment per
+        batch."""
+        jitter = int(self.config.get("segment.jitter.ms", 0) or 0)
+        bound = min(jitter, self._segment_ms)
+        return random.randrange(bound) if bound > 0 else 0
 
     # -- append --------------------------------------------------------------------------------
     def append_as_leader(
@@ -512,11 +524,16 @@ class SegmentLog:
             return None
 
     def update_config(self, config: TopicConfig) -> None:
+        old_jitter = self.config.get("segment.jitter.ms", 0)
         self.config = config
         active = self._segments[-1]
         active.index_interval = config.index_interval_bytes
         active.roll_at_ts = -1  # computed from segment.ms, which may have changed
         self._apply_settings()
+        if config.get("segment.jitter.ms", 0) != old_jitter:
+            # logs are opened at start-up with the broker defaults and given their topic's
+            # configs once the metadata is read: the active segment draws its jitter again
+            active.roll_jitter_ms = self._random_segment_jitter()
 
     def _apply_settings(self) -> None:
         """Topic configs the append path reads, as plain attributes (it runs per batch)."""

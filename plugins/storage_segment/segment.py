@@ -382,7 +382,9 @@ class LogSegment:
         oi, ti = self.offset_index, self.time_index
         if oi.entries + batches > oi.max_entries or ti.entries >= ti.max_entries:
             return True
-        roll_ms = segment_ms - self.roll_jitter_ms
+        # the jitter was drawn below segment.ms (SegmentLog._random_segment_jitter); a segment.ms
+        # lowered since must not leave a zero or negative roll age (a roll per batch)
+        roll_ms = segment_ms - self.roll_jitter_ms % segment_ms
         first_ts = self._first_batch_ts if self._first_batch_ts is not None else self.first_batch_timestamp()
         if first_ts >= 0 and max_timestamp >= 0:
             self.roll_at_ts = first_ts + roll_ms
