@@ -73,7 +73,7 @@ class Controller:
             self._term.cancel()
 
     async def _campaign_forever(self) -> None:
-        while True:
+        while self.cache.halted is None:  # a halted broker must not take leadership decisions
             with trio.CancelScope() as term:
                 self._term = term
                 try:
@@ -112,7 +112,7 @@ class Controller:
         returns how many partition states were changed. A write that loses its compare-and-set
         is decided again on the next listing (the watch reports the change that beat it)."""
         leadership = self.leadership
-        if leadership is None:
+        if leadership is None or self.cache.halted is not None:
             return 0
         if items is None:
             items, _ = await self.store.list(WATCHED_PREFIX)

@@ -134,6 +134,10 @@ class EtcdMetadataStore:
         self._closed = False
         self._states = SessionStateFeed()
         self._keepalive_scope: trio.CancelScope | None = None
+        #: the largest revision and the etcd cluster id seen in response headers: a revision
+        #: going back or another cluster id means the store was restarted empty or replaced
+        self._max_revision = 0
+        self._etcd_cluster_id = 0
 
     @property
     def lease_id(self) -> int:
@@ -166,13 +170,39 @@ class EtcdMetadataStore:
             options = self._options()
             call = functools.partial(fn, request, self.request_timeout_s, **options)
             try:
-                return await trio.to_thread.run_sync(call, abandon_on_cancel=True)
+                response = await trio.to_thread.run_sync(call, abandon_on_cancel=True)
             except grpc.RpcError as exc:
                 if exc.code() not in _UNAVAILABLE_CODES:
                     raise
                 if not idempotent:
                     raise MetadataUnavailable(f"etcd did not confirm the write: {exc.details()}") from exc
                 await trio.sleep(0.1)
+                continue
+            header = getattr(response, "header", None)
+            if header is not None:
+                self._observe(header)
+            return response
+
+    def _observe(self, header: Any) -> None:
+        """Check a response header against the ones before: etcd's revision never goes back and
+        its cluster id never changes, unless the server lost its data (restarted with an empty
+        data dir) or another etcd answers. Then this session's lease is gone as well: the
+        session is LOST (a new lease follows), and the broker, before registering again, finds
+        out whether the store still holds its cluster (``MetadataCache.check_cluster_id``)."""
+        revision, cluster_id = int(header.revision), int(header.cluster_id)
+        if self._etcd_cluster_id and cluster_id and cluster_id != self._etcd_cluster_id:
+            reset = f"the etcd cluster id changed from {self._etcd_cluster_id:x} to {cluster_id:x}"
+        elif revision < self._max_revision:
+            reset = f"etcd's revision went back from {self._max_revision} to {revision}"
+        else:
+            reset = ""
+        self._etcd_cluster_id = cluster_id or self._etcd_cluster_id
+        if reset:
+            log.warning("%s: the etcd store was restarted empty or replaced; the metadata session is lost", reset)
+            self._max_revision = revision
+            self._states.set(SessionState.LOST)
+        else:
+            self._max_revision = max(self._max_revision, revision)
 
     async def _txn(self, compare: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()) -> Any:
         request = etcdrpc.TxnRequest(compare=list(compare), success=list(success), failure=list(failure))

@@ -1,0 +1,149 @@
+"""A metadata store that lost its data (etcd or ZooKeeper restarted with an empty data dir) must
+never cost a broker its logs.
+
+At start-up the log dirs' ``meta.properties`` (Kafka's: version, broker.id, cluster.id) must name
+the store's cluster id; an empty store is not given a new id over logs of a known cluster. A
+running broker that finds its store emptied (a topic missing on a re-read, a new session on an
+emptied server, etcd's revisions going back) stops acting on metadata and shuts down with one
+CRITICAL line, keeping every log."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from broker_harness import FAKE_TRANSPORT, batch, create, produce, running_broker
+from kazoo.client import KazooClient
+
+from odradek.broker.meta_properties import InconsistentClusterId
+from odradek.broker.metadata_cache import MetadataStoreReset
+from odradek.broker.server import BrokerServer
+from odradek.config import load_config
+from odradek.interfaces import TopicPartition
+from odradek.manager import Plugins, build_plugin_manager
+from odradek.testing.servers import ZooKeeperServer, start_etcd, unique_chroot
+
+TP = TopicPartition("kept", 0)
+
+
+def _meta(data: Path) -> dict[str, str]:
+    lines = (data / "meta.properties").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
+async def test_an_emptied_store_is_refused_at_start_up(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        await create(core, "kept")
+        await produce(core, TP, batch([b"x"]))
+        cluster_id = core.cluster_id
+    assert _meta(tmp_path) == {"version": "0", "broker.id": str(core.config.broker_id), "cluster.id": cluster_id}
+    (tmp_path / "odradek-metadata.json").unlink()  # the metadata store lost its data
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(
+            InconsistentClusterId, match=f"no cluster id, but the log dirs belong to cluster {cluster_id}"
+        ),
+        flatten_subgroups=True,
+    ):
+        async with running_broker(tmp_path):
+            pass
+    assert (
+        not (tmp_path / "odradek-metadata.json").exists()
+        or b"/cluster/id" not in (tmp_path / "odradek-metadata.json").read_bytes()
+    )
+    assert (tmp_path / "kept-0").is_dir()
+    # the operator's decision (docs/operations.md): these logs start a new cluster
+    (tmp_path / "meta.properties").unlink()
+    async with running_broker(tmp_path) as core:
+        assert core.cluster_id != cluster_id and _meta(tmp_path)["cluster.id"] == core.cluster_id
+        assert (tmp_path / "kept-0").is_dir()
+
+
+async def test_another_clusters_store_is_refused_naming_both_ids(tmp_path: Path) -> None:
+    async with running_broker(tmp_path) as core:
+        cluster_id = core.cluster_id
+    text = (tmp_path / "meta.properties").read_text().replace(cluster_id, "OtherClusterIdXXXXXXXX")
+    (tmp_path / "meta.properties").write_text(text)
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(InconsistentClusterId, match=f"{cluster_id} .*doesn't match.* OtherClusterIdXXXXXXXX"),
+        flatten_subgroups=True,
+    ):
+        async with running_broker(tmp_path):
+            pass
+
+
+def _server(data: Path, metadata: dict[str, Any]) -> BrokerServer:
+    modules = ["compress", "storage_segment", "meta_zk", "meta_etcd"]
+    plugins = Plugins(
+        build_plugin_manager(
+            entry_points_enabled=False,
+            extra=[*(f"odradek.plugins.{m}.plugin" for m in modules), FAKE_TRANSPORT],
+        )
+    )
+    overrides = {"log.dirs": str(data), "listeners": "PLAINTEXT://127.0.0.1:0", **metadata}
+    return BrokerServer(load_config(env={}, plugins=plugins, overrides=overrides), plugins)
+
+
+async def _serve_until_it_stops(server: BrokerServer, emptied: Any) -> None:
+    """Serve, produce one record to a new topic, empty the store with ``emptied`` and expect the
+    broker to stop by itself with ``MetadataStoreReset``."""
+    with pytest.RaisesGroup(pytest.RaisesExc(MetadataStoreReset), flatten_subgroups=True):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            core = server.core
+            assert core is not None
+            await create(core, "kept")
+            await produce(core, TP, batch([b"x"]))
+            await emptied()
+            with trio.fail_after(30):
+                await trio.sleep_forever()  # the broker ends the nursery
+
+
+def _assert_kept(data: Path, caplog: pytest.LogCaptureFixture) -> None:
+    assert (data / "kept-0").is_dir(), "the log was deleted"
+    critical = [r.getMessage() for r in caplog.records if r.levelno == logging.CRITICAL]
+    assert len(critical) == 1 and "looks empty or reset" in critical[0], critical
+    assert "deleting the local log" not in caplog.text
+
+
+async def test_zookeeper_emptied_under_a_running_broker_keeps_its_logs(
+    tmp_path: Path, zookeeper_server: ZooKeeperServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The chroot's whole tree goes (as after a restart with an empty data dir); the next
+    re-read of the topic finds it missing and the cluster id gone: no deletion, a shutdown."""
+    chroot = unique_chroot("wipe")
+    server = _server(tmp_path, {"metadata": "zookeeper", "zookeeper.connect": zookeeper_server.connect_string + chroot})
+    observer = KazooClient(hosts=zookeeper_server.connect_string)
+    await trio.to_thread.run_sync(observer.start)
+
+    async def emptied() -> None:
+        await trio.to_thread.run_sync(lambda: observer.delete(chroot, recursive=True))
+        assert server.core is not None
+        await server.core.metadata_cache.refresh_topic("kept")  # e.g. a peer said UNKNOWN_TOPIC
+
+    try:
+        await _serve_until_it_stops(server, emptied)
+    finally:
+        await trio.to_thread.run_sync(observer.stop)
+    _assert_kept(tmp_path, caplog)
+
+
+async def test_etcd_restarted_empty_stops_the_running_broker(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """etcd restarted with an empty data dir: the lease is gone and the revisions start again
+    from 1; the broker finds no cluster id in the new session and stops, keeping its logs."""
+    with start_etcd(tmp_path / "etcd") as etcd:
+        server = _server(
+            tmp_path / "data",
+            {"metadata": "etcd", "etcd.endpoints": etcd.endpoint, "etcd.lease.ttl.ms": 3000},
+        )
+
+        async def emptied() -> None:
+            await trio.to_thread.run_sync(etcd.kill)
+            shutil.rmtree(etcd.data_dir)
+            await trio.to_thread.run_sync(etcd.start)
+
+        await _serve_until_it_stops(server, emptied)
+    _assert_kept(tmp_path / "data", caplog)
