@@ -147,3 +147,41 @@ async def test_etcd_restarted_empty_stops_the_running_broker(tmp_path: Path, cap
 
         await _serve_until_it_stops(server, emptied)
     _assert_kept(tmp_path / "data", caplog)
+
+
+@pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
+async def test_every_broker_follows_the_controller_election(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """Metadata's controller id (where admin clients send CreateTopics) follows elections on
+    every broker, not only on the winner: ZooKeeper and etcd keep the election in /controller."""
+    if kind == "zookeeper":
+        zk = request.getfixturevalue("zookeeper_server")
+        metadata = {"metadata": kind, "zookeeper.connect": zk.connect_string + unique_chroot("ctl")}
+    else:
+        etcd = request.getfixturevalue("etcd_server")
+        metadata = {"metadata": kind, "etcd.endpoints": etcd.endpoint, "etcd.namespace": unique_chroot("ctl")}
+    servers = {i: _server(tmp_path / f"b{i}", {**metadata, "broker.id": i}) for i in (1, 2, 3)}
+    async with trio.open_nursery() as nursery:
+        scopes = {}
+        for i, server in servers.items():
+            scope = trio.CancelScope()
+            scopes[i] = scope
+
+            async def run(server: BrokerServer = server, scope: trio.CancelScope = scope, **kw: Any) -> None:
+                with scope:
+                    await server.serve(**kw)
+
+            await nursery.start(run)
+
+        def controllers(ids: tuple[int, ...]) -> set[int]:
+            return {c.metadata_cache.controller_id for i in ids if (c := servers[i].core) is not None}
+
+        with trio.fail_after(20):
+            while controllers((1, 2, 3)) != {1}:
+                await trio.sleep(0.05)
+        scopes[1].cancel()  # the controller stops; 2 or 3 wins
+        with trio.fail_after(20):
+            while len(found := controllers((2, 3))) != 1 or found & {-1, 1}:
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()

@@ -47,6 +47,8 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 #: the per-partition state (beside the log) holding its topic's id
 TOPIC_ID_STATE = "partition.metadata"
 _TOPIC_ID = re.compile(r"[0-9a-fA-F]{32}")
+#: how often the controller is asked again when the store cannot tell its changes or failed
+CONTROLLER_POLL_S = 1.0
 #: how often partitions left unhosted by a storage error (a full disk) are tried again
 UNHOSTED_RETRY_S = 10.0
 
@@ -316,10 +318,32 @@ class MetadataCache:
             self.brokers[broker_id] = BrokerRegistration.decode(broker_id, v)
 
     async def refresh_controller(self) -> None:
-        leader = await self.store.leader(CONTROLLER_ELECTION)
+        self._set_controller(await self.store.leader(CONTROLLER_ELECTION))
+
+    def _set_controller(self, leader: tuple[bytes, int] | None) -> None:
         self.controller_id = int(leader[0]) if leader is not None else -1
         if self.controller_id >= 0:
             self.controller_known.set()
+
+    async def follow_controller(self) -> None:
+        """Keep :attr:`controller_id` (Metadata's controller id, where admin clients send
+        CreateTopics) on the broker that holds the ``controller`` election, through the store's
+        ``leader_changes``: every store keeps an election in its own keys (``/controller`` on
+        ZooKeeper and etcd), so only the store can say when it changed. A store without it (a
+        plugin written before it existed) is asked every ``CONTROLLER_POLL_S``."""
+        follow = getattr(self.store, "leader_changes", None)
+        while self.halted is None:
+            try:
+                if follow is None:
+                    await self.refresh_controller()
+                    await trio.sleep(CONTROLLER_POLL_S)
+                    continue
+                async for leader in follow(CONTROLLER_ELECTION):
+                    self._set_controller(leader)
+                return  # the store closed
+            except Exception as exc:  # the store is away: follow again once it answers
+                log.debug("following the controller election failed: %s", exc)
+                await trio.sleep(CONTROLLER_POLL_S)
 
     async def refresh_topic(self, name: str) -> None:
         """Re-read one topic from the store and reconcile this broker's partitions with it."""
@@ -515,7 +539,14 @@ class MetadataCache:
 
     # -- the watch -------------------------------------------------------------------------------
     async def run(self) -> None:
-        """Follow the store's changes until cancelled (re-listing after a compaction)."""
+        """Follow the store's changes and the controller election until cancelled (re-listing
+        after a compaction)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.follow_controller)
+            await self._follow_changes()
+            nursery.cancel_scope.cancel()
+
+    async def _follow_changes(self) -> None:
         while True:
             try:
                 async for ev in self.store.watch("/", after_revision=self.revision):
@@ -544,8 +575,6 @@ class MetadataCache:
             await self._refresh_if_older(_topic_of(key), revision)
         elif key.startswith(CONFIG_PREFIX):
             await self._refresh_if_older(key[len(CONFIG_PREFIX) :], revision)
-        elif key.startswith("/elections/" + CONTROLLER_ELECTION + "/"):
-            await self.refresh_controller()
 
     async def _refresh_if_older(self, name: str, revision: int) -> None:
         """Refresh ``name`` unless it was read at ``revision`` or later (the change is in it)."""

@@ -452,12 +452,7 @@ class EtcdMetadataStore:
             if leader is not None:
                 if leader.lease == self._lease_id and epoch is not None and leader.mod_revision == epoch.mod_revision:
                     return Leadership(name, current, Check(epoch_key, int(epoch.mod_revision)))
-                # wait for the leader key to change (a re-check every second covers broken streams)
-                with trio.move_on_after(1.0):
-                    k = self._k(leader_key)
-                    async with contextlib.aclosing(self._watch_range(k, None, revision)) as changes:
-                        async for _ in changes:
-                            break
+                await self._wait_for_change(leader_key, revision)
                 continue
             try:
                 revision = await self._commit(
@@ -467,6 +462,26 @@ class EtcdMetadataStore:
             except MetadataConflict:
                 continue
             return Leadership(name, current + 1, Check(epoch_key, revision))
+
+    async def _wait_for_change(self, key: str, revision: int) -> None:
+        """Until ``key`` changes after ``revision`` (at most a second: a re-check every second
+        covers broken streams)."""
+        with trio.move_on_after(1.0):
+            async with contextlib.aclosing(self._watch_range(self._k(key), None, revision)) as changes:
+                async for _ in changes:
+                    break
+
+    async def leader_changes(self, name: str) -> AsyncIterator[tuple[bytes, int] | None]:
+        """The leader of ``name`` now and after every change of ``/<name>``, until closed."""
+        leader_key, _ = election_keys(name)
+        last: object = object()
+        while not self._closed:
+            leader, epoch, revision = await self._election(name)
+            current = None if leader is None else (bytes(leader.value), int(epoch.value) if epoch is not None else 0)
+            if current != last:
+                last = current
+                yield current
+            await self._wait_for_change(leader_key, revision)
 
     async def resign(self, leadership: Leadership) -> None:
         """Delete ``/<name>`` if this leadership still holds (its fence passes); else nothing."""
