@@ -79,7 +79,7 @@ class Controller:
                 try:
                     await self._lead()
                 except Exception as exc:  # the store is away: a new session will come
-                    log.warning("controller: %s; campaigning again", exc)
+                    log.warning("controller: %s; campaigning again", one_line(exc))
             self._term = None
             if self.leadership is not None:
                 log.info("broker %d is no longer the controller", self.config.broker_id)
@@ -158,6 +158,12 @@ class Controller:
     def _topic_setting(self, topic: str, name: str) -> object:
         config = self.cache.topic_config(topic)
         return config[name] if config is not None else self.config.topic_config()[name]
+
+
+def one_line(exc: BaseException) -> str:
+    """An error for a log line: its type and message on one line (a store's client library
+    may raise errors whose text spans lines, such as gRPC's)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def _cluster_view(

@@ -37,6 +37,7 @@ from ..coordination import broker_key
 from ..errors import OdradekError
 from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, SessionState
 from ..manager import Plugins, load_plugins
+from ..sessions import MetadataUnavailable
 from . import meta_properties
 from .alter_partition import AlterPartitionManager
 from .controller import Controller
@@ -302,15 +303,24 @@ class BrokerServer:
 
     async def _register(self, store: MetadataStore, info: bytes) -> int:
         """``register_broker``, with a conflict (another session registered this id since the
-        wait above) as a one-line error instead of a traceback."""
+        wait above) as a one-line error instead of a traceback. A session lost meanwhile (an
+        etcd lease expired during a long pause or the wait above) or a store away is what a
+        running broker survives too: wait for the store's next session and register in it."""
         broker_id = self.config.broker_id
-        try:
-            return await store.register_broker(broker_id, info)
-        except MetadataConflict as exc:
-            raise BrokerIdConflict(
-                f"broker id {broker_id} is registered by another session: is another broker running "
-                f"with broker.id={broker_id}? ({exc})"
-            ) from exc
+        while True:
+            try:
+                return await store.register_broker(broker_id, info)
+            except MetadataConflict as exc:
+                raise BrokerIdConflict(
+                    f"broker id {broker_id} is registered by another session: is another broker running "
+                    f"with broker.id={broker_id}? ({exc})"
+                ) from exc
+            except MetadataUnavailable as exc:
+                log.warning("registering broker %d failed (%s); registering again in a new session", broker_id, exc)
+            async for state in store.session_states():
+                if state is SessionState.CONNECTED:
+                    break
+            await trio.sleep(REREGISTER_BACKOFF_S)
 
     async def _follow_session(self, store: MetadataStore, info: bytes, controller: Controller) -> None:
         """What Kafka's broker does when its ZooKeeper session expires: the registration (an

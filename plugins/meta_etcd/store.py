@@ -59,7 +59,7 @@ from odradek.interfaces import (
     Versioned,
     WatchEvent,
 )
-from odradek.sessions import MetadataUnavailable, SessionStateFeed
+from odradek.sessions import MetadataSessionLost, MetadataStoreError, MetadataUnavailable, SessionStateFeed
 
 from .watch import WatchStream, WatchStreamBroken
 
@@ -173,7 +173,7 @@ class EtcdMetadataStore:
                 response = await trio.to_thread.run_sync(call, abandon_on_cancel=True)
             except grpc.RpcError as exc:
                 if exc.code() not in _UNAVAILABLE_CODES:
-                    raise
+                    raise self._error(exc) from exc
                 if not idempotent:
                     raise MetadataUnavailable(f"etcd did not confirm the write: {exc.details()}") from exc
                 await trio.sleep(0.1)
@@ -182,6 +182,16 @@ class EtcdMetadataStore:
             if header is not None:
                 self._observe(header)
             return response
+
+    def _error(self, exc: grpc.RpcError) -> Exception:
+        """A gRPC error as one readable line. A lease etcd no longer has (it expired while the
+        keep-alive had not noticed yet, a long pause, an etcd restarted empty) is the session
+        lost: report LOST at once (the keep-alive task then takes a new lease) and say so."""
+        code, details = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
+            self._states.set(SessionState.LOST)
+            return MetadataSessionLost(f"etcd lease {self._lease_id:x} is gone ({details}): the session is lost")
+        return MetadataStoreError(f"etcd answered {code.name}: {details}")
 
     def _observe(self, header: Any) -> None:
         """Check a response header against the ones before: etcd's revision never goes back and

@@ -1,11 +1,14 @@
-"""A metadata store that lost its data (etcd or ZooKeeper restarted with an empty data dir) must
+"""Metadata faults a broker must survive without losing data or answering wrongly.
+
+A metadata store that lost its data (etcd or ZooKeeper restarted with an empty data dir) must
 never cost a broker its logs.
 
 At start-up the log dirs' ``meta.properties`` (Kafka's: version, broker.id, cluster.id) must name
 the store's cluster id; an empty store is not given a new id over logs of a known cluster. A
 running broker that finds its store emptied (a topic missing on a re-read, a new session on an
 emptied server, etcd's revisions going back) stops acting on metadata and shuts down with one
-CRITICAL line, keeping every log."""
+CRITICAL line, keeping every log. Every broker's controller id follows elections; a session lost
+while registering at start-up is taken over by a new one."""
 
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ from odradek.broker.server import BrokerServer
 from odradek.config import load_config
 from odradek.interfaces import TopicPartition
 from odradek.manager import Plugins, build_plugin_manager
-from odradek.testing.servers import ZooKeeperServer, start_etcd, unique_chroot
+from odradek.plugins.meta_etcd.store import EtcdMetadataStore
+from odradek.testing.servers import EtcdServer, ZooKeeperServer, start_etcd, unique_chroot
 
 TP = TopicPartition("kept", 0)
 
@@ -185,3 +189,45 @@ async def test_every_broker_follows_the_controller_election(
             while len(found := controllers((2, 3))) != 1 or found & {-1, 1}:
                 await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_lease_lost_while_registering_at_start_up_is_renewed(
+    tmp_path: Path, etcd_server: EtcdServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A restarted broker waits for its earlier registration to expire; its own lease is lost
+    meanwhile (a long pause) before the keep-alive notices: registering with it is refused
+    ("requested lease not found"). The broker takes a new lease and registers in it, as a
+    running broker does, instead of exiting with a gRPC traceback."""
+    from odradek.broker import server as server_module
+
+    monkeypatch.setattr(server_module, "REGISTRATION_POLL_S", 0.05)
+    namespace = unique_chroot("lease")
+    earlier = EtcdMetadataStore([etcd_server.endpoint], namespace=namespace)  # the killed process
+    await earlier.open(30_000)
+    await earlier.register_broker(0, b'{"endpoints": []}')
+    metadata = {"metadata": "etcd", "etcd.endpoints": etcd_server.endpoint, "etcd.namespace": namespace}
+    server = _server(tmp_path, metadata)
+    async with trio.open_nursery() as nursery:
+        endpoints: list[Any] = []
+
+        async def run() -> None:
+            endpoints.extend(await nursery.start(server.serve))
+
+        nursery.start_soon(run)
+        with trio.fail_after(10):
+            while server.store is None or not getattr(server.store, "lease_id", 0):
+                await trio.sleep(0.01)
+        store = server.store
+        assert isinstance(store, EtcdMetadataStore)
+        lost = store.lease_id
+        await trio.to_thread.run_sync(store._client.revoke_lease, lost)  # as if it expired
+        await earlier.close()  # the earlier registration goes: the broker registers now
+        with trio.fail_after(20):
+            while not endpoints:
+                await trio.sleep(0.05)
+        assert store.lease_id != lost
+        registration = await store._get_kv(store._k("/brokers/ids/0"))
+        assert registration is not None and registration.lease == store.lease_id
+        nursery.cancel_scope.cancel()
+    warned = [r.getMessage() for r in caplog.records if "registering broker 0 failed" in r.getMessage()]
+    assert warned and "lease" in warned[0] and "\n" not in warned[0]
