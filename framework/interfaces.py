@@ -536,6 +536,13 @@ class MetadataStore(Protocol):
         """(value, epoch) of the current leader of ``name``, or None."""
         ...
 
+    def leader_changes(self, name: str) -> AsyncIterator[tuple[bytes, int] | None]:
+        """The leader of ``name`` as :meth:`leader` answers, first at once, then again after
+        every change (a new leader or epoch, or none), until cancelled or the store closes.
+        Brokers follow the ``controller`` election with it (Metadata's controller id), whatever
+        keys the plugin keeps an election in; consecutive equal answers may be merged."""
+        ...
+
     async def next_id(self, key: str) -> int:
         """Atomically increment a counter and return the new value (producer ids, broker ids)."""
         ...

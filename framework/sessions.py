@@ -27,6 +27,17 @@ class MetadataUnavailable(OdradekError):
     """
 
 
+class MetadataSessionLost(MetadataUnavailable):
+    """The session expired while a request used it (etcd: its lease is gone): its ephemerals
+    are gone and a write with it was refused. The store has reported LOST and starts a new
+    session; wait for CONNECTED and try again (a broker registers again in the new session)."""
+
+
+class MetadataStoreError(OdradekError):
+    """The coordination service refused a request for a reason of its own (one line: its status
+    and details), not because it is unreachable."""
+
+
 #: Session changes a subscriber may have unread before it is cut off (a consumer that far behind
 #: is stuck; a slow consumer must not make the feed grow without bound).
 STATE_BUFFER = 64

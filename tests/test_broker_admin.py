@@ -552,8 +552,11 @@ async def test_stray_logs_are_deleted_at_start_up(
     caplog.clear()
     async with running_broker(tmp_path):  # nothing left to delete
         assert "stray" not in caplog.text
-    # a new, empty store (the metadata lost, a wrong address): nothing is deleted, it is reported
+    # a new, empty store (the metadata lost, a wrong address) that the operator chose to start
+    # a new cluster in (meta.properties removed, else the start is refused): nothing is
+    # deleted, it is reported
     (tmp_path / "odradek-metadata.json").unlink()
+    (tmp_path / "meta.properties").unlink()
     caplog.clear()
     async with running_broker(tmp_path) as core:
         assert (tmp_path / "kept-0").exists() and core.storage.get_log(TopicPartition("kept", 0)) is not None

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 import trio
 
+from odradek.broker.controller import one_line
 from odradek.config import load_config
 from odradek.interfaces import Delete, MetadataCompacted, MetadataStore, Put, SessionState
 from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_etcd.store import EtcdMetadataStore, etcd3, parse_endpoint
-from odradek.sessions import MetadataUnavailable
+from odradek.sessions import MetadataSessionLost, MetadataUnavailable
 from odradek.testing import EtcdServer, servers, start_etcd, unique_chroot
 from odradek.testing.metadata import (
     MetadataStoreConformance,
@@ -160,3 +161,27 @@ async def test_watch_from_compacted_revision_raises_compacted(tmp_path: Path) ->
             await close_iterator(watch)
         finally:
             await store.close()
+
+
+async def test_a_write_with_a_lost_lease_is_the_session_lost_in_one_line(etcd_server: EtcdServer) -> None:
+    """etcd's "requested lease not found" is the session lost (LOST, then a new lease), raised as
+    one readable line, not gRPC's multi-line repr; the controller logs errors on one line too."""
+    store = EtcdMetadataStore([etcd_server.endpoint], namespace=unique_chroot("lostlease"))
+    await store.open(30_000)
+    try:
+        states = store.session_states()
+        seen: list[SessionState] = []
+        await await_state(states, SessionState.CONNECTED, seen)
+        lost = store.lease_id
+        await trio.to_thread.run_sync(store._client.revoke_lease, lost)  # the keep-alive has not noticed
+        with pytest.raises(MetadataSessionLost, match="lease not found") as caught:
+            await store.create("/live/x", b"1", ephemeral=True)
+        line = one_line(caught.value)
+        assert "\n" not in line and line.startswith("MetadataSessionLost: etcd lease")
+        await await_state(states, SessionState.LOST, seen)
+        await await_state(states, SessionState.CONNECTED, seen)
+        assert store.lease_id != lost
+        await store.create("/live/x", b"1", ephemeral=True)
+        await close_iterator(states)
+    finally:
+        await store.close()

@@ -73,13 +73,13 @@ class Controller:
             self._term.cancel()
 
     async def _campaign_forever(self) -> None:
-        while True:
+        while self.cache.halted is None:  # a halted broker must not take leadership decisions
             with trio.CancelScope() as term:
                 self._term = term
                 try:
                     await self._lead()
                 except Exception as exc:  # the store is away: a new session will come
-                    log.warning("controller: %s; campaigning again", exc)
+                    log.warning("controller: %s; campaigning again", one_line(exc))
             self._term = None
             if self.leadership is not None:
                 log.info("broker %d is no longer the controller", self.config.broker_id)
@@ -112,7 +112,7 @@ class Controller:
         returns how many partition states were changed. A write that loses its compare-and-set
         is decided again on the next listing (the watch reports the change that beat it)."""
         leadership = self.leadership
-        if leadership is None:
+        if leadership is None or self.cache.halted is not None:
             return 0
         if items is None:
             items, _ = await self.store.list(WATCHED_PREFIX)
@@ -158,6 +158,12 @@ class Controller:
     def _topic_setting(self, topic: str, name: str) -> object:
         config = self.cache.topic_config(topic)
         return config[name] if config is not None else self.config.topic_config()[name]
+
+
+def one_line(exc: BaseException) -> str:
+    """An error for a log line: its type and message on one line (a store's client library
+    may raise errors whose text spans lines, such as gRPC's)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def _cluster_view(

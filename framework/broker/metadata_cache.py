@@ -32,7 +32,7 @@ from typing import Any
 import trio
 
 from ..config import Config, TopicConfig
-from ..errors import ErrorCode, KafkaError, KafkaStorageError
+from ..errors import ErrorCode, KafkaError, KafkaStorageError, OdradekError
 from ..interfaces import MetadataCompacted, MetadataStore, PartitionLog, TopicPartition, Versioned
 from .replica_manager import ReplicaManager
 
@@ -47,8 +47,16 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 #: the per-partition state (beside the log) holding its topic's id
 TOPIC_ID_STATE = "partition.metadata"
 _TOPIC_ID = re.compile(r"[0-9a-fA-F]{32}")
+#: how often the controller is asked again when the store cannot tell its changes or failed
+CONTROLLER_POLL_S = 1.0
 #: how often partitions left unhosted by a storage error (a full disk) are tried again
 UNHOSTED_RETRY_S = 10.0
+
+
+class MetadataStoreReset(OdradekError):
+    """The metadata store no longer holds this broker's cluster id (its data was lost and the
+    server restarted empty, or the broker now talks to another cluster's store): nothing read
+    from it may be acted on. The broker shuts down (see :meth:`MetadataCache.halt`)."""
 
 
 def parse_topic_id(data: bytes) -> str | None:
@@ -173,6 +181,11 @@ class MetadataCache:
         #: wrong store never deletes its logs as strays; None (the default): not looked for
         self.delete_stray_logs: bool | None = None
         self._strays_checked = False
+        #: why this broker stopped acting on the metadata (the store lost its cluster id), once
+        #: :meth:`halt` was called: no reconciliation, no log deletion, no controller work
+        self.halted: str | None = None
+        #: set by :meth:`halt`; the server shuts the broker down when it is
+        self.halted_event = trio.Event()
 
     # -- loading ---------------------------------------------------------------------------------
     async def load(self) -> None:
@@ -194,6 +207,42 @@ class MetadataCache:
             self._strays_checked = True
             async with self._lock:
                 await self._remove_stray_logs(delete=self.delete_stray_logs)
+
+    # -- the cluster id guard --------------------------------------------------------------------
+    async def check_cluster_id(self, why: str) -> bool:
+        """Whether the store still holds this broker's cluster id (``/cluster/id``), read now.
+
+        Called before acting on a change that could be a lost store rather than a real one: a
+        re-registration after a lost session (the new session may be on a server restarted with
+        an empty data dir), a watch that lost its history, a topic missing on a re-read. An
+        empty or replaced store has no id or another one; then this broker halts (:meth:`halt`) and
+        this returns False. ``why`` says what prompted the check (for the log line)."""
+        if self.halted is not None:
+            return False
+        if not self.cluster_id:  # a core run without a server: nothing to compare with
+            return True
+        current = await self.store.get(CLUSTER_ID_KEY)
+        found = current.value.decode() if current is not None else None
+        if found == self.cluster_id:
+            return True
+        what = "has no cluster id" if found is None else f"holds cluster id {found}"
+        self.halt(
+            f"broker {self.broker_id}: the metadata store {what}, but this broker belongs to cluster "
+            f"{self.cluster_id} ({why}): the store looks empty or reset (its data lost?) or is another "
+            "cluster's; to keep the logs, this broker stops acting on metadata and shuts down "
+            "(see docs/operations.md, 'Metadata store lost or reset')"
+        )
+        return False
+
+    def halt(self, reason: str) -> None:
+        """Stop acting on the metadata for good: no reconciliation (so no log is deleted, no
+        leadership taken or given up) from now on; the server shuts the broker down. One
+        CRITICAL line says why."""
+        if self.halted is not None:
+            return
+        self.halted = reason
+        log.critical("%s", reason)
+        self.halted_event.set()
 
     # -- stray logs ------------------------------------------------------------------------------
     async def _remove_stray_logs(self, *, delete: bool) -> None:
@@ -269,10 +318,32 @@ class MetadataCache:
             self.brokers[broker_id] = BrokerRegistration.decode(broker_id, v)
 
     async def refresh_controller(self) -> None:
-        leader = await self.store.leader(CONTROLLER_ELECTION)
+        self._set_controller(await self.store.leader(CONTROLLER_ELECTION))
+
+    def _set_controller(self, leader: tuple[bytes, int] | None) -> None:
         self.controller_id = int(leader[0]) if leader is not None else -1
         if self.controller_id >= 0:
             self.controller_known.set()
+
+    async def follow_controller(self) -> None:
+        """Keep :attr:`controller_id` (Metadata's controller id, where admin clients send
+        CreateTopics) on the broker that holds the ``controller`` election, through the store's
+        ``leader_changes``: every store keeps an election in its own keys (``/controller`` on
+        ZooKeeper and etcd), so only the store can say when it changed. A store without it (a
+        plugin written before it existed) is asked every ``CONTROLLER_POLL_S``."""
+        follow = getattr(self.store, "leader_changes", None)
+        while self.halted is None:
+            try:
+                if follow is None:
+                    await self.refresh_controller()
+                    await trio.sleep(CONTROLLER_POLL_S)
+                    continue
+                async for leader in follow(CONTROLLER_ELECTION):
+                    self._set_controller(leader)
+                return  # the store closed
+            except Exception as exc:  # the store is away: follow again once it answers
+                log.debug("following the controller election failed: %s", exc)
+                await trio.sleep(CONTROLLER_POLL_S)
 
     async def refresh_topic(self, name: str) -> None:
         """Re-read one topic from the store and reconcile this broker's partitions with it."""
@@ -280,13 +351,27 @@ class MetadataCache:
             await self._refresh_topic(name)
 
     async def _refresh_topic(self, name: str) -> None:
+        if self.halted is not None:
+            return
         items, read_at = await self.store.list(topic_key(name) + "/")
         self._topic_read_at[name] = read_at
         assignment = await self.store.get(topic_key(name))
         cfg = await self.store.get(config_key(name))
         if assignment is None:
+            local = sorted(tp.partition for tp in self.replica_manager.partitions if tp.topic == name)
+            # a topic missing on a re-read is a deletion only if the store is still this
+            # cluster's: an emptied store (a wiped etcd or ZooKeeper) lacks every topic, and
+            # deleting the logs then would lose every record the cluster had
+            if local and not await self.check_cluster_id(f"topic {name} is missing on a re-read"):
+                return
             known = self.topics.pop(name, None) is not None
-            if known or any(tp.topic == name for tp in self.replica_manager.partitions):
+            if local:
+                log.warning(
+                    "deleting the local log(s) of topic %s (partitions %s): the topic was deleted "
+                    "(its assignment is gone from the metadata store of cluster %s)",
+                    name, ", ".join(map(str, local)), self.cluster_id or "?",
+                )  # fmt: skip
+            if known or local:
                 await self._remove_local(name, set())
             self._topic_configs.pop(name, None)
             self._problems_logged.pop(name, None)
@@ -454,18 +539,31 @@ class MetadataCache:
 
     # -- the watch -------------------------------------------------------------------------------
     async def run(self) -> None:
-        """Follow the store's changes until cancelled (re-listing after a compaction)."""
+        """Follow the store's changes and the controller election until cancelled (re-listing
+        after a compaction)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.follow_controller)
+            await self._follow_changes()
+            nursery.cancel_scope.cancel()
+
+    async def _follow_changes(self) -> None:
         while True:
             try:
                 async for ev in self.store.watch("/", after_revision=self.revision):
                     self.revision = max(self.revision, ev.revision)
                     await self._on_change(ev.key, ev.value, ev.revision)
                 return  # the session ended
-            except MetadataCompacted:
+            except MetadataCompacted as exc:
+                # compacted history, or a store whose revisions went back (restarted empty):
+                # re-read only if it is still this cluster's store
+                if not await self.check_cluster_id(f"the metadata watch lost its history: {exc}"):
+                    return
                 log.warning("metadata watch fell behind; re-reading the whole state")
                 await self.load()
 
     async def _on_change(self, key: str, value: bytes | None, revision: int = -1) -> None:
+        if self.halted is not None:
+            return
         if key.startswith(BROKERS_PREFIX):
             if value is None:
                 self.brokers.pop(_int_or(key[len(BROKERS_PREFIX) :]), None)
@@ -477,8 +575,6 @@ class MetadataCache:
             await self._refresh_if_older(_topic_of(key), revision)
         elif key.startswith(CONFIG_PREFIX):
             await self._refresh_if_older(key[len(CONFIG_PREFIX) :], revision)
-        elif key.startswith("/elections/" + CONTROLLER_ELECTION + "/"):
-            await self.refresh_controller()
 
     async def _refresh_if_older(self, name: str, revision: int) -> None:
         """Refresh ``name`` unless it was read at ``revision`` or later (the change is in it)."""

@@ -37,10 +37,13 @@ from ..coordination import broker_key
 from ..errors import OdradekError
 from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, SessionState
 from ..manager import Plugins, load_plugins
+from ..sessions import MetadataUnavailable
+from . import meta_properties
 from .alter_partition import AlterPartitionManager
 from .controller import Controller
 from .core import BrokerCore
-from .metadata_cache import CLUSTER_ID_KEY, registration_json
+from .meta_properties import InconsistentClusterId
+from .metadata_cache import CLUSTER_ID_KEY, MetadataCache, MetadataStoreReset, registration_json
 from .replica_fetcher import ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
@@ -80,24 +83,38 @@ def listener_spec(ep: Endpoint) -> str:
     return f"{ep.name}://{host}:{ep.port}"
 
 
-class InconsistentClusterId(OdradekError):
-    """``cluster.id`` in the config differs from the one stored in the metadata store."""
-
-
 def new_cluster_id() -> str:
     """Kafka's format: a random UUID, URL-safe base64 without padding (22 characters)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-async def ensure_cluster_id(store: MetadataStore, configured: str) -> str:
-    """The stored cluster id, created from ``configured`` (or a new one) on first start."""
+async def ensure_cluster_id(store: MetadataStore, configured: str, recorded: str | None = None) -> str:
+    """The stored cluster id, created from ``configured`` (or a new one) on first start.
+
+    ``recorded`` is the cluster id the broker's log dirs recorded (``meta.properties``): the
+    store must hold the same (Kafka's ``InconsistentClusterIdException``), and a store with
+    none is not given a new one: it lost its data (a wiped etcd or ZooKeeper data dir) or is
+    the wrong store, and a new id there would make every log this broker has look stray."""
     while True:
         current = await store.get(CLUSTER_ID_KEY)
         if current is not None:
             stored = current.value.decode()
             if configured and configured != stored:
                 raise InconsistentClusterId(f"cluster.id is {configured!r} but the metadata store holds {stored!r}")
+            if recorded is not None and recorded != stored:
+                raise InconsistentClusterId(
+                    f"the cluster id {stored} of the metadata store doesn't match the cluster id {recorded} "
+                    f"in {meta_properties.FILE_NAME} of the log dirs: is the broker pointed at another cluster's "
+                    "metadata store? (see docs/operations.md, 'Metadata store lost or reset')"
+                )
             return stored
+        if recorded is not None:
+            raise InconsistentClusterId(
+                f"the metadata store has no cluster id, but the log dirs belong to cluster {recorded} "
+                f"({meta_properties.FILE_NAME}): the metadata store looks empty or reset (its data lost?) "
+                "or is the wrong one; refusing to start rather than create a new cluster over these logs. "
+                "Restore the store, or see docs/operations.md, 'Metadata store lost or reset'"
+            )
         try:
             await store.put(CLUSTER_ID_KEY, (configured or new_cluster_id()).encode(), expect=ABSENT)
         except MetadataConflict:
@@ -156,15 +173,18 @@ class BrokerServer:
 
     async def _serve_with(self, storage: LogStorage, store: MetadataStore, task_status: Any) -> None:
         config = self.config
-        # a store that already had a cluster id is this broker's cluster's (when cluster.id is
-        # configured, ensure_cluster_id checks that it is the same): only then are logs the
-        # metadata does not know stray; a new, empty store (a wrong address, lost metadata)
-        # would make every log look stray
+        # logs the metadata does not know are stray only when the store already had a cluster
+        # id and the log dirs recorded that same id (meta.properties): a new, empty store (a
+        # wrong address, lost metadata) or log dirs not yet known to be this cluster's (the
+        # operator removed meta.properties to start over) would make every log look stray
         known_store = await store.get(CLUSTER_ID_KEY) is not None
-        cluster_id = await ensure_cluster_id(store, str(config["cluster.id"]))
+        recorded = meta_properties.recorded_cluster_id(config.log_dirs, config.broker_id)
+        cluster_id = await ensure_cluster_id(store, str(config["cluster.id"]), recorded)
+        meta_properties.record(config.log_dirs, config.broker_id, cluster_id)
         await self._wait_for_earlier_registration(store)
         core = BrokerCore(config, storage, store, self.plugins.codecs(), cluster_id=cluster_id)
-        core.metadata_cache.delete_stray_logs = known_store
+        core.metadata_cache.cluster_id = cluster_id
+        core.metadata_cache.delete_stray_logs = known_store and recorded == cluster_id
         self.core = core
         await core.start()
         async with trio.open_nursery() as background:
@@ -215,6 +235,7 @@ class BrokerServer:
                     await self._start(background, scopes, self.controller.run)
                     controller = self.controller
                     self._spawn(background, scopes, lambda: self._follow_session(store, info, controller))
+                    self._spawn(background, scopes, lambda: self._stop_when_halted(core.metadata_cache, controller))
                     log.info(
                         "broker %d serving cluster %s (broker epoch %d)",
                         config.broker_id,
@@ -236,7 +257,7 @@ class BrokerServer:
                     with trio.CancelScope(shield=True):
                         # only a registered broker hands leaderships over: one that never
                         # registered would act on another session's behalf
-                        if registered:
+                        if registered and core.metadata_cache.halted is None:
                             with trio.move_on_after(CONTROLLED_SHUTDOWN_TIMEOUT_S):
                                 try:
                                     await alter_partition.controlled_shutdown()
@@ -282,15 +303,24 @@ class BrokerServer:
 
     async def _register(self, store: MetadataStore, info: bytes) -> int:
         """``register_broker``, with a conflict (another session registered this id since the
-        wait above) as a one-line error instead of a traceback."""
+        wait above) as a one-line error instead of a traceback. A session lost meanwhile (an
+        etcd lease expired during a long pause or the wait above) or a store away is what a
+        running broker survives too: wait for the store's next session and register in it."""
         broker_id = self.config.broker_id
-        try:
-            return await store.register_broker(broker_id, info)
-        except MetadataConflict as exc:
-            raise BrokerIdConflict(
-                f"broker id {broker_id} is registered by another session: is another broker running "
-                f"with broker.id={broker_id}? ({exc})"
-            ) from exc
+        while True:
+            try:
+                return await store.register_broker(broker_id, info)
+            except MetadataConflict as exc:
+                raise BrokerIdConflict(
+                    f"broker id {broker_id} is registered by another session: is another broker running "
+                    f"with broker.id={broker_id}? ({exc})"
+                ) from exc
+            except MetadataUnavailable as exc:
+                log.warning("registering broker %d failed (%s); registering again in a new session", broker_id, exc)
+            async for state in store.session_states():
+                if state is SessionState.CONNECTED:
+                    break
+            await trio.sleep(REREGISTER_BACKOFF_S)
 
     async def _follow_session(self, store: MetadataStore, info: bytes, controller: Controller) -> None:
         """What Kafka's broker does when its ZooKeeper session expires: the registration (an
@@ -308,8 +338,23 @@ class BrokerServer:
                 lost = True
                 controller.session_lost()
             elif state is SessionState.CONNECTED and lost:
+                # the new session may be on a server that lost its data (restarted with an empty
+                # data dir): registering and campaigning there would start a new cluster over ours
+                if not await controller.cache.check_cluster_id("a new metadata session after the last was lost"):
+                    return
                 await self._register_again(store, info)
                 lost = False
+
+    @staticmethod
+    async def _stop_when_halted(cache: MetadataCache, controller: Controller) -> None:
+        """Once the metadata cache halted (the store lost this cluster's id), stop controlling
+        and end the broker: ``serve`` raises ``MetadataStoreReset``, so ``odradek serve`` exits
+        non-zero instead of serving from, or acting on, a store that is not its cluster's."""
+        await cache.halted_event.wait()
+        controller.session_lost()
+        raise MetadataStoreReset(
+            f"broker {cache.broker_id} stopped: the metadata store is not cluster {cache.cluster_id}'s any more"
+        )
 
     async def _register_again(self, store: MetadataStore, info: bytes) -> None:
         attempt = 0

@@ -487,6 +487,33 @@ class MetadataStoreConformance:
         with pytest.raises(MetadataConflict):
             await winner.txn([first.fence], [Put("/x", b"stale")])
 
+    async def test_leader_changes_follow_elections(self, open_store: OpenStore) -> None:
+        """``leader_changes`` answers at once, then after every change: a new leader, a resign."""
+        a = await open_store()
+        b = await open_store()
+        seen: list[tuple[bytes, int] | None] = []
+
+        async def wait_for(expected: tuple[bytes, int] | None) -> None:
+            with trio.fail_after(self.wait_s):
+                while not seen or seen[-1] != expected:
+                    await trio.sleep(0.01)
+
+        async with trio.open_nursery() as nursery:
+
+            async def follow() -> None:
+                async for leader in b.leader_changes("followed"):
+                    seen.append(leader)
+
+            nursery.start_soon(follow)
+            await wait_for(None)
+            la = await a.campaign("followed", b"A")
+            await wait_for((b"A", la.epoch))
+            await a.resign(la)
+            await wait_for(None)
+            lb = await b.campaign("followed", b"B")
+            await wait_for((b"B", lb.epoch))
+            nursery.cancel_scope.cancel()
+
     async def test_campaign_again_after_resign_bumps_epoch(self, store: MetadataStore) -> None:
         first = await store.campaign("solo", b"me")
         await store.resign(first)

@@ -59,7 +59,7 @@ from odradek.interfaces import (
     Versioned,
     WatchEvent,
 )
-from odradek.sessions import MetadataUnavailable, SessionStateFeed
+from odradek.sessions import MetadataSessionLost, MetadataStoreError, MetadataUnavailable, SessionStateFeed
 
 from .watch import WatchStream, WatchStreamBroken
 
@@ -134,6 +134,10 @@ class EtcdMetadataStore:
         self._closed = False
         self._states = SessionStateFeed()
         self._keepalive_scope: trio.CancelScope | None = None
+        #: the largest revision and the etcd cluster id seen in response headers: a revision
+        #: going back or another cluster id means the store was restarted empty or replaced
+        self._max_revision = 0
+        self._etcd_cluster_id = 0
 
     @property
     def lease_id(self) -> int:
@@ -166,13 +170,49 @@ class EtcdMetadataStore:
             options = self._options()
             call = functools.partial(fn, request, self.request_timeout_s, **options)
             try:
-                return await trio.to_thread.run_sync(call, abandon_on_cancel=True)
+                response = await trio.to_thread.run_sync(call, abandon_on_cancel=True)
             except grpc.RpcError as exc:
                 if exc.code() not in _UNAVAILABLE_CODES:
-                    raise
+                    raise self._error(exc) from exc
                 if not idempotent:
                     raise MetadataUnavailable(f"etcd did not confirm the write: {exc.details()}") from exc
                 await trio.sleep(0.1)
+                continue
+            header = getattr(response, "header", None)
+            if header is not None:
+                self._observe(header)
+            return response
+
+    def _error(self, exc: grpc.RpcError) -> Exception:
+        """A gRPC error as one readable line. A lease etcd no longer has (it expired while the
+        keep-alive had not noticed yet, a long pause, an etcd restarted empty) is the session
+        lost: report LOST at once (the keep-alive task then takes a new lease) and say so."""
+        code, details = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
+            self._states.set(SessionState.LOST)
+            return MetadataSessionLost(f"etcd lease {self._lease_id:x} is gone ({details}): the session is lost")
+        return MetadataStoreError(f"etcd answered {code.name}: {details}")
+
+    def _observe(self, header: Any) -> None:
+        """Check a response header against the ones before: etcd's revision never goes back and
+        its cluster id never changes, unless the server lost its data (restarted with an empty
+        data dir) or another etcd answers. Then this session's lease is gone as well: the
+        session is LOST (a new lease follows), and the broker, before registering again, finds
+        out whether the store still holds its cluster (``MetadataCache.check_cluster_id``)."""
+        revision, cluster_id = int(header.revision), int(header.cluster_id)
+        if self._etcd_cluster_id and cluster_id and cluster_id != self._etcd_cluster_id:
+            reset = f"the etcd cluster id changed from {self._etcd_cluster_id:x} to {cluster_id:x}"
+        elif revision < self._max_revision:
+            reset = f"etcd's revision went back from {self._max_revision} to {revision}"
+        else:
+            reset = ""
+        self._etcd_cluster_id = cluster_id or self._etcd_cluster_id
+        if reset:
+            log.warning("%s: the etcd store was restarted empty or replaced; the metadata session is lost", reset)
+            self._max_revision = revision
+            self._states.set(SessionState.LOST)
+        else:
+            self._max_revision = max(self._max_revision, revision)
 
     async def _txn(self, compare: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()) -> Any:
         request = etcdrpc.TxnRequest(compare=list(compare), success=list(success), failure=list(failure))
@@ -422,12 +462,7 @@ class EtcdMetadataStore:
             if leader is not None:
                 if leader.lease == self._lease_id and epoch is not None and leader.mod_revision == epoch.mod_revision:
                     return Leadership(name, current, Check(epoch_key, int(epoch.mod_revision)))
-                # wait for the leader key to change (a re-check every second covers broken streams)
-                with trio.move_on_after(1.0):
-                    k = self._k(leader_key)
-                    async with contextlib.aclosing(self._watch_range(k, None, revision)) as changes:
-                        async for _ in changes:
-                            break
+                await self._wait_for_change(leader_key, revision)
                 continue
             try:
                 revision = await self._commit(
@@ -437,6 +472,26 @@ class EtcdMetadataStore:
             except MetadataConflict:
                 continue
             return Leadership(name, current + 1, Check(epoch_key, revision))
+
+    async def _wait_for_change(self, key: str, revision: int) -> None:
+        """Until ``key`` changes after ``revision`` (at most a second: a re-check every second
+        covers broken streams)."""
+        with trio.move_on_after(1.0):
+            async with contextlib.aclosing(self._watch_range(self._k(key), None, revision)) as changes:
+                async for _ in changes:
+                    break
+
+    async def leader_changes(self, name: str) -> AsyncIterator[tuple[bytes, int] | None]:
+        """The leader of ``name`` now and after every change of ``/<name>``, until closed."""
+        leader_key, _ = election_keys(name)
+        last: object = object()
+        while not self._closed:
+            leader, epoch, revision = await self._election(name)
+            current = None if leader is None else (bytes(leader.value), int(epoch.value) if epoch is not None else 0)
+            if current != last:
+                last = current
+                yield current
+            await self._wait_for_change(leader_key, revision)
 
     async def resign(self, leadership: Leadership) -> None:
         """Delete ``/<name>`` if this leadership still holds (its fence passes); else nothing."""

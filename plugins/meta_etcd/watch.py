@@ -9,7 +9,9 @@ consumer takes a response, so a slow consumer slows only its own stream (and etc
 buffering absorbs the rest) -- backpressure instead of an unbounded queue.
 
 Stream errors and server-side cancellation end the iteration with :class:`WatchStreamBroken`;
-compaction of the requested start revision raises ``MetadataCompacted``. The caller re-creates
+compaction of the requested start revision raises ``MetadataCompacted``, as does a start revision
+beyond etcd's current one (the store went back: restarted empty or replaced), which etcd would
+otherwise accept and answer with silence. The caller re-creates
 the stream from its last revision + 1 (store.py), which keeps the event sequence gap-free.
 """
 
@@ -45,6 +47,7 @@ class WatchStream:
         if range_end is not None:
             create.range_end = range_end
         self._request = etcdrpc.WatchRequest(create_request=create)
+        self._start_revision = start_revision
         self._stub = stub
         self._call_options = call_options
         self._stop = threading.Event()
@@ -98,6 +101,12 @@ class WatchStream:
                 async for item in receive:
                     if isinstance(item, grpc.RpcError):
                         raise WatchStreamBroken(f"etcd watch stream failed: {item.code()} {item.details()}")
+                    if item.created and 0 < item.header.revision < self._start_revision - 1:
+                        # etcd would wait, silently, until its revisions catch up with ours
+                        raise MetadataCompacted(
+                            f"etcd is at revision {item.header.revision}, below the watch's start "
+                            f"{self._start_revision}: the store was restarted empty or replaced"
+                        )
                     if item.compact_revision:
                         raise MetadataCompacted(
                             f"etcd compacted history up to revision {item.compact_revision}: re-list and re-watch"

@@ -443,6 +443,17 @@ class LocalMetadataStore:
         ep = state.keys.get(epoch_key)
         return e.value, int(ep.value) if ep is not None else 0
 
+    async def leader_changes(self, name: str) -> AsyncIterator[tuple[bytes, int] | None]:
+        """The leader of ``name`` now and after every commit that changes it, until closed."""
+        last: object = object()
+        while self._state is not None:
+            changed = self._live().changed
+            current = await self.leader(name)
+            if current != last:
+                last = current
+                yield current
+            await changed.wait()
+
 
 def _election_keys(name: str) -> tuple[str, str]:
     return f"{ELECTION_PREFIX}{name}/leader", f"{ELECTION_PREFIX}{name}/epoch"

@@ -407,6 +407,26 @@ class ZooKeeperMetadataStore:
         finally:
             self._states.remove_wakeup(wakeup)
 
+    async def leader_changes(self, name: str) -> AsyncIterator[tuple[bytes, int] | None]:
+        """The leader of ``name`` now and after every change of ``/<name>`` (an exists watch,
+        re-armed before each read, and a re-read every second), until closed."""
+        leader_key, _ = election_keys(name)
+        path = self._path(leader_key)
+        wakeup = ThreadWakeup()
+        self._states.add_wakeup(wakeup)
+        try:
+            last: object = object()
+            while not self._closed:
+                await self._read(self._live().exists, path, watch=wakeup.wake_threadsafe)
+                current = await self.leader(name)
+                if current != last:
+                    last = current
+                    yield current
+                with trio.move_on_after(1.0):
+                    await wakeup.wait()
+        finally:
+            self._states.remove_wakeup(wakeup)
+
     async def _held(self, name: str) -> Leadership | None:
         """This session's leadership of ``name`` as it stands, or None if another session leads."""
         leader_key, epoch_key = election_keys(name)
