@@ -660,8 +660,8 @@ class LogCleaner:
         except BaseException:
             lg.withdraw_swap()
             raise
-        if not lg.release_swap() or self._stale(plan, group):
-            lg.withdraw_swap()  # released already when truncation withdrew it; else now
+        if self._stale(plan, group) or not lg.release_swap():
+            lg.withdraw_swap()  # a truncation or retention withdrew them already; a close did not
             log.info("%s: log changed during compaction; discarding the cleaned segment", lg.topic_partition)
             return False
         new = LogSegment(
