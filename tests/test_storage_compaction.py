@@ -4,6 +4,9 @@ producer-state batches, checkpoints, concurrency with appends and truncation, cr
 from __future__ import annotations
 
 import itertools
+import os
+import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from odradek.config import ConfigError, TopicConfig, load_config
 from odradek.errors import InvalidConfig
 from odradek.interfaces import TopicPartition
 from odradek.manager import Plugins, build_plugin_manager
+from odradek.plugins.storage_segment import cleaner
 from odradek.plugins.storage_segment.log import SegmentLog
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
 
@@ -664,3 +668,107 @@ async def test_the_cleaner_loop_backs_off_when_no_round_can_progress(
     monkeypatch.undo()
     assert sleeps == [0, 15.0, 15.0, 15.0, 15.0]
     await storage.close()
+
+
+def _on_event_loop() -> bool:
+    """Whether the caller runs on a trio thread (a worker thread has no trio token)."""
+    try:
+        trio.lowlevel.current_trio_token()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def test_no_fsync_runs_on_the_event_loop_during_a_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory fsync waits for a journal commit (seconds on a busy disk): on the trio thread
+    it froze every client of the broker while the cleaner committed a swap."""
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    write_keys(log, 20)
+    real_fsync = os.fsync
+    on_loop: list[int] = []
+    in_threads: list[int] = []
+
+    def recording_fsync(fd: int) -> None:
+        (on_loop if _on_event_loop() else in_threads).append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    assert await storage.run_cleaner() == 1
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert log.compaction_count > 0 and in_threads  # the round swapped segments, fsyncing them
+    assert on_loop == []
+    await storage.close()
+
+
+def _disk_copy(src: Path, dst: Path) -> Path:
+    """The log dir's files as they are now: what a start after a crash at this point finds."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".lock"))
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("change", "parked_call"),
+    [("truncation", 0), ("truncation", 1), ("retention", 0), ("retention", 1), ("close", 0)],
+    ids=["truncation-swap", "truncation-final-names", "retention-swap", "retention-final-names", "close-swap"],
+)
+async def test_truncation_or_retention_while_a_swap_fsync_is_parked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str, parked_call: int
+) -> None:
+    """The swap's directory fsyncs run in worker threads, so the log can change while one is
+    parked: the result stays consistent, and a crash at that point (the files on disk then)
+    brings nothing the truncation or retention removed back."""
+    data = tmp_path / "data"
+    storage = await open_storage(data)
+    log = compacted_log(storage)
+    write_keys(log, 20)
+    parked, release = threading.Event(), threading.Event()
+    calls: list[bool] = []  # per directory fsync of the cleaner: whether it ran on the loop
+    real_fsync_dir = cleaner.fsync_dir
+
+    def parking_fsync_dir(path: Path) -> None:
+        calls.append(_on_event_loop())
+        if len(calls) - 1 == parked_call:
+            parked.set()
+            if not calls[-1]:  # parking the trio thread would hang the test
+                release.wait()
+        real_fsync_dir(path)
+
+    monkeypatch.setattr(cleaner, "fsync_dir", parking_fsync_dir)
+    result: list[int] = []
+
+    async def clean() -> None:
+        result.append(await storage.run_cleaner())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(clean)
+        await trio.to_thread.run_sync(parked.wait)
+        part = data / "events-0"
+        try:
+            if parked_call == 0:
+                assert list(part.glob("*.log.swap"))  # the commit point, not durable yet
+            expected = key_values(log)
+            if change == "truncation":
+                log.truncate_to(log.segments[0].next_offset + 2)  # inside the cleaned group's range
+                expected = key_values(log)
+            elif change == "retention":
+                log.delete_segments(log.segments[:2], "retention")
+                expected = key_values(log)
+            else:
+                log.close_files()  # the partition moves away: the round backs out on its own
+            if change != "close":  # a close takes nothing out: a crash now may complete the swap
+                assert not list(part.glob("*.swap"))  # nothing a recovery could restore over the change
+                crashed = await open_storage(_disk_copy(data, tmp_path / "crashed"))
+                assert key_values(compacted_log(crashed)) == expected
+                crashed.abandon()
+        finally:
+            release.set()
+    assert True not in calls
+    assert result == [0]  # the round saw the change and stopped
+    if change != "close":
+        assert key_values(log) == expected
+    await storage.close()
+    assert not [p for p in part.iterdir() if p.name.endswith((".swap", ".cleaned", ".deleted"))]
+    reopened = await open_storage(data)
+    assert key_values(compacted_log(reopened)) == expected
+    await reopened.close()

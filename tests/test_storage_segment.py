@@ -432,6 +432,38 @@ async def test_new_epochs_are_fsynced_with_the_log_not_on_append(
     await storage.close()
 
 
+async def test_a_log_start_move_writes_epochs_without_fsync_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention and DeleteRecords move the log start on the trio thread: the epoch cache's
+    rewrite there is not fsynced (an fsync stalls every client), the log's flush fsyncs it."""
+    from odradek.plugins.storage_segment import checkpoint
+
+    storage = await open_storage(tmp_path)
+    log = log_of(storage)
+    append(log, batch(2), epoch=3)
+    append(log, batch(2), epoch=5)
+    await log.flush()
+    synced: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(
+        checkpoint.os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd))[1]
+    )
+    path = tmp_path / "events-0" / "leader-epoch-checkpoint"
+    log.delete_records_before(1)
+    assert path.read_text() == "0\n2\n3 1\n5 2\n"  # written at once ...
+    assert not synced  # ... without an fsync on this thread
+    await log.flush()
+    assert str(path) in synced and str(path.parent) in synced
+    await storage.write_own_checkpoints()
+    storage.abandon()
+    path.write_text("0\n2\n3 0\n5 2\n")  # a crash kept the older file
+    storage = await open_storage(tmp_path)
+    log = log_of(storage)
+    assert log.log_start_offset == 1 and [(e.epoch, e.start_offset) for e in log.epoch_entries()] == [(3, 1), (5, 2)]
+    await storage.close()
+
+
 async def test_recovery_restores_epochs_the_checkpoint_lost(tmp_path: Path) -> None:
     storage = await open_storage(tmp_path)
     log = log_of(storage)

@@ -9,9 +9,10 @@ most ``log.cleaner.dedupe.buffer.size`` times its load factor; where the map fil
 inside a segment, the round's end moves there and the next round goes on from it), then
 rewrite the range group by group into ``*.cleaned`` files, keeping a record when no later
 record has its key, dropping tombstones once their segment is older than
-``delete.retention.ms``; (3) back on the trio thread: swap each group in (``.cleaned`` ->
-``.swap`` -> final name), unless the log changed meanwhile (truncated, retention, closed), in
-which case the work is thrown away. Appends and reads never wait for any of it.
+``delete.retention.ms``; (3) swap each group in (``.cleaned`` -> ``.swap`` -> final name), the
+renames on the trio thread and the directory fsyncs in worker threads (:meth:`LogCleaner._swap_in`),
+unless the log changed meanwhile (truncated, retention, closed), in which case the work is thrown
+away. Appends and reads never wait for any of it.
 
 Offsets and batch metadata are preserved: a batch that keeps all its records is copied byte for
 byte; one that loses some is rebuilt with ``records.build_batch`` at the same base offset, with
@@ -612,8 +613,7 @@ class LogCleaner:
             writer.abort()
             log.info("%s: log changed during compaction; discarding the cleaned segment", lg.topic_partition)
             return False
-        self._swap_in(plan, group, writer)
-        return True
+        return await self._swap_in(plan, group, writer)
 
     @staticmethod
     def _stale(plan: CleanPlan, inputs: list[_Input]) -> bool:
@@ -621,16 +621,49 @@ class LogCleaner:
         lg = plan.log
         return lg.closed or lg.generation != plan.generation or any(i.segment not in lg.segments for i in inputs)
 
-    def _swap_in(self, plan: CleanPlan, group: list[_Input], writer: GroupWriter) -> None:
-        """Commit the cleaned files: ``.cleaned`` -> ``.swap`` (the log's rename is the commit
-        point a crash recovers from), retire the old segments, then take the final names."""
+    async def _swap_in(self, plan: CleanPlan, group: list[_Input], writer: GroupWriter) -> bool:
+        """Commit the cleaned files in Kafka's order, every fsync in a worker thread (a directory
+        fsync forces a journal commit, which on a busy disk waits seconds for other data, and
+        the trio thread serves every client):
+
+        1. ``.cleaned`` -> ``.swap`` (the log file last: a ``.log.swap`` is the commit point
+           start-up completes), then await the directory fsync. The log holds the files
+           meanwhile (:meth:`SegmentLog.hold_swap`): a truncation or retention that runs while
+           we wait renames them away before it cuts anything, so no crash can restore a swap
+           over data that was taken out; the round then finds the log changed and backs out.
+           A failed or cancelled fsync withdraws them too (the old segments stay).
+        2. back on the trio thread, nothing awaited from here to the renames: unless the log
+           changed (generation, closed, a segment gone), replace the old segments in memory
+           (their files become ``*.deleted``) and give the swap files their final names.
+        3. await the directory fsync that makes the final names durable, and only then hand
+           the old files to the unlinker. Appends, reads, truncation or retention may run while
+           we wait: they see the new segment, whose files already have their final names. If
+           the fsync fails or is cancelled the old files are retired all the same: the
+           ``.log.swap`` was durable before they were renamed, so any crash state recovers to
+           the cleaned segment.
+
+        Returns False when the log changed before step 2 (the work is thrown away)."""
         lg = plan.log
-        swaps = []
-        for path in (writer.index_path, writer.time_path, writer.log_path):
-            swap = path.with_name(path.name[: -len(CLEANED_SUFFIX)] + SWAP_SUFFIX)
-            os.replace(path, swap)
-            swaps.append(swap)
-        fsync_dir(lg.dir)
+        swaps: list[Path] = []
+        try:
+            for path in (writer.index_path, writer.time_path, writer.log_path):
+                swap = path.with_name(path.name[: -len(CLEANED_SUFFIX)] + SWAP_SUFFIX)
+                os.replace(path, swap)
+                swaps.append(swap)
+        except BaseException:
+            lg.retire_files([*swaps])
+            writer.abort()
+            raise
+        lg.hold_swap(swaps)
+        try:
+            await trio.to_thread.run_sync(fsync_dir, lg.dir)
+        except BaseException:
+            lg.withdraw_swap()
+            raise
+        if self._stale(plan, group) or not lg.release_swap():
+            lg.withdraw_swap()  # a truncation or retention withdrew them already; a close did not
+            log.info("%s: log changed during compaction; discarding the cleaned segment", lg.topic_partition)
+            return False
         new = LogSegment(
             lg.dir,
             writer.base_offset,
@@ -644,6 +677,10 @@ class LogCleaner:
         retired = lg.replace_segments([inp.segment for inp in group], new)
         for swap in swaps:
             os.replace(swap, swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
-        fsync_dir(lg.dir)
+        # a change while the final names are made durable must end the round before the next group
         plan.generation = lg.generation
-        lg.retire_files(retired)
+        try:
+            await trio.to_thread.run_sync(fsync_dir, lg.dir)
+        finally:
+            lg.retire_files(retired)
+        return True

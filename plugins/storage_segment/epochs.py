@@ -32,7 +32,9 @@ class LeaderEpochCache:
     every request behind it (seconds for 1,000 new partitions). The log fsyncs the file with its
     segments (:attr:`unsynced` says it must), and recovery re-derives the epochs of unflushed
     data from the batches' partitionLeaderEpoch, so a crash loses nothing the log keeps.
-    Truncations remove entries and are made durable at once.
+    A truncation from the end removes entries and is made durable at once (a stale file could
+    keep an epoch the recovered batches do not have). A move of the log start is not
+    (:meth:`truncate_from_start`).
     """
 
     def __init__(self, path: Path, persist: _Persist = write_epochs) -> None:
@@ -95,13 +97,19 @@ class LeaderEpochCache:
             self._flush()
 
     def truncate_from_start(self, start_offset: int) -> None:
-        """The log now starts at ``start_offset``: the epoch covering it starts there."""
+        """The log now starts at ``start_offset``: the epoch covering it starts there.
+
+        Written without fsync, like a new epoch (KAFKA-15046): retention and DeleteRecords
+        move the log start on the trio thread, where an fsync (of the file and of the
+        directory) stalls every client behind a busy disk. The log's flush makes it durable
+        (:attr:`unsynced`); a file a crash left older differs only in entries below the log
+        start, which the load trims again (the log calls this with the log start it loaded)."""
         if not self._entries or self._entries[0].start_offset >= start_offset:
             return
         before = [e for e in self._entries if e.start_offset <= start_offset]
         after = [e for e in self._entries if e.start_offset > start_offset]
         self._set([EpochEntry(before[-1].epoch, start_offset), *after])
-        self._flush()
+        self._flush(sync=False)
 
     def clear(self) -> None:
         if self._entries or self.path.exists():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import random
 import re
 import struct
@@ -30,7 +31,7 @@ from .batches import check_layout
 from .checkpoint import atomic_write, fsync_paths
 from .epochs import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from .fetch import SegmentFetchData
-from .segment import LogSegment, SegmentContext, preallocate_bytes
+from .segment import DELETED_SUFFIX, LogSegment, SegmentContext, preallocate_bytes
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,9 @@ class SegmentLog:
         self._retire_paths = retire
         self._on_log_start_change = on_log_start_change
         self._generation = 0
+        #: the cleaner's ``*.swap`` files while it awaits their directory fsync in a worker
+        #: thread (:meth:`hold_swap`); a destructive change withdraws them first
+        self._held_swap: list[Path] = []
         self._pending_flush: list[LogSegment] = []
         self._last_flush_ms = ctx.time_ms()
         self.first_dirty_offset = log_start_offset  # compaction progress (cleaner-offset-checkpoint)
@@ -381,7 +385,7 @@ class SegmentLog:
         if offset < self._log_start:
             self.truncate_fully_and_start_at(offset)
             return
-        self._generation += 1
+        self._destructive_change()
         self.uncleanable_from = None  # the transaction that stopped the cleaner may be gone
         doomed: list[Path] = []
         while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
@@ -409,7 +413,7 @@ class SegmentLog:
         self._check_open()
         if offset < 0:
             raise ValueError(f"cannot start a log at negative offset {offset}")
-        self._generation += 1
+        self._destructive_change()
         self.uncleanable_from = None
         doomed: list[Path] = []
         for seg in self._segments:
@@ -449,7 +453,7 @@ class SegmentLog:
         doomed = [s for s in segments if s is not self._segments[-1] and s in self._segments]
         if not doomed:
             return 0
-        self._generation += 1
+        self._destructive_change()
         freed = 0
         paths: list[Path] = []
         for seg in doomed:
@@ -466,9 +470,60 @@ class SegmentLog:
         self._retire_paths(paths)
         return freed
 
+    def _destructive_change(self) -> None:
+        """Truncation or retention is about to take data out: background work that started
+        before sees a new generation, and held cleaner ``.swap`` files go first."""
+        self._generation += 1
+        self.withdraw_swap()
+
+    def hold_swap(self, paths: Sequence[Path]) -> None:
+        """The cleaner has renamed a cleaned segment's files to ``*.swap`` and awaits the
+        directory fsync that makes them durable in a worker thread. While it waits, a crash
+        recovery would restore a ``.log.swap`` over whatever the old segments then hold
+        (:mod:`.loader`), so truncation and retention must not take data out while such a
+        file exists: they withdraw it first (:meth:`withdraw_swap`). One round at a time."""
+        if self._held_swap:
+            raise ValueError("another cleaned segment is already awaiting its swap")
+        self._held_swap = list(paths)
+
+    def release_swap(self) -> bool:
+        """The cleaner's fsync returned: end the hold. False when the files were withdrawn."""
+        held, self._held_swap = self._held_swap, []
+        return bool(held)
+
+    def withdraw_swap(self) -> None:
+        """Rename the held ``*.swap`` files to ``*.swap.deleted`` (a cheap rename on this thread;
+        start-up deletes such files, the retire queue unlinks them) before any file of the log
+        is cut or retired. Nothing is fsynced here: the rename precedes the truncation's or
+        retention's own renames and cuts, and a journaling file system (ext4, XFS) recovers
+        directory operations in the order they were made, so no crash state keeps the
+        truncation but loses this rename. (The truncation itself is not fsynced either, as in
+        Kafka: what it takes out may come back after a crash, and the follower truncates again
+        by leader epoch; what cannot happen is a ``.swap`` that outlived it restoring data past
+        it.)"""
+        held, self._held_swap = self._held_swap, []
+        withdrawn: list[Path] = []
+        for path in held:
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                os.replace(path, target)
+            except FileNotFoundError:  # the directory went with a deleted log
+                continue
+            except OSError as exc:
+                # nothing may be cut while a .swap could restore it: the log goes offline
+                self._retire_paths(withdrawn)
+                self._failure = f"a cleaned segment awaiting its swap could not be withdrawn: {exc}"
+                raise KafkaStorageError(f"{self.topic_partition}: {self._failure}") from exc
+            withdrawn.append(target)
+        if held:
+            log.info("%s: withdrew a cleaned segment awaiting its swap", self.topic_partition)
+        self._retire_paths(withdrawn)
+
     def replace_segments(self, old: Sequence[LogSegment], new: LogSegment) -> list[Path]:
         """Swap cleaned ``new`` in for ``old`` (consecutive, not the active one). The caller has
         renamed the new files to their final names; returns the retired files to unlink."""
+        if self._held_swap:
+            raise ValueError("a held swap must be released before its segments are replaced")
         i = self._segments.index(old[0])
         if self._segments[i : i + len(old)] != list(old) or old[-1] is self._segments[-1]:
             raise ValueError("only consecutive inactive segments can be replaced")
