@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import types
 from pathlib import Path
 
@@ -437,6 +438,35 @@ async def test_restart_with_a_conflicting_broker_default_keeps_the_topics_overri
         "topic keep: its configs conflict: min.compaction.lag.ms (100000) is above "
         "max.compaction.lag.ms (50000) (kept as configured)"
     ]
+
+
+async def test_creating_partitions_fsyncs_their_topic_ids_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each new log records its topic id with two fsyncs (file and directory). On the trio
+    thread that was 2,000 fsyncs for a 1,000-partition topic, each waiting seconds for a journal
+    commit on a busy disk while no client was served; they run in a worker thread."""
+    real_fsync = os.fsync
+    on_loop: list[int] = []
+
+    def recording_fsync(fd: int) -> None:
+        try:
+            trio.lowlevel.current_trio_token()
+        except RuntimeError:  # a worker thread
+            pass
+        else:
+            on_loop.append(fd)
+        real_fsync(fd)
+
+    async with running_broker(tmp_path) as core:
+        monkeypatch.setattr(os, "fsync", recording_fsync)
+        await create(core, "t", partitions=8)
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        topic_id = core.metadata_cache.topics["t"].topic_id
+        for p in range(8):
+            plog = core.storage.get_log(TopicPartition("t", p))
+            assert plog is not None and plog.read_state("partition.metadata") == topic_id.encode()
+    assert on_loop == []
 
 
 async def test_a_log_left_by_an_earlier_topic_of_the_name_is_not_reused(tmp_path: Path) -> None:

@@ -401,6 +401,7 @@ class MetadataCache:
         old_config = self._topic_configs.get(topic.name)
         self._topic_configs[topic.name] = config
         hosted: set[int] = set()
+        new_logs: list[PartitionLog] = []
         for p, replicas in sorted(topic.assignment.items()):
             state = topic.states.get(p)
             if self.broker_id not in replicas or state is None:
@@ -438,10 +439,11 @@ class MetadataCache:
             if not id_on_disk:  # a log created (or adopted) just now: record whose it is
                 plog = self.replica_manager.storage.get_log(tp)
                 if plog is not None:
-                    try:
-                        plog.write_state(TOPIC_ID_STATE, topic.topic_id.encode())
-                    except (KafkaStorageError, OSError) as exc:  # tried again on the next start
-                        log.error("%s: cannot record the topic id in %s: %s", tp, TOPIC_ID_STATE, exc)
+                    new_logs.append(plog)
+        if new_logs:
+            # each write fsyncs the file and its directory: in a worker thread, all of a topic's
+            # at once, since on a busy disk an fsync takes seconds and this thread serves clients
+            await trio.to_thread.run_sync(_record_topic_id, new_logs, topic.topic_id)
         if old_config is not None and dict(old_config) != dict(config):
             self.replica_manager.update_config(topic.name, config)
         await self._remove_local(topic.name, hosted)
@@ -610,6 +612,16 @@ class MetadataCache:
     def rack_of(self, broker_id: int) -> str | None:
         reg = self.brokers.get(broker_id)
         return reg.rack if reg is not None else None
+
+
+def _record_topic_id(logs: Sequence[PartitionLog], topic_id: str) -> None:
+    """Write ``topic_id`` into each new log's ``partition.metadata`` (a worker thread). A failure
+    is logged and left: the check at the next start reports a log without one."""
+    for plog in logs:
+        try:
+            plog.write_state(TOPIC_ID_STATE, topic_id.encode())
+        except (KafkaStorageError, OSError) as exc:
+            log.error("%s: cannot record the topic id in %s: %s", plog.topic_partition, TOPIC_ID_STATE, exc)
 
 
 def _topic_of(key: str) -> str:
