@@ -12,7 +12,9 @@ while registering at start-up is taken over by a new one."""
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,39 @@ TP = TopicPartition("kept", 0)
 def _meta(data: Path) -> dict[str, str]:
     lines = (data / "meta.properties").read_text().splitlines()
     return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
+async def test_a_log_dir_that_cannot_take_meta_properties_does_not_stop_the_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first start after an upgrade writes meta.properties into every log dir. A full dir
+    (ENOSPC) made that start fail ("storage closed without persisting everything", the cause
+    never logged) where the broker had served what it has; now the dir gets one ERROR, no
+    half-written temporary file, and the file is written at a later start."""
+    data = tmp_path / "data"
+    async with running_broker(data) as core:
+        await create(core, "kept")
+        await produce(core, TP, batch([b"a", b"b"]))
+    (data / "meta.properties").unlink()  # as a data dir of the version before meta.properties
+    real_fsync = os.fsync
+
+    def full_disk(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("meta.properties.tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with caplog.at_level(logging.ERROR, logger="odradek.broker.meta_properties"):
+        async with running_broker(data) as core:
+            assert (await produce(core, TP, batch([b"c"]))).base_offset == 2
+    assert not (data / "meta.properties").exists() and not (data / "meta.properties.tmp").exists()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{data}: cannot write meta.properties ([Errno 28] No space left on device); it is written at a later start"
+    ]
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    async with running_broker(data) as core:
+        assert (await produce(core, TP, batch([b"d"]))).base_offset == 3
+    assert _meta(data)["broker.id"] == "0"
 
 
 async def test_an_emptied_store_is_refused_at_start_up(tmp_path: Path) -> None:

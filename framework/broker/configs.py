@@ -116,13 +116,19 @@ class ConfigManager:
     def _broker_synonyms(self, name: str) -> list[tuple[str, str | None, ConfigSource]]:
         """Kafka's synonyms of a broker key: each of its synonyms that is set
         (STATIC_BROKER_CONFIG), in precedence order (``log.retention.ms``,
-        ``log.retention.minutes``, ``log.retention.hours``), then the default (DEFAULT_CONFIG)."""
+        ``log.retention.minutes``, ``log.retention.hours``), then the default (DEFAULT_CONFIG).
+        As in Kafka, the default is listed under the coarsest synonym, the one key of a unit
+        chain that has a default there (``log.retention.hours=168``): a client that keys
+        synonyms by name (confluent-kafka) must not see a set ``log.retention.ms`` replaced by
+        a DEFAULT entry of the same name."""
+        synonyms = broker_synonyms(name)
         out: list[tuple[str, str | None, ConfigSource]] = [
             (syn, render(self.config[syn]), ConfigSource.STATIC_BROKER_CONFIG)
-            for syn in broker_synonyms(name)
+            for syn in synonyms
             if self.config.is_set(syn)
         ]
-        out.append((name, render(self.config.key(name).default), ConfigSource.DEFAULT_CONFIG))
+        coarsest = synonyms[-1]
+        out.append((coarsest, render(self.config.key(coarsest).default), ConfigSource.DEFAULT_CONFIG))
         return out
 
     def broker_entries(

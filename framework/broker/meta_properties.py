@@ -12,11 +12,15 @@ The file is plain Java properties (``key=value`` lines, ``#`` comments), written
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import OdradekError
+
+log = logging.getLogger(__name__)
 
 FILE_NAME = "meta.properties"
 VERSION = "0"
@@ -98,4 +102,11 @@ def record(log_dirs: Sequence[Path], broker_id: int, cluster_id: str) -> None:
             continue
         props = read(log_dir)
         if props is None or props.get("cluster.id") != cluster_id or props.get("broker.id") != str(broker_id):
-            write(log_dir, broker_id, cluster_id)
+            try:
+                write(log_dir, broker_id, cluster_id)
+            except OSError as exc:
+                # a full or failing dir must not stop the broker from serving what it has (its
+                # logs report their own errors); the file is written at a later start
+                with contextlib.suppress(OSError):
+                    (log_dir / (FILE_NAME + ".tmp")).unlink(missing_ok=True)
+                log.error("%s: cannot write %s (%s); it is written at a later start", log_dir, FILE_NAME, exc)

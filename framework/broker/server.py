@@ -113,7 +113,8 @@ async def ensure_cluster_id(store: MetadataStore, configured: str, recorded: str
                 f"the metadata store has no cluster id, but the log dirs belong to cluster {recorded} "
                 f"({meta_properties.FILE_NAME}): the metadata store looks empty or reset (its data lost?) "
                 "or is the wrong one; refusing to start rather than create a new cluster over these logs. "
-                "Restore the store, or see docs/operations.md, 'Metadata store lost or reset'"
+                "(The embedded metadata store lives in the first of log.dirs: a dir put in front of the list "
+                "looks like this too.) Restore the store, or see docs/operations.md, 'Metadata store lost or reset'"
             )
         try:
             await store.put(CLUSTER_ID_KEY, (configured or new_cluster_id()).encode(), expect=ABSENT)
