@@ -122,6 +122,24 @@ class EpochEntry:
     start_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One log directory as the storage engine sees it (what DescribeLogDirs reports per dir).
+
+    ``path`` is the absolute path Kafka reports (an engine without directories names its place
+    some other stable way). ``error`` says why the dir is offline -- it cannot be reached, so its
+    partitions cannot be served -- and is None while it is online; an offline dir lists no
+    partitions. ``total_bytes`` / ``usable_bytes`` are the size and free space of the volume
+    holding it, -1 when unknown (as Kafka's schema default). ``partitions`` are the logs kept in it.
+    """
+
+    path: str
+    partitions: tuple[TopicPartition, ...] = ()
+    error: str | None = None
+    total_bytes: int = -1
+    usable_bytes: int = -1
+
+
 @runtime_checkable
 class PartitionLog(Protocol):
     """One partition's log on one broker (Kafka's ``UnifiedLog``).
@@ -144,7 +162,10 @@ class PartitionLog(Protocol):
     def log_end_offset(self) -> int: ...
 
     @property
-    def size_in_bytes(self) -> int: ...
+    def size_in_bytes(self) -> int:
+        """Bytes the log's batches take (every segment, log start or not): the partition size
+        DescribeLogDirs reports. Cheap: kept as appends, truncation and deletion happen."""
+        ...
 
     def append_as_leader(
         self, data: bytearray | memoryview, batches: Sequence[BatchMeta], leader_epoch: int
@@ -264,6 +285,13 @@ class LogStorage(Protocol):
 
     def read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
         """The checkpoint last written under ``name`` (empty when none)."""
+        ...
+
+    def describe_log_dirs(self) -> Sequence[LogDirDescription]:
+        """Every configured log dir, in ``log.dirs`` order, with the logs it holds, whether it is
+        online and its volume's size and free space (DescribeLogDirs). Called on admin requests,
+        not on the hot path, but from the trio thread: a ``statvfs`` per dir is fine, a walk of
+        every segment file is not (sizes come from ``PartitionLog.size_in_bytes``)."""
         ...
 
     async def run(self) -> None:
@@ -666,6 +694,7 @@ __all__ = [
     "Leadership",
     "Listener",
     "LogAppendInfo",
+    "LogDirDescription",
     "LogStorage",
     "MemberAssignment",
     "MetadataCompacted",

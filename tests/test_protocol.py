@@ -114,7 +114,7 @@ def test_version_table_matches_protocol_md() -> None:
     expected = {
         0: (0, 7),
         1: (4, 11),
-        2: (1, 5),
+        2: (1, 8),
         3: (0, 8),
         8: (2, 7),
         9: (1, 8),
@@ -132,6 +132,8 @@ def test_version_table_matches_protocol_md() -> None:
         28: (0, 2),
         17: (0, 1),
         36: (0, 2),
+        35: (1, 4),
+        60: (0, 2),
     }
     for key, rng in expected.items():
         assert tuple(SUPPORTED_VERSIONS[key]) == rng, ApiKey(key).name

@@ -915,6 +915,10 @@ async def test_a_failing_handler_is_answered_with_unknown_server_error(key: int,
     cid, response = decode_response(key, version, wire)
     assert cid == 9
     codes = _error_codes(response)
+    if key == ApiKey.DESCRIBE_LOG_DIRS and version < 3:
+        # no error field before v3: Kafka's getErrorResponse is an empty result list
+        assert codes == [] and response.results == ()
+        return
     if broker.touched:
         assert codes and {code for _, code in codes} == {ErrorCode.UNKNOWN_SERVER_ERROR}, codes
     else:  # answered without the core (validation the handler does itself)

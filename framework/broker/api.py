@@ -18,7 +18,7 @@ Conventions:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -44,7 +44,9 @@ class IsolationLevel(IntEnum):
 #: ListOffsets special timestamps.
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
+MAX_TIMESTAMP = -3  # KIP-734, ListOffsets v7+
+#: KIP-405: the first offset kept locally; without tiered storage, the log start offset (v8+)
+EARLIEST_LOCAL_TIMESTAMP = -4
 
 #: replica_id a consumer sends in Fetch/ListOffsets (followers send their broker id >= 0).
 CONSUMER_REPLICA_ID = -1
@@ -223,6 +225,33 @@ class ClusterMetadata:
     controller_id: int
     brokers: tuple[BrokerNode, ...]
     topics: tuple[TopicMetadata, ...]
+
+
+# --------------------------------------------------------------------------------------------
+# DescribeLogDirs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirPartition:
+    """One partition's log in a log dir: its size in bytes and how far its log end is behind the
+    leader's (0 on the leader, -1 for a log no partition of this broker uses)."""
+
+    tp: TopicPartition
+    size: int
+    offset_lag: int
+    is_future: bool = False  # a future replica of AlterReplicaLogDirs: odradek has none
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirResult:
+    """One log dir of DescribeLogDirs: KAFKA_STORAGE_ERROR (and nothing else) when offline."""
+
+    error: ErrorCode
+    path: str
+    partitions: tuple[LogDirPartition, ...] = ()
+    total_bytes: int = -1
+    usable_bytes: int = -1
 
 
 # --------------------------------------------------------------------------------------------
@@ -433,6 +462,16 @@ class Broker(Protocol):
         ``allow_auto_create`` and ``auto.create.topics.enable`` say so."""
         ...
 
+    async def describe_cluster(self, *, listener_name: str | None = None) -> ClusterMetadata:
+        """DescribeCluster: cluster id, live brokers as advertised on ``listener_name`` and the
+        controller (-1 when it is not among them, as Kafka); no topics."""
+        ...
+
+    async def describe_log_dirs(self, partitions: Collection[TopicPartition] | None) -> list[LogDirResult]:
+        """Every log dir of this broker with the logs of ``partitions`` (None: every log) it holds;
+        partitions this broker has no log of are left out."""
+        ...
+
     async def create_topics(
         self,
         topics: Sequence[CreatableTopic],
@@ -506,6 +545,7 @@ class Broker(Protocol):
 __all__ = [
     "CONSUMER_REPLICA_ID",
     "DEBUGGING_REPLICA_ID",
+    "EARLIEST_LOCAL_TIMESTAMP",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
@@ -536,6 +576,8 @@ __all__ = [
     "IsolationLevel",
     "ListOffsetsPartition",
     "ListOffsetsPartitionResult",
+    "LogDirPartition",
+    "LogDirResult",
     "OffsetForLeaderEpochPartition",
     "PartitionMetadata",
     "PartitionProduceResult",

@@ -4,7 +4,8 @@ It owns no logic of its own beyond translating between the facade's dataclasses 
 that does each job:
 
 - produce, fetch, list offsets, delete records, OffsetForLeaderEpoch -> :class:`ReplicaManager`;
-- Metadata -> :class:`MetadataCache` (plus auto-creation through :class:`AdminManager`);
+- Metadata, DescribeCluster -> :class:`MetadataCache` (plus auto-creation through :class:`AdminManager`);
+- DescribeLogDirs -> :class:`ReplicaManager` over the storage's ``describe_log_dirs``;
 - CreateTopics, DeleteTopics, CreatePartitions -> :class:`AdminManager`;
 - DescribeConfigs, IncrementalAlterConfigs -> :class:`ConfigManager`;
 - InitProducerId -> :class:`ProducerIdManager`.
@@ -16,7 +17,7 @@ directly with :meth:`BrokerCore.start` over any storage and metadata store.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..config import Config
@@ -43,6 +44,7 @@ from .api import (
     IsolationLevel,
     ListOffsetsPartition,
     ListOffsetsPartitionResult,
+    LogDirResult,
     OffsetForLeaderEpochPartition,
     PartitionMetadata,
     PartitionProduceResult,
@@ -191,11 +193,7 @@ class BrokerCore:
     ) -> ClusterMetadata:
         cache = self.metadata_cache
         live = cache.live_broker_ids()
-        brokers = []
-        for b in live:
-            ep = cache.endpoint_for(b, listener_name)
-            if ep is not None:
-                brokers.append(BrokerNode(b, ep[0], ep[1], cache.rack_of(b)))
+        brokers = self._brokers_on(live, listener_name)
         names = sorted(cache.topics) if topics is None else list(dict.fromkeys(topics))
         invalid: dict[str, str] = {}
         for name in names:
@@ -221,6 +219,29 @@ class BrokerCore:
                 continue
             out.append(self._topic_answer(topic, live_ids, listed))
         return ClusterMetadata(self.cluster_id, cache.controller_id, tuple(brokers), tuple(out))
+
+    def _brokers_on(self, live: Iterable[int], listener_name: str | None) -> list[BrokerNode]:
+        """The live brokers that have an endpoint on ``listener_name``, as clients reach them."""
+        cache = self.metadata_cache
+        brokers = []
+        for b in live:
+            ep = cache.endpoint_for(b, listener_name)
+            if ep is not None:
+                brokers.append(BrokerNode(b, ep[0], ep[1], cache.rack_of(b)))
+        return brokers
+
+    async def describe_cluster(self, *, listener_name: str | None = None) -> ClusterMetadata:
+        """Kafka's ``computeDescribeClusterResponse``: the live brokers on the listener, and the
+        controller only if it is one of them (else -1)."""
+        cache = self.metadata_cache
+        brokers = self._brokers_on(cache.live_broker_ids(), listener_name)
+        controller = cache.controller_id
+        if all(b.node_id != controller for b in brokers):
+            controller = -1
+        return ClusterMetadata(self.cluster_id, controller, tuple(brokers), ())
+
+    async def describe_log_dirs(self, partitions: Collection[TopicPartition] | None) -> list[LogDirResult]:
+        return self.replica_manager.describe_log_dirs(partitions)
 
     def _topic_answer(self, topic: TopicState, live: tuple[int, ...], listed: frozenset[int]) -> TopicMetadata:
         """One topic's metadata, reused while nothing it depends on changed: a 1,000-partition

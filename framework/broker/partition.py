@@ -107,6 +107,8 @@ class Partition:
         self.isr: frozenset[int] = frozenset()
         self.remote_replicas: dict[int, ReplicaState] = {}
         self._high_watermark = log.log_start_offset
+        #: follower: the leader's HW from the last fetch response (-1 until one arrives)
+        self._leader_high_watermark = -1
         self.producer_state = ProducerStateManager(producer_id_expiration_ms, clock_ms=clock_ms)
         #: the log's compaction_count when the aborted index was last checked against it (-1:
         #: never, so the first read_committed fetch checks a state loaded from a snapshot too)
@@ -156,6 +158,8 @@ class Partition:
         """Follow ``leader_id``; returns True if the leader or epoch changed (the fetcher then
         truncates by epoch before fetching)."""
         changed = leader_id != self.leader_id or leader_epoch != self.leader_epoch
+        if changed:
+            self._leader_high_watermark = -1  # a new leader's HW is not known until it answers
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self.replicas = tuple(replicas)
@@ -220,10 +224,21 @@ class Partition:
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> bool:
         """Follower: HW = min(leader's HW, own LEO) as reported in each fetch response."""
+        self._leader_high_watermark = leader_high_watermark
         new_hw = max(self.log.log_start_offset, min(leader_high_watermark, self.log.log_end_offset))
         moved = new_hw != self._high_watermark
         self._high_watermark = new_hw
         return moved
+
+    @property
+    def offset_lag(self) -> int:
+        """How far this replica's log end is behind what the leader has (DescribeLogDirs'
+        offset lag): 0 on the leader; on a follower, the leader's HW from its last fetch
+        response minus this log's LEO, at least 0 (0 too before any response). The leader's
+        LEO never reaches a follower, and its HW is the part of it that counts (committed)."""
+        if self.is_leader or self._leader_high_watermark < 0:
+            return 0
+        return max(self._leader_high_watermark - self.log.log_end_offset, 0)
 
     # -- the leader's view of followers ----------------------------------------------------------
     def update_follower_fetch_state(

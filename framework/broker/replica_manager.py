@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import trio
 
@@ -27,6 +27,7 @@ from ..config import TopicConfig
 from ..errors import ErrorCode, KafkaError, UnknownTopicOrPartition
 from ..interfaces import Codec, LogStorage, TopicPartition
 from .api import (
+    EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
@@ -38,6 +39,8 @@ from .api import (
     IsolationLevel,
     ListOffsetsPartition,
     ListOffsetsPartitionResult,
+    LogDirPartition,
+    LogDirResult,
     OffsetForLeaderEpochPartition,
     PartitionProduceResult,
 )
@@ -95,6 +98,17 @@ def _error_of(exc: BaseException) -> ErrorCode:
     if isinstance(exc, KafkaError):
         return exc.code
     return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def _epoch_for_offset(partition: Partition, offset: int) -> int:
+    """The leader epoch whose range holds ``offset`` (Kafka's ``LeaderEpochFileCache.
+    epochForOffset``): the last entry starting at or before it; -1 when none does."""
+    epoch = -1
+    for entry in partition.log.epoch_entries():
+        if entry.start_offset > offset:
+            break
+        epoch = entry.epoch
+    return epoch
 
 
 class ReplicaManager:
@@ -465,6 +479,11 @@ class ReplicaManager:
         epoch = partition.leader_epoch
         if timestamp == EARLIEST_TIMESTAMP:
             return ListOffsetsPartitionResult(ErrorCode.NONE, -1, partition.log_start_offset, epoch)
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            # no tiered storage: every offset is local, so the first is the log start (Kafka
+            # answers with the epoch the leader-epoch cache has for that offset)
+            start = partition.log_start_offset
+            return ListOffsetsPartitionResult(ErrorCode.NONE, -1, start, _epoch_for_offset(partition, start))
         # Kafka's lastFetchableOffset: what the asker may read
         if replica_id >= 0:
             fetchable = partition.log_end_offset
@@ -486,6 +505,28 @@ class ReplicaManager:
         if found is None:
             return ListOffsetsPartitionResult(ErrorCode.NONE, -1, -1, epoch)
         return ListOffsetsPartitionResult(ErrorCode.NONE, found[1], found[0], epoch)
+
+    def describe_log_dirs(self, partitions: Collection[TopicPartition] | None) -> list[LogDirResult]:
+        """DescribeLogDirs (Kafka's ``ReplicaManager.describeLogDirs``): each log dir, with the
+        size and offset lag of each asked-for log in it (None: every log); an offline dir is
+        KAFKA_STORAGE_ERROR with nothing else. Partitions with no log here are left out."""
+        wanted = None if partitions is None else set(partitions)
+        results = []
+        for d in self.storage.describe_log_dirs():
+            if d.error is not None:
+                results.append(LogDirResult(ErrorCode.KAFKA_STORAGE_ERROR, d.path))
+                continue
+            rows = []
+            for tp in d.partitions:
+                plog = self.storage.get_log(tp)
+                if plog is None or (wanted is not None and tp not in wanted):
+                    continue
+                partition = self.partitions.get(tp)
+                # Kafka: -1 (INVALID_OFFSET_LAG) for a log no online partition uses
+                lag = partition.offset_lag if partition is not None else -1
+                rows.append(LogDirPartition(tp, plog.size_in_bytes, lag))
+            results.append(LogDirResult(ErrorCode.NONE, d.path, tuple(rows), d.total_bytes, d.usable_bytes))
+        return results
 
     def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, DeleteRecordsResult]:
         """Advance log start offsets (single node: the new low watermark is immediately final)."""

@@ -49,11 +49,13 @@ class ApiKey(IntEnum):
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
 
 
 class VersionRange(NamedTuple):
@@ -72,7 +74,7 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         # PROTOCOL.md's table: what the real clients need.
         ApiKey.PRODUCE: VersionRange(0, 7),  # v0-2 advertised for old librdkafka, answered UNSUPPORTED_VERSION
         ApiKey.FETCH: VersionRange(4, 11),  # v12+ is flexible, v13+ uses topic ids
-        ApiKey.LIST_OFFSETS: VersionRange(1, 5),
+        ApiKey.LIST_OFFSETS: VersionRange(1, 8),  # v7 MAX_TIMESTAMP (KIP-734), v8 EARLIEST_LOCAL (KIP-405)
         ApiKey.METADATA: VersionRange(0, 8),
         ApiKey.OFFSET_COMMIT: VersionRange(2, 7),
         ApiKey.OFFSET_FETCH: VersionRange(1, 8),  # v7 require_stable (KIP-447), v8 batched groups (KIP-709)
@@ -101,6 +103,8 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.LIST_GROUPS: VersionRange(0, 4),
         ApiKey.DELETE_GROUPS: VersionRange(0, 2),
         ApiKey.OFFSET_DELETE: VersionRange(0, 0),  # Kafka has only v0 (KIP-496)
+        ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 2),  # v2 include_fenced_brokers: none in ZooKeeper mode
+        ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),  # kio has no v0 (Kafka 4 dropped it); v4 volume bytes
         # Listed as Kafka lists them on every listener; without SASL both answer ILLEGAL_SASL_STATE.
         ApiKey.SASL_HANDSHAKE: VersionRange(0, 1),
         ApiKey.SASL_AUTHENTICATE: VersionRange(0, 2),
@@ -141,7 +145,7 @@ def advertised_versions(handled: Iterable[int]) -> dict[int, VersionRange]:
 _FIRST_FLEXIBLE: dict[int, int | None] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 16: 3, 18: 3,
     19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 32: 4, 33: 2, 37: 2, 42: 2, 44: 1, 47: None,
-    17: None, 36: 2,
+    17: None, 36: 2, 35: 2, 60: 0,
 }  # fmt: skip
 
 

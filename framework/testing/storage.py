@@ -31,7 +31,8 @@ Semantics pinned down here, beyond the protocols' docstrings:
 - leader epochs follow Kafka's ``LeaderEpochFileCache`` (assignment drops contradicting entries,
   OffsetForLeaderEpoch answers as Kafka does), and a leader append in a newer epoch records it;
 - ``offset_for_timestamp`` is the first record (in offset order) with a timestamp >= the target;
-  ``max_timestamp_and_offset`` the record carrying the largest timestamp.
+  ``max_timestamp_and_offset`` the record carrying the largest timestamp;
+- ``describe_log_dirs`` lists every log in exactly one dir; ``size_in_bytes`` counts its batches.
 """
 
 from __future__ import annotations
@@ -122,6 +123,24 @@ class StorageConformance:
             assert storage.get_log(other) is None
             storage.get_or_create_log(other, env.topic_config())
             assert set(storage.all_logs()) == {TP, other}
+
+    async def test_log_dirs_list_every_log_once_with_its_size(self, tmp_path: Path) -> None:
+        """DescribeLogDirs: every log in exactly one online dir, sizes that grow with appends and
+        go with a deleted log, volume sizes either unknown (-1) or plausible."""
+        async with self.env(tmp_path) as env:
+            storage, log = await env.log()
+            other = TopicPartition("conformance", 1)
+            empty = storage.get_or_create_log(other, env.topic_config())
+            append(log, 3, 2)
+            assert log.size_in_bytes > 0 and empty.size_in_bytes == 0
+            dirs = list(storage.describe_log_dirs())
+            assert dirs and all(d.error is None and d.path for d in dirs)
+            held = [tp for d in dirs for tp in d.partitions]
+            assert sorted(held) == sorted([TP, other])
+            for d in dirs:
+                assert d.total_bytes == -1 or d.total_bytes >= d.usable_bytes >= 0
+            await storage.delete_log(other)
+            assert [tp for d in storage.describe_log_dirs() for tp in d.partitions] == [TP]
 
     # -- append ----------------------------------------------------------------------------------
     async def test_append_assigns_offsets_from_the_log_end(self, tmp_path: Path) -> None:

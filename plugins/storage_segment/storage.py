@@ -16,6 +16,7 @@ unlinking retired files, and the cleaner (``log.cleaner.enable``, ``log.cleaner.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -25,7 +26,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -35,7 +36,7 @@ import trio
 from odradek.broker.storage_failures import StorageFailureLog
 from odradek.config import Config, ConfigError, TopicConfig
 from odradek.errors import InvalidTopic, KafkaStorageError
-from odradek.interfaces import TopicPartition
+from odradek.interfaces import LogDirDescription, TopicPartition
 
 from .checkpoint import atomic_write, read_offsets, write_offsets
 from .cleaner import (
@@ -295,6 +296,34 @@ class SegmentLogStorage:
 
     def all_logs(self) -> Mapping[TopicPartition, SegmentLog]:
         return MappingProxyType(self._logs)
+
+    def describe_log_dirs(self) -> Sequence[LogDirDescription]:
+        """Each of ``log.dirs`` with its logs and its volume's size and free space (statvfs).
+
+        A dir that cannot be reached any more (removed, unmounted, an I/O error) is reported
+        offline with the OS error, as Kafka reports a dir its LogDirFailureChannel took offline;
+        a full disk is not offline here (see ``odradek.broker.storage_failures``)."""
+        held: dict[Path, list[TopicPartition]] = {d: [] for d in self.log_dirs}
+        for tp, lg in self._logs.items():
+            held.setdefault(lg.dir.parent, []).append(tp)
+        out = []
+        for d in self.log_dirs:
+            try:
+                if not d.is_dir():
+                    raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(d))
+                st = os.statvfs(d)
+            except OSError as exc:
+                out.append(LogDirDescription(str(d), error=f"log dir {d} is offline: {exc}"))
+                continue
+            out.append(
+                LogDirDescription(
+                    str(d),
+                    tuple(sorted(held[d])),
+                    total_bytes=st.f_blocks * st.f_frsize,
+                    usable_bytes=st.f_bavail * st.f_frsize,
+                )
+            )
+        return out
 
     async def delete_log(self, tp: TopicPartition) -> None:
         lg = self._logs.pop(tp, None)

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from odradek import records
 from odradek.config import Config, TopicConfig
 from odradek.errors import InvalidRecord, KafkaStorageError, OffsetOutOfRange
-from odradek.interfaces import BatchMeta, EpochEntry, FileRange, LogAppendInfo, TopicPartition
+from odradek.interfaces import BatchMeta, EpochEntry, FileRange, LogAppendInfo, LogDirDescription, TopicPartition
 
 
 class _Batch(NamedTuple):
@@ -295,6 +295,11 @@ class MemoryLogStorage:
 
     def all_logs(self) -> Mapping[TopicPartition, MemoryLog]:
         return MappingProxyType(self._logs)
+
+    def describe_log_dirs(self) -> Sequence[LogDirDescription]:
+        """One "dir", named by the first of ``log.dirs`` (the key its data lives under), holding
+        every log; no volume behind it, so its size and free space are unknown (-1)."""
+        return [LogDirDescription(self._key, tuple(sorted(self._logs)))]
 
     async def delete_log(self, tp: TopicPartition) -> None:
         log = self._logs.pop(tp, None)
