@@ -28,6 +28,7 @@ from odradek.broker.api import (
     CreateTopicResult,
     DeleteRecordsResult,
     DescribeConfigsResult,
+    ElectLeadersResult,
     EpochEndOffset,
     FetchPartitionResult,
     InitProducerIdResult,
@@ -161,6 +162,9 @@ class ScriptedBroker:
 
     async def offset_for_leader_epoch(self, replica_id, partitions):
         return {p.tp: EpochEndOffset(ErrorCode.NONE, p.leader_epoch, 55) for p in partitions}
+
+    async def elect_leaders(self, election_type, partitions, timeout_ms):
+        return {tp: ElectLeadersResult(ErrorCode.NONE) for tp in partitions or ()}
 
 
 ENDPOINT = Endpoint("PLAINTEXT", "127.0.0.1", 0)

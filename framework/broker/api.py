@@ -392,6 +392,26 @@ class EpochEndOffset:
 
 
 # --------------------------------------------------------------------------------------------
+# ElectLeaders
+# --------------------------------------------------------------------------------------------
+
+
+class ElectionType(IntEnum):
+    """ElectLeaders' election types (KIP-460); ElectLeaders v0 always asks for PREFERRED."""
+
+    PREFERRED = 0  #: the first replica of the assignment, when it is alive and in the ISR
+    UNCLEAN = 1  #: a partition without a live leader: a live ISR member, else any live replica
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersResult:
+    """One partition's answer: NONE once this broker sees the elected leader, else why not."""
+
+    error: ErrorCode
+    error_message: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
 # The facade
 # --------------------------------------------------------------------------------------------
 
@@ -541,6 +561,17 @@ class Broker(Protocol):
         """End offset of the largest leader epoch <= the asked one (KIP-101 truncation)."""
         ...
 
+    async def elect_leaders(
+        self,
+        election_type: ElectionType,
+        partitions: Sequence[TopicPartition] | None,
+        timeout_ms: int,
+    ) -> dict[TopicPartition, ElectLeadersResult]:
+        """Elect leaders as the controller (KIP-183/460), then wait up to ``timeout_ms`` until
+        this broker sees them. ``partitions`` None: every partition, answering only those not
+        ELECTION_NOT_NEEDED. A broker that is not the controller answers NOT_CONTROLLER."""
+        ...
+
 
 __all__ = [
     "CONSUMER_REPLICA_ID",
@@ -569,6 +600,8 @@ __all__ = [
     "CreateTopicResult",
     "DeleteRecordsResult",
     "DescribeConfigsResult",
+    "ElectLeadersResult",
+    "ElectionType",
     "EpochEndOffset",
     "FetchPartition",
     "FetchPartitionResult",

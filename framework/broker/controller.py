@@ -16,19 +16,35 @@ once it is alive and in the ISR again. The controller watches ``/brokers/`` (reg
 partition states), so a follower rejoining an ISR triggers the preferred-leader election. ISR
 changes themselves are written by leaders (:mod:`~odradek.broker.alter_partition`), controlled
 shutdown by the stopping broker; reassignment is not built.
+
+ElectLeaders requests (:mod:`~odradek.broker.elect_leaders`) are decided here too
+(:meth:`Controller.elect_requested`, :func:`decide_election`), one decision pass at a time with
+the controller's own, through the same fenced write.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from enum import Enum
 from typing import Any
 
 import trio
 
 from ..config import Config
-from ..interfaces import Check, Leadership, MetadataCompacted, MetadataConflict, MetadataStore, Put, Versioned
+from ..errors import ErrorCode
+from ..interfaces import (
+    Check,
+    Leadership,
+    MetadataCompacted,
+    MetadataConflict,
+    MetadataStore,
+    Put,
+    TopicPartition,
+    Versioned,
+)
+from .api import ElectionType, ElectLeadersResult
 from .metadata_cache import (
     BROKERS_PREFIX,
     CONTROLLER_ELECTION,
@@ -44,6 +60,9 @@ log = logging.getLogger(__name__)
 WATCHED_PREFIX = "/brokers/"
 #: pause before campaigning again after leadership (or the session) was lost, or a store error
 CAMPAIGN_BACKOFF_S = 0.5
+#: how often an ElectLeaders request's elections are decided again after losing a
+#: compare-and-set to a concurrent change before the partition is answered REQUEST_TIMED_OUT
+REQUESTED_ELECTION_ROUNDS = 5
 
 
 class Controller:
@@ -55,6 +74,9 @@ class Controller:
         self.cache = cache
         self.leadership: Leadership | None = None
         self._term: trio.CancelScope | None = None
+        #: one decision pass at a time (Kafka's controller is one event thread): the pass on a
+        #: watch event and an ElectLeaders request never race each other's compare-and-sets
+        self._deciding = trio.Lock()
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Campaign (blocks while another broker controls), then elect on every broker change;
@@ -111,6 +133,10 @@ class Controller:
         brokers, assignments, partition states: never the cache, which may lag the store);
         returns how many partition states were changed. A write that loses its compare-and-set
         is decided again on the next listing (the watch reports the change that beat it)."""
+        async with self._deciding:
+            return await self._elect_offline_leaders(items)
+
+    async def _elect_offline_leaders(self, items: Mapping[str, Versioned] | None) -> int:
         leadership = self.leadership
         if leadership is None or self.cache.halted is not None:
             return 0
@@ -137,27 +163,99 @@ class Controller:
                     if new is None:
                         log.warning("%s-%d has no eligible leader (replicas %s, isr %s)", name, p, replicas, state.isr)
                         continue
-                key = partition_state_key(name, p)
-                try:
-                    await self.store.txn(
-                        [leadership.fence, Check(key, state.version)], [Put(key, new.to_json(leadership.epoch))]
-                    )
-                except MetadataConflict as exc:
-                    if exc.key == leadership.fence.key:
-                        log.warning("lost controllership; stopping elections")
-                        self.leadership = None
-                        return elected
-                    continue
-                log.info("%s-%d: leader %d at epoch %d, isr %s", name, p, new.leader, new.leader_epoch, list(new.isr))
-                elected += 1
-                changed = True
+                written = await self._write_state(leadership, name, p, new)
+                if written is _Write.DEPOSED:
+                    return elected
+                if written is _Write.WRITTEN:
+                    elected += 1
+                    changed = True
             if changed:
                 await self.cache.refresh_topic(name)
         return elected
 
+    async def elect_requested(
+        self, election_type: ElectionType, partitions: Collection[TopicPartition]
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, ElectLeadersResult]]:
+        """An ElectLeaders request's elections (Kafka's ``processReplicaLeaderElection``):
+        (the leader elected for each partition whose state was written, the answer for each
+        other one). Decided, like the controller's own passes, from one consistent listing of
+        ``/brokers/`` and written by the same fenced compare-and-set. A write that loses to a
+        concurrent change (a leader's ISR update) is decided again on a fresh listing, at most
+        :data:`REQUESTED_ELECTION_ROUNDS` times. Not the controller: NOT_CONTROLLER for all."""
+        elected: dict[TopicPartition, int] = {}
+        answers: dict[TopicPartition, ElectLeadersResult] = {}
+        pending = list(dict.fromkeys(partitions))
+        async with self._deciding:
+            for _ in range(REQUESTED_ELECTION_ROUNDS):
+                leadership = self.leadership
+                if not pending or leadership is None or self.cache.halted is not None:
+                    break
+                items, _ = await self.store.list(WATCHED_PREFIX)
+                live, topics = _cluster_view(items)
+                stale: list[TopicPartition] = []
+                changed: set[str] = set()
+                for tp in pending:
+                    replicas = topics.get(tp.topic, ({}, {}))[0].get(tp.partition)
+                    state = topics.get(tp.topic, ({}, {}))[1].get(tp.partition)
+                    if replicas is None or state is None:
+                        answers[tp] = ElectLeadersResult(
+                            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
+                        )
+                        continue
+                    decided = decide_election(election_type, replicas, state, live)
+                    if isinstance(decided, ElectLeadersResult):
+                        answers[tp] = decided
+                        continue
+                    written = await self._write_state(leadership, tp.topic, tp.partition, decided)
+                    if written is _Write.DEPOSED:
+                        break
+                    if written is _Write.STALE:
+                        stale.append(tp)
+                        continue
+                    elected[tp] = decided.leader
+                    changed.add(tp.topic)
+                for name in sorted(changed):
+                    await self.cache.refresh_topic(name)
+                pending = [tp for tp in pending if tp not in answers and tp not in elected]
+                if pending and stale:
+                    log.info("elections of %s lost to concurrent changes; deciding again", ", ".join(map(str, stale)))
+        for tp in pending:
+            answers[tp] = (
+                ElectLeadersResult(ErrorCode.NOT_CONTROLLER, f"broker {self.config.broker_id} is not the controller")
+                if self.leadership is None or self.cache.halted is not None
+                else ElectLeadersResult(
+                    ErrorCode.REQUEST_TIMED_OUT, "the partition state kept changing during the election; try again"
+                )
+            )
+        return elected, answers
+
+    async def _write_state(self, leadership: Leadership, topic: str, partition: int, new: PartitionState) -> _Write:
+        """Write one partition's new state: a compare-and-set on the version it was decided
+        from (``new.version``), fenced by this controller's epoch. STALE when the state changed
+        meanwhile; DEPOSED (and leadership dropped) when another broker controls by now."""
+        key = partition_state_key(topic, partition)
+        try:
+            await self.store.txn([leadership.fence, Check(key, new.version)], [Put(key, new.to_json(leadership.epoch))])
+        except MetadataConflict as exc:
+            if exc.key == leadership.fence.key:
+                log.warning("lost controllership; stopping elections")
+                self.leadership = None
+                return _Write.DEPOSED
+            return _Write.STALE
+        log.info("%s-%d: leader %d at epoch %d, isr %s", topic, partition, new.leader, new.leader_epoch, list(new.isr))
+        return _Write.WRITTEN
+
     def _topic_setting(self, topic: str, name: str) -> object:
         config = self.cache.topic_config(topic)
         return config[name] if config is not None else self.config.topic_config()[name]
+
+
+class _Write(Enum):
+    """How a partition state write ended."""
+
+    WRITTEN = "written"
+    STALE = "stale"  #: the state changed since it was read: decide again
+    DEPOSED = "deposed"  #: another broker is the controller now
 
 
 def one_line(exc: BaseException) -> str:
@@ -217,3 +315,34 @@ def elect_leader(
         if live_replicas:
             return PartitionState(live_replicas[0], state.leader_epoch + 1, (live_replicas[0],), state.version)
     return None
+
+
+def decide_election(
+    election_type: ElectionType, replicas: tuple[int, ...], state: PartitionState, live: set[int]
+) -> PartitionState | ElectLeadersResult:
+    """An ElectLeaders election for one partition, as Kafka's controller decides it: the new
+    state to write, or the answer when there is nothing to write.
+
+    PREFERRED: ELECTION_NOT_NEEDED when the first assigned replica already leads (and is
+    alive); otherwise it leads (epoch + 1, same ISR) if it is alive and in the ISR, else
+    PREFERRED_LEADER_NOT_AVAILABLE. UNCLEAN: ELECTION_NOT_NEEDED while the leader is alive;
+    otherwise the offline-partition election with unclean election allowed whatever the topic
+    says (a live ISR member, else the first live replica with the ISR just itself), else
+    ELIGIBLE_LEADERS_NOT_AVAILABLE."""
+    leader_alive = state.leader in live
+    if election_type is ElectionType.PREFERRED:
+        if leader_alive and replicas and replicas[0] == state.leader:
+            return ElectLeadersResult(ErrorCode.ELECTION_NOT_NEEDED)
+        new = preferred_leader(replicas, state, live)
+        if new is None:
+            why = "is not alive" if not replicas or replicas[0] not in live else f"is not in the ISR {list(state.isr)}"
+            return ElectLeadersResult(
+                ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, f"the preferred replica {replicas[:1]} {why}"
+            )
+        return new
+    if leader_alive:
+        return ElectLeadersResult(ErrorCode.ELECTION_NOT_NEEDED)
+    new = elect_leader(replicas, state, live, unclean=True)
+    if new is None:
+        return ElectLeadersResult(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, f"no replica of {list(replicas)} is alive")
+    return new

@@ -37,6 +37,8 @@ from .api import (
     CreateTopicResult,
     DeleteRecordsResult,
     DescribeConfigsResult,
+    ElectionType,
+    ElectLeadersResult,
     EpochEndOffset,
     FetchPartition,
     FetchPartitionResult,
@@ -52,6 +54,8 @@ from .api import (
     TopicResult,
 )
 from .configs import ConfigManager
+from .controller import Controller
+from .elect_leaders import elect_leaders
 from .metadata_cache import INTERNAL_TOPICS, MetadataCache, TopicState
 from .producer_ids import ProducerIdManager
 from .producer_state import AppendOrigin
@@ -102,6 +106,9 @@ class BrokerCore:
         self.txn_offsets: Any = None
         #: the partition leader's side of transaction markers (WriteTxnMarkers), attached with them
         self.txn_markers: Any = None
+        #: this broker's controller (campaigns; elects while it holds the election), attached by
+        #: BrokerServer once the broker is registered
+        self.controller: Controller | None = None
 
     async def start(self) -> None:
         """Load the metadata and host this broker's partitions (the watch runs separately:
@@ -310,3 +317,8 @@ class BrokerCore:
         self, resources: Sequence[AlterConfigsResource], validate_only: bool
     ) -> list[AlterConfigsResult]:
         return await self.configs.incremental_alter(resources, validate_only, replace=True)
+
+    async def elect_leaders(
+        self, election_type: ElectionType, partitions: Sequence[TopicPartition] | None, timeout_ms: int
+    ) -> dict[TopicPartition, ElectLeadersResult]:
+        return await elect_leaders(self.controller, self.metadata_cache, election_type, partitions, timeout_ms)

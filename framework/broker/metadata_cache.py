@@ -186,6 +186,8 @@ class MetadataCache:
         self.halted: str | None = None
         #: set by :meth:`halt`; the server shuts the broker down when it is
         self.halted_event = trio.Event()
+        #: set (and replaced) after every topic re-read: see :meth:`next_refresh`
+        self._refreshed = trio.Event()
 
     # -- loading ---------------------------------------------------------------------------------
     async def load(self) -> None:
@@ -348,7 +350,22 @@ class MetadataCache:
     async def refresh_topic(self, name: str) -> None:
         """Re-read one topic from the store and reconcile this broker's partitions with it."""
         async with self._lock:
-            await self._refresh_topic(name)
+            try:
+                await self._refresh_topic(name)
+            finally:
+                self._refreshed.set()
+                self._refreshed = trio.Event()
+
+    async def next_refresh(self) -> None:
+        """Return after the next topic re-read: for a request waiting until this broker sees a
+        change it asked for (ElectLeaders waits for the leaders it elected)."""
+        await self._refreshed.wait()
+
+    def leader_of(self, tp: TopicPartition) -> int:
+        """The leader the cached partition state names, -1 for an unknown partition."""
+        topic = self.topics.get(tp.topic)
+        state = topic.states.get(tp.partition) if topic is not None else None
+        return state.leader if state is not None else -1
 
     async def _refresh_topic(self, name: str) -> None:
         if self.halted is not None:

@@ -233,6 +233,7 @@ class BrokerServer:
                     self.broker_epoch = await self._register(store, info)
                     registered = True
                     self.controller = Controller(config, store, core.metadata_cache)
+                    core.controller = self.controller
                     await self._start(background, scopes, self.controller.run)
                     controller = self.controller
                     self._spawn(background, scopes, lambda: self._follow_session(store, info, controller))

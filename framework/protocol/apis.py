@@ -53,6 +53,7 @@ class ApiKey(IntEnum):
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
@@ -105,6 +106,7 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.OFFSET_DELETE: VersionRange(0, 0),  # Kafka has only v0 (KIP-496)
         ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 2),  # v2 include_fenced_brokers: none in ZooKeeper mode
         ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),  # kio has no v0 (Kafka 4 dropped it); v4 volume bytes
+        ApiKey.ELECT_LEADERS: VersionRange(0, 2),  # v1 election type (KIP-460), v2 flexible
         # Listed as Kafka lists them on every listener; without SASL both answer ILLEGAL_SASL_STATE.
         ApiKey.SASL_HANDSHAKE: VersionRange(0, 1),
         ApiKey.SASL_AUTHENTICATE: VersionRange(0, 2),
@@ -145,7 +147,7 @@ def advertised_versions(handled: Iterable[int]) -> dict[int, VersionRange]:
 _FIRST_FLEXIBLE: dict[int, int | None] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 16: 3, 18: 3,
     19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 32: 4, 33: 2, 37: 2, 42: 2, 44: 1, 47: None,
-    17: None, 36: 2, 35: 2, 60: 0,
+    17: None, 36: 2, 35: 2, 60: 0, 43: 2,
 }  # fmt: skip
 
 

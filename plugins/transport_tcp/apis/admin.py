@@ -1,5 +1,5 @@
 """Handlers for topic administration: CreateTopics, DeleteTopics, CreatePartitions,
-DescribeConfigs, IncrementalAlterConfigs, DeleteRecords.
+DescribeConfigs, IncrementalAlterConfigs, DeleteRecords, ElectLeaders.
 
 All of them are ``ordered``: they change (or must observe) cluster state in the order a client
 sent them. Per-topic and per-resource failures come back from the core as error codes; a
@@ -21,8 +21,9 @@ from odradek.broker.api import (
     ConfigResourceType,
     CreatableTopic,
     CreatePartitionsTopic,
+    ElectionType,
 )
-from odradek.errors import ErrorCode, KafkaError
+from odradek.errors import ErrorCode, InvalidRequest, KafkaError
 from odradek.interfaces import TopicPartition
 from odradek.protocol import ApiKey, ms, timedelta_ms
 
@@ -317,6 +318,42 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
     return make(response_class(ApiKey.DELETE_RECORDS, version), throttle_time=NO_THROTTLE, topics=tuple(rows))
 
 
+# -- ElectLeaders -----------------------------------------------------------------------------
+
+
+async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
+    """ElectLeaders v0-2 (v0 elects the preferred replica; v1 adds the election type and the
+    top-level error, NONE unless the request as a whole failed). Each partition is answered
+    once, grouped by topic in request order. An unknown election type is INVALID_REQUEST for
+    the whole request, as Kafka's controller refuses it."""
+    version = ctx.api_version
+    raw_type = getattr(request, "election_type", ElectionType.PREFERRED)
+    try:
+        election_type = ElectionType(raw_type)
+    except ValueError:
+        raise InvalidRequest(f"unknown election type {raw_type}") from None
+    partitions = (
+        None
+        if request.topic_partitions is None
+        else [TopicPartition(t.topic, p) for t in request.topic_partitions for p in t.partitions]
+    )
+    results = await ctx.broker.elect_leaders(election_type, partitions, ms(request.timeout))
+    by_topic: dict[str, list[Any]] = {}
+    partition_cls = response_class(ApiKey.ELECT_LEADERS, version, "PartitionResult")
+    for tp, r in results.items():
+        by_topic.setdefault(tp.topic, []).append(
+            partition_cls(partition_id=tp.partition, error_code=kerr(r.error), error_message=r.error_message)
+        )
+    topic_cls = response_class(ApiKey.ELECT_LEADERS, version, "ReplicaElectionResult")
+    rows = tuple(topic_cls(topic=topic, partition_result=tuple(parts)) for topic, parts in by_topic.items())
+    return make(
+        response_class(ApiKey.ELECT_LEADERS, version),
+        throttle_time=NO_THROTTLE,
+        error_code=kerr(ErrorCode.NONE),
+        replica_election_results=rows,
+    )
+
+
 HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_TOPICS: Handler(ApiKey.CREATE_TOPICS, handle_create_topics),
     ApiKey.DELETE_TOPICS: Handler(ApiKey.DELETE_TOPICS, handle_delete_topics),
@@ -325,6 +362,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: Handler(ApiKey.INCREMENTAL_ALTER_CONFIGS, handle_incremental_alter_configs),
     ApiKey.ALTER_CONFIGS: Handler(ApiKey.ALTER_CONFIGS, handle_alter_configs),
     ApiKey.DELETE_RECORDS: Handler(ApiKey.DELETE_RECORDS, handle_delete_records),
+    ApiKey.ELECT_LEADERS: Handler(ApiKey.ELECT_LEADERS, handle_elect_leaders),
 }
 
 __all__ = ["HANDLERS"]

@@ -51,6 +51,7 @@ IDENTITY_FIELDS = frozenset(
         "topic_id",
         "partition_index",
         "partition",
+        "partition_id",  # ElectLeaders
         "group_id",
         "member_id",
         "group_instance_id",
@@ -167,6 +168,8 @@ def _answered(source: Any, entry_cls: type[Any]) -> list[Any]:
         return list(getattr(source, best[1]) or ())
     for f in fields(source):
         target = _VALUE_LISTS.get(f.name)
+        if target == "partition_index" and target not in wanted and "partition_id" in wanted:
+            target = "partition_id"  # ElectLeaders' results name their partitions so
         if target is not None and target in wanted and isinstance(classify_field(f), PrimitiveTupleField):
             return [_Named(target, value) for value in getattr(source, f.name) or ()]
     return []
