@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from broker_harness import create, running_broker
 
 from odradek.broker.api import BrokerNode, ClusterMetadata
 from odradek.broker.partition import Partition
@@ -98,3 +99,32 @@ async def test_a_follower_lags_by_the_leader_high_watermark(tmp_path: Path) -> N
         assert partition.offset_lag == 0  # a leader is never behind
     finally:
         await storage.close()
+
+
+class _EngineBeforeLogDirs:
+    """A third-party engine written before ``describe_log_dirs``: everything else forwarded."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "describe_log_dirs":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+async def test_an_engine_without_describe_log_dirs_reports_its_logs_under_the_first_dir(tmp_path: Path) -> None:
+    """Such an engine still answers DescribeLogDirs (no UNKNOWN_SERVER_ERROR): all its logs under
+    the first of log.dirs, with their sizes, volume sizes unknown."""
+    async with running_broker(tmp_path / "data") as core:
+        await create(core, "old", partitions=2)
+        real = core.storage
+        core.storage = _EngineBeforeLogDirs(real)  # type: ignore[assignment]
+        try:
+            (entry,) = await core.describe_log_dirs(None)
+        finally:
+            core.storage = real
+    assert entry.error == ErrorCode.NONE
+    assert entry.path == str((tmp_path / "data").absolute())
+    assert (entry.total_bytes, entry.usable_bytes) == (-1, -1)
+    assert sorted(p.tp for p in entry.partitions) == [TopicPartition("old", 0), TopicPartition("old", 1)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from odradek.interfaces import TopicPartition
 from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
 from odradek.plugins.transport_tcp.client import TcpConnector
 from odradek.protocol import ApiKey, decode_response, encode_request, request_type
+from odradek.sessions import MetadataUnavailable
 from odradek.testing.broker import BrokerProcess, unique_topic
 
 PREFERRED, UNCLEAN = ElectionType.PREFERRED, ElectionType.UNCLEAN
@@ -40,10 +42,10 @@ def test_election_rules() -> None:
     assert decide_election(PREFERRED, (2, 1, 3), state, {1, 2, 3}) == ElectLeadersResult(ErrorCode.ELECTION_NOT_NEEDED)
     down = decide_election(PREFERRED, (1, 2, 3), state, {2, 3})
     assert isinstance(down, ElectLeadersResult) and down.error is ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
-    assert down.error_message == "the preferred replica (1,) is not alive"
+    assert down.error_message == "the preferred replica 1 is not alive"
     behind = decide_election(PREFERRED, (1, 2, 3), PartitionState(2, 5, (2, 3), 9), {1, 2, 3})
     assert isinstance(behind, ElectLeadersResult) and behind.error is ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
-    assert behind.error_message == "the preferred replica (1,) is not in the ISR [2, 3]"
+    assert behind.error_message == "the preferred replica 1 is not in the ISR [2, 3]"
     # the preferred replica named as leader but dead: not "not needed", it cannot lead
     dead = decide_election(PREFERRED, (2, 1), PartitionState(2, 5, (2,), 9), {1})
     assert isinstance(dead, ElectLeadersResult) and dead.error is ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
@@ -179,6 +181,25 @@ async def test_elections_on_a_broker_and_a_simulated_second_one(tmp_path: Path) 
         assert answer == {t0: ElectLeadersResult(ErrorCode.NOT_CONTROLLER, "broker 0 is not the controller")}
         answer = await elect_leaders(None, core.metadata_cache, PREFERRED, None, 1000)
         assert {r.error for r in answer.values()} == {ErrorCode.NOT_CONTROLLER} and t0 in answer
+
+        # the metadata store unreachable mid-election: a retriable timeout naming why, no traceback
+        controller = core.controller
+        assert controller is not None
+
+        async def unreachable(prefix: str) -> Any:
+            raise MetadataUnavailable("no ZooKeeper answered")
+
+        real_store = controller.store
+        controller.store = SimpleNamespace(list=unreachable)  # type: ignore[assignment]
+        try:
+            answer = await core.elect_leaders(UNCLEAN, [t0], 1000)
+        finally:
+            controller.store = real_store
+        assert answer == {
+            t0: ElectLeadersResult(
+                ErrorCode.REQUEST_TIMED_OUT, "the metadata store is unreachable: no ZooKeeper answered"
+            )
+        }
 
 
 async def _true(value: bool) -> bool:

@@ -58,6 +58,7 @@ from odradek.protocol import (
     parse_request_header,
     request_type,
 )
+from odradek.sessions import MetadataUnavailable
 
 
 class FileSlice:
@@ -979,6 +980,29 @@ async def test_a_failing_handler_keeps_the_connection(caplog: pytest.LogCaptureF
         await conn.aclose()
     failures = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
     assert failures and failures[0].exc_info is not None
+
+
+async def test_an_unreachable_metadata_store_is_answered_request_timed_out(caplog: pytest.LogCaptureFixture) -> None:
+    """A handler failing because the metadata store is out of reach: REQUEST_TIMED_OUT (retriable,
+    what a ZooKeeper-mode Kafka broker's admin requests end with) and one WARNING line with the
+    reason, no traceback; the connection carries on."""
+
+    class StoreAway(ScriptedBroker):
+        async def list_offsets(self, replica_id: int, isolation_level: int, partitions: Any) -> Any:
+            raise MetadataUnavailable("no ZooKeeper answered at 127.0.0.1:1")
+
+    request = _replace(sample(request_type(ApiKey.LIST_OFFSETS, 5)), isolation_level=0)
+    async with serving(StoreAway(_config())) as (_listener, bound):
+        conn = await connect(bound)
+        response = await call(conn, request, 1)
+        assert [(t.name, [(p.partition_index, int(p.error_code)) for p in t.partitions]) for t in response.topics] == [
+            ("odradek", [(3, ErrorCode.REQUEST_TIMED_OUT)])
+        ]
+        assert (await call(conn, metadata_request(), 2)).topics[0].name == "t"
+        await conn.aclose()
+    (line,) = [r for r in caplog.records if "ListOffsets v5" in r.getMessage()]
+    assert line.levelname == "WARNING" and line.exc_info is None
+    assert "no ZooKeeper answered" in line.getMessage() and "REQUEST_TIMED_OUT" in line.getMessage()
 
 
 class OutOfRangeOffsets(ScriptedBroker):

@@ -44,6 +44,7 @@ from ..interfaces import (
     TopicPartition,
     Versioned,
 )
+from ..sessions import MetadataUnavailable
 from .api import ElectionType, ElectLeadersResult
 from .metadata_cache import (
     BROKERS_PREFIX,
@@ -185,49 +186,71 @@ class Controller:
         elected: dict[TopicPartition, int] = {}
         answers: dict[TopicPartition, ElectLeadersResult] = {}
         pending = list(dict.fromkeys(partitions))
+        unreachable: str | None = None
         async with self._deciding:
-            for _ in range(REQUESTED_ELECTION_ROUNDS):
-                leadership = self.leadership
-                if not pending or leadership is None or self.cache.halted is not None:
-                    break
-                items, _ = await self.store.list(WATCHED_PREFIX)
-                live, topics = _cluster_view(items)
-                stale: list[TopicPartition] = []
-                changed: set[str] = set()
-                for tp in pending:
-                    replicas = topics.get(tp.topic, ({}, {}))[0].get(tp.partition)
-                    state = topics.get(tp.topic, ({}, {}))[1].get(tp.partition)
-                    if replicas is None or state is None:
-                        answers[tp] = ElectLeadersResult(
-                            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
-                        )
-                        continue
-                    decided = decide_election(election_type, replicas, state, live)
-                    if isinstance(decided, ElectLeadersResult):
-                        answers[tp] = decided
-                        continue
-                    written = await self._write_state(leadership, tp.topic, tp.partition, decided)
-                    if written is _Write.DEPOSED:
-                        break
-                    if written is _Write.STALE:
-                        stale.append(tp)
-                        continue
-                    elected[tp] = decided.leader
-                    changed.add(tp.topic)
-                for name in sorted(changed):
-                    await self.cache.refresh_topic(name)
-                pending = [tp for tp in pending if tp not in answers and tp not in elected]
-                if pending and stale:
-                    log.info("elections of %s lost to concurrent changes; deciding again", ", ".join(map(str, stale)))
+            try:
+                await self._elect_rounds(election_type, pending, elected, answers)
+            except MetadataUnavailable as exc:
+                # elections already written stay; the rest are answered as timed out (retriable)
+                unreachable = str(exc)
+                log.warning("ElectLeaders: the metadata store is unreachable: %s", exc)
+        pending = [tp for tp in pending if tp not in answers and tp not in elected]
         for tp in pending:
-            answers[tp] = (
-                ElectLeadersResult(ErrorCode.NOT_CONTROLLER, f"broker {self.config.broker_id} is not the controller")
-                if self.leadership is None or self.cache.halted is not None
-                else ElectLeadersResult(
+            if unreachable is not None:
+                answers[tp] = ElectLeadersResult(
+                    ErrorCode.REQUEST_TIMED_OUT, f"the metadata store is unreachable: {unreachable}"
+                )
+            elif self.leadership is None or self.cache.halted is not None:
+                answers[tp] = ElectLeadersResult(
+                    ErrorCode.NOT_CONTROLLER, f"broker {self.config.broker_id} is not the controller"
+                )
+            else:
+                answers[tp] = ElectLeadersResult(
                     ErrorCode.REQUEST_TIMED_OUT, "the partition state kept changing during the election; try again"
                 )
-            )
         return elected, answers
+
+    async def _elect_rounds(
+        self,
+        election_type: ElectionType,
+        pending: list[TopicPartition],
+        elected: dict[TopicPartition, int],
+        answers: dict[TopicPartition, ElectLeadersResult],
+    ) -> None:
+        """:meth:`elect_requested`'s rounds: fill ``elected`` and ``answers`` for ``pending``."""
+        for _ in range(REQUESTED_ELECTION_ROUNDS):
+            leadership = self.leadership
+            if not pending or leadership is None or self.cache.halted is not None:
+                break
+            items, _ = await self.store.list(WATCHED_PREFIX)
+            live, topics = _cluster_view(items)
+            stale: list[TopicPartition] = []
+            changed: set[str] = set()
+            for tp in pending:
+                replicas = topics.get(tp.topic, ({}, {}))[0].get(tp.partition)
+                state = topics.get(tp.topic, ({}, {}))[1].get(tp.partition)
+                if replicas is None or state is None:
+                    answers[tp] = ElectLeadersResult(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
+                    )
+                    continue
+                decided = decide_election(election_type, replicas, state, live)
+                if isinstance(decided, ElectLeadersResult):
+                    answers[tp] = decided
+                    continue
+                written = await self._write_state(leadership, tp.topic, tp.partition, decided)
+                if written is _Write.DEPOSED:
+                    break
+                if written is _Write.STALE:
+                    stale.append(tp)
+                    continue
+                elected[tp] = decided.leader
+                changed.add(tp.topic)
+            for name in sorted(changed):
+                await self.cache.refresh_topic(name)
+            pending = [tp for tp in pending if tp not in answers and tp not in elected]
+            if pending and stale:
+                log.info("elections of %s lost to concurrent changes; deciding again", ", ".join(map(str, stale)))
 
     async def _write_state(self, leadership: Leadership, topic: str, partition: int, new: PartitionState) -> _Write:
         """Write one partition's new state: a compare-and-set on the version it was decided
@@ -335,10 +358,13 @@ def decide_election(
             return ElectLeadersResult(ErrorCode.ELECTION_NOT_NEEDED)
         new = preferred_leader(replicas, state, live)
         if new is None:
-            why = "is not alive" if not replicas or replicas[0] not in live else f"is not in the ISR {list(state.isr)}"
-            return ElectLeadersResult(
-                ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, f"the preferred replica {replicas[:1]} {why}"
-            )
+            if not replicas:
+                why = "the partition has no assigned replicas"
+            elif replicas[0] not in live:
+                why = f"the preferred replica {replicas[0]} is not alive"
+            else:
+                why = f"the preferred replica {replicas[0]} is not in the ISR {list(state.isr)}"
+            return ElectLeadersResult(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, why)
         return new
     if leader_alive:
         return ElectLeadersResult(ErrorCode.ELECTION_NOT_NEEDED)

@@ -25,7 +25,7 @@ import trio
 
 from ..config import TopicConfig
 from ..errors import ErrorCode, KafkaError, UnknownTopicOrPartition
-from ..interfaces import Codec, LogStorage, TopicPartition
+from ..interfaces import Codec, LogDirDescription, LogStorage, TopicPartition
 from .api import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
@@ -506,13 +506,16 @@ class ReplicaManager:
             return ListOffsetsPartitionResult(ErrorCode.NONE, -1, -1, epoch)
         return ListOffsetsPartitionResult(ErrorCode.NONE, found[1], found[0], epoch)
 
-    def describe_log_dirs(self, partitions: Collection[TopicPartition] | None) -> list[LogDirResult]:
+    def describe_log_dirs(
+        self, partitions: Collection[TopicPartition] | None, dirs: Sequence[LogDirDescription] | None = None
+    ) -> list[LogDirResult]:
         """DescribeLogDirs (Kafka's ``ReplicaManager.describeLogDirs``): each log dir, with the
         size and offset lag of each asked-for log in it (None: every log); an offline dir is
-        KAFKA_STORAGE_ERROR with nothing else. Partitions with no log here are left out."""
+        KAFKA_STORAGE_ERROR with nothing else. Partitions with no log here are left out.
+        ``dirs``: the dirs to report, when not the storage's own ``describe_log_dirs()``."""
         wanted = None if partitions is None else set(partitions)
         results = []
-        for d in self.storage.describe_log_dirs():
+        for d in self.storage.describe_log_dirs() if dirs is None else dirs:
             if d.error is not None:
                 results.append(LogDirResult(ErrorCode.KAFKA_STORAGE_ERROR, d.path))
                 continue

@@ -35,6 +35,7 @@ from odradek.protocol import (
     encode_response,
     is_supported,
 )
+from odradek.sessions import MetadataUnavailable
 
 from ._kio import error_of
 from .error_responses import error_response
@@ -197,13 +198,14 @@ class Dispatcher:
         the connection (as Kafka does)."""
         what = f"{api_name(header.api_key)} v{header.api_version} (correlation id {header.correlation_id}) from {peer}"
         code = error_of(exc)
-        if isinstance(exc, KafkaError):
+        expected = isinstance(exc, (KafkaError, MetadataUnavailable))
+        if expected:  # a condition, not a bug: one line, no traceback
             log.warning("%s failed: %s (answered %s)", what, exc, code.name)
         else:
             log.exception("%s failed unexpectedly (answered %s)", what, code.name)
         if header.api_key == ApiKey.PRODUCE and getattr(request, "acks", 1) == 0:
             raise exc
-        message = f"{type(exc).__name__}: {exc}" if isinstance(exc, KafkaError) else "unexpected server error"
+        message = f"{type(exc).__name__}: {exc}" if expected else "unexpected server error"
         try:
             return error_response(header.api_key, header.api_version, request, code, message)
         except Exception as build_error:

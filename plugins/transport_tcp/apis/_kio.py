@@ -14,6 +14,7 @@ from typing import Any
 
 from odradek.errors import ErrorCode, KafkaError
 from odradek.protocol import kio_error, response_type
+from odradek.sessions import MetadataUnavailable
 
 
 # ``make``/``has_field`` take a bare ``type``: mypy does not treat ``type[Any]`` as Hashable, which
@@ -43,9 +44,14 @@ def response_class(api_key: int, api_version: int, name: str | None = None) -> t
 
 
 def error_of(exc: BaseException) -> ErrorCode:
-    """The Kafka error code for an exception raised by the core (unknown ones: UNKNOWN_SERVER_ERROR)."""
+    """The Kafka error code for an exception raised by the core (unknown ones: UNKNOWN_SERVER_ERROR).
+
+    The metadata store out of reach is REQUEST_TIMED_OUT, what a ZooKeeper-mode Kafka broker's
+    admin requests end with while ZooKeeper is away: retriable, so clients try again."""
     if isinstance(exc, KafkaError):
         return exc.code
+    if isinstance(exc, MetadataUnavailable):
+        return ErrorCode.REQUEST_TIMED_OUT
     return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
