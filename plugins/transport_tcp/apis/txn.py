@@ -21,7 +21,7 @@ from odradek.interfaces import TopicPartition
 from odradek.protocol import ApiKey, timedelta_ms
 from odradek.records import ControlRecordType
 
-from . import Handler, RequestContext
+from . import Handler, RequestContext, txn_tools
 from ._kio import kerr, make, response_class
 
 NO_THROTTLE = timedelta_ms(0)
@@ -218,6 +218,7 @@ HANDLERS = {
     ApiKey.END_TXN: Handler(ApiKey.END_TXN, handle_end_txn, ordered=True),
     ApiKey.TXN_OFFSET_COMMIT: Handler(ApiKey.TXN_OFFSET_COMMIT, handle_txn_offset_commit, ordered=True),
     ApiKey.WRITE_TXN_MARKERS: Handler(ApiKey.WRITE_TXN_MARKERS, handle_write_txn_markers, ordered=True),
+    **txn_tools.HANDLERS,  # KIP-664 tooling: DescribeProducers, DescribeTransactions, ListTransactions
 }
 
 __all__ = ["HANDLERS"]
