@@ -1,5 +1,6 @@
-"""Handlers for transactions: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, and
-the inter-broker WriteTxnMarkers.
+"""Handlers for transactions: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
+WriteTxnMarkers (inter-broker, and admin aborts of hanging transactions), and with them the
+KIP-664 tooling of :mod:`.txn_tools`.
 
 They call the broker's :class:`odradek.broker.txn.TransactionCoordinator`
 (``broker.transaction_coordinator``) and, for TxnOffsetCommit, its pending-offsets store next to
@@ -155,7 +156,9 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
-    """WriteTxnMarkers (v0-1), sent by a transaction coordinator to a partition leader: each
+    """WriteTxnMarkers (v0-1), sent by a transaction coordinator to a partition leader, or by an
+    admin client aborting a hanging transaction (kafka-python's ``abort_transaction`` sends v1;
+    its marker is checked and written exactly as a coordinator's, as Kafka does): each
     marker is appended as leader and replicated (acks=all) in every partition it names, the
     markers of a request concurrently; per partition Kafka's errors (UNKNOWN_TOPIC_OR_PARTITION
     not hosted here, NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED,

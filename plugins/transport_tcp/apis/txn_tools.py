@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 from collections import defaultdict
+from dataclasses import asdict
 from typing import Any
 
 from odradek.errors import ErrorCode
@@ -44,32 +45,21 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     producer_cls = response_class(ApiKey.DESCRIBE_PRODUCERS, version, "ProducerState")
     wanted = [TopicPartition(t.name, int(p)) for t in request.topics for p in t.partition_indexes]
     results = await ctx.broker.describe_producers(wanted)
-    topics = tuple(
-        make(
-            topic_cls,
-            name=t.name,
-            partitions=tuple(
-                make(
-                    part_cls,
-                    partition_index=p,
-                    error_code=kerr((r := results[TopicPartition(t.name, int(p))]).error),
-                    error_message=r.error_message,
-                    active_producers=tuple(
-                        make(
-                            producer_cls,
-                            producer_id=a.producer_id,
-                            producer_epoch=a.producer_epoch,
-                            last_sequence=a.last_sequence,
-                            last_timestamp=a.last_timestamp,
-                            coordinator_epoch=a.coordinator_epoch,
-                            current_txn_start_offset=a.current_txn_start_offset,
-                        )
-                        for a in r.active_producers
-                    ),
-                )
-                for p in t.partition_indexes
-            ),
+
+    def partition(topic: str, index: int) -> Any:
+        r = results[TopicPartition(topic, int(index))]
+        # ActiveProducer's fields are named as kio's ProducerState's
+        producers = tuple(make(producer_cls, **asdict(a)) for a in r.active_producers)
+        return make(
+            part_cls,
+            partition_index=index,
+            error_code=kerr(r.error),
+            error_message=r.error_message,
+            active_producers=producers,
         )
+
+    topics = tuple(
+        make(topic_cls, name=t.name, partitions=tuple(partition(t.name, p) for p in t.partition_indexes))
         for t in request.topics
     )
     return make(cls, throttle_time=NO_THROTTLE, topics=topics)
