@@ -939,6 +939,8 @@ async def test_a_failing_handler_is_answered_with_unknown_server_error(key: int,
         assert [c.key for c in response.coordinators] == ["odradek"]
     if key == ApiKey.DESCRIBE_GROUPS:  # groups named by a list of ids
         assert response.groups[0].group_id == "odradek"
+    if key == ApiKey.DESCRIBE_TRANSACTIONS:  # transactional ids named by a list of strings
+        assert [s.transactional_id for s in response.transaction_states] == ["odradek"]
 
 
 async def test_a_failing_produce_answers_each_partition_and_acks0_closes() -> None:

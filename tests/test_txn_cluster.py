@@ -185,6 +185,49 @@ def test_commit_and_abort_across_brokers_with_offsets_on_another_coordinator(clu
         assert not b.log_problems(), b.log_problems()
 
 
+def test_transaction_tools_ask_every_broker_and_any_replica(cluster: dict[int, BrokerProcess]) -> None:
+    """KIP-664 in a cluster: ListTransactions is answered by each broker for the ids it
+    coordinates, DescribeTransactions by the id's coordinator, DescribeProducers by every replica
+    of a partition (followers from their replicated producer state) and NOT_LEADER_OR_FOLLOWER by
+    a broker without one."""
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTP
+    from kafka.errors import NotLeaderForPartitionError
+
+    bootstrap = _bootstrap(cluster)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    tid, coordinator = _name_led_by(admin, "__transaction_state", "tools")
+    topic, elsewhere = _data_topic(admin, [[1, 2, 3]]), _data_topic(admin, [[2]])
+    producer = _txn_producer(bootstrap, tid)
+    producer.begin_transaction()
+    producer.produce(topic, b"open", partition=0)
+    assert producer.flush(TIMEOUT_S) == 0
+    tools = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        listed = tools.list_transactions(state_filters=["Ongoing"])
+        assert sorted(listed) == [1, 2, 3]
+        assert {b for b, txns in listed.items() if tid in {t.transactional_id for t in txns}} == {coordinator}
+        desc = tools.describe_transactions([tid])[tid]
+        assert (desc.coordinator_id, desc.state.value, desc.topic_partitions) == (
+            coordinator,
+            "Ongoing",
+            {KTP(topic, 0)},
+        )
+        tp = KTP(topic, 0)
+
+        def open_on(broker: int) -> bool:
+            producers = tools.describe_producers([tp], broker_id=broker)[tp].active_producers
+            return [(p.producer_id, p.current_transaction_start_offset) for p in producers] == [(desc.producer_id, 0)]
+
+        for broker in (1, 2, 3):
+            wait_for(f"the open transaction in broker {broker}'s replica", lambda b=broker: open_on(b))
+        with pytest.raises(NotLeaderForPartitionError):
+            tools.describe_producers([KTP(elsewhere, 0)], broker_id=1)  # only broker 2 has a replica
+    finally:
+        tools.close()
+        producer.abort_transaction(TIMEOUT_S)
+
+
 def test_a_new_coordinator_completes_a_transaction_whose_coordinator_died(cluster: dict[int, BrokerProcess]) -> None:
     """The coordinator is SIGKILLed after PrepareCommit is durable while a marker cannot be
     delivered (its partition's only replica is paused); the broker that takes over the

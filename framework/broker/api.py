@@ -378,6 +378,28 @@ class InitProducerIdResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ActiveProducer:
+    """One producer a partition replica remembers (DescribeProducers, KIP-664): what an operator
+    needs to spot a producer whose transaction never ended and to abort it (its id, epoch and
+    the coordinator epoch of its last marker, which an ABORT must not be older than)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int = -1
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    #: first offset of its open transaction in the partition, -1 when none is open
+    current_txn_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeProducersResult:
+    error: ErrorCode
+    active_producers: tuple[ActiveProducer, ...] = ()
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class OffsetForLeaderEpochPartition:
     tp: TopicPartition
     leader_epoch: int
@@ -551,6 +573,13 @@ class Broker(Protocol):
     ) -> InitProducerIdResult:
         """A new producer id (epoch 0) for idempotent producers; for a transactional id the id it
         had with the epoch bumped (fencing the previous instance)."""
+        ...
+
+    async def describe_producers(
+        self, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, DescribeProducersResult]:
+        """The producers each partition's local replica remembers (leader or follower, as
+        Kafka answers), for finding transactions left open (KIP-664)."""
         ...
 
     async def offset_for_leader_epoch(

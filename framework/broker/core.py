@@ -37,6 +37,7 @@ from .api import (
     CreateTopicResult,
     DeleteRecordsResult,
     DescribeConfigsResult,
+    DescribeProducersResult,
     ElectionType,
     ElectLeadersResult,
     EpochEndOffset,
@@ -189,6 +190,37 @@ class BrokerCore:
         return await self.producer_ids.init_producer_id(
             transactional_id, transaction_timeout_ms, producer_id, producer_epoch
         )
+
+    async def describe_producers(
+        self, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, DescribeProducersResult]:
+        """Kafka's ``handleDescribeProducersRequest``: an illegal topic name is
+        INVALID_TOPIC_EXCEPTION, a topic the cluster does not have UNKNOWN_TOPIC_OR_PARTITION;
+        then this broker's replica answers (leader or follower), a partition the topic has but
+        this broker does not host NOT_LEADER_OR_FOLLOWER (the client refreshes its metadata),
+        one it does not have UNKNOWN_TOPIC_OR_PARTITION."""
+        results: dict[TopicPartition, DescribeProducersResult] = {}
+        cache = self.metadata_cache
+        for tp in partitions:
+            try:
+                validate_topic_name(tp.topic)
+            except InvalidTopic as exc:
+                results[tp] = DescribeProducersResult(ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=str(exc))
+                continue
+            topic = cache.topics.get(tp.topic)
+            if topic is None:
+                results[tp] = DescribeProducersResult(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"unknown topic {tp.topic!r}"
+                )
+                continue
+            producers = self.replica_manager.active_producers(tp)
+            if producers is not None:
+                results[tp] = DescribeProducersResult(ErrorCode.NONE, producers)
+            elif tp.partition in topic.assignment:
+                results[tp] = DescribeProducersResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            else:
+                results[tp] = DescribeProducersResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return results
 
     # -- metadata --------------------------------------------------------------------------------
     async def metadata(

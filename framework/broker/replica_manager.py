@@ -32,6 +32,7 @@ from .api import (
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
     AbortedTransaction,
+    ActiveProducer,
     DeleteRecordsResult,
     EpochEndOffset,
     FetchPartition,
@@ -560,6 +561,25 @@ class ReplicaManager:
             except KafkaError as exc:
                 results[p.tp] = EpochEndOffset(exc.code)
         return results
+
+    def active_producers(self, tp: TopicPartition) -> tuple[ActiveProducer, ...] | None:
+        """The producers this broker's replica of ``tp`` remembers (DescribeProducers), None when
+        it hosts no replica. A follower answers too, as in Kafka: it replays the leader's
+        batches and markers into the same producer state, so an operator can compare replicas."""
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return None
+        return tuple(
+            ActiveProducer(
+                e.producer_id,
+                e.producer_epoch,
+                e.last_seq,
+                e.last_timestamp,
+                e.coordinator_epoch,
+                -1 if e.current_txn_first_offset is None else e.current_txn_first_offset,
+            )
+            for e in partition.producer_state.producers.values()
+        )
 
     # -- checkpoints, snapshots, housekeeping ----------------------------------------------------
     async def persist_state(self, *, only_changed: bool = True) -> int:

@@ -57,6 +57,9 @@ class ApiKey(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 class VersionRange(NamedTuple):
@@ -92,6 +95,10 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.END_TXN: VersionRange(0, 2),
         ApiKey.WRITE_TXN_MARKERS: VersionRange(0, 1),  # inter-broker; v0 is odradek's schema (kio has v1+)
         ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 2),
+        # KIP-664 tooling (kafka-transactions.sh); v2 of ListTransactions (a Java regex, Kafka 4.1) is not offered
+        ApiKey.DESCRIBE_PRODUCERS: VersionRange(0, 0),
+        ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
+        ApiKey.LIST_TRANSACTIONS: VersionRange(0, 1),
         # Admin and group-inspection APIs, at every version kio models that needs no topic ids.
         ApiKey.CREATE_TOPICS: VersionRange(2, 7),
         ApiKey.DELETE_TOPICS: VersionRange(1, 5),  # v6 may name topics by id only
@@ -147,7 +154,7 @@ def advertised_versions(handled: Iterable[int]) -> dict[int, VersionRange]:
 _FIRST_FLEXIBLE: dict[int, int | None] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 16: 3, 18: 3,
     19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 32: 4, 33: 2, 37: 2, 42: 2, 44: 1, 47: None,
-    17: None, 36: 2, 35: 2, 60: 0, 43: 2,
+    17: None, 36: 2, 35: 2, 60: 0, 43: 2, 61: 0, 65: 0, 66: 0,
 }  # fmt: skip
 
 

@@ -33,6 +33,7 @@ from ..api import InitProducerIdResult
 from ..group.group_coordinator import FindCoordinatorResult
 from ..group.hashing import partition_for
 from ..group.offsets_log import OFFSETS_TOPIC
+from .listing import ListTransactionsResult, TransactionDescription, describe_transaction, list_transactions
 from .log import TransactionLog
 from .schema import parse_txn_key, parse_txn_value, txn_key, txn_value
 from .state import TransactionMetadata, TransactionState
@@ -192,6 +193,8 @@ class TransactionCoordinator:
         #: the leader epoch each owned partition was loaded under
         self._loaded_epochs: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None
+        #: transactional id -> partitions its running marker task has not written yet
+        self._unmarked: dict[str, set[TopicPartition]] = {}
 
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.log.num_partitions)
@@ -600,6 +603,23 @@ class TransactionCoordinator:
         result = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
         coordinator_epoch = self.coordinator_epochs.get(self.partition_for(transactional_id), 0)
         remaining = set(md.partitions)
+        self._unmarked[transactional_id] = remaining  # DescribeTransactions lists what is left
+        try:
+            await self._write_markers(transactional_id, md, coordinator_epoch, result, remaining)
+        finally:
+            if self._unmarked.get(transactional_id) is remaining:
+                del self._unmarked[transactional_id]
+
+    async def _write_markers(
+        self,
+        transactional_id: str,
+        md: TransactionMetadata,
+        coordinator_epoch: int,
+        result: ControlRecordType,
+        remaining: set[TopicPartition],
+    ) -> None:
+        """The marker loop of :meth:`_deliver_markers`; ``remaining`` shrinks as partitions are done."""
+        commit = result is ControlRecordType.COMMIT
         backoff = MARKER_RETRY_BACKOFF_S
         failures = 0
         while remaining:
@@ -668,6 +688,39 @@ class TransactionCoordinator:
         if expired:
             log.info("expired %d idle transactional ids", expired)
         return expired
+
+    # -- tooling (KIP-664): ListTransactions, DescribeTransactions ----------------------------------
+    def list_transactions(
+        self,
+        state_filters: Collection[str] = (),
+        producer_id_filters: Collection[int] = (),
+        duration_filter_ms: int = -1,
+    ) -> ListTransactionsResult:
+        """The ids of the ``__transaction_state`` partitions this broker leads, filtered (see
+        :func:`.listing.list_transactions`); a client asks every broker and joins the answers.
+        COORDINATOR_NOT_AVAILABLE before the coordinator runs, COORDINATOR_LOAD_IN_PROGRESS while
+        any partition loads (the listing would miss its ids), as Kafka answers."""
+        if not self.active:
+            return ListTransactionsResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if self.loading:
+            return ListTransactionsResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        owned = [md for tid, md in self.transactions.items() if self.partition_for(tid) in self.owned]
+        return list_transactions(owned, state_filters, producer_id_filters, duration_filter_ms, self.now_ms())
+
+    def describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        """One id's state, as its coordinator knows it: NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
+        as for the other transactional requests, TRANSACTIONAL_ID_NOT_FOUND for an id it does
+        not know (never used, or expired), INVALID_REQUEST for an empty id."""
+        if not self.active:
+            return TransactionDescription(transactional_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        error = self.validate(transactional_id)
+        if error is not None:
+            return TransactionDescription(transactional_id, error)
+        md = self.transactions.get(transactional_id)
+        if md is None:
+            return TransactionDescription(transactional_id, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
+        unmarked = self._unmarked.get(transactional_id) if md.state.is_prepare else None
+        return describe_transaction(md, unmarked)
 
     # -- the produce path's check (ReplicaManager.verify_transaction) -------------------------------
     def verify_transaction(

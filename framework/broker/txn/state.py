@@ -33,6 +33,12 @@ class TransactionState(IntEnum):
         return self in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
 
     @property
+    def kafka_name(self) -> str:
+        """The name Kafka's tools show and filter by (``PrepareCommit``): ListTransactions and
+        DescribeTransactions carry states as these strings."""
+        return "".join(word.capitalize() for word in self.name.split("_"))
+
+    @property
     def is_idle(self) -> bool:
         """No transaction open or ending: a new one may start."""
         return self in (TransactionState.EMPTY, TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT)

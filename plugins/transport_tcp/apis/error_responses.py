@@ -71,6 +71,7 @@ _VALUE_LISTS = {
     "groups_names": "group_id",
     "topic_names": "name",
     "coordinator_keys": "key",  # FindCoordinator v4
+    "transactional_ids": "transactional_id",  # DescribeTransactions
 }
 
 #: response lists that describe state rather than answer what the request named (a created

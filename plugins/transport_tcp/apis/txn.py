@@ -1,5 +1,6 @@
-"""Handlers for transactions: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, and
-the inter-broker WriteTxnMarkers.
+"""Handlers for transactions: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
+WriteTxnMarkers (inter-broker, and admin aborts of hanging transactions), and with them the
+KIP-664 tooling of :mod:`.txn_tools`.
 
 They call the broker's :class:`odradek.broker.txn.TransactionCoordinator`
 (``broker.transaction_coordinator``) and, for TxnOffsetCommit, its pending-offsets store next to
@@ -21,7 +22,7 @@ from odradek.interfaces import TopicPartition
 from odradek.protocol import ApiKey, timedelta_ms
 from odradek.records import ControlRecordType
 
-from . import Handler, RequestContext
+from . import Handler, RequestContext, txn_tools
 from ._kio import kerr, make, response_class
 
 NO_THROTTLE = timedelta_ms(0)
@@ -155,7 +156,9 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
-    """WriteTxnMarkers (v0-1), sent by a transaction coordinator to a partition leader: each
+    """WriteTxnMarkers (v0-1), sent by a transaction coordinator to a partition leader, or by an
+    admin client aborting a hanging transaction (kafka-python's ``abort_transaction`` sends v1;
+    its marker is checked and written exactly as a coordinator's, as Kafka does): each
     marker is appended as leader and replicated (acks=all) in every partition it names, the
     markers of a request concurrently; per partition Kafka's errors (UNKNOWN_TOPIC_OR_PARTITION
     not hosted here, NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED,
@@ -218,6 +221,7 @@ HANDLERS = {
     ApiKey.END_TXN: Handler(ApiKey.END_TXN, handle_end_txn, ordered=True),
     ApiKey.TXN_OFFSET_COMMIT: Handler(ApiKey.TXN_OFFSET_COMMIT, handle_txn_offset_commit, ordered=True),
     ApiKey.WRITE_TXN_MARKERS: Handler(ApiKey.WRITE_TXN_MARKERS, handle_write_txn_markers, ordered=True),
+    **txn_tools.HANDLERS,  # KIP-664 tooling: DescribeProducers, DescribeTransactions, ListTransactions
 }
 
 __all__ = ["HANDLERS"]
