@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import IsolationLevel, KafkaException, Producer, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -39,6 +39,8 @@ CLUSTER_OPERATIONS = {
     "ALTER_CONFIGS",
     "IDEMPOTENT_WRITE",
 }
+#: a topic's: READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS
+TOPIC_OPERATIONS = {"READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
 
 
 def _admin(bootstrap: str) -> AdminClient:
@@ -79,6 +81,15 @@ def test_describe_cluster_with_both_clients(odradek_broker: BrokerProcess) -> No
     host, port = odradek_broker.bootstrap.rsplit(":", 1)
     assert [(n.id, n.host, n.port) for n in desc.nodes] == [(md.controller_id, host, int(port))]
     assert desc.authorized_operations is None  # not asked for
+    # asked for: no authorizer, so every operation of the resource type (from Metadata v8+)
+    asked = admin.describe_cluster(include_authorized_operations=True, request_timeout=10).result()
+    assert {op.name for op in asked.authorized_operations} == CLUSTER_OPERATIONS
+    topic = unique_topic("ops")
+    _create(admin, topic)
+    (described,) = admin.describe_topics(
+        TopicCollection([topic]), include_authorized_operations=True, request_timeout=10
+    ).values()
+    assert {op.name for op in described.result().authorized_operations} == TOPIC_OPERATIONS
     # (librdkafka answers describe_cluster from Metadata v8+, not DescribeCluster; kafka-python
     # sends DescribeCluster v2, asking for the cluster's authorized operations)
 

@@ -16,12 +16,9 @@ from odradek.config import default_config
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
-from odradek.plugins.transport_tcp.apis.cluster import (
-    AUTHORIZED_OPERATIONS_OMITTED,
-    CLUSTER_OPERATIONS,
-    handle_describe_cluster,
-)
+from odradek.plugins.transport_tcp.apis.cluster import handle_describe_cluster
 from odradek.protocol import ApiKey, request_type
+from odradek.protocol.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
 from odradek.testing.storage_support import append
 
 pytestmark = pytest.mark.trio

@@ -25,6 +25,8 @@ from odradek.protocol import (
     response_type,
     timedelta_ms,
 )
+from odradek.protocol.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED as OMITTED
+from odradek.protocol.authorized_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS
 from odradek.protocol.metadata import MAX_VERSION
 
 VERSIONS = range(SUPPORTED_VERSIONS[ApiKey.METADATA].min, SUPPORTED_VERSIONS[ApiKey.METADATA].max + 1)
@@ -34,7 +36,7 @@ _nodes = st.lists(st.integers(0, 2**31 - 1), max_size=4).map(tuple)
 _text = st.text(max_size=20)
 
 
-def _kio(version: int, md: ClusterMetadata) -> bytes:
+def _kio(version: int, md: ClusterMetadata, topic_ops: int = OMITTED, cluster_ops: int = OMITTED) -> bytes:
     """What kio writes for the same response (the reference encoding)."""
     cls = response_type(ApiKey.METADATA, version)
     module = sys.modules[cls.__module__]
@@ -71,9 +73,11 @@ def _kio(version: int, md: ClusterMetadata) -> bytes:
                     )
                     for p in t.partitions
                 ),
+                topic_authorized_operations=topic_ops,
             )
             for t in md.topics
         ),
+        cluster_authorized_operations=cluster_ops,
     )
     out = io.BytesIO()
     entity_writer(cls)(out, body)
@@ -107,6 +111,17 @@ clusters = st.builds(
 @settings(max_examples=300, deadline=None)
 def test_metadata_matches_kio_byte_for_byte(md: ClusterMetadata, version: int) -> None:
     assert encode_metadata_response(MetadataResponseData(version, md)) == _kio(version, md)
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v >= 8])
+def test_authorized_operations_when_asked_match_kio(version: int) -> None:
+    """v8+: the operations a client asked for (all of them: no authorizer), as kio writes them."""
+    md = _many(3)
+    asked = MetadataResponseData(
+        version, md, topic_authorized_operations=TOPIC_OPERATIONS, cluster_authorized_operations=CLUSTER_OPERATIONS
+    )
+    assert encode_metadata_response(asked) == _kio(version, md, TOPIC_OPERATIONS, CLUSTER_OPERATIONS)
+    assert encode_metadata_response(asked) != encode_metadata_response(MetadataResponseData(version, md))
 
 
 def _many(n: int) -> ClusterMetadata:

@@ -9,8 +9,8 @@ version byte-identical to kio's encoding.
 
 Field presence by version (Kafka's MetadataResponse.json): throttle_time_ms v3+; broker rack
 v1+; cluster_id v2+; controller_id v1+; topic is_internal v1+; partition leader_epoch v7+;
-offline_replicas v5+; topic/cluster authorized operations v8+ (odradek has no ACLs, so it
-sends Kafka's "not requested" value, INT32_MIN).
+offline_replicas v5+; topic/cluster authorized operations v8+ (what the handler puts in
+:class:`MetadataResponseData`: INT32_MIN when not asked for).
 
 The body is built from anything shaped like :class:`odradek.broker.api.ClusterMetadata` (see
 the Protocols below), so the codec stays independent of the broker.
@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from .authorized_operations import AUTHORIZED_OPERATIONS_OMITTED
+
 MAX_VERSION = 8  # v9 is flexible (compact strings, tagged fields): not advertised
-_NOT_REQUESTED = -(2**31)  # authorized operations nobody asked for
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -90,6 +91,9 @@ class MetadataResponseData:
     version: int
     metadata: ClusterLike
     throttle_time_ms: int = 0
+    #: v8+: every topic's and the cluster's ``authorized_operations`` (INT32_MIN: not asked for)
+    topic_authorized_operations: int = AUTHORIZED_OPERATIONS_OMITTED
+    cluster_authorized_operations: int = AUTHORIZED_OPERATIONS_OMITTED
 
 
 def _string(value: str | None) -> bytes:
@@ -142,6 +146,7 @@ def encode_metadata_response(response: MetadataResponseData) -> bytes:
     if version >= 1:
         add(_INT32.pack(md.controller_id))
     add(_INT32.pack(len(md.topics)))
+    topic_ops = _INT32.pack(response.topic_authorized_operations)
     for t in md.topics:
         add(_INT16.pack(int(t.error)))
         add(_string(t.name))
@@ -150,9 +155,9 @@ def encode_metadata_response(response: MetadataResponseData) -> bytes:
         add(_INT32.pack(len(t.partitions)))
         _partitions(version, t.partitions, add)
         if version >= 8:
-            add(_INT32.pack(_NOT_REQUESTED))
+            add(topic_ops)
     if version >= 8:
-        add(_INT32.pack(_NOT_REQUESTED))
+        add(_INT32.pack(response.cluster_authorized_operations))
     return b"".join(parts)
 
 

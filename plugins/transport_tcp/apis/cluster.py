@@ -14,18 +14,12 @@ from odradek.broker.api import LogDirResult
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.protocol import ApiKey, timedelta_ms
+from odradek.protocol.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
 
 from . import Handler, RequestContext
 from ._kio import kerr, make, response_class
 
 NO_THROTTLE = timedelta_ms(0)
-
-#: DescribeCluster ``cluster_authorized_operations`` when the client did not ask for them
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-#: What a broker without an authorizer answers when asked: every operation Kafka's ``AclEntry.
-#: supportedOperations`` lists for the CLUSTER resource -- CREATE (5), ALTER (7), DESCRIBE (8),
-#: CLUSTER_ACTION (9), DESCRIBE_CONFIGS (10), ALTER_CONFIGS (11), IDEMPOTENT_WRITE (12)
-CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 #: DescribeCluster v1+ endpoint types (Kafka's ``EndpointType``): a broker answers only BROKER
 ENDPOINT_BROKER = 1

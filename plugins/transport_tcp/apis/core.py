@@ -40,6 +40,7 @@ from odradek.protocol import (
     produce_version_implemented,
     timedelta_ms,
 )
+from odradek.protocol.authorized_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
 
 from . import CloseConnection, Handler, RequestContext
 from ._kio import kerr, make, response_class
@@ -86,7 +87,17 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> MetadataResponse
     topics = None if all_topics else [t.name for t in request.topics]
     allow_auto_create = bool(getattr(request, "allow_auto_topic_creation", True))
     md = await ctx.broker.metadata(topics, allow_auto_create, listener_name=ctx.listener.name)
-    return MetadataResponseData(version, md)  # written by odradek.protocol.metadata, not kio
+    # written by odradek.protocol.metadata, not kio; v8+ may ask for the authorized operations
+    return MetadataResponseData(
+        version,
+        md,
+        topic_authorized_operations=authorized_operations(
+            bool(getattr(request, "include_topic_authorized_operations", False)), TOPIC_OPERATIONS
+        ),
+        cluster_authorized_operations=authorized_operations(
+            bool(getattr(request, "include_cluster_authorized_operations", False)), CLUSTER_OPERATIONS
+        ),
+    )
 
 
 # -- Produce ----------------------------------------------------------------------------------

@@ -19,15 +19,12 @@ from odradek.broker.group import FindCoordinatorResult, GroupCoordinator, Offset
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.protocol import ApiKey, ms, timedelta_ms
+from odradek.protocol.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED, GROUP_OPERATIONS
 
 from . import Handler, RequestContext
 from ._kio import kerr, make, response_class
 
 NO_THROTTLE = timedelta_ms(0)
-#: DescribeGroups authorized_operations when the client did not ask for them
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-#: READ, DELETE and DESCRIBE (AclOperation codes 3, 6, 8): what a group allows without an authorizer
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
 
