@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 import trio
-from broker_harness import batch, produce, running_broker
+from broker_harness import batch, broker_config, produce, running_broker
 
 from odradek import records
+from odradek.broker.alter_partition import AlterPartitionManager
 from odradek.broker.api import CreatableTopic, FetchPartition, IsolationLevel
 from odradek.broker.controller import elect_leader, preferred_leader, shrink_dead_from_isr
 from odradek.broker.core import BrokerCore
@@ -141,6 +142,45 @@ async def test_leader_side_acks_all_isr_shrink_and_expand(tmp_path: Path, caplog
             # each change is logged from the ISR it replaced (it logged the new one on both sides)
             changes = [r.getMessage() for r in caplog.records if "ISR" in r.getMessage()]
             assert changes == ["t-0: ISR [0, 7] -> [0]", "t-0: ISR [0] -> [0, 7]"], changes
+        finally:
+            await other.close()
+
+
+async def test_a_follower_in_controlled_shutdown_is_not_added_back(tmp_path: Path) -> None:
+    """A stopping follower leaves the ISR (controlled shutdown) while still registered and, for
+    up to ``replica.lag.time.max.ms``, caught up as of its last fetch: the leader must not add it
+    back (KIP-841: a broker in controlled shutdown is ineligible). It did whenever its ISR check
+    ran before the stopping broker's session closed, a window that grows under load."""
+    async with running_broker(tmp_path, **{"replica.lag.time.max.ms": 30000}) as core:
+        other = LocalMetadataStore(tmp_path / FILE_NAME)
+        await other.open(6000)
+        try:
+            await other.register_broker(7, registration_json([("PLAINTEXT", "127.0.0.1", 9, "PLAINTEXT")], None))
+            with trio.fail_after(5):
+                while 7 not in core.metadata_cache.live_broker_ids():
+                    await trio.sleep(0.01)
+            created = await core.create_topics([CreatableTopic("t", assignments={0: [0, 7]})], 1000, False)
+            assert created["t"].error == ErrorCode.NONE
+            partition = core.replica_manager.get_partition(TP)
+            assert partition is not None and partition.isr == {0, 7}
+            assert (await produce(core, TP, batch([b"a"]), acks=1)).error == ErrorCode.NONE
+            assert await _follower_fetch(core, 1, partition.leader_epoch) == ErrorCode.NONE  # caught up
+
+            # broker 7 stops: its controlled shutdown takes it out of the ISR; it is still registered
+            follower_config = broker_config(tmp_path / "b7", **{"broker.id": 7})
+            follower_rm = types.SimpleNamespace(on_isr_expand_candidate=None)
+            stopping = AlterPartitionManager(follower_config, other, core.metadata_cache, follower_rm)  # type: ignore[arg-type]
+            assert await stopping.controlled_shutdown() == 1
+            assert await _isr_in_store(core) == (0,)
+            with trio.fail_after(5):
+                while partition.isr != {0}:
+                    await trio.sleep(0.01)
+            assert await other.get("/brokers/ids/7") is not None
+
+            leader = AlterPartitionManager(core.config, core.store, core.metadata_cache, core.replica_manager)
+            assert partition.can_join_isr(7, core.replica_manager.clock_ms(), 30000)
+            assert await leader.maybe_update_isrs() == 0
+            assert await _isr_in_store(core) == (0,) and partition.isr == {0}
         finally:
             await other.close()
 
