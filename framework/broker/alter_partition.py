@@ -133,35 +133,39 @@ class AlterPartitionManager:
         states changed. Partitions with no other live in-sync replica keep this broker as leader
         (the controller elects once its registration is gone)."""
         live = set(self.cache.brokers) - {self.broker_id}
-        with contextlib.suppress(MetadataConflict):  # marked already (a second call)
-            await self.store.create(f"{SHUTTING_DOWN_PREFIX}{self.broker_id}", b"", ephemeral=True)
+        replicated = [
+            (name, part, replicas)
+            for name, topic in list(self.cache.topics.items())
+            for part, replicas in sorted(topic.assignment.items())
+            if self.broker_id in replicas and len(replicas) >= 2
+        ]
+        if replicated:  # a broker with no replicated partition writes nothing (the store may be away)
+            with contextlib.suppress(MetadataConflict):  # marked already (a second call)
+                await self.store.create(f"{SHUTTING_DOWN_PREFIX}{self.broker_id}", b"", ephemeral=True)
         moved = 0
-        for name, topic in list(self.cache.topics.items()):
-            for part, replicas in sorted(topic.assignment.items()):
-                if self.broker_id not in replicas or len(replicas) < 2:
+        for name, part, replicas in replicated:
+            key = partition_state_key(name, part)
+            current = await self.store.get(key)
+            if current is None:
+                continue
+            state = PartitionState.decode(current)
+            if self.broker_id not in state.isr and state.leader != self.broker_id:
+                continue
+            isr = tuple(r for r in state.isr if r != self.broker_id)
+            if state.leader == self.broker_id:
+                successors = [r for r in replicas if r in isr and r in live]
+                if not successors:
                     continue
-                key = partition_state_key(name, part)
-                current = await self.store.get(key)
-                if current is None:
-                    continue
-                state = PartitionState.decode(current)
-                if self.broker_id not in state.isr and state.leader != self.broker_id:
-                    continue
-                isr = tuple(r for r in state.isr if r != self.broker_id)
-                if state.leader == self.broker_id:
-                    successors = [r for r in replicas if r in isr and r in live]
-                    if not successors:
-                        continue
-                    new = PartitionState(successors[0], state.leader_epoch + 1, isr, 0)
-                elif state.leader in live and isr:
-                    new = PartitionState(state.leader, state.leader_epoch, isr, 0)
-                else:
-                    continue
-                try:
-                    await self.store.put(key, _state_json(current.value, new), expect=current.version)
-                except MetadataConflict:
-                    continue
-                moved += 1
+                new = PartitionState(successors[0], state.leader_epoch + 1, isr, 0)
+            elif state.leader in live and isr:
+                new = PartitionState(state.leader, state.leader_epoch, isr, 0)
+            else:
+                continue
+            try:
+                await self.store.put(key, _state_json(current.value, new), expect=current.version)
+            except MetadataConflict:
+                continue
+            moved += 1
         log.info("broker %d: controlled shutdown changed %d partition states", self.broker_id, moved)
         return moved
 
