@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import logging
 import types
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from broker_harness import batch, produce, running_broker
+from broker_harness import batch, broker_config, produce, running_broker
 
 from odradek import records
+from odradek.broker.alter_partition import AlterPartitionManager
 from odradek.broker.api import CreatableTopic, FetchPartition, IsolationLevel
 from odradek.broker.controller import elect_leader, preferred_leader, shrink_dead_from_isr
 from odradek.broker.core import BrokerCore
@@ -89,60 +92,100 @@ async def _isr_in_store(core: BrokerCore) -> tuple[int, ...]:
     return PartitionState.decode(v).isr
 
 
+@asynccontextmanager
+async def _broker_7(core: BrokerCore, tmp_path: Path) -> AsyncIterator[LocalMetadataStore]:
+    """A second broker, id 7, simulated by a metadata session of its own: registered, and seen
+    live by ``core``, until the block ends."""
+    other = LocalMetadataStore(tmp_path / FILE_NAME)
+    await other.open(6000)
+    try:
+        await other.register_broker(7, registration_json([("PLAINTEXT", "127.0.0.1", 9, "PLAINTEXT")], None))
+        with trio.fail_after(5):
+            while 7 not in core.metadata_cache.live_broker_ids():
+                await trio.sleep(0.01)
+        yield other
+    finally:
+        await other.close()
+
+
 async def test_leader_side_acks_all_isr_shrink_and_expand(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "odradek.broker.alter_partition")
-    async with running_broker(tmp_path, **{"replica.lag.time.max.ms": 300}) as core:
-        other = LocalMetadataStore(tmp_path / FILE_NAME)
-        await other.open(6000)
-        try:
-            await other.register_broker(7, registration_json([("PLAINTEXT", "127.0.0.1", 9, "PLAINTEXT")], None))
-            with trio.fail_after(5):
-                while 7 not in core.metadata_cache.live_broker_ids():
-                    await trio.sleep(0.01)
-            created = await core.create_topics(
-                [CreatableTopic("t", assignments={0: [0, 7]}, configs={"min.insync.replicas": "2"})], 1000, False
-            )
-            assert created["t"].error == ErrorCode.NONE
-            partition = core.replica_manager.get_partition(TP)
-            assert partition is not None and partition.is_leader and partition.isr == {0, 7}
-            epoch = partition.leader_epoch
+    async with running_broker(tmp_path, **{"replica.lag.time.max.ms": 300}) as core, _broker_7(core, tmp_path):
+        created = await core.create_topics(
+            [CreatableTopic("t", assignments={0: [0, 7]}, configs={"min.insync.replicas": "2"})], 1000, False
+        )
+        assert created["t"].error == ErrorCode.NONE
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None and partition.is_leader and partition.isr == {0, 7}
+        epoch = partition.leader_epoch
 
-            # acks=all waits for the follower: its fetch at offset 1 says it has offset 0
-            result: list[ErrorCode] = []
+        # acks=all waits for the follower: its fetch at offset 1 says it has offset 0
+        result: list[ErrorCode] = []
 
-            async def produce_all() -> None:
-                result.append((await produce(core, TP, batch([b"a"]), acks=-1)).error)
+        async def produce_all() -> None:
+            result.append((await produce(core, TP, batch([b"a"]), acks=-1)).error)
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(produce_all)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(produce_all)
+            await trio.sleep(0.05)
+            assert not result and partition.high_watermark == 0
+            assert await _follower_fetch(core, 0, epoch) == ErrorCode.NONE
+            assert await _follower_fetch(core, 1, epoch) == ErrorCode.NONE
+        assert result == [ErrorCode.NONE] and partition.high_watermark == 1
+        # a leader epoch the leader does not have yet is refused
+        assert await _follower_fetch(core, 1, epoch + 1) == ErrorCode.UNKNOWN_LEADER_EPOCH
+
+        # the follower stops fetching while the leader appends: it leaves the ISR (in the store)
+        assert (await produce(core, TP, batch([b"b"]), acks=1)).error == ErrorCode.NONE
+        with trio.fail_after(5):
+            while await _isr_in_store(core) != (0,):
                 await trio.sleep(0.05)
-                assert not result and partition.high_watermark == 0
-                assert await _follower_fetch(core, 0, epoch) == ErrorCode.NONE
-                assert await _follower_fetch(core, 1, epoch) == ErrorCode.NONE
-            assert result == [ErrorCode.NONE] and partition.high_watermark == 1
-            # a leader epoch the leader does not have yet is refused
-            assert await _follower_fetch(core, 1, epoch + 1) == ErrorCode.UNKNOWN_LEADER_EPOCH
+        assert partition.isr == {0}
+        assert (await produce(core, TP, batch([b"c"]), acks=-1)).error == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert partition.high_watermark == 1  # frozen below min.insync.replicas
 
-            # the follower stops fetching while the leader appends: it leaves the ISR (in the store)
-            assert (await produce(core, TP, batch([b"b"]), acks=1)).error == ErrorCode.NONE
-            with trio.fail_after(5):
-                while await _isr_in_store(core) != (0,):
-                    await trio.sleep(0.05)
-            assert partition.isr == {0}
-            assert (await produce(core, TP, batch([b"c"]), acks=-1)).error == ErrorCode.NOT_ENOUGH_REPLICAS
-            assert partition.high_watermark == 1  # frozen below min.insync.replicas
+        # it catches up to the leader's end: it rejoins, and the HW moves on
+        assert await _follower_fetch(core, 2, epoch) == ErrorCode.NONE
+        with trio.fail_after(5):
+            while await _isr_in_store(core) != (0, 7):
+                await trio.sleep(0.05)
+        assert partition.isr == {0, 7} and partition.high_watermark == 2
+        # each change is logged from the ISR it replaced (it logged the new one on both sides)
+        changes = [r.getMessage() for r in caplog.records if "ISR" in r.getMessage()]
+        assert changes == ["t-0: ISR [0, 7] -> [0]", "t-0: ISR [0] -> [0, 7]"], changes
 
-            # it catches up to the leader's end: it rejoins, and the HW moves on
-            assert await _follower_fetch(core, 2, epoch) == ErrorCode.NONE
-            with trio.fail_after(5):
-                while await _isr_in_store(core) != (0, 7):
-                    await trio.sleep(0.05)
-            assert partition.isr == {0, 7} and partition.high_watermark == 2
-            # each change is logged from the ISR it replaced (it logged the new one on both sides)
-            changes = [r.getMessage() for r in caplog.records if "ISR" in r.getMessage()]
-            assert changes == ["t-0: ISR [0, 7] -> [0]", "t-0: ISR [0] -> [0, 7]"], changes
-        finally:
-            await other.close()
+
+async def test_a_follower_in_controlled_shutdown_is_not_added_back(tmp_path: Path) -> None:
+    """A stopping follower leaves the ISR (controlled shutdown) while still registered and, for
+    up to ``replica.lag.time.max.ms``, caught up as of its last fetch: the leader must not add it
+    back (KIP-841: a broker in controlled shutdown is ineligible). It did whenever its ISR check
+    ran before the stopping broker's session closed, a window that grows under load."""
+    async with (
+        running_broker(tmp_path, **{"replica.lag.time.max.ms": 30000}) as core,
+        _broker_7(core, tmp_path) as other,
+    ):
+        created = await core.create_topics([CreatableTopic("t", assignments={0: [0, 7]})], 1000, False)
+        assert created["t"].error == ErrorCode.NONE
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None and partition.isr == {0, 7}
+        assert (await produce(core, TP, batch([b"a"]), acks=1)).error == ErrorCode.NONE
+        assert await _follower_fetch(core, 1, partition.leader_epoch) == ErrorCode.NONE  # caught up
+
+        # broker 7 stops: its controlled shutdown takes it out of the ISR; it is still registered
+        follower_config = broker_config(tmp_path / "b7", **{"broker.id": 7})
+        follower_rm = types.SimpleNamespace(on_isr_expand_candidate=None)
+        stopping = AlterPartitionManager(follower_config, other, core.metadata_cache, follower_rm)  # type: ignore[arg-type]
+        assert await stopping.controlled_shutdown() == 1
+        assert await _isr_in_store(core) == (0,)
+        with trio.fail_after(5):
+            while partition.isr != {0}:
+                await trio.sleep(0.01)
+        assert await other.get("/brokers/ids/7") is not None
+
+        leader = AlterPartitionManager(core.config, core.store, core.metadata_cache, core.replica_manager)
+        assert partition.can_join_isr(7, core.replica_manager.clock_ms(), 30000)
+        assert await leader.maybe_update_isrs() == 0
+        assert await _isr_in_store(core) == (0,) and partition.isr == {0}
 
 
 class _FakeConnection:
@@ -167,61 +210,50 @@ def _epoch_batch(values: list[bytes], base_offset: int, epoch: int) -> bytes:
 
 
 async def test_follower_truncates_by_epoch_then_fetches(tmp_path: Path) -> None:
-    async with running_broker(tmp_path) as core:
-        other = LocalMetadataStore(tmp_path / FILE_NAME)
-        await other.open(6000)
-        try:
-            await other.register_broker(7, registration_json([("PLAINTEXT", "127.0.0.1", 9, "PLAINTEXT")], None))
-            with trio.fail_after(5):
-                while 7 not in core.metadata_cache.live_broker_ids():
-                    await trio.sleep(0.01)
-            created = await core.create_topics([CreatableTopic("t", assignments={0: [7, 0]})], 1000, False)
-            assert created["t"].error == ErrorCode.NONE
-            p = core.replica_manager.get_partition(TP)
-            assert p is not None and not p.is_leader and p.leader_id == 7
-            # our log: epoch 0 at 0..2, epoch 1 at 3..4 (written while we were briefly a leader's copy)
-            for data in (
-                _epoch_batch([b"a", b"b"], 0, 0),
-                _epoch_batch([b"c"], 2, 0),
-                _epoch_batch([b"x", b"y"], 3, 1),
-            ):
-                p.append_records_as_follower(data, records.validate_batches(data, exact_counts=False))
-            assert p.log_end_offset == 5
+    async with running_broker(tmp_path) as core, _broker_7(core, tmp_path):
+        created = await core.create_topics([CreatableTopic("t", assignments={0: [7, 0]})], 1000, False)
+        assert created["t"].error == ErrorCode.NONE
+        p = core.replica_manager.get_partition(TP)
+        assert p is not None and not p.is_leader and p.leader_id == 7
+        # our log: epoch 0 at 0..2, epoch 1 at 3..4 (written while we were briefly a leader's copy)
+        for data in (
+            _epoch_batch([b"a", b"b"], 0, 0),
+            _epoch_batch([b"c"], 2, 0),
+            _epoch_batch([b"x", b"y"], 3, 1),
+        ):
+            p.append_records_as_follower(data, records.validate_batches(data, exact_counts=False))
+        assert p.log_end_offset == 5
 
-            manager = types.SimpleNamespace(
-                broker_id=0,
-                replica_manager=core.replica_manager,
-                cache=core.metadata_cache,
-                request_timeout_s=5.0,
-                fetch_max_bytes=1 << 20,
-                fetch_response_max_bytes=1 << 20,
-                fetch_wait_max_ms=0,
-            )
-            fetcher = ReplicaFetcher(manager, 7)  # type: ignore[arg-type]
-            fetcher.set_partitions({TP: p.leader_epoch})
-            # the leader never had epoch 1: its epoch 0 ended at offset 2 (our "c" was never committed)
-            answer = types.SimpleNamespace(partition=0, error_code=0, leader_epoch=0, end_offset=2)
-            conn = _FakeConnection(
-                [types.SimpleNamespace(topics=[types.SimpleNamespace(topic="t", partitions=[answer])])]
-            )
-            await fetcher._truncate(conn)
-            asked = conn.requests[0].topics[0].partitions[0]
-            assert (asked.leader_epoch, asked.current_leader_epoch, conn.requests[0].replica_id) == (1, 0, 0)
-            assert p.log_end_offset == 2
-            assert [(e.epoch, e.start_offset) for e in p.log.epoch_entries()] == [(0, 0)]
+        manager = types.SimpleNamespace(
+            broker_id=0,
+            replica_manager=core.replica_manager,
+            cache=core.metadata_cache,
+            request_timeout_s=5.0,
+            fetch_max_bytes=1 << 20,
+            fetch_response_max_bytes=1 << 20,
+            fetch_wait_max_ms=0,
+        )
+        fetcher = ReplicaFetcher(manager, 7)  # type: ignore[arg-type]
+        fetcher.set_partitions({TP: p.leader_epoch})
+        # the leader never had epoch 1: its epoch 0 ended at offset 2 (our "c" was never committed)
+        answer = types.SimpleNamespace(partition=0, error_code=0, leader_epoch=0, end_offset=2)
+        conn = _FakeConnection([types.SimpleNamespace(topics=[types.SimpleNamespace(topic="t", partitions=[answer])])])
+        await fetcher._truncate(conn)
+        asked = conn.requests[0].topics[0].partitions[0]
+        assert (asked.leader_epoch, asked.current_leader_epoch, conn.requests[0].replica_id) == (1, 0, 0)
+        assert p.log_end_offset == 2
+        assert [(e.epoch, e.start_offset) for e in p.log.epoch_entries()] == [(0, 0)]
 
-            # then it fetches from its LEO and appends the leader's batch (epoch 2) unchanged
-            leader_data = _epoch_batch([b"n1", b"n2"], 2, 2)
-            part = types.SimpleNamespace(
-                partition_index=0, error_code=0, high_watermark=3, log_start_offset=0, records=leader_data
-            )
-            conn = _FakeConnection(
-                [types.SimpleNamespace(error_code=0, responses=[types.SimpleNamespace(topic="t", partitions=[part])])]
-            )
-            assert await fetcher._fetch(conn)
-            fetched = conn.requests[0].topics[0].partitions[0]
-            assert (fetched.fetch_offset, conn.requests[0].replica_id) == (2, 0)
-            assert p.log_end_offset == 4 and p.high_watermark == 3
-            assert [(e.epoch, e.start_offset) for e in p.log.epoch_entries()] == [(0, 0), (2, 2)]
-        finally:
-            await other.close()
+        # then it fetches from its LEO and appends the leader's batch (epoch 2) unchanged
+        leader_data = _epoch_batch([b"n1", b"n2"], 2, 2)
+        part = types.SimpleNamespace(
+            partition_index=0, error_code=0, high_watermark=3, log_start_offset=0, records=leader_data
+        )
+        conn = _FakeConnection(
+            [types.SimpleNamespace(error_code=0, responses=[types.SimpleNamespace(topic="t", partitions=[part])])]
+        )
+        assert await fetcher._fetch(conn)
+        fetched = conn.requests[0].topics[0].partitions[0]
+        assert (fetched.fetch_offset, conn.requests[0].replica_id) == (2, 0)
+        assert p.log_end_offset == 4 and p.high_watermark == 3
+        assert [(e.epoch, e.start_offset) for e in p.log.epoch_entries()] == [(0, 0), (2, 2)]

@@ -295,7 +295,8 @@ def test_abort_after_a_timed_out_batch_bumps_the_epoch_and_the_producer_goes_on(
         os.kill(broker.process.pid, signal.SIGSTOP)  # the next Produce is sent and never answered
         try:
             producer.produce(topic, b"timed-out", on_delivery=lambda err, _msg: errors.append(err))
-            producer.flush(4)
+            # returns once message.timeout.ms (2 s) failed the batch: no fixed 4 s for a loaded machine
+            producer.flush(TIMEOUT_S)
         finally:
             broker.kill()  # SIGKILL ends a stopped process too
         assert [e.code() for e in errors] == [KafkaError._MSG_TIMED_OUT]

@@ -12,11 +12,16 @@ changes the version, so the leader's stale proposal fails and it waits for the n
 Controlled shutdown moves this broker's leaderships to the first other live in-sync replica in
 assignment order (leader epoch + 1) and takes it out of the ISR of partitions it follows, by the
 same compare-and-set, before the broker stops, so clients and followers switch without waiting
-for the metadata session to expire.
+for the metadata session to expire. It first marks the broker as shutting down with an ephemeral
+key (:data:`SHUTTING_DOWN_PREFIX`), which leaders check before adding a follower to an ISR
+(KIP-841: a broker in controlled shutdown is ineligible): until its session closes, the stopping
+broker is still registered and, as of its last fetch, caught up, so without the mark a leader
+added it back on that last LEO.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from typing import Any
@@ -30,6 +35,10 @@ from .metadata_cache import BROKERS_PREFIX, MetadataCache, PartitionState, encod
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+#: ``<prefix><broker id>``: ephemeral, created by a broker when its controlled shutdown starts;
+#: dies with its session, so a restarted broker (a new session) is eligible again
+SHUTTING_DOWN_PREFIX = "/brokers_shutting_down/"
 
 
 class AlterPartitionManager:
@@ -76,8 +85,7 @@ class AlterPartitionManager:
                 r for r in p.replicas if r != self.broker_id and r in live and p.can_join_isr(r, now, self.max_lag_ms)
             }
             if expand:
-                # the cache may not have seen a stopping broker unregister yet: ask the store
-                expand = {r for r in expand if await self.store.get(f"{BROKERS_PREFIX}{r}") is not None}
+                expand = {r for r in expand if await self._eligible(r)}
             if not shrink and not expand:
                 continue
             new_isr = tuple(r for r in p.replicas if (r in p.isr or r in expand) and r not in shrink)
@@ -86,6 +94,14 @@ class AlterPartitionManager:
                 log.info("%s: ISR %s -> %s", tp, old_isr, list(new_isr))
                 written += 1
         return written
+
+    async def _eligible(self, broker_id: int) -> bool:
+        """KIP-841: only a registered broker that is not in controlled shutdown joins an ISR. The
+        store is asked, not the cache, which may not have seen a stopping broker's mark or its
+        registration vanish yet."""
+        if await self.store.get(f"{SHUTTING_DOWN_PREFIX}{broker_id}") is not None:
+            return False
+        return await self.store.get(f"{BROKERS_PREFIX}{broker_id}") is not None
 
     async def alter_isr(self, tp: TopicPartition, new_isr: tuple[int, ...]) -> bool:
         """Write ``new_isr`` for a partition this broker leads (compare-and-set on the partition
@@ -117,33 +133,39 @@ class AlterPartitionManager:
         states changed. Partitions with no other live in-sync replica keep this broker as leader
         (the controller elects once its registration is gone)."""
         live = set(self.cache.brokers) - {self.broker_id}
+        replicated = [
+            (name, part, replicas)
+            for name, topic in list(self.cache.topics.items())
+            for part, replicas in sorted(topic.assignment.items())
+            if self.broker_id in replicas and len(replicas) >= 2
+        ]
+        if replicated:  # a broker with no replicated partition writes nothing (the store may be away)
+            with contextlib.suppress(MetadataConflict):  # marked already (a second call)
+                await self.store.create(f"{SHUTTING_DOWN_PREFIX}{self.broker_id}", b"", ephemeral=True)
         moved = 0
-        for name, topic in list(self.cache.topics.items()):
-            for part, replicas in sorted(topic.assignment.items()):
-                if self.broker_id not in replicas or len(replicas) < 2:
+        for name, part, replicas in replicated:
+            key = partition_state_key(name, part)
+            current = await self.store.get(key)
+            if current is None:
+                continue
+            state = PartitionState.decode(current)
+            if self.broker_id not in state.isr and state.leader != self.broker_id:
+                continue
+            isr = tuple(r for r in state.isr if r != self.broker_id)
+            if state.leader == self.broker_id:
+                successors = [r for r in replicas if r in isr and r in live]
+                if not successors:
                     continue
-                key = partition_state_key(name, part)
-                current = await self.store.get(key)
-                if current is None:
-                    continue
-                state = PartitionState.decode(current)
-                if self.broker_id not in state.isr and state.leader != self.broker_id:
-                    continue
-                isr = tuple(r for r in state.isr if r != self.broker_id)
-                if state.leader == self.broker_id:
-                    successors = [r for r in replicas if r in isr and r in live]
-                    if not successors:
-                        continue
-                    new = PartitionState(successors[0], state.leader_epoch + 1, isr, 0)
-                elif state.leader in live and isr:
-                    new = PartitionState(state.leader, state.leader_epoch, isr, 0)
-                else:
-                    continue
-                try:
-                    await self.store.put(key, _state_json(current.value, new), expect=current.version)
-                except MetadataConflict:
-                    continue
-                moved += 1
+                new = PartitionState(successors[0], state.leader_epoch + 1, isr, 0)
+            elif state.leader in live and isr:
+                new = PartitionState(state.leader, state.leader_epoch, isr, 0)
+            else:
+                continue
+            try:
+                await self.store.put(key, _state_json(current.value, new), expect=current.version)
+            except MetadataConflict:
+                continue
+            moved += 1
         log.info("broker %d: controlled shutdown changed %d partition states", self.broker_id, moved)
         return moved
 
