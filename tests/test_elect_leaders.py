@@ -183,18 +183,13 @@ async def test_elections_on_a_broker_and_a_simulated_second_one(tmp_path: Path) 
         assert {r.error for r in answer.values()} == {ErrorCode.NOT_CONTROLLER} and t0 in answer
 
         # the metadata store unreachable mid-election: a retriable timeout naming why, no traceback
-        controller = core.controller
-        assert controller is not None
-
+        # (a second Controller over a store that fails, leading as far as it knows)
         async def unreachable(prefix: str) -> Any:
             raise MetadataUnavailable("no ZooKeeper answered")
 
-        real_store = controller.store
-        controller.store = SimpleNamespace(list=unreachable)  # type: ignore[assignment]
-        try:
-            answer = await core.elect_leaders(UNCLEAN, [t0], 1000)
-        finally:
-            controller.store = real_store
+        away = Controller(core.config, SimpleNamespace(list=unreachable), core.metadata_cache)  # type: ignore[arg-type]
+        away.leadership = SimpleNamespace(epoch=1)  # type: ignore[assignment]
+        answer = await elect_leaders(away, core.metadata_cache, UNCLEAN, [t0], 1000)
         assert answer == {
             t0: ElectLeadersResult(
                 ErrorCode.REQUEST_TIMED_OUT, "the metadata store is unreachable: no ZooKeeper answered"
