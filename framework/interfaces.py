@@ -205,7 +205,9 @@ class PartitionLog(Protocol):
         ...
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
-        """(timestamp, offset) of the record with the largest timestamp; (-1, -1) when empty."""
+        """(timestamp, offset) of the record with the largest timestamp; (-1, -1) when empty.
+        A record below the log start still in the log's kept data counts (Kafka's segment
+        ``maxTimestampSoFar``): the pair is always one real record's."""
         ...
 
     def truncate_to(self, offset: int) -> None:

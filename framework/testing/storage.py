@@ -31,7 +31,7 @@ Semantics pinned down here, beyond the protocols' docstrings:
 - leader epochs follow Kafka's ``LeaderEpochFileCache`` (assignment drops contradicting entries,
   OffsetForLeaderEpoch answers as Kafka does), and a leader append in a newer epoch records it;
 - ``offset_for_timestamp`` is the first record (in offset order) with a timestamp >= the target;
-  ``max_timestamp_and_offset`` the record carrying the largest timestamp;
+  ``max_timestamp_and_offset`` the record carrying the largest timestamp (below the log start too);
 - ``describe_log_dirs`` lists every log in exactly one dir; ``size_in_bytes`` counts its batches.
 """
 
@@ -328,6 +328,14 @@ class StorageConformance:
             assert log.max_timestamp_and_offset() == (310, 8)
             log.delete_records_before(4)
             assert log.offset_for_timestamp(0) == (4, 190)
+            # the max-timestamp record below the log start, its batch kept: still that record's
+            # pair (as Kafka), never its timestamp with another record's offset
+            data = make_batch(3, timestamps=[500, 400, 410])
+            log.append_as_leader(data, metas(data), 0)  # offsets 9, 10, 11
+            log.delete_records_before(10)
+            assert log.max_timestamp_and_offset() == (500, 9)
+            assert log.offset_for_timestamp(450) is None
+            assert log.offset_for_timestamp(405) == (11, 410)
 
     # -- truncation and deletion -------------------------------------------------------------------
     async def test_truncate_to_a_batch_boundary(self, tmp_path: Path) -> None:

@@ -16,7 +16,11 @@ if TYPE_CHECKING:
 
 
 def max_timestamp_and_offset(log: SegmentLog) -> tuple[int, int]:
-    """(timestamp, offset) of the record carrying the largest timestamp; (-1, -1) when none."""
+    """(timestamp, offset) of the record carrying the largest timestamp; (-1, -1) when none.
+
+    As Kafka (ListOffsets MAX_TIMESTAMP reads the segments' ``maxTimestampSoFar``), a record
+    below the log start that DeleteRecords left in a kept segment still counts: the answer is
+    always one real record's pair, never its timestamp with another record's offset."""
     best = (-1, -1)
     for seg in log.segments:
         ts, off = seg.max_timestamp_and_offset()
@@ -28,8 +32,8 @@ def max_timestamp_and_offset(log: SegmentLog) -> tuple[int, int]:
     found = holder.translate(best[1]) if holder is not None else None
     if holder is not None and found is not None:
         pos, h = found
-        exact = first_record_at_or_after(holder.read_bytes(pos, h.size), best[0], log.log_start_offset)
-        if exact is not None:
+        exact = first_record_at_or_after(holder.read_bytes(pos, h.size), best[0], -1)
+        if isinstance(exact, tuple):
             return best[0], exact[0]
     return best
 
@@ -47,7 +51,10 @@ def offset_for_timestamp(log: SegmentLog, timestamp: int) -> tuple[int, int] | N
             if h.max_timestamp < timestamp or h.last_offset < start:
                 continue
             exact = first_record_at_or_after(seg.read_bytes(p, h.size), timestamp, start)
-            if exact is not None:
+            if isinstance(exact, tuple):
                 return exact
-            return max(h.base_offset, start), h.max_timestamp
+            if exact:  # undecodable here: the batch header's answer
+                return max(h.base_offset, start), h.max_timestamp
+            # no record of this batch qualifies (those that do lie below the log start): as
+            # Kafka's LogSegment.findOffsetByTimestamp, go on to the next batch
     return None

@@ -164,25 +164,29 @@ class MemoryLog:
             size += len(batch.data)
         return MemoryFetchData(fetch_offset, out)
 
-    def _exact(self, batch: _Batch, timestamp: int) -> tuple[int, int]:
-        """(offset, timestamp) of the first record of ``batch`` at or after ``timestamp``."""
+    def _exact(self, batch: _Batch, timestamp: int, min_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record of ``batch`` at or after ``timestamp`` and
+        ``min_offset``, or None."""
         for rec in records.decode_batch(batch.data, verify_crc=False).records:
-            if rec.timestamp >= timestamp and rec.offset >= self._d.log_start:
+            if rec.timestamp >= timestamp and rec.offset >= min_offset:
                 return rec.offset, rec.timestamp
-        return max(batch.base, self._d.log_start), batch.max_timestamp
+        return None
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         for batch in self._d.batches:
             if batch.last >= self._d.log_start and batch.max_timestamp >= timestamp:
-                return self._exact(batch, timestamp)
+                found = self._exact(batch, timestamp, self._d.log_start)
+                if found is not None:  # else its qualifying records are below the log start
+                    return found
         return None
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         best = max(self._d.batches, key=lambda b: b.max_timestamp, default=None)
         if best is None or best.max_timestamp < 0:
             return -1, -1
-        offset, _ = self._exact(best, best.max_timestamp)
-        return best.max_timestamp, offset
+        # the record itself, below the log start or not (as Kafka): a real record's pair
+        found = self._exact(best, best.max_timestamp, -1)
+        return best.max_timestamp, found[0] if found is not None else best.last
 
     # -- truncation ----------------------------------------------------------------------------
     def truncate_to(self, offset: int) -> None:
