@@ -44,6 +44,7 @@ from ..interfaces import (
     TopicPartition,
     Versioned,
 )
+from ..pacing import paced
 from ..sessions import MetadataUnavailable
 from .api import ElectionType, ElectLeadersResult
 from .metadata_cache import (
@@ -226,7 +227,7 @@ class Controller:
             live, topics = _cluster_view(items)
             stale: list[TopicPartition] = []
             changed: set[str] = set()
-            for tp in pending:
+            async for tp in paced(pending):
                 replicas = topics.get(tp.topic, ({}, {}))[0].get(tp.partition)
                 state = topics.get(tp.topic, ({}, {}))[1].get(tp.partition)
                 if replicas is None or state is None:

@@ -23,6 +23,7 @@ from typing import Any
 from ..config import Config
 from ..errors import ErrorCode, InvalidTopic
 from ..interfaces import Codec, LogDirDescription, LogStorage, MetadataStore, TopicPartition
+from ..pacing import paced
 from .admin import AdminManager, validate_topic_name
 from .api import (
     NO_PRODUCER_EPOCH,
@@ -201,7 +202,7 @@ class BrokerCore:
         one it does not have UNKNOWN_TOPIC_OR_PARTITION."""
         results: dict[TopicPartition, DescribeProducersResult] = {}
         cache = self.metadata_cache
-        for tp in partitions:
+        async for tp in paced(partitions):
             try:
                 validate_topic_name(tp.topic)
             except InvalidTopic as exc:

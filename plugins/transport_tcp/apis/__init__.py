@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+import trio
+
 from odradek.config import Config
 from odradek.errors import ErrorCode, InvalidRequest, KafkaError, OdradekError, UnsupportedVersion
 from odradek.interfaces import Endpoint
@@ -112,6 +114,16 @@ def load_handlers(modules: tuple[str, ...] = HANDLER_MODULES) -> dict[int, Handl
     return merged
 
 
+#: Requests whose frame is at least this big are decoded, and their responses encoded, in a
+#: worker thread. kio's codec is pure Python, about 10 us per array entry each way: a 1 MB
+#: request naming 100k partitions or ids would otherwise hold the event loop -- every other
+#: client of the broker -- for seconds. In a thread, the GIL's switch interval (5 ms) lets the
+#: loop go on serving. Produce (raw record bytes, a header-only decoder) and Fetch (a sendfile
+#: envelope) stay on the loop: their big frames are cheap to decode.
+OFFLOAD_FRAME_BYTES = 64 * 1024
+_ON_LOOP = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
+
+
 class Dispatcher:
     """Decode -> handle -> encode for one listener of one broker."""
 
@@ -151,7 +163,11 @@ class Dispatcher:
         if key == ApiKey.API_VERSIONS and not is_supported(key, version):
             return api_versions_fallback(header.correlation_id, self.advertised)
         self.check(header)
-        request = decode_request(key, version, frame, header.body_offset)
+        offload = len(frame) >= OFFLOAD_FRAME_BYTES and key not in _ON_LOOP
+        if offload:
+            request = await trio.to_thread.run_sync(decode_request, key, version, frame, header.body_offset)
+        else:
+            request = decode_request(key, version, frame, header.body_offset)
         ctx = RequestContext(header, self.broker, self.config, self.listener, peer, self.advertised)
         try:
             response = await self.handlers[key].handle(ctx, request)
@@ -162,6 +178,8 @@ class Dispatcher:
         if response is None:
             return None
         try:
+            if offload:
+                return await trio.to_thread.run_sync(_encode, header, response)
             return _encode(header, response)
         except Exception as exc:
             answer = self._answer_unencodable(header, request, exc, peer)

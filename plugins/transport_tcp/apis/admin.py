@@ -25,6 +25,7 @@ from odradek.broker.api import (
 )
 from odradek.errors import ErrorCode, InvalidRequest, KafkaError
 from odradek.interfaces import TopicPartition
+from odradek.pacing import paced
 from odradek.protocol import ApiKey, ms, timedelta_ms
 
 from . import Handler, RequestContext
@@ -340,7 +341,7 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     results = await ctx.broker.elect_leaders(election_type, partitions, ms(request.timeout))
     by_topic: dict[str, list[Any]] = {}
     partition_cls = response_class(ApiKey.ELECT_LEADERS, version, "PartitionResult")
-    for tp, r in results.items():
+    async for tp, r in paced(results.items()):
         by_topic.setdefault(tp.topic, []).append(
             partition_cls(partition_id=tp.partition, error_code=kerr(r.error), error_message=r.error_message)
         )

@@ -17,6 +17,7 @@ from typing import Any
 
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
+from odradek.pacing import PACE, paced
 from odradek.protocol import ApiKey, timedelta_ms
 
 from . import Handler, RequestContext
@@ -58,11 +59,10 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
             active_producers=producers,
         )
 
-    topics = tuple(
-        make(topic_cls, name=t.name, partitions=tuple(partition(t.name, p) for p in t.partition_indexes))
-        for t in request.topics
-    )
-    return make(cls, throttle_time=NO_THROTTLE, topics=topics)
+    topics = []
+    async for t in paced(request.topics, PACE // 8):  # a topic may name many partitions
+        topics.append(make(topic_cls, name=t.name, partitions=tuple(partition(t.name, p) for p in t.partition_indexes)))
+    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
@@ -100,7 +100,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
     topic_cls = response_class(ApiKey.DESCRIBE_TRANSACTIONS, version, "TopicData")
     coordinator = _coordinator(ctx)
     states = []
-    for tid in request.transactional_ids:
+    async for tid in paced(request.transactional_ids):
         if coordinator is None:
             error, d = ErrorCode.COORDINATOR_NOT_AVAILABLE, None
         else:
