@@ -6,6 +6,7 @@ import errno
 import logging
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -19,10 +20,13 @@ import trio.testing
 from storage_helpers import TP, append, batch, log_of, open_storage, read_batches
 
 from odradek import records
+from odradek.config import default_config
 from odradek.errors import KafkaStorageError
+from odradek.interfaces import TopicPartition
 from odradek.plugins.storage_segment import index as index_module
 from odradek.plugins.storage_segment import segment as segment_module
 from odradek.plugins.storage_segment.log import SegmentLog
+from odradek.plugins.storage_segment.storage import SegmentLogStorage
 
 WRITER = r"""
 import os, random, sys, trio
@@ -496,3 +500,48 @@ async def test_failing_background_work_is_logged_rate_limited(
             nursery.cancel_scope.cancel()
     finally:
         await storage.close()
+
+
+def _fds_under(path: Path) -> list[str]:
+    """This process's open files under ``path`` (deleted ones included)."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(path)):
+            out.append(target)
+    return out
+
+
+async def test_a_log_dir_removed_under_the_storage_is_closed_without_leaks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A log dir deleted while its logs are open (a lost volume, an operator's mistake): close
+    releases every descriptor and map of every log, names the logs it could not close in one
+    ERROR line, and raises one KafkaStorageError (the process exits non-zero) instead of a raw
+    FileNotFoundError that left the other segments' files open. The other dir reopens intact."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    storage = SegmentLogStorage(default_config(log_dirs=[str(first), str(second)]))
+    await storage.open()
+    tps = [TopicPartition("t", p) for p in range(4)]
+    for tp in tps:
+        append(log_of(storage, tp), batch(3))
+    lost = sorted(tp for tp in tps if log_of(storage, tp).dir.parent == second)
+    assert lost and len(lost) < len(tps)
+    assert _fds_under(second)
+    shutil.rmtree(second)
+    with pytest.raises(KafkaStorageError, match="without persisting everything"):
+        await storage.close()
+    assert not _fds_under(tmp_path)  # every log file, map and lock released, in both dirs
+    (line,) = [r for r in caplog.records if "could not be closed cleanly" in r.getMessage()]
+    assert line.levelname == "ERROR" and all(str(tp) in line.getMessage() for tp in lost)
+    reopened = SegmentLogStorage(default_config(log_dirs=[str(first)]))
+    await reopened.open()
+    try:
+        for tp in tps:
+            if tp not in lost:
+                assert len(read_batches(log_of(reopened, tp))) == 1
+    finally:
+        await reopened.close()

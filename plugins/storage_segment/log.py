@@ -695,9 +695,16 @@ class SegmentLog:
         self.close_files()
 
     def close_files(self) -> None:
+        """Close every segment's files; all are released even if some fail (raised after)."""
         self.closed = True
+        failure: OSError | None = None
         for seg in self._segments:
-            seg.close()
+            try:
+                seg.close()
+            except OSError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def abandon(self) -> None:
         """Release descriptors and maps without trimming or flushing anything (a simulated crash)."""

@@ -643,9 +643,17 @@ class LogSegment:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:
-        self.offset_index.close()
-        self.time_index.close()
-        self.log.close()
+        """Trim and unmap the indexes and close the log file. Each is released even when an
+        earlier one fails (its directory removed under a running broker), so nothing leaks; the
+        first failure is raised afterwards."""
+        failure: OSError | None = None
+        for close in (self.offset_index.close, self.time_index.close, self.log.close):
+            try:
+                close()
+            except OSError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def retire(self) -> list[Path]:
         """Take the segment out of service: rename its files to ``*.deleted`` (cheap, so the

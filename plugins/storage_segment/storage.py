@@ -570,8 +570,20 @@ class SegmentLogStorage:
             except* (OSError, KafkaStorageError) as group:
                 clean = False
                 log.error("close: flushing logs failed, the next start recovers them: %s", _first_error(group))
-            for lg in list(self._logs.values()):
-                lg.close_files()
+            failed: list[tuple[TopicPartition, OSError]] = []
+            for tp, lg in list(self._logs.items()):
+                try:
+                    lg.close_files()
+                except OSError as exc:  # e.g. its log dir removed under the running broker
+                    failed.append((tp, exc))
+            if failed:
+                clean = False
+                log.error(
+                    "close: %d partition log(s) could not be closed cleanly (%s), the next start recovers them: %s",
+                    len(failed),
+                    ", ".join(str(tp) for tp, _ in failed[:5]) + (", ..." if len(failed) > 5 else ""),
+                    failed[0][1],
+                )
             try:
                 await self.write_own_checkpoints()
             except (OSError, KafkaStorageError) as exc:
