@@ -22,6 +22,7 @@ from odradek.broker.api import CreatableTopic, FetchPartition, IsolationLevel
 from odradek.broker.controller import elect_leader, preferred_leader, shrink_dead_from_isr
 from odradek.broker.core import BrokerCore
 from odradek.broker.metadata_cache import PartitionState, registration_json
+from odradek.broker.partition import Partition
 from odradek.broker.replica_fetcher import ReplicaFetcher, truncation_offset
 from odradek.errors import ErrorCode
 from odradek.interfaces import MetadataStore, TopicPartition
@@ -86,10 +87,14 @@ async def _follower_fetch(core: BrokerCore, offset: int, epoch: int) -> ErrorCod
     return results[TP].error
 
 
-async def _isr_in_store(core: BrokerCore) -> tuple[int, ...]:
+async def _state_in_store(core: BrokerCore) -> PartitionState:
     v = await core.store.get("/brokers/topics/t/partitions/0/state")
     assert v is not None
-    return PartitionState.decode(v).isr
+    return PartitionState.decode(v)
+
+
+async def _isr_in_store(core: BrokerCore) -> tuple[int, ...]:
+    return (await _state_in_store(core)).isr
 
 
 @asynccontextmanager
@@ -106,6 +111,21 @@ async def _broker_7(core: BrokerCore, tmp_path: Path) -> AsyncIterator[LocalMeta
         yield other
     finally:
         await other.close()
+
+
+@asynccontextmanager
+async def _led_with_broker_7(tmp_path: Path) -> AsyncIterator[tuple[BrokerCore, LocalMetadataStore, Partition]]:
+    """Partition t-0 on replicas [0, 7], led by the running broker 0 with both in the ISR, and
+    broker 7's metadata session (see :func:`_broker_7`)."""
+    async with (
+        running_broker(tmp_path, **{"replica.lag.time.max.ms": 30000}) as core,
+        _broker_7(core, tmp_path) as other,
+    ):
+        created = await core.create_topics([CreatableTopic("t", assignments={0: [0, 7]})], 1000, False)
+        assert created["t"].error == ErrorCode.NONE
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None and partition.isr == {0, 7}
+        yield core, other, partition
 
 
 async def test_leader_side_acks_all_isr_shrink_and_expand(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -160,14 +180,7 @@ async def test_a_follower_in_controlled_shutdown_is_not_added_back(tmp_path: Pat
     up to ``replica.lag.time.max.ms``, caught up as of its last fetch: the leader must not add it
     back (KIP-841: a broker in controlled shutdown is ineligible). It did whenever its ISR check
     ran before the stopping broker's session closed, a window that grows under load."""
-    async with (
-        running_broker(tmp_path, **{"replica.lag.time.max.ms": 30000}) as core,
-        _broker_7(core, tmp_path) as other,
-    ):
-        created = await core.create_topics([CreatableTopic("t", assignments={0: [0, 7]})], 1000, False)
-        assert created["t"].error == ErrorCode.NONE
-        partition = core.replica_manager.get_partition(TP)
-        assert partition is not None and partition.isr == {0, 7}
+    async with _led_with_broker_7(tmp_path) as (core, other, partition):
         assert (await produce(core, TP, batch([b"a"]), acks=1)).error == ErrorCode.NONE
         assert await _follower_fetch(core, 1, partition.leader_epoch) == ErrorCode.NONE  # caught up
 
@@ -282,12 +295,6 @@ class _LosingStore:
         return await self._store.put(key, value, **kw)
 
 
-async def _state_in_store(core: BrokerCore) -> PartitionState:
-    v = await core.store.get("/brokers/topics/t/partitions/0/state")
-    assert v is not None
-    return PartitionState.decode(v)
-
-
 @pytest.mark.parametrize("stopping_id", [7, 0])
 @pytest.mark.parametrize("losses", [1, CONTROLLED_SHUTDOWN_ROUNDS])
 async def test_controlled_shutdown_decides_again_after_a_conflicting_write(
@@ -299,14 +306,7 @@ async def test_controlled_shutdown_decides_again_after_a_conflicting_write(
     stopping leader (0) kept its leadership until its session expired. A state that keeps
     changing is given up after a bounded number of attempts, with one log line."""
     caplog.set_level(logging.INFO, "odradek.broker.alter_partition")
-    async with (
-        running_broker(tmp_path, **{"replica.lag.time.max.ms": 30000}) as core,
-        _broker_7(core, tmp_path) as other,
-    ):
-        created = await core.create_topics([CreatableTopic("t", assignments={0: [0, 7]})], 1000, False)
-        assert created["t"].error == ErrorCode.NONE
-        partition = core.replica_manager.get_partition(TP)
-        assert partition is not None and partition.isr == {0, 7}
+    async with _led_with_broker_7(tmp_path) as (core, other, _):
         before = await _state_in_store(core)
         leader = AlterPartitionManager(core.config, core.store, core.metadata_cache, core.replica_manager)
 
