@@ -3,6 +3,7 @@ compression, delivery reports, assign+seek and subscribe consumers, long-poll, a
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
@@ -224,6 +225,7 @@ def test_compacted_tombstones_keep_their_timestamps_and_wait_for_their_horizon()
     delete.retention.ms after the round that stamped it, and not after; the tombstone was
     written days in the past, which must not make it go early."""
     days_ago = int(time.time() * 1000) - 3 * 86_400_000  # inside retention.ms (7 days)
+    retention_ms = 6000
     with start_broker(settings={"log.cleaner.backoff.ms": 100}) as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         topic = unique_topic("horizon")
@@ -231,7 +233,7 @@ def test_compacted_tombstones_keep_their_timestamps_and_wait_for_their_horizon()
             "cleanup.policy": "compact",
             "segment.bytes": "2000",
             "min.cleanable.dirty.ratio": "0.01",
-            "delete.retention.ms": "6000",
+            "delete.retention.ms": str(retention_ms),
         }
         admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(TIMEOUT_S)
         producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.num.messages": 1})  # one per batch
@@ -242,6 +244,7 @@ def test_compacted_tombstones_keep_their_timestamps_and_wait_for_their_horizon()
             (b"c", b"2", days_ago + 3),
         ]
         sent += [(b"filler", b"x" * 100, days_ago + 4 + i) for i in range(40)]  # rolls segments
+        written_at = time.time_ns() // 1_000_000  # before the tombstone exists: no round can stamp it earlier
         for key, value, ts in sent:
             producer.produce(topic, key=key, value=value, timestamp=ts)
         assert producer.flush(TIMEOUT_S) == 0
@@ -273,16 +276,28 @@ def test_compacted_tombstones_keep_their_timestamps_and_wait_for_their_horizon()
         while (0, b"a", b"1", days_ago) in (rows := read_all()):  # until the first round ran
             assert time.monotonic() < deadline, f"the cleaner never ran: {rows[:5]}"
             time.sleep(0.2)
+        first_round_seen_at = time.time() * 1000
         # a's old value is gone; the tombstone stays, with b and c and their own timestamps
         assert [r for r in rows if r[1] != b"filler"] == [
             (1, b"b", b"1", days_ago + 1),
             (2, b"a", None, days_ago + 2),
             (3, b"c", b"2", days_ago + 3),
         ]
-        stamped_at = time.monotonic()
+        # the horizon the cleaner stamped, from its log: a round's own clock plus
+        # delete.retention.ms (not the tombstone's days-old timestamp), the same in every round
+        # that kept the tombstone (logged once the round's last swap is synced: maybe after the
+        # read)
+        stamped = re.compile(rf"{re.escape(topic)}-0: compacted .* delete horizon (\d+)")
+        while not (horizons := {int(h) for h in stamped.findall(broker.log_path.read_text(errors="replace"))}):
+            assert time.monotonic() < deadline, "the cleaner logged no delete horizon"
+            time.sleep(0.1)
+        assert len(horizons) == 1, horizons
+        horizon = horizons.pop()
+        assert written_at + retention_ms <= horizon <= first_round_seen_at + retention_ms
+        # the tombstone is read until the horizon passes: a read that ended before it saw it
         while (2, b"a", None, days_ago + 2) in (rows := read_all()):
             assert time.monotonic() < deadline + 10, "the tombstone never went"
             time.sleep(0.2)
-        assert time.monotonic() - stamped_at > 3.0  # not before delete.retention.ms (6 s), less a read or two
+        assert time.time() * 1000 >= horizon, "the tombstone went before its delete horizon"
         assert [r for r in rows if r[1] != b"filler"] == [(1, b"b", b"1", days_ago + 1), (3, b"c", b"2", days_ago + 3)]
         assert broker.log_problems() == []

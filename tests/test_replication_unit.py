@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import types
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,14 +17,15 @@ import trio
 from broker_harness import batch, broker_config, produce, running_broker
 
 from odradek import records
-from odradek.broker.alter_partition import AlterPartitionManager
+from odradek.broker.alter_partition import CONTROLLED_SHUTDOWN_ROUNDS, AlterPartitionManager
 from odradek.broker.api import CreatableTopic, FetchPartition, IsolationLevel
 from odradek.broker.controller import elect_leader, preferred_leader, shrink_dead_from_isr
 from odradek.broker.core import BrokerCore
 from odradek.broker.metadata_cache import PartitionState, registration_json
+from odradek.broker.partition import Partition
 from odradek.broker.replica_fetcher import ReplicaFetcher, truncation_offset
 from odradek.errors import ErrorCode
-from odradek.interfaces import TopicPartition
+from odradek.interfaces import MetadataStore, TopicPartition
 from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
 
 TP = TopicPartition("t", 0)
@@ -86,10 +87,14 @@ async def _follower_fetch(core: BrokerCore, offset: int, epoch: int) -> ErrorCod
     return results[TP].error
 
 
-async def _isr_in_store(core: BrokerCore) -> tuple[int, ...]:
+async def _state_in_store(core: BrokerCore) -> PartitionState:
     v = await core.store.get("/brokers/topics/t/partitions/0/state")
     assert v is not None
-    return PartitionState.decode(v).isr
+    return PartitionState.decode(v)
+
+
+async def _isr_in_store(core: BrokerCore) -> tuple[int, ...]:
+    return (await _state_in_store(core)).isr
 
 
 @asynccontextmanager
@@ -106,6 +111,21 @@ async def _broker_7(core: BrokerCore, tmp_path: Path) -> AsyncIterator[LocalMeta
         yield other
     finally:
         await other.close()
+
+
+@asynccontextmanager
+async def _led_with_broker_7(tmp_path: Path) -> AsyncIterator[tuple[BrokerCore, LocalMetadataStore, Partition]]:
+    """Partition t-0 on replicas [0, 7], led by the running broker 0 with both in the ISR, and
+    broker 7's metadata session (see :func:`_broker_7`)."""
+    async with (
+        running_broker(tmp_path, **{"replica.lag.time.max.ms": 30000}) as core,
+        _broker_7(core, tmp_path) as other,
+    ):
+        created = await core.create_topics([CreatableTopic("t", assignments={0: [0, 7]})], 1000, False)
+        assert created["t"].error == ErrorCode.NONE
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None and partition.isr == {0, 7}
+        yield core, other, partition
 
 
 async def test_leader_side_acks_all_isr_shrink_and_expand(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -160,14 +180,7 @@ async def test_a_follower_in_controlled_shutdown_is_not_added_back(tmp_path: Pat
     up to ``replica.lag.time.max.ms``, caught up as of its last fetch: the leader must not add it
     back (KIP-841: a broker in controlled shutdown is ineligible). It did whenever its ISR check
     ran before the stopping broker's session closed, a window that grows under load."""
-    async with (
-        running_broker(tmp_path, **{"replica.lag.time.max.ms": 30000}) as core,
-        _broker_7(core, tmp_path) as other,
-    ):
-        created = await core.create_topics([CreatableTopic("t", assignments={0: [0, 7]})], 1000, False)
-        assert created["t"].error == ErrorCode.NONE
-        partition = core.replica_manager.get_partition(TP)
-        assert partition is not None and partition.isr == {0, 7}
+    async with _led_with_broker_7(tmp_path) as (core, other, partition):
         assert (await produce(core, TP, batch([b"a"]), acks=1)).error == ErrorCode.NONE
         assert await _follower_fetch(core, 1, partition.leader_epoch) == ErrorCode.NONE  # caught up
 
@@ -257,3 +270,66 @@ async def test_follower_truncates_by_epoch_then_fetches(tmp_path: Path) -> None:
         assert (fetched.fetch_offset, conn.requests[0].replica_id) == (2, 0)
         assert p.log_end_offset == 4 and p.high_watermark == 3
         assert [(e.epoch, e.start_offset) for e in p.log.epoch_entries()] == [(0, 0), (2, 2)]
+
+
+class _LosingStore:
+    """A metadata session whose compare-and-sets on the partition state key lose, the first
+    ``losses`` times, to a write that ``concurrent`` makes just before (as when the leader's ISR
+    update or the controller's election lands between a read and the write)."""
+
+    def __init__(self, store: MetadataStore, concurrent: Callable[[], Awaitable[None]], losses: int) -> None:
+        self._store = store
+        self._concurrent = concurrent
+        self.losses = losses
+        self.puts = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def put(self, key: str, value: bytes, **kw: Any) -> int:
+        if key == "/brokers/topics/t/partitions/0/state":
+            self.puts += 1
+            if self.losses > 0:
+                self.losses -= 1
+                await self._concurrent()
+        return await self._store.put(key, value, **kw)
+
+
+@pytest.mark.parametrize("stopping_id", [7, 0])
+@pytest.mark.parametrize("losses", [1, CONTROLLED_SHUTDOWN_ROUNDS])
+async def test_controlled_shutdown_decides_again_after_a_conflicting_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, losses: int, stopping_id: int
+) -> None:
+    """A stopping broker's compare-and-set that loses to the leader's own ISR update is decided
+    again on the state re-read (Kafka's controller retries a version conflict): it used to skip
+    the partition, so a stopping follower (7) stayed in the ISR until the leader shrank it, and a
+    stopping leader (0) kept its leadership until its session expired. A state that keeps
+    changing is given up after a bounded number of attempts, with one log line."""
+    caplog.set_level(logging.INFO, "odradek.broker.alter_partition")
+    async with _led_with_broker_7(tmp_path) as (core, other, _):
+        before = await _state_in_store(core)
+        leader = AlterPartitionManager(core.config, core.store, core.metadata_cache, core.replica_manager)
+
+        async def leader_isr_update() -> None:
+            assert await leader.alter_isr(TP, (0, 7))  # a new partition epoch, the same ISR
+
+        losing = _LosingStore(other if stopping_id == 7 else core.store, leader_isr_update, losses)
+        stopping_config = broker_config(tmp_path / f"b{stopping_id}", **{"broker.id": stopping_id})
+        stopping_rm = types.SimpleNamespace(on_isr_expand_candidate=None)
+        stopping = AlterPartitionManager(stopping_config, losing, core.metadata_cache, stopping_rm)  # type: ignore[arg-type]
+        moved = await stopping.controlled_shutdown()
+        gave_up = [r.getMessage() for r in caplog.records if "kept changing" in r.getMessage()]
+        after = await _state_in_store(core)
+        if losses < CONTROLLED_SHUTDOWN_ROUNDS:
+            assert (moved, losing.puts, gave_up) == (1, losses + 1, [])
+            if stopping_id == 7:
+                assert (after.leader, after.leader_epoch, after.isr) == (0, before.leader_epoch, (0,))
+            else:
+                assert (after.leader, after.leader_epoch, after.isr) == (7, before.leader_epoch + 1, (7,))
+        else:
+            assert (moved, losing.puts) == (0, CONTROLLED_SHUTDOWN_ROUNDS)
+            assert gave_up == [
+                f"broker {stopping_id}: controlled shutdown left t-0 as it was: its state kept changing "
+                f"({CONTROLLED_SHUTDOWN_ROUNDS} attempts)"
+            ]
+            assert (after.leader, after.leader_epoch, after.isr) == (0, before.leader_epoch, (0, 7))

@@ -12,11 +12,14 @@ changes the version, so the leader's stale proposal fails and it waits for the n
 Controlled shutdown moves this broker's leaderships to the first other live in-sync replica in
 assignment order (leader epoch + 1) and takes it out of the ISR of partitions it follows, by the
 same compare-and-set, before the broker stops, so clients and followers switch without waiting
-for the metadata session to expire. It first marks the broker as shutting down with an ephemeral
-key (:data:`SHUTTING_DOWN_PREFIX`), which leaders check before adding a follower to an ISR
-(KIP-841: a broker in controlled shutdown is ineligible): until its session closes, the stopping
-broker is still registered and, as of its last fetch, caught up, so without the mark a leader
-added it back on that last LEO.
+for the metadata session to expire. A write that loses to a concurrent one (the leader's ISR
+update, the controller) is decided again on the state re-read, a bounded number of times.
+
+Controlled shutdown first marks the broker as shutting down with an ephemeral key
+(:data:`SHUTTING_DOWN_PREFIX`), which leaders check before adding a follower to an ISR (KIP-841:
+a broker in controlled shutdown is ineligible): until its session closes, the stopping broker is
+still registered and, as of its last fetch, caught up, so without the mark a leader added it
+back on that last LEO.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ log = logging.getLogger(__name__)
 #: ``<prefix><broker id>``: ephemeral, created by a broker when its controlled shutdown starts;
 #: dies with its session, so a restarted broker (a new session) is eligible again
 SHUTTING_DOWN_PREFIX = "/brokers_shutting_down/"
+
+#: how many times controlled shutdown decides a partition's new state again after its
+#: compare-and-set lost to a concurrent write, before leaving the partition as it is
+CONTROLLED_SHUTDOWN_ROUNDS = 5
 
 
 class AlterPartitionManager:
@@ -144,30 +151,56 @@ class AlterPartitionManager:
                 await self.store.create(f"{SHUTTING_DOWN_PREFIX}{self.broker_id}", b"", ephemeral=True)
         moved = 0
         for name, part, replicas in replicated:
-            key = partition_state_key(name, part)
+            if await self._leave_partition(name, part, replicas, live):
+                moved += 1
+        log.info("broker %d: controlled shutdown changed %d partition states", self.broker_id, moved)
+        return moved
+
+    async def _leave_partition(self, name: str, part: int, replicas: tuple[int, ...], live: set[int]) -> bool:
+        """One partition's controlled shutdown: whether its state was changed. A compare-and-set
+        that loses to a concurrent write (the leader's ISR update, the controller's election) is
+        decided again on the state re-read, as Kafka's controller retries a ZooKeeper version
+        conflict, at most :data:`CONTROLLED_SHUTDOWN_ROUNDS` times; skipping it at once left a
+        stopping leader leading (clients waited for its session to expire) or a stopping
+        follower in the ISR (acks=all stalled until the leader shrank it)."""
+        key = partition_state_key(name, part)
+        for _ in range(CONTROLLED_SHUTDOWN_ROUNDS):
             current = await self.store.get(key)
             if current is None:
-                continue
-            state = PartitionState.decode(current)
-            if self.broker_id not in state.isr and state.leader != self.broker_id:
-                continue
-            isr = tuple(r for r in state.isr if r != self.broker_id)
-            if state.leader == self.broker_id:
-                successors = [r for r in replicas if r in isr and r in live]
-                if not successors:
-                    continue
-                new = PartitionState(successors[0], state.leader_epoch + 1, isr, 0)
-            elif state.leader in live and isr:
-                new = PartitionState(state.leader, state.leader_epoch, isr, 0)
-            else:
-                continue
+                return False
+            new = _shutdown_state(self.broker_id, replicas, PartitionState.decode(current), live)
+            if new is None:
+                return False
             try:
                 await self.store.put(key, _state_json(current.value, new), expect=current.version)
             except MetadataConflict:
                 continue
-            moved += 1
-        log.info("broker %d: controlled shutdown changed %d partition states", self.broker_id, moved)
-        return moved
+            return True
+        log.warning(
+            "broker %d: controlled shutdown left %s-%d as it was: its state kept changing (%d attempts)",
+            self.broker_id,
+            name,
+            part,
+            CONTROLLED_SHUTDOWN_ROUNDS,
+        )
+        return False
+
+
+def _shutdown_state(
+    broker_id: int, replicas: tuple[int, ...], state: PartitionState, live: set[int]
+) -> PartitionState | None:
+    """The state a partition moves to when ``broker_id`` shuts down: leadership to the first
+    other live in-sync replica in assignment order (leader epoch + 1), and ``broker_id`` out of
+    the ISR; None when nothing is to change or no such change is possible."""
+    if broker_id not in state.isr and state.leader != broker_id:
+        return None
+    isr = tuple(r for r in state.isr if r != broker_id)
+    if state.leader == broker_id:
+        successors = [r for r in replicas if r in isr and r in live]
+        return PartitionState(successors[0], state.leader_epoch + 1, isr, 0) if successors else None
+    if state.leader in live and isr:
+        return PartitionState(state.leader, state.leader_epoch, isr, 0)
+    return None
 
 
 def _state_json(previous: bytes, new: PartitionState) -> bytes:

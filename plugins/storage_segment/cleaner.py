@@ -591,7 +591,11 @@ class LogCleaner:
         plan.log.first_dirty_offset = max(plan.log.first_dirty_offset, end)
         plan.log.latest_delete_horizon = omap.pending_horizon
         self.rounds += 1
-        log.info("%s: compacted %d group(s) up to offset %d", plan.log.topic_partition, swapped, end)
+        # the horizon says when the log is next due without new dirt: what an operator (or a
+        # test) needs to tell a tombstone kept on purpose from one the cleaner forgot
+        horizon = omap.pending_horizon
+        waiting = f"; tombstones or markers kept until delete horizon {horizon} (epoch ms)" if horizon >= 0 else ""
+        log.info("%s: compacted %d group(s) up to offset %d%s", plan.log.topic_partition, swapped, end, waiting)
         self.on_cleaned(plan.log)
         return True
 
