@@ -95,8 +95,9 @@ async def test_commit_abort_lso_and_aborted_list(tmp_path: Path) -> None:
 
 
 async def test_transactional_produce_while_the_coordinator_loads_is_retriable(tmp_path: Path) -> None:
-    """A transactional batch arriving after a restart, before the coordinator has loaded (or
-    can even locate) the id's __transaction_state partition, is answered NOT_ENOUGH_REPLICAS,
+    """A transactional batch arriving after a restart (or on a fresh cluster), before the
+    coordinator has loaded (or can even locate) the id's __transaction_state partition, is
+    answered NOT_ENOUGH_REPLICAS,
     as Kafka does, so the producer retries it instead of aborting with INVALID_TXN_STATE."""
     async with running_broker(tmp_path) as core:
         await _topic(core)
@@ -111,7 +112,8 @@ async def test_transactional_produce_while_the_coordinator_loads_is_retriable(tm
         coord.loading.discard(p)
         coord.leaderless.add(p)  # before the broker registered: no leader known
         assert await _txn_produce(core, "tx", pid, epoch, 0, b"a") == ErrorCode.NOT_ENOUGH_REPLICAS
-        coord.leaderless.discard(p)
+        coord.leaderless.discard(p)  # on a fresh cluster: not looked at the new log's leaders yet
+        assert await _txn_produce(core, "tx", pid, epoch, 0, b"a") == ErrorCode.NOT_ENOUGH_REPLICAS
         coord.owned.add(p)
         assert await _txn_produce(core, "tx", pid, epoch, 0, b"a") == ErrorCode.NONE
         assert await coord.end_transaction("tx", pid, epoch, True) == ErrorCode.NONE

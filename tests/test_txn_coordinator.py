@@ -13,7 +13,7 @@ import trio.testing
 from odradek.broker.group.hashing import partition_for
 from odradek.broker.internal_topic import PartitionLeader, Record
 from odradek.broker.txn import InMemoryTransactionLog, TransactionCoordinator, TransactionState
-from odradek.broker.txn.coordinator import MAX_EPOCH
+from odradek.broker.txn.coordinator import MAX_EPOCH, OWNERSHIP_REFRESH_S
 from odradek.broker.txn.schema import parse_txn_key, parse_txn_value, txn_key, txn_value
 from odradek.broker.txn.state import TransactionMetadata
 from odradek.config import default_config
@@ -397,6 +397,36 @@ async def test_verification_before_the_log_has_a_leader_is_retriable() -> None:
         log.leaderless = False
         await coord.refresh_ownership()
         assert coord.verify_transaction("a", r.producer_id, r.producer_epoch, TP0) == ErrorCode.NONE
+
+
+async def test_verification_before_this_broker_saw_the_new_log_is_retriable(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """A fresh cluster: another broker creates __transaction_state with the id's first
+    InitProducerId, and the producer's first batch reaches the leader of its partition before
+    that leader's coordinator has looked at the new topic (it does every OWNERSHIP_REFRESH_S).
+    This broker cannot tell whether the partition is in the transaction, so the answer must be
+    retriable: it was INVALID_TXN_STATE, making the producer abort its first transaction."""
+    log = InMemoryTransactionLog(num_partitions=5)  # created by the first InitProducerId; led by node 0
+    leader, other = (
+        TransactionCoordinator(
+            log, Ids(), Markers(), default_config(), node_id=node, now_ms=_now_ms, txn_offsets=Offsets()
+        )
+        for node in (0, 1)
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(leader.run)
+        await nursery.start(other.run)
+        r = await leader.init_producer_id("a", 60000)
+        assert await leader.add_partitions("a", r.producer_id, r.producer_epoch, [TP0]) == {TP0: ErrorCode.NONE}
+        assert not (other.owned or other.remote or other.loading or other.leaderless)  # not looked yet
+        verified = other.verify_transaction("a", r.producer_id, r.producer_epoch, TP0)
+        assert verified == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        mock_clock.jump(OWNERSHIP_REFRESH_S)
+        await trio.testing.wait_all_tasks_blocked()
+        assert other.remote == set(range(5))  # led elsewhere: accepted, as before
+        assert other.verify_transaction("a", r.producer_id, r.producer_epoch, TP0) == ErrorCode.NONE
+        nursery.cancel_scope.cancel()
 
 
 # -- KIP-360 / KIP-588: InitProducerId with the producer id and epoch the producer holds ---------

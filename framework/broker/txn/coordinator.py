@@ -728,14 +728,19 @@ class TransactionCoordinator:
     ) -> ErrorCode:
         """May a client's transactional batch for ``tp`` be appended? NONE when ``tp`` is in the
         producer's ongoing transaction; INVALID_PRODUCER_EPOCH for an older epoch (the producer
-        was fenced); INVALID_TXN_STATE otherwise. Ids coordinated by another broker cannot be
-        checked here and are accepted.
+        was fenced); INVALID_TXN_STATE otherwise, only when this broker coordinates the id and
+        so knows the answer. Ids coordinated by another broker cannot be checked here and are
+        accepted.
 
-        While the id's ``__transaction_state`` partition is loading, or has no leader yet (the
-        moments after a restart: the broker is listening before it has registered and reloaded
-        the log), the answer is not known yet: COORDINATOR_LOAD_IN_PROGRESS /
+        While the id's ``__transaction_state`` partition is loading, or this broker does not
+        know who leads it, the answer is not known yet: COORDINATOR_LOAD_IN_PROGRESS /
         COORDINATOR_NOT_AVAILABLE, which the produce path answers as a retriable error, as
-        Kafka's verification does, instead of making the producer abort a healthy transaction."""
+        Kafka's verification does, instead of making the producer abort a healthy transaction.
+        Not knowing the leader happens after a restart (the broker listens before it has
+        registered, so the partition has no live leader) and on a fresh cluster: the topic is
+        created by the first FindCoordinator or InitProducerId, possibly on another broker, and
+        this broker has not looked at its leaders yet (the ownership check runs every
+        ``OWNERSHIP_REFRESH_S``); the producer's first batch can arrive in that gap."""
         if not transactional_id:
             return ErrorCode.INVALID_TXN_STATE
         p = self.partition_for(transactional_id)
@@ -744,9 +749,7 @@ class TransactionCoordinator:
                 return ErrorCode.NONE
             if p in self.loading:
                 return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-            if p in self.leaderless or not self.active:
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE
-            return ErrorCode.INVALID_TXN_STATE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE  # leaderless, or not seen since the topic appeared
         md = self.transactions.get(transactional_id)
         if md is None or md.producer_id != producer_id:
             return ErrorCode.INVALID_TXN_STATE
