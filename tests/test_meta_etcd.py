@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -182,6 +183,51 @@ async def test_a_write_with_a_lost_lease_is_the_session_lost_in_one_line(etcd_se
         await await_state(states, SessionState.CONNECTED, seen)
         assert store.lease_id != lost
         await store.create("/live/x", b"1", ephemeral=True)
+        await close_iterator(states)
+    finally:
+        await store.close()
+
+
+def test_answers_of_concurrent_requests_may_come_back_below_each_other() -> None:
+    """Requests run side by side in worker threads and finish in any order: an answer at
+    revision 32 arriving after one at 33 is normal when it was sent before 33 was seen. Only an
+    answer below the largest revision seen before its request was sent means etcd went back
+    (its data lost): the session is LOST then, and not before."""
+    store = EtcdMetadataStore(["127.0.0.1:1"], namespace="/x")
+    header = lambda revision: SimpleNamespace(revision=revision, cluster_id=7)  # noqa: E731
+    store._states.set(SessionState.CONNECTED)  # as after open()
+    store._observe(header(33), 0)
+    store._observe(header(32), 0)  # sent before 33 was seen
+    assert store._states.state is not SessionState.LOST
+    store._observe(header(34), 33)
+    assert store._states.state is not SessionState.LOST
+    store._observe(header(31), 34)  # sent after 34 was seen: etcd lost revisions
+    assert store._states.state is SessionState.LOST
+
+
+async def test_many_concurrent_requests_keep_the_session(etcd_server: EtcdServer) -> None:
+    """Reads and writes racing each other (as a broker's watch, controller and requests do)
+    never look like a reset etcd: the session stays CONNECTED throughout."""
+    store = EtcdMetadataStore([etcd_server.endpoint], namespace=unique_chroot("concurrent"))
+    await store.open(30_000)
+    try:
+        states = store.session_states()
+        seen: list[SessionState] = []
+        await await_state(states, SessionState.CONNECTED, seen)
+
+        async def writer(i: int) -> None:
+            for n in range(15):
+                await store.put(f"/c/{i}", b"%d" % n)
+
+        async def reader() -> None:
+            for _ in range(15):
+                await store.list("/c")
+
+        async with trio.open_nursery() as nursery:
+            for i in range(8):
+                nursery.start_soon(writer, i)
+                nursery.start_soon(reader)
+        assert store._states.state is SessionState.CONNECTED, seen
         await close_iterator(states)
     finally:
         await store.close()

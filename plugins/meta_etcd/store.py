@@ -169,6 +169,9 @@ class EtcdMetadataStore:
         while True:
             options = self._options()
             call = functools.partial(fn, request, self.request_timeout_s, **options)
+            # etcd serves this request at a revision at least the largest one seen before it is
+            # sent; requests running side by side may answer below each other's revisions
+            floor = self._max_revision
             try:
                 response = await trio.to_thread.run_sync(call, abandon_on_cancel=True)
             except grpc.RpcError as exc:
@@ -180,7 +183,7 @@ class EtcdMetadataStore:
                 continue
             header = getattr(response, "header", None)
             if header is not None:
-                self._observe(header)
+                self._observe(header, floor)
             return response
 
     def _error(self, exc: grpc.RpcError) -> Exception:
@@ -193,17 +196,22 @@ class EtcdMetadataStore:
             return MetadataSessionLost(f"etcd lease {self._lease_id:x} is gone ({details}): the session is lost")
         return MetadataStoreError(f"etcd answered {code.name}: {details}")
 
-    def _observe(self, header: Any) -> None:
+    def _observe(self, header: Any, floor: int) -> None:
         """Check a response header against the ones before: etcd's revision never goes back and
         its cluster id never changes, unless the server lost its data (restarted with an empty
         data dir) or another etcd answers. Then this session's lease is gone as well: the
         session is LOST (a new lease follows), and the broker, before registering again, finds
-        out whether the store still holds its cluster (``MetadataCache.check_cluster_id``)."""
+        out whether the store still holds its cluster (``MetadataCache.check_cluster_id``).
+
+        ``floor`` is the largest revision seen when the request was sent: etcd's linearizable
+        reads and writes are served at or above it. A lower answer than a response that came
+        back meanwhile is normal -- concurrent requests (each in its own worker thread) finish
+        in any order -- so only going below ``floor`` counts as going back."""
         revision, cluster_id = int(header.revision), int(header.cluster_id)
         if self._etcd_cluster_id and cluster_id and cluster_id != self._etcd_cluster_id:
             reset = f"the etcd cluster id changed from {self._etcd_cluster_id:x} to {cluster_id:x}"
-        elif revision < self._max_revision:
-            reset = f"etcd's revision went back from {self._max_revision} to {revision}"
+        elif revision < floor:
+            reset = f"etcd's revision went back from {floor} to {revision}"
         else:
             reset = ""
         self._etcd_cluster_id = cluster_id or self._etcd_cluster_id
