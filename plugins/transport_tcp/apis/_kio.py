@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any
 
 from odradek.errors import ErrorCode, KafkaError
-from odradek.protocol import kio_error, response_type
+from odradek.protocol import kio_error, response_type, timedelta_ms
 from odradek.sessions import MetadataUnavailable
 
 
@@ -43,6 +43,10 @@ def response_class(api_key: int, api_version: int, name: str | None = None) -> t
     return nested
 
 
+#: ``throttle_time`` of every response: odradek has no quotas, so no request is ever throttled
+NO_THROTTLE = timedelta_ms(0)
+
+
 def error_of(exc: BaseException) -> ErrorCode:
     """The Kafka error code for an exception raised by the core (unknown ones: UNKNOWN_SERVER_ERROR).
 
@@ -60,4 +64,4 @@ def kerr(code: int) -> Any:
     return kio_error(int(code))
 
 
-__all__ = ["error_of", "has_field", "kerr", "make", "response_class"]
+__all__ = ["NO_THROTTLE", "error_of", "has_field", "kerr", "make", "response_class"]

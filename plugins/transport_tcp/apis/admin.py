@@ -26,13 +26,10 @@ from odradek.broker.api import (
 from odradek.errors import ErrorCode, InvalidRequest, KafkaError
 from odradek.interfaces import TopicPartition
 from odradek.pacing import paced
-from odradek.protocol import ApiKey, ms, timedelta_ms
+from odradek.protocol import ApiKey, ms
 
 from . import Handler, RequestContext
-from ._kio import kerr, make, response_class
-
-NO_THROTTLE = timedelta_ms(0)
-
+from ._kio import NO_THROTTLE, kerr, make, response_class
 
 # -- CreateTopics -----------------------------------------------------------------------------
 

@@ -13,13 +13,15 @@ from typing import Any
 from odradek.broker.api import LogDirResult
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
-from odradek.protocol import ApiKey, timedelta_ms
-from odradek.protocol.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
+from odradek.protocol import ApiKey
+from odradek.protocol.authorized_operations import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    CLUSTER_OPERATIONS,
+    authorized_operations,
+)
 
 from . import Handler, RequestContext
-from ._kio import kerr, make, response_class
-
-NO_THROTTLE = timedelta_ms(0)
+from ._kio import NO_THROTTLE, kerr, make, response_class
 
 #: DescribeCluster v1+ endpoint types (Kafka's ``EndpointType``): a broker answers only BROKER
 ENDPOINT_BROKER = 1
@@ -72,7 +74,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         make(broker_cls, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack, is_fenced=False)
         for b in md.brokers
     )
-    ops = CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED
+    ops = authorized_operations(bool(request.include_cluster_authorized_operations), CLUSTER_OPERATIONS)
     return make(
         cls,
         throttle_time=NO_THROTTLE,

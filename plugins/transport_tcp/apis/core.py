@@ -43,9 +43,7 @@ from odradek.protocol import (
 from odradek.protocol.authorized_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
 
 from . import CloseConnection, Handler, RequestContext
-from ._kio import kerr, make, response_class
-
-NO_THROTTLE = timedelta_ms(0)
+from ._kio import NO_THROTTLE, kerr, make, response_class
 
 
 def _isolation(value: int) -> IsolationLevel:

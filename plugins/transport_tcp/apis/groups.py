@@ -18,13 +18,16 @@ from typing import Any
 from odradek.broker.group import FindCoordinatorResult, GroupCoordinator, OffsetAndMetadata, PartitionOffset
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
-from odradek.protocol import ApiKey, ms, timedelta_ms
-from odradek.protocol.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED, GROUP_OPERATIONS
+from odradek.protocol import ApiKey, ms
+from odradek.protocol.authorized_operations import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    GROUP_OPERATIONS,
+    authorized_operations,
+)
 
 from . import Handler, RequestContext
-from ._kio import kerr, make, response_class
+from ._kio import NO_THROTTLE, kerr, make, response_class
 
-NO_THROTTLE = timedelta_ms(0)
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
 
@@ -372,7 +375,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                 protocol_type=described.protocol_type,
                 protocol_data=described.protocol,
                 members=members,
-                authorized_operations=GROUP_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED,
+                authorized_operations=authorized_operations(include_ops, GROUP_OPERATIONS),
             )
         )
     return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))

@@ -19,13 +19,12 @@ import trio
 from odradek.broker.group import OffsetAndMetadata
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
-from odradek.protocol import ApiKey, timedelta_ms
+from odradek.protocol import ApiKey
 from odradek.records import ControlRecordType
 
 from . import Handler, RequestContext, txn_tools
-from ._kio import kerr, make, response_class
+from ._kio import NO_THROTTLE, kerr, make, response_class
 
-NO_THROTTLE = timedelta_ms(0)
 #: first version of these APIs that may carry PRODUCER_FENCED
 FENCED_MIN_VERSION = 2
 

@@ -21,9 +21,7 @@ from odradek.pacing import PACE, paced
 from odradek.protocol import ApiKey, timedelta_ms
 
 from . import Handler, RequestContext
-from ._kio import kerr, make, response_class
-
-NO_THROTTLE = timedelta_ms(0)
+from ._kio import NO_THROTTLE, kerr, make, response_class
 
 
 def _epoch_ms(value: int) -> datetime.datetime:
