@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from client_helpers import TIMEOUT_S, consume, produce
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -98,6 +98,35 @@ def test_admin_topics_configs_partitions_and_delete_records(odradek_broker: Brok
     # delete the topic
     admin.delete_topics([topic])[topic].result(TIMEOUT_S)
     assert topic not in admin.list_topics(timeout=TIMEOUT_S).topics
+
+
+def test_delete_records_of_a_compacted_only_topic_is_a_policy_violation(odradek_broker: BrokerProcess) -> None:
+    """As Kafka's ``deleteRecordsOnLeader``: records go only where ``cleanup.policy`` has
+    ``delete``. A compact-only topic (``__consumer_offsets`` too) keeps its start offset and the
+    client gets POLICY_VIOLATION; with ``compact,delete`` the low watermark moves."""
+    admin = AdminClient({"bootstrap.servers": odradek_broker.bootstrap})
+    compacted, both = unique_topic("drc"), unique_topic("drcd")
+    futures = admin.create_topics(
+        [
+            NewTopic(compacted, 1, 1, config={"cleanup.policy": "compact"}),
+            NewTopic(both, 1, 1, config={"cleanup.policy": "compact,delete"}),
+        ]
+    )
+    for future in futures.values():
+        future.result(TIMEOUT_S)
+    for topic in (compacted, both):
+        produce(odradek_broker, topic, [(b"k%d" % i, b"v") for i in range(5)])
+    [refused] = admin.delete_records([TopicPartition(compacted, 0, 3)]).values()
+    with pytest.raises(KafkaException) as caught:
+        refused.result(TIMEOUT_S)
+    assert caught.value.args[0].code() == KafkaError.POLICY_VIOLATION
+    [allowed] = admin.delete_records([TopicPartition(both, 0, 3)]).values()
+    assert allowed.result(TIMEOUT_S).low_watermark == 3
+    consumer = Consumer({"bootstrap.servers": odradek_broker.bootstrap, "group.id": unique_topic("g")})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(compacted, 0), timeout=TIMEOUT_S) == (0, 5)
+    finally:
+        consumer.close()
 
 
 def test_acks0_produce_refused_by_the_broker_closes_the_connection(odradek_broker: BrokerProcess) -> None:

@@ -339,6 +339,8 @@ async def test_describe_and_list_groups(autojump_clock: trio.testing.MockClock) 
         assert error == ErrorCode.NONE
         assert [(g.group_id, g.protocol_type, g.state) for g in groups] == [(GROUP, "consumer", "Stable")]
         assert coordinator.list_groups(["empty"])[1] == []
+        assert [g.group_type for g in coordinator.list_groups(types=["CLASSIC"])[1]] == ["classic"]
+        assert coordinator.list_groups(types=["consumer", "share"]) == (ErrorCode.NONE, [])
 
 
 async def test_find_coordinator_creates_topic_and_points_here(autojump_clock: trio.testing.MockClock) -> None:

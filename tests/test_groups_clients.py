@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -172,6 +173,41 @@ def test_kafka_python_admin_fetches_offsets_of_several_groups_in_one_request(gro
         unknown: [],
     }
     assert all(isinstance(tp, KafkaTopicPartition) and tp.topic == topic for found in listed.values() for tp in found)
+
+
+def test_list_groups_reports_and_filters_the_classic_type(group_broker: BrokerProcess) -> None:
+    """ListGroups v5 (KIP-848, Kafka 3.8+): each group is typed ``classic`` and a types filter
+    keeps only the types it names, case-insensitively. With v4 the filter never reached the
+    broker: confluent-kafka listed classic groups for ``types={CONSUMER}`` (typed UNKNOWN), and
+    kafka-python refused ``types_filter`` as unsupported by the broker."""
+    from confluent_kafka import ConsumerGroupType
+    from kafka import KafkaAdminClient
+
+    topic = unique_topic("gtype")
+    create_topic(group_broker, topic, 1)
+    group_id = unique_topic("gtype-g")
+    committer = Consumer({"bootstrap.servers": group_broker.bootstrap, "group.id": group_id})
+    try:
+        committer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+    finally:
+        committer.close()
+    admin = AdminClient({"bootstrap.servers": group_broker.bootstrap})
+
+    def confluent_listed(types: set[Any]) -> dict[str, Any]:
+        result = admin.list_consumer_groups(types=types).result(TIMEOUT_S)
+        assert not result.errors
+        return {g.group_id: g.type for g in result.valid}
+
+    assert confluent_listed({ConsumerGroupType.CLASSIC})[group_id] == ConsumerGroupType.CLASSIC
+    assert group_id not in confluent_listed({ConsumerGroupType.CONSUMER})
+    kafka_python = KafkaAdminClient(bootstrap_servers=group_broker.bootstrap)
+    try:
+        classic = kafka_python.list_groups(types_filter=["Classic"])
+        consumer = kafka_python.list_groups(types_filter=["consumer"])
+    finally:
+        kafka_python.close()
+    assert [g["group_type"] for g in classic if g["group_id"] == group_id] == ["classic"]
+    assert group_id not in {g["group_id"] for g in consumer}
 
 
 def test_aiokafka_group(group_broker: BrokerProcess) -> None:

@@ -437,9 +437,18 @@ class Partition:
         return offset, record_timestamp
 
     def delete_records_before(self, offset: int) -> int:
-        """DeleteRecords: advance the log start (never past the HW); -1 means the HW."""
+        """DeleteRecords: advance the log start (never past the HW); -1 means the HW.
+
+        Only where ``cleanup.policy`` has ``delete``, as Kafka's ``deleteRecordsOnLeader``: a
+        compacted-only topic keeps every key's latest record (``__consumer_offsets`` its groups'
+        committed offsets), and moving its start would drop them -- POLICY_VIOLATION instead."""
         if not self.is_leader:
             raise NotLeaderOrFollower(f"{self.topic_partition}: leader is {self.leader_id}")
+        if not self.config.delete:
+            raise KafkaError(
+                f"Records of partition {self.topic_partition} can not be deleted due to the configured policy",
+                code=ErrorCode.POLICY_VIOLATION,
+            )
         target = self._high_watermark if offset == -1 else offset
         if target < 0 or target > self._high_watermark:
             raise OffsetOutOfRange(

@@ -47,6 +47,9 @@ class ApiKey(IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
@@ -108,12 +111,16 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.ALTER_CONFIGS: VersionRange(0, 2),  # legacy, replacing; confluent-kafka's alter_configs
         ApiKey.DELETE_RECORDS: VersionRange(0, 2),
         ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
-        ApiKey.LIST_GROUPS: VersionRange(0, 4),
+        ApiKey.LIST_GROUPS: VersionRange(0, 5),  # v4 states filter (KIP-518), v5 types filter (KIP-848)
         ApiKey.DELETE_GROUPS: VersionRange(0, 2),
         ApiKey.OFFSET_DELETE: VersionRange(0, 0),  # Kafka has only v0 (KIP-496)
         ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 2),  # v2 include_fenced_brokers: none in ZooKeeper mode
         ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),  # kio has no v0 (Kafka 4 dropped it); v4 volume bytes
         ApiKey.ELECT_LEADERS: VersionRange(0, 2),  # v1 election type (KIP-460), v2 flexible
+        # No authorizer: answered SECURITY_DISABLED, as Kafka without one. kio has no v0 (Kafka 4 dropped it).
+        ApiKey.DESCRIBE_ACLS: VersionRange(1, 3),
+        ApiKey.CREATE_ACLS: VersionRange(1, 3),
+        ApiKey.DELETE_ACLS: VersionRange(1, 3),
         # Listed as Kafka lists them on every listener; without SASL both answer ILLEGAL_SASL_STATE.
         ApiKey.SASL_HANDSHAKE: VersionRange(0, 1),
         ApiKey.SASL_AUTHENTICATE: VersionRange(0, 2),
@@ -154,7 +161,7 @@ def advertised_versions(handled: Iterable[int]) -> dict[int, VersionRange]:
 _FIRST_FLEXIBLE: dict[int, int | None] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 16: 3, 18: 3,
     19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 32: 4, 33: 2, 37: 2, 42: 2, 44: 1, 47: None,
-    17: None, 36: 2, 35: 2, 60: 0, 43: 2, 61: 0, 65: 0, 66: 0,
+    17: None, 36: 2, 35: 2, 60: 0, 43: 2, 61: 0, 65: 0, 66: 0, 29: 2, 30: 2, 31: 2,
 }  # fmt: skip
 
 

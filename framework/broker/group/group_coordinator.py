@@ -72,11 +72,17 @@ class GroupDescription:
     members: tuple[MemberDescription, ...] = ()
 
 
+#: Kafka's name of a group joined with JoinGroup/SyncGroup (KIP-848's ``GroupType.CLASSIC``), the
+#: only kind odradek's coordinator has; ListGroups v5 reports and filters by it
+CLASSIC_GROUP_TYPE = "classic"
+
+
 @dataclass(frozen=True, slots=True)
 class ListedGroup:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = CLASSIC_GROUP_TYPE
 
 
 class GroupCoordinator(MembershipProtocol):
@@ -237,18 +243,26 @@ class GroupCoordinator(MembershipProtocol):
             members,
         )
 
-    def list_groups(self, states: Sequence[str] = ()) -> tuple[ErrorCode, list[ListedGroup]]:
-        """Groups of the owned partitions; ``states`` (ListGroups v4) filters, case-insensitively."""
+    def list_groups(self, states: Sequence[str] = (), types: Sequence[str] = ()) -> tuple[ErrorCode, list[ListedGroup]]:
+        """Groups of the owned partitions; ``states`` (ListGroups v4) and ``types`` (v5, KIP-848)
+        filter, case-insensitively. Every group here is a classic one, so a types filter keeps
+        them all when it names ``classic`` and none otherwise (a ``consumer`` filter asks for
+        KIP-848 groups, which odradek does not have)."""
         if not self.active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
         wanted = {s.lower() for s in states}
+        if types and CLASSIC_GROUP_TYPE not in {t.lower() for t in types}:
+            return self._list_error(), []
         groups = [
             ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
             for g in self.manager.local_groups()
             if not wanted or g.state.value.lower() in wanted
         ]
-        error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.manager.loading else ErrorCode.NONE
-        return error, groups
+        return self._list_error(), groups
+
+    def _list_error(self) -> ErrorCode:
+        """ListGroups' top-level error: the groups of partitions still loading are missing."""
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.manager.loading else ErrorCode.NONE
 
     async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
         """Delete empty groups with their offsets (tombstones in ``__consumer_offsets``)."""

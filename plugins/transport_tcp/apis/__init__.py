@@ -51,6 +51,7 @@ HANDLER_MODULES: tuple[str, ...] = (
     "odradek.plugins.transport_tcp.apis.groups",
     "odradek.plugins.transport_tcp.apis.txn",
     "odradek.plugins.transport_tcp.apis.cluster",
+    "odradek.plugins.transport_tcp.apis.acls",
 )
 
 

@@ -382,15 +382,23 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    """The coordinator's groups, filtered by state (v4) and type (v5); from v5 each names its
+    type, ``classic``, which admin clients show and filter on (confluent-kafka's
+    ``list_consumer_groups(types=...)``: v4 has no filter, so a ``consumer`` filter listed them)."""
     version = ctx.api_version
     cls = response_class(ApiKey.LIST_GROUPS, version)
     listed_cls = response_class(ApiKey.LIST_GROUPS, version, "ListedGroup")
     coordinator = _coordinator(ctx)
     if coordinator is None:
         return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(ErrorCode.COORDINATOR_NOT_AVAILABLE), groups=())
-    error, listed = coordinator.list_groups(tuple(getattr(request, "states_filter", ()) or ()))
+    error, listed = coordinator.list_groups(
+        tuple(getattr(request, "states_filter", ()) or ()), tuple(getattr(request, "types_filter", ()) or ())
+    )
     groups = tuple(
-        make(listed_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state) for g in listed
+        make(
+            listed_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=g.group_type
+        )
+        for g in listed
     )
     return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(error), groups=groups)
 
