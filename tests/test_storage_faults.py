@@ -7,6 +7,7 @@ import logging
 import os
 import random
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -239,6 +240,52 @@ async def test_corrupt_indexes_after_a_clean_shutdown_are_caught(tmp_path: Path,
         fetched.release()
     for ts in sorted(stamps)[:: max(1, len(stamps) // 15)]:
         assert log.offset_for_timestamp(ts) == (stamps[ts], ts)
+    await storage.close()
+
+
+HOUR = 3_600_000
+
+
+@pytest.mark.parametrize("damage", ["empty", "cut-at-an-entry", "offset-past-the-end"])
+async def test_a_time_index_that_lost_entries_is_rebuilt_not_trusted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    """A rolled segment's largest timestamp -- what time retention and ListOffsets skip
+    segments by -- is its time index's last entry. A time index that lost its last entries (an
+    empty file, one cut at an entry boundary) passed the file's own checks after a clean
+    shutdown, and retention deleted a segment holding a record an hour old under a 5 h
+    retention.ms; ListOffsets skipped the segment too. The load finds the last entry below the
+    timestamps of the batches it reads anyway, and rebuilds the index."""
+    now = [1_700_000_000_000]
+    kwargs: dict[str, int] = {"log_segment_bytes": 2000, "log_index_interval_bytes": 0}
+    storage = await open_storage(tmp_path, time_ms=lambda: now[0], **kwargs)
+    log = log_of(storage, retention_ms=5 * HOUR)
+    for i in range(40):  # records 10 h old, but offset 5 of the first segment is 1 h old
+        append(log, batch(1, ts=now[0] - HOUR if i == 5 else now[0] - 10 * HOUR + i))
+    first_bases = [seg.base_offset for seg in log.segments]
+    assert len(first_bases) == 2 and log.segments[0].max_timestamp_and_offset() == (now[0] - HOUR, 5)
+    await storage.close()
+    index = tmp_path / "events-0" / "00000000000000000000.timeindex"
+    entries = index.read_bytes()
+    assert entries[48:60] == struct.pack(">qi", now[0] - HOUR, 5)  # the 5th entry: the young record
+    if damage == "empty":
+        index.write_bytes(b"")
+    elif damage == "cut-at-an-entry":
+        index.write_bytes(entries[:48])
+    else:  # the young record's entry, moved past the segment's last offset
+        index.write_bytes(entries[:48] + struct.pack(">qi", now[0] - HOUR, 500))
+    caplog.clear()
+    storage = await open_storage(tmp_path, time_ms=lambda: now[0], **kwargs)
+    log = log_of(storage, retention_ms=5 * HOUR)
+    assert log.offset_for_timestamp(now[0] - 2 * HOUR) == (5, now[0] - HOUR)
+    assert await storage.run_retention() == 0
+    assert [seg.base_offset for seg in log.segments] == first_bases
+    assert log.segments[0].max_timestamp_and_offset() == (now[0] - HOUR, 5)
+    assert "segment 0 fails its sanity check (time index:" in caplog.text
+    await storage.close()
+    caplog.clear()
+    storage = await open_storage(tmp_path, time_ms=lambda: now[0], **kwargs)  # the rebuilt index holds
+    assert "sanity check" not in caplog.text
     await storage.close()
 
 
