@@ -24,6 +24,7 @@ from odradek import records
 from odradek.config import default_config
 from odradek.errors import KafkaStorageError
 from odradek.interfaces import TopicPartition
+from odradek.plugins.storage_segment import cleaner as cleaner_module
 from odradek.plugins.storage_segment import index as index_module
 from odradek.plugins.storage_segment import segment as segment_module
 from odradek.plugins.storage_segment.log import SegmentLog
@@ -505,6 +506,47 @@ async def test_disk_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: 
         log = storage.get_log(TP)
         assert log is not None and _check_contiguous(log)[-1].header.base_offset == first
         await storage.close()
+
+
+@pytest.mark.parametrize("real", [True, False], ids=["tmpfs-if-root", "simulated-enospc"])
+async def test_compaction_on_a_full_disk_goes_on_when_space_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: bool
+) -> None:
+    """A round that runs out of space leaves no ``*.cleaned`` file behind (their space is what
+    the disk lacks) and raises a storage error the cleaner loop logs rate-limited; once there
+    is room the log is compacted again. The partition was marked uncleanable until a restart,
+    so a compacted topic (``__consumer_offsets``) grew without bound after a passing full disk."""
+    with small_disk(tmp_path, monkeypatch, real=real) as (disk, fill, free):
+        if not os.path.ismount(disk):  # simulated: the cleaner's writes fail too
+            full = [False]
+            real_write = cleaner_module.GroupWriter.write
+
+            def write(self: cleaner_module.GroupWriter, data: bytes | memoryview, h: records.BatchHeader) -> None:
+                if full[0]:
+                    raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+                real_write(self, data, h)
+
+            monkeypatch.setattr(cleaner_module.GroupWriter, "write", write)
+            fill_disk, free_disk = fill, free
+            fill = lambda: (fill_disk(), full.__setitem__(0, True))  # noqa: E731
+            free = lambda: (free_disk(), full.__setitem__(0, False))  # noqa: E731
+        storage = await open_storage(disk)
+        try:
+            log = log_of(storage, cleanup_policy="compact", segment_bytes=400, min_cleanable_dirty_ratio=0.0)
+            for r in range(20):
+                append(log, batch(5, keys=[b"key-%d" % k for k in range(5)], values=[b"v%d" % r] * 5))
+            size = log.size_in_bytes
+            fill()
+            with pytest.raises(KafkaStorageError, match="ENOSPC|No space left"):
+                await storage.run_cleaner()
+            assert not list(log.dir.glob("*.cleaned")) and log.size_in_bytes == size
+            free()
+            assert await storage.run_cleaner() == 1
+            assert log.size_in_bytes < size
+            latest = [r for b in read_batches(log) for r in b.records if r.offset < log.segments[-1].base_offset]
+            assert sorted(r.key for r in latest) == sorted(set(r.key for r in latest))
+        finally:
+            await storage.close()
 
 
 async def test_failing_background_work_is_logged_rate_limited(
