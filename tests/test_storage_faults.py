@@ -509,6 +509,74 @@ async def test_disk_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: 
 
 
 @pytest.mark.parametrize("real", [True, False], ids=["tmpfs-if-root", "simulated-enospc"])
+async def test_a_roll_that_fails_for_lack_of_space_leaves_no_segment_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: bool
+) -> None:
+    """With ``preallocate`` a roll reserves segment.bytes, which fails on a full disk. The new
+    segment's files stayed behind, empty; once there was room, batches that still fit went to
+    the old segment, and at the next start the empty file was the last segment: the log ended
+    at its base, hiding those acknowledged batches, and handed their offsets out again."""
+    with small_disk(tmp_path, monkeypatch, real=real) as (disk, fill, free):
+        storage = await open_storage(disk)
+        try:
+            log = log_of(storage, preallocate=True, segment_bytes=8192)
+            while len(log.segments) < 2 or log.segments[-1].size + 2 * len(batch(3, value_size=300)) < 8192:
+                append(log, batch(3, value_size=300))
+            segments = [seg.base_offset for seg in log.segments]
+            fill()
+            with pytest.raises(KafkaStorageError, match="cannot roll"):
+                append(log, batch(3, value_size=3000))  # does not fit: rolls
+            assert sorted(p.name for p in log.dir.glob("*.log")) == [f"{b:020d}.log" for b in segments]
+            free()
+            acked = [append(log, batch(1)) for _ in range(3)]  # fit the active segment
+            assert [seg.base_offset for seg in log.segments] == segments
+        finally:
+            await storage.close()
+        storage = await open_storage(disk)
+        log = storage.get_log(TP)
+        assert log is not None
+        assert log.log_end_offset == acked[-1][1] + 1
+        assert [b.header.base_offset for b in _check_contiguous(log)[-3:]] == [first for first, _ in acked]
+        assert append(log, batch(1))[0] == acked[-1][1] + 1
+        await storage.close()
+
+
+async def test_empty_segments_a_failed_roll_left_are_deleted_at_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Files of a roll that failed half-way (a crash before they were removed) name an empty
+    segment at offsets the segment before it holds: as the last segment it ended the log at its
+    base; in the middle, reads skipped to the segment after it. The load deletes them."""
+    storage = await open_storage(tmp_path, **OLD_SEGMENTS)
+    log = log_of(storage)
+    for i in range(60):
+        append(log, batch(3, value_size=60, ts=10_000 + 10 * i))
+    headers = [b.header for b in read_batches(log)]
+    bases = [seg.base_offset for seg in log.segments]
+    leo = log.log_end_offset
+    await storage.close()
+    assert len(bases) >= 3
+    stale = [bases[1] + 4, bases[-1] + 4]  # inside a middle segment, inside the active one
+    for base in stale:
+        for suffix in (".log", ".index", ".timeindex"):
+            (tmp_path / "events-0" / f"{base:020d}{suffix}").touch()
+    caplog.clear()
+    storage = await open_storage(tmp_path, **OLD_SEGMENTS)
+    log = storage.get_log(TP)
+    assert log is not None
+    assert [seg.base_offset for seg in log.segments] == bases and log.log_end_offset == leo
+    assert [b.header for b in read_batches(log)] == headers
+    for offset in range(0, leo, 2):
+        fetched = log.read(offset, 1)
+        (found,) = records.iter_batches(fetched.to_bytes())
+        fetched.release()
+        assert found.header.base_offset <= offset <= found.header.last_offset
+    assert all(f"deleting empty segment {base} left by a failed roll" in caplog.text for base in stale)
+    assert not [p for base in stale for p in (tmp_path / "events-0").glob(f"{base:020d}.*")]
+    await storage.close()
+
+
+@pytest.mark.parametrize("real", [True, False], ids=["tmpfs-if-root", "simulated-enospc"])
 async def test_compaction_on_a_full_disk_goes_on_when_space_returns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: bool
 ) -> None:

@@ -191,6 +191,24 @@ def segment_sanity_error(seg: LogSegment, *, active: bool) -> str | None:
     return None
 
 
+def _without_stale_empty_segments(tp: TopicPartition, segments: list[LogSegment]) -> list[LogSegment]:
+    """Drop (and delete) empty segments whose base offset the segment before them already
+    reaches: files of a roll that failed half-way (a crash between creating them and removing
+    them). Kept, such a file ended the log at its base, or as a middle segment made reads skip
+    the offsets above its base that the previous segment holds."""
+    kept: list[LogSegment] = []
+    for seg in segments:
+        if kept and seg.size == 0 and kept[-1].next_offset > seg.base_offset:
+            log.warning(
+                "%s: deleting empty segment %d left by a failed roll: segment %d holds offsets up to %d",
+                tp, seg.base_offset, kept[-1].base_offset, kept[-1].next_offset - 1,
+            )  # fmt: skip
+            seg.remove_files()
+            continue
+        kept.append(seg)
+    return kept
+
+
 def load_log(
     directory: Path,
     tp: TopicPartition,
@@ -218,9 +236,10 @@ def load_log(
             if name.endswith(suffix) and (b := _base_of(name, suffix)) is not None and b not in present:
                 _remove(directory / name)
 
-    segments = [
-        _segment(directory, b, ctx, config, (directory / f"{b:020d}{LOG_SUFFIX}").stat().st_size) for b in bases
-    ]
+    segments = _without_stale_empty_segments(
+        tp, [_segment(directory, b, ctx, config, (directory / f"{b:020d}{LOG_SUFFIX}").stat().st_size) for b in bases]
+    )
+    bases = [seg.base_offset for seg in segments]
     # the unflushed tail (Kafka's recoverLog): after a crash, the segment holding the recovery
     # point and every later one; a bad batch there is a torn write, nothing valid follows it
     tail: set[int] = set()
