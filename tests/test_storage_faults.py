@@ -24,6 +24,7 @@ from odradek import records
 from odradek.config import default_config
 from odradek.errors import KafkaStorageError
 from odradek.interfaces import TopicPartition
+from odradek.plugins.storage_segment import checkpoint as checkpoint_module
 from odradek.plugins.storage_segment import cleaner as cleaner_module
 from odradek.plugins.storage_segment import index as index_module
 from odradek.plugins.storage_segment import segment as segment_module
@@ -506,6 +507,58 @@ async def test_disk_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: 
         log = storage.get_log(TP)
         assert log is not None and _check_contiguous(log)[-1].header.base_offset == first
         await storage.close()
+
+
+class _WritesFail:
+    """``os`` for one module whose ``write`` fails with ENOSPC while ``full[0]`` is set."""
+
+    def __init__(self, full: list[bool]) -> None:
+        self._full = full
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        if self._full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+        return os.write(fd, data)
+
+
+@pytest.mark.parametrize("real", [True, False], ids=["tmpfs-if-root", "simulated-enospc"])
+async def test_checkpoint_writes_on_a_full_disk_keep_the_previous_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: bool
+) -> None:
+    """The per-dir checkpoints are replaced through a temp file: on a full disk the write fails
+    with a storage error, the previous files stay whole and no temp file is left; once there is
+    room the next write goes through."""
+    with small_disk(tmp_path, monkeypatch, real=real) as (disk, fill, free):
+        if not os.path.ismount(disk):
+            full = [False]
+            monkeypatch.setattr(checkpoint_module, "os", _WritesFail(full))
+            fill, free = (lambda: full.__setitem__(0, True)), (lambda: full.__setitem__(0, False))
+        storage = await open_storage(disk)
+        try:
+            log = log_of(storage)
+            append(log, batch(3))
+            await log.flush()
+            await storage.write_own_checkpoints()
+            names = ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint", "cleaner-offset-checkpoint")
+            before = {name: (disk / name).read_text() for name in names}
+            assert before["recovery-point-offset-checkpoint"] == "0\n1\nevents 0 3\n"
+            append(log, batch(2))
+            await log.flush()
+            log.delete_records_before(1)
+            fill()
+            with pytest.raises(KafkaStorageError, match="writing checkpoints failed"):
+                await storage.write_own_checkpoints()
+            assert {name: (disk / name).read_text() for name in names} == before
+            assert not list(disk.glob("*.tmp"))
+            free()
+            await storage.write_own_checkpoints()
+            assert (disk / "recovery-point-offset-checkpoint").read_text() == "0\n1\nevents 0 5\n"
+            assert (disk / "log-start-offset-checkpoint").read_text() == "0\n1\nevents 0 1\n"
+        finally:
+            await storage.close()
 
 
 @pytest.mark.parametrize("real", [True, False], ids=["tmpfs-if-root", "simulated-enospc"])
