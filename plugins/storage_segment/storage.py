@@ -117,6 +117,15 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _out_of_space(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is a full disk or quota: a state that passes."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__
+    return False
+
+
 def _first_error(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
@@ -482,11 +491,17 @@ class SegmentLogStorage:
             if lg.config.compact and not lg.closed and tp not in self._uncleanable:
                 candidates.append((dirty_ratio(lg, now)[0], tp, lg))
         rounds = 0
+        no_space: BaseException | None = None
         for _ratio, tp, lg in sorted(candidates, key=lambda c: -c[0]):
             try:
                 if await self.cleaner.clean(lg, now):
                     rounds += 1
             except (OSError, KafkaStorageError, ValueError) as exc:
+                if _out_of_space(exc):
+                    # a full disk passes: the log stays cleanable, the cleaner loop logs the
+                    # failure rate-limited and tries again after log.cleaner.backoff.ms
+                    no_space = no_space or exc
+                    continue
                 log.error("compaction of %s failed, not cleaning it again until restart: %r", tp, exc)
                 self._uncleanable.add(tp)
             except Exception as exc:  # a corrupt batch or a missing codec: keep serving the log
@@ -495,6 +510,8 @@ class SegmentLogStorage:
         await self._unlink_retired()
         if self._cleaner_dirty:
             await self.write_own_checkpoints(recovery=False)
+        if no_space is not None:
+            raise KafkaStorageError(f"compaction is waiting for disk space: {no_space}") from no_space
         return rounds
 
     def _log_dirs_text(self) -> str:
