@@ -16,6 +16,7 @@ directly with :meth:`BrokerCore.start` over any storage and metadata store.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
@@ -281,12 +282,16 @@ class BrokerCore:
         return ClusterMetadata(self.cluster_id, controller, tuple(brokers), ())
 
     async def describe_log_dirs(self, partitions: Collection[TopicPartition] | None) -> list[LogDirResult]:
-        if getattr(self.storage, "describe_log_dirs", None) is None:
+        describe = getattr(self.storage, "describe_log_dirs", None)
+        if describe is None:
             # a third-party engine written before describe_log_dirs: its logs under the first
             # of log.dirs, volume sizes unknown (it fails the conformance suite until it has it)
             dirs = [LogDirDescription(str(self.config.log_dirs[0].absolute()), tuple(self.storage.all_logs()))]
-            return self.replica_manager.describe_log_dirs(partitions, dirs)
-        return self.replica_manager.describe_log_dirs(partitions)
+        else:
+            # an engine written while describe_log_dirs was a plain method returns the list
+            answer = describe()
+            dirs = list(await answer if inspect.isawaitable(answer) else answer)
+        return self.replica_manager.describe_log_dirs(partitions, dirs)
 
     def _topic_answer(self, topic: TopicState, live: tuple[int, ...], listed: frozenset[int]) -> TopicMetadata:
         """One topic's metadata, reused while nothing it depends on changed: a 1,000-partition

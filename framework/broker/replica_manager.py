@@ -508,15 +508,15 @@ class ReplicaManager:
         return ListOffsetsPartitionResult(ErrorCode.NONE, found[1], found[0], epoch)
 
     def describe_log_dirs(
-        self, partitions: Collection[TopicPartition] | None, dirs: Sequence[LogDirDescription] | None = None
+        self, partitions: Collection[TopicPartition] | None, dirs: Sequence[LogDirDescription]
     ) -> list[LogDirResult]:
-        """DescribeLogDirs (Kafka's ``ReplicaManager.describeLogDirs``): each log dir, with the
-        size and offset lag of each asked-for log in it (None: every log); an offline dir is
-        KAFKA_STORAGE_ERROR with nothing else. Partitions with no log here are left out.
-        ``dirs``: the dirs to report, when not the storage's own ``describe_log_dirs()``."""
+        """DescribeLogDirs (Kafka's ``ReplicaManager.describeLogDirs``): each of ``dirs`` (what the
+        storage's ``describe_log_dirs`` answered), with the size and offset lag of each asked-for
+        log in it (None: every log); an offline dir is KAFKA_STORAGE_ERROR with nothing else.
+        Partitions with no log here are left out."""
         wanted = None if partitions is None else set(partitions)
         results = []
-        for d in self.storage.describe_log_dirs() if dirs is None else dirs:
+        for d in dirs:
             if d.error is not None:
                 results.append(LogDirResult(ErrorCode.KAFKA_STORAGE_ERROR, d.path))
                 continue

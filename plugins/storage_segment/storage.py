@@ -65,6 +65,10 @@ DELETE_DIR_SUFFIX = "-delete"
 NAME_MAX = 255
 RESERVED_CHECKPOINTS = frozenset({RECOVERY_POINT_CHECKPOINT, LOG_START_CHECKPOINT, CLEANER_CHECKPOINT})
 FLUSH_CONCURRENCY = 16
+#: worker threads that may ask the log dirs' volumes (statvfs) at one time: a stuck mount keeps
+#: its thread for as long as it is stuck, and DescribeLogDirs requests then wait for this one
+#: instead of taking trio's shared worker threads (which kazoo, fsyncs and big frames use) one by one
+LOG_DIR_STAT_THREADS = 1
 MAX_OPEN_FILES_KEY = "storage.segment.max.open.files"
 MAX_MAPPED_INDEXES_KEY = "storage.segment.max.mapped.indexes"
 _NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}$")
@@ -158,6 +162,8 @@ class SegmentLogStorage:
         self._cleaner_dirty = False
         self._uncleanable: set[TopicPartition] = set()
         self._checkpoint_lock = trio.Lock()
+        #: the worker threads that ask the log dirs' volumes (describe_log_dirs) at one time
+        self._log_dir_stats = trio.CapacityLimiter(LOG_DIR_STAT_THREADS)
         #: deleted logs (or, after a start, logs absent from their dir) whose entries may still be
         #: in a checkpoint file: a log created again under the name first rewrites the files
         self._deleted_unpersisted: set[TopicPartition] = set()
@@ -306,32 +312,27 @@ class SegmentLogStorage:
     def all_logs(self) -> Mapping[TopicPartition, SegmentLog]:
         return MappingProxyType(self._logs)
 
-    def describe_log_dirs(self) -> Sequence[LogDirDescription]:
+    async def describe_log_dirs(self) -> Sequence[LogDirDescription]:
         """Each of ``log.dirs`` with its logs and its volume's size and free space (statvfs).
 
         A dir that cannot be reached any more (removed, unmounted, an I/O error) is reported
         offline with the OS error, as Kafka reports a dir its LogDirFailureChannel took offline;
-        a full disk is not offline here (see ``odradek.broker.storage_failures``)."""
+        a full disk is not offline here (see ``odradek.broker.storage_failures``). The volumes
+        are asked in a worker thread (:data:`LOG_DIR_STAT_THREADS` at most): a stuck mount
+        holds DescribeLogDirs only; the logs are listed on the trio thread, where they change."""
         held: dict[Path, list[TopicPartition]] = {d: [] for d in self.log_dirs}
         for tp, lg in self._logs.items():
             held.setdefault(lg.dir.parent, []).append(tp)
+        volumes = await trio.to_thread.run_sync(
+            _volumes, tuple(self.log_dirs), limiter=self._log_dir_stats, abandon_on_cancel=True
+        )
         out = []
-        for d in self.log_dirs:
-            try:
-                if not d.is_dir():
-                    raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(d))
-                st = os.statvfs(d)
-            except OSError as exc:
-                out.append(LogDirDescription(str(d), error=f"log dir {d} is offline: {exc}"))
-                continue
-            out.append(
-                LogDirDescription(
-                    str(d),
-                    tuple(sorted(held[d])),
-                    total_bytes=st.f_blocks * st.f_frsize,
-                    usable_bytes=st.f_bavail * st.f_frsize,
-                )
-            )
+        for d, volume in zip(self.log_dirs, volumes, strict=True):
+            if isinstance(volume, OSError):
+                out.append(LogDirDescription(str(d), error=f"log dir {d} is offline: {volume}"))
+            else:
+                total, usable = volume
+                out.append(LogDirDescription(str(d), tuple(sorted(held[d])), total_bytes=total, usable_bytes=usable))
         return out
 
     async def delete_log(self, tp: TopicPartition) -> None:
@@ -637,3 +638,20 @@ class SegmentLogStorage:
         for fd in self._lock_fds:
             os.close(fd)
         self._lock_fds = []
+
+
+def _volumes(dirs: Sequence[Path]) -> list[tuple[int, int] | OSError]:
+    """Per dir, its volume's (total, usable) bytes from ``statvfs`` (``f_bavail``: what a
+    non-root writer can use, as Java's ``getUsableSpace``), or the OSError that says it is
+    offline. Blocks as long as the file system does: a worker thread's."""
+    out: list[tuple[int, int] | OSError] = []
+    for d in dirs:
+        try:
+            if not d.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(d))
+            st = os.statvfs(d)
+        except OSError as exc:
+            out.append(exc)
+            continue
+        out.append((st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize))
+    return out
