@@ -292,12 +292,18 @@ class LogStorage(Protocol):
         """The checkpoint last written under ``name`` (empty when none)."""
         ...
 
-    def describe_log_dirs(self) -> Sequence[LogDirDescription]:
+    async def describe_log_dirs(self) -> Sequence[LogDirDescription]:
         """Every configured log dir, in ``log.dirs`` order, with the logs it holds, whether it is
         online and its volume's size and free space (DescribeLogDirs). Called on admin requests
-        and by the broker every few seconds and after a storage error, to find failed dirs, not
-        on the hot path, but from the trio thread: a ``statvfs`` per dir is fine, a walk of every
-        segment file is not (sizes come from ``PartitionLog.size_in_bytes``).
+        and by the broker's log-dir failure checks (every few seconds and after a storage error,
+        from a task of their own), not on the hot path, on the trio thread. Whatever may block on
+        the file system (a ``statvfs``, an ``is_dir``: a stuck NFS mount holds them for minutes)
+        runs in a worker thread under a ``trio.CapacityLimiter`` of the engine's own, so a stuck
+        volume stalls only DescribeLogDirs and those checks, neither the other clients nor the
+        other users of worker threads; the logs held are read on the trio thread, where they
+        change. A walk of every segment file is too slow either way (sizes come from
+        ``PartitionLog.size_in_bytes``). An engine written while this was a plain method
+        (returning the list) is still called, on the trio thread.
 
         A dir reported offline stays offline until the storage is opened again: its logs are no
         longer in ``get_log``/``all_logs``, no new log is placed in it and checkpoints skip it."""

@@ -31,7 +31,7 @@ from odradek.config import load_config
 from odradek.interfaces import TopicPartition
 from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_etcd.store import EtcdMetadataStore
-from odradek.testing.servers import EtcdServer, ZooKeeperServer, start_etcd, unique_chroot
+from odradek.testing.servers import EtcdServer, ZooKeeperServer, start_etcd, start_zookeeper, unique_chroot
 
 TP = TopicPartition("kept", 0)
 
@@ -170,6 +170,64 @@ async def test_zookeeper_emptied_under_a_running_broker_keeps_its_logs(
     _assert_kept(tmp_path, caplog)
 
 
+async def test_zookeeper_chroot_deleted_under_an_idle_broker_stops_it(
+    tmp_path: Path, zookeeper_server: ZooKeeperServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator deletes the cluster's chroot while the broker runs and has no topic to re-read:
+    the cluster id and the broker's own registration go with it. Either deletion makes the broker
+    check the cluster id, halt with one CRITICAL line and stop (it used to keep running unregistered,
+    the store empty, saying nothing)."""
+    chroot = unique_chroot("wipe")
+    server = _server(tmp_path, {"metadata": "zookeeper", "zookeeper.connect": zookeeper_server.connect_string + chroot})
+    observer = KazooClient(hosts=zookeeper_server.connect_string)
+    await trio.to_thread.run_sync(observer.start)
+    try:
+        with pytest.RaisesGroup(pytest.RaisesExc(MetadataStoreReset), flatten_subgroups=True):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(server.serve)
+                await trio.to_thread.run_sync(lambda: observer.delete(chroot, recursive=True))
+                with trio.fail_after(30):
+                    await trio.sleep_forever()  # the broker ends the nursery
+    finally:
+        await trio.to_thread.run_sync(observer.stop)
+    critical = [r.getMessage() for r in caplog.records if r.levelno == logging.CRITICAL]
+    assert len(critical) == 1 and "was deleted" in critical[0] and "looks empty or reset" in critical[0], critical
+
+
+async def test_a_deleted_registration_is_made_again(
+    tmp_path: Path, zookeeper_server: ZooKeeperServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator deletes the running broker's ``/brokers/ids/<id>`` (its session lives on). The
+    controller sees the broker gone and its partition without a leader; the broker registers
+    again (a new broker epoch, one WARNING), so the partition gets its leader back instead of
+    staying offline until the broker's next session."""
+    chroot = unique_chroot("reg")
+    server = _server(tmp_path, {"metadata": "zookeeper", "zookeeper.connect": zookeeper_server.connect_string + chroot})
+    observer = KazooClient(hosts=zookeeper_server.connect_string)
+    await trio.to_thread.run_sync(observer.start)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            core = server.core
+            assert core is not None and server.store is not None
+            await create(core, "kept")
+            await produce(core, TP, batch([b"x"]))
+            epoch = server.broker_epoch
+            await trio.to_thread.run_sync(lambda: observer.delete(f"{chroot}/brokers/ids/0"))
+            with trio.fail_after(30):
+                while server.broker_epoch == epoch or core.metadata_cache.leader_of(TP) != 0:
+                    await trio.sleep(0.05)
+            registration = await server.store.get("/brokers/ids/0")
+            assert registration is not None and registration.create_revision == server.broker_epoch
+            assert (await produce(core, TP, batch([b"y"]))).base_offset == 1
+            nursery.cancel_scope.cancel()
+    finally:
+        await trio.to_thread.run_sync(observer.stop)
+    warned = [r.getMessage() for r in caplog.records if "registering again" in r.getMessage()]
+    assert len(warned) == 1 and "/brokers/ids/0 was deleted" in warned[0], warned
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
 async def test_etcd_restarted_empty_stops_the_running_broker(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """etcd restarted with an empty data dir: the lease is gone and the revisions start again
     from 1; the broker finds no cluster id in the new session and stops, keeping its logs."""
@@ -266,3 +324,29 @@ async def test_a_lease_lost_while_registering_at_start_up_is_renewed(
         nursery.cancel_scope.cancel()
     warned = [r.getMessage() for r in caplog.records if "registering broker 0 failed" in r.getMessage()]
     assert warned and "lease" in warned[0] and "\n" not in warned[0]
+
+
+async def test_zookeeper_restarted_empty_stops_the_running_broker(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ZooKeeper restarted with an empty data dir refuses the broker's reconnections (its
+    session saw a zxid the new server never had) for ever; the broker finds that out within its
+    session timeout, takes a new session, finds no cluster id there and stops, keeping its logs."""
+    with start_zookeeper(tmp_path / "zk") as zk:
+        server = _server(
+            tmp_path / "data",
+            {
+                "metadata": "zookeeper",
+                "zookeeper.connect": zk.connect_string + "/odradek",
+                "zookeeper.session.timeout.ms": 2000,
+            },
+        )
+
+        async def emptied() -> None:
+            await trio.to_thread.run_sync(zk.kill)
+            shutil.rmtree(zk.data_dir)
+            zk.data_dir.mkdir()
+            await trio.to_thread.run_sync(zk.start)
+
+        await _serve_until_it_stops(server, emptied)
+    _assert_kept(tmp_path / "data", caplog)

@@ -1,23 +1,29 @@
 """DescribeCluster's endpoint-type checks and a follower's DescribeLogDirs offset lag, without
-sockets (the handler and the Partition are called directly)."""
+sockets (the handler and the Partition are called directly); a stuck log dir volume against a
+broker with its TCP listener."""
 
 from __future__ import annotations
 
+import os
+import threading
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_harness import create, running_broker
+import trio
+from broker_harness import broker_config, broker_plugins, create, running_broker
 
 from odradek.broker.api import BrokerNode, ClusterMetadata
 from odradek.broker.partition import Partition
+from odradek.broker.server import BrokerServer
 from odradek.config import default_config
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
 from odradek.plugins.transport_tcp.apis.cluster import handle_describe_cluster
-from odradek.protocol import ApiKey, request_type
+from odradek.plugins.transport_tcp.client import TcpConnection, TcpConnector
+from odradek.protocol import ApiKey, decode_response, encode_request, request_type
 from odradek.protocol.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
 from odradek.testing.storage_support import append
 
@@ -110,18 +116,111 @@ class _EngineBeforeLogDirs:
         return getattr(self._inner, name)
 
 
+async def _only_log_dir(core: Any, engine: object) -> Any:
+    """The one entry ``core``'s DescribeLogDirs answers with ``engine`` as its storage."""
+    real = core.storage
+    core.storage = engine
+    try:
+        (entry,) = await core.describe_log_dirs(None)
+    finally:
+        core.storage = real
+    return entry
+
+
 async def test_an_engine_without_describe_log_dirs_reports_its_logs_under_the_first_dir(tmp_path: Path) -> None:
     """Such an engine still answers DescribeLogDirs (no UNKNOWN_SERVER_ERROR): all its logs under
     the first of log.dirs, with their sizes, volume sizes unknown."""
     async with running_broker(tmp_path / "data") as core:
         await create(core, "old", partitions=2)
-        real = core.storage
-        core.storage = _EngineBeforeLogDirs(real)  # type: ignore[assignment]
-        try:
-            (entry,) = await core.describe_log_dirs(None)
-        finally:
-            core.storage = real
+        entry = await _only_log_dir(core, _EngineBeforeLogDirs(core.storage))
     assert entry.error == ErrorCode.NONE
     assert entry.path == str((tmp_path / "data").absolute())
     assert (entry.total_bytes, entry.usable_bytes) == (-1, -1)
     assert sorted(p.tp for p in entry.partitions) == [TopicPartition("old", 0), TopicPartition("old", 1)]
+
+
+class _EngineWithPlainLogDirs(_EngineBeforeLogDirs):
+    """A third-party engine written while ``describe_log_dirs`` was a plain method."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "describe_log_dirs":
+            return lambda: [
+                types.SimpleNamespace(path="/plain", partitions=(), error=None, total_bytes=7, usable_bytes=5)
+            ]
+        return super().__getattr__(name)
+
+
+async def test_an_engine_with_a_plain_describe_log_dirs_is_still_answered(tmp_path: Path) -> None:
+    async with running_broker(tmp_path / "data") as core:
+        entry = await _only_log_dir(core, _EngineWithPlainLogDirs(core.storage))
+    assert (entry.error, entry.path, entry.total_bytes, entry.usable_bytes) == (ErrorCode.NONE, "/plain", 7, 5)
+
+
+#: how long the fake stuck statvfs blocks at most: only a broken build gets there (the test then
+#: fails instead of hanging); a working one releases it long before
+STUCK_BOUND_S = 20.0
+
+
+async def _ask(conn: TcpConnection, key: ApiKey, version: int, correlation_id: int, **fields: Any) -> None:
+    request = request_type(key, version)(**fields)
+    await conn.send_frame(encode_request(request, correlation_id=correlation_id, client_id="stuck-volume"))
+
+
+async def test_a_stuck_log_dir_volume_stalls_only_describe_log_dirs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """statvfs of a stuck mount (NFS) blocks for as long as the mount is stuck. It used to run on
+    the event loop: one DescribeLogDirs froze every client of the broker. Now it runs in a worker
+    thread of the storage's own limiter: another client's Metadata is answered while it blocks,
+    and a second DescribeLogDirs waits for the limiter instead of taking a second thread."""
+    real_statvfs = os.statvfs
+    stuck, release, returned = threading.Event(), threading.Event(), threading.Event()
+    callers: set[int] = set()
+
+    def stuck_statvfs(path: Any) -> os.statvfs_result:
+        callers.add(threading.get_ident())
+        stuck.set()
+        release.wait(STUCK_BOUND_S)
+        returned.set()
+        return real_statvfs(path)
+
+    server = BrokerServer(broker_config(tmp_path), broker_plugins("odradek.plugins.transport_tcp.plugin"))
+    async with trio.open_nursery() as nursery:
+        (endpoint, *_) = await nursery.start(server.serve)
+        storage = server.storage
+        assert isinstance(storage, SegmentLogStorage)
+        connector = TcpConnector()
+        admin, second, other = [await connector.connect(endpoint.host, endpoint.port, timeout_s=5) for _ in range(3)]
+        try:
+            monkeypatch.setattr(os, "statvfs", stuck_statvfs)
+            await _ask(admin, ApiKey.DESCRIBE_LOG_DIRS, 4, 1, topics=None)
+            await trio.to_thread.run_sync(stuck.wait, STUCK_BOUND_S)
+            await _ask(
+                other,
+                ApiKey.METADATA,
+                8,
+                3,
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            )
+            _, metadata = decode_response(ApiKey.METADATA, 8, await other.receive_frame())
+            assert not returned.is_set(), "the other client was answered only after the stuck statvfs returned"
+            assert [b.node_id for b in metadata.brokers] == [0]
+            await _ask(second, ApiKey.DESCRIBE_LOG_DIRS, 4, 2, topics=None)
+            with trio.fail_after(10):
+                while storage._log_dir_stats.statistics().tasks_waiting < 1:
+                    await trio.sleep(0.01)
+            assert len(callers) == 1 and threading.get_ident() not in callers
+            release.set()
+            for conn, cid in ((admin, 1), (second, 2)):
+                got_cid, answer = decode_response(ApiKey.DESCRIBE_LOG_DIRS, 4, await conn.receive_frame())
+                (result,) = answer.results
+                assert got_cid == cid and result.error_code == 0
+                assert result.total_bytes >= result.usable_bytes > 0
+        finally:
+            release.set()
+            for conn in (admin, second, other):
+                await conn.aclose()
+            nursery.cancel_scope.cancel()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -126,6 +127,40 @@ async def test_server_crash_suspends_then_session_and_watch_resume(tmp_path: Pat
         finally:
             await store.close()
             await observer.close()
+
+
+async def test_server_restarted_empty_ends_the_refused_session(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server restarted with an empty data dir refuses to resume a session that saw a newer zxid
+    (kazoo retried that for ever: SUSPENDED for good). After a session timeout the store asks the
+    server for its zxid in a session of its own, finds it behind, says so in one WARNING and
+    starts a new session: LOST, then CONNECTED, on a store without the old keys. A watch opened
+    before sees the old keys go (the broker then checks the cluster id)."""
+    with start_zookeeper(tmp_path / "zk") as zk:
+        store = ZooKeeperMetadataStore(zk.connect_string + "/c")
+        await store.open(2000)
+        try:
+            states, seen, watch = await before_crash(store)
+            session = store.client_id
+            assert session is not None
+            await trio.to_thread.run_sync(zk.kill)
+            shutil.rmtree(zk.data_dir)
+            zk.data_dir.mkdir()
+            await trio.to_thread.run_sync(zk.start)
+            await await_state(states, SessionState.LOST, seen, timeout_s=30)
+            await await_state(states, SessionState.CONNECTED, seen)
+            assert SessionState.SUSPENDED in seen
+            assert store.client_id is not None and store.client_id[0] != session[0]
+            assert await store.get("/keys/before") is None
+            gone = await next_event(watch)
+            assert (gone.key, gone.value) == ("/keys/before", None)
+            await close_iterator(watch)
+            await close_iterator(states)
+        finally:
+            await store.close()
+    warned = [r.getMessage() for r in caplog.records if r.name == "odradek.plugins.meta_zk.store"]
+    assert len(warned) == 1 and "restarted with an empty data dir" in warned[0], warned
 
 
 def test_missing_zookeeper_fails_naming_the_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

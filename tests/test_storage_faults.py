@@ -7,6 +7,7 @@ import logging
 import os
 import random
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -22,7 +23,9 @@ from storage_helpers import TP, append, batch, log_of, open_storage, read_batche
 from odradek import records
 from odradek.config import default_config
 from odradek.errors import KafkaStorageError
-from odradek.interfaces import TopicPartition
+from odradek.interfaces import LogDirDescription, TopicPartition
+from odradek.plugins.storage_segment import checkpoint as checkpoint_module
+from odradek.plugins.storage_segment import cleaner as cleaner_module
 from odradek.plugins.storage_segment import index as index_module
 from odradek.plugins.storage_segment import segment as segment_module
 from odradek.plugins.storage_segment.log import SegmentLog
@@ -239,6 +242,52 @@ async def test_corrupt_indexes_after_a_clean_shutdown_are_caught(tmp_path: Path,
         fetched.release()
     for ts in sorted(stamps)[:: max(1, len(stamps) // 15)]:
         assert log.offset_for_timestamp(ts) == (stamps[ts], ts)
+    await storage.close()
+
+
+HOUR = 3_600_000
+
+
+@pytest.mark.parametrize("damage", ["empty", "cut-at-an-entry", "offset-past-the-end"])
+async def test_a_time_index_that_lost_entries_is_rebuilt_not_trusted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    """A rolled segment's largest timestamp -- what time retention and ListOffsets skip
+    segments by -- is its time index's last entry. A time index that lost its last entries (an
+    empty file, one cut at an entry boundary) passed the file's own checks after a clean
+    shutdown, and retention deleted a segment holding a record an hour old under a 5 h
+    retention.ms; ListOffsets skipped the segment too. The load finds the last entry below the
+    timestamps of the batches it reads anyway, and rebuilds the index."""
+    now = [1_700_000_000_000]
+    kwargs: dict[str, int] = {"log_segment_bytes": 2000, "log_index_interval_bytes": 0}
+    storage = await open_storage(tmp_path, time_ms=lambda: now[0], **kwargs)
+    log = log_of(storage, retention_ms=5 * HOUR)
+    for i in range(40):  # records 10 h old, but offset 5 of the first segment is 1 h old
+        append(log, batch(1, ts=now[0] - HOUR if i == 5 else now[0] - 10 * HOUR + i))
+    first_bases = [seg.base_offset for seg in log.segments]
+    assert len(first_bases) == 2 and log.segments[0].max_timestamp_and_offset() == (now[0] - HOUR, 5)
+    await storage.close()
+    index = tmp_path / "events-0" / "00000000000000000000.timeindex"
+    entries = index.read_bytes()
+    assert entries[48:60] == struct.pack(">qi", now[0] - HOUR, 5)  # the 5th entry: the young record
+    if damage == "empty":
+        index.write_bytes(b"")
+    elif damage == "cut-at-an-entry":
+        index.write_bytes(entries[:48])
+    else:  # the young record's entry, moved past the segment's last offset
+        index.write_bytes(entries[:48] + struct.pack(">qi", now[0] - HOUR, 500))
+    caplog.clear()
+    storage = await open_storage(tmp_path, time_ms=lambda: now[0], **kwargs)
+    log = log_of(storage, retention_ms=5 * HOUR)
+    assert log.offset_for_timestamp(now[0] - 2 * HOUR) == (5, now[0] - HOUR)
+    assert await storage.run_retention() == 0
+    assert [seg.base_offset for seg in log.segments] == first_bases
+    assert log.segments[0].max_timestamp_and_offset() == (now[0] - HOUR, 5)
+    assert "segment 0 fails its sanity check (time index:" in caplog.text
+    await storage.close()
+    caplog.clear()
+    storage = await open_storage(tmp_path, time_ms=lambda: now[0], **kwargs)  # the rebuilt index holds
+    assert "sanity check" not in caplog.text
     await storage.close()
 
 
@@ -460,6 +509,167 @@ async def test_disk_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: 
         await storage.close()
 
 
+class _WritesFail:
+    """``os`` for one module whose ``write`` fails with ENOSPC while ``full[0]`` is set."""
+
+    def __init__(self, full: list[bool]) -> None:
+        self._full = full
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        if self._full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+        return os.write(fd, data)
+
+
+@pytest.mark.parametrize("real", [True, False], ids=["tmpfs-if-root", "simulated-enospc"])
+async def test_checkpoint_writes_on_a_full_disk_keep_the_previous_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: bool
+) -> None:
+    """The per-dir checkpoints are replaced through a temp file: on a full disk the write fails
+    with a storage error, the previous files stay whole and no temp file is left; once there is
+    room the next write goes through."""
+    with small_disk(tmp_path, monkeypatch, real=real) as (disk, fill, free):
+        if not os.path.ismount(disk):
+            full = [False]
+            monkeypatch.setattr(checkpoint_module, "os", _WritesFail(full))
+            fill, free = (lambda: full.__setitem__(0, True)), (lambda: full.__setitem__(0, False))
+        storage = await open_storage(disk)
+        try:
+            log = log_of(storage)
+            append(log, batch(3))
+            await log.flush()
+            await storage.write_own_checkpoints()
+            names = ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint", "cleaner-offset-checkpoint")
+            before = {name: (disk / name).read_text() for name in names}
+            assert before["recovery-point-offset-checkpoint"] == "0\n1\nevents 0 3\n"
+            append(log, batch(2))
+            await log.flush()
+            log.delete_records_before(1)
+            fill()
+            with pytest.raises(KafkaStorageError, match="writing checkpoints failed"):
+                await storage.write_own_checkpoints()
+            assert {name: (disk / name).read_text() for name in names} == before
+            assert not list(disk.glob("*.tmp"))
+            free()
+            await storage.write_own_checkpoints()
+            assert (disk / "recovery-point-offset-checkpoint").read_text() == "0\n1\nevents 0 5\n"
+            assert (disk / "log-start-offset-checkpoint").read_text() == "0\n1\nevents 0 1\n"
+        finally:
+            await storage.close()
+
+
+@pytest.mark.parametrize("real", [True, False], ids=["tmpfs-if-root", "simulated-enospc"])
+async def test_a_roll_that_fails_for_lack_of_space_leaves_no_segment_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: bool
+) -> None:
+    """With ``preallocate`` a roll reserves segment.bytes, which fails on a full disk. The new
+    segment's files stayed behind, empty; once there was room, batches that still fit went to
+    the old segment, and at the next start the empty file was the last segment: the log ended
+    at its base, hiding those acknowledged batches, and handed their offsets out again."""
+    with small_disk(tmp_path, monkeypatch, real=real) as (disk, fill, free):
+        storage = await open_storage(disk)
+        try:
+            log = log_of(storage, preallocate=True, segment_bytes=8192)
+            while len(log.segments) < 2 or log.segments[-1].size + 2 * len(batch(3, value_size=300)) < 8192:
+                append(log, batch(3, value_size=300))
+            segments = [seg.base_offset for seg in log.segments]
+            fill()
+            with pytest.raises(KafkaStorageError, match="cannot roll"):
+                append(log, batch(3, value_size=3000))  # does not fit: rolls
+            assert sorted(p.name for p in log.dir.glob("*.log")) == [f"{b:020d}.log" for b in segments]
+            free()
+            acked = [append(log, batch(1)) for _ in range(3)]  # fit the active segment
+            assert [seg.base_offset for seg in log.segments] == segments
+        finally:
+            await storage.close()
+        storage = await open_storage(disk)
+        log = storage.get_log(TP)
+        assert log is not None
+        assert log.log_end_offset == acked[-1][1] + 1
+        assert [b.header.base_offset for b in _check_contiguous(log)[-3:]] == [first for first, _ in acked]
+        assert append(log, batch(1))[0] == acked[-1][1] + 1
+        await storage.close()
+
+
+async def test_empty_segments_a_failed_roll_left_are_deleted_at_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Files of a roll that failed half-way (a crash before they were removed) name an empty
+    segment at offsets the segment before it holds: as the last segment it ended the log at its
+    base; in the middle, reads skipped to the segment after it. The load deletes them."""
+    storage = await open_storage(tmp_path, **OLD_SEGMENTS)
+    log = log_of(storage)
+    for i in range(60):
+        append(log, batch(3, value_size=60, ts=10_000 + 10 * i))
+    headers = [b.header for b in read_batches(log)]
+    bases = [seg.base_offset for seg in log.segments]
+    leo = log.log_end_offset
+    await storage.close()
+    assert len(bases) >= 3
+    stale = [bases[1] + 4, bases[-1] + 4]  # inside a middle segment, inside the active one
+    for base in stale:
+        for suffix in (".log", ".index", ".timeindex"):
+            (tmp_path / "events-0" / f"{base:020d}{suffix}").touch()
+    caplog.clear()
+    storage = await open_storage(tmp_path, **OLD_SEGMENTS)
+    log = storage.get_log(TP)
+    assert log is not None
+    assert [seg.base_offset for seg in log.segments] == bases and log.log_end_offset == leo
+    assert [b.header for b in read_batches(log)] == headers
+    for offset in range(0, leo, 2):
+        fetched = log.read(offset, 1)
+        (found,) = records.iter_batches(fetched.to_bytes())
+        fetched.release()
+        assert found.header.base_offset <= offset <= found.header.last_offset
+    assert all(f"deleting empty segment {base} left by a failed roll" in caplog.text for base in stale)
+    assert not [p for base in stale for p in (tmp_path / "events-0").glob(f"{base:020d}.*")]
+    await storage.close()
+
+
+@pytest.mark.parametrize("real", [True, False], ids=["tmpfs-if-root", "simulated-enospc"])
+async def test_compaction_on_a_full_disk_goes_on_when_space_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: bool
+) -> None:
+    """A round that runs out of space leaves no ``*.cleaned`` file behind (their space is what
+    the disk lacks) and raises a storage error the cleaner loop logs rate-limited; once there
+    is room the log is compacted again. The partition was marked uncleanable until a restart,
+    so a compacted topic (``__consumer_offsets``) grew without bound after a passing full disk."""
+    with small_disk(tmp_path, monkeypatch, real=real) as (disk, fill, free):
+        if not os.path.ismount(disk):  # simulated: the cleaner's writes fail too
+            full = [False]
+            real_write = cleaner_module.GroupWriter.write
+
+            def write(self: cleaner_module.GroupWriter, data: bytes | memoryview, h: records.BatchHeader) -> None:
+                if full[0]:
+                    raise OSError(errno.ENOSPC, "No space left on device (simulated)")
+                real_write(self, data, h)
+
+            monkeypatch.setattr(cleaner_module.GroupWriter, "write", write)
+            fill_disk, free_disk = fill, free
+            fill = lambda: (fill_disk(), full.__setitem__(0, True))  # noqa: E731
+            free = lambda: (free_disk(), full.__setitem__(0, False))  # noqa: E731
+        storage = await open_storage(disk)
+        try:
+            log = log_of(storage, cleanup_policy="compact", segment_bytes=400, min_cleanable_dirty_ratio=0.0)
+            for r in range(20):
+                append(log, batch(5, keys=[b"key-%d" % k for k in range(5)], values=[b"v%d" % r] * 5))
+            size = log.size_in_bytes
+            fill()
+            with pytest.raises(KafkaStorageError, match="ENOSPC|No space left"):
+                await storage.run_cleaner()
+            assert not list(log.dir.glob("*.cleaned")) and log.size_in_bytes == size
+            free()
+            assert await storage.run_cleaner() == 1
+            assert log.size_in_bytes < size
+            latest = [r for b in read_batches(log) for r in b.records if r.offset < log.segments[-1].base_offset]
+            assert sorted(r.key for r in latest) == sorted(set(r.key for r in latest))
+        finally:
+            await storage.close()
+
+
 async def test_failing_background_work_is_logged_rate_limited(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -481,7 +691,11 @@ async def test_failing_background_work_is_logged_rate_limited(
     async def nothing() -> int:
         return 0
 
+    async def every_dir_online() -> list[LogDirDescription]:  # after a failure: no dir went offline
+        return []
+
     monkeypatch.setattr(storage, "flush_tick", flush_tick)
+    monkeypatch.setattr(storage, "describe_log_dirs", every_dir_online)
     for name in ("run_retention", "write_own_checkpoints", "run_cleaner"):
         monkeypatch.setattr(storage, name, nothing)
     caplog.set_level(logging.INFO, logger="odradek.plugins.storage_segment.storage")
@@ -564,10 +778,10 @@ async def test_a_failed_log_dir_is_taken_offline_and_the_others_keep_working(tmp
     first, second = tmp_path / "a", tmp_path / "b"
     storage, tps, lost = await _logs_in_two_dirs(first, second)
     shutil.rmtree(second)
-    online, offline = storage.describe_log_dirs()
+    online, offline = await storage.describe_log_dirs()
     assert online.error is None and offline.error is not None and "No such file" in offline.error
     assert offline.partitions == lost
-    assert storage.describe_log_dirs()[1] == offline  # stays offline, its logs still named
+    assert (await storage.describe_log_dirs())[1] == offline  # stays offline, its logs still named
     # every segment file and index map released; the dir's lock is kept until close
     assert [f for f in _fds_under(second) if ".lock" not in f] == []
     assert all(storage.get_log(tp) is None for tp in lost) and set(storage.all_logs()) == set(tps) - set(lost)

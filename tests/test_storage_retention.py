@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from storage_helpers import TP, append, batch, config, log_of, open_storage, read_batches
+from storage_helpers import TP, append, batch, config, log_of, open_storage, read_batches, topic_config
 
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
 
@@ -58,6 +58,49 @@ async def test_size_retention_keeps_at_least_retention_bytes(tmp_path: Path) -> 
     await storage.run_retention()
     assert log.size_in_bytes >= 1000
     assert log.size_in_bytes - log.segments[0].size < 1000
+    await storage.close()
+
+
+async def test_a_future_timestamp_holds_time_retention_but_not_size_retention(tmp_path: Path) -> None:
+    """Time retention reads a segment's largest timestamp, as Kafka does: a record stamped in
+    the future (a producer's wrong clock) keeps its segment, and, since retention deletes a
+    prefix of the log, every later one; it never makes a segment look old. Size retention
+    still applies."""
+    now = [1_700_000_000_000]
+    storage, log = await _log_with_segments(tmp_path, now, count=12, retention_ms=HOUR)
+    log.truncate_to(log.segments[3].base_offset)  # the 4th segment anew, with a record a day ahead
+    append(log, batch(2, ts=now[0] + 24 * HOUR))
+    while len(log.segments) < 8:
+        append(log, batch(2, ts=now[0] - 3 * HOUR))
+    assert log.segments[3].largest_timestamp() == now[0] + 24 * HOUR + 1
+    bases = [seg.base_offset for seg in log.segments]
+    await storage.run_retention()
+    assert [seg.base_offset for seg in log.segments] == bases[3:]  # the three before it go
+    now[0] += 20 * HOUR
+    await storage.run_retention()
+    assert [seg.base_offset for seg in log.segments] == bases[3:]  # still in its future
+    log.update_config(topic_config(storage, segment_bytes=250, retention_ms=HOUR, retention_bytes=600))
+    await storage.run_retention()
+    assert log.segments[0].base_offset > bases[3] and log.size_in_bytes >= 600
+    await storage.close()
+
+
+async def test_compact_delete_logs_are_compacted_and_retained(tmp_path: Path) -> None:
+    """cleanup.policy=compact,delete: the cleaner keeps the latest record per key and time
+    retention still deletes whole old segments."""
+    now = [1_700_000_000_000]
+    storage = await open_storage(tmp_path, time_ms=lambda: now[0], log_segment_bytes=250)
+    policy = {"cleanup_policy": "compact,delete", "min_cleanable_dirty_ratio": 0.0}
+    log = log_of(storage, segment_bytes=250, retention_ms=5 * HOUR, **policy)
+    for i in range(12):  # keys k0, k1 updated each hour, oldest first
+        append(log, batch(2, values=[b"v%d" % i] * 2, ts=now[0] - (12 - i) * HOUR))
+    assert await storage.run_cleaner() == 1
+    active = log.segments[-1].base_offset
+    kept = [(r.key, r.value) for b in read_batches(log) for r in b.records if r.offset < active]
+    assert sorted(kept) == sorted(set(kept)) and len({k for k, _ in kept}) == len(kept)
+    await storage.run_retention()
+    assert all(now[0] - seg.largest_timestamp() <= 5 * HOUR for seg in log.segments[:-1])
+    assert log.log_start_offset == log.segments[0].base_offset > 0
     await storage.close()
 
 

@@ -54,6 +54,38 @@ async def test_layout_file_names_and_preallocated_indexes(tmp_path: Path) -> Non
     await storage.close()
 
 
+async def test_the_active_segments_indexes_are_trimmed_at_close_and_preallocated_again(tmp_path: Path) -> None:
+    """A clean close trims the active segment's indexes to their entries (the next start counts
+    entries by file length); reopened, the segment takes appends again: its indexes are
+    preallocated again and keep the entries they had. After a crash the untrimmed files are
+    rebuilt by recovery and trimmed at the next close."""
+    sizes = {"log_index_size_max_bytes": 8192, "log_index_interval_bytes": 0}
+    storage = await open_storage(tmp_path, **sizes)
+    log = log_of(storage)
+    for i in range(10):
+        append(log, batch(1, ts=1000 + i))
+    entries = (log.segments[0].offset_index.entries, log.segments[0].time_index.entries)
+    assert entries == (9, 9)  # the first batch starts the first stretch
+    await storage.close()
+    base = tmp_path / "events-0" / "00000000000000000000"
+    index, times = base.with_suffix(".index"), base.with_suffix(".timeindex")
+    assert (index.stat().st_size, times.stat().st_size) == (9 * 8, 9 * 12)
+    storage = await open_storage(tmp_path, **sizes)
+    log = log_of(storage)
+    active = log.segments[-1]
+    assert (active.offset_index.entries, active.time_index.entries) == entries
+    for i in range(3):
+        append(log, batch(1, ts=2000 + i))
+    assert (index.stat().st_size, times.stat().st_size) == (8192, 8192 // 12 * 12)
+    assert active.offset_index.entries == 11 and log.offset_for_timestamp(2001) == (11, 2001)
+    storage.abandon()  # a crash leaves them preallocated
+    storage = await open_storage(tmp_path, **sizes)
+    log = log_of(storage)
+    assert log.segments[-1].offset_index.entries == 12 and log.offset_for_timestamp(2001) == (11, 2001)
+    await storage.close()
+    assert (index.stat().st_size, times.stat().st_size) == (12 * 8, 12 * 12)
+
+
 async def test_index_entries_are_kafkas(tmp_path: Path) -> None:
     storage = await open_storage(tmp_path, log_index_interval_bytes=0, log_segment_bytes=2000)
     log = log_of(storage)
@@ -183,6 +215,22 @@ async def test_roll_when_the_index_is_full(tmp_path: Path) -> None:
     first = log.segments[0]
     assert len(log.segments) == 2 and first.offset_index.entries <= 512
     assert first.size < storage.config["log.segment.bytes"]
+    await storage.close()
+
+
+async def test_roll_when_the_time_index_is_full(tmp_path: Path) -> None:
+    """The time index (12-byte entries) fills before the offset index (8 bytes) when every
+    indexed batch carries a new largest timestamp: the segment rolls then too, so no later
+    batch goes unindexed by time (Kafka's timeIndex.isFull)."""
+    storage = await open_storage(tmp_path, log_index_size_max_bytes=4096, log_index_interval_bytes=0)
+    log = log_of(storage)
+    for i in range(800):
+        append(log, batch(1, ts=10_000 + i))
+    first = log.segments[0]
+    assert len(log.segments) == 3 and first.time_index.entries == 4096 // 12
+    assert first.offset_index.entries < first.offset_index.max_entries
+    for ts in (10_000, 10_340, 10_341, 10_700, 10_799):
+        assert log.offset_for_timestamp(ts) == (ts - 10_000, ts)
     await storage.close()
 
 
@@ -373,13 +421,20 @@ def _count_recoveries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return recovered
 
 
-async def test_recovery_scans_only_past_the_recovery_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def _flushed_and_checkpointed(tmp_path: Path, batches: int) -> tuple[SegmentLogStorage, SegmentLog]:
+    """A log of ``batches`` 2-record batches in 400-byte segments, fsynced, its recovery point
+    checkpointed."""
     storage = await open_storage(tmp_path, log_segment_bytes=400)
     log = log_of(storage)
-    for _ in range(40):
+    for _ in range(batches):
         append(log, batch(2))
     await log.flush()
     await storage.write_own_checkpoints()
+    return storage, log
+
+
+async def test_recovery_scans_only_past_the_recovery_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage, log = await _flushed_and_checkpointed(tmp_path, 40)
     flushed = log.log_end_offset
     for _ in range(6):
         append(log, batch(2))
@@ -578,6 +633,45 @@ async def test_flush_policy(tmp_path: Path) -> None:
     await storage.close()
 
 
+async def test_a_roll_fsyncs_the_rolled_segment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ "fsync on roll": the flusher's next tick fsyncs the segment that rolled (its log and both
+    indexes, and the directory holding the new segment's entries) before the recovery point
+    passes it; the active segment is left to the page cache."""
+    synced: list[Path] = []
+    real = log_module.fsync_paths
+    monkeypatch.setattr(log_module, "fsync_paths", lambda paths: (synced.extend(paths), real(paths))[1])
+    storage = await open_storage(tmp_path, log_segment_bytes=300)
+    log = log_of(storage)
+    while len(log.segments) < 2:
+        append(log, batch(2))
+    append(log, batch(2))
+    rolled, active = log.segments
+    assert not synced and log.recovery_point == 0
+    await storage.flush_tick()
+    assert set(synced) == {*rolled.paths, log.dir}
+    assert log.recovery_point == active.base_offset
+    await storage.close()
+
+
+async def test_a_corrupt_recovery_point_checkpoint_recovers_every_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a crash, a recovery-point checkpoint that cannot be parsed is logged and ignored:
+    every segment is verified (as with no checkpoint), none is trusted on its word."""
+    storage, log = await _flushed_and_checkpointed(tmp_path, 30)
+    expected = [b.header for b in read_batches(log)]
+    bases = [seg.base_offset for seg in log.segments]
+    storage.abandon()
+    (tmp_path / RECOVERY_POINT_CHECKPOINT).write_text("0\n1\nevents 0\n")  # an entry lost its offset
+    recovered = _count_recoveries(monkeypatch)
+    storage = await open_storage(tmp_path, log_segment_bytes=400)
+    assert "ignoring malformed checkpoint file" in caplog.text
+    assert recovered == bases
+    log = storage.get_log(TP)
+    assert log is not None and [b.header for b in read_batches(log)] == expected
+    await storage.close()
+
+
 async def test_open_files_and_maps_stay_within_budget(tmp_path: Path) -> None:
     def open_fds() -> int:
         return len(os.listdir("/proc/self/fd"))
@@ -604,6 +698,51 @@ async def test_open_files_and_maps_stay_within_budget(tmp_path: Path) -> None:
     storage = SegmentLogStorage(config(tmp_path, log_segment_bytes=300), max_open_files=8, max_mapped_indexes=8)
     await storage.open()
     assert open_fds() - before <= 8 + 8 and mapped_indexes() <= 8
+    await storage.close()
+
+
+async def test_thousands_of_partitions_stay_within_the_descriptor_and_map_budget(tmp_path: Path) -> None:
+    """3,000 partitions of 3 segments each (27,000 files) with a budget of 300 open files and
+    300 maps: appends, reads, a clean restart and a crash recovery stay within it, counted in
+    /proc/self/fd and /proc/self/maps."""
+    budget = 300
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def mapped() -> int:
+        with open("/proc/self/maps") as f:
+            return sum(1 for line in f if str(tmp_path) in line)
+
+    def start() -> SegmentLogStorage:
+        cfg = config(tmp_path, log_segment_bytes=300, log_index_interval_bytes=0)
+        return SegmentLogStorage(cfg, max_open_files=budget, max_mapped_indexes=budget)
+
+    storage = start()
+    await storage.open()
+    before = open_fds()
+    tps = [TopicPartition("many", p) for p in range(3000)]
+    data = bytes(batch(2, value_size=200))  # more than segment.bytes: a segment per batch
+    for tp in tps:
+        log = log_of(storage, tp)
+        for _ in range(3):
+            append(log, bytearray(data))
+        assert len(log.segments) == 3
+    assert open_fds() - before <= 2 * budget and mapped() <= budget
+    for tp in tps[::7]:
+        log = storage.get_log(tp)
+        assert log is not None and len(read_batches(log)) == log.log_end_offset // 2
+    assert open_fds() - before <= 2 * budget and mapped() <= budget
+    await storage.close()
+    assert open_fds() < before and mapped() == 0
+    storage = start()
+    await storage.open()  # a clean restart checks every segment's indexes
+    assert open_fds() - before <= 2 * budget and mapped() <= budget
+    storage.abandon()
+    storage = start()
+    await storage.open()  # a crash: every active segment is recovered
+    assert open_fds() - before <= 2 * budget and mapped() <= budget
+    assert sorted(log.log_end_offset for log in storage.all_logs().values()) == [6] * len(tps)
     await storage.close()
 
 

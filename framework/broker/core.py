@@ -61,7 +61,7 @@ from .elect_leaders import elect_leaders
 from .metadata_cache import INTERNAL_TOPICS, MetadataCache, TopicState
 from .producer_ids import ProducerIdManager
 from .producer_state import AppendOrigin
-from .replica_manager import ReplicaManager
+from .replica_manager import ReplicaManager, storage_log_dirs
 
 log = logging.getLogger(__name__)
 #: Topics whose Metadata answers are kept (one entry per topic asked about).
@@ -281,12 +281,12 @@ class BrokerCore:
         return ClusterMetadata(self.cluster_id, controller, tuple(brokers), ())
 
     async def describe_log_dirs(self, partitions: Collection[TopicPartition] | None) -> list[LogDirResult]:
-        if getattr(self.storage, "describe_log_dirs", None) is None:
+        dirs = await storage_log_dirs(self.storage)
+        if dirs is None:
             # a third-party engine written before describe_log_dirs: its logs under the first
             # of log.dirs, volume sizes unknown (it fails the conformance suite until it has it)
             dirs = [LogDirDescription(str(self.config.log_dirs[0].absolute()), tuple(self.storage.all_logs()))]
-            return self.replica_manager.describe_log_dirs(partitions, dirs)
-        return self.replica_manager.describe_log_dirs(partitions)
+        return self.replica_manager.describe_log_dirs(partitions, dirs)
 
     def _topic_answer(self, topic: TopicState, live: tuple[int, ...], listed: frozenset[int]) -> TopicMetadata:
         """One topic's metadata, reused while nothing it depends on changed: a 1,000-partition

@@ -5,8 +5,10 @@ A log dir that is removed, unmounted or turned read-only under a running broker 
 partitions any more. Left alone, the broker kept leading them and answering every produce with
 KAFKA_STORAGE_ERROR, and its followers stayed in the ISRs, so clients of a replicated topic
 stalled although two healthy replicas had every record. The storage engine says which dirs are
-offline (``LogStorage.describe_log_dirs``); :class:`LogDirFailureHandler` asks it after every
-storage error and every :data:`CHECK_INTERVAL_S`, then
+offline (``LogStorage.describe_log_dirs``, async: the segment engine asks the file system in a
+worker thread, so a stuck mount never freezes the event loop); :class:`LogDirFailureHandler`
+asks it from a task of its own (:meth:`LogDirFailureHandler.run`), woken by storage errors, and
+every :data:`CHECK_INTERVAL_S`, then
 
 1. takes the partitions of a newly failed dir offline in the replica manager (produce and fetch
    answer KAFKA_STORAGE_ERROR, the replica fetchers drop them, checkpoints skip them): they stay
@@ -20,6 +22,11 @@ storage error and every :data:`CHECK_INTERVAL_S`, then
    its session and registered again writes it anew at its next check;
 3. when no log dir is online any more, sets :attr:`LogDirFailureHandler.all_failed`: the server
    stops the broker (Kafka halts it), whose partitions the others lead by then.
+
+A failed append cannot wait for a check (it happens on the hot path, on the trio thread), so its
+line waits instead: the next check tells a failed dir's append failures, which the dir's one
+ERROR line covers, from the others (a full disk), which the replica manager's rate-limited
+failure log gets then.
 """
 
 from __future__ import annotations
@@ -27,13 +34,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 import trio
 
 from ..errors import OdradekError
 from ..interfaces import LogStorage, MetadataConflict, MetadataStore, TopicPartition, Versioned
 from .metadata_cache import encode
-from .replica_manager import ReplicaManager, log_dir_of
+from .replica_manager import ReplicaManager, log_dir_of, storage_log_dirs
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +93,18 @@ class LogDirsFailed(OdradekError):
     """Every log dir of the broker is offline: nothing is left to serve."""
 
 
+@dataclass
+class _Check:
+    """One check of the log dirs, from before it starts until it is done."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    #: whether a dir went offline in it
+    found: bool = False
+    #: the append failures reported before it started, which it judges: partition -> (the log
+    #: dir named, the last error, how many)
+    append_failures: dict[TopicPartition, tuple[str, BaseException, int]] = field(default_factory=dict)
+
+
 class LogDirFailureHandler:
     """Finds failed log dirs, takes their partitions offline and publishes them (module doc)."""
 
@@ -108,30 +128,42 @@ class LogDirFailureHandler:
         self.all_failed = trio.Event()
         self.failure_reason = ""
         self._wakeup = trio.Event()
-        #: when a failed append last prompted a check (periodic checks do not count: the first
-        #: failure after a dir fails must find it, or its ERROR line would be logged too)
+        #: when a failed append last woke the check (a full disk fails every append, and each
+        #: check asks every dir's volume)
         self._last_prompted = -MIN_CHECK_INTERVAL_S
-        replica_manager.on_storage_error = self.storage_error
+        #: the check that starts next
+        self._next = _Check()
+        replica_manager.on_append_failure = self.append_failed
+        replica_manager.check_log_dirs = self.checked
 
-    def storage_error(self, *, hot: bool = True) -> bool:
-        """A storage operation failed (called by the replica manager, synchronously): check the
-        dirs now -- for failures on the hot path (``hot``: appends), at most once per
-        :data:`MIN_CHECK_INTERVAL_S`. Whether a dir went offline (the caller then need not log
-        its own failure: the dir's line says it)."""
-        if hot:
-            now = self.clock()
-            if now - self._last_prompted < MIN_CHECK_INTERVAL_S:
-                return False
+    def append_failed(self, tp: TopicPartition, where: str, exc: BaseException) -> None:
+        """An append to ``tp`` (in the log dir ``where``) failed: the replica manager calls this
+        synchronously, on the hot path. Its line waits for the next check (module doc), which
+        this wakes at most once per :data:`MIN_CHECK_INTERVAL_S`; later failures wait for the
+        next one woken or the periodic one."""
+        failures = self._next.append_failures
+        earlier = failures.get(tp)
+        failures[tp] = (where, exc, 1 if earlier is None else earlier[2] + 1)
+        now = self.clock()
+        if now - self._last_prompted >= MIN_CHECK_INTERVAL_S:
             self._last_prompted = now
-        return self.check()
+            self._wakeup.set()
 
-    def check(self) -> bool:
+    async def checked(self) -> bool:
+        """Wake the check and wait for it (a checkpoint failed: the replica manager writes again
+        at once, without logging, if it was a failed dir's). Whether a dir went offline in it."""
+        waited = self._next
+        self._wakeup.set()
+        await waited.done.wait()
+        return waited.found
+
+    async def check(self) -> bool:
         """Ask the storage which dirs are offline; take the partitions of newly failed ones
-        offline. Whether any dir went offline now (publishing follows in :meth:`run`)."""
-        describe = getattr(self.storage, "describe_log_dirs", None)
-        if describe is None:  # an engine written before describe_log_dirs: never offline
+        offline. Whether any dir went offline now (publishing follows in :meth:`run`). Only
+        :meth:`run` calls it, so checks never overlap."""
+        dirs = await storage_log_dirs(self.storage)
+        if dirs is None:  # an engine written before describe_log_dirs: never offline
             return False
-        dirs = describe()
         failed = [d for d in dirs if d.error is not None and d.path not in self.offline_dirs]
         if not failed:
             return False
@@ -152,21 +184,37 @@ class LogDirFailureHandler:
                 self.offline_dirs.values()
             )
             self.all_failed.set()
-        self._wakeup.set()
         return True
 
     async def run(self) -> None:
         """Check every :data:`CHECK_INTERVAL_S` (or when woken), and keep the published offline
-        replicas current (written again after a lost session took the ephemeral away)."""
+        replicas current (written again after a lost session took the ephemeral away). The
+        broker runs this in its nursery: a check waiting on a stuck mount holds this task only."""
         while True:
             with trio.move_on_after(CHECK_INTERVAL_S):
                 await self._wakeup.wait()
             self._wakeup = trio.Event()
-            self.check()
+            await self._check_once()
             try:
                 await self.publish()
             except Exception as exc:  # the store away, or kept in the failed dir (meta_local)
                 log.warning("offline replicas not published yet: %s", exc)
+
+    async def _check_once(self) -> None:
+        this, self._next = self._next, _Check()
+        try:
+            this.found = await self.check()
+        finally:
+            this.done.set()
+            self._judge(this.append_failures)
+
+    def _judge(self, failures: Mapping[TopicPartition, tuple[str, BaseException, int]]) -> None:
+        """Log the append failures a check found not to be a failed dir's, through the replica
+        manager's rate-limited failure log (a failed dir's partitions are offline by now)."""
+        rm = self.replica_manager
+        for tp, (where, exc, count) in failures.items():
+            if tp not in rm.offline_partitions:
+                rm.append_failures.failed(where, exc, count)
 
     async def publish(self) -> None:
         """Write this broker's offline replicas to the store unless it holds them already."""

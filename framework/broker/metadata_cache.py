@@ -172,6 +172,9 @@ class MetadataCache:
         #: tool), after its local partitions are removed; must not block (the group coordinator
         #: starts removing the topic's committed offsets)
         self.topic_deleted_listeners: list[Callable[[str], None]] = []
+        #: called when this broker's own registration (``/brokers/ids/<id>``) is deleted from the
+        #: store; must not block (the server registers again if its session still lives)
+        self.registration_deleted_listeners: list[Callable[[], None]] = []
         #: partitions this broker should host whose log could not be created (a full disk):
         #: the storage error, until hosting one succeeds (CreateTopics reports it)
         self.storage_failures: dict[TopicPartition, KafkaError] = {}
@@ -231,7 +234,8 @@ class MetadataCache:
         self.halt(
             f"broker {self.broker_id}: the metadata store {what}, but this broker belongs to cluster "
             f"{self.cluster_id} ({why}): the store looks empty or reset (its data lost?) or is another "
-            "cluster's; to keep the logs, this broker stops acting on metadata and shuts down "
+            "cluster's; to keep the logs, this broker stops acting on metadata and shuts down. Restore the "
+            "store's data (a backup holding this cluster id) and start the broker again "
             "(see docs/operations.md, 'Metadata store lost or reset')"
         )
         return False
@@ -585,9 +589,17 @@ class MetadataCache:
     async def _on_change(self, key: str, value: bytes | None, revision: int = -1) -> None:
         if self.halted is not None:
             return
-        if key.startswith(BROKERS_PREFIX):
+        if key == CLUSTER_ID_KEY and value is None:
+            # deleted with the chroot or namespace by an operator, or a store restarted empty:
+            # every other key went with it, and no topic deletion may be acted on
+            await self.check_cluster_id("the cluster id was deleted from the metadata store")
+        elif key.startswith(BROKERS_PREFIX):
             if value is None:
-                self.brokers.pop(_int_or(key[len(BROKERS_PREFIX) :]), None)
+                broker_id = _int_or(key[len(BROKERS_PREFIX) :])
+                self.brokers.pop(broker_id, None)
+                if broker_id == self.broker_id:
+                    for listener in self.registration_deleted_listeners:
+                        listener()
             else:
                 v = await self.store.get(key)
                 if v is not None:

@@ -17,9 +17,10 @@ checkpoint (``replication-offset-checkpoint``) and producer-state snapshots.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 
 import trio
 
@@ -84,8 +85,19 @@ def _nothing_for(tp: TopicPartition) -> None:
     pass
 
 
-def _no_dir_failed(*, hot: bool = True) -> bool:
+async def _no_dir_failed() -> bool:
     return False
+
+
+async def storage_log_dirs(storage: LogStorage) -> list[LogDirDescription] | None:
+    """What ``storage.describe_log_dirs()`` answers (DescribeLogDirs, the log-dir failure
+    checks): awaited, or taken as it is from an engine written while it was a plain method;
+    None from an engine written before it existed."""
+    describe = getattr(storage, "describe_log_dirs", None)
+    if describe is None:
+        return None
+    answer = describe()
+    return list(await answer if inspect.isawaitable(answer) else answer)
 
 
 def log_dir_of(partition: Partition) -> str:
@@ -152,10 +164,14 @@ class ReplicaManager:
         #: roles changed; a follower of a led partition may rejoin its ISR
         self.on_partitions_changed: Callable[[], None] = _nothing
         self.on_isr_expand_candidate: Callable[[TopicPartition], None] = _nothing_for
-        #: a storage operation failed (``hot``: on the append path, checked at a bounded rate):
-        #: returns whether a log dir went offline (set by the log-dir failure handler, which then
-        #: takes that dir's partitions offline)
-        self.on_storage_error: Callable[..., bool] = _no_dir_failed
+        #: an append to a partition failed, in the log dir named (called on the trio thread, on
+        #: the hot path): logged here at once, rate-limited, unless the log-dir failure handler
+        #: takes it, to log it only once its next check found the dir online (a failed dir's
+        #: partitions go offline with one line for the dir)
+        self.on_append_failure: Callable[[TopicPartition, str, BaseException], None] = self._log_append_failure
+        #: a checkpoint or snapshot failed: wait for a check of the log dirs (the handler's);
+        #: whether a dir went offline in it
+        self.check_log_dirs: Callable[[], Awaitable[bool]] = _no_dir_failed
         #: partitions whose log dir failed -> that dir: not served until a restart (Kafka's
         #: ``HostedPartition.Offline``)
         self.offline_partitions: dict[TopicPartition, str] = {}
@@ -374,11 +390,13 @@ class ReplicaManager:
         return results
 
     def _append_failed(self, tp: TopicPartition, exc: BaseException) -> None:
-        partition = self.partitions.get(tp)
-        self.on_storage_error()
         if tp in self.offline_partitions:
-            return  # its dir failed (found now or by a concurrent check): the dir's line says so
-        self.append_failures.failed(log_dir_of(partition) if partition is not None else "the log storage", exc)
+            return  # its dir failed (found by a concurrent check): the dir's line says so
+        partition = self.partitions.get(tp)
+        self.on_append_failure(tp, log_dir_of(partition) if partition is not None else "the log storage", exc)
+
+    def _log_append_failure(self, tp: TopicPartition, where: str, exc: BaseException) -> None:
+        self.append_failures.failed(where, exc)
 
     def follower_append_failed(self, tp: TopicPartition, exc: BaseException) -> None:
         """A replica fetcher could not append ``tp``'s fetched batches (the fetcher backs off)."""
@@ -561,15 +579,15 @@ class ReplicaManager:
         return ListOffsetsPartitionResult(ErrorCode.NONE, found[1], found[0], epoch)
 
     def describe_log_dirs(
-        self, partitions: Collection[TopicPartition] | None, dirs: Sequence[LogDirDescription] | None = None
+        self, partitions: Collection[TopicPartition] | None, dirs: Sequence[LogDirDescription]
     ) -> list[LogDirResult]:
-        """DescribeLogDirs (Kafka's ``ReplicaManager.describeLogDirs``): each log dir, with the
-        size and offset lag of each asked-for log in it (None: every log); an offline dir is
-        KAFKA_STORAGE_ERROR with nothing else. Partitions with no log here are left out.
-        ``dirs``: the dirs to report, when not the storage's own ``describe_log_dirs()``."""
+        """DescribeLogDirs (Kafka's ``ReplicaManager.describeLogDirs``): each of ``dirs`` (what the
+        storage's ``describe_log_dirs`` answered), with the size and offset lag of each asked-for
+        log in it (None: every log); an offline dir is KAFKA_STORAGE_ERROR with nothing else.
+        Partitions with no log here are left out."""
         wanted = None if partitions is None else set(partitions)
         results = []
-        for d in self.storage.describe_log_dirs() if dirs is None else dirs:
+        for d in dirs:
             if d.error is not None:
                 results.append(LogDirResult(ErrorCode.KAFKA_STORAGE_ERROR, d.path))
                 continue
@@ -703,8 +721,9 @@ class ReplicaManager:
             except Exception as exc:
                 if not _is_storage_error(exc):
                     log.exception("replica manager housekeeping failed; retrying at the next interval")
-                elif self.on_storage_error(hot=False) or len(self.offline_partitions) != offline_before:
-                    # a dir failed meanwhile: write again at once without it
+                elif await self.check_log_dirs() or len(self.offline_partitions) != offline_before:
+                    # a dir failed meanwhile (the check waited for, or another, took it offline):
+                    # the dir's line says so; write again at once without it
                     next_checkpoint = trio.current_time()
                     continue
                 else:  # disk full or an I/O error: known, lasting; logged once, then rate-limited

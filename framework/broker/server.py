@@ -26,6 +26,7 @@ state is snapshotted, high watermarks checkpointed and logs flushed, the metadat
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import socket
 import uuid
@@ -152,6 +153,10 @@ class BrokerServer:
         self.controller: Controller | None = None
         self.endpoints: list[Endpoint] = []
         self.broker_epoch = -1
+        #: whether the metadata session was lost and no new one registered this broker yet
+        self._session_lost = False
+        #: one registration at a time: a new session's and one after a deleted registration
+        self._registering = trio.Lock()
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run the broker until cancelled; reports the bound endpoints when it is serving."""
@@ -242,6 +247,7 @@ class BrokerServer:
                     await self._start(background, scopes, self.controller.run)
                     controller = self.controller
                     self._spawn(background, scopes, lambda: self._follow_session(store, info, controller))
+                    self._spawn(background, scopes, lambda: self._keep_registered(store, info, core.metadata_cache))
                     self._spawn(background, scopes, lambda: self._stop_when_halted(core.metadata_cache, controller))
                     log.info(
                         "broker %d serving cluster %s (broker epoch %d)",
@@ -335,22 +341,57 @@ class BrokerServer:
         once the store has a new session, register again (a new broker epoch) and campaign again.
         Without this, a broker paused or cut off past its session stayed unregistered for good:
         the others saw it as dead and kept taking it out of every ISR."""
-        lost = False
         async for state in store.session_states():
             if state is SessionState.LOST:
-                if not lost:
+                if not self._session_lost:
                     log.warning(
                         "metadata session lost: broker %d is unregistered until a new session", self.config.broker_id
                     )
-                lost = True
+                self._session_lost = True
                 controller.session_lost()
-            elif state is SessionState.CONNECTED and lost:
+            elif state is SessionState.CONNECTED and self._session_lost:
                 # the new session may be on a server that lost its data (restarted with an empty
                 # data dir): registering and campaigning there would start a new cluster over ours
                 if not await controller.cache.check_cluster_id("a new metadata session after the last was lost"):
                     return
-                await self._register_again(store, info)
-                lost = False
+                async with self._registering:
+                    await self._register_again(store, info)
+                self._session_lost = False
+
+    async def _keep_registered(self, store: MetadataStore, info: bytes, cache: MetadataCache) -> None:
+        """Register again when this broker's registration is deleted while its session lives
+        (an operator's or a tool's delete of ``/brokers/ids/<id>``, or of the whole chroot).
+
+        Kafka's broker re-registers only in a new session, so a deleted registration left a live
+        broker looking dead until its next session: the controller took it out of every ISR and
+        its partitions went offline. The registration is the broker's claim to be alive, so it is
+        made again (a new broker epoch), after checking that the store still holds this cluster:
+        a chroot deleted as a whole took the cluster id with it, and the broker halts as after a
+        store reset. A deletion seen while the session is lost is :meth:`_follow_session`'s."""
+        send, receive = trio.open_memory_channel[None](1)
+
+        def deleted() -> None:
+            with contextlib.suppress(trio.WouldBlock):
+                send.send_nowait(None)
+
+        cache.registration_deleted_listeners.append(deleted)
+        key = broker_key(self.config.broker_id)
+        async with receive:
+            async for _ in receive:
+                if self._session_lost:
+                    continue
+                if not await cache.check_cluster_id(f"the registration {key} was deleted"):
+                    return
+                async with self._registering:
+                    if self._session_lost or await store.get(key) is not None:
+                        continue  # a new session's registration, or one made meanwhile
+                    log.warning(
+                        "broker %d: its registration %s was deleted while its metadata session lives "
+                        "(by an operator or a tool?); registering again",
+                        self.config.broker_id,
+                        key,
+                    )
+                    await self._register_again(store, info)
 
     @staticmethod
     async def _stop_when_halted(cache: MetadataCache, controller: Controller) -> None:

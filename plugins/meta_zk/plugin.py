@@ -32,7 +32,10 @@ def odradek_config_keys() -> Sequence[ConfigKey]:
             "zookeeper.session.timeout.ms",
             int,
             18000,
-            "ZooKeeper session timeout: a broker silent this long loses its registration and leadership.",
+            "ZooKeeper session timeout: a broker silent this long loses its registration and leadership. "
+            "A session the ensemble refuses this long is checked for an ensemble that lost its data "
+            "(restarted empty): a zxid behind the session's starts a new session (the broker then "
+            "stops if its cluster id is gone).",
             minimum=1,
         ),
         ConfigKey(

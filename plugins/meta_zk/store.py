@@ -13,6 +13,14 @@ kazoo runs its own threads. Every blocking kazoo call runs in a trio worker thre
 callbacks never block: they only schedule a wake-up in the trio run (``TrioToken.run_sync_soon``).
 Reads survive a connection loss (retried after the next session change); a write whose connection
 drops raises ``MetadataUnavailable`` (its outcome is unknown: re-read and decide).
+
+A ZooKeeper restarted with an empty data dir (or replaced) refuses to resume a session that saw a
+newer zxid than it has, and kazoo retries that for ever: the session stays SUSPENDED, the broker
+acts on nothing and says nothing. A guard task (:meth:`ZooKeeperMetadataStore._guard_reset`) asks
+an ensemble that kept this session away for a whole session timeout for its newest zxid through a
+session of its own; one behind what this session saw means the ensemble lost its data, and the
+store starts a new session (LOST, then CONNECTED), in which the broker finds out whether the
+ensemble still holds its cluster (``MetadataCache.check_cluster_id``), as after an etcd reset.
 """
 
 from __future__ import annotations
@@ -69,6 +77,27 @@ _UNAVAILABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError, Kazo
 _STATES = {KazooState.CONNECTED: SessionState.CONNECTED, KazooState.SUSPENDED: SessionState.SUSPENDED}
 
 
+def served_zxid(hosts: str, timeout_s: float) -> int | None:
+    """The newest zxid the ensemble at ``hosts`` serves, asked in a session of its own (it saw no
+    zxid, so no server refuses it; ``sync`` brings the server it reaches up to the leader's
+    state first); None when no server answers within ``timeout_s``. Blocking: a worker thread's."""
+    probe = KazooClient(
+        hosts=hosts, timeout=timeout_s, connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=0.5)
+    )
+    try:
+        probe.start(timeout_s)
+    except KazooTimeoutError:
+        return None  # start() stopped and closed the probe
+    try:
+        probe.sync("/")
+        return int(probe.last_zxid)
+    except _UNAVAILABLE:
+        return None
+    finally:
+        probe.stop()
+        probe.close()
+
+
 def split_connect(connect: str) -> tuple[str, str]:
     """``host:port[,host:port]/chroot`` -> (hosts, chroot without trailing slash, "" for none)."""
     hosts, slash, chroot = connect.partition("/")
@@ -87,6 +116,10 @@ class ZooKeeperMetadataStore:
         self._closed = False
         self._states = SessionStateFeed()
         self._snapshots: OrderedDict[tuple[str, int], Snapshot] = OrderedDict()
+        self._ttl_s = session_timeout_ms / 1000
+        self._guard_scope: trio.CancelScope | None = None
+        #: held while the guard replaces the session, so ``close`` never runs in the middle of it
+        self._session_lock = trio.Lock()
 
     # -- plumbing --------------------------------------------------------------------------------
     def _path(self, key: str) -> str:
@@ -173,9 +206,70 @@ class ZooKeeperMetadataStore:
                 f"no ZooKeeper answered at {self.hosts} within {self.connection_timeout_ms} ms"
             ) from exc
         self._client = client
+        self._ttl_s = ttl_ms / 1000
         if self.chroot:  # the chroot and its ancestors, as implicit parents
             await self._read(multi.ensure_parents, client, self.chroot + "/x", "/")
         self._states.set(SessionState.CONNECTED)
+        self._guard_scope = trio.CancelScope()
+        trio.lowlevel.spawn_system_task(self._guard_reset, self._guard_scope, name="odradek-zookeeper-reset-guard")
+
+    async def _guard_reset(self, scope: trio.CancelScope) -> None:
+        """Start a new session when the ensemble lost its data (see the module docstring).
+
+        A session away for its whole timeout is over on any server that knew it, so asking then
+        costs nothing when the ensemble is only unreachable (the probe finds no server either)
+        or already back (kazoo resumes or gets the expiry by itself). Asked again every third
+        of the timeout while the session stays away. A system task (``open`` gets no nursery):
+        it must never raise; ``close`` cancels it.
+        """
+        wakeup = ThreadWakeup()
+        self._states.add_wakeup(wakeup)
+        try:
+            with scope:
+                while True:
+                    while self._states.state is SessionState.CONNECTED:
+                        await wakeup.wait()
+                    with trio.move_on_after(self._ttl_s):
+                        while self._states.state is not SessionState.CONNECTED:
+                            await wakeup.wait()
+                    while self._states.state is not SessionState.CONNECTED:
+                        try:
+                            if await self._ensemble_was_reset():
+                                await self._new_session()
+                                break
+                        except Exception as exc:  # the ensemble away again: ask at the next turn
+                            log.debug("asking ZooKeeper for its zxid failed: %r", exc)
+                        with trio.move_on_after(self._ttl_s / 3):
+                            await wakeup.wait()
+        finally:
+            self._states.remove_wakeup(wakeup)
+
+    async def _ensemble_was_reset(self) -> bool:
+        """Whether the ensemble answers a new session but serves a zxid below the newest this
+        session saw (with one WARNING saying so): it lost what this session saw."""
+        client = self._live()
+        seen = int(client.last_zxid or 0)
+        served = await trio.to_thread.run_sync(served_zxid, self.hosts, self._ttl_s, abandon_on_cancel=True)
+        if served is None or served >= seen:
+            return False
+        log.warning(
+            "ZooKeeper at %s serves zxid 0x%x, behind the 0x%x this session saw, and refuses to resume "
+            "the session: it was restarted with an empty data dir or replaced; starting a new metadata session",
+            self.hosts,
+            served,
+            seen,
+        )
+        return True
+
+    async def _new_session(self) -> None:
+        """Stop the refused session (kazoo reports LOST and forgets its zxid) and start a new one
+        on the same client (reported CONNECTED once a server accepts it)."""
+        async with self._session_lock:
+            if self._closed:
+                return
+            client = self._live()
+            await trio.to_thread.run_sync(client.stop)
+            await trio.to_thread.run_sync(client.start_async)
 
     def _on_kazoo_state(self, state: str) -> None:
         """kazoo's listener, on kazoo's thread: hand the change to trio and return at once."""
@@ -191,9 +285,12 @@ class ZooKeeperMetadataStore:
         if client is None or self._closed:
             return
         self._closed = True
+        if self._guard_scope is not None:
+            self._guard_scope.cancel()
         with trio.CancelScope(shield=True):
             try:
-                await trio.to_thread.run_sync(client.stop)
+                async with self._session_lock:
+                    await trio.to_thread.run_sync(client.stop)
             finally:
                 await trio.to_thread.run_sync(client.close)
                 self._states.set(SessionState.LOST)

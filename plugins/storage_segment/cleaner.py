@@ -387,8 +387,13 @@ class GroupWriter:
             os.utime(self.log_path, (mtime, mtime))
 
     def abort(self) -> None:
+        """Remove the files. Closing flushes what is buffered, which fails again on a full disk
+        (the usual reason to get here): that must not keep the files, whose space is lacking."""
         if not self._file.closed:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:
+                pass
         for path in (self.log_path, self.index_path, self.time_path):
             path.unlink(missing_ok=True)
 

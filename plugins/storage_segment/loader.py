@@ -10,9 +10,10 @@ Order of work, each step safe to repeat if the process dies during it:
    clean shutdown) are verified batch by batch and get fresh indexes; the first bad batch is a
    torn write, so it and everything after it, in this and later segments, is cut (logged);
 4. a segment below it holds fsynced data and is trusted unless its index file is missing or
-   fails the cheap sanity checks, or its log does not frame from the last index entry to the
-   end of the file (:func:`log_sanity_error`); such a segment is recovered on its own (Kafka's
-   ``loadSegmentFiles``): a bad batch cuts that segment's tail only (logged at ERROR with the
+   fails the cheap sanity checks, its log does not frame from the last index entry to the end
+   of the file (:func:`_scan_tail`), or its time index lacks entries the batches read there
+   show it must have (:func:`time_index_sanity_error`); such a segment is recovered on its own
+   (Kafka's ``loadSegmentFiles``): a bad batch cuts that segment's tail only (logged at ERROR with the
    offsets lost), the later segments stay and the log has an offset gap, which reads cross.
 """
 
@@ -22,6 +23,7 @@ import bisect
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from odradek.config import TopicConfig
@@ -111,37 +113,100 @@ def _complete_swaps(directory: Path, names: list[str], bases: list[int]) -> set[
     return swapped
 
 
-def log_sanity_error(seg: LogSegment) -> str | None:
-    """Why the log file does not agree with its offset index (cheap: only the batch headers
-    after the last index entry are read), or None. The index alone cannot show a log cut short
-    after its last entry, or a last entry that no longer starts its batch: the batches from
-    that entry must frame the file exactly, the first of them ending at the entry's offset."""
+@dataclass
+class _TailScan:
+    """What the cheap framing check saw from the last offset-index entry to the end of the log."""
+
+    problem: str | None = None
+    #: max timestamp of the batch at the last offset-index entry (-1: no entry, or no timestamp)
+    indexed_timestamp: int = -1
+    #: max timestamp of every batch scanned (all of them when the offset index is empty)
+    scanned_timestamp: int = -1
+    last_offset: int = -1
+
+
+def _scan_tail(seg: LogSegment) -> _TailScan:
+    """Whether the log file agrees with its offset index (cheap: only the batch headers after
+    the last index entry are read). The index alone cannot show a log cut short after its last
+    entry, or a last entry that no longer starts its batch: the batches from that entry must
+    frame the file exactly, the first of them ending at the entry's offset."""
+    out = _TailScan()
     if seg.size == 0:
-        return None
+        return out
     entry_offset, position = seg.offset_index.last_entry()
     indexed = seg.offset_index.entries > 0
     end = position
     try:
         for pos, h in scan_headers(seg.log.fd(), position, seg.size):
-            if pos == position and indexed and h.last_offset != entry_offset:
-                return f"the last index entry names offset {entry_offset}, its batch ends at {h.last_offset}"
+            if pos == position and indexed:
+                if h.last_offset != entry_offset:
+                    out.problem = f"the last index entry names offset {entry_offset}, its batch ends at {h.last_offset}"
+                    return out
+                out.indexed_timestamp = h.max_timestamp
+            out.scanned_timestamp = max(out.scanned_timestamp, h.max_timestamp)
+            out.last_offset = h.last_offset
             end = pos + h.size
     except CorruptMessage as exc:
-        return str(exc)
+        out.problem = str(exc)
+        return out
     if end != seg.size:
-        return f"the log file has {seg.size} bytes, its batches end at {end}"
+        out.problem = f"the log file has {seg.size} bytes, its batches end at {end}"
+    return out
+
+
+def time_index_sanity_error(seg: LogSegment, tail: _TailScan, *, active: bool) -> str | None:
+    """Why the time index cannot be complete, or None. Its own checks pass for a file that lost
+    its last entries (an empty file, a cut at an entry boundary), yet the segment's largest
+    timestamp -- what time retention and ListOffsets skip segments by -- comes from its last
+    entry: a lost entry let retention delete records younger than retention.ms. Every writer
+    (append, recovery, the cleaner) adds a time entry of the largest timestamp so far with each
+    offset-index entry, and a rolled segment ends with an entry of its largest timestamp, so
+    the last entry must cover the batch at the last offset-index entry and, once the segment
+    rolled, every batch after it. A full time index may have missed entries: not checked."""
+    index = seg.time_index
+    if index.is_full:
+        return None
+    last = index.last_entry()
+    last_ts = last[0] if last is not None else -1
+    needed = tail.indexed_timestamp if active else max(tail.indexed_timestamp, tail.scanned_timestamp)
+    if needed > last_ts:
+        return f"its last entry has timestamp {last_ts}, below a batch's {needed} it must cover"
+    if last is not None and last[1] > tail.last_offset:
+        return f"its last entry names offset {last[1]}, past the segment's last offset {tail.last_offset}"
     return None
 
 
-def segment_sanity_error(seg: LogSegment) -> str | None:
-    """The cheap checks a segment below the recovery point must pass to be trusted, or why not."""
+def segment_sanity_error(seg: LogSegment, *, active: bool) -> str | None:
+    """The cheap checks a segment below the recovery point must pass to be trusted, or why not;
+    ``active``: the log's last segment (the one written when the log closed)."""
     if (problem := seg.offset_index.sanity_error(seg.size)) is not None:
         return f"offset index: {problem}"
     if (problem := seg.time_index.sanity_error(seg.size)) is not None:
         return f"time index: {problem}"
-    if (problem := log_sanity_error(seg)) is not None:
-        return f"log: {problem}"
+    tail = _scan_tail(seg)
+    if tail.problem is not None:
+        return f"log: {tail.problem}"
+    if (problem := time_index_sanity_error(seg, tail, active=active)) is not None:
+        return f"time index: {problem}"
     return None
+
+
+def _without_stale_empty_segments(tp: TopicPartition, segments: list[LogSegment]) -> list[LogSegment]:
+    """Drop (and delete) empty segments whose base offset the segment before them already
+    reaches: files of a roll that failed half-way (a crash between creating them and removing
+    them). Kept, such a file ended the log at its base, or as a middle segment made reads skip
+    the offsets above its base that the previous segment holds."""
+    kept: list[LogSegment] = []
+    for seg in segments:
+        if kept and seg.size == 0 and kept[-1].next_offset > seg.base_offset:
+            log.warning(
+                "%s: deleting empty segment %d left by a failed roll: segment %d holds offsets up to %d",
+                tp, seg.base_offset, kept[-1].base_offset, kept[-1].next_offset - 1,
+            )  # fmt: skip
+            seg.remove_files()
+            continue
+        kept.append(seg)
+    return kept
 
 
 def load_log(
@@ -171,9 +236,10 @@ def load_log(
             if name.endswith(suffix) and (b := _base_of(name, suffix)) is not None and b not in present:
                 _remove(directory / name)
 
-    segments = [
-        _segment(directory, b, ctx, config, (directory / f"{b:020d}{LOG_SUFFIX}").stat().st_size) for b in bases
-    ]
+    segments = _without_stale_empty_segments(
+        tp, [_segment(directory, b, ctx, config, (directory / f"{b:020d}{LOG_SUFFIX}").stat().st_size) for b in bases]
+    )
+    bases = [seg.base_offset for seg in segments]
     # the unflushed tail (Kafka's recoverLog): after a crash, the segment holding the recovery
     # point and every later one; a bad batch there is a torn write, nothing valid follows it
     tail: set[int] = set()
@@ -187,7 +253,7 @@ def load_log(
     for seg in segments:
         if seg.base_offset in tail or seg.base_offset in alone:
             continue
-        why = segment_sanity_error(seg)
+        why = segment_sanity_error(seg, active=seg is segments[-1])
         if why is not None:
             log.warning("%s: segment %d fails its sanity check (%s); recovering it", tp, seg.base_offset, why)
             alone.add(seg.base_offset)

@@ -145,18 +145,22 @@ class LogSegment:
         seg = cls(
             directory, base_offset, ctx, size=0, index_bytes=index_bytes, index_interval=index_interval, writable=True
         )
-        for path in (seg.log.path, seg.offset_index.path, seg.time_index.path):
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
-        if preallocate_bytes > 0:
-            fd = os.open(seg.log.path, os.O_WRONLY | os.O_CLOEXEC)
-            try:
-                os.posix_fallocate(fd, 0, preallocate_bytes)
-            except OSError:
-                os.ftruncate(fd, 0)
-                raise
-            finally:
-                os.close(fd)
-            seg.preallocated = True
+        try:
+            for path in seg.paths:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
+            if preallocate_bytes > 0:
+                fd = os.open(seg.log.path, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.posix_fallocate(fd, 0, preallocate_bytes)
+                finally:
+                    os.close(fd)
+                seg.preallocated = True
+        except OSError:
+            # a segment that cannot be made leaves no file: an empty ``<base>.log`` left by a
+            # failed roll was the log's last segment at the next start, ending the log at its
+            # base and hiding what the previous segment took meanwhile at those offsets
+            seg.remove_files()
+            raise
         seg.offset_index.reset()
         seg.time_index.reset()
         seg._next_offset = base_offset
@@ -654,6 +658,14 @@ class LogSegment:
                 failure = failure or exc
         if failure is not None:
             raise failure
+
+    def remove_files(self) -> None:
+        """Unlink the segment's files now (one that never held data); failures are logged."""
+        for path in self.paths:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                log.error("could not remove %s: %s", path, exc)
 
     def retire(self) -> list[Path]:
         """Take the segment out of service: rename its files to ``*.deleted`` (cheap, so the

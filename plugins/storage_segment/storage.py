@@ -67,6 +67,10 @@ DELETE_DIR_SUFFIX = "-delete"
 NAME_MAX = 255
 RESERVED_CHECKPOINTS = frozenset({RECOVERY_POINT_CHECKPOINT, LOG_START_CHECKPOINT, CLEANER_CHECKPOINT})
 FLUSH_CONCURRENCY = 16
+#: worker threads that may ask the log dirs' volumes (statvfs) at one time: a stuck mount keeps
+#: its thread for as long as it is stuck, and DescribeLogDirs requests then wait for this one
+#: instead of taking trio's shared worker threads (which kazoo, fsyncs and big frames use) one by one
+LOG_DIR_STAT_THREADS = 1
 MAX_OPEN_FILES_KEY = "storage.segment.max.open.files"
 MAX_MAPPED_INDEXES_KEY = "storage.segment.max.mapped.indexes"
 _NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}$")
@@ -119,6 +123,15 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _out_of_space(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is a full disk or quota: a state that passes."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__
+    return False
+
+
 def _first_error(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
@@ -151,6 +164,8 @@ class SegmentLogStorage:
         self._cleaner_dirty = False
         self._uncleanable: set[TopicPartition] = set()
         self._checkpoint_lock = trio.Lock()
+        #: the worker threads that ask the log dirs' volumes (describe_log_dirs) at one time
+        self._log_dir_stats = trio.CapacityLimiter(LOG_DIR_STAT_THREADS)
         #: deleted logs (or, after a start, logs absent from their dir) whose entries may still be
         #: in a checkpoint file: a log created again under the name first rewrites the files
         self._deleted_unpersisted: set[TopicPartition] = set()
@@ -305,7 +320,7 @@ class SegmentLogStorage:
     def all_logs(self) -> Mapping[TopicPartition, SegmentLog]:
         return MappingProxyType(self._logs)
 
-    def describe_log_dirs(self) -> Sequence[LogDirDescription]:
+    async def describe_log_dirs(self) -> Sequence[LogDirDescription]:
         """Each of ``log.dirs`` with its logs and its volume's size and free space (statvfs).
 
         A dir that cannot be reached any more (removed, unmounted, an I/O error) or whose file
@@ -313,36 +328,30 @@ class SegmentLogStorage:
         Kafka's LogDirFailureChannel does: its logs are released without flushing (nothing can
         be written there) and dropped, no new log is placed in it, and it stays offline, listing
         the logs it held, until the next start. A full disk is not offline here (see
-        ``odradek.broker.storage_failures``)."""
+        ``odradek.broker.storage_failures``). The online dirs' volumes are asked in a worker
+        thread (:data:`LOG_DIR_STAT_THREADS` at most): a stuck mount holds only the callers of
+        this method; the logs are listed, and a failed dir's taken offline, on the trio thread,
+        where they change."""
+        asked = tuple(self._online_dirs())
+        volumes = await trio.to_thread.run_sync(_volumes, asked, limiter=self._log_dir_stats, abandon_on_cancel=True)
+        for d, volume in zip(asked, volumes, strict=True):
+            if isinstance(volume, OSError) and d not in self._offline:  # not by a concurrent call
+                self._take_offline(d, f"log dir {d} is offline: {volume}")
         held: dict[Path, list[TopicPartition]] = {d: [] for d in self.log_dirs}
         for tp, lg in self._logs.items():
             held.setdefault(lg.dir.parent, []).append(tp)
+        sizes = {d: v for d, v in zip(asked, volumes, strict=True) if not isinstance(v, OSError)}
         out = []
         for d in self.log_dirs:
             offline = self._offline.get(d)
-            if offline is None:
-                try:
-                    if not stat.S_ISDIR(os.stat(d).st_mode):  # gone: FileNotFoundError
-                        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(d))
-                    st = os.statvfs(d)
-                    if st.f_flag & os.ST_RDONLY:
-                        raise OSError(errno.EROFS, "read-only file system", str(d))
-                except OSError as exc:
-                    offline = self._take_offline(d, f"log dir {d} is offline: {exc}")
             if offline is not None:
                 out.append(LogDirDescription(str(d), offline[1], error=offline[0]))
-                continue
-            out.append(
-                LogDirDescription(
-                    str(d),
-                    tuple(sorted(held[d])),
-                    total_bytes=st.f_blocks * st.f_frsize,
-                    usable_bytes=st.f_bavail * st.f_frsize,
-                )
-            )
+            else:
+                total, usable = sizes[d]
+                out.append(LogDirDescription(str(d), tuple(sorted(held[d])), total_bytes=total, usable_bytes=usable))
         return out
 
-    def _take_offline(self, d: Path, why: str) -> tuple[str, tuple[TopicPartition, ...]]:
+    def _take_offline(self, d: Path, why: str) -> None:
         """Drop the logs of a failed dir, releasing their descriptors and maps without writing
         anything (their files are gone or cannot be written); the dir stays offline."""
         lost = tuple(sorted(tp for tp, lg in self._logs.items() if lg.dir.parent == d))
@@ -352,7 +361,6 @@ class SegmentLogStorage:
             with contextlib.suppress(OSError):
                 lg.abandon()
         self._offline[d] = (why, lost)
-        return self._offline[d]
 
     def _online_dirs(self) -> list[Path]:
         return [d for d in self.log_dirs if d not in self._offline]
@@ -517,11 +525,17 @@ class SegmentLogStorage:
             if lg.config.compact and not lg.closed and tp not in self._uncleanable:
                 candidates.append((dirty_ratio(lg, now)[0], tp, lg))
         rounds = 0
+        no_space: BaseException | None = None
         for _ratio, tp, lg in sorted(candidates, key=lambda c: -c[0]):
             try:
                 if await self.cleaner.clean(lg, now):
                     rounds += 1
             except (OSError, KafkaStorageError, ValueError) as exc:
+                if _out_of_space(exc):
+                    # a full disk passes: the log stays cleanable, the cleaner loop logs the
+                    # failure rate-limited and tries again after log.cleaner.backoff.ms
+                    no_space = no_space or exc
+                    continue
                 log.error("compaction of %s failed, not cleaning it again until restart: %r", tp, exc)
                 self._uncleanable.add(tp)
             except Exception as exc:  # a corrupt batch or a missing codec: keep serving the log
@@ -530,13 +544,15 @@ class SegmentLogStorage:
         await self._unlink_retired()
         if self._cleaner_dirty:
             await self.write_own_checkpoints(recovery=False)
+        if no_space is not None:
+            raise KafkaStorageError(f"compaction is waiting for disk space: {no_space}") from no_space
         return rounds
 
-    def _dir_went_offline(self, offline_before: int) -> bool:
+    async def _dir_went_offline(self, offline_before: int) -> bool:
         """After a failed background task: whether a log dir went offline since it started
-        (checked now). Then the failure is the dir's, which the broker reports, and the next
-        tick works without it."""
-        self.describe_log_dirs()
+        (checked now, in the worker thread). Then the failure is the dir's, which the broker
+        reports, and the next tick works without it."""
+        await self.describe_log_dirs()
         return len(self._offline) != offline_before
 
     def _log_dirs_text(self) -> str:
@@ -552,7 +568,7 @@ class SegmentLogStorage:
             try:
                 await work()
             except (OSError, KafkaStorageError) as exc:
-                if not self._dir_went_offline(offline):
+                if not await self._dir_went_offline(offline):
                     failures.failed(self._log_dirs_text(), exc)
             else:
                 failures.succeeded(self._log_dirs_text())
@@ -565,7 +581,7 @@ class SegmentLogStorage:
             try:
                 rounds = await self.run_cleaner()
             except (OSError, KafkaStorageError) as exc:
-                if not self._dir_went_offline(offline):
+                if not await self._dir_went_offline(offline):
                     failures.failed(self._log_dirs_text(), exc)
                 rounds = 0
             else:
@@ -666,3 +682,23 @@ class SegmentLogStorage:
         for fd in self._lock_fds:
             os.close(fd)
         self._lock_fds = []
+
+
+def _volumes(dirs: Sequence[Path]) -> list[tuple[int, int] | OSError]:
+    """Per dir, its volume's (total, usable) bytes from ``statvfs`` (``f_bavail``: what a
+    non-root writer can use, as Java's ``getUsableSpace``), or the OSError that says it is
+    offline: gone, not a directory, or on a file system mounted read-only. Blocks as long as
+    the file system does: a worker thread's."""
+    out: list[tuple[int, int] | OSError] = []
+    for d in dirs:
+        try:
+            if not stat.S_ISDIR(os.stat(d).st_mode):  # gone: FileNotFoundError
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(d))
+            st = os.statvfs(d)
+            if st.f_flag & os.ST_RDONLY:
+                raise OSError(errno.EROFS, "read-only file system", str(d))
+        except OSError as exc:
+            out.append(exc)
+            continue
+        out.append((st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize))
+    return out

@@ -300,9 +300,10 @@ class MemoryLogStorage:
     def all_logs(self) -> Mapping[TopicPartition, MemoryLog]:
         return MappingProxyType(self._logs)
 
-    def describe_log_dirs(self) -> Sequence[LogDirDescription]:
+    async def describe_log_dirs(self) -> Sequence[LogDirDescription]:
         """One "dir", named by the first of ``log.dirs`` (the key its data lives under), holding
-        every log; no volume behind it, so its size and free space are unknown (-1)."""
+        every log; no volume behind it, so its size and free space are unknown (-1), and nothing
+        that could block."""
         return [LogDirDescription(self._key, tuple(sorted(self._logs)))]
 
     async def delete_log(self, tp: TopicPartition) -> None:
