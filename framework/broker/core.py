@@ -16,14 +16,13 @@ directly with :meth:`BrokerCore.start` over any storage and metadata store.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..config import Config
 from ..errors import ErrorCode, InvalidTopic
-from ..interfaces import Codec, LogDirDescription, LogStorage, MetadataStore, TopicPartition
+from ..interfaces import Codec, LogDirDescription, LogStorage, MetadataStore, TopicPartition, described_log_dirs
 from ..pacing import paced
 from .admin import AdminManager, validate_topic_name
 from .api import (
@@ -282,15 +281,11 @@ class BrokerCore:
         return ClusterMetadata(self.cluster_id, controller, tuple(brokers), ())
 
     async def describe_log_dirs(self, partitions: Collection[TopicPartition] | None) -> list[LogDirResult]:
-        describe = getattr(self.storage, "describe_log_dirs", None)
-        if describe is None:
+        dirs = await described_log_dirs(self.storage)
+        if dirs is None:
             # a third-party engine written before describe_log_dirs: its logs under the first
             # of log.dirs, volume sizes unknown (it fails the conformance suite until it has it)
             dirs = [LogDirDescription(str(self.config.log_dirs[0].absolute()), tuple(self.storage.all_logs()))]
-        else:
-            # an engine written while describe_log_dirs was a plain method returns the list
-            answer = describe()
-            dirs = list(await answer if inspect.isawaitable(answer) else answer)
         return self.replica_manager.describe_log_dirs(partitions, dirs)
 
     def _topic_answer(self, topic: TopicState, live: tuple[int, ...], listed: frozenset[int]) -> TopicMetadata:
