@@ -16,6 +16,7 @@ ZooKeeper and etcd plugins (see ../shared/design/CLUSTER.md).
 from __future__ import annotations
 
 import enum
+import inspect
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
@@ -323,6 +324,17 @@ class LogStorage(Protocol):
         closed and every lock released. Only then does ``close`` raise ``KafkaStorageError``,
         so that the broker exits non-zero and the next start knows to recover."""
         ...
+
+
+async def described_log_dirs(storage: LogStorage) -> list[LogDirDescription] | None:
+    """What ``storage.describe_log_dirs()`` answers, or None for an engine written before it had
+    one. An engine written while it was a plain method returns the list instead of a coroutine:
+    it is still taken (on the trio thread), by the broker and by the conformance suite alike."""
+    describe = getattr(storage, "describe_log_dirs", None)
+    if describe is None:
+        return None
+    answer = describe()
+    return list(await answer if inspect.isawaitable(answer) else answer)
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import errno
 import logging
 import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from odradek.config import load_config
 from odradek.interfaces import TopicPartition
 from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_etcd.store import EtcdMetadataStore
+from odradek.sessions import MetadataUnavailable
 from odradek.testing.servers import EtcdServer, ZooKeeperServer, start_etcd, start_zookeeper, unique_chroot
 
 TP = TopicPartition("kept", 0)
@@ -126,16 +128,23 @@ def _server(data: Path, metadata: dict[str, Any]) -> BrokerServer:
     return BrokerServer(load_config(env={}, plugins=plugins, overrides=overrides), plugins)
 
 
+async def _serve_with_one_record(nursery: trio.Nursery, server: BrokerServer) -> Any:
+    """Start ``server`` in ``nursery`` and produce one record to a new topic ``kept``; returns
+    the broker's core."""
+    await nursery.start(server.serve)
+    core = server.core
+    assert core is not None
+    await create(core, "kept")
+    await produce(core, TP, batch([b"x"]))
+    return core
+
+
 async def _serve_until_it_stops(server: BrokerServer, emptied: Any) -> None:
     """Serve, produce one record to a new topic, empty the store with ``emptied`` and expect the
     broker to stop by itself with ``MetadataStoreReset``."""
     with pytest.RaisesGroup(pytest.RaisesExc(MetadataStoreReset), flatten_subgroups=True):
         async with trio.open_nursery() as nursery:
-            await nursery.start(server.serve)
-            core = server.core
-            assert core is not None
-            await create(core, "kept")
-            await produce(core, TP, batch([b"x"]))
+            await _serve_with_one_record(nursery, server)
             await emptied()
             with trio.fail_after(30):
                 await trio.sleep_forever()  # the broker ends the nursery
@@ -152,7 +161,9 @@ async def test_zookeeper_emptied_under_a_running_broker_keeps_its_logs(
     tmp_path: Path, zookeeper_server: ZooKeeperServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The chroot's whole tree goes (as after a restart with an empty data dir); the next
-    re-read of the topic finds it missing and the cluster id gone: no deletion, a shutdown."""
+    re-read of the topic finds it missing and the cluster id gone: no deletion, a shutdown.
+    The deletions of the cluster id and of the broker's registration, seen by their watches,
+    may stop the broker first: the re-read then finds the store closed."""
     chroot = unique_chroot("wipe")
     server = _server(tmp_path, {"metadata": "zookeeper", "zookeeper.connect": zookeeper_server.connect_string + chroot})
     observer = KazooClient(hosts=zookeeper_server.connect_string)
@@ -161,7 +172,10 @@ async def test_zookeeper_emptied_under_a_running_broker_keeps_its_logs(
     async def emptied() -> None:
         await trio.to_thread.run_sync(lambda: observer.delete(chroot, recursive=True))
         assert server.core is not None
-        await server.core.metadata_cache.refresh_topic("kept")  # e.g. a peer said UNKNOWN_TOPIC
+        try:
+            await server.core.metadata_cache.refresh_topic("kept")  # e.g. a peer said UNKNOWN_TOPIC
+        except MetadataUnavailable:
+            assert server.core.metadata_cache.halted is not None
 
     try:
         await _serve_until_it_stops(server, emptied)
@@ -326,6 +340,19 @@ async def test_a_lease_lost_while_registering_at_start_up_is_renewed(
     assert warned and "lease" in warned[0] and "\n" not in warned[0]
 
 
+def _zookeeper_server(data: Path, zk: ZooKeeperServer) -> BrokerServer:
+    """A broker on ``zk`` (chroot ``/odradek``) with a 2 s session timeout: fault tests that
+    wait out session timeouts stay short."""
+    return _server(
+        data,
+        {
+            "metadata": "zookeeper",
+            "zookeeper.connect": zk.connect_string + "/odradek",
+            "zookeeper.session.timeout.ms": 2000,
+        },
+    )
+
+
 async def test_zookeeper_restarted_empty_stops_the_running_broker(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -333,14 +360,7 @@ async def test_zookeeper_restarted_empty_stops_the_running_broker(
     session saw a zxid the new server never had) for ever; the broker finds that out within its
     session timeout, takes a new session, finds no cluster id there and stops, keeping its logs."""
     with start_zookeeper(tmp_path / "zk") as zk:
-        server = _server(
-            tmp_path / "data",
-            {
-                "metadata": "zookeeper",
-                "zookeeper.connect": zk.connect_string + "/odradek",
-                "zookeeper.session.timeout.ms": 2000,
-            },
-        )
+        server = _zookeeper_server(tmp_path / "data", zk)
 
         async def emptied() -> None:
             await trio.to_thread.run_sync(zk.kill)
@@ -350,3 +370,32 @@ async def test_zookeeper_restarted_empty_stops_the_running_broker(
 
         await _serve_until_it_stops(server, emptied)
     _assert_kept(tmp_path / "data", caplog)
+
+
+async def test_zookeeper_paused_past_the_session_timeout_is_not_taken_for_a_reset(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A healthy ZooKeeper frozen (SIGSTOP: a long GC pause, a stalled VM) for three session
+    timeouts, then resumed: the store's reset guard asks it for its zxid meanwhile (no server
+    answers) and after (it serves every zxid the session saw), so it takes no new session on
+    its own account. The session expired all the same; the broker registers again in a new
+    one and keeps serving -- no CRITICAL, no exit."""
+    with start_zookeeper(tmp_path / "zk") as zk:
+        server = _zookeeper_server(tmp_path / "data", zk)
+        async with trio.open_nursery() as nursery:
+            core = await _serve_with_one_record(nursery, server)
+            epoch = server.broker_epoch
+            process = zk.server.process
+            assert process is not None
+            process.send_signal(signal.SIGSTOP)
+            try:
+                await trio.sleep(6)
+            finally:
+                process.send_signal(signal.SIGCONT)
+            with trio.fail_after(30):
+                while server.broker_epoch == epoch or core.metadata_cache.leader_of(TP) != 0:
+                    await trio.sleep(0.05)
+            assert (await produce(core, TP, batch([b"y"]))).base_offset == 1
+            nursery.cancel_scope.cancel()
+    assert not [r for r in caplog.records if r.levelno >= logging.CRITICAL]
+    assert "restarted with an empty data dir" not in caplog.text

@@ -19,12 +19,13 @@ from odradek.broker.partition import Partition
 from odradek.broker.server import BrokerServer
 from odradek.config import default_config
 from odradek.errors import ErrorCode
-from odradek.interfaces import TopicPartition
+from odradek.interfaces import LogDirDescription, TopicPartition
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
 from odradek.plugins.transport_tcp.apis.cluster import handle_describe_cluster
 from odradek.plugins.transport_tcp.client import TcpConnection, TcpConnector
 from odradek.protocol import ApiKey, decode_response, encode_request, request_type
 from odradek.protocol.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS
+from odradek.testing import check_storage
 from odradek.testing.storage_support import append
 
 pytestmark = pytest.mark.trio
@@ -140,13 +141,13 @@ async def test_an_engine_without_describe_log_dirs_reports_its_logs_under_the_fi
 
 
 class _EngineWithPlainLogDirs(_EngineBeforeLogDirs):
-    """A third-party engine written while ``describe_log_dirs`` was a plain method."""
+    """A third-party engine written while ``describe_log_dirs`` was a plain method: one dir
+    holding every log."""
 
     def __getattr__(self, name: str) -> Any:
         if name == "describe_log_dirs":
-            return lambda: [
-                types.SimpleNamespace(path="/plain", partitions=(), error=None, total_bytes=7, usable_bytes=5)
-            ]
+            inner: Any = self._inner
+            return lambda: [LogDirDescription("/plain", tuple(inner.all_logs()), total_bytes=7, usable_bytes=5)]
         return super().__getattr__(name)
 
 
@@ -154,6 +155,13 @@ async def test_an_engine_with_a_plain_describe_log_dirs_is_still_answered(tmp_pa
     async with running_broker(tmp_path / "data") as core:
         entry = await _only_log_dir(core, _EngineWithPlainLogDirs(core.storage))
     assert (entry.error, entry.path, entry.total_bytes, entry.usable_bytes) == (ErrorCode.NONE, "/plain", 7, 5)
+
+
+async def test_the_conformance_suite_takes_an_engine_with_a_plain_describe_log_dirs(tmp_path: Path) -> None:
+    """The broker still calls such an engine; its own conformance run must pass too (it failed
+    with "object list can't be used in 'await' expression" once the method became async)."""
+    suite = check_storage(lambda config: _EngineWithPlainLogDirs(SegmentLogStorage(config)))()
+    await suite.test_log_dirs_list_every_log_once_with_its_size(tmp_path)
 
 
 #: how long the fake stuck statvfs blocks at most: only a broken build gets there (the test then

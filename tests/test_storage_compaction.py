@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import struct
 import threading
 import time
 from pathlib import Path
@@ -772,3 +773,52 @@ async def test_truncation_or_retention_while_a_swap_fsync_is_parked(
     reopened = await open_storage(data)
     assert key_values(compacted_log(reopened)) == expected
     await reopened.close()
+
+
+async def test_a_cleaned_segment_has_a_time_index_the_next_start_trusts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Segments rolled by time, each with a time entry per batch (``index.interval.bytes`` 0),
+    compacted together: the cleaner grouped them by their offset indexes only and wrote up to
+    ``segment.index.bytes`` / 8 time entries, where a time index holds / 12. The next start
+    took the file for corrupt and rebuilt the segment (after every compaction), and the rebuilt
+    index, capped, no longer ended with the segment's largest timestamp. Groups now fit both
+    indexes, as Kafka's do."""
+    sizes = {"log_index_interval_bytes": 0, "log_index_size_max_bytes": 4096}  # 341 time entries
+    storage = await open_storage(tmp_path, **sizes)
+    lg = storage.get_or_create_log(
+        TP,
+        storage.config.topic_config(
+            {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.0, "segment.ms": 150_000}
+        ),
+    )
+    i = 0
+    while len(lg.segments) < 5:  # 150 batches a segment, timestamps rising
+        append(lg, batch(1, keys=[b"dup" if i % 50 == 49 else b"k%d" % i], ts=1_000_000 + 1000 * i))
+        i += 1
+    assert await storage.run_cleaner() == 1
+    cleaned = lg.segments[:-1]
+    assert len(cleaned) < 4 and all(s.time_index.entries <= 4096 // 12 for s in cleaned)
+    expected = [s.max_timestamp_and_offset() for s in lg.segments]
+    await storage.close()
+    caplog.clear()
+    storage = await open_storage(tmp_path, **sizes)
+    lg = storage.get_log(TP)
+    assert lg is not None
+    assert "sanity check" not in caplog.text, caplog.text
+    assert [s.max_timestamp_and_offset() for s in lg.segments] == expected
+    assert [s.time_index.last_entry() for s in lg.segments[:-1]] == expected[:-1]
+    await storage.close()
+
+
+def test_a_cleaned_segment_whose_time_index_fills_ends_it_with_its_largest_timestamp(tmp_path: Path) -> None:
+    """More rising timestamps than a time index holds: the entries stop one short of its
+    capacity, and the last is the segment's largest timestamp."""
+    writer = cleaner.GroupWriter(tmp_path, 0, 0, 4096)
+    for offset in range(600):
+        data = records.build_batch([(b"k", b"v", [], 5_000 + offset)], base_offset=offset)
+        writer.write(data, records.parse_header(data))
+    writer.finish(None)
+    times = writer.time_path.read_bytes()
+    assert len(times) == 4096 // 12 * 12
+    assert struct.unpack(">qi", times[-12:]) == (5_599, 599)

@@ -594,6 +594,21 @@ async def test_a_roll_that_fails_for_lack_of_space_leaves_no_segment_behind(
         await storage.close()
 
 
+async def _reopen_with_failed_roll_files(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, stale: list[int]
+) -> tuple[SegmentLogStorage, SegmentLog]:
+    """Leave the empty files of a roll that failed half-way at each base offset in ``stale``
+    (the storage is closed), then open the storage again with a fresh log capture."""
+    for base in stale:
+        for suffix in (".log", ".index", ".timeindex"):
+            (tmp_path / "events-0" / f"{base:020d}{suffix}").touch()
+    caplog.clear()
+    storage = await open_storage(tmp_path, **OLD_SEGMENTS)
+    log = storage.get_log(TP)
+    assert log is not None
+    return storage, log
+
+
 async def test_empty_segments_a_failed_roll_left_are_deleted_at_load(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -610,13 +625,7 @@ async def test_empty_segments_a_failed_roll_left_are_deleted_at_load(
     await storage.close()
     assert len(bases) >= 3
     stale = [bases[1] + 4, bases[-1] + 4]  # inside a middle segment, inside the active one
-    for base in stale:
-        for suffix in (".log", ".index", ".timeindex"):
-            (tmp_path / "events-0" / f"{base:020d}{suffix}").touch()
-    caplog.clear()
-    storage = await open_storage(tmp_path, **OLD_SEGMENTS)
-    log = storage.get_log(TP)
-    assert log is not None
+    storage, log = await _reopen_with_failed_roll_files(tmp_path, caplog, stale)
     assert [seg.base_offset for seg in log.segments] == bases and log.log_end_offset == leo
     assert [b.header for b in read_batches(log)] == headers
     for offset in range(0, leo, 2):
@@ -626,6 +635,69 @@ async def test_empty_segments_a_failed_roll_left_are_deleted_at_load(
         assert found.header.base_offset <= offset <= found.header.last_offset
     assert all(f"deleting empty segment {base} left by a failed roll" in caplog.text for base in stale)
     assert not [p for base in stale for p in (tmp_path / "events-0").glob(f"{base:020d}.*")]
+    await storage.close()
+
+
+async def test_a_torn_tail_before_an_empty_segment_takes_the_segment_with_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Power lost after a roll: the new segment's file is empty and the rolled segment's last
+    batches read as zeros. Recovery cuts the zeros and deletes the segments after the cut, so
+    the log ends where its data does. The check for empty segments of a failed roll asked the
+    torn segment for its end first, which rebuilt it out of the recovery's sight: recovery
+    then found nothing to cut, kept the empty segment, and the log ended at its base -- past
+    offsets it no longer held, which a follower would never fetch again."""
+    storage = await open_storage(tmp_path, log_segment_bytes=1000)
+    log = log_of(storage)
+    while len(log.segments) < 2:
+        append(log, batch(2, value_size=50))
+    await log.flush()
+    await storage.write_own_checkpoints()  # the recovery point: the second segment's base
+    while len(log.segments) < 3:
+        append(log, batch(2, value_size=50))
+    torn, rolled = log.segments[1:]
+    storage.abandon()
+    path = tmp_path / "events-0" / f"{torn.base_offset:020d}.log"
+    data = path.read_bytes()
+    path.write_bytes(data[: torn.size - 300] + bytes(len(data) - torn.size + 300))
+    (tmp_path / "events-0" / f"{rolled.base_offset:020d}.log").write_bytes(b"")
+    caplog.clear()
+    storage = await open_storage(tmp_path, log_segment_bytes=1000)
+    log = storage.get_log(TP)
+    assert log is not None
+    assert [seg.base_offset for seg in log.segments] == [0, torn.base_offset]
+    assert log.log_end_offset == _check_contiguous(log)[-1].header.next_offset < rolled.base_offset
+    assert f"recovery cut 358 bytes from segment {torn.base_offset}" in caplog.text
+    assert "deleting 1 later segment(s)" in caplog.text and "rebuilding" not in caplog.text
+    await storage.close()
+
+
+async def test_an_empty_segment_after_a_segment_with_a_damaged_index_is_deleted_once_it_is_recovered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Empty files of a failed roll inside the active segment, whose offset index was damaged
+    too (its last entry points into the middle of a batch): the segment's end is unknown until
+    it is recovered, and the empty segment is deleted then."""
+    storage = await open_storage(tmp_path, **OLD_SEGMENTS)
+    log = log_of(storage)
+    for i in range(60):
+        append(log, batch(3, value_size=60, ts=10_000 + 10 * i))
+    headers = [b.header for b in read_batches(log)]
+    active = log.segments[-1]
+    leo = log.log_end_offset
+    await storage.close()
+    index = tmp_path / "events-0" / f"{active.base_offset:020d}.index"
+    entries = index.read_bytes()
+    index.write_bytes(entries[:-4] + struct.pack(">i", struct.unpack(">i", entries[-4:])[0] + 7))
+    stale = active.base_offset + 4
+    storage, log = await _reopen_with_failed_roll_files(tmp_path, caplog, [stale])
+    assert log.segments[-1].base_offset == active.base_offset and log.log_end_offset == leo
+    assert [b.header for b in read_batches(log)] == headers
+    assert f"segment {active.base_offset} fails its sanity check (log:" in caplog.text
+    assert f"deleting empty segment {stale} left by a failed roll" in caplog.text
+    assert not list((tmp_path / "events-0").glob(f"{stale:020d}.*"))
+    append(log, batch(1))
+    assert log.log_end_offset == leo + 1
     await storage.close()
 
 

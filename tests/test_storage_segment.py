@@ -3,6 +3,7 @@ point, flush policy, bounded descriptors and maps."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import socket
@@ -27,6 +28,8 @@ from odradek.plugins.storage_segment.storage import (
     RECOVERY_POINT_CHECKPOINT,
     SegmentLogStorage,
 )
+
+HOUR = 3_600_000
 
 
 def _entries(path: Path, fmt: str) -> list[tuple[int, ...]]:
@@ -452,6 +455,107 @@ async def test_recovery_scans_only_past_the_recovery_point(tmp_path: Path, monke
     recovered.clear()
     storage = await open_storage(tmp_path, log_segment_bytes=400)
     assert recovered == []  # clean shutdown: nothing to verify
+    await storage.close()
+
+
+def _follower_batches(first: int, count: int, ts: int) -> bytes:
+    """``count`` one-record batches from ``first`` with a gap of 3 offsets before each, as a
+    leader's compacted log replicates them."""
+    out = b""
+    for i in range(count):
+        first += 3
+        out += records.build_batch([(b"k%d" % i, b"v", [], ts - 5 * i)], base_offset=first, partition_leader_epoch=0)
+        first += 1
+    return out
+
+
+async def _write_every_kind_of_segment(storage: SegmentLogStorage, now: list[int]) -> None:
+    """Logs whose segments each writer of the engine made: single and multi-batch appends with
+    timestamps out of order or absent, LogAppendTime batches, follower appends with offset gaps,
+    truncation into a rolled segment and to a segment's base, DeleteRecords and retention,
+    compaction of a ``compact,delete`` log, rolls by time and by a full time index."""
+    mixed = log_of(storage, TopicPartition("mixed", 0), segment_bytes=700, index_interval_bytes=100)
+    rng = random.Random(7)
+    for i in range(60):
+        if i % 7 == 3:  # several batches in one append
+            data = bytearray(b"".join(bytes(batch(2, ts=now[0] - rng.randint(0, HOUR))) for _ in range(3)))
+            mixed.append_as_leader(data, records.validate_batches(data, exact_counts=False), 0)
+        elif i % 7 == 5:  # no timestamps
+            append(mixed, bytearray(records.build_batch([(b"k", b"v" * 40, [], -1)] * 2)))
+        elif i % 7 == 6:  # LogAppendTime, as the broker's validation stamps it
+            data = batch(2, ts=now[0] - 2 * HOUR)
+            records.set_log_append_time(data, 0, now[0] - i)
+            append(mixed, data)
+        else:
+            append(mixed, batch(2, ts=now[0] - rng.randint(0, HOUR), value_size=rng.randint(5, 120)))
+        if i == 30:
+            data = _follower_batches(mixed.log_end_offset, 5, now[0] + HOUR)
+            mixed.append_as_follower(data, records.validate_batches(data, exact_counts=False))
+    mixed.truncate_to(mixed.segments[-3].base_offset + 3)  # into a rolled segment
+    for _ in range(12):
+        append(mixed, batch(3, ts=now[0] - 3 * HOUR, value_size=50))
+    mixed.truncate_to(mixed.segments[-1].base_offset)  # an empty active segment
+    mixed.delete_records_before(mixed.segments[2].base_offset + 1)
+    compacted = log_of(
+        storage,
+        TopicPartition("compacted", 0),
+        segment_bytes=400,
+        cleanup_policy="compact,delete",
+        min_cleanable_dirty_ratio=0.0,
+        retention_ms=30 * HOUR,
+    )
+    for i in range(40):
+        append(compacted, batch(2, keys=[b"a%d" % (i % 3), b"b"], ts=now[0] - (40 - i) * HOUR + (i % 4) * 1000))
+    await storage.run_cleaner()
+    compacted.truncate_to(compacted.log_end_offset - 3)
+    for i in range(10):
+        append(compacted, batch(2, keys=[b"a%d" % i, b"b"], ts=now[0] - i * 1000))
+    await storage.run_cleaner()
+    full = log_of(storage, TopicPartition("full-time-index", 0), segment_index_bytes=4096, index_interval_bytes=0)
+    for i in range(800):
+        append(full, batch(1, ts=now[0] + i))
+    assert len(full.segments) > 2
+    timed = log_of(storage, TopicPartition("time-rolled", 0), segment_ms=60_000)
+    for i in range(30):
+        append(timed, batch(1, ts=now[0] + i * 20_000 - (i % 3) * 30_000))
+    assert len(timed.segments) > 3
+    await storage.run_retention()
+
+
+async def test_a_clean_restart_trusts_every_segment_normal_operation_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a clean shutdown no segment written by normal operation fails the load's sanity
+    checks (its time index check included): none is recovered, nothing is logged at WARNING,
+    and reads, timestamps and offsets are what they were. A false alarm rebuilds healthy
+    segments at every start -- the whole disk read for a broker with much data."""
+    now = [1_700_000_000_000]
+    storage = await open_storage(tmp_path, time_ms=lambda: now[0])
+    await _write_every_kind_of_segment(storage, now)
+    await storage.close()
+    storage = await open_storage(tmp_path, time_ms=lambda: now[0])  # reopened, then written more
+    for lg in storage.all_logs().values():
+        for i in range(5):
+            append(lg, batch(2, ts=now[0] - 4 * HOUR - i, keys=[b"a", b"b"]))
+    mixed = storage.get_log(TopicPartition("mixed", 0))
+    assert mixed is not None
+    mixed.truncate_to(mixed.log_end_offset - 4)
+    expected = {
+        tp: ([b.header for b in read_batches(lg)], lg.max_timestamp_and_offset(), [s.base_offset for s in lg.segments])
+        for tp, lg in storage.all_logs().items()
+    }
+    await storage.close()
+    recovered = _count_recoveries(monkeypatch)
+    caplog.clear()
+    caplog.set_level(logging.INFO)
+    storage = await open_storage(tmp_path, time_ms=lambda: now[0])
+    assert recovered == []
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    got = {
+        tp: ([b.header for b in read_batches(lg)], lg.max_timestamp_and_offset(), [s.base_offset for s in lg.segments])
+        for tp, lg in storage.all_logs().items()
+    }
+    assert got == expected
     await storage.close()
 
 

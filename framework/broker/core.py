@@ -22,7 +22,7 @@ from typing import Any
 
 from ..config import Config
 from ..errors import ErrorCode, InvalidTopic
-from ..interfaces import Codec, LogDirDescription, LogStorage, MetadataStore, TopicPartition
+from ..interfaces import Codec, LogDirDescription, LogStorage, MetadataStore, TopicPartition, described_log_dirs
 from ..pacing import paced
 from .admin import AdminManager, validate_topic_name
 from .api import (
@@ -61,7 +61,7 @@ from .elect_leaders import elect_leaders
 from .metadata_cache import INTERNAL_TOPICS, MetadataCache, TopicState
 from .producer_ids import ProducerIdManager
 from .producer_state import AppendOrigin
-from .replica_manager import ReplicaManager, storage_log_dirs
+from .replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 #: Topics whose Metadata answers are kept (one entry per topic asked about).
@@ -281,7 +281,7 @@ class BrokerCore:
         return ClusterMetadata(self.cluster_id, controller, tuple(brokers), ())
 
     async def describe_log_dirs(self, partitions: Collection[TopicPartition] | None) -> list[LogDirResult]:
-        dirs = await storage_log_dirs(self.storage)
+        dirs = await described_log_dirs(self.storage)
         if dirs is None:
             # a third-party engine written before describe_log_dirs: its logs under the first
             # of log.dirs, volume sizes unknown (it fails the conformance suite until it has it)

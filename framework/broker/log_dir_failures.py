@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 import trio
 
 from ..errors import OdradekError
-from ..interfaces import LogStorage, MetadataConflict, MetadataStore, TopicPartition, Versioned
+from ..interfaces import LogStorage, MetadataConflict, MetadataStore, TopicPartition, Versioned, described_log_dirs
 from .metadata_cache import encode
-from .replica_manager import ReplicaManager, log_dir_of, storage_log_dirs
+from .replica_manager import ReplicaManager, log_dir_of
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class LogDirFailureHandler:
         """Ask the storage which dirs are offline; take the partitions of newly failed ones
         offline. Whether any dir went offline now (publishing follows in :meth:`run`). Only
         :meth:`run` calls it, so checks never overlap."""
-        dirs = await storage_log_dirs(self.storage)
+        dirs = await described_log_dirs(self.storage)
         if dirs is None:  # an engine written before describe_log_dirs: never offline
             return False
         failed = [d for d in dirs if d.error is not None and d.path not in self.offline_dirs]

@@ -17,7 +17,6 @@ checkpoint (``replication-offset-checkpoint``) and producer-state snapshots.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -87,17 +86,6 @@ def _nothing_for(tp: TopicPartition) -> None:
 
 async def _no_dir_failed() -> bool:
     return False
-
-
-async def storage_log_dirs(storage: LogStorage) -> list[LogDirDescription] | None:
-    """What ``storage.describe_log_dirs()`` answers (DescribeLogDirs, the log-dir failure
-    checks): awaited, or taken as it is from an engine written while it was a plain method;
-    None from an engine written before it existed."""
-    describe = getattr(storage, "describe_log_dirs", None)
-    if describe is None:
-        return None
-    answer = describe()
-    return list(await answer if inspect.isawaitable(answer) else answer)
 
 
 def log_dir_of(partition: Partition) -> str:

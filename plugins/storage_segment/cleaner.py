@@ -346,6 +346,9 @@ class GroupWriter:
         self._file = open(self.log_path, "wb")  # noqa: SIM115 -- closed in finish()/abort()
         self.index_interval = index_interval
         self.max_entries = index_bytes // OffsetIndex.ENTRY.size
+        #: what a TimeIndex of ``segment.index.bytes`` holds: more entries made the loader take
+        #: the file for corrupt (and rebuild the segment) at every start
+        self.max_time_entries = index_bytes // TimeIndex.ENTRY.size
         self._index = bytearray()
         self._times = bytearray()
         self.size = 0
@@ -367,14 +370,18 @@ class GroupWriter:
         self._since += len(batch)
         self.next_offset = h.next_offset
 
-    def _add_time_entry(self) -> None:
-        if self.max_ts > self._last_index_ts and len(self._times) // 12 < self.max_entries:
+    def _add_time_entry(self, *, last: bool = False) -> None:
+        """Index the largest timestamp so far. The last slot is kept for the segment's final
+        entry (``last``): a rolled segment's largest timestamp is its time index's last entry,
+        which time retention and ListOffsets read."""
+        room = self.max_time_entries - (0 if last else 1)
+        if self.max_ts > self._last_index_ts and len(self._times) // TimeIndex.ENTRY.size < room:
             self._times += TimeIndex.ENTRY.pack(self.max_ts, self.offset_of_max_ts - self.base_offset)
             self._last_index_ts = self.max_ts
 
     def finish(self, mtime: float | None) -> None:
         """Write the indexes and fsync all three files (worker thread)."""
-        self._add_time_entry()
+        self._add_time_entry(last=True)
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
@@ -510,7 +517,8 @@ def clean_step(group: list[_Input], omap: OffsetMap, writer: GroupWriter, cursor
 
 
 def group_inputs(inputs: list[_Input], segment_bytes: int, index_bytes: int) -> list[list[_Input]]:
-    """Consecutive inputs whose total fits one segment (size, index and int32 offset span)."""
+    """Consecutive inputs whose total fits one segment (size, both indexes and int32 offset
+    span; Kafka's ``groupSegmentsBySize``)."""
     groups: list[list[_Input]] = []
     for inp in inputs:
         if inp.size == 0:
@@ -521,6 +529,8 @@ def group_inputs(inputs: list[_Input], segment_bytes: int, index_bytes: int) -> 
             and sum(i.size for i in cur) + inp.size <= segment_bytes
             and sum(i.segment.offset_index.entries for i in cur) + inp.segment.offset_index.entries
             < index_bytes // OffsetIndex.ENTRY.size
+            and sum(i.segment.time_index.entries for i in cur) + inp.segment.time_index.entries
+            < index_bytes // TimeIndex.ENTRY.size
             and inp.segment.next_offset - cur[0].segment.base_offset <= 0x7FFFFFFF
         ):
             cur.append(inp)

@@ -191,18 +191,34 @@ def segment_sanity_error(seg: LogSegment, *, active: bool) -> str | None:
     return None
 
 
-def _without_stale_empty_segments(tp: TopicPartition, segments: list[LogSegment]) -> list[LogSegment]:
+def _framed_end(seg: LogSegment) -> int | None:
+    """One past the segment's last offset as its batch headers frame it from the last index
+    entry (cheap, changes nothing), or None when the framing fails: the segment is recovered
+    later, and only then is its end known."""
+    tail = _scan_tail(seg)
+    return tail.last_offset + 1 if tail.problem is None and tail.last_offset >= 0 else None
+
+
+def _without_stale_empty_segments(
+    tp: TopicPartition, segments: list[LogSegment], end_of: Callable[[LogSegment], int | None]
+) -> list[LogSegment]:
     """Drop (and delete) empty segments whose base offset the segment before them already
-    reaches: files of a roll that failed half-way (a crash between creating them and removing
-    them). Kept, such a file ended the log at its base, or as a middle segment made reads skip
-    the offsets above its base that the previous segment holds."""
+    reaches (``end_of``: one past its last offset, None when not known yet): files of a roll
+    that failed half-way (a crash between creating them and removing them). Kept, such a file
+    ended the log at its base, or as a middle segment made reads skip the offsets above its
+    base that the previous segment holds. Runs before recovery with the framing of segments
+    that pass it (the one before such files was the active one, and is checked as such), and
+    after recovery with the verified ends: a segment with a torn tail must not be asked for
+    its end before recovery -- that rebuilt it on the spot, out of the recovery's sight, which
+    then kept the later segments that a cut tail must take with it."""
     kept: list[LogSegment] = []
     for seg in segments:
-        if kept and seg.size == 0 and kept[-1].next_offset > seg.base_offset:
+        if kept and seg.size == 0 and (end := end_of(kept[-1])) is not None and end > seg.base_offset:
             log.warning(
                 "%s: deleting empty segment %d left by a failed roll: segment %d holds offsets up to %d",
-                tp, seg.base_offset, kept[-1].base_offset, kept[-1].next_offset - 1,
+                tp, seg.base_offset, kept[-1].base_offset, end - 1,
             )  # fmt: skip
+            seg.close()
             seg.remove_files()
             continue
         kept.append(seg)
@@ -237,7 +253,9 @@ def load_log(
                 _remove(directory / name)
 
     segments = _without_stale_empty_segments(
-        tp, [_segment(directory, b, ctx, config, (directory / f"{b:020d}{LOG_SUFFIX}").stat().st_size) for b in bases]
+        tp,
+        [_segment(directory, b, ctx, config, (directory / f"{b:020d}{LOG_SUFFIX}").stat().st_size) for b in bases],
+        _framed_end,
     )
     bases = [seg.base_offset for seg in segments]
     # the unflushed tail (Kafka's recoverLog): after a crash, the segment holding the recovery
@@ -300,7 +318,7 @@ def load_log(
         if recovered and recovered[-1] is seg and i < len(segments) - 1:
             seg.on_become_inactive()
         kept.append(seg)
-    segments = kept
+    segments = _without_stale_empty_segments(tp, kept, lambda seg: seg.next_offset)
 
     start = log_start_offset or 0
     if not segments:
