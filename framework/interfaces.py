@@ -129,9 +129,12 @@ class LogDirDescription:
 
     ``path`` is the absolute path Kafka reports (an engine without directories names its place
     some other stable way). ``error`` says why the dir is offline -- it cannot be reached, so its
-    partitions cannot be served -- and is None while it is online; an offline dir lists no
-    partitions. ``total_bytes`` / ``usable_bytes`` are the size and free space of the volume
-    holding it, -1 when unknown (as Kafka's schema default). ``partitions`` are the logs kept in it.
+    partitions cannot be served -- and is None while it is online. ``total_bytes`` /
+    ``usable_bytes`` are the size and free space of the volume holding it, -1 when unknown (as
+    Kafka's schema default). ``partitions`` are the logs kept in it; an offline dir lists the logs
+    it held when it failed, which the broker then takes offline (their other replicas lead them:
+    see docs/cluster.md, "A failed log dir"). DescribeLogDirs answers an offline dir with no
+    partitions, as Kafka does.
     """
 
     path: str
@@ -292,15 +295,19 @@ class LogStorage(Protocol):
 
     async def describe_log_dirs(self) -> Sequence[LogDirDescription]:
         """Every configured log dir, in ``log.dirs`` order, with the logs it holds, whether it is
-        online and its volume's size and free space (DescribeLogDirs). Called on admin requests,
-        not on the hot path, on the trio thread. Whatever may block on the file system (a
-        ``statvfs``, an ``is_dir``: a stuck NFS mount holds them for minutes) runs in a worker
-        thread under a ``trio.CapacityLimiter`` of the engine's own, so a stuck volume stalls
-        only DescribeLogDirs, neither the other clients nor the other users of worker threads;
-        the logs held are read on the trio thread, where they change. A walk of every segment
-        file is too slow either way (sizes come from ``PartitionLog.size_in_bytes``). An engine
-        written while this was a plain method (returning the list) is still called, on the trio
-        thread."""
+        online and its volume's size and free space (DescribeLogDirs). Called on admin requests
+        and by the broker's log-dir failure checks (every few seconds and after a storage error,
+        from a task of their own), not on the hot path, on the trio thread. Whatever may block on
+        the file system (a ``statvfs``, an ``is_dir``: a stuck NFS mount holds them for minutes)
+        runs in a worker thread under a ``trio.CapacityLimiter`` of the engine's own, so a stuck
+        volume stalls only DescribeLogDirs and those checks, neither the other clients nor the
+        other users of worker threads; the logs held are read on the trio thread, where they
+        change. A walk of every segment file is too slow either way (sizes come from
+        ``PartitionLog.size_in_bytes``). An engine written while this was a plain method
+        (returning the list) is still called, on the trio thread.
+
+        A dir reported offline stays offline until the storage is opened again: its logs are no
+        longer in ``get_log``/``all_logs``, no new log is placed in it and checkpoints skip it."""
         ...
 
     async def run(self) -> None:

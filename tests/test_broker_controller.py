@@ -9,8 +9,12 @@ from pathlib import Path
 import trio
 from broker_harness import batch, produce, running_broker
 
+from odradek.broker.alter_partition import AlterPartitionManager
 from odradek.broker.api import CreatableTopic
+from odradek.broker.core import BrokerCore
+from odradek.broker.log_dir_failures import encode_offline_replicas, offline_replicas_key
 from odradek.broker.metadata_cache import registration_json
+from odradek.broker.partition import Partition
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
@@ -18,17 +22,23 @@ from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
 TP = TopicPartition("t", 0)
 
 
+async def _led_by_broker_7(core: BrokerCore, tmp_path: Path) -> tuple[LocalMetadataStore, Partition | None]:
+    """Broker 7 registered by a second store session, leading t-0 (replicas 7, 0): (its
+    session, this broker's follower partition)."""
+    other = LocalMetadataStore(tmp_path / FILE_NAME)
+    await other.open(6000)
+    await other.register_broker(7, registration_json([("PLAINTEXT", "127.0.0.1", 9999, "PLAINTEXT")], None))
+    with trio.fail_after(5):
+        while 7 not in core.metadata_cache.live_broker_ids():
+            await trio.sleep(0.01)
+    res = await core.create_topics([CreatableTopic("t", assignments={0: [7, 0]})], 1000, False)
+    assert res["t"].error == ErrorCode.NONE
+    return other, core.replica_manager.get_partition(TP)
+
+
 async def test_offline_partition_gets_a_new_leader(tmp_path: Path) -> None:
     async with running_broker(tmp_path) as core:
-        other = LocalMetadataStore(tmp_path / FILE_NAME)
-        await other.open(6000)
-        await other.register_broker(7, registration_json([("PLAINTEXT", "127.0.0.1", 9999, "PLAINTEXT")], None))
-        with trio.fail_after(5):
-            while 7 not in core.metadata_cache.live_broker_ids():
-                await trio.sleep(0.01)
-        res = await core.create_topics([CreatableTopic("t", assignments={0: [7, 0]})], 1000, False)
-        assert res["t"].error == ErrorCode.NONE
-        partition = core.replica_manager.get_partition(TP)
+        other, partition = await _led_by_broker_7(core, tmp_path)
         assert partition is not None and not partition.is_leader and partition.leader_id == 7
         assert (await produce(core, TP, batch([b"x"]))).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
         md = await core.metadata(["t"], False)
@@ -43,3 +53,24 @@ async def test_offline_partition_gets_a_new_leader(tmp_path: Path) -> None:
         assert (await produce(core, TP, batch([b"x"]))).error == ErrorCode.NONE
         p = (await core.metadata(["t"], False)).topics[0].partitions[0]
         assert (p.leader, p.leader_epoch, p.isr, p.offline_replicas) == (0, 1, (0,), (7,))
+
+
+async def test_an_offline_replica_of_a_live_broker_loses_the_leadership_and_the_isr(tmp_path: Path) -> None:
+    """Broker 7 stays registered but publishes its replica of t-0 as offline (its log dir
+    failed): the controller elects this broker (epoch + 1) and takes 7 out of the ISR, and a
+    leader does not add 7 back while the replica is offline, however caught up it looked."""
+    async with running_broker(tmp_path) as core:
+        other, partition = await _led_by_broker_7(core, tmp_path)
+        assert partition is not None and not partition.is_leader
+
+        isr_manager = AlterPartitionManager(core.config, core.store, core.metadata_cache, core.replica_manager)
+        assert await isr_manager._eligible(7, TP)
+        await other.create(offline_replicas_key(7), encode_offline_replicas(["/data"], [TP]), ephemeral=True)
+        with trio.fail_after(5):
+            while not partition.is_leader:
+                await trio.sleep(0.01)
+        assert partition.leader_epoch == 1 and partition.isr == {0}
+        assert 7 in core.metadata_cache.live_broker_ids()
+        assert not await isr_manager._eligible(7, TP)
+        assert await isr_manager._eligible(7, TopicPartition("t", 1))  # only the offline replica
+        await other.close()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +25,7 @@ from odradek.broker.api import CreatableTopic
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.server import BrokerServer
 from odradek.broker.storage_failures import StorageFailureLog
+from odradek.config import default_config
 from odradek.errors import ErrorCode, KafkaStorageError
 from odradek.interfaces import TopicPartition
 from odradek.plugins.meta_local import store as meta_local_store
@@ -180,6 +183,8 @@ def test_storage_failure_log_rate_limits_per_key() -> None:
 async def test_produce_on_a_full_disk_logs_the_log_dir_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """One ERROR for the dir, once the log-dir check the failures woke found it online (a full
+    disk is not a failed dir), then INFO when appends work again."""
     data = tmp_path / "data"
     caplog.set_level(logging.INFO, logger="odradek.broker.replica_manager")
     with disk(monkeypatch, segment_module, index_module) as fs:
@@ -192,6 +197,7 @@ async def test_produce_on_a_full_disk_logs_the_log_dir_once(
             for _ in range(5):
                 result = await produce(server.core, TP, batch([b"x" * 100]))
                 assert result.error == ErrorCode.KAFKA_STORAGE_ERROR
+            assert not await server.core.replica_manager.check_log_dirs()
             errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
             assert len(errors) == 1 and errors[0].exc_info is None
             assert str(data.resolve()) in errors[0].getMessage() and "ENOSPC" in errors[0].getMessage()
@@ -285,3 +291,51 @@ async def test_partitions_left_unhosted_by_a_full_disk_are_hosted_once_there_is_
         assert not core.metadata_cache.storage_failures
         assert (await produce(core, tp, batch([b"z"]))).error == ErrorCode.NONE
         nursery.cancel_scope.cancel()
+
+
+async def test_appends_failing_in_a_failed_log_dir_leave_one_line_for_the_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Appends fail in both log dirs: one was removed, the other is full. A failed append only
+    wakes the log-dir check, which asks the volumes in a worker thread (never on the event loop:
+    a stuck mount would freeze every client), so the append's line waits for the check: the
+    removed dir gets its one ERROR line (its partitions offline) and no appends line, the full
+    one the appends line (a full disk is not a failed dir); no tracebacks."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    config = default_config(log_dirs=[str(first), str(second)], listeners="PLAINTEXT://127.0.0.1:0")
+    real_statvfs = os.statvfs
+    callers: set[int] = set()
+
+    def statvfs(path: Any) -> os.statvfs_result:
+        callers.add(threading.get_ident())
+        return real_statvfs(path)
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    caplog.set_level(logging.INFO, logger="odradek.broker")
+    with disk(monkeypatch, segment_module, index_module) as fs:
+        async with trio.open_nursery() as nursery:
+            server = BrokerServer(config, broker_plugins())
+            await nursery.start(server.serve)
+            core = server.core
+            assert core is not None
+            await create(core, "t", partitions=4)
+            assert isinstance(core.storage, storage_module.SegmentLogStorage)
+            dirs = {tp: lg.dir.parent for tp, lg in core.storage.all_logs().items()}
+            gone = sorted(tp for tp, d in dirs.items() if d == second)
+            kept = sorted(tp for tp, d in dirs.items() if d == first)
+            assert gone and kept
+            caplog.clear()
+            callers.clear()
+            shutil.rmtree(second)
+            fs.full = True
+            for tp in (*gone, *kept):
+                assert (await produce(core, tp, batch([b"x"]))).error == ErrorCode.KAFKA_STORAGE_ERROR
+            await core.replica_manager.check_log_dirs()  # the one the failures woke is done by then
+            assert set(core.replica_manager.offline_partitions) == set(gone)
+            errors = sorted(r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+            assert len(errors) == 2 and not any(r.exc_info for r in caplog.records), errors
+            assert errors[0].startswith(f"appends to partitions in {first} failing: ") and "ENOSPC" in errors[0]
+            assert errors[1].startswith(f"log dir {second} is offline: ") and "partition(s) taken offline" in errors[1]
+            assert callers and threading.get_ident() not in callers
+            fs.full = False
+            nursery.cancel_scope.cancel()

@@ -44,6 +44,16 @@ def three_brokers(tmp_path: Path, metadata: dict[str, str]) -> Iterator[dict[int
         yield brokers
 
 
+def metadata_settings(kind: str, request: pytest.FixtureRequest, prefix: str) -> dict[str, str]:
+    """Broker settings for the session ZooKeeper or etcd (``kind``), under a chroot / namespace
+    of this test's own."""
+    if kind == "zookeeper":
+        zk = request.getfixturevalue("zookeeper_server")
+        return {"metadata": "zookeeper", "zookeeper.connect": zk.connect_string + unique_chroot(prefix)}
+    etcd = request.getfixturevalue("etcd_server")
+    return {"metadata": "etcd", "etcd.endpoints": etcd.endpoint, "etcd.namespace": unique_chroot(prefix)}
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -237,12 +247,7 @@ def test_a_broker_past_its_session_registers_again(tmp_path: Path, kind: str, re
     any controllership with the session. As Kafka's broker does, it registers again in the new
     session and rejoins the ISR; it used to stay unregistered for good, so the others saw it as
     dead and the leader and controller kept adding it to and removing it from the ISR."""
-    if kind == "zookeeper":
-        server = request.getfixturevalue("zookeeper_server")
-        metadata = {"metadata": "zookeeper", "zookeeper.connect": server.connect_string + unique_chroot("expiry")}
-    else:
-        server = request.getfixturevalue("etcd_server")
-        metadata = {"metadata": "etcd", "etcd.endpoints": server.endpoint, "etcd.namespace": unique_chroot("expiry")}
+    metadata = metadata_settings(kind, request, "expiry")
     with three_brokers(tmp_path, metadata) as brokers:
         bootstrap, _, topic, leader = replicated_topic(brokers, "expiry")
         victim = next(i for i in brokers if i != leader)
@@ -262,3 +267,55 @@ def test_a_broker_past_its_session_registers_again(tmp_path: Path, kind: str, re
         assert len(produce(bootstrap, topic, [b"z%d" % i for i in range(20)])) == 20
         for b in brokers.values():
             assert not b.log_problems(), b.log_problems()
+
+
+@pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
+def test_a_failed_log_dir_moves_leadership_and_stops_the_broker(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """The leader's only log dir vanishes under it (renamed away, as an unmounted volume: its
+    open files still work, nothing new can be created there). As in Kafka, the broker takes the
+    dir's partitions offline and publishes them; the controller elects a new leader from the
+    rest of the ISR and takes the broker out of it at once, so acks=all producers carry on and
+    no acknowledged record is lost; with no dir left the broker exits non-zero with one ERROR
+    line. Restarted with the dir back, it catches up and rejoins the ISR. Before, the broker
+    kept leading and answering KAFKA_STORAGE_ERROR, the ISR kept it, and producers stalled."""
+    metadata = metadata_settings(kind, request, "logdir")
+    with three_brokers(tmp_path, metadata) as brokers:
+        bootstrap, _, topic, leader = replicated_topic(brokers, "logdir")
+        first = produce(bootstrap, topic, [b"a%d" % i for i in range(200)])
+        assert len(first) == 200
+        failed = brokers[leader]
+        failed.data_dir.rename(failed.data_dir.with_name("data.unmounted"))
+        others = AdminClient({"bootstrap.servers": ",".join(b.bootstrap for i, b in brokers.items() if i != leader)})
+        _, isr = wait_for(
+            "a new leader and the failed broker out of the ISR",
+            lambda: (s := partition_state(others, topic)) and s[0] != leader and leader not in s[1] and s,
+        )
+        assert len(isr) == 2
+        second = produce(bootstrap, topic, [b"b%d" % i for i in range(200)])
+        assert len(second) == 200
+        process = failed.process
+        assert process is not None
+        wait_for("the broker without a log dir to exit", lambda: process.poll() is not None)
+        assert process.returncode == 1
+        (line,) = failed.log_problems()
+        assert "every log dir is offline" in line, line
+
+        acked = first | second
+        survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != leader)
+        got = consume_all(survivors, topic, len(acked))
+        assert acked <= set(got), f"lost {len(acked - set(got))} acknowledged records"
+        assert len(got) == len(set(got)), "duplicates with an idempotent producer"
+
+        failed.data_dir.with_name("data.unmounted").rename(failed.data_dir)  # repaired
+        seen = len(failed.log_problems())
+        failed.start()
+        wait_for(
+            "the repaired broker back in the ISR", lambda: (s := partition_state(others, topic)) and len(s[1]) == 3
+        )
+        assert acked <= set(consume_all(bootstrap, topic, len(acked)))
+        assert len(failed.log_problems()) == seen, failed.log_problems()
+        for i, b in brokers.items():
+            if i != leader:
+                assert not b.log_problems(), b.log_problems()

@@ -23,7 +23,7 @@ from storage_helpers import TP, append, batch, log_of, open_storage, read_batche
 from odradek import records
 from odradek.config import default_config
 from odradek.errors import KafkaStorageError
-from odradek.interfaces import TopicPartition
+from odradek.interfaces import LogDirDescription, TopicPartition
 from odradek.plugins.storage_segment import checkpoint as checkpoint_module
 from odradek.plugins.storage_segment import cleaner as cleaner_module
 from odradek.plugins.storage_segment import index as index_module
@@ -763,7 +763,11 @@ async def test_failing_background_work_is_logged_rate_limited(
     async def nothing() -> int:
         return 0
 
+    async def every_dir_online() -> list[LogDirDescription]:  # after a failure: no dir went offline
+        return []
+
     monkeypatch.setattr(storage, "flush_tick", flush_tick)
+    monkeypatch.setattr(storage, "describe_log_dirs", every_dir_online)
     for name in ("run_retention", "write_own_checkpoints", "run_cleaner"):
         monkeypatch.setattr(storage, name, nothing)
     caplog.set_level(logging.INFO, logger="odradek.plugins.storage_segment.storage")
@@ -797,6 +801,21 @@ def _fds_under(path: Path) -> list[str]:
     return out
 
 
+async def _logs_in_two_dirs(
+    first: Path, second: Path
+) -> tuple[SegmentLogStorage, list[TopicPartition], tuple[TopicPartition, ...]]:
+    """An open storage over two dirs with four logs of one batch each: (storage, the logs, the
+    ones in ``second``)."""
+    storage = SegmentLogStorage(default_config(log_dirs=[str(first), str(second)]))
+    await storage.open()
+    tps = [TopicPartition("t", p) for p in range(4)]
+    for tp in tps:
+        append(log_of(storage, tp), batch(3))
+    lost = tuple(sorted(tp for tp in tps if log_of(storage, tp).dir.parent == second))
+    assert lost and len(lost) < len(tps)
+    return storage, tps, lost
+
+
 async def test_a_log_dir_removed_under_the_storage_is_closed_without_leaks(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -805,13 +824,7 @@ async def test_a_log_dir_removed_under_the_storage_is_closed_without_leaks(
     ERROR line, and raises one KafkaStorageError (the process exits non-zero) instead of a raw
     FileNotFoundError that left the other segments' files open. The other dir reopens intact."""
     first, second = tmp_path / "a", tmp_path / "b"
-    storage = SegmentLogStorage(default_config(log_dirs=[str(first), str(second)]))
-    await storage.open()
-    tps = [TopicPartition("t", p) for p in range(4)]
-    for tp in tps:
-        append(log_of(storage, tp), batch(3))
-    lost = sorted(tp for tp in tps if log_of(storage, tp).dir.parent == second)
-    assert lost and len(lost) < len(tps)
+    storage, tps, lost = await _logs_in_two_dirs(first, second)
     assert _fds_under(second)
     shutil.rmtree(second)
     with pytest.raises(KafkaStorageError, match="without persisting everything"):
@@ -825,5 +838,33 @@ async def test_a_log_dir_removed_under_the_storage_is_closed_without_leaks(
         for tp in tps:
             if tp not in lost:
                 assert len(read_batches(log_of(reopened, tp))) == 1
+    finally:
+        await reopened.close()
+
+
+async def test_a_failed_log_dir_is_taken_offline_and_the_others_keep_working(tmp_path: Path) -> None:
+    """A log dir found gone by ``describe_log_dirs`` goes offline for the storage's life (Kafka's
+    offline log dir): it lists the logs it held, which are released and dropped; checkpoints,
+    new logs and close use the other dir only, so close succeeds instead of failing on it, and
+    the other dir reopens intact."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    storage, tps, lost = await _logs_in_two_dirs(first, second)
+    shutil.rmtree(second)
+    online, offline = await storage.describe_log_dirs()
+    assert online.error is None and offline.error is not None and "No such file" in offline.error
+    assert offline.partitions == lost
+    assert (await storage.describe_log_dirs())[1] == offline  # stays offline, its logs still named
+    # every segment file and index map released; the dir's lock is kept until close
+    assert [f for f in _fds_under(second) if ".lock" not in f] == []
+    assert all(storage.get_log(tp) is None for tp in lost) and set(storage.all_logs()) == set(tps) - set(lost)
+    storage.write_checkpoint("replication-offset-checkpoint", {tp: 1 for tp in storage.all_logs()})
+    assert log_of(storage, TopicPartition("new", 0)).dir.parent == first
+    await storage.close()  # clean: nothing left in the failed dir to persist
+    assert not second.exists()
+    reopened = SegmentLogStorage(default_config(log_dirs=[str(first)]))
+    await reopened.open()
+    try:
+        assert set(reopened.all_logs()) == (set(tps) - set(lost)) | {TopicPartition("new", 0)}
+        assert reopened.read_checkpoint("replication-offset-checkpoint") == {tp: 1 for tp in set(tps) - set(lost)}
     finally:
         await reopened.close()

@@ -34,6 +34,7 @@ import trio
 from ..config import Config
 from ..interfaces import MetadataConflict, MetadataStore, TopicPartition
 from ..sessions import MetadataUnavailable
+from .log_dir_failures import decode_offline_replicas, offline_replicas_key
 from .metadata_cache import BROKERS_PREFIX, MetadataCache, PartitionState, encode, partition_state_key
 from .replica_manager import ReplicaManager
 
@@ -92,7 +93,7 @@ class AlterPartitionManager:
                 r for r in p.replicas if r != self.broker_id and r in live and p.can_join_isr(r, now, self.max_lag_ms)
             }
             if expand:
-                expand = {r for r in expand if await self._eligible(r)}
+                expand = {r for r in expand if await self._eligible(r, tp)}
             if not shrink and not expand:
                 continue
             new_isr = tuple(r for r in p.replicas if (r in p.isr or r in expand) and r not in shrink)
@@ -102,11 +103,15 @@ class AlterPartitionManager:
                 written += 1
         return written
 
-    async def _eligible(self, broker_id: int) -> bool:
-        """KIP-841: only a registered broker that is not in controlled shutdown joins an ISR. The
-        store is asked, not the cache, which may not have seen a stopping broker's mark or its
-        registration vanish yet."""
+    async def _eligible(self, broker_id: int, tp: TopicPartition) -> bool:
+        """KIP-841: only a registered broker that is not in controlled shutdown joins an ISR, and
+        only with a replica that is not offline (its log dir failed: its last fetch may look
+        caught up, but it fetches no more). The store is asked, not the cache, which may not
+        have seen a stopping broker's mark or its registration vanish yet."""
         if await self.store.get(f"{SHUTTING_DOWN_PREFIX}{broker_id}") is not None:
+            return False
+        offline = await self.store.get(offline_replicas_key(broker_id))
+        if offline is not None and tp in decode_offline_replicas(offline.value):
             return False
         return await self.store.get(f"{BROKERS_PREFIX}{broker_id}") is not None
 

@@ -7,7 +7,9 @@ replica in assignment order that is alive and in the ISR, or, with
 ``unclean.leader.election.enable``, the first live replica (its ISR then becomes just itself).
 Each election bumps the leader epoch and is a compare-and-set on the partition state carrying the
 controller's fence, so a deposed controller's late writes fail. It runs once on winning and again
-whenever the set of live brokers changes.
+whenever the set of live brokers changes. A replica a live broker published as offline (its log
+dir failed, :mod:`~odradek.broker.log_dir_failures`) counts as a dead broker's for its partition:
+it loses the leadership, leaves the ISR and is not elected.
 
 The same pass also takes dead brokers out of the ISRs of partitions whose leader is alive (so
 acks=all produce does not wait ``replica.lag.time.max.ms`` for them) and, with
@@ -47,6 +49,7 @@ from ..interfaces import (
 from ..pacing import paced
 from ..sessions import MetadataUnavailable
 from .api import ElectionType, ElectLeadersResult
+from .log_dir_failures import offline_replicas_of
 from .metadata_cache import (
     BROKERS_PREFIX,
     CONTROLLER_ELECTION,
@@ -144,7 +147,7 @@ class Controller:
             return 0
         if items is None:
             items, _ = await self.store.list(WATCHED_PREFIX)
-        live, topics = _cluster_view(items)
+        live, topics, offline = _cluster_view(items)
         rebalance = bool(self.config["auto.leader.rebalance.enable"])
         elected = 0
         for name, (assignment, states) in sorted(topics.items()):
@@ -154,14 +157,16 @@ class Controller:
                 state = states.get(p)
                 if state is None:
                     continue
-                if state.leader in live:
-                    new = shrink_dead_from_isr(state, live) or (
-                        preferred_leader(replicas, state, live) if rebalance else None
+                # a replica in a failed log dir counts as a dead broker's
+                usable = live - offline.get(TopicPartition(name, p), set())
+                if state.leader in usable:
+                    new = shrink_dead_from_isr(state, usable) or (
+                        preferred_leader(replicas, state, usable) if rebalance else None
                     )
                     if new is None:
                         continue
                 else:
-                    new = elect_leader(replicas, state, live, unclean)
+                    new = elect_leader(replicas, state, usable, unclean)
                     if new is None:
                         log.warning("%s-%d has no eligible leader (replicas %s, isr %s)", name, p, replicas, state.isr)
                         continue
@@ -224,7 +229,7 @@ class Controller:
             if not pending or leadership is None or self.cache.halted is not None:
                 break
             items, _ = await self.store.list(WATCHED_PREFIX)
-            live, topics = _cluster_view(items)
+            live, topics, offline = _cluster_view(items)
             stale: list[TopicPartition] = []
             changed: set[str] = set()
             async for tp in paced(pending):
@@ -235,7 +240,7 @@ class Controller:
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
                     )
                     continue
-                decided = decide_election(election_type, replicas, state, live)
+                decided = decide_election(election_type, replicas, state, live - offline.get(tp, set()))
                 if isinstance(decided, ElectLeadersResult):
                     answers[tp] = decided
                     continue
@@ -290,8 +295,11 @@ def one_line(exc: BaseException) -> str:
 
 def _cluster_view(
     items: Mapping[str, Versioned],
-) -> tuple[set[int], dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]]]:
-    """Live broker ids and, per topic, (assignment, partition states) from a ``/brokers/`` listing."""
+) -> tuple[
+    set[int], dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]], dict[TopicPartition, set[int]]
+]:
+    """Live broker ids, per topic (assignment, partition states), and the live brokers whose
+    replica of a partition is offline (a failed log dir), from a ``/brokers/`` listing."""
     live: set[int] = set()
     topics: dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]] = {}
     for key, v in items.items():
@@ -308,7 +316,7 @@ def _cluster_view(
             entry[0].update({int(p): tuple(int(r) for r in reps) for p, reps in doc["partitions"].items()})
         elif len(parts) == 4 and parts[1] == "partitions" and parts[3] == "state":
             entry[1][int(parts[2])] = PartitionState.decode(v)
-    return live, topics
+    return live, topics, offline_replicas_of(items, live)
 
 
 def shrink_dead_from_isr(state: PartitionState, live: set[int]) -> PartitionState | None:

@@ -25,17 +25,20 @@ class DelayedProduce(DelayedOperation):
         results: dict[TopicPartition, PartitionProduceResult],
         required_offsets: Mapping[TopicPartition, int],
         get_partition: Callable[[TopicPartition], Partition | None],
+        missing_error: Callable[[TopicPartition], ErrorCode] = lambda tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ) -> None:
         super().__init__()
         self.results = results
         self._pending = dict(required_offsets)
         self._get_partition = get_partition
+        #: the answer for a partition no longer hosted (one whose log dir failed: NOT_LEADER)
+        self._missing_error = missing_error
 
     def try_complete(self) -> bool:
         for tp, required in list(self._pending.items()):
             partition = self._get_partition(tp)
             if partition is None:
-                done, error = True, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                done, error = True, self._missing_error(tp)
             else:
                 done, error = partition.check_enough_replicas_reach_offset(required)
             if done:

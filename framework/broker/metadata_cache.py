@@ -429,6 +429,8 @@ class MetadataCache:
                 continue
             hosted.add(p)
             tp = TopicPartition(topic.name, p)
+            if tp in self.replica_manager.offline_partitions:
+                continue  # its log dir failed: the controller counts the replica out until a restart
             current = self.replica_manager.get_partition(tp)
             try:
                 id_on_disk = (

@@ -266,7 +266,16 @@ class ReplicaFetcher:
         if end > 0:
             payload = bytes(data[:end])
             batches = records.validate_batches(payload, exact_counts=False)
-            p.append_records_as_follower(payload, batches)
+            try:
+                p.append_records_as_follower(payload, batches)
+            except (KafkaError, OSError) as exc:
+                if isinstance(exc, KafkaError) and exc.code is not ErrorCode.KAFKA_STORAGE_ERROR:
+                    raise
+                # a full disk or a failed log dir (then the partition goes offline and leaves
+                # this fetcher): logged once per dir, not a traceback per fetch
+                self.manager.replica_manager.follower_append_failed(tp, exc)
+                state.delayed_until = trio.current_time() + FETCH_BACKOFF_S
+                return
         if p.update_follower_high_watermark(int(pd.high_watermark)):
             self.manager.replica_manager.wake(tp)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 
 import trio
 
@@ -82,6 +82,10 @@ def _nothing() -> None:
 
 def _nothing_for(tp: TopicPartition) -> None:
     pass
+
+
+async def _no_dir_failed() -> bool:
+    return False
 
 
 def log_dir_of(partition: Partition) -> str:
@@ -148,6 +152,17 @@ class ReplicaManager:
         #: roles changed; a follower of a led partition may rejoin its ISR
         self.on_partitions_changed: Callable[[], None] = _nothing
         self.on_isr_expand_candidate: Callable[[TopicPartition], None] = _nothing_for
+        #: an append to a partition failed, in the log dir named (called on the trio thread, on
+        #: the hot path): logged here at once, rate-limited, unless the log-dir failure handler
+        #: takes it, to log it only once its next check found the dir online (a failed dir's
+        #: partitions go offline with one line for the dir)
+        self.on_append_failure: Callable[[TopicPartition, str, BaseException], None] = self._log_append_failure
+        #: a checkpoint or snapshot failed: wait for a check of the log dirs (the handler's);
+        #: whether a dir went offline in it
+        self.check_log_dirs: Callable[[], Awaitable[bool]] = _no_dir_failed
+        #: partitions whose log dir failed -> that dir: not served until a restart (Kafka's
+        #: ``HostedPartition.Offline``)
+        self.offline_partitions: dict[TopicPartition, str] = {}
         self._hw_checkpoint: dict[TopicPartition, int] | None = None
         self._persist_lock = trio.Lock()
         #: per partition, at its last producer-state snapshot: (state changes, map end offset, log bytes)
@@ -167,6 +182,8 @@ class ReplicaManager:
         partition = self.partitions.get(tp)
         if partition is not None:
             return partition
+        if tp in self.offline_partitions:
+            raise self._offline_error(tp)
         plog = self.storage.get_or_create_log(tp, config)
         partition = Partition(
             tp,
@@ -231,6 +248,37 @@ class ReplicaManager:
         if partition is not None and delete:
             await self.storage.delete_log(tp)
 
+    def take_offline(self, tps: Collection[TopicPartition], log_dir: str) -> list[TopicPartition]:
+        """Stop serving ``tps``, whose log dir failed: they answer KAFKA_STORAGE_ERROR, replica
+        fetchers drop them, checkpoints skip them, and parked produce requests on them answer
+        NOT_LEADER_OR_FOLLOWER (their records may be on the other replicas: a retry finds out).
+        Returns the ones that were hosted."""
+        hosted = []
+        for tp in sorted(tps):
+            self.offline_partitions[tp] = log_dir
+            partition = self.partitions.pop(tp, None)
+            self._snapshot_marks.pop(tp, None)
+            if self._hw_checkpoint is not None:
+                self._hw_checkpoint.pop(tp, None)
+            if partition is not None:
+                hosted.append(tp)
+                self._wake(tp)
+        if hosted:
+            self.on_partitions_changed()
+        return hosted
+
+    def _offline_error(self, tp: TopicPartition) -> KafkaError:
+        return KafkaError(
+            f"{tp} is offline on broker {self.broker_id}: its log dir {self.offline_partitions[tp]} failed",
+            code=ErrorCode.KAFKA_STORAGE_ERROR,
+        )
+
+    def _missing_error(self, tp: TopicPartition) -> ErrorCode:
+        """What a parked produce request answers for a partition no longer hosted."""
+        if tp in self.offline_partitions:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
     def update_config(self, topic: str, config: TopicConfig) -> None:
         """Apply a topic's changed configs to each of its partitions and logs, live."""
         for tp, partition in self.partitions.items():
@@ -248,6 +296,8 @@ class ReplicaManager:
     def _leader_partition(self, tp: TopicPartition) -> Partition:
         partition = self.partitions.get(tp)
         if partition is None:
+            if tp in self.offline_partitions:
+                raise self._offline_error(tp)
             raise UnknownTopicOrPartition(f"this broker does not host {tp}")
         if not partition.is_leader:
             raise KafkaError(f"{tp}: leader is broker {partition.leader_id}", code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -323,13 +373,22 @@ class ReplicaManager:
             required[tp] = info.last_offset + 1
             self._wake(tp)
         if acks == -1 and required:
-            op = DelayedProduce(results, required, self.partitions.get)
+            op = DelayedProduce(results, required, self.partitions.get, self._missing_error)
             await self.produce_purgatory.try_complete_else_watch(op, list(required), timeout_ms)
         return results
 
     def _append_failed(self, tp: TopicPartition, exc: BaseException) -> None:
+        if tp in self.offline_partitions:
+            return  # its dir failed (found by a concurrent check): the dir's line says so
         partition = self.partitions.get(tp)
-        self.append_failures.failed(log_dir_of(partition) if partition is not None else "the log storage", exc)
+        self.on_append_failure(tp, log_dir_of(partition) if partition is not None else "the log storage", exc)
+
+    def _log_append_failure(self, tp: TopicPartition, where: str, exc: BaseException) -> None:
+        self.append_failures.failed(where, exc)
+
+    def follower_append_failed(self, tp: TopicPartition, exc: BaseException) -> None:
+        """A replica fetcher could not append ``tp``'s fetched batches (the fetcher backs off)."""
+        self._append_failed(tp, exc)
 
     def _verify_transaction(
         self, transactional_id: str | None, producer_id: int, epoch: int, tp: TopicPartition
@@ -643,12 +702,18 @@ class ReplicaManager:
                 next_expiration = trio.current_time() + expiration_s
             if trio.current_time() < next_checkpoint:
                 continue
+            offline_before = len(self.offline_partitions)
             try:
                 await self.persist_state()
                 self.persist_failures.succeeded("the log dirs")
             except Exception as exc:
                 if not _is_storage_error(exc):
                     log.exception("replica manager housekeeping failed; retrying at the next interval")
+                elif await self.check_log_dirs() or len(self.offline_partitions) != offline_before:
+                    # a dir failed meanwhile (the check waited for, or another, took it offline):
+                    # the dir's line says so; write again at once without it
+                    next_checkpoint = trio.current_time()
+                    continue
                 else:  # disk full or an I/O error: known, lasting; logged once, then rate-limited
                     self.persist_failures.failed("the log dirs", exc)
             next_checkpoint = trio.current_time() + checkpoint_s

@@ -8,7 +8,8 @@ Start-up order (each step needs the previous one):
 3. the core (:class:`~odradek.broker.core.BrokerCore`): loads topics and hosts this broker's
    partitions (producer state rebuilt, high watermarks restored from the checkpoint);
 4. background tasks: ``LogStorage.run()`` (retention, cleaner, flushes), the replica manager's
-   checkpoints, the metadata watch, the group coordinator;
+   checkpoints, the metadata watch, the log-dir failure checks (a broker left with no online
+   log dir stops), the group coordinator;
 5. listeners: one per ``listeners`` entry, through the transport ``Plugins.transport_for`` picks
    for its security protocol (the one the broker's own outgoing connections use too);
    their bound addresses (port 0 resolved) are what the broker advertises unless
@@ -43,6 +44,7 @@ from . import meta_properties
 from .alter_partition import AlterPartitionManager
 from .controller import Controller
 from .core import BrokerCore
+from .log_dir_failures import LogDirFailureHandler, LogDirsFailed
 from .meta_properties import InconsistentClusterId
 from .metadata_cache import CLUSTER_ID_KEY, MetadataCache, MetadataStoreReset, registration_json
 from .replica_fetcher import ReplicaFetcherManager
@@ -202,6 +204,9 @@ class BrokerServer:
             self._spawn(background, scopes, core.replica_manager.run)
             self._spawn(background, scopes, core.metadata_cache.run)
             self._spawn(background, scopes, core.metadata_cache.retry_unhosted_forever)
+            dir_failures = LogDirFailureHandler(config.broker_id, storage, store, core.replica_manager)
+            self._spawn(background, scopes, dir_failures.run)
+            self._spawn(background, scopes, lambda: self._stop_when_log_dirs_failed(dir_failures))
             alter_partition = AlterPartitionManager(config, store, core.metadata_cache, core.replica_manager)
             self._spawn(background, scopes, alter_partition.run)
             fetchers = ReplicaFetcherManager(config, core.replica_manager, core.metadata_cache, self._connector)
@@ -398,6 +403,20 @@ class BrokerServer:
         raise MetadataStoreReset(
             f"broker {cache.broker_id} stopped: the metadata store is not cluster {cache.cluster_id}'s any more"
         )
+
+    @staticmethod
+    async def _stop_when_log_dirs_failed(handler: LogDirFailureHandler) -> None:
+        """Once no log dir is online, end the broker (Kafka halts it): ``serve`` raises
+        ``LogDirsFailed``, so ``odradek serve`` exits non-zero with one line naming the dirs,
+        instead of living on with nothing to serve. The offline replicas are published first, so
+        the controller moves the leaderships at once."""
+        await handler.all_failed.wait()
+        with trio.move_on_after(CONTROLLED_SHUTDOWN_TIMEOUT_S):
+            try:
+                await handler.publish()
+            except Exception as exc:  # the store away, or kept in the failed dir (meta_local)
+                log.warning("offline replicas not published: %s", exc)
+        raise LogDirsFailed(handler.failure_reason)
 
     async def _register_again(self, store: MetadataStore, info: bytes) -> None:
         attempt = 0

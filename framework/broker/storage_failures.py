@@ -80,19 +80,21 @@ class StorageFailureLog:
     def is_failing(self, key: str) -> bool:
         return key in self._failing
 
-    def failed(self, key: str, exc: BaseException) -> None:
+    def failed(self, key: str, exc: BaseException, count: int = 1) -> None:
+        """``count`` failures under ``key``, the last with ``exc`` (more than one when they were
+        held back and are logged together, as append failures wait for a log-dir check)."""
         now = self.clock()
         state = self._failing.get(key)
         if state is None:
-            self._failing[key] = _Failing(now, now)
+            self._failing[key] = _Failing(now, now, count - 1)
             self.logger.error("%s in %s failing: %s", self.what, key, one_line(exc))
             return
         if now - state.last_logged < self.interval_s:
-            state.suppressed += 1
+            state.suppressed += count
             return
         self.logger.error(
             "%s in %s still failing after %.0f s (%d more failures): %s",
-            self.what, key, now - state.since, state.suppressed + 1, one_line(exc),
+            self.what, key, now - state.since, state.suppressed + count, one_line(exc),
         )  # fmt: skip
         state.last_logged = now
         state.suppressed = 0

@@ -16,6 +16,7 @@ unlinking retired files, and the cleaner (``log.cleaner.enable``, ``log.cleaner.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -23,6 +24,7 @@ import os
 import re
 import resource
 import shutil
+import stat
 import threading
 import time
 import uuid
@@ -172,6 +174,9 @@ class SegmentLogStorage:
         self._file_lock = threading.Lock()
         self._snapshot_seq = 0
         self._written_seq: dict[Path, int] = {}
+        #: log dirs found offline (removed, unmounted, read-only after an I/O error) -> (why, the
+        #: logs they held): their logs are dropped, and they stay offline until the next start
+        self._offline: dict[Path, tuple[str, tuple[TopicPartition, ...]]] = {}
         codecs = config.plugins.codecs() if getattr(config, "plugins", None) is not None else None
         expiration = int(_option(config, "producer.id.expiration.ms", 86_400_000))
         self.cleaner = LogCleaner(codecs, self._on_cleaned, dedupe_budget(config), expiration)
@@ -281,15 +286,18 @@ class SegmentLogStorage:
             raise InvalidTopic(f"cannot store a log for {tp.topic!r} partition {tp.partition}")
         if tp in self._deleted_unpersisted:
             self._persist_deletions_now(tp)
-        if len(self.log_dirs) == 1:
+        online = self._online_dirs()
+        if not online:
+            raise KafkaStorageError(f"cannot create the log for {tp}: every log dir is offline")
+        if len(online) == 1:
             # counting every hosted log per directory is O(logs) of pathlib work per new log:
             # quadratic when a 1,000-partition topic is created (seconds of broker CPU)
-            parent = self.log_dirs[0]
+            parent = online[0]
         else:
-            counts = {d: 0 for d in self.log_dirs}
+            counts = {d: 0 for d in online}
             for lg in self._logs.values():
                 counts[lg.dir.parent] = counts.get(lg.dir.parent, 0) + 1
-            parent = min(self.log_dirs, key=lambda d: counts.get(d, 0))
+            parent = min(online, key=lambda d: counts.get(d, 0))
         directory = parent / str(tp)
         try:
             directory.mkdir(exist_ok=True)
@@ -315,25 +323,47 @@ class SegmentLogStorage:
     async def describe_log_dirs(self) -> Sequence[LogDirDescription]:
         """Each of ``log.dirs`` with its logs and its volume's size and free space (statvfs).
 
-        A dir that cannot be reached any more (removed, unmounted, an I/O error) is reported
-        offline with the OS error, as Kafka reports a dir its LogDirFailureChannel took offline;
-        a full disk is not offline here (see ``odradek.broker.storage_failures``). The volumes
-        are asked in a worker thread (:data:`LOG_DIR_STAT_THREADS` at most): a stuck mount
-        holds DescribeLogDirs only; the logs are listed on the trio thread, where they change."""
+        A dir that cannot be reached any more (removed, unmounted, an I/O error) or whose file
+        system turned read-only (what ext4 and xfs do on an I/O error) is taken offline, as
+        Kafka's LogDirFailureChannel does: its logs are released without flushing (nothing can
+        be written there) and dropped, no new log is placed in it, and it stays offline, listing
+        the logs it held, until the next start. A full disk is not offline here (see
+        ``odradek.broker.storage_failures``). The online dirs' volumes are asked in a worker
+        thread (:data:`LOG_DIR_STAT_THREADS` at most): a stuck mount holds only the callers of
+        this method; the logs are listed, and a failed dir's taken offline, on the trio thread,
+        where they change."""
+        asked = tuple(self._online_dirs())
+        volumes = await trio.to_thread.run_sync(_volumes, asked, limiter=self._log_dir_stats, abandon_on_cancel=True)
+        for d, volume in zip(asked, volumes, strict=True):
+            if isinstance(volume, OSError) and d not in self._offline:  # not by a concurrent call
+                self._take_offline(d, f"log dir {d} is offline: {volume}")
         held: dict[Path, list[TopicPartition]] = {d: [] for d in self.log_dirs}
         for tp, lg in self._logs.items():
             held.setdefault(lg.dir.parent, []).append(tp)
-        volumes = await trio.to_thread.run_sync(
-            _volumes, tuple(self.log_dirs), limiter=self._log_dir_stats, abandon_on_cancel=True
-        )
+        sizes = {d: v for d, v in zip(asked, volumes, strict=True) if not isinstance(v, OSError)}
         out = []
-        for d, volume in zip(self.log_dirs, volumes, strict=True):
-            if isinstance(volume, OSError):
-                out.append(LogDirDescription(str(d), error=f"log dir {d} is offline: {volume}"))
+        for d in self.log_dirs:
+            offline = self._offline.get(d)
+            if offline is not None:
+                out.append(LogDirDescription(str(d), offline[1], error=offline[0]))
             else:
-                total, usable = volume
+                total, usable = sizes[d]
                 out.append(LogDirDescription(str(d), tuple(sorted(held[d])), total_bytes=total, usable_bytes=usable))
         return out
+
+    def _take_offline(self, d: Path, why: str) -> None:
+        """Drop the logs of a failed dir, releasing their descriptors and maps without writing
+        anything (their files are gone or cannot be written); the dir stays offline."""
+        lost = tuple(sorted(tp for tp, lg in self._logs.items() if lg.dir.parent == d))
+        for tp in lost:
+            lg = self._logs.pop(tp)
+            self._uncleanable.discard(tp)
+            with contextlib.suppress(OSError):
+                lg.abandon()
+        self._offline[d] = (why, lost)
+
+    def _online_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if d not in self._offline]
 
     async def delete_log(self, tp: TopicPartition) -> None:
         lg = self._logs.pop(tp, None)
@@ -364,10 +394,13 @@ class SegmentLogStorage:
         self._check_open()
         if not _NAME.match(name) or name in RESERVED_CHECKPOINTS:
             raise ValueError(f"{name!r} is not a checkpoint name the broker may write")
-        per_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        online = self._online_dirs()
+        per_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in online}
         for tp, offset in offsets.items():
             lg = self._logs.get(tp)
-            per_dir[lg.dir.parent if lg is not None else self.log_dirs[0]][tp] = offset
+            if lg is None and not online:
+                raise KafkaStorageError(f"writing checkpoint {name!r} failed: every log dir is offline")
+            per_dir[lg.dir.parent if lg is not None else online[0]][tp] = offset
         for d, entries in per_dir.items():
             try:
                 write_offsets(d / name, entries)
@@ -378,12 +411,12 @@ class SegmentLogStorage:
         if not _NAME.match(name):
             raise ValueError(f"{name!r} is not a checkpoint name")
         out: dict[TopicPartition, int] = {}
-        for d in self.log_dirs:
+        for d in self._online_dirs():
             out.update(read_offsets(d / name))
         return out
 
     def _per_dir(self, value: Callable[[SegmentLog], int]) -> dict[Path, dict[TopicPartition, int]]:
-        per_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        per_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self._online_dirs()}
         for tp, lg in self._logs.items():
             per_dir.setdefault(lg.dir.parent, {})[tp] = value(lg)
         return per_dir
@@ -515,6 +548,13 @@ class SegmentLogStorage:
             raise KafkaStorageError(f"compaction is waiting for disk space: {no_space}") from no_space
         return rounds
 
+    async def _dir_went_offline(self, offline_before: int) -> bool:
+        """After a failed background task: whether a log dir went offline since it started
+        (checked now, in the worker thread). Then the failure is the dir's, which the broker
+        reports, and the next tick works without it."""
+        await self.describe_log_dirs()
+        return len(self._offline) != offline_before
+
     def _log_dirs_text(self) -> str:
         return ", ".join(str(d) for d in self.log_dirs)
 
@@ -524,10 +564,12 @@ class SegmentLogStorage:
         failures = self.background_failures[task]
         while True:
             await trio.sleep(interval_ms / 1000)
+            offline = len(self._offline)
             try:
                 await work()
             except (OSError, KafkaStorageError) as exc:
-                failures.failed(self._log_dirs_text(), exc)
+                if not await self._dir_went_offline(offline):
+                    failures.failed(self._log_dirs_text(), exc)
             else:
                 failures.succeeded(self._log_dirs_text())
 
@@ -535,10 +577,12 @@ class SegmentLogStorage:
         backoff = int(self.config["log.cleaner.backoff.ms"]) / 1000
         failures = self.background_failures["log cleaner rounds"]
         while True:
+            offline = len(self._offline)
             try:
                 rounds = await self.run_cleaner()
             except (OSError, KafkaStorageError) as exc:
-                failures.failed(self._log_dirs_text(), exc)
+                if not await self._dir_went_offline(offline):
+                    failures.failed(self._log_dirs_text(), exc)
                 rounds = 0
             else:
                 failures.succeeded(self._log_dirs_text())
@@ -609,7 +653,7 @@ class SegmentLogStorage:
                 log.error("close: %s; the next start recovers past the last good checkpoint", exc)
             await self._unlink_retired()
             if clean:
-                for d in self.log_dirs:
+                for d in self._online_dirs():
                     try:
                         atomic_write(d / CLEAN_SHUTDOWN_FILE, b"")
                     except OSError as exc:
@@ -643,13 +687,16 @@ class SegmentLogStorage:
 def _volumes(dirs: Sequence[Path]) -> list[tuple[int, int] | OSError]:
     """Per dir, its volume's (total, usable) bytes from ``statvfs`` (``f_bavail``: what a
     non-root writer can use, as Java's ``getUsableSpace``), or the OSError that says it is
-    offline. Blocks as long as the file system does: a worker thread's."""
+    offline: gone, not a directory, or on a file system mounted read-only. Blocks as long as
+    the file system does: a worker thread's."""
     out: list[tuple[int, int] | OSError] = []
     for d in dirs:
         try:
-            if not d.is_dir():
+            if not stat.S_ISDIR(os.stat(d).st_mode):  # gone: FileNotFoundError
                 raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(d))
             st = os.statvfs(d)
+            if st.f_flag & os.ST_RDONLY:
+                raise OSError(errno.EROFS, "read-only file system", str(d))
         except OSError as exc:
             out.append(exc)
             continue
