@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import types
+import uuid
 from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from broker_harness import batch, broker_config, broker_plugins, create, fetch_records, produce, running_broker
 
 from odradek.broker.admin import assign_replicas, validate_topic_name
@@ -26,11 +28,12 @@ from odradek.broker.api import (
 )
 from odradek.broker.configs import ConfigManager
 from odradek.broker.core import BrokerCore
+from odradek.broker.metadata_cache import PartitionState, encode, partition_state_key, topic_key
 from odradek.broker.server import BrokerServer, ListenersStopped
 from odradek.config import default_config, load_config
 from odradek.errors import ErrorCode, InvalidTopic
 from odradek.hookspecs import hookimpl
-from odradek.interfaces import Endpoint, TopicPartition, TransportFactory
+from odradek.interfaces import Delete, Endpoint, Put, TopicPartition, TransportFactory
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "é", "a/b", "events\n"])
@@ -493,6 +496,40 @@ async def test_a_log_left_by_an_earlier_topic_of_the_name_is_not_reused(tmp_path
         assert (await produce(core, tp, batch([b"new"]))).base_offset == 0
         plog = core.storage.get_log(tp)
         assert plog is not None and plog.read_state("partition.metadata") == topic_id.encode()
+
+
+async def test_a_topic_deleted_and_created_again_between_two_reads_loses_its_old_log(tmp_path: Path) -> None:
+    """A broker that reads a topic only after it was deleted and created again (on a cluster:
+    another broker's DeleteTopics and CreateTopics reached the store while this one was busy, so
+    its watch's re-read saw the new topic at once) still deletes the earlier topic's log: the
+    topic id changed. Its records stayed and were served as the new topic's, its committed
+    offsets stayed too (the deletion listeners were never told)."""
+    tp = TopicPartition("t", 0)
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        await produce(core, tp, batch([b"old-1", b"old-2"]))
+        cache = core.metadata_cache
+        store = cache.store
+        old_id = cache.topics["t"].topic_id
+        heard: list[str] = []
+        cache.topic_deleted_listeners.append(heard.append)
+        new_id = uuid.uuid4().hex
+        # the store changes as another broker's DeleteTopics and CreateTopics change it, while
+        # this broker's watch waits for the cache (a busy broker): it re-reads the topic once
+        async with cache._lock:
+            children, _ = await store.list(topic_key("t") + "/")
+            await store.txn([], [*(Delete(k) for k in children), Delete(topic_key("t"))])
+            assignment = encode({"version": 3, "topic_id": new_id, "partitions": {"0": [core.config["broker.id"]]}})
+            state = PartitionState(core.config["broker.id"], 0, (core.config["broker.id"],), 0)
+            await store.txn([], [Put(topic_key("t"), assignment), Put(partition_state_key("t", 0), state.to_json())])
+            await trio.testing.wait_all_tasks_blocked()
+        await cache.next_refresh()
+        assert cache.topics["t"].topic_id == new_id != old_id
+        assert await fetch_records(core, tp) == []
+        assert (await produce(core, tp, batch([b"new"]))).base_offset == 0
+        assert heard == ["t"]
+        plog = core.storage.get_log(tp)
+        assert plog is not None and plog.read_state("partition.metadata") == new_id.encode()
 
 
 @pytest.mark.parametrize(

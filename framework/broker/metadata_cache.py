@@ -392,13 +392,7 @@ class MetadataCache:
                     "(its assignment is gone from the metadata store of cluster %s)",
                     name, ", ".join(map(str, local)), self.cluster_id or "?",
                 )  # fmt: skip
-            if known or local:
-                await self._remove_local(name, set())
-            self._topic_configs.pop(name, None)
-            self._problems_logged.pop(name, None)
-            if known:
-                for listener in self.topic_deleted_listeners:
-                    listener(name)
+            await self._forget_topic(name, known=known, local=bool(local))
             return
         doc = json.loads(assignment.value)
         topic = TopicState(
@@ -407,6 +401,21 @@ class MetadataCache:
             {int(p): tuple(int(r) for r in reps) for p, reps in doc["partitions"].items()},
             assignment.version,
         )
+        previous = self.topics.get(name)
+        if previous is not None and previous.topic_id and topic.topic_id and previous.topic_id != topic.topic_id:
+            # deleted and created again between two re-reads (ZooKeeper's watch merges the
+            # changes between its re-reads; on any store the watch's events of both can come
+            # while this broker is busy, so the deletion's re-read runs after the creation):
+            # the earlier topic goes as if its deletion had been seen alone, so its records,
+            # producer states and committed offsets never pass for the new topic's (KRaft
+            # brokers tell the two apart by topic id in one metadata delta the same way)
+            local = sorted(tp.partition for tp in self.replica_manager.partitions if tp.topic == name)
+            log.warning(
+                "topic %s was deleted and created again (id %s, now %s): deleting its earlier local log(s) %s",
+                name, previous.topic_id, topic.topic_id, ", ".join(map(str, local)) or "(none)",
+            )  # fmt: skip
+            self.topics.pop(name, None)
+            await self._forget_topic(name, known=True, local=bool(local))
         for key, v in items.items():
             parts = key[len(topic_key(name)) + 1 :].split("/")
             if len(parts) == 3 and parts[0] == "partitions" and parts[2] == "state":
@@ -416,6 +425,18 @@ class MetadataCache:
             topic.config_version = cfg.version
         self.topics[name] = topic
         await self._reconcile(topic)
+
+    async def _forget_topic(self, name: str, *, known: bool, local: bool) -> None:
+        """A deleted topic (popped from :attr:`topics` by the caller) goes from this broker:
+        its hosted partitions and their logs, its configs, and, when this cache knew it, the
+        listeners hear of it (its committed offsets go)."""
+        if known or local:
+            await self._remove_local(name, set())
+        self._topic_configs.pop(name, None)
+        self._problems_logged.pop(name, None)
+        if known:
+            for listener in self.topic_deleted_listeners:
+                listener(name)
 
     async def _reconcile(self, topic: TopicState) -> None:
         config = self._load_topic_config(topic)
