@@ -58,9 +58,10 @@ KAFKA_INT_KEYS = frozenset(
         "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms",
         "group.max.size", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
         "transactional.id.expiration.ms", "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
+        "transaction.state.log.min.isr",
     }
 )  # fmt: skip
-KAFKA_SHORT_KEYS = frozenset({"offsets.topic.replication.factor"})
+KAFKA_SHORT_KEYS = frozenset({"offsets.topic.replication.factor", "transaction.state.log.replication.factor"})
 INT_MAX = 2**31 - 1
 SHORT_MAX = 2**15 - 1
 LONG_MIN = -(2**63)
@@ -438,6 +439,20 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("producer.id.expiration.check.interval.ms", int, 600000, "How often idle producer ids are removed.", minimum=1),
     _k("transactional.id.expiration.ms", int, 604800000, "Forget idle transactional ids after this.", minimum=1),
     _k("transaction.state.log.num.partitions", int, 50, "Partitions of __transaction_state.", minimum=1),
+    _k(
+        "transaction.state.log.replication.factor",
+        int,
+        1,
+        "Replication factor of __transaction_state (Kafka's default is 3; 1 lets a single broker run).",
+        minimum=1,
+    ),
+    _k(
+        "transaction.state.log.min.isr",
+        int,
+        1,
+        "min.insync.replicas of __transaction_state (Kafka's default is 2, for its replication factor 3).",
+        minimum=1,
+    ),
     _k("transaction.max.timeout.ms", int, 900000, "Largest transaction timeout a producer may ask for.", minimum=1),
     # -- operations
     _k("log.level", str, "INFO", "Logging level of the broker process.", choices=("DEBUG", "INFO", "WARNING", "ERROR")),

@@ -9,11 +9,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from broker_harness import batch, create, running_broker
 
 from odradek import records
-from odradek.broker.api import FetchPartition, IsolationLevel
+from odradek.broker.api import ConfigResource, ConfigResourceType, FetchPartition, IsolationLevel
 from odradek.broker.core import BrokerCore
 from odradek.broker.group import OffsetAndMetadata
 from odradek.broker.txn import TransactionState
@@ -431,3 +432,31 @@ async def test_init_producer_id_versions_on_the_wire(tmp_path: Path) -> None:
             producer_epoch=idem.producer_epoch,
         )  # fmt: skip
         assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (0, idem.producer_id, 1)
+
+
+async def test_the_transaction_state_topic_takes_its_own_replication_settings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``__transaction_state`` is created with ``transaction.state.log.replication.factor``
+    replicas and ``min.insync.replicas`` = ``transaction.state.log.min.isr``, as in Kafka, not
+    with ``default.replication.factor`` (a cluster that only set ``offsets.topic.replication.factor``
+    kept its transactions on one broker). Above the live brokers it is not created: the
+    coordinator answers COORDINATOR_NOT_AVAILABLE and one ERROR names the key."""
+    async with running_broker(tmp_path / "one", transaction_state_log_min_isr=2, default_replication_factor=3) as core:
+        assert (await core.transaction_coordinator.find_coordinator("tx")).error == ErrorCode.NONE
+        res = await core.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, "__transaction_state", ["min.insync.replicas"])]
+        )
+        assert [(e.name, e.value) for e in res[0].configs] == [("min.insync.replicas", "2")]
+        assert core.metadata_cache.topics["__transaction_state"].assignment[0] == (0,)
+    caplog.clear()
+    async with running_broker(tmp_path / "three", transaction_state_log_replication_factor=3) as core:
+        for _ in range(3):
+            found = await core.transaction_coordinator.find_coordinator("tx")
+            assert found.error == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [
+        "cannot create __transaction_state: replication factor 3 is larger than the 1 available brokers "
+        "(configured via 'transaction.state.log.replication.factor'). This can be ignored while the cluster "
+        "starts up and not all brokers are up yet"
+    ]

@@ -65,7 +65,7 @@ def _cluster_settings(zookeeper_server: Any, chroot_prefix: str) -> dict[str, An
         "offsets.topic.num.partitions": INTERNAL_PARTITIONS,
         "offsets.topic.replication.factor": 3,
         "transaction.state.log.num.partitions": INTERNAL_PARTITIONS,
-        "default.replication.factor": 3,  # __transaction_state's
+        "transaction.state.log.replication.factor": 3,
     }
 
 

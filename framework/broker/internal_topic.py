@@ -58,7 +58,10 @@ class PartitionLeader:
 
 
 #: The broker key that sets an internal topic's replication factor, named when it cannot be met.
-_REPLICATION_FACTOR_SETTINGS = {"__consumer_offsets": "offsets.topic.replication.factor"}
+_REPLICATION_FACTOR_SETTINGS = {
+    "__consumer_offsets": "offsets.topic.replication.factor",
+    "__transaction_state": "transaction.state.log.replication.factor",
+}
 
 
 class InternalTopic:

@@ -58,11 +58,13 @@ class BrokerTransactionLog:
             "cleanup.policy": "compact",
             "segment.bytes": str(SEGMENT_BYTES),
             "compression.type": "uncompressed",
-            "min.insync.replicas": "1",
+            "min.insync.replicas": str(int(config["transaction.state.log.min.isr"])),
         }
         num_partitions = int(config["transaction.state.log.num.partitions"])
-        # replication factor -1: the broker's default.replication.factor
-        self.topic = InternalTopic(broker, TRANSACTION_STATE_TOPIC, num_partitions, -1, configs, WRITE_TIMEOUT_MS)
+        replication_factor = int(config["transaction.state.log.replication.factor"])
+        self.topic = InternalTopic(
+            broker, TRANSACTION_STATE_TOPIC, num_partitions, replication_factor, configs, WRITE_TIMEOUT_MS
+        )
 
     @property
     def num_partitions(self) -> int:
