@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from odradek import records
@@ -146,3 +147,17 @@ async def fetch_records(
     finally:
         result.records.release()
     return [r for b in records.iter_batches(data) for r in b.records if r.offset >= offset]
+
+
+def replication_factor_too_large(topic: str, setting: str) -> list[str]:
+    """The one ERROR Kafka logs when an internal topic's replication factor (3 here) exceeds the
+    single live broker, naming the setting that asks for it."""
+    return [
+        f"cannot create {topic}: replication factor 3 is larger than the 1 available brokers "
+        f"(configured via '{setting}'). This can be ignored while the cluster "
+        "starts up and not all brokers are up yet"
+    ]
+
+
+def error_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]

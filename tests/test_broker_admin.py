@@ -10,7 +10,17 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from broker_harness import batch, broker_config, broker_plugins, create, fetch_records, produce, running_broker
+from broker_harness import (
+    batch,
+    broker_config,
+    broker_plugins,
+    create,
+    error_lines,
+    fetch_records,
+    produce,
+    replication_factor_too_large,
+    running_broker,
+)
 
 from odradek.broker.admin import assign_replicas, validate_topic_name
 from odradek.broker.api import (
@@ -665,9 +675,4 @@ async def test_an_offsets_topic_replication_factor_above_the_brokers_is_one_erro
         for _ in range(3):
             found = await core.group_coordinator.find_coordinator("g")
             assert found.error == ErrorCode.COORDINATOR_NOT_AVAILABLE
-    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
-    assert errors == [
-        "cannot create __consumer_offsets: replication factor 3 is larger than the 1 available brokers "
-        "(configured via 'offsets.topic.replication.factor'). This can be ignored while the cluster "
-        "starts up and not all brokers are up yet"
-    ]
+    assert error_lines(caplog) == replication_factor_too_large("__consumer_offsets", "offsets.topic.replication.factor")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import trio
-from broker_harness import batch, create, running_broker
+from broker_harness import batch, create, error_lines, replication_factor_too_large, running_broker
 
 from odradek import records
 from odradek.broker.api import ConfigResource, ConfigResourceType, FetchPartition, IsolationLevel
@@ -454,9 +454,6 @@ async def test_the_transaction_state_topic_takes_its_own_replication_settings(
         for _ in range(3):
             found = await core.transaction_coordinator.find_coordinator("tx")
             assert found.error == ErrorCode.COORDINATOR_NOT_AVAILABLE
-    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
-    assert errors == [
-        "cannot create __transaction_state: replication factor 3 is larger than the 1 available brokers "
-        "(configured via 'transaction.state.log.replication.factor'). This can be ignored while the cluster "
-        "starts up and not all brokers are up yet"
-    ]
+    assert error_lines(caplog) == replication_factor_too_large(
+        "__transaction_state", "transaction.state.log.replication.factor"
+    )
