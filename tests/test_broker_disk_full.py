@@ -339,3 +339,31 @@ async def test_appends_failing_in_a_failed_log_dir_leave_one_line_for_the_dir(
             assert callers and threading.get_ident() not in callers
             fs.full = False
             nursery.cancel_scope.cancel()
+
+
+async def test_a_checkpoint_failing_in_a_dir_a_concurrent_check_took_offline_is_not_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The checkpoint fails in a dir that a log-dir check already under way when it failed takes
+    offline: the check it waits for finds no new failed dir, but the one before did. That dir
+    held no partition (a fresh broker, a second dir still empty), and the replica manager, which
+    counted offline partitions, logged the checkpoint failure besides the dir's line; it counts
+    failed dirs now, and writes again at once without the dir."""
+    monkeypatch.setattr(replica_manager_module, "HW_CHECKPOINT_INTERVAL_MS", 10)
+    storage = _FailingStorage()
+    manager = ReplicaManager(0, storage, {})  # type: ignore[arg-type]
+
+    async def checked_after_a_concurrent_check() -> bool:
+        manager.take_offline(set(), "/d")  # the check under way when the write failed
+        storage.full = False
+        return False  # the next one, waited for, found nothing new
+
+    manager.check_log_dirs = checked_after_a_concurrent_check
+    caplog.set_level(logging.INFO, logger="odradek.broker.replica_manager")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(manager.run)
+        with trio.fail_after(10):
+            while storage.writes < 2:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
