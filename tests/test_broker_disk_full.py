@@ -22,6 +22,7 @@ from broker_harness import batch, broker_config, broker_plugins, create, fetch_r
 from odradek.broker import metadata_cache as metadata_cache_module
 from odradek.broker import replica_manager as replica_manager_module
 from odradek.broker.api import CreatableTopic
+from odradek.broker.log_dir_failures import LogDirsFailed
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.server import BrokerServer
 from odradek.broker.storage_failures import StorageFailureLog
@@ -367,3 +368,31 @@ async def test_a_checkpoint_failing_in_a_dir_a_concurrent_check_took_offline_is_
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_failed_log_dir_holding_the_metadata_store_stops_the_broker(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """meta_local keeps its file in the first log dir. When that dir fails and the second is
+    fine, the broker stops with one line naming the dir, as Kafka halts a broker whose metadata
+    log dir failed; it lived on with a store it could not write (no topic could be created, no
+    offline replica published) and warned so at every check, every 5 s, for good."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    config = default_config(log_dirs=[str(first), str(second)], listeners="PLAINTEXT://127.0.0.1:0")
+    caplog.set_level(logging.WARNING, logger="odradek.broker")
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(LogDirsFailed, match=f"the log dir holding the metadata store is offline.*{first}"),
+        flatten_subgroups=True,
+    ):
+        async with trio.open_nursery() as nursery:
+            server = BrokerServer(config, broker_plugins())
+            await nursery.start(server.serve)
+            core = server.core
+            assert core is not None
+            await create(core, "t", partitions=4)
+            caplog.clear()
+            shutil.rmtree(first)
+            await core.replica_manager.check_log_dirs()
+            with trio.fail_after(10):
+                await trio.sleep_forever()
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("odradek.broker.log_dir")]
