@@ -22,11 +22,12 @@ from broker_harness import batch, broker_config, broker_plugins, create, fetch_r
 from odradek.broker import metadata_cache as metadata_cache_module
 from odradek.broker import replica_manager as replica_manager_module
 from odradek.broker.api import CreatableTopic
+from odradek.broker.core import BrokerCore
 from odradek.broker.log_dir_failures import LogDirsFailed
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.server import BrokerServer
 from odradek.broker.storage_failures import StorageFailureLog
-from odradek.config import default_config
+from odradek.config import Config, default_config
 from odradek.errors import ErrorCode, KafkaStorageError
 from odradek.interfaces import TopicPartition
 from odradek.plugins.meta_local import store as meta_local_store
@@ -294,6 +295,16 @@ async def test_partitions_left_unhosted_by_a_full_disk_are_hosted_once_there_is_
         nursery.cancel_scope.cancel()
 
 
+async def _serving_topic_t(nursery: trio.Nursery, config: Config) -> BrokerCore:
+    """A broker started on ``config``, with topic t of four partitions (spread over its dirs)."""
+    server = BrokerServer(config, broker_plugins())
+    await nursery.start(server.serve)
+    core = server.core
+    assert core is not None
+    await create(core, "t", partitions=4)
+    return core
+
+
 async def test_appends_failing_in_a_failed_log_dir_leave_one_line_for_the_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -315,11 +326,7 @@ async def test_appends_failing_in_a_failed_log_dir_leave_one_line_for_the_dir(
     caplog.set_level(logging.INFO, logger="odradek.broker")
     with disk(monkeypatch, segment_module, index_module) as fs:
         async with trio.open_nursery() as nursery:
-            server = BrokerServer(config, broker_plugins())
-            await nursery.start(server.serve)
-            core = server.core
-            assert core is not None
-            await create(core, "t", partitions=4)
+            core = await _serving_topic_t(nursery, config)
             assert isinstance(core.storage, storage_module.SegmentLogStorage)
             dirs = {tp: lg.dir.parent for tp, lg in core.storage.all_logs().items()}
             gone = sorted(tp for tp, d in dirs.items() if d == second)
@@ -385,11 +392,7 @@ async def test_a_failed_log_dir_holding_the_metadata_store_stops_the_broker(
         flatten_subgroups=True,
     ):
         async with trio.open_nursery() as nursery:
-            server = BrokerServer(config, broker_plugins())
-            await nursery.start(server.serve)
-            core = server.core
-            assert core is not None
-            await create(core, "t", partitions=4)
+            core = await _serving_topic_t(nursery, config)
             caplog.clear()
             shutil.rmtree(first)
             await core.replica_manager.check_log_dirs()
