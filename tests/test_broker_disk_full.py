@@ -24,6 +24,7 @@ from odradek.broker import replica_manager as replica_manager_module
 from odradek.broker.api import CreatableTopic
 from odradek.broker.core import BrokerCore
 from odradek.broker.log_dir_failures import LogDirsFailed
+from odradek.broker.meta_properties import MissingLogDir
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.server import BrokerServer
 from odradek.broker.storage_failures import StorageFailureLog
@@ -399,3 +400,36 @@ async def test_a_failed_log_dir_holding_the_metadata_store_stops_the_broker(
             with trio.fail_after(10):
                 await trio.sleep_forever()
     assert not [r.getMessage() for r in caplog.records if r.name.startswith("odradek.broker.log_dir")]
+
+
+async def test_a_log_dir_missing_or_empty_at_start_is_refused_not_served_empty(tmp_path: Path) -> None:
+    """The broker ran on two dirs; the second is gone at the next start (its volume not
+    mounted, or a restart after it failed), or is an empty mount point. The start is refused
+    with one error naming it, as Kafka counts such a dir offline rather than a home for its
+    replicas; the broker used to create it again and serve its partitions empty, from offset 0,
+    the records of a partition with no other replica gone without a word. Removed from
+    ``log.dirs`` the broker starts without it, and added back later the dir is a new one."""
+    first, second = tmp_path / "a", tmp_path / "b"
+
+    def config(*dirs: Path) -> Config:
+        return default_config(log_dirs=[str(d) for d in dirs], listeners="PLAINTEXT://127.0.0.1:0")
+
+    async with trio.open_nursery() as nursery:
+        core = await _serving_topic_t(nursery, config(first, second))
+        for p in range(4):
+            assert (await produce(core, TopicPartition("t", p), batch([b"x"]))).error == ErrorCode.NONE
+        nursery.cancel_scope.cancel()
+    shutil.rmtree(second)
+    for _ in ("gone", "an empty mount point"):
+        with (
+            trio.fail_after(10),  # it served, empty
+            pytest.raises(MissingLogDir, match=f"log dir {second} is missing or empty.*meta.properties lists it"),
+        ):
+            await BrokerServer(config(first, second), broker_plugins()).serve()
+        second.mkdir(exist_ok=True)
+    assert list(second.iterdir()) == []
+    for dirs in ((first,), (first, second)):
+        async with trio.open_nursery() as nursery:
+            server = BrokerServer(config(*dirs), broker_plugins())
+            await nursery.start(server.serve)
+            nursery.cancel_scope.cancel()

@@ -165,6 +165,7 @@ class BrokerServer:
         storage = self.plugins.storage(config["storage"]).create(config)
         store = self.plugins.metadata(config["metadata"]).create(config)
         self.storage, self.store = storage, store
+        meta_properties.check_log_dirs_present(config.log_dirs)  # before the storage creates them
         await storage.open()
         try:
             await store.open(0)  # <= 0: the plugin's key (zookeeper.session.timeout.ms, etcd.lease.ttl.ms)
