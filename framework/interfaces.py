@@ -676,11 +676,16 @@ class StorageFactory:
 
 @dataclass(frozen=True)
 class MetadataFactory:
-    """What the metadata hook registers: ``create(config)`` builds a ``MetadataStore``."""
+    """What the metadata hook registers: ``create(config)`` builds a ``MetadataStore``.
+
+    ``log_dir(config)``, for a store that keeps its data in one of ``log.dirs`` (meta_local: the
+    first), names that dir: the broker stops when it fails, as Kafka halts a broker whose
+    metadata log dir failed, instead of living on with a store it cannot write."""
 
     name: str
     create: Any  # Callable[[Config], MetadataStore]
     description: str = ""
+    log_dir: Any = None  # Callable[[Config], Path] | None
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,12 @@ broker's controller elects it leader with a bumped epoch and the core follows th
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 import trio
-from broker_harness import batch, produce, running_broker
+from broker_harness import batch, create, produce, running_broker
 
 from odradek.broker.alter_partition import AlterPartitionManager
 from odradek.broker.api import CreatableTopic
@@ -74,3 +76,34 @@ async def test_an_offline_replica_of_a_live_broker_loses_the_leadership_and_the_
         assert not await isr_manager._eligible(7, TP)
         assert await isr_manager._eligible(7, TopicPartition("t", 1))  # only the offline replica
         await other.close()
+
+
+async def test_a_partition_with_no_eligible_leader_is_warned_about_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """This broker publishes its own replica of t-0 (replication factor 1) as offline, as after
+    its log dir failed: no replica is left to lead it. The controller decides again on every
+    change under ``/brokers/`` (each topic created, each ISR update), and used to warn about t-0
+    in each of those passes; it warns once, and again only after t-0 had a leader in between."""
+    caplog.set_level(logging.WARNING, logger="odradek.broker.controller")
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        controller = core.controller
+        assert controller is not None
+
+        def warnings() -> list[str]:
+            return [r.getMessage() for r in caplog.records if "t-0 has no eligible leader" in r.getMessage()]
+
+        key = offline_replicas_key(core.config.broker_id)
+        await core.store.create(key, encode_offline_replicas(["/data"], [TP]), ephemeral=True)
+        for i in range(3):
+            await create(core, f"other{i}")
+            await controller.elect_offline_leaders()
+        assert len(warnings()) == 1, warnings()
+
+        await core.store.delete(key)  # the replica counts again: t-0 has its leader back
+        await controller.elect_offline_leaders()
+        await core.store.create(key, encode_offline_replicas(["/data"], [TP]), ephemeral=True)
+        await controller.elect_offline_leaders()
+        await controller.elect_offline_leaders()
+        assert len(warnings()) == 2, warnings()

@@ -22,10 +22,13 @@ from broker_harness import batch, broker_config, broker_plugins, create, fetch_r
 from odradek.broker import metadata_cache as metadata_cache_module
 from odradek.broker import replica_manager as replica_manager_module
 from odradek.broker.api import CreatableTopic
+from odradek.broker.core import BrokerCore
+from odradek.broker.log_dir_failures import LogDirsFailed
+from odradek.broker.meta_properties import MissingLogDir
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.server import BrokerServer
 from odradek.broker.storage_failures import StorageFailureLog
-from odradek.config import default_config
+from odradek.config import Config, default_config
 from odradek.errors import ErrorCode, KafkaStorageError
 from odradek.interfaces import TopicPartition
 from odradek.plugins.meta_local import store as meta_local_store
@@ -293,6 +296,16 @@ async def test_partitions_left_unhosted_by_a_full_disk_are_hosted_once_there_is_
         nursery.cancel_scope.cancel()
 
 
+async def _serving_topic_t(nursery: trio.Nursery, config: Config) -> BrokerCore:
+    """A broker started on ``config``, with topic t of four partitions (spread over its dirs)."""
+    server = BrokerServer(config, broker_plugins())
+    await nursery.start(server.serve)
+    core = server.core
+    assert core is not None
+    await create(core, "t", partitions=4)
+    return core
+
+
 async def test_appends_failing_in_a_failed_log_dir_leave_one_line_for_the_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -314,11 +327,7 @@ async def test_appends_failing_in_a_failed_log_dir_leave_one_line_for_the_dir(
     caplog.set_level(logging.INFO, logger="odradek.broker")
     with disk(monkeypatch, segment_module, index_module) as fs:
         async with trio.open_nursery() as nursery:
-            server = BrokerServer(config, broker_plugins())
-            await nursery.start(server.serve)
-            core = server.core
-            assert core is not None
-            await create(core, "t", partitions=4)
+            core = await _serving_topic_t(nursery, config)
             assert isinstance(core.storage, storage_module.SegmentLogStorage)
             dirs = {tp: lg.dir.parent for tp, lg in core.storage.all_logs().items()}
             gone = sorted(tp for tp, d in dirs.items() if d == second)
@@ -338,4 +347,89 @@ async def test_appends_failing_in_a_failed_log_dir_leave_one_line_for_the_dir(
             assert errors[1].startswith(f"log dir {second} is offline: ") and "partition(s) taken offline" in errors[1]
             assert callers and threading.get_ident() not in callers
             fs.full = False
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_checkpoint_failing_in_a_dir_a_concurrent_check_took_offline_is_not_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The checkpoint fails in a dir that a log-dir check already under way when it failed takes
+    offline: the check it waits for finds no new failed dir, but the one before did. That dir
+    held no partition (a fresh broker, a second dir still empty), and the replica manager, which
+    counted offline partitions, logged the checkpoint failure besides the dir's line; it counts
+    failed dirs now, and writes again at once without the dir."""
+    monkeypatch.setattr(replica_manager_module, "HW_CHECKPOINT_INTERVAL_MS", 10)
+    storage = _FailingStorage()
+    manager = ReplicaManager(0, storage, {})  # type: ignore[arg-type]
+
+    async def checked_after_a_concurrent_check() -> bool:
+        manager.take_offline(set(), "/d")  # the check under way when the write failed
+        storage.full = False
+        return False  # the next one, waited for, found nothing new
+
+    manager.check_log_dirs = checked_after_a_concurrent_check
+    caplog.set_level(logging.INFO, logger="odradek.broker.replica_manager")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(manager.run)
+        with trio.fail_after(10):
+            while storage.writes < 2:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_failed_log_dir_holding_the_metadata_store_stops_the_broker(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """meta_local keeps its file in the first log dir. When that dir fails and the second is
+    fine, the broker stops with one line naming the dir, as Kafka halts a broker whose metadata
+    log dir failed; it lived on with a store it could not write (no topic could be created, no
+    offline replica published) and warned so at every check, every 5 s, for good."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    config = default_config(log_dirs=[str(first), str(second)], listeners="PLAINTEXT://127.0.0.1:0")
+    caplog.set_level(logging.WARNING, logger="odradek.broker")
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(LogDirsFailed, match=f"the log dir holding the metadata store is offline.*{first}"),
+        flatten_subgroups=True,
+    ):
+        async with trio.open_nursery() as nursery:
+            core = await _serving_topic_t(nursery, config)
+            caplog.clear()
+            shutil.rmtree(first)
+            await core.replica_manager.check_log_dirs()
+            with trio.fail_after(10):
+                await trio.sleep_forever()
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("odradek.broker.log_dir")]
+
+
+async def test_a_log_dir_missing_or_empty_at_start_is_refused_not_served_empty(tmp_path: Path) -> None:
+    """The broker ran on two dirs; the second is gone at the next start (its volume not
+    mounted, or a restart after it failed), or is an empty mount point. The start is refused
+    with one error naming it, as Kafka counts such a dir offline rather than a home for its
+    replicas; the broker used to create it again and serve its partitions empty, from offset 0,
+    the records of a partition with no other replica gone without a word. Removed from
+    ``log.dirs`` the broker starts without it, and added back later the dir is a new one."""
+    first, second = tmp_path / "a", tmp_path / "b"
+
+    def config(*dirs: Path) -> Config:
+        return default_config(log_dirs=[str(d) for d in dirs], listeners="PLAINTEXT://127.0.0.1:0")
+
+    async with trio.open_nursery() as nursery:
+        core = await _serving_topic_t(nursery, config(first, second))
+        for p in range(4):
+            assert (await produce(core, TopicPartition("t", p), batch([b"x"]))).error == ErrorCode.NONE
+        nursery.cancel_scope.cancel()
+    shutil.rmtree(second)
+    for _ in ("gone", "an empty mount point"):
+        with (
+            trio.fail_after(10),  # it served, empty
+            pytest.raises(MissingLogDir, match=f"log dir {second} is missing or empty.*meta.properties lists it"),
+        ):
+            await BrokerServer(config(first, second), broker_plugins()).serve()
+        second.mkdir(exist_ok=True)
+    assert list(second.iterdir()) == []
+    for dirs in ((first,), (first, second)):
+        async with trio.open_nursery() as nursery:
+            server = BrokerServer(config(*dirs), broker_plugins())
+            await nursery.start(server.serve)
             nursery.cancel_scope.cancel()

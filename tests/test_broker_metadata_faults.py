@@ -82,7 +82,12 @@ async def test_an_emptied_store_is_refused_at_start_up(tmp_path: Path) -> None:
         await create(core, "kept")
         await produce(core, TP, batch([b"x"]))
         cluster_id = core.cluster_id
-    assert _meta(tmp_path) == {"version": "0", "broker.id": str(core.config.broker_id), "cluster.id": cluster_id}
+    assert _meta(tmp_path) == {
+        "version": "0",
+        "broker.id": str(core.config.broker_id),
+        "cluster.id": cluster_id,
+        "odradek.log.dirs": str(tmp_path.resolve()),
+    }
     (tmp_path / "odradek-metadata.json").unlink()  # the metadata store lost its data
     with pytest.RaisesGroup(
         pytest.RaisesExc(

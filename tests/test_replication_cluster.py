@@ -54,6 +54,16 @@ def metadata_settings(kind: str, request: pytest.FixtureRequest, prefix: str) ->
     return {"metadata": "etcd", "etcd.endpoints": etcd.endpoint, "etcd.namespace": unique_chroot(prefix)}
 
 
+def exited_for_its_log_dir(broker: BrokerProcess) -> None:
+    """Wait for ``broker``, left without a log dir, to exit 1 with one line saying so."""
+    process = broker.process
+    assert process is not None
+    wait_for("the broker without a log dir to exit", lambda: process.poll() is not None)
+    assert process.returncode == 1
+    (line,) = broker.log_problems()
+    assert "every log dir is offline" in line, line
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -295,12 +305,7 @@ def test_a_failed_log_dir_moves_leadership_and_stops_the_broker(
         assert len(isr) == 2
         second = produce(bootstrap, topic, [b"b%d" % i for i in range(200)])
         assert len(second) == 200
-        process = failed.process
-        assert process is not None
-        wait_for("the broker without a log dir to exit", lambda: process.poll() is not None)
-        assert process.returncode == 1
-        (line,) = failed.log_problems()
-        assert "every log dir is offline" in line, line
+        exited_for_its_log_dir(failed)
 
         acked = first | second
         survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != leader)
@@ -318,4 +323,41 @@ def test_a_failed_log_dir_moves_leadership_and_stops_the_broker(
         assert len(failed.log_problems()) == seen, failed.log_problems()
         for i, b in brokers.items():
             if i != leader:
+                assert not b.log_problems(), b.log_problems()
+
+
+def test_a_failed_log_dir_of_a_follower_shrinks_the_isr_and_a_restart_without_it_catches_up(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A follower's only log dir vanishes (the controller's, when the controller follows): the
+    leader stays, the controller takes the follower out of the ISR, acks=all producers carry on,
+    the follower exits 1 with one line. Started again with the dir still missing, a broker with
+    one log dir has nowhere that recorded it: it starts empty, catches up from the leader and
+    is back in the ISR, as a replaced disk would."""
+    metadata = metadata_settings("zookeeper", request, "followerdir")
+    with three_brokers(tmp_path, metadata) as brokers:
+        bootstrap, admin, topic, leader = replicated_topic(brokers, "followerdir")
+        controller = admin.describe_cluster().result(10).controller.id
+        victim = controller if controller != leader else next(i for i in brokers if i != leader)
+        first = produce(bootstrap, topic, [b"a%d" % i for i in range(100)])
+        assert len(first) == 100
+        failed = brokers[victim]
+        failed.data_dir.rename(failed.data_dir.with_name("data.unmounted"))
+        others = AdminClient({"bootstrap.servers": ",".join(b.bootstrap for i, b in brokers.items() if i != victim)})
+        wait_for(
+            "the failed follower out of the ISR, the leader kept",
+            lambda: (s := partition_state(others, topic)) and s[0] == leader and victim not in s[1],
+        )
+        second = produce(bootstrap, topic, [b"b%d" % i for i in range(100)])
+        assert len(second) == 100
+        exited_for_its_log_dir(failed)
+
+        seen = len(failed.log_problems())
+        failed.start()  # the dir still missing: created empty
+        wait_for("the emptied broker back in the ISR", lambda: (s := partition_state(others, topic)) and len(s[1]) == 3)
+        acked = first | second
+        assert acked <= set(consume_all(failed.bootstrap, topic, len(acked)))
+        assert len(failed.log_problems()) == seen, failed.log_problems()
+        for i, b in brokers.items():
+            if i != victim:
                 assert not b.log_problems(), b.log_problems()

@@ -82,6 +82,12 @@ class Controller:
         #: one decision pass at a time (Kafka's controller is one event thread): the pass on a
         #: watch event and an ElectLeaders request never race each other's compare-and-sets
         self._deciding = trio.Lock()
+        #: partitions the last pass found with no eligible leader -> (replicas, ISR) when it
+        #: warned: a pass runs on every change under ``/brokers/`` (each topic created, each ISR
+        #: update), so the warning is logged once per partition until it has a leader again or
+        #: its replicas or ISR change (a dir that failed under a replication-factor-1 topic
+        #: left its partitions so, and logged each of them on every pass)
+        self._leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Campaign (blocks while another broker controls), then elect on every broker change;
@@ -150,6 +156,7 @@ class Controller:
         live, topics, offline = _cluster_view(items)
         rebalance = bool(self.config["auto.leader.rebalance.enable"])
         elected = 0
+        leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         for name, (assignment, states) in sorted(topics.items()):
             changed = False
             unclean = bool(self._topic_setting(name, "unclean.leader.election.enable"))
@@ -158,7 +165,8 @@ class Controller:
                 if state is None:
                     continue
                 # a replica in a failed log dir counts as a dead broker's
-                usable = live - offline.get(TopicPartition(name, p), set())
+                tp = TopicPartition(name, p)
+                usable = live - offline.get(tp, set())
                 if state.leader in usable:
                     new = shrink_dead_from_isr(state, usable) or (
                         preferred_leader(replicas, state, usable) if rebalance else None
@@ -168,7 +176,9 @@ class Controller:
                 else:
                     new = elect_leader(replicas, state, usable, unclean)
                     if new is None:
-                        log.warning("%s-%d has no eligible leader (replicas %s, isr %s)", name, p, replicas, state.isr)
+                        leaderless[tp] = (replicas, state.isr)
+                        if self._leaderless.get(tp) != leaderless[tp]:
+                            log.warning("%s has no eligible leader (replicas %s, isr %s)", tp, replicas, state.isr)
                         continue
                 written = await self._write_state(leadership, name, p, new)
                 if written is _Write.DEPOSED:
@@ -178,6 +188,7 @@ class Controller:
                     changed = True
             if changed:
                 await self.cache.refresh_topic(name)
+        self._leaderless = leaderless
         return elected
 
     async def elect_requested(

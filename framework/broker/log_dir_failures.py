@@ -20,8 +20,12 @@ every :data:`CHECK_INTERVAL_S`, then
    rest of the ISR, the broker out of the ISR) and leaders never add them back to an ISR. The
    key dies with the session, so a restarted broker's replicas count again; a broker that lost
    its session and registered again writes it anew at its next check;
-3. when no log dir is online any more, sets :attr:`LogDirFailureHandler.all_failed`: the server
-   stops the broker (Kafka halts it), whose partitions the others lead by then.
+3. when no log dir is online any more, or the dir holding the metadata store failed (meta_local
+   keeps its file in the first log dir: Kafka halts a broker whose metadata log dir failed),
+   sets :attr:`LogDirFailureHandler.must_stop`: the server stops the broker (Kafka halts it),
+   whose partitions the others lead by then. Without this, a broker whose meta_local dir
+   failed lived on with a store it could not write, and warned every check that its offline
+   replicas were not published.
 
 A failed append cannot wait for a check (it happens on the hot path, on the trio thread), so its
 line waits instead: the next check tells a failed dir's append failures, which the dir's one
@@ -116,16 +120,19 @@ class LogDirFailureHandler:
         replica_manager: ReplicaManager,
         *,
         clock: Callable[[], float] = trio.current_time,
+        metadata_dir: str | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.storage = storage
         self.store = store
         self.replica_manager = replica_manager
         self.clock = clock
+        #: the log dir the metadata store keeps its data in (meta_local's first dir), if any
+        self.metadata_dir = metadata_dir
         #: offline log dir -> why
         self.offline_dirs: dict[str, str] = {}
-        #: set once no log dir is online
-        self.all_failed = trio.Event()
+        #: set once no log dir is online, or the metadata store's dir is offline
+        self.must_stop = trio.Event()
         self.failure_reason = ""
         self._wakeup = trio.Event()
         #: when a failed append last woke the check (a full disk fails every append, and each
@@ -169,11 +176,12 @@ class LogDirFailureHandler:
             return False
         rm = self.replica_manager
         all_failed = all(d.error is not None for d in dirs)
+        store_lost = next((d for d in failed if d.path == self.metadata_dir), None)
         for d in failed:
             self.offline_dirs[d.path] = d.error or ""
             tps = set(d.partitions) | {tp for tp, p in rm.partitions.items() if log_dir_of(p) == d.path}
             hosted = rm.take_offline(tps, d.path)
-            if not all_failed:
+            if not all_failed and store_lost is None:  # else the broker stops, with one line
                 log.error(
                     "%s; %d partition(s) taken offline (%d hosted%s): their other replicas take over until "
                     "this broker is restarted with the dir repaired",
@@ -183,7 +191,13 @@ class LogDirFailureHandler:
             self.failure_reason = f"broker {self.broker_id}: every log dir is offline, shutting down: " + "; ".join(
                 self.offline_dirs.values()
             )
-            self.all_failed.set()
+            self.must_stop.set()
+        elif store_lost is not None:
+            self.failure_reason = (
+                f"broker {self.broker_id}: the log dir holding the metadata store is offline, shutting down: "
+                f"{store_lost.error}"
+            )
+            self.must_stop.set()
         return True
 
     async def run(self) -> None:
@@ -217,8 +231,9 @@ class LogDirFailureHandler:
                 rm.append_failures.failed(where, exc, count)
 
     async def publish(self) -> None:
-        """Write this broker's offline replicas to the store unless it holds them already."""
-        if not self.offline_dirs:
+        """Write this broker's offline replicas to the store unless it holds them already (or
+        it kept its data in a failed dir: the broker stops, there is nothing to write to)."""
+        if not self.offline_dirs or self.metadata_dir in self.offline_dirs:
             return
         key = offline_replicas_key(self.broker_id)
         value = encode_offline_replicas(self.offline_dirs, self.replica_manager.offline_partitions)

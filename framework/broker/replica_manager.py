@@ -163,6 +163,10 @@ class ReplicaManager:
         #: partitions whose log dir failed -> that dir: not served until a restart (Kafka's
         #: ``HostedPartition.Offline``)
         self.offline_partitions: dict[TopicPartition, str] = {}
+        #: the failed log dirs those are in, and the ones that held no partition (a failed
+        #: checkpoint asks whether a dir failed since it started: the partition count alone
+        #: missed a dir with no partitions, and logged its checkpoint failure)
+        self.offline_log_dirs: set[str] = set()
         self._hw_checkpoint: dict[TopicPartition, int] | None = None
         self._persist_lock = trio.Lock()
         #: per partition, at its last producer-state snapshot: (state changes, map end offset, log bytes)
@@ -254,6 +258,7 @@ class ReplicaManager:
         NOT_LEADER_OR_FOLLOWER (their records may be on the other replicas: a retry finds out).
         Returns the ones that were hosted."""
         hosted = []
+        self.offline_log_dirs.add(log_dir)
         for tp in sorted(tps):
             self.offline_partitions[tp] = log_dir
             partition = self.partitions.pop(tp, None)
@@ -702,14 +707,14 @@ class ReplicaManager:
                 next_expiration = trio.current_time() + expiration_s
             if trio.current_time() < next_checkpoint:
                 continue
-            offline_before = len(self.offline_partitions)
+            offline_before = len(self.offline_log_dirs)
             try:
                 await self.persist_state()
                 self.persist_failures.succeeded("the log dirs")
             except Exception as exc:
                 if not _is_storage_error(exc):
                     log.exception("replica manager housekeeping failed; retrying at the next interval")
-                elif await self.check_log_dirs() or len(self.offline_partitions) != offline_before:
+                elif await self.check_log_dirs() or len(self.offline_log_dirs) != offline_before:
                     # a dir failed meanwhile (the check waited for, or another, took it offline):
                     # the dir's line says so; write again at once without it
                     next_checkpoint = trio.current_time()

@@ -30,6 +30,7 @@ import contextlib
 import logging
 import socket
 import uuid
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -164,6 +165,7 @@ class BrokerServer:
         storage = self.plugins.storage(config["storage"]).create(config)
         store = self.plugins.metadata(config["metadata"]).create(config)
         self.storage, self.store = storage, store
+        meta_properties.check_log_dirs_present(config.log_dirs)  # before the storage creates them
         await storage.open()
         try:
             await store.open(0)  # <= 0: the plugin's key (zookeeper.session.timeout.ms, etcd.lease.ttl.ms)
@@ -204,7 +206,9 @@ class BrokerServer:
             self._spawn(background, scopes, core.replica_manager.run)
             self._spawn(background, scopes, core.metadata_cache.run)
             self._spawn(background, scopes, core.metadata_cache.retry_unhosted_forever)
-            dir_failures = LogDirFailureHandler(config.broker_id, storage, store, core.replica_manager)
+            dir_failures = LogDirFailureHandler(
+                config.broker_id, storage, store, core.replica_manager, metadata_dir=self._metadata_dir(config)
+            )
             self._spawn(background, scopes, dir_failures.run)
             self._spawn(background, scopes, lambda: self._stop_when_log_dirs_failed(dir_failures))
             alter_partition = AlterPartitionManager(config, store, core.metadata_cache, core.replica_manager)
@@ -404,13 +408,20 @@ class BrokerServer:
             f"broker {cache.broker_id} stopped: the metadata store is not cluster {cache.cluster_id}'s any more"
         )
 
+    def _metadata_dir(self, config: Config) -> str | None:
+        """The log dir the metadata store keeps its data in (``MetadataFactory.log_dir``), resolved
+        as the storage names its dirs; None for a store on servers of its own."""
+        where = self.plugins.metadata(config["metadata"]).log_dir
+        return None if where is None else str(Path(where(config)).resolve())
+
     @staticmethod
     async def _stop_when_log_dirs_failed(handler: LogDirFailureHandler) -> None:
-        """Once no log dir is online, end the broker (Kafka halts it): ``serve`` raises
-        ``LogDirsFailed``, so ``odradek serve`` exits non-zero with one line naming the dirs,
-        instead of living on with nothing to serve. The offline replicas are published first, so
-        the controller moves the leaderships at once."""
-        await handler.all_failed.wait()
+        """Once no log dir is online, or the one the metadata store keeps its data in failed,
+        end the broker (Kafka halts it): ``serve`` raises ``LogDirsFailed``, so ``odradek serve``
+        exits non-zero with one line naming the dirs, instead of living on with nothing to serve
+        or a store it cannot write. The offline replicas are published first (unless the store
+        is the one lost), so the controller moves the leaderships at once."""
+        await handler.must_stop.wait()
         with trio.move_on_after(CONTROLLED_SHUTDOWN_TIMEOUT_S):
             try:
                 await handler.publish()

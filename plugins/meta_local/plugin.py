@@ -23,5 +23,6 @@ def odradek_register_metadata() -> Sequence[MetadataFactory]:
             name="local",
             create=create_store,
             description="embedded single-node metadata in <log.dirs[0]>/" + FILE_NAME + " (no server needed)",
+            log_dir=lambda config: config.log_dirs[0],
         )
     ]
