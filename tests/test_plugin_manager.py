@@ -366,3 +366,48 @@ def test_config_reference_honours_the_plugin_settings(tmp_path: Path) -> None:
     assert "example.flavour" in r.stdout
     r = odradek_cli("config", "reference", pythonpath=root, **no_autoload)
     assert r.returncode == 0 and "example.flavour" not in r.stdout
+
+
+_WITHOUT_CLUSTER_LIBRARIES = (
+    "import sys\n"
+    "for name in ('kazoo', 'etcd3', 'grpc'):\n"
+    "    sys.modules[name] = None  # as after a plain `pip install odradek`, without the zk/etcd extras\n"
+    "from odradek.cli import main\n"
+    "sys.exit(main())\n"
+)
+
+
+def test_a_broker_on_embedded_metadata_runs_without_the_cluster_libraries(tmp_path: Path) -> None:
+    """The README's first command is a plain ``pip install -e .``: kazoo, etcd3 and grpc come
+    only with the ``zk``/``etcd`` extras, yet every broker loads the meta_zk and meta_etcd
+    plugins. They import their clients when a store is created, so a broker on the embedded
+    metadata starts; choosing ZooKeeper without kazoo is a config error naming the extra."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from odradek.testing.servers import free_port
+
+    port = free_port()
+    serve = [sys.executable, "-c", _WITHOUT_CLUSTER_LIBRARIES, "serve", "--set", f"log.dirs={tmp_path / 'data'}"]
+    listeners = ["--set", f"listeners=PLAINTEXT://127.0.0.1:{port}"]
+    broker = subprocess.Popen([*serve, *listeners], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert broker.poll() is None, broker.communicate()[0]
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the broker did not listen within 60 s"
+                time.sleep(0.1)
+    finally:
+        broker.terminate()
+        broker.communicate(timeout=30)
+    refused = subprocess.run(
+        [*serve, *listeners, "--set", "metadata=zookeeper"], capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert 'metadata = "zookeeper" needs kazoo: pip install "odradek[zk]"' in refused.stderr

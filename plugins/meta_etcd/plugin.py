@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from odradek.config import Config
+from odradek.config import Config, ConfigError
 from odradek.hookspecs import hookimpl
 from odradek.interfaces import ConfigKey, MetadataFactory
 
-from .store import EtcdMetadataStore
+if TYPE_CHECKING:
+    from .store import EtcdMetadataStore
 
 
 def create_store(config: Config) -> EtcdMetadataStore:
+    """The store, imported here rather than when the plugin loads: etcd3 and grpcio come with the
+    ``etcd`` extra, and every broker loads this plugin, also one on the embedded metadata
+    that a plain ``pip install odradek`` runs."""
+    try:
+        from .store import EtcdMetadataStore
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f'metadata = "etcd" needs etcd3 and grpcio: pip install "odradek[etcd]" ({exc})') from exc
     return EtcdMetadataStore(
         config["etcd.endpoints"],
         lease_ttl_ms=config["etcd.lease.ttl.ms"],

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from odradek.config import Config
+from odradek.config import Config, ConfigError
 from odradek.hookspecs import hookimpl
 from odradek.interfaces import ConfigKey, MetadataFactory
 
-from .store import ZooKeeperMetadataStore
+if TYPE_CHECKING:
+    from .store import ZooKeeperMetadataStore
 
 
 def create_store(config: Config) -> ZooKeeperMetadataStore:
+    """The store, imported here rather than when the plugin loads: kazoo comes with the
+    ``zk`` extra, and every broker loads this plugin, also one on the embedded metadata
+    that a plain ``pip install odradek`` runs."""
+    try:
+        from .store import ZooKeeperMetadataStore
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f'metadata = "zookeeper" needs kazoo: pip install "odradek[zk]" ({exc})') from exc
     return ZooKeeperMetadataStore(
         config["zookeeper.connect"],
         session_timeout_ms=config["zookeeper.session.timeout.ms"],
