@@ -433,3 +433,51 @@ async def test_a_log_dir_missing_or_empty_at_start_is_refused_not_served_empty(t
             server = BrokerServer(config(*dirs), broker_plugins())
             await nursery.start(server.serve)
             nursery.cancel_scope.cancel()
+
+
+async def test_a_storage_whose_describe_log_dirs_raises_does_not_stop_the_broker(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log-dir checks call the storage engine's describe_log_dirs every few seconds; an
+    engine's bug there (an exception) is one ERROR with its traceback, not a broker that stops
+    with it, and the broker keeps serving. Once the engine answers again, checks go on."""
+    from odradek.broker import log_dir_failures
+
+    caplog.set_level(logging.INFO, logger=log_dir_failures.__name__)
+    monkeypatch.setattr(log_dir_failures, "CHECK_INTERVAL_S", 0.01)
+    real = storage_module.SegmentLogStorage.describe_log_dirs
+    calls = {"n": 0, "broken": True}
+
+    async def describe(self: Any) -> Any:
+        calls["n"] += 1
+        if calls["broken"]:
+            raise RuntimeError("engine bug")
+        return await real(self)
+
+    monkeypatch.setattr(storage_module.SegmentLogStorage, "describe_log_dirs", describe)
+    server = BrokerServer(broker_config(tmp_path), broker_plugins())
+    with trio.fail_after(30):
+        await _serve_through_broken_checks(server, calls)
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert [r.getMessage() for r in errors] == ["cannot check the log dirs: the storage's describe_log_dirs failed"]
+    assert errors[0].exc_info is not None and "engine bug" in str(errors[0].exc_info[1])
+    assert "the storage's describe_log_dirs answers again: log dirs are checked" in caplog.text
+
+
+async def _serve_through_broken_checks(server: BrokerServer, calls: dict[str, Any]) -> None:
+    """Serve until describe_log_dirs failed five times (a produce still succeeds), then answered twice."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        core = server.core
+        assert core is not None
+        await create(core, "t")
+        with trio.fail_after(10):
+            while calls["n"] < 5:
+                await trio.sleep(0.01)
+        assert (await produce(core, TP, batch([b"x"]))).error is ErrorCode.NONE
+        calls["broken"] = False
+        seen = calls["n"]
+        with trio.fail_after(10):
+            while calls["n"] < seen + 2:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()

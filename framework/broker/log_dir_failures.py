@@ -131,6 +131,8 @@ class LogDirFailureHandler:
         self.metadata_dir = metadata_dir
         #: offline log dir -> why
         self.offline_dirs: dict[str, str] = {}
+        #: the storage's describe_log_dirs raised at the last check (logged once until it answers)
+        self._describe_failing = False
         #: set once no log dir is online, or the metadata store's dir is offline
         self.must_stop = trio.Event()
         self.failure_reason = ""
@@ -168,7 +170,16 @@ class LogDirFailureHandler:
         """Ask the storage which dirs are offline; take the partitions of newly failed ones
         offline. Whether any dir went offline now (publishing follows in :meth:`run`). Only
         :meth:`run` calls it, so checks never overlap."""
-        dirs = await described_log_dirs(self.storage)
+        try:
+            dirs = await described_log_dirs(self.storage)
+        except Exception as exc:  # a storage engine's bug: the broker and its other dirs go on
+            if not self._describe_failing:
+                log.error("cannot check the log dirs: the storage's describe_log_dirs failed", exc_info=exc)
+            self._describe_failing = True
+            return False
+        if self._describe_failing:
+            log.info("the storage's describe_log_dirs answers again: log dirs are checked")
+            self._describe_failing = False
         if dirs is None:  # an engine written before describe_log_dirs: never offline
             return False
         failed = [d for d in dirs if d.error is not None and d.path not in self.offline_dirs]
