@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -13,6 +14,7 @@ from broker_harness import batch, create, produce, running_broker
 
 from odradek.broker.alter_partition import AlterPartitionManager
 from odradek.broker.api import CreatableTopic
+from odradek.broker.controller import WATCHED_PREFIX
 from odradek.broker.core import BrokerCore
 from odradek.broker.log_dir_failures import encode_offline_replicas, offline_replicas_key
 from odradek.broker.metadata_cache import registration_json
@@ -107,3 +109,31 @@ async def test_a_partition_with_no_eligible_leader_is_warned_about_once(
         await controller.elect_offline_leaders()
         await controller.elect_offline_leaders()
         assert len(warnings()) == 2, warnings()
+
+
+async def test_the_controller_follows_changes_without_listing_the_store_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A term lists ``/brokers/`` once and then keeps that view current from its watch: a
+    listing per change made the controller's work grow with the square of the topic count (on
+    ZooKeeper a listing walks every znode), and 200 topics took minutes to create there. The view
+    is current: broker 7's partition created later still gets a new leader when 7 goes."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "first")
+        listed: list[str] = []
+        real_list = core.store.list
+
+        async def counting_list(prefix: str) -> Any:
+            listed.append(prefix)
+            return await real_list(prefix)
+
+        monkeypatch.setattr(core.store, "list", counting_list)
+        for i in range(10):
+            await create(core, f"more{i}")
+        other, partition = await _led_by_broker_7(core, tmp_path)
+        assert partition is not None and partition.leader_id == 7
+        await other.close()
+        with trio.fail_after(5):
+            while not partition.is_leader:
+                await trio.sleep(0.01)
+        assert WATCHED_PREFIX not in listed, listed

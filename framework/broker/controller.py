@@ -127,17 +127,15 @@ class Controller:
         await self.cache.refresh_controller()
         while self.leadership is not None:
             items, revision = await self.store.list(WATCHED_PREFIX)
-            await self.elect_offline_leaders(items)
-            if self.leadership is None:
-                return  # fenced: another broker controls
-            try:
-                async for ev in self.store.watch(WATCHED_PREFIX, after_revision=revision):
-                    log.debug("controller: change of %s at %d", ev.key, ev.revision)
-                    break  # a broker or partition state changed: decide again on a fresh listing
-                else:
-                    return  # the session ended
-            except MetadataCompacted:
-                continue
+            view = _FollowedView(self.store, dict(items), revision)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(view.follow)
+                while self.leadership is not None and not view.ended:
+                    await self.elect_offline_leaders(view.items)
+                    await view.changed()
+                nursery.cancel_scope.cancel()
+            if not view.compacted:
+                return  # fenced (another broker controls) or the session ended
 
     async def elect_offline_leaders(self, items: Mapping[str, Versioned] | None = None) -> int:
         """One pass over every partition of one consistent listing of ``/brokers/`` (live
@@ -302,6 +300,43 @@ def one_line(exc: BaseException) -> str:
     """An error for a log line: its type and message on one line (a store's client library
     may raise errors whose text spans lines, such as gRPC's)."""
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+class _FollowedView:
+    """A ``/brokers/`` listing kept current by a watch from its revision, so each decision pass
+    reads the store's latest state without listing it again: a listing per change made the
+    controller's work grow with the square of the topics (on ZooKeeper a listing walks every
+    znode), and creating a few hundred topics took minutes. Changes that arrive while a pass
+    runs are decided together by the next one."""
+
+    def __init__(self, store: MetadataStore, items: dict[str, Versioned], revision: int) -> None:
+        self.store = store
+        self.items = items
+        self.revision = revision
+        #: the watch ended: the session ended, or (``compacted``) the store must be listed again
+        self.ended = False
+        self.compacted = False
+        self._changed = trio.Event()
+
+    async def follow(self) -> None:
+        try:
+            async for ev in self.store.watch(WATCHED_PREFIX, after_revision=self.revision):
+                log.debug("controller: change of %s at %d", ev.key, ev.revision)
+                if ev.value is None:
+                    self.items.pop(ev.key, None)
+                else:  # create_revision is not in a watch event, and no decision reads it
+                    self.items[ev.key] = Versioned(ev.value, ev.version, 0)
+                self.revision = ev.revision
+                self._changed.set()
+        except MetadataCompacted:
+            self.compacted = True
+        self.ended = True
+        self._changed.set()
+
+    async def changed(self) -> None:
+        """Wait for a change since the last call (or for the watch's end)."""
+        await self._changed.wait()
+        self._changed = trio.Event()
 
 
 def _cluster_view(

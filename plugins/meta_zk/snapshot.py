@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import posixpath
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,8 +69,32 @@ def _slash(path: str) -> str:
     return path if path.endswith("/") else path + "/"
 
 
-def _stat_revision(stat: ZnodeStat) -> int:
+def stat_revision(stat: ZnodeStat) -> int:
     return max(stat.czxid, stat.mzxid, stat.pzxid)
+
+
+def read_pipelined(
+    client: KazooClient, paths: list[str], watcher: Watcher | None
+) -> Iterator[tuple[str, tuple[bytes | None, ZnodeStat, ZnodeStat, list[str]] | None]]:
+    """``get`` and ``get_children`` of every path, all sent before the first answer is awaited
+    (one round trip): (path, (data, stat, the children listing's stat, children)), or (path,
+    None) for a znode that does not exist. Both reads leave ``watcher`` on the znode."""
+    pending = [
+        (
+            path,
+            client.get_async(path, watch=watcher),
+            client.get_children_async(path, watch=watcher, include_data=True),
+        )
+        for path in paths
+    ]
+    for path, data_result, children_result in pending:
+        try:
+            data, stat = data_result.get()
+            children, children_stat = children_result.get()
+        except NoNodeError:
+            yield path, None
+            continue
+        yield path, (data, stat, children_stat, children)
 
 
 def _collect(client: KazooClient, root: str, watcher: Watcher | None) -> Snapshot | None:
@@ -78,28 +102,19 @@ def _collect(client: KazooClient, root: str, watcher: Watcher | None) -> Snapsho
     nodes: dict[str, Node] = {}
     level = [root]
     while level:
-        pending = [
-            (
-                path,
-                client.get_async(path, watch=watcher),
-                client.get_children_async(path, watch=watcher, include_data=True),
-            )
-            for path in level
-        ]
+        read = list(read_pipelined(client, level, watcher))
         level = []
-        for path, data_result, children_result in pending:
-            try:
-                data, stat = data_result.get()
-                children, children_stat = children_result.get()
-            except NoNodeError:
+        for path, found in read:
+            if found is None:
                 if path == root:
                     return _missing_root(client, root, watcher)
                 return None  # listed by its parent, gone now: the walk straddled a deletion
+            data, stat, children_stat, children = found
             if stat != children_stat:
                 return None
             nodes[path] = Node(data, stat)
             level.extend(posixpath.join(path, child) for child in children)
-    return Snapshot(root, nodes, max(_stat_revision(n.stat) for n in nodes.values()))
+    return Snapshot(root, nodes, max(stat_revision(n.stat) for n in nodes.values()))
 
 
 def _missing_root(client: KazooClient, root: str, watcher: Watcher | None) -> Snapshot | None:
@@ -145,7 +160,7 @@ def versioned(node: Node) -> Versioned:
     return Versioned(node.data, node.stat.version, node.stat.czxid)
 
 
-def _deletion_revision(new: Snapshot, path: str) -> int:
+def deletion_revision(new: Snapshot, path: str) -> int:
     parent = posixpath.dirname(path)
     while parent == new.root or parent.startswith(_slash(new.root)):
         node = new.nodes.get(parent)
@@ -165,7 +180,7 @@ def diff(old: dict[str, Node], new: Snapshot, to_key: Callable[[str], str]) -> l
             assert node.data is not None
             events.append(WatchEvent(to_key(path), node.data, node.stat.version, node.stat.mzxid))
     for path in old.keys() - current.keys():
-        revision = _deletion_revision(new, path)
+        revision = deletion_revision(new, path)
         events.append(WatchEvent(to_key(path), None, revision, revision))
     events.sort(key=lambda e: (e.revision, e.key))
     return events

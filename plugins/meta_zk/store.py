@@ -65,6 +65,7 @@ from odradek.interfaces import (
 from odradek.sessions import MetadataUnavailable, SessionStateFeed, ThreadWakeup
 
 from . import multi
+from .mirror import SubtreeMirror
 from .snapshot import Node, Snapshot, base_without_history, diff, take_snapshot, versioned
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,17 @@ def split_connect(connect: str) -> tuple[str, str]:
     hosts, slash, chroot = connect.partition("/")
     chroot = ("/" + chroot).rstrip("/") if slash else ""
     return hosts, chroot
+
+
+class _RestartMirror(ThreadWakeup):
+    """Registered for session changes: the mirror walks its whole subtree at the next refresh."""
+
+    def __init__(self, mirror: SubtreeMirror) -> None:
+        super().__init__()
+        self.mirror = mirror
+
+    def wake(self) -> None:
+        self.mirror.restart()
 
 
 class ZooKeeperMetadataStore:
@@ -409,18 +421,22 @@ class ZooKeeperMetadataStore:
     async def watch(self, prefix: str, *, after_revision: int) -> AsyncIterator[WatchEvent]:
         """Changes below ``prefix`` after ``after_revision``, until cancelled or closed.
 
-        Every re-read is a consistent snapshot that re-arms ZooKeeper watches on each node it
-        reads; any watch firing, or any session change (kazoo drops watches on disconnect),
-        triggers the next re-read, and the events are the difference (see snapshot.py). The
-        starting point is the cached ``list`` snapshot at ``after_revision``; without one, the
-        watch can only start if nothing was deleted since, else ``MetadataCompacted``.
+        A :class:`~.mirror.SubtreeMirror` keeps the subtree with a watch on every znode; each
+        wake-up re-reads only the znodes whose watches fired and reports what changed, as of one
+        instant (mirror.py says why that holds). Any session change (kazoo drops watches when a
+        session ends) makes the next refresh walk the whole subtree again. The starting point is
+        the cached ``list`` snapshot at ``after_revision``; without one, the watch can only start
+        if nothing was deleted since, else ``MetadataCompacted``.
         """
         root = self._root(prefix)
         wakeup = ThreadWakeup()
-        self._states.add_wakeup(wakeup)
+        mirror = SubtreeMirror(root, wakeup.wake_threadsafe)
+        on_session_change = _RestartMirror(mirror)
+        self._states.add_wakeup(on_session_change)
         try:
             base = self._cached_base(root, after_revision)
-            snap = await self._snapshot(root, wakeup.wake_threadsafe)
+            snap = await self._read(mirror.refresh, self._live())
+            mirror.take_changes()  # the first walk: reported against the base below instead
             if base is None:
                 found = base_without_history(snap, after_revision)
                 if found is None:
@@ -429,20 +445,22 @@ class ZooKeeperMetadataStore:
                         "changed since: re-list and watch from the new revision"
                     )
                 base = {p: n for p, n in found.items() if self._visible(p)}
+            events = diff(base, snap, self._key)
+            del base, snap
             while True:
-                for event in diff(base, snap, self._key):
+                for event in events:
                     if self._visible(self.chroot + event.key):
                         yield event
-                base = self._items(snap)
                 await wakeup.wait()
                 if self._closed:
                     return
-                snap = await self._snapshot(root, wakeup.wake_threadsafe)
+                await self._read(mirror.refresh, self._live())
+                events = [WatchEvent(self._key(e.key), e.value, e.version, e.revision) for e in mirror.take_changes()]
         except MetadataUnavailable:
             if not self._closed:
                 raise
         finally:
-            self._states.remove_wakeup(wakeup)
+            self._states.remove_wakeup(on_session_change)
 
     # -- brokers and elections -------------------------------------------------------------------
     async def register_broker(self, broker_id: int, info: bytes) -> int:
