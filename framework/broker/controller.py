@@ -88,6 +88,8 @@ class Controller:
         #: its replicas or ISR change (a dir that failed under a replication-factor-1 topic
         #: left its partitions so, and logged each of them on every pass)
         self._leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        #: what the last decision pass decoded (see :func:`_cluster_view`)
+        self._parsed: ParsedItems = {}
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Campaign (blocks while another broker controls), then elect on every broker change;
@@ -130,28 +132,53 @@ class Controller:
             view = _FollowedView(self.store, dict(items), revision)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(view.follow)
+                changed: set[str] | None = None  # the first pass decides every partition
                 while self.leadership is not None and not view.ended:
-                    await self.elect_offline_leaders(view.items)
+                    if changed is None:
+                        await self.elect_offline_leaders(view.items)
+                    else:
+                        await self.elect_offline_leaders(view.items, topics=changed, brokers=view.brokers)
                     await view.changed()
+                    changed = view.take_changed_topics()
                 nursery.cancel_scope.cancel()
             if not view.compacted:
                 return  # fenced (another broker controls) or the session ended
 
-    async def elect_offline_leaders(self, items: Mapping[str, Versioned] | None = None) -> int:
+    async def elect_offline_leaders(
+        self,
+        items: Mapping[str, Versioned] | None = None,
+        *,
+        topics: Collection[str] | None = None,
+        brokers: Mapping[str, Versioned] | None = None,
+    ) -> int:
         """One pass over every partition of one consistent listing of ``/brokers/`` (live
         brokers, assignments, partition states: never the cache, which may lag the store);
         returns how many partition states were changed. A write that loses its compare-and-set
-        is decided again on the next listing (the watch reports the change that beat it)."""
-        async with self._deciding:
-            return await self._elect_offline_leaders(items)
+        is decided again on the next listing (the watch reports the change that beat it).
 
-    async def _elect_offline_leaders(self, items: Mapping[str, Versioned] | None) -> int:
+        With ``topics`` (and ``brokers``, the listing's keys outside ``/brokers/topics/``), only
+        those topics' partitions: what a change to them alone can alter, since every other
+        partition was decided on the same brokers before (the controller's watch asks for a
+        whole pass whenever a broker or an offline replica changes)."""
+        async with self._deciding:
+            return await self._elect_offline_leaders(items, topics, brokers)
+
+    async def _elect_offline_leaders(
+        self,
+        items: Mapping[str, Versioned] | None,
+        only: Collection[str] | None = None,
+        brokers: Mapping[str, Versioned] | None = None,
+    ) -> int:
         leadership = self.leadership
         if leadership is None or self.cache.halted is not None:
             return 0
         if items is None:
             items, _ = await self.store.list(WATCHED_PREFIX)
-        live, topics, offline = _cluster_view(items)
+        if only is None or brokers is None:
+            live, topics, offline = _cluster_view(items, self._parsed)
+        else:
+            live, offline = _brokers_view(brokers)
+            topics = _topics_view(items, only, self._parsed)
         rebalance = bool(self.config["auto.leader.rebalance.enable"])
         elected = 0
         leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
@@ -186,6 +213,8 @@ class Controller:
                     changed = True
             if changed:
                 await self.cache.refresh_topic(name)
+        if only is not None and brokers is not None:  # the other topics' entries still hold
+            leaderless = {tp: e for tp, e in self._leaderless.items() if tp.topic not in only} | leaderless
         self._leaderless = leaderless
         return elected
 
@@ -312,7 +341,11 @@ class _FollowedView:
     def __init__(self, store: MetadataStore, items: dict[str, Versioned], revision: int) -> None:
         self.store = store
         self.items = items
+        #: the keys outside ``/brokers/topics/`` (registrations, offline replicas)
+        self.brokers = {k: v for k, v in items.items() if not k.startswith(TOPICS_PREFIX)}
         self.revision = revision
+        #: topics changed since the last :meth:`take_changed_topics`; None: something else did
+        self._changed_topics: set[str] | None = set()
         #: the watch ended: the session ended, or (``compacted``) the store must be listed again
         self.ended = False
         self.compacted = False
@@ -322,10 +355,18 @@ class _FollowedView:
         try:
             async for ev in self.store.watch(WATCHED_PREFIX, after_revision=self.revision):
                 log.debug("controller: change of %s at %d", ev.key, ev.revision)
-                if ev.value is None:
-                    self.items.pop(ev.key, None)
-                else:  # create_revision is not in a watch event, and no decision reads it
-                    self.items[ev.key] = Versioned(ev.value, ev.version, 0)
+                # create_revision is not in a watch event, and no decision reads it
+                value = None if ev.value is None else Versioned(ev.value, ev.version, 0)
+                for into in (self.items, None if ev.key.startswith(TOPICS_PREFIX) else self.brokers):
+                    if into is not None:
+                        if value is None:
+                            into.pop(ev.key, None)
+                        else:
+                            into[ev.key] = value
+                if not ev.key.startswith(TOPICS_PREFIX):
+                    self._changed_topics = None
+                elif self._changed_topics is not None:
+                    self._changed_topics.add(ev.key[len(TOPICS_PREFIX) :].split("/", 1)[0])
                 self.revision = ev.revision
                 self._changed.set()
         except MetadataCompacted:
@@ -338,16 +379,34 @@ class _FollowedView:
         await self._changed.wait()
         self._changed = trio.Event()
 
+    def take_changed_topics(self) -> set[str] | None:
+        """The topics changed since the last call, or None when a registration or an offline
+        replica changed too (every partition must be decided again)."""
+        changed, self._changed_topics = self._changed_topics, set()
+        return changed
+
+
+#: decoded ``/brokers/`` values of the last decision pass: key -> (the Versioned it came from, decoded)
+ParsedItems = dict[str, tuple[Versioned, Any]]
+
 
 def _cluster_view(
-    items: Mapping[str, Versioned],
+    items: Mapping[str, Versioned], parsed: ParsedItems | None = None
 ) -> tuple[
     set[int], dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]], dict[TopicPartition, set[int]]
 ]:
     """Live broker ids, per topic (assignment, partition states), and the live brokers whose
-    replica of a partition is offline (a failed log dir), from a ``/brokers/`` listing."""
+    replica of a partition is offline (a failed log dir), from a ``/brokers/`` listing.
+
+    ``parsed`` (the controller's, kept across passes) holds what the last pass decoded; a value
+    still the same object is not decoded again, and the dict is refilled with this pass's
+    values only. Decoding every assignment and state on every pass was most of a pass's time
+    with a thousand topics, and a pass runs on every change."""
     live: set[int] = set()
     topics: dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]] = {}
+    earlier: ParsedItems = dict(parsed) if parsed is not None else {}
+    if parsed is not None:
+        parsed.clear()
     for key, v in items.items():
         if key.startswith(BROKERS_PREFIX):
             if key[len(BROKERS_PREFIX) :].isdigit():
@@ -356,13 +415,68 @@ def _cluster_view(
         if not key.startswith(TOPICS_PREFIX):
             continue
         parts = key[len(TOPICS_PREFIX) :].split("/")
+        if len(parts) == 1:
+            decode: Any = _decode_assignment
+        elif len(parts) == 4 and parts[1] == "partitions" and parts[3] == "state":
+            decode = PartitionState.decode
+        else:
+            continue
+        seen = earlier.get(key)
+        value = seen[1] if seen is not None and seen[0] is v else decode(v)
+        if parsed is not None:
+            parsed[key] = (v, value)
         entry = topics.setdefault(parts[0], ({}, {}))
         if len(parts) == 1:
-            doc = json.loads(v.value)
-            entry[0].update({int(p): tuple(int(r) for r in reps) for p, reps in doc["partitions"].items()})
-        elif len(parts) == 4 and parts[1] == "partitions" and parts[3] == "state":
-            entry[1][int(parts[2])] = PartitionState.decode(v)
+            entry[0].update(value)
+        else:
+            entry[1][int(parts[2])] = value
     return live, topics, offline_replicas_of(items, live)
+
+
+def _brokers_view(brokers: Mapping[str, Versioned]) -> tuple[set[int], dict[TopicPartition, set[int]]]:
+    """Live broker ids and offline replicas from the keys of ``/brokers/`` that are not topics'."""
+    live = {
+        int(key[len(BROKERS_PREFIX) :])
+        for key in brokers
+        if key.startswith(BROKERS_PREFIX) and key[len(BROKERS_PREFIX) :].isdigit()
+    }
+    return live, offline_replicas_of(brokers, live)
+
+
+def _topics_view(
+    items: Mapping[str, Versioned], names: Collection[str], parsed: ParsedItems
+) -> dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]]:
+    """(assignment, partition states) of the topics ``names`` that exist in ``items``, decoding
+    only values ``parsed`` does not hold yet (and adding them)."""
+
+    def decoded(key: str, v: Versioned, decode: Any) -> Any:
+        seen = parsed.get(key)
+        if seen is not None and seen[0] is v:
+            return seen[1]
+        value = decode(v)
+        parsed[key] = (v, value)
+        return value
+
+    topics: dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]] = {}
+    for name in names:
+        key = TOPICS_PREFIX + name
+        v = items.get(key)
+        if v is None:
+            continue  # deleted: nothing left to decide
+        assignment: dict[int, tuple[int, ...]] = decoded(key, v, _decode_assignment)
+        states: dict[int, PartitionState] = {}
+        for p in assignment:
+            state_key = f"{key}/partitions/{p}/state"
+            sv = items.get(state_key)
+            if sv is not None:
+                states[p] = decoded(state_key, sv, PartitionState.decode)
+        topics[name] = (assignment, states)
+    return topics
+
+
+def _decode_assignment(v: Versioned) -> dict[int, tuple[int, ...]]:
+    doc = json.loads(v.value)
+    return {int(p): tuple(int(r) for r in reps) for p, reps in doc["partitions"].items()}
 
 
 def shrink_dead_from_isr(state: PartitionState, live: set[int]) -> PartitionState | None:

@@ -4,7 +4,8 @@ Single-node odradek needs no ZooKeeper or etcd: this store keeps the keys in a d
 the whole dict to ``<first log dir>/odradek-metadata.json`` after every change (write a temp file,
 fsync it, rename it over the old one, fsync the directory), so a crash leaves either the old or the
 new state, never a torn one. Metadata changes are rare (topic creation, config changes, broker
-start), so rewriting a small file per change is cheap and keeps the format trivially inspectable.
+start), so rewriting the file per change is cheap (each key's line is encoded once and reused
+until it changes) and keeps the format trivially inspectable: JSON, one key per line.
 
 Semantics follow etcd, the richer of the two cluster backends:
 - a global ``revision`` increments once per committed change (a txn is one revision);
@@ -28,13 +29,15 @@ History instead of a per-watcher channel means a slow watcher never stalls a wri
 from __future__ import annotations
 
 import base64
+import bisect
 import contextlib
 import fcntl
+import itertools
 import json
 import logging
 import os
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +80,17 @@ class MetadataStoreClosed(Exception):
     """An operation on a store whose session has been closed."""
 
 
+def _line(key: str, e: _Entry) -> str:
+    """One key's line in the metadata file."""
+    doc: dict[str, Any] = {
+        "value": base64.b64encode(e.value).decode("ascii"),
+        "mod": e.mod_revision,
+        "create": e.create_revision,
+        **({"ephemeral": True} if e.owner is not None else {}),
+    }
+    return json.dumps(key) + ": " + json.dumps(doc)
+
+
 @dataclass(slots=True)
 class _Entry:
     value: bytes
@@ -99,6 +113,10 @@ class _SharedState:
         self.sessions = 0
         self.next_session = 1
         self._lock_fd: int | None = None
+        #: each key's line in the file (see :meth:`serialize`)
+        self._lines: dict[str, str] = {}
+        #: the keys in order, so ``list`` finds a prefix's keys without scanning every key
+        self.sorted_keys: list[str] = []
 
     # -- file --------------------------------------------------------------------------------
     def acquire(self) -> None:
@@ -150,28 +168,34 @@ class _SharedState:
             ) from None
         self.revision = revision
         self.keys.update(keys)
+        self.sorted_keys = sorted(self.keys)
+        data, self._lines = self.serialize(self.keys, self.revision)
         if dropped:
             # the deletions are a change: bump the revision so epochs issued later are new ones
             self.revision += 1
-            self.write_file(self.serialize(self.keys, self.revision))
+            data, self._lines = self.serialize(self.keys, self.revision)
+            self.write_file(data)
         self.oldest_replayable = self.revision + 1
 
-    @staticmethod
-    def serialize(keys: dict[str, _Entry], revision: int) -> bytes:
-        doc: dict[str, Any] = {
-            "format": FORMAT_VERSION,
-            "revision": revision,
-            "keys": {
-                k: {
-                    "value": base64.b64encode(e.value).decode("ascii"),
-                    "mod": e.mod_revision,
-                    "create": e.create_revision,
-                    **({"ephemeral": True} if e.owner is not None else {}),
-                }
-                for k, e in sorted(keys.items())
-            },
-        }
-        return json.dumps(doc, indent=1).encode()
+    def serialize(
+        self, keys: dict[str, _Entry], revision: int, changed: Iterable[str] | None = None
+    ) -> tuple[bytes, dict[str, str]]:
+        """The file's JSON, one key per line, and the lines by key. With ``changed`` (the keys a
+        commit wrote or deleted), only their lines are encoded and the rest reused: encoding
+        every key (with ``indent``, in pure Python) on every commit was a fifth of a broker's
+        time creating its thousandth topic. Lines keep the order keys were first written in."""
+        if changed is None:
+            lines = {k: _line(k, e) for k, e in sorted(keys.items())}
+        else:
+            lines = dict(self._lines)
+            for k in changed:
+                e = keys.get(k)
+                if e is None:
+                    lines.pop(k, None)
+                else:
+                    lines[k] = _line(k, e)
+        head = json.dumps({"format": FORMAT_VERSION, "revision": revision})[:-1]
+        return (head + ', "keys": {\n' + ",\n".join(lines.values()) + "\n}}\n").encode(), lines
 
     def write_file(self, data: bytes) -> None:
         """Atomic replace: write temp, fsync, rename, fsync the directory."""
@@ -235,9 +259,16 @@ class _SharedState:
                         events.append(WatchEvent(op.key, None, revision, revision))
             if not events:
                 return self.revision
-            data = self.serialize(new_keys, revision)
+            changed = {ev.key for ev in events}
+            data, lines = self.serialize(new_keys, revision, changed)
             await trio.to_thread.run_sync(self.write_file, data)
+            for k in changed:
+                if k in new_keys and k not in self.keys:
+                    bisect.insort(self.sorted_keys, k)
+                elif k not in new_keys and k in self.keys:
+                    del self.sorted_keys[bisect.bisect_left(self.sorted_keys, k)]
             self.keys = new_keys
+            self._lines = lines
             self.revision = revision
             self.history.extend(events)
             if len(self.history) == self.history.maxlen:
@@ -327,11 +358,12 @@ class LocalMetadataStore:
 
     async def list(self, prefix: str) -> tuple[dict[str, Versioned], int]:
         state = self._live()
-        items = {
-            k: Versioned(e.value, e.mod_revision, e.create_revision)
-            for k, e in state.keys.items()
-            if k.startswith(prefix)
-        }
+        items: dict[str, Versioned] = {}
+        for k in itertools.islice(state.sorted_keys, bisect.bisect_left(state.sorted_keys, prefix), None):
+            if not k.startswith(prefix):
+                break
+            e = state.keys[k]
+            items[k] = Versioned(e.value, e.mod_revision, e.create_revision)
         return items, state.revision
 
     # -- writes ----------------------------------------------------------------------------------
@@ -383,7 +415,12 @@ class LocalMetadataStore:
             if seen < state.oldest_replayable - 1:
                 raise MetadataCompacted(f"watch on {prefix!r} fell behind the retained history")
             changed = state.changed
-            pending = [ev for ev in state.history if ev.revision > seen]
+            pending: list[WatchEvent] = []
+            for ev in reversed(state.history):  # the new events only, not the whole history
+                if ev.revision <= seen:
+                    break
+                pending.append(ev)
+            pending.reverse()
             for ev in pending:
                 seen = ev.revision
                 if ev.key.startswith(prefix):
