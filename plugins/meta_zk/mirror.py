@@ -42,7 +42,7 @@ from .snapshot import Node, Snapshot, deletion_revision, read_pipelined, stat_re
 
 #: how long the barrier's marker may wait for kazoo's callback thread before the refresh counts
 #: as failed (the client was stopped under it: the store's retry takes over)
-CALLBACK_FLUSH_TIMEOUT_S = 30.0
+CALLBACK_FLUSH_TIMEOUT_S = 10.0
 
 
 class SubtreeMirror:
