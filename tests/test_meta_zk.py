@@ -318,3 +318,28 @@ async def test_a_watch_under_concurrent_writers_ends_equal_to_a_listing(zookeepe
     finally:
         for s in (*writers, watcher):
             await s.close()
+
+
+async def test_a_watch_starts_from_a_whole_tree_listing_after_many_smaller_ones(
+    zookeeper_server: ZooKeeperServer,
+) -> None:
+    """A broker lists the whole tree, then each topic's subtree, then watches the whole tree from
+    the first listing's revision. With more topics than the snapshot cache held, the small
+    listings evicted the whole tree's, so the watch raised MetadataCompacted; the broker re-read
+    everything, and while topics kept being deleted it did so again and again (deleting 1,000
+    topics timed out). The newest whole-tree listing is kept."""
+    store = ZooKeeperMetadataStore(zookeeper_server.connect_string + unique_chroot("evict"))
+    await store.open(5000)
+    try:
+        for t in range(40):
+            await store.put(f"/brokers/topics/t{t}", b"a")
+        _, revision = await store.list("/")
+        for t in range(40):
+            await store.list(f"/brokers/topics/t{t}/")
+        await store.delete("/brokers/topics/t3")  # known to be a deletion only through the cached listing
+        watch = store.watch("/", after_revision=revision)
+        event = await next_event(watch)
+        assert (event.key, event.value) == ("/brokers/topics/t3", None)
+        await close_iterator(watch)
+    finally:
+        await store.close()

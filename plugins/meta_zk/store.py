@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: list() snapshots kept so that a watch from a list's revision knows what was deleted since.
-SNAPSHOT_CACHE = 8
+SNAPSHOT_CACHE = 32
 #: Errors meaning "no answer from the server right now".
 _UNAVAILABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError, KazooTimeoutError)
 _STATES = {KazooState.CONNECTED: SessionState.CONNECTED, KazooState.SUSPENDED: SessionState.SUSPENDED}
@@ -325,9 +325,7 @@ class ZooKeeperMetadataStore:
         """An atomic snapshot of the keys below ``prefix``; its revision is the largest zxid in it."""
         root = self._root(prefix)
         snap = await self._snapshot(root)
-        self._snapshots[(root, snap.revision)] = snap
-        while len(self._snapshots) > SNAPSHOT_CACHE:
-            self._snapshots.popitem(last=False)
+        self._remember(snap)
         return {self._key(p): versioned(n) for p, n in self._items(snap).items()}, snap.revision
 
     # -- writes ----------------------------------------------------------------------------------
@@ -405,6 +403,21 @@ class ZooKeeperMetadataStore:
     async def next_id(self, key: str) -> int:
         """Increment the decimal counter at ``key`` (absent = 0) by compare-and-set on its version."""
         return await increment_counter(self, key)
+
+    def _remember(self, snap: Snapshot) -> None:
+        """Cache ``snap`` for a watch from its revision, evicting the oldest snapshots beyond
+        :data:`SNAPSHOT_CACHE` but never the newest of the whole tree: a broker lists the whole
+        tree and then reads each topic's subtree before its watch starts, and with more topics
+        than the cache holds those reads evicted the whole tree's snapshot; the watch then found
+        no starting point, the broker re-read everything, and while topics kept changing (a
+        deletion of many) it did so again and again."""
+        self._snapshots[(snap.root, snap.revision)] = snap
+        newest_top = max((rev for root, rev in self._snapshots if root == self._top), default=None)
+        for key in list(self._snapshots):
+            if len(self._snapshots) <= SNAPSHOT_CACHE:
+                break
+            if key != (self._top, newest_top):
+                del self._snapshots[key]
 
     # -- watches ---------------------------------------------------------------------------------
     def _cached_base(self, root: str, after_revision: int) -> dict[str, Node] | None:
