@@ -48,9 +48,15 @@ CALLBACK_FLUSH_TIMEOUT_S = 10.0
 class SubtreeMirror:
     """The znodes below ``root`` (and the root), with watches armed on each."""
 
-    def __init__(self, root: str, notify: Callable[[], None]) -> None:
+    def __init__(
+        self, root: str, notify: Callable[[], None], watch: Callable[[WatchedEvent], None] | None = None
+    ) -> None:
         self.root = root
         self._notify = notify
+        #: the callback left on each znode read: :meth:`watcher`, unless the owner dispatches
+        #: firings itself (the store's ``list`` shares one callback among its listings, so
+        #: kazoo, which keeps each znode's callbacks in a set, holds one however many ran)
+        self._watch: Callable[[WatchedEvent], None] = watch or self.watcher
         self.nodes: dict[str, Node] = {}
         #: the cached children of each cached znode (paths), to drop whole subtrees at once
         self._children: dict[str, set[str]] = {}
@@ -135,7 +141,7 @@ class SubtreeMirror:
         again: set[str] = set()
         level = sorted(paths)
         while level:
-            read = list(read_pipelined(client, level, self.watcher))
+            read = list(read_pipelined(client, level, self._watch))
             level = []
             for path, found in read:
                 if found is None:
@@ -168,7 +174,7 @@ class SubtreeMirror:
     def _root_missing(self, client: KazooClient) -> set[str]:
         """The root is gone: an exists-watch fires when it appears; the nearest existing
         ancestor's pzxid dates the deletion. The root to read again if it is back already."""
-        if client.exists(self.root, watch=self.watcher) is not None:
+        if client.exists(self.root, watch=self._watch) is not None:
             return {self.root}
         path = self.root
         while path != "/":

@@ -1,30 +1,27 @@
-"""Consistent snapshots of a ZooKeeper subtree, and the watch events between two snapshots.
+"""Snapshots of a ZooKeeper subtree at one instant, and the watch events between two of them.
 
 ZooKeeper has no multi-node read, so a walk of a subtree (one ``get`` and ``get_children`` per
-node) could mix states from before and after some write. :func:`take_snapshot` makes the walk
-atomic by *double collect*: walk, then re-read every node's stat (one pipelined round trip) and
-accept the walk only if nothing changed. zxids never repeat, so equal stats mean every node was
-unchanged from its read in the walk until the confirmation, i.e. the walk equals the subtree's
-state at one instant. Its revision is the largest zxid seen (czxid, mzxid and pzxid, which moves
-when a child is created *or deleted*), so it covers every change in the subtree up to that instant.
+node) could mix states from before and after some write; mirror.py makes the walk one instant
+(watches on every node read, then a barrier read). A snapshot's revision is the largest zxid
+seen (czxid, mzxid and pzxid, which moves when a child is created *or deleted*), so it covers
+every change in the subtree up to that instant.
 
 Keys are znodes with data; znodes with null data are parents that only exist because a key lies
 below them (Kafka's own layout does the same). They are walked but never reported as keys.
 
-Watch events are the difference between consecutive snapshots (:func:`diff`). ZooKeeper watches
-fire once and mean "something changed": several writes to one key between two re-reads appear as
-one event with the latest value (coalescing), but no change is ever missed, since every re-read
-starts from a snapshot that already carries watches on every node it read. A put's revision is
-the key's mzxid; a deletion's is the pzxid of its nearest surviving ancestor, the first zxid that
-proves the deletion.
+Watch events are the difference between consecutive snapshots (:func:`diff` against a listing,
+then what each refresh of the mirror changed). ZooKeeper watches fire once and mean "something
+changed": several writes to one key between two re-reads appear as one event with the latest
+value (coalescing), but no change is ever missed, since every node read carries a watch. A put's
+revision is the key's mzxid; a deletion's is the pzxid of its nearest surviving ancestor, the
+first zxid that proves the deletion.
 
-Everything here blocks (kazoo calls) and runs in a worker thread.
+:func:`read_pipelined` blocks (kazoo calls) and runs in a worker thread.
 """
 
 from __future__ import annotations
 
 import posixpath
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -95,64 +92,6 @@ def read_pipelined(
             yield path, None
             continue
         yield path, (data, stat, children_stat, children)
-
-
-def _collect(client: KazooClient, root: str, watcher: Watcher | None) -> Snapshot | None:
-    """One breadth-first walk, pipelined per level; None when the walk saw the tree move."""
-    nodes: dict[str, Node] = {}
-    level = [root]
-    while level:
-        read = list(read_pipelined(client, level, watcher))
-        level = []
-        for path, found in read:
-            if found is None:
-                if path == root:
-                    return _missing_root(client, root, watcher)
-                return None  # listed by its parent, gone now: the walk straddled a deletion
-            data, stat, children_stat, children = found
-            if stat != children_stat:
-                return None
-            nodes[path] = Node(data, stat)
-            level.extend(posixpath.join(path, child) for child in children)
-    return Snapshot(root, nodes, max(stat_revision(n.stat) for n in nodes.values()))
-
-
-def _missing_root(client: KazooClient, root: str, watcher: Watcher | None) -> Snapshot | None:
-    """An empty snapshot: an exists-watch on the root fires when it appears; the nearest existing
-    ancestor's pzxid dates the moment the subtree was last emptied."""
-    if client.exists(root, watch=watcher) is not None:
-        return None
-    path = root
-    while path != "/":
-        path = posixpath.dirname(path)
-        stat = client.exists(path)
-        if stat is not None:
-            return Snapshot(root, {}, stat.pzxid, (path, stat))
-    raise AssertionError("the ZooKeeper root znode cannot be missing")
-
-
-def _confirm(client: KazooClient, snap: Snapshot) -> bool:
-    """Second collect: every node's stat is still what the walk read."""
-    if snap.anchor is not None:
-        anchor_path, anchor_stat = snap.anchor
-        return client.exists(snap.root) is None and client.exists(anchor_path) == anchor_stat
-    checks = [(node.stat, client.exists_async(path)) for path, node in snap.nodes.items()]
-    return all(result.get() == stat for stat, result in checks)
-
-
-def take_snapshot(client: KazooClient, root: str, watcher: Watcher | None = None) -> Snapshot:
-    """An atomic snapshot of ``root``'s subtree, leaving ``watcher`` on every node read.
-
-    Retries while the subtree keeps changing under the walk (metadata changes are rare; a short
-    growing pause lets a burst of writes finish).
-    """
-    pause = 0.001
-    while True:
-        snap = _collect(client, root, watcher)
-        if snap is not None and _confirm(client, snap):
-            return snap
-        time.sleep(pause)
-        pause = min(pause * 2, 0.1)
 
 
 def versioned(node: Node) -> Versioned:

@@ -43,6 +43,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import WatchedEvent
 from kazoo.retry import KazooRetry
 
 from odradek.coordination import broker_key, check_key, check_prefix, election_keys, increment_counter
@@ -66,7 +67,7 @@ from odradek.sessions import MetadataUnavailable, SessionStateFeed, ThreadWakeup
 
 from . import multi
 from .mirror import SubtreeMirror
-from .snapshot import Node, Snapshot, base_without_history, diff, take_snapshot, versioned
+from .snapshot import Node, Snapshot, base_without_history, diff, versioned
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -128,6 +129,8 @@ class ZooKeeperMetadataStore:
         self._closed = False
         self._states = SessionStateFeed()
         self._snapshots: OrderedDict[tuple[str, int], Snapshot] = OrderedDict()
+        #: the listings under way (replaced, never mutated: kazoo's callback thread reads it)
+        self._listings: tuple[SubtreeMirror, ...] = ()
         self._ttl_s = session_timeout_ms / 1000
         self._guard_scope: trio.CancelScope | None = None
         #: held while the guard replaces the session, so ``close`` never runs in the middle of it
@@ -315,8 +318,11 @@ class ZooKeeperMetadataStore:
         node = nodes[path]
         return versioned(node) if node is not None and node.data is not None else None
 
-    async def _snapshot(self, root: str, watcher: Callable[..., Any] | None = None) -> Snapshot:
-        return await self._read(take_snapshot, self._live(), root, watcher)
+    def _listing_watcher(self, event: WatchedEvent) -> None:
+        """The watch callback of every ``list``: hands the firing to the listings under way
+        (one callback object, so kazoo keeps one per znode however many listings read it)."""
+        for mirror in self._listings:
+            mirror.watcher(event)
 
     def _items(self, snap: Snapshot) -> dict[str, Node]:
         return {p: n for p, n in snap.keys().items() if self._visible(p)}
@@ -324,7 +330,12 @@ class ZooKeeperMetadataStore:
     async def list(self, prefix: str) -> tuple[dict[str, Versioned], int]:
         """An atomic snapshot of the keys below ``prefix``; its revision is the largest zxid in it."""
         root = self._root(prefix)
-        snap = await self._snapshot(root)
+        mirror = SubtreeMirror(root, lambda: None, self._listing_watcher)
+        self._listings = (*self._listings, mirror)
+        try:
+            snap = await self._read(mirror.refresh, self._live())
+        finally:
+            self._listings = tuple(m for m in self._listings if m is not mirror)
         self._remember(snap)
         return {self._key(p): versioned(n) for p, n in self._items(snap).items()}, snap.revision
 
