@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -211,6 +212,22 @@ async def test_watch_starts_from_a_cached_list_of_an_ancestor(zookeeper_server: 
         await store.close()
 
 
+@asynccontextmanager
+async def two_sessions(
+    zookeeper_server: ZooKeeperServer, chroot: str
+) -> AsyncIterator[tuple[ZooKeeperMetadataStore, ZooKeeperMetadataStore]]:
+    """Two open stores (two ZooKeeper sessions) on one fresh chroot, closed afterwards."""
+    connect = zookeeper_server.connect_string + unique_chroot(chroot)
+    first, second = ZooKeeperMetadataStore(connect), ZooKeeperMetadataStore(connect)
+    await first.open(5000)
+    await second.open(5000)
+    try:
+        yield first, second
+    finally:
+        await first.close()
+        await second.close()
+
+
 class _CountingReads:
     """Counts the znode reads a kazoo client sends (``get`` and ``get_children``, sync or async)."""
 
@@ -230,11 +247,7 @@ async def test_a_watch_rereads_what_changed_not_the_whole_tree(zookeeper_server:
     """A change under a watched tree of 400 keys costs the watch a few znode reads, not one per
     znode: re-reading the whole tree per change made topic creation on ZooKeeper quadratic (200
     topics took over two minutes)."""
-    connect = zookeeper_server.connect_string + unique_chroot("reread")
-    writer, watcher = ZooKeeperMetadataStore(connect), ZooKeeperMetadataStore(connect)
-    await writer.open(5000)
-    await watcher.open(5000)
-    try:
+    async with two_sessions(zookeeper_server, "reread") as (writer, watcher):
         for t in range(100):
             await writer.txn([], [Put(f"/t/{t}", b"a"), Put(f"/t/{t}/p/0/state", b"s"), Put(f"/t/{t}/cfg", b"c")])
         _, revision = await watcher.list("/")
@@ -256,9 +269,6 @@ async def test_a_watch_rereads_what_changed_not_the_whole_tree(zookeeper_server:
         # each change re-reads its znodes, their parents and the new children: ~2 reads a znode
         assert reads.count < 40, f"{reads.count} znode reads for 4 changes under a tree of ~400 znodes"
         await close_iterator(watch)
-    finally:
-        await writer.close()
-        await watcher.close()
 
 
 async def test_a_watch_under_concurrent_writers_ends_equal_to_a_listing(zookeeper_server: ZooKeeperServer) -> None:
@@ -350,11 +360,7 @@ async def test_a_listing_under_a_writer_that_never_stops_is_one_instant(zookeepe
     listing is one instant: two keys always written together in one transaction are listed with
     the same value. Confirming the whole walk by re-reading every znode retried for as long as
     the tree kept moving (19 s for a controller's listing while topics were being deleted)."""
-    connect = zookeeper_server.connect_string + unique_chroot("churnlist")
-    writer, reader = ZooKeeperMetadataStore(connect), ZooKeeperMetadataStore(connect)
-    await writer.open(5000)
-    await reader.open(5000)
-    try:
+    async with two_sessions(zookeeper_server, "churnlist") as (writer, reader):
         for i in range(200):
             await writer.txn([], [Put(f"/p/static/{i}/a", b"s"), Put(f"/p/static/{i}/b", b"s")])
         listings: list[dict[str, bytes]] = []
@@ -377,6 +383,3 @@ async def test_a_listing_under_a_writer_that_never_stops_is_one_instant(zookeepe
             assert len(listed) == 402
             assert listed["/p/x/a"] == listed["/p/y/z/b"], listed
         assert len({listed["/p/x/a"] for listed in listings}) > 1  # the writer ran during the listings
-    finally:
-        await writer.close()
-        await reader.close()
