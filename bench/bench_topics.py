@@ -9,7 +9,10 @@ ZooKeeper or etcd started for the run) and reports:
 
 - the total time until every topic has a leader in a Metadata response;
 - the time per chunk for the first and the last fifth of the topics, and their ratio (1.0:
-  creation does not slow as topics accumulate; the figure to compare across machines).
+  creation does not slow as topics accumulate; the figure to compare across machines);
+- the time a clean stop of every broker takes, and the time a start then takes until every
+  topic has a leader again;
+- the time deleting them all takes (``--chunk`` a request) until Metadata lists none.
 
 Run: ``.venv/bin/python bench/bench_topics.py [--stores local,zookeeper,etcd] [--topics 1000]
 [--chunk 50] [--brokers 1] [--json]``
@@ -67,17 +70,26 @@ def create_topics(store: str, topics: int, chunk: int, brokers: int) -> dict[str
                 for future in admin.create_topics([NewTopic(n, 1, rf) for n in names], operation_timeout=120).values():
                     future.result()
                 chunk_s.append(time.monotonic() - t0)
-            while True:
-                md = admin.list_topics(timeout=30)
-                led = sum(
-                    1
-                    for name, t in md.topics.items()
-                    if name.startswith("bench-") and t.partitions and all(p.leader >= 0 for p in t.partitions.values())
-                )
-                if led >= topics:
-                    break
-                time.sleep(0.05)
+            wait_for_leaders(admin, topics)
             total = time.monotonic() - start
+            start = time.monotonic()
+            for proc in procs:
+                proc.stop()
+            stop = time.monotonic() - start
+            start = time.monotonic()
+            for proc in procs:
+                proc.start()
+            admin = AdminClient({"bootstrap.servers": procs[0].bootstrap, "log_level": 0})
+            wait_for_leaders(admin, topics)
+            restart = time.monotonic() - start
+            start = time.monotonic()
+            for first in range(0, topics, chunk):
+                names = [f"bench-{i}" for i in range(first, min(topics, first + chunk))]
+                for future in admin.delete_topics(names, operation_timeout=120).values():
+                    future.result()
+            while any(name.startswith("bench-") for name in admin.list_topics(timeout=30).topics):
+                time.sleep(0.05)
+            delete = time.monotonic() - start
         finally:
             for proc in procs:
                 proc.stop()
@@ -91,7 +103,24 @@ def create_topics(store: str, topics: int, chunk: int, brokers: int) -> dict[str
         "first_chunk_s": early,
         "last_chunk_s": late,
         "slowdown": late / early,
+        "stop_s": stop,
+        "start_s": restart,
+        "delete_s": delete,
     }
+
+
+def wait_for_leaders(admin: AdminClient, topics: int) -> None:
+    """Until Metadata names a leader for every partition of the ``topics`` bench topics."""
+    while True:
+        md = admin.list_topics(timeout=30)
+        led = sum(
+            1
+            for name, t in md.topics.items()
+            if name.startswith("bench-") and t.partitions and all(p.leader >= 0 for p in t.partitions.values())
+        )
+        if led >= topics:
+            return
+        time.sleep(0.05)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,17 +138,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(results, indent=1))
         return 0
-    table = Table(title=f"creating {args.topics:,} topics, {args.chunk} a request, {args.brokers} broker(s)")
-    for column in ("store", "total s", "topics/s", f"s per {args.chunk}, first fifth", "last fifth", "slowdown"):
+    table = Table(
+        title=f"{args.topics:,} topics, {args.chunk} a request, {args.brokers} broker(s); "
+        f"'first 1/5' and 'last 1/5': s per request"
+    )
+    for column in ("store", "create s", "first 1/5", "last 1/5", "slowdown", "stop s", "start s", "delete s"):
         table.add_column(column, justify="left" if column == "store" else "right")
     for r in results:
         table.add_row(
             r["store"],
             f"{r['total_s']:.1f}",
-            f"{r['topics'] / r['total_s']:.0f}",
             f"{r['first_chunk_s']:.2f}",
             f"{r['last_chunk_s']:.2f}",
             f"{r['slowdown']:.1f}x",
+            f"{r['stop_s']:.1f}",
+            f"{r['start_s']:.1f}",
+            f"{r['delete_s']:.1f}",
         )
     Console().print(table)
     return 0
