@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from kazoo.client import KazooClient
 from odradek.config import load_config
 from odradek.interfaces import MetadataCompacted, MetadataStore, Put, SessionState
 from odradek.manager import Plugins, build_plugin_manager
+from odradek.plugins.meta_zk.mirror import SubtreeMirror
 from odradek.plugins.meta_zk.store import ZooKeeperMetadataStore, split_connect
 from odradek.sessions import MetadataUnavailable
 from odradek.testing import ZooKeeperServer, servers, start_zookeeper, unique_chroot
@@ -318,3 +321,53 @@ async def test_a_watch_under_concurrent_writers_ends_equal_to_a_listing(zookeepe
     finally:
         for s in (*writers, watcher):
             await s.close()
+
+
+def test_a_connection_drop_in_the_middle_of_a_refresh_walks_the_subtree_again(tmp_path: Path) -> None:
+    """kazoo drops every watch when its connection drops (and tells each watcher with an event
+    that has no path), even when it then resumes the same session. The server is restarted just
+    before a refresh's barrier, and keys change once the watcher is back: the refresh must walk
+    the subtree again (the znodes it read before carry no watch any more), not fail on the
+    path-less event (it raised TypeError) nor return the mirror without those changes."""
+    with start_zookeeper(tmp_path / "zk") as zk:
+        hosts = f"{zk.connect_string},{zk.connect_string}"  # see test_server_crash_suspends_...
+        writer, watcher = KazooClient(hosts=hosts, timeout=20), KazooClient(hosts=hosts, timeout=20)
+        writer.start(timeout=30)
+        watcher.start(timeout=30)
+        try:
+            writer.create("/m/a", b"1", makepath=True)
+            writer.create("/m/b", b"1")
+            fired = threading.Event()
+            mirror = SubtreeMirror("/m", fired.set)
+            mirror.refresh(watcher)
+            mirror.take_changes()
+            real_exists = watcher.exists
+
+            def restart_then_exists(path: str, watch: Callable[..., object] | None = None) -> object:
+                del watcher.exists  # only this barrier
+                session = watcher.client_id
+                zk.kill()
+                zk.start()
+                deadline = time.monotonic() + 60
+                while not watcher.connected and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert watcher.client_id == session, "the session must resume (not a new session)"
+                writer.set("/m/a", b"2")  # /m/a was read with a watch before the drop
+                writer.create("/m/c", b"1")
+                return real_exists(path, watch=watch)
+
+            writer.set("/m/b", b"2")
+            assert fired.wait(10)
+            watcher.exists = restart_then_exists  # type: ignore[method-assign]
+            mirror.refresh(watcher)
+            changes = {(e.key, e.value) for e in mirror.take_changes()}
+            assert changes == {("/m/a", b"2"), ("/m/b", b"2"), ("/m/c", b"1")}
+            fired.clear()
+            writer.set("/m/a", b"3")  # and the watches are armed again
+            assert fired.wait(10)
+            mirror.refresh(watcher)
+            assert [(e.key, e.value) for e in mirror.take_changes()] == [("/m/a", b"3")]
+        finally:
+            for client in (writer, watcher):
+                client.stop()
+                client.close()
