@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -371,3 +373,89 @@ def test_a_connection_drop_in_the_middle_of_a_refresh_walks_the_subtree_again(tm
             for client in (writer, watcher):
                 client.stop()
                 client.close()
+
+
+async def test_a_watch_under_writers_server_restarts_and_session_expiry_ends_equal_to_a_listing(
+    tmp_path: Path,
+) -> None:
+    """The concurrent-writers test with faults: the server is restarted (same data dir) twice
+    and the watcher's session is expired from another client while writers create, update and
+    delete nested keys, whole subtrees and the watched root itself. Applied in order, the
+    watch's events end equal to a listing, never go back in revision, and delete only keys
+    they reported."""
+    with start_zookeeper(tmp_path / "zk") as zk:
+        connect = f"{zk.connect_string},{zk.connect_string}/f"  # see test_server_crash_suspends_...
+        writers = [ZooKeeperMetadataStore(connect) for _ in range(2)]
+        watcher = ZooKeeperMetadataStore(connect)
+        for s in (*writers, watcher):
+            await s.open(20000)
+        try:
+            await writers[0].txn([], [Put(f"/c/{i}/{j}", b"seed") for i in range(60) for j in range(5)])
+            items, revision = await watcher.list("/c/")
+            state = {k: v.value for k, v in items.items()}
+            watch = watcher.watch("/c/", after_revision=revision)
+            last_revision = revision
+
+            async def write(step: Callable[[], Any]) -> None:
+                while True:  # the server may be away: a write's outcome is then unknown, do it again
+                    try:
+                        await step()
+                        return
+                    except MetadataUnavailable:
+                        await trio.sleep(0.1)
+
+            async def churn(n: int, store: ZooKeeperMetadataStore) -> None:
+                for i in range(400):
+                    key = f"/c/{i % 60}/{(i * (n + 3)) % 5}"
+                    if i % 97 == 96:  # the watched root goes with all its keys
+                        for k in (await store.list("/c/"))[0]:
+                            await write(functools.partial(store.delete, k))
+                    elif i % 11 == 10:
+                        for k in (await store.list(f"/c/{i % 60}/"))[0]:
+                            await write(functools.partial(store.delete, k))
+                    elif i % 5 == 4:
+                        await write(functools.partial(store.delete, key))
+                    else:
+                        await write(functools.partial(store.put, key, f"{n}-{i}".encode()))
+
+            async def follow() -> None:
+                nonlocal last_revision
+                async for event in watch:
+                    assert event.revision >= last_revision, f"{event!r} is older than {last_revision}"
+                    last_revision = event.revision
+                    if event.value is None:
+                        assert event.key in state, f"deletion of {event.key!r}, never reported as a key"
+                        del state[event.key]
+                    else:
+                        state[event.key] = event.value
+
+            def expire(client_id: tuple[int, bytes]) -> None:
+                twin = KazooClient(hosts=zk.connect_string, client_id=client_id)
+                twin.start(timeout=30)
+                twin.stop()
+                twin.close()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(follow)
+                async with trio.open_nursery() as writing:
+                    for n, store in enumerate(writers):
+                        writing.start_soon(churn, n, store)
+                    for _ in range(2):
+                        await trio.sleep(0.5)
+                        await trio.to_thread.run_sync(zk.kill)
+                        await trio.to_thread.run_sync(zk.start)
+                    with trio.fail_after(60):
+                        while (client_id := watcher.client_id) is None:  # back in its session
+                            await trio.sleep(0.05)
+                    await trio.to_thread.run_sync(expire, client_id)
+                final, _ = await watcher.list("/c/")
+                expected = {k: v.value for k, v in final.items()}
+                with trio.move_on_after(30):
+                    while state != expected:
+                        await trio.sleep(0.05)
+                assert state == expected
+                nursery.cancel_scope.cancel()
+            await close_iterator(watch)
+        finally:
+            for s in (*writers, watcher):
+                await s.close()
