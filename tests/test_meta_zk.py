@@ -6,7 +6,7 @@ import functools
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import trio
 from kazoo.client import KazooClient
 
 from odradek.config import load_config
-from odradek.interfaces import MetadataCompacted, MetadataStore, Put, SessionState
+from odradek.interfaces import MetadataCompacted, MetadataStore, Put, SessionState, WatchEvent
 from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_zk.mirror import SubtreeMirror
 from odradek.plugins.meta_zk.store import ZooKeeperMetadataStore, split_connect
@@ -266,6 +266,33 @@ async def test_a_watch_rereads_what_changed_not_the_whole_tree(zookeeper_server:
         await watcher.close()
 
 
+class _AppliedWatch:
+    """A watch's events applied in order to the listing it started from, checking that each is
+    as new as the one before and that only keys it knows are deleted."""
+
+    def __init__(self, items: dict[str, Any], revision: int) -> None:
+        self.state = {k: v.value for k, v in items.items()}
+        self.revision = revision
+
+    async def follow(self, watch: AsyncIterator[WatchEvent]) -> None:
+        async for event in watch:
+            assert event.revision >= self.revision, f"{event!r} is older than {self.revision}"
+            self.revision = event.revision
+            if event.value is None:
+                assert event.key in self.state, f"deletion of {event.key!r}, never reported as a key"
+                del self.state[event.key]
+            else:
+                self.state[event.key] = event.value
+
+    async def ends_equal_to_a_listing(self, store: MetadataStore, prefix: str, timeout_s: float) -> None:
+        final, _ = await store.list(prefix)
+        expected = {k: v.value for k, v in final.items()}
+        with trio.move_on_after(timeout_s):
+            while self.state != expected:
+                await trio.sleep(0.05)
+        assert self.state == expected
+
+
 async def test_a_watch_under_concurrent_writers_ends_equal_to_a_listing(zookeeper_server: ZooKeeperServer) -> None:
     """Writers creating, updating and deleting nested keys (whole subtrees too) while a watch
     follows: the watch's events, applied in order, end equal to a listing of the store, each
@@ -278,9 +305,8 @@ async def test_a_watch_under_concurrent_writers_ends_equal_to_a_listing(zookeepe
     try:
         await writers[0].put("/c/seed", b"0")
         items, revision = await watcher.list("/c/")
-        state = {k: v.value for k, v in items.items()}
+        applied = _AppliedWatch(items, revision)
         watch = watcher.watch("/c/", after_revision=revision)
-        last_revision = revision
 
         async def churn(n: int, store: ZooKeeperMetadataStore) -> None:
             for i in range(120):
@@ -295,29 +321,12 @@ async def test_a_watch_under_concurrent_writers_ends_equal_to_a_listing(zookeepe
                     await store.put(key, f"{n}-{i}".encode())
                     await store.put(f"/c/{i % 7}", f"parent {n}-{i}".encode())
 
-        async def follow() -> None:
-            nonlocal last_revision
-            while True:
-                event = await watch.__anext__()
-                assert event.revision >= last_revision, f"{event!r} is older than {last_revision}"
-                last_revision = event.revision
-                if event.value is None:
-                    assert event.key in state, f"deletion of {event.key!r}, never reported as a key"
-                    del state[event.key]
-                else:
-                    state[event.key] = event.value
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(follow)
+            nursery.start_soon(applied.follow, watch)
             async with trio.open_nursery() as writing:
                 for n, store in enumerate(writers):
                     writing.start_soon(churn, n, store)
-            final, _ = await watcher.list("/c/")
-            expected = {k: v.value for k, v in final.items()}
-            with trio.move_on_after(10):
-                while state != expected:
-                    await trio.sleep(0.05)
-            assert state == expected
+            await applied.ends_equal_to_a_listing(watcher, "/c/", 10)
             nursery.cancel_scope.cancel()
         await close_iterator(watch)
     finally:
@@ -392,9 +401,8 @@ async def test_a_watch_under_writers_server_restarts_and_session_expiry_ends_equ
         try:
             await writers[0].txn([], [Put(f"/c/{i}/{j}", b"seed") for i in range(60) for j in range(5)])
             items, revision = await watcher.list("/c/")
-            state = {k: v.value for k, v in items.items()}
+            applied = _AppliedWatch(items, revision)
             watch = watcher.watch("/c/", after_revision=revision)
-            last_revision = revision
 
             async def write(step: Callable[[], Any]) -> None:
                 while True:  # the server may be away: a write's outcome is then unknown, do it again
@@ -418,17 +426,6 @@ async def test_a_watch_under_writers_server_restarts_and_session_expiry_ends_equ
                     else:
                         await write(functools.partial(store.put, key, f"{n}-{i}".encode()))
 
-            async def follow() -> None:
-                nonlocal last_revision
-                async for event in watch:
-                    assert event.revision >= last_revision, f"{event!r} is older than {last_revision}"
-                    last_revision = event.revision
-                    if event.value is None:
-                        assert event.key in state, f"deletion of {event.key!r}, never reported as a key"
-                        del state[event.key]
-                    else:
-                        state[event.key] = event.value
-
             def expire(client_id: tuple[int, bytes]) -> None:
                 twin = KazooClient(hosts=zk.connect_string, client_id=client_id)
                 twin.start(timeout=30)
@@ -436,7 +433,7 @@ async def test_a_watch_under_writers_server_restarts_and_session_expiry_ends_equ
                 twin.close()
 
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(follow)
+                nursery.start_soon(applied.follow, watch)
                 async with trio.open_nursery() as writing:
                     for n, store in enumerate(writers):
                         writing.start_soon(churn, n, store)
@@ -448,12 +445,7 @@ async def test_a_watch_under_writers_server_restarts_and_session_expiry_ends_equ
                         while (client_id := watcher.client_id) is None:  # back in its session
                             await trio.sleep(0.05)
                     await trio.to_thread.run_sync(expire, client_id)
-                final, _ = await watcher.list("/c/")
-                expected = {k: v.value for k, v in final.items()}
-                with trio.move_on_after(30):
-                    while state != expected:
-                        await trio.sleep(0.05)
-                assert state == expected
+                await applied.ends_equal_to_a_listing(watcher, "/c/", 30)
                 nursery.cancel_scope.cancel()
             await close_iterator(watch)
         finally:
