@@ -13,11 +13,17 @@ import trio
 from broker_harness import batch, create, produce, running_broker
 
 from odradek.broker.alter_partition import AlterPartitionManager
-from odradek.broker.api import CreatableTopic
+from odradek.broker.api import (
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
+    ConfigResourceType,
+    CreatableTopic,
+)
 from odradek.broker.controller import WATCHED_PREFIX
 from odradek.broker.core import BrokerCore
 from odradek.broker.log_dir_failures import encode_offline_replicas, offline_replicas_key
-from odradek.broker.metadata_cache import registration_json
+from odradek.broker.metadata_cache import PartitionState, partition_state_key, registration_json
 from odradek.broker.partition import Partition
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
@@ -137,3 +143,36 @@ async def test_the_controller_follows_changes_without_listing_the_store_again(
             while not partition.is_leader:
                 await trio.sleep(0.01)
         assert WATCHED_PREFIX not in listed, listed
+
+
+async def test_enabling_unclean_election_elects_a_leader_of_a_leaderless_partition(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Broker 7 led t-0 with only itself in the ISR, then went: this broker's replica is out of
+    sync, so t-0 is left without a leader. Setting the topic's unclean.leader.election.enable
+    (AlterConfigs) elects this broker right away, as Kafka's controller does when that config
+    changes. The controller decides again only the topics a change under ``/brokers/`` touched
+    (every topic on a broker change), so nothing elected t-0 until some broker came or went."""
+    caplog.set_level(logging.WARNING, logger="odradek.broker.controller")
+    async with running_broker(tmp_path) as core:
+        other, partition = await _led_by_broker_7(core, tmp_path)
+        assert partition is not None
+        key = partition_state_key("t", 0)
+        state = await other.get(key)
+        assert state is not None
+        await other.put(key, PartitionState(7, 0, (7,), state.version).to_json(), expect=state.version)
+        with trio.fail_after(5):
+            while core.metadata_cache.topics["t"].states[0].isr != (7,):
+                await trio.sleep(0.01)
+        await other.close()
+        with trio.fail_after(5):
+            while not any("t-0 has no eligible leader" in r.getMessage() for r in caplog.records):
+                await trio.sleep(0.01)
+
+        unclean = AlterableConfig("unclean.leader.election.enable", AlterConfigOp.SET, "true")
+        resource = AlterConfigsResource(ConfigResourceType.TOPIC, "t", [unclean])
+        assert (await core.incremental_alter_configs([resource], False))[0].error == ErrorCode.NONE
+        with trio.fail_after(5):
+            while not partition.is_leader:
+                await trio.sleep(0.01)
+        assert (partition.leader_epoch, partition.isr) == (1, {0})

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 from kazoo.client import KazooClient
 
 from odradek.config import load_config
-from odradek.interfaces import MetadataCompacted, MetadataStore, Put, SessionState
+from odradek.interfaces import MetadataCompacted, MetadataStore, Put, SessionState, WatchEvent
 from odradek.manager import Plugins, build_plugin_manager
+from odradek.plugins.meta_zk.mirror import SubtreeMirror
 from odradek.plugins.meta_zk.store import ZooKeeperMetadataStore, split_connect
 from odradek.sessions import MetadataUnavailable
 from odradek.testing import ZooKeeperServer, servers, start_zookeeper, unique_chroot
@@ -271,6 +276,33 @@ async def test_a_watch_rereads_what_changed_not_the_whole_tree(zookeeper_server:
         await close_iterator(watch)
 
 
+class _AppliedWatch:
+    """A watch's events applied in order to the listing it started from, checking that each is
+    as new as the one before and that only keys it knows are deleted."""
+
+    def __init__(self, items: dict[str, Any], revision: int) -> None:
+        self.state = {k: v.value for k, v in items.items()}
+        self.revision = revision
+
+    async def follow(self, watch: AsyncIterator[WatchEvent]) -> None:
+        async for event in watch:
+            assert event.revision >= self.revision, f"{event!r} is older than {self.revision}"
+            self.revision = event.revision
+            if event.value is None:
+                assert event.key in self.state, f"deletion of {event.key!r}, never reported as a key"
+                del self.state[event.key]
+            else:
+                self.state[event.key] = event.value
+
+    async def ends_equal_to_a_listing(self, store: MetadataStore, prefix: str, timeout_s: float) -> None:
+        final, _ = await store.list(prefix)
+        expected = {k: v.value for k, v in final.items()}
+        with trio.move_on_after(timeout_s):
+            while self.state != expected:
+                await trio.sleep(0.05)
+        assert self.state == expected
+
+
 async def test_a_watch_under_concurrent_writers_ends_equal_to_a_listing(zookeeper_server: ZooKeeperServer) -> None:
     """Writers creating, updating and deleting nested keys (whole subtrees too) while a watch
     follows: the watch's events, applied in order, end equal to a listing of the store, each
@@ -283,9 +315,8 @@ async def test_a_watch_under_concurrent_writers_ends_equal_to_a_listing(zookeepe
     try:
         await writers[0].put("/c/seed", b"0")
         items, revision = await watcher.list("/c/")
-        state = {k: v.value for k, v in items.items()}
+        applied = _AppliedWatch(items, revision)
         watch = watcher.watch("/c/", after_revision=revision)
-        last_revision = revision
 
         async def churn(n: int, store: ZooKeeperMetadataStore) -> None:
             for i in range(120):
@@ -300,29 +331,12 @@ async def test_a_watch_under_concurrent_writers_ends_equal_to_a_listing(zookeepe
                     await store.put(key, f"{n}-{i}".encode())
                     await store.put(f"/c/{i % 7}", f"parent {n}-{i}".encode())
 
-        async def follow() -> None:
-            nonlocal last_revision
-            while True:
-                event = await watch.__anext__()
-                assert event.revision >= last_revision, f"{event!r} is older than {last_revision}"
-                last_revision = event.revision
-                if event.value is None:
-                    assert event.key in state, f"deletion of {event.key!r}, never reported as a key"
-                    del state[event.key]
-                else:
-                    state[event.key] = event.value
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(follow)
+            nursery.start_soon(applied.follow, watch)
             async with trio.open_nursery() as writing:
                 for n, store in enumerate(writers):
                     writing.start_soon(churn, n, store)
-            final, _ = await watcher.list("/c/")
-            expected = {k: v.value for k, v in final.items()}
-            with trio.move_on_after(10):
-                while state != expected:
-                    await trio.sleep(0.05)
-            assert state == expected
+            await applied.ends_equal_to_a_listing(watcher, "/c/", 10)
             nursery.cancel_scope.cancel()
         await close_iterator(watch)
     finally:
@@ -383,3 +397,122 @@ async def test_a_listing_under_a_writer_that_never_stops_is_one_instant(zookeepe
             assert len(listed) == 402
             assert listed["/p/x/a"] == listed["/p/y/z/b"], listed
         assert len({listed["/p/x/a"] for listed in listings}) > 1  # the writer ran during the listings
+
+
+def test_a_connection_drop_in_the_middle_of_a_refresh_walks_the_subtree_again(tmp_path: Path) -> None:
+    """kazoo drops every watch when its connection drops (and tells each watcher with an event
+    that has no path), even when it then resumes the same session. The server is restarted just
+    before a refresh's barrier, and keys change once the watcher is back: the refresh must walk
+    the subtree again (the znodes it read before carry no watch any more), not fail on the
+    path-less event (it raised TypeError) nor return the mirror without those changes."""
+    with start_zookeeper(tmp_path / "zk") as zk:
+        hosts = f"{zk.connect_string},{zk.connect_string}"  # see test_server_crash_suspends_...
+        writer, watcher = KazooClient(hosts=hosts, timeout=20), KazooClient(hosts=hosts, timeout=20)
+        writer.start(timeout=30)
+        watcher.start(timeout=30)
+        try:
+            writer.create("/m/a", b"1", makepath=True)
+            writer.create("/m/b", b"1")
+            fired = threading.Event()
+            mirror = SubtreeMirror("/m", fired.set)
+            mirror.refresh(watcher)
+            mirror.take_changes()
+            real_exists = watcher.exists
+
+            def restart_then_exists(path: str, watch: Callable[..., object] | None = None) -> object:
+                del watcher.exists  # only this barrier
+                session = watcher.client_id
+                zk.kill()
+                zk.start()
+                deadline = time.monotonic() + 60
+                while not watcher.connected and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert watcher.client_id == session, "the session must resume (not a new session)"
+                writer.set("/m/a", b"2")  # /m/a was read with a watch before the drop
+                writer.create("/m/c", b"1")
+                return real_exists(path, watch=watch)
+
+            writer.set("/m/b", b"2")
+            assert fired.wait(10)
+            watcher.exists = restart_then_exists  # type: ignore[method-assign]
+            mirror.refresh(watcher)
+            changes = {(e.key, e.value) for e in mirror.take_changes()}
+            assert changes == {("/m/a", b"2"), ("/m/b", b"2"), ("/m/c", b"1")}
+            fired.clear()
+            writer.set("/m/a", b"3")  # and the watches are armed again
+            assert fired.wait(10)
+            mirror.refresh(watcher)
+            assert [(e.key, e.value) for e in mirror.take_changes()] == [("/m/a", b"3")]
+        finally:
+            for client in (writer, watcher):
+                client.stop()
+                client.close()
+
+
+async def test_a_watch_under_writers_server_restarts_and_session_expiry_ends_equal_to_a_listing(
+    tmp_path: Path,
+) -> None:
+    """The concurrent-writers test with faults: the server is restarted (same data dir) twice
+    and the watcher's session is expired from another client while writers create, update and
+    delete nested keys, whole subtrees and the watched root itself. Applied in order, the
+    watch's events end equal to a listing, never go back in revision, and delete only keys
+    they reported."""
+    with start_zookeeper(tmp_path / "zk") as zk:
+        connect = f"{zk.connect_string},{zk.connect_string}/f"  # see test_server_crash_suspends_...
+        writers = [ZooKeeperMetadataStore(connect) for _ in range(2)]
+        watcher = ZooKeeperMetadataStore(connect)
+        for s in (*writers, watcher):
+            await s.open(20000)
+        try:
+            await writers[0].txn([], [Put(f"/c/{i}/{j}", b"seed") for i in range(60) for j in range(5)])
+            items, revision = await watcher.list("/c/")
+            applied = _AppliedWatch(items, revision)
+            watch = watcher.watch("/c/", after_revision=revision)
+
+            async def write(step: Callable[[], Any]) -> None:
+                while True:  # the server may be away: a write's outcome is then unknown, do it again
+                    try:
+                        await step()
+                        return
+                    except MetadataUnavailable:
+                        await trio.sleep(0.1)
+
+            async def churn(n: int, store: ZooKeeperMetadataStore) -> None:
+                for i in range(400):
+                    key = f"/c/{i % 60}/{(i * (n + 3)) % 5}"
+                    if i % 97 == 96:  # the watched root goes with all its keys
+                        for k in (await store.list("/c/"))[0]:
+                            await write(functools.partial(store.delete, k))
+                    elif i % 11 == 10:
+                        for k in (await store.list(f"/c/{i % 60}/"))[0]:
+                            await write(functools.partial(store.delete, k))
+                    elif i % 5 == 4:
+                        await write(functools.partial(store.delete, key))
+                    else:
+                        await write(functools.partial(store.put, key, f"{n}-{i}".encode()))
+
+            def expire(client_id: tuple[int, bytes]) -> None:
+                twin = KazooClient(hosts=zk.connect_string, client_id=client_id)
+                twin.start(timeout=30)
+                twin.stop()
+                twin.close()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(applied.follow, watch)
+                async with trio.open_nursery() as writing:
+                    for n, store in enumerate(writers):
+                        writing.start_soon(churn, n, store)
+                    for _ in range(2):
+                        await trio.sleep(0.5)
+                        await trio.to_thread.run_sync(zk.kill)
+                        await trio.to_thread.run_sync(zk.start)
+                    with trio.fail_after(60):
+                        while (client_id := watcher.client_id) is None:  # back in its session
+                            await trio.sleep(0.05)
+                    await trio.to_thread.run_sync(expire, client_id)
+                await applied.ends_equal_to_a_listing(watcher, "/c/", 30)
+                nursery.cancel_scope.cancel()
+            await close_iterator(watch)
+        finally:
+            for s in (*writers, watcher):
+                await s.close()

@@ -7,7 +7,9 @@ replica in assignment order that is alive and in the ISR, or, with
 ``unclean.leader.election.enable``, the first live replica (its ISR then becomes just itself).
 Each election bumps the leader epoch and is a compare-and-set on the partition state carrying the
 controller's fence, so a deposed controller's late writes fail. It runs once on winning and again
-whenever the set of live brokers changes. A replica a live broker published as offline (its log
+whenever the set of live brokers changes, and for a topic whose partition states or config
+changed (setting ``unclean.leader.election.enable`` elects a leaderless partition's leader at
+once, as in Kafka). A replica a live broker published as offline (its log
 dir failed, :mod:`~odradek.broker.log_dir_failures`) counts as a dead broker's for its partition:
 it loses the leadership, leaves the ISR and is not elected.
 
@@ -130,17 +132,22 @@ class Controller:
         while self.leadership is not None:
             items, revision = await self.store.list(WATCHED_PREFIX)
             view = _FollowedView(self.store, dict(items), revision)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(view.follow)
-                changed: set[str] | None = None  # the first pass decides every partition
-                while self.leadership is not None and not view.ended:
-                    if changed is None:
-                        await self.elect_offline_leaders(view.items)
-                    else:
-                        await self.elect_offline_leaders(view.items, topics=changed, brokers=view.brokers)
-                    await view.changed()
-                    changed = view.take_changed_topics()
-                nursery.cancel_scope.cancel()
+            # a topic's config lives outside /brokers/: the cache says when one changed
+            self.cache.topic_config_listeners.append(view.topic_config_changed)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(view.follow)
+                    changed: set[str] | None = None  # the first pass decides every partition
+                    while self.leadership is not None and not view.ended:
+                        if changed is None:
+                            await self.elect_offline_leaders(view.items)
+                        else:
+                            await self.elect_offline_leaders(view.items, topics=changed, brokers=view.brokers)
+                        await view.changed()
+                        changed = view.take_changed_topics()
+                    nursery.cancel_scope.cancel()
+            finally:
+                self.cache.topic_config_listeners.remove(view.topic_config_changed)
             if not view.compacted:
                 return  # fenced (another broker controls) or the session ended
 
@@ -372,6 +379,15 @@ class _FollowedView:
         except MetadataCompacted:
             self.compacted = True
         self.ended = True
+        self._changed.set()
+
+    def topic_config_changed(self, topic: str) -> None:
+        """The metadata cache's listener: ``topic``'s config changed, so its partitions are
+        decided again (Kafka's controller elects on ``unclean.leader.election.enable`` being
+        set; a partial pass otherwise never looked at a leaderless partition again until a
+        broker came or went)."""
+        if self._changed_topics is not None:
+            self._changed_topics.add(topic)
         self._changed.set()
 
     async def changed(self) -> None:

@@ -175,6 +175,10 @@ class MetadataCache:
         #: called when this broker's own registration (``/brokers/ids/<id>``) is deleted from the
         #: store; must not block (the server registers again if its session still lives)
         self.registration_deleted_listeners: list[Callable[[], None]] = []
+        #: called with a topic's name when its effective config changed (the cache holds the new
+        #: one by then); must not block (the controller decides the topic's partitions again:
+        #: enabling unclean.leader.election.enable may give a leaderless partition its leader)
+        self.topic_config_listeners: list[Callable[[str], None]] = []
         #: partitions this broker should host whose log could not be created (a full disk):
         #: the storage error, until hosting one succeeds (CreateTopics reports it)
         self.storage_failures: dict[TopicPartition, KafkaError] = {}
@@ -490,6 +494,8 @@ class MetadataCache:
             await trio.to_thread.run_sync(_record_topic_id, new_logs, topic.topic_id)
         if old_config is not None and dict(old_config) != dict(config):
             self.replica_manager.update_config(topic.name, config)
+            for listener in self.topic_config_listeners:
+                listener(topic.name)
         await self._remove_local(topic.name, hosted)
 
     def _load_topic_config(self, topic: TopicState) -> TopicConfig:

@@ -18,9 +18,13 @@ that instant, as the double collect of snapshot.py proves by re-reading every st
 fire, those znodes are re-read and the barrier taken again. Each round costs what changed, not
 the size of the tree.
 
-The first refresh, and the first after a session change (kazoo resends watches on a reconnect,
-but a new session has none), walk the whole subtree the same way. A refresh that fails half-way
-(a connection loss) walks it again next time; the changes it had made are kept until reported.
+The first refresh, and the first after the connection dropped (kazoo drops every watch then,
+even when it resumes the session, and tells each watcher with a path-less event), walk the whole
+subtree the same way. A drop during a refresh whose reads then went on over the new connection
+is seen at its next barrier (the path-less events come before the barrier's marker) and the walk
+starts over: the znodes read before the drop carry no watch any more. A refresh that fails
+half-way (a connection loss) walks it again next time; the changes it had made are kept until
+reported.
 
 Everything here except :meth:`SubtreeMirror.watcher` and :meth:`SubtreeMirror.restart` runs in
 one worker thread at a time (the store's ``watch`` awaits each refresh).
@@ -71,9 +75,17 @@ class SubtreeMirror:
 
     # -- called from kazoo's and trio's threads ------------------------------------------------------
     def watcher(self, event: WatchedEvent) -> None:
-        """kazoo's watch callback: note what fired and wake the store's watch."""
+        """kazoo's watch callback: note what fired and wake the store's watch.
+
+        An event without a path is kazoo dropping every watch of the client (it does so when the
+        connection drops, not only when the session ends, and re-arms none on reconnecting):
+        the whole subtree must be walked again. It comes through the same callback thread, so a
+        barrier taken after the drop sees it (:meth:`refresh` checks after each barrier)."""
         with self._lock:
-            self._fired.add(event.path)
+            if event.path is None:
+                self._full = True
+            else:
+                self._fired.add(event.path)
         self._notify()
 
     def restart(self) -> None:
@@ -87,19 +99,20 @@ class SubtreeMirror:
         """Bring the mirror to one instant of the subtree; returns it (sharing ``nodes``: read it
         before the next refresh)."""
         try:
-            with self._lock:
-                full, todo = self._full, set(self._fired)
-                self._full = False
-                self._fired.clear()
-            if full:
-                self._forget_all()
-                todo = {self.root}
-            while todo:
-                again = self._read(client, todo)
-                self._barrier(client)
+            todo: set[str] = set()
+            while True:
                 with self._lock:
-                    todo = again | self._fired
+                    full = self._full
+                    todo |= self._fired
+                    self._full = False
                     self._fired.clear()
+                if full:  # (again, if the connection dropped during this refresh)
+                    self._forget_all()
+                    todo = {self.root}
+                if not todo:
+                    break
+                todo = self._read(client, todo)
+                self._barrier(client)
         except BaseException:
             with self._lock:
                 self._full = True
