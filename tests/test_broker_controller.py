@@ -176,3 +176,29 @@ async def test_enabling_unclean_election_elects_a_leader_of_a_leaderless_partiti
             while not partition.is_leader:
                 await trio.sleep(0.01)
         assert (partition.leader_epoch, partition.isr) == (1, {0})
+
+
+async def test_a_start_takes_every_topic_from_one_listing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker's start reads the whole metadata once and takes each topic from that listing:
+    re-reading every topic's keys made a start with a thousand topics wait for several
+    thousand more reads (seconds on ZooKeeper). The topics, their states and configs are all
+    there after the start."""
+    async with running_broker(tmp_path) as core:
+        for i in range(12):
+            await create(core, f"t{i}", partitions=2, **({"retention.ms": "12345"} if i == 3 else {}))
+    listed: list[str] = []
+    real_list = LocalMetadataStore.list
+
+    async def counting_list(self: LocalMetadataStore, prefix: str) -> Any:
+        listed.append(prefix)
+        return await real_list(self, prefix)
+
+    monkeypatch.setattr(LocalMetadataStore, "list", counting_list)
+    async with running_broker(tmp_path) as core:
+        assert [p for p in listed if p.startswith("/brokers/topics/")] == [], listed
+        assert sorted(core.metadata_cache.topics) == sorted(f"t{i}" for i in range(12))
+        for i in range(12):
+            topic = core.metadata_cache.topics[f"t{i}"]
+            assert sorted(topic.states) == [0, 1] and all(s.leader == 0 for s in topic.states.values())
+        assert core.metadata_cache.topics["t3"].overrides == {"retention.ms": "12345"}
+        assert (await produce(core, TopicPartition("t5", 1), batch([b"x"]))).error == ErrorCode.NONE

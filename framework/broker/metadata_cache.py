@@ -27,7 +27,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
@@ -145,6 +145,16 @@ class TopicState:
         return len(self.assignment[0]) if self.assignment else 0
 
 
+class _Listed(NamedTuple):
+    """One topic's keys as a listing already read them: those below its key, its assignment,
+    its config, and the listing's revision."""
+
+    items: Mapping[str, Versioned]
+    assignment: Versioned | None
+    config: Versioned | None
+    read_at: int
+
+
 class MetadataCache:
     """Topics, brokers and controller as this broker sees them, reconciled with its partitions."""
 
@@ -209,8 +219,23 @@ class MetadataCache:
         for key, v in brokers.items():
             self._set_broker(key, v)
         names = {_topic_of(k) for k in topic_items} | {k[len(CONFIG_PREFIX) :] for k in config_items}
+        # each topic from this one listing: re-reading every topic's keys made a start with a
+        # thousand topics wait for several thousand more reads (seconds on ZooKeeper)
+        below: dict[str, dict[str, Versioned]] = {}
+        for key, v in topic_items.items():
+            name = _topic_of(key)
+            if key != topic_key(name):
+                below.setdefault(name, {})[key] = v
         for name in sorted(n for n in names if n):
-            await self.refresh_topic(name)
+            listed = _Listed(
+                below.get(name, {}), everything.get(topic_key(name)), everything.get(config_key(name)), self.revision
+            )
+            async with self._lock:
+                try:
+                    await self._refresh_topic(name, listed)
+                finally:
+                    self._refreshed.set()
+                    self._refreshed = trio.Event()
         await self.refresh_controller()
         if self.delete_stray_logs is not None and not self._strays_checked:
             self._strays_checked = True
@@ -375,13 +400,18 @@ class MetadataCache:
         state = topic.states.get(tp.partition) if topic is not None else None
         return state.leader if state is not None else -1
 
-    async def _refresh_topic(self, name: str) -> None:
+    async def _refresh_topic(self, name: str, listed: _Listed | None = None) -> None:
+        """Re-read ``name`` (or take it from ``listed``, a listing the caller already holds)."""
         if self.halted is not None:
             return
-        items, read_at = await self.store.list(topic_key(name) + "/")
+        items: Mapping[str, Versioned]
+        if listed is None:
+            items, read_at = await self.store.list(topic_key(name) + "/")
+            assignment = await self.store.get(topic_key(name))
+            cfg = await self.store.get(config_key(name))
+        else:
+            items, assignment, cfg, read_at = listed
         self._topic_read_at[name] = read_at
-        assignment = await self.store.get(topic_key(name))
-        cfg = await self.store.get(config_key(name))
         if assignment is None:
             local = sorted(tp.partition for tp in self.replica_manager.partitions if tp.topic == name)
             # a topic missing on a re-read is a deletion only if the store is still this
