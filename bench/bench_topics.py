@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         f"'first 1/5' and 'last 1/5': s per request"
     )
     for column in ("store", "create s", "first 1/5", "last 1/5", "slowdown", "stop s", "start s", "delete s"):
-        table.add_column(column, justify="left" if column == "store" else "right")
+        table.add_column(column, justify="left" if column == "store" else "right", no_wrap=True)
     for r in results:
         table.add_row(
             r["store"],
