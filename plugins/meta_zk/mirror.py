@@ -14,7 +14,7 @@ fired, one more read (the *barrier*) is answered only after the notification of 
 applied before it; kazoo hands notifications to its callback thread in that order, so a marker
 queued behind them on that thread runs after every one of them. If none arrived by then, no
 znode in the mirror changed between its read and the barrier: the mirror equals the subtree at
-that instant, as the double collect of snapshot.py proves by re-reading every stat. If some did
+that instant, what re-reading every stat afterwards (a double collect) would prove. If some did
 fire, those znodes are re-read and the barrier taken again. Each round costs what changed, not
 the size of the tree.
 
