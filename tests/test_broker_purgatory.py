@@ -12,7 +12,9 @@ from broker_harness import batch, create, produce, running_broker
 
 from odradek.broker.api import FetchPartition, FetchPartitionResult, IsolationLevel
 from odradek.broker.core import BrokerCore
+from odradek.broker.delayed import release_all
 from odradek.broker.metadata_cache import partition_state_key, registration_json, topic_key
+from odradek.broker.partition import Partition
 from odradek.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from odradek.errors import ErrorCode
 from odradek.interfaces import Check, Put, TopicPartition
@@ -162,10 +164,56 @@ async def test_fetch_woken_by_topic_deletion(tmp_path: Path) -> None:
         assert elapsed < 60 and r.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-async def add_in_sync_follower(core: BrokerCore, tp: TopicPartition, follower: int) -> LocalMetadataStore:
+async def test_a_parked_fetch_rereads_only_the_partition_that_changed(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fetch of 200 partitions waiting for ``min_bytes``: an append re-reads the partition it
+    changed, not all 200 (every append read them all: a producer writing to each partition in
+    turn cost O(partitions^2) reads, 6 s for 100 appends to a 5,000-partition fetch); once
+    enough is readable the fetch answers with every partition's records."""
+    n = 200
+    tps = [TopicPartition("wide", p) for p in range(n)]
+    data = batch([b"x" * 100])
+    async with running_broker(tmp_path) as core:
+        await create(core, "wide", n)
+        reads = 0
+        read_records = Partition.read_records
+
+        def counting(self: Partition, *args: object, **kwargs: object) -> object:
+            nonlocal reads
+            reads += 1
+            return read_records(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Partition, "read_records", counting)
+        got: list[dict[TopicPartition, FetchPartitionResult]] = []
+        waited = 0.0
+
+        async def consumer() -> None:
+            nonlocal waited
+            start = trio.current_time()
+            wanted = [FetchPartition(tp, 0, 1 << 20) for tp in tps]
+            got.append(await core.fetch(-1, 60_000, n * len(data), 1 << 24, IsolationLevel.READ_UNCOMMITTED, wanted))
+            waited = trio.current_time() - start
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consumer)
+            await trio.sleep(0.1)
+            for tp in tps:
+                assert not got
+                await produce(core, tp, bytearray(data))
+        assert waited < 60  # answered once the appends made min_bytes readable, not at max wait
+        assert all(got[0][tp].records is not None for tp in tps)
+        release_all(got[0])
+        # the parking reads (3 x 200), one per append (200), the answer (200): 200 x 200 before
+        assert reads <= 5 * n
+
+
+async def add_in_sync_follower(
+    core: BrokerCore, tp: TopicPartition, follower: int, *more: TopicPartition
+) -> LocalMetadataStore:
     """Make ``follower`` a live broker (a second session: close it at the end) and a replica in
-    the ISR through the metadata store, as a controller would (the controller removes dead
-    brokers from ISRs)."""
+    the ISR of ``tp`` (and of ``more`` partitions of the same topic) through the metadata store,
+    as a controller would (the controller removes dead brokers from ISRs)."""
     other = LocalMetadataStore(core.config.log_dirs[0] / FILE_NAME)
     await other.open(6000)
     await other.register_broker(follower, registration_json([("PLAINTEXT", "127.0.0.1", 9, "PLAINTEXT")], None))
@@ -173,22 +221,19 @@ async def add_in_sync_follower(core: BrokerCore, tp: TopicPartition, follower: i
         await trio.sleep(0.01)
     store = core.store
     assignment = await store.get(topic_key(tp.topic))
-    state = await store.get(partition_state_key(tp.topic, tp.partition))
-    assert assignment is not None and state is not None
+    assert assignment is not None
     doc = json.loads(assignment.value)
-    doc["partitions"][str(tp.partition)].append(follower)
-    st = json.loads(state.value)
-    st["isr"].append(follower)
-    await store.txn(
-        [
-            Check(topic_key(tp.topic), assignment.version),
-            Check(partition_state_key(tp.topic, tp.partition), state.version),
-        ],
-        [
-            Put(topic_key(tp.topic), json.dumps(doc).encode()),
-            Put(partition_state_key(tp.topic, tp.partition), json.dumps(st).encode()),
-        ],
-    )
+    checks = [Check(topic_key(tp.topic), assignment.version)]
+    puts = []
+    for each in (tp, *more):
+        state = await store.get(partition_state_key(each.topic, each.partition))
+        assert state is not None
+        doc["partitions"][str(each.partition)].append(follower)
+        st = json.loads(state.value)
+        st["isr"].append(follower)
+        checks.append(Check(partition_state_key(each.topic, each.partition), state.version))
+        puts.append(Put(partition_state_key(each.topic, each.partition), json.dumps(st).encode()))
+    await store.txn(checks, [Put(topic_key(tp.topic), json.dumps(doc).encode()), *puts])
     await core.metadata_cache.refresh_topic(tp.topic)
     return other
 
@@ -234,6 +279,45 @@ async def test_acks_all_waits_for_followers_then_times_out(
         await produce(core, TP, batch([b"c"]), acks=1)
         elapsed, r = await long_poll(core, 2, 200)
         assert r.records is None and r.high_watermark == 2 and elapsed == pytest.approx(0.2)
+        await follower_session.close()
+
+
+async def test_acks_all_rechecks_only_the_partition_whose_high_watermark_moved(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An acks=all produce to 100 partitions with a follower: each follower fetch moving one
+    partition's high watermark checks that partition, not every partition still waiting (which
+    made the follower's catching up O(partitions^2) checks per request)."""
+    n = 100
+    tps = [TopicPartition("wide", p) for p in range(n)]
+    async with running_broker(tmp_path) as core:
+        await create(core, "wide", n)
+        follower_session = await add_in_sync_follower(core, tps[0], 2, *tps[1:])
+        checks = 0
+        check = Partition.check_enough_replicas_reach_offset
+
+        def counting(self: Partition, required: int) -> tuple[bool, ErrorCode]:
+            nonlocal checks
+            checks += 1
+            return check(self, required)
+
+        monkeypatch.setattr(Partition, "check_enough_replicas_reach_offset", counting)
+        results = []
+
+        async def producer() -> None:
+            results.append(await core.produce(-1, 10_000, {tp: batch([b"x"]) for tp in tps}))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(producer)
+            await trio.sleep(0.1)
+            for tp in tps:  # the follower catches up one partition per fetch
+                assert not results
+                fetched = await core.fetch(
+                    2, 0, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(tp, 1, 1 << 20)]
+                )
+                release_all(fetched)
+        assert [results[0][tp].error for tp in tps] == [ErrorCode.NONE] * n  # not REQUEST_TIMED_OUT
+        assert checks <= 4 * n  # n * (n + 1) / 2 before
         await follower_session.close()
 
 

@@ -875,6 +875,41 @@ async def test_a_fetch_pins_its_file(tmp_path: Path) -> None:
     await storage.close()
 
 
+async def test_a_fetch_pinning_more_files_than_the_budget_tries_each_eviction_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One fetch reading 400 partitions holds 400 pinned files against a budget of 8: each file
+    opened asks the cache to evict, and a pinned file must not be asked again on every later
+    open (that re-walk made a 5,000-partition fetch take 3 s instead of 0.05 s). Once the reads
+    are released the budget holds again."""
+    from odradek.plugins.storage_segment.handles import LogFile
+
+    storage = SegmentLogStorage(config(tmp_path), max_open_files=8, max_mapped_indexes=8)
+    await storage.open()
+    tps = [TopicPartition("wide", p) for p in range(400)]
+    for tp in tps:
+        append(log_of(storage, tp), batch(1, value_size=20))
+    attempts = 0
+    evict = LogFile.evict
+
+    def counting_evict(self: LogFile) -> bool:
+        nonlocal attempts
+        attempts += 1
+        return evict(self)
+
+    monkeypatch.setattr(LogFile, "evict", counting_evict)
+    held = []
+    for tp in tps:
+        log = storage.get_log(tp)
+        assert log is not None
+        held.append(log.read(0, 1 << 20))
+    assert attempts <= 2 * len(tps)  # 79,000 before: every open re-asked every pinned file
+    for read in held:
+        read.release()
+    assert len(storage.ctx.files) <= 8
+    await storage.close()
+
+
 async def test_delete_log_removes_the_directory(tmp_path: Path) -> None:
     storage = await open_storage(tmp_path)
     append(log_of(storage), batch(2))

@@ -47,6 +47,14 @@ class DelayedOperation(ABC):
     def try_complete(self) -> bool:
         """Check the condition; when met, return ``self.force_complete()``, else False."""
 
+    def try_complete_on(self, key: Hashable) -> bool:
+        """:meth:`try_complete` after a change to ``key`` alone (the purgatory's wake-ups).
+
+        The default checks everything. An operation watching many keys overrides it to look at
+        that key only: a fetch of 5,000 partitions re-read all of them on every append to any.
+        """
+        return self.try_complete()
+
     @abstractmethod
     def on_complete(self) -> None:
         """Build the operation's result (called once, by whichever path completes it)."""
@@ -112,7 +120,7 @@ class DelayedOperationPurgatory(Generic[K]):
             return 0
         completed = 0
         for op in list(ops):
-            if not op.is_completed and op.try_complete():
+            if not op.is_completed and op.try_complete_on(key):
                 completed += 1
         return completed
 

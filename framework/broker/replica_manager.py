@@ -438,7 +438,14 @@ class ReplicaManager:
         if max_wait_ms <= 0 or not partitions or total >= min_bytes or errored:
             return results
         release_all(results)
-        op = DelayedFetch(read, min_bytes)
+        by_tp = {p.tp: p for p in partitions}
+
+        def read_partition(tp: TopicPartition) -> tuple[int, bool]:
+            one, size, errored = self.read_from_local_log(replica_id, max_bytes, isolation_level, [by_tp[tp]])
+            release_all(one)
+            return size, errored
+
+        op = DelayedFetch(read, min_bytes, read_partition)
         try:
             await self.fetch_purgatory.try_complete_else_watch(op, [p.tp for p in partitions], max_wait_ms)
         except BaseException:

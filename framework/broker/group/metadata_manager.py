@@ -104,6 +104,10 @@ class GroupMetadataManager:
         #: settled by the transaction's marker: producer id -> group -> partition -> offset.
         #: Rebuilt from the log on load, so they survive a restart, as in Kafka.
         self.pending_txn: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+        #: group -> the producers in :attr:`pending_txn` holding offsets of it: OffsetFetch with
+        #: ``require_stable`` asks about one group's partitions, and walking every producer for
+        #: each partition cost O(open transactions of every group) per partition
+        self._pending_txn_producers: dict[str, set[int]] = {}
         #: markers appended to a partition while it loads (partition -> (producer id, commit)):
         #: the load may have read past their place already, so they are applied at its end
         self._settled_while_loading: dict[int, list[tuple[int, bool]]] = {}
@@ -178,6 +182,7 @@ class GroupMetadataManager:
                 mine = self.pending_txn.setdefault(pid, {})
                 for group_id, values in by_group.items():
                     mine.setdefault(group_id, {}).update(values)
+                    self._pending_txn_producers.setdefault(group_id, set()).add(pid)
             loaded = 0
             for group_id in set(offsets) | set(records):
                 record = records.get(group_id)
@@ -353,10 +358,20 @@ class GroupMetadataManager:
         if error != ErrorCode.NONE:
             return {**result, **dict.fromkeys(valid, _commit_append_error(error))}
         self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(valid)
+        self._pending_txn_producers.setdefault(group_id, set()).add(producer_id)
         return {**result, **dict.fromkeys(valid, ErrorCode.NONE)}
 
     def has_pending_txn(self, group_id: str, tp: TopicPartition) -> bool:
-        return any(tp in groups.get(group_id, {}) for groups in self.pending_txn.values())
+        return any(tp in self.pending_txn[pid][group_id] for pid in self._pending_txn_producers.get(group_id, ()))
+
+    def _drop_pending_txn(self, producer_id: int, group_id: str) -> None:
+        """Forget the producer's pending offsets of the group (settled, or coordinated elsewhere now)."""
+        del self.pending_txn[producer_id][group_id]
+        producers = self._pending_txn_producers.get(group_id)
+        if producers is not None:
+            producers.discard(producer_id)
+            if not producers:
+                del self._pending_txn_producers[group_id]
 
     def complete_txn(self, producer_id: int, commit: bool, partitions: Collection[int] | None = None) -> int:
         """The producer's transaction ended and its marker is in the log of ``partitions`` (all
@@ -367,7 +382,7 @@ class GroupMetadataManager:
         held = self.pending_txn.get(producer_id, {})
         settled = {g: v for g, v in held.items() if partitions is None or self.partition_for(g) in partitions}
         for group_id in settled:
-            del held[group_id]
+            self._drop_pending_txn(producer_id, group_id)
         if not held:
             self.pending_txn.pop(producer_id, None)
         if not commit:
@@ -391,7 +406,7 @@ class GroupMetadataManager:
         for pid in list(self.pending_txn):
             by_group = self.pending_txn[pid]
             for group_id in [g for g in by_group if self.partition_for(g) == partition]:
-                del by_group[group_id]
+                self._drop_pending_txn(pid, group_id)
             if not by_group:
                 del self.pending_txn[pid]
 
