@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['start_s']:.1f}",
             f"{r['delete_s']:.1f}",
         )
-    Console().print(table)
+    Console(width=max(Console().width, 120)).print(table)
     return 0
 
 
