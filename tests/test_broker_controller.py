@@ -202,3 +202,49 @@ async def test_a_start_takes_every_topic_from_one_listing(tmp_path: Path, monkey
             assert sorted(topic.states) == [0, 1] and all(s.leader == 0 for s in topic.states.values())
         assert core.metadata_cache.topics["t3"].overrides == {"retention.ms": "12345"}
         assert (await produce(core, TopicPartition("t5", 1), batch([b"x"]))).error == ErrorCode.NONE
+
+
+class _CountingScans(dict):  # type: ignore[type-arg]
+    """A dict that counts the full scans of it (iteration, keys, values, items)."""
+
+    scans = 0
+
+    def __iter__(self) -> Any:
+        _CountingScans.scans += 1
+        return super().__iter__()
+
+    def keys(self) -> Any:
+        _CountingScans.scans += 1
+        return super().keys()
+
+    def items(self) -> Any:
+        _CountingScans.scans += 1
+        return super().items()
+
+    def values(self) -> Any:
+        _CountingScans.scans += 1
+        return super().values()
+
+
+async def test_a_topic_re_read_finds_its_partitions_without_scanning_every_partition(tmp_path: Path) -> None:
+    """Re-reading one topic looks up that topic's hosted partitions in an index: it scanned
+    every partition of the broker, so each topic change cost the broker's whole partition count
+    (thousands of topics made each change that much slower). The index follows creation,
+    deletion and a re-read that drops partitions."""
+    async with running_broker(tmp_path) as core:
+        for i in range(8):
+            await create(core, f"t{i}", partitions=3)
+        rm = core.replica_manager
+        rm.partitions = _CountingScans(rm.partitions)
+        _CountingScans.scans = 0
+        await core.metadata_cache.refresh_topic("t5")
+        await core.metadata_cache.refresh_topic("gone")  # unknown: nothing hosted
+        assert _CountingScans.scans == 0
+        assert rm.hosted_partitions("t5") == [0, 1, 2] and rm.hosted_partitions("gone") == []
+        result = await core.delete_topics(["t5"], 5000)
+        assert result["t5"].error == ErrorCode.NONE
+        with trio.fail_after(5):
+            while rm.hosted_partitions("t5"):
+                await trio.sleep(0.01)
+        assert all(tp.topic != "t5" for tp in dict(rm.partitions))
+        assert rm.hosted_partitions("t4") == [0, 1, 2]

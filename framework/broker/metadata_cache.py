@@ -413,7 +413,7 @@ class MetadataCache:
             items, assignment, cfg, read_at = listed
         self._topic_read_at[name] = read_at
         if assignment is None:
-            local = sorted(tp.partition for tp in self.replica_manager.partitions if tp.topic == name)
+            local = self.replica_manager.hosted_partitions(name)
             # a topic missing on a re-read is a deletion only if the store is still this
             # cluster's: an emptied store (a wiped etcd or ZooKeeper) lacks every topic, and
             # deleting the logs then would lose every record the cluster had
@@ -443,7 +443,7 @@ class MetadataCache:
             # the earlier topic goes as if its deletion had been seen alone, so its records,
             # producer states and committed offsets never pass for the new topic's (KRaft
             # brokers tell the two apart by topic id in one metadata delta the same way)
-            local = sorted(tp.partition for tp in self.replica_manager.partitions if tp.topic == name)
+            local = self.replica_manager.hosted_partitions(name)
             log.warning(
                 "topic %s was deleted and created again (id %s, now %s): deleting its earlier local log(s) %s",
                 name, previous.topic_id, topic.topic_id, ", ".join(map(str, local)) or "(none)",
@@ -590,7 +590,7 @@ class MetadataCache:
         return False
 
     async def _remove_local(self, name: str, keep: set[int]) -> None:
-        for tp in [tp for tp in self.replica_manager.partitions if tp.topic == name and tp.partition not in keep]:
+        for tp in [TopicPartition(name, p) for p in self.replica_manager.hosted_partitions(name) if p not in keep]:
             try:
                 await self.replica_manager.remove_partition(tp, delete=True)
             except Exception as exc:  # one partition's failure must not keep the others' logs

@@ -140,6 +140,10 @@ class ReplicaManager:
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self.clock_ms = clock_ms
         self.partitions: dict[TopicPartition, Partition] = {}
+        #: topic -> the partitions of it in :attr:`partitions`, so a topic's re-read finds its
+        #: hosted partitions without scanning every partition of the broker (it did, and a
+        #: broker with thousands of topics paid that on every topic change)
+        self._hosted_by_topic: dict[str, set[int]] = {}
         self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("Fetch")
         #: KIP-890 verification of client transactional batches: (transactional id, producer id,
@@ -205,6 +209,7 @@ class ReplicaManager:
             self._hw_checkpoint = self.storage.read_checkpoint(HW_CHECKPOINT)
         partition.restore_high_watermark(self._hw_checkpoint.get(tp, plog.log_start_offset))
         self.partitions[tp] = partition
+        self._hosted_by_topic.setdefault(tp.topic, set()).add(tp.partition)
         return partition
 
     def become_leader(
@@ -241,9 +246,21 @@ class ReplicaManager:
         self.on_partitions_changed()
         return partition
 
+    def hosted_partitions(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` this broker hosts, in order."""
+        return sorted(self._hosted_by_topic.get(topic, ()))
+
+    def _unindex(self, tp: TopicPartition) -> None:
+        hosted = self._hosted_by_topic.get(tp.topic)
+        if hosted is not None:
+            hosted.discard(tp.partition)
+            if not hosted:
+                del self._hosted_by_topic[tp.topic]
+
     async def remove_partition(self, tp: TopicPartition, *, delete: bool) -> None:
         """Stop hosting ``tp``; with ``delete`` its log and files go too (DeleteTopics)."""
         partition = self.partitions.pop(tp, None)
+        self._unindex(tp)
         self._snapshot_marks.pop(tp, None)
         if self._hw_checkpoint is not None:
             self._hw_checkpoint.pop(tp, None)
@@ -262,6 +279,7 @@ class ReplicaManager:
         for tp in sorted(tps):
             self.offline_partitions[tp] = log_dir
             partition = self.partitions.pop(tp, None)
+            self._unindex(tp)
             self._snapshot_marks.pop(tp, None)
             if self._hw_checkpoint is not None:
                 self._hw_checkpoint.pop(tp, None)
