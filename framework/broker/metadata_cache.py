@@ -230,12 +230,7 @@ class MetadataCache:
             listed = _Listed(
                 below.get(name, {}), everything.get(topic_key(name)), everything.get(config_key(name)), self.revision
             )
-            async with self._lock:
-                try:
-                    await self._refresh_topic(name, listed)
-                finally:
-                    self._refreshed.set()
-                    self._refreshed = trio.Event()
+            await self.refresh_topic(name, listed)
         await self.refresh_controller()
         if self.delete_stray_logs is not None and not self._strays_checked:
             self._strays_checked = True
@@ -380,11 +375,12 @@ class MetadataCache:
                 log.debug("following the controller election failed: %s", exc)
                 await trio.sleep(CONTROLLER_POLL_S)
 
-    async def refresh_topic(self, name: str) -> None:
-        """Re-read one topic from the store and reconcile this broker's partitions with it."""
+    async def refresh_topic(self, name: str, listed: _Listed | None = None) -> None:
+        """Re-read one topic from the store (or take it from ``listed``, a listing the caller
+        already holds) and reconcile this broker's partitions with it."""
         async with self._lock:
             try:
-                await self._refresh_topic(name)
+                await self._refresh_topic(name, listed)
             finally:
                 self._refreshed.set()
                 self._refreshed = trio.Event()
