@@ -85,6 +85,7 @@ class AlterPartitionManager:
         # KIP-841: only a registered broker may join an ISR (the controller takes dead ones out)
         live = set(self.cache.live_broker_ids())
         written = 0
+        joinable: dict[int, frozenset[TopicPartition] | None] = {}  # per broker, for this pass
         for tp, p in list(rm.partitions.items()):
             if not p.is_leader:
                 continue
@@ -93,7 +94,7 @@ class AlterPartitionManager:
                 r for r in p.replicas if r != self.broker_id and r in live and p.can_join_isr(r, now, self.max_lag_ms)
             }
             if expand:
-                expand = {r for r in expand if await self._eligible(r, tp)}
+                expand = {r for r in expand if await self._eligible(r, tp, joinable)}
             if not shrink and not expand:
                 continue
             new_isr = tuple(r for r in p.replicas if (r in p.isr or r in expand) and r not in shrink)
@@ -103,17 +104,32 @@ class AlterPartitionManager:
                 written += 1
         return written
 
-    async def _eligible(self, broker_id: int, tp: TopicPartition) -> bool:
+    async def _eligible(
+        self, broker_id: int, tp: TopicPartition, memo: dict[int, frozenset[TopicPartition] | None] | None = None
+    ) -> bool:
         """KIP-841: only a registered broker that is not in controlled shutdown joins an ISR, and
         only with a replica that is not offline (its log dir failed: its last fetch may look
         caught up, but it fetches no more). The store is asked, not the cache, which may not
-        have seen a stopping broker's mark or its registration vanish yet."""
+        have seen a stopping broker's mark or its registration vanish yet. ``memo`` keeps each
+        broker's answer for one pass over the partitions: a broker back from a restart is a
+        candidate for every partition it follows, and three reads each made its return slow."""
+        if memo is not None and broker_id in memo:
+            offline = memo[broker_id]
+        else:
+            offline = await self._joinable(broker_id)
+            if memo is not None:
+                memo[broker_id] = offline
+        return offline is not None and tp not in offline
+
+    async def _joinable(self, broker_id: int) -> frozenset[TopicPartition] | None:
+        """None when ``broker_id`` may join no ISR (not registered, or shutting down); else its
+        offline replicas."""
         if await self.store.get(f"{SHUTTING_DOWN_PREFIX}{broker_id}") is not None:
-            return False
+            return None
         offline = await self.store.get(offline_replicas_key(broker_id))
-        if offline is not None and tp in decode_offline_replicas(offline.value):
-            return False
-        return await self.store.get(f"{BROKERS_PREFIX}{broker_id}") is not None
+        if await self.store.get(f"{BROKERS_PREFIX}{broker_id}") is None:
+            return None
+        return decode_offline_replicas(offline.value) if offline is not None else frozenset()
 
     async def alter_isr(self, tp: TopicPartition, new_isr: tuple[int, ...]) -> bool:
         """Write ``new_isr`` for a partition this broker leads (compare-and-set on the partition
@@ -132,12 +148,12 @@ class AlterPartitionManager:
         try:
             version = await self.store.put(key, value, expect=current.version)
         except MetadataConflict:
-            await self.cache.refresh_topic(tp.topic)
+            await self.cache.refresh_partition(tp)
             return False
         if self.replica_manager.get_partition(tp) is p and p.is_leader and p.leader_epoch == stored.leader_epoch:
             p.make_leader(p.leader_epoch, p.replicas, new_isr, version, now_ms=self.replica_manager.clock_ms())
             self.replica_manager.wake(tp)
-        await self.cache.refresh_topic(tp.topic)
+        await self.cache.refresh_partition(tp)
         return True
 
     async def controlled_shutdown(self) -> int:

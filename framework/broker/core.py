@@ -96,7 +96,7 @@ class BrokerCore:
         self.metadata_cache = MetadataCache(config, store, self.replica_manager)
         #: name -> (the TopicState it was built from, live brokers, listed brokers, the answer):
         #: the cache replaces a TopicState on every change, so identity says the answer is current
-        self._topic_answers: dict[str, tuple[TopicState, tuple[int, ...], frozenset[int], TopicMetadata]] = {}
+        self._topic_answers: dict[str, tuple[TopicState, int, tuple[int, ...], frozenset[int], TopicMetadata]] = {}
         self.configs = ConfigManager(config, store, self.metadata_cache)
         self.admin = AdminManager(config, store, self.metadata_cache, self.configs)
         self.producer_ids = ProducerIdManager(store, int(config["transaction.max.timeout.ms"]))
@@ -292,8 +292,14 @@ class BrokerCore:
         """One topic's metadata, reused while nothing it depends on changed: a 1,000-partition
         topic costs ~4 ms to rebuild, and every client asks for it when it starts."""
         cached = self._topic_answers.get(topic.name)
-        if cached is not None and cached[0] is topic and cached[1] == live and cached[2] == listed:
-            return cached[3]
+        if (
+            cached is not None
+            and cached[0] is topic
+            and cached[1] == topic.state_changes
+            and cached[2] == live
+            and cached[3] == listed
+        ):
+            return cached[4]
         alive = set(live)
         parts = []
         for p, replicas in sorted(topic.assignment.items()):
@@ -318,7 +324,7 @@ class BrokerCore:
         answer = TopicMetadata(ErrorCode.NONE, topic.name, topic.name in INTERNAL_TOPICS, tuple(parts))
         if len(self._topic_answers) >= _TOPIC_ANSWERS_MAX and topic.name not in self._topic_answers:
             self._topic_answers.clear()  # deleted topics' answers go with the rest; rebuilt on demand
-        self._topic_answers[topic.name] = (topic, live, listed, answer)
+        self._topic_answers[topic.name] = (topic, topic.state_changes, live, listed, answer)
         return answer
 
     # -- administration --------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import trio
 
 from ..config import Config, TopicConfig
 from ..errors import ErrorCode, KafkaError, KafkaStorageError, OdradekError
-from ..interfaces import MetadataCompacted, MetadataStore, PartitionLog, TopicPartition, Versioned
+from ..interfaces import MetadataCompacted, MetadataStore, PartitionLog, TopicPartition, Versioned, WatchEvent
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,7 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 #: the per-partition state (beside the log) holding its topic's id
 TOPIC_ID_STATE = "partition.metadata"
 _TOPIC_ID = re.compile(r"[0-9a-fA-F]{32}")
+_STATE_KEY = re.compile(r"/brokers/topics/([^/]+)/partitions/([0-9]+)/state")
 #: how often the controller is asked again when the store cannot tell its changes or failed
 CONTROLLER_POLL_S = 1.0
 #: how often partitions left unhosted by a storage error (a full disk) are tried again
@@ -75,6 +76,11 @@ def topic_key(topic: str) -> str:
 
 def partition_state_key(topic: str, partition: int) -> str:
     return f"{TOPICS_PREFIX}{topic}/partitions/{partition}/state"
+
+
+def partition_prefix(topic: str, partition: int) -> str:
+    """The prefix below which a partition's keys (its ``state``) live."""
+    return f"{TOPICS_PREFIX}{topic}/partitions/{partition}/"
 
 
 def config_key(topic: str) -> str:
@@ -120,8 +126,12 @@ class PartitionState:
 
     @classmethod
     def decode(cls, v: Versioned) -> PartitionState:
-        doc = json.loads(v.value)
-        return cls(int(doc["leader"]), int(doc["leader_epoch"]), tuple(doc["isr"]), v.version)
+        return cls.parse(v.value, v.version)
+
+    @classmethod
+    def parse(cls, value: bytes, version: int) -> PartitionState:
+        doc = json.loads(value)
+        return cls(int(doc["leader"]), int(doc["leader_epoch"]), tuple(doc["isr"]), version)
 
 
 @dataclass(slots=True)
@@ -135,6 +145,9 @@ class TopicState:
     states: dict[int, PartitionState] = field(default_factory=dict)
     overrides: dict[str, str] = field(default_factory=dict)
     config_version: int | None = None
+    #: counts the partition states changed in place since the topic was read (a leader or ISR
+    #: change): what was derived from ``states`` (a Metadata answer) is stale when it moved
+    state_changes: int = 0
 
     @property
     def num_partitions(self) -> int:
@@ -176,6 +189,12 @@ class MetadataCache:
         #: the store revision each topic was last read at: watch events at or below it are already
         #: in what was read (creating a 1,000-partition topic is 1,000 events: one refresh, not 1,000)
         self._topic_read_at: dict[str, int] = {}
+        #: the store revision each partition's state was last read or changed at, when later
+        #: than its topic's read (topic -> partition -> revision): a leader or ISR change of one
+        #: partition is taken from its watch event alone, not from a re-read of its whole topic
+        #: (a broker failure changes a third of a topic's partitions: a re-read of the topic per
+        #: change made the brokers' work grow with the square of the topic's partition count)
+        self._partition_read_at: dict[str, dict[int, int]] = {}
         # one reconciliation at a time: the watch and an admin call may refresh the same topic
         self._lock = trio.Lock()
         #: called with a topic's name when a topic this cache knew is deleted (by any broker or
@@ -382,8 +401,52 @@ class MetadataCache:
             try:
                 await self._refresh_topic(name, listed)
             finally:
-                self._refreshed.set()
-                self._refreshed = trio.Event()
+                self._notify_refreshed()
+
+    def _notify_refreshed(self) -> None:
+        self._refreshed.set()
+        self._refreshed = trio.Event()
+
+    async def refresh_partition(self, tp: TopicPartition) -> None:
+        """Re-read one partition's state (leader, epoch, ISR) and reconcile this broker with it:
+        what a change of that partition alone calls for (this broker's own ISR write, a replica
+        fetch told that the leader moved), at the cost of one key instead of its whole topic.
+        A partition or topic this cache does not know, or a state that is gone, re-reads the
+        topic (:meth:`refresh_topic`): that is a topic created, deleted or grown."""
+        async with self._lock:
+            items, read_at = await self.store.list(partition_prefix(tp.topic, tp.partition))
+            v = items.get(partition_state_key(tp.topic, tp.partition))
+            whole = v is None or not await self._apply_state(tp, v.value, v.version, read_at)
+        if whole:
+            await self.refresh_topic(tp.topic)
+
+    async def _apply_state(self, tp: TopicPartition, value: bytes, version: int, revision: int) -> bool:
+        """Take ``tp``'s state as of ``revision`` (a watch event's or a listing's) into the
+        cached topic and reconcile this broker's replica of it; the caller holds the lock. False
+        when the topic is to be re-read whole instead: it is not known here, or has no such
+        partition (created or grown since its last read; a topic deleted and created again
+        changes its assignment first, and that change re-reads it). A state at or below what
+        was read already is left (a watch event the read included)."""
+        if self.halted is not None:
+            return True
+        topic = self.topics.get(tp.topic)
+        if topic is None or tp.partition not in topic.assignment:
+            return False
+        read = self._partition_read_at.setdefault(tp.topic, {})
+        if revision <= max(self._topic_read_at.get(tp.topic, -1), read.get(tp.partition, -1)):
+            return True
+        read[tp.partition] = revision
+        topic.states[tp.partition] = PartitionState.parse(value, version)
+        topic.state_changes += 1
+        try:
+            if self.broker_id in topic.assignment[tp.partition]:
+                config = self._topic_configs.get(tp.topic) or self._load_topic_config(topic)
+                plog = await self._reconcile_partition(topic, config, tp.partition)
+                if plog is not None:
+                    await trio.to_thread.run_sync(_record_topic_id, [plog], topic.topic_id)
+        finally:
+            self._notify_refreshed()
+        return True
 
     async def next_refresh(self) -> None:
         """Return after the next topic re-read: for a request waiting until this broker sees a
@@ -408,6 +471,7 @@ class MetadataCache:
         else:
             items, assignment, cfg, read_at = listed
         self._topic_read_at[name] = read_at
+        self._partition_read_at.pop(name, None)  # each at or below read_at: the topic read includes it
         if assignment is None:
             local = self.replica_manager.hosted_partitions(name)
             # a topic missing on a re-read is a deletion only if the store is still this
@@ -475,45 +539,12 @@ class MetadataCache:
         hosted: set[int] = set()
         new_logs: list[PartitionLog] = []
         for p, replicas in sorted(topic.assignment.items()):
-            state = topic.states.get(p)
-            if self.broker_id not in replicas or state is None:
+            if self.broker_id not in replicas or p not in topic.states:
                 continue
             hosted.add(p)
-            tp = TopicPartition(topic.name, p)
-            if tp in self.replica_manager.offline_partitions:
-                continue  # its log dir failed: the controller counts the replica out until a restart
-            current = self.replica_manager.get_partition(tp)
-            try:
-                id_on_disk = (
-                    await self._check_topic_id(tp, topic.topic_id) if current is None and topic.topic_id else True
-                )
-                if state.leader == self.broker_id:
-                    if (
-                        current is None
-                        or not current.is_leader
-                        or current.leader_epoch != state.leader_epoch
-                        or (current.isr != frozenset(state.isr))
-                    ):
-                        self.replica_manager.become_leader(
-                            tp, config, state.leader_epoch, replicas, state.isr, state.version
-                        )
-                elif current is None or current.leader_id != state.leader or current.leader_epoch != state.leader_epoch:
-                    self.replica_manager.become_follower(
-                        tp, config, state.leader, state.leader_epoch, replicas, state.isr, state.version
-                    )
-            except KafkaError as exc:
-                # its log cannot be created (a full disk): not hosted; the others still are, and
-                # the metadata watch, which reconciles, must not die of it
-                if exc.code is not ErrorCode.KAFKA_STORAGE_ERROR:
-                    raise
-                log.error("cannot host %s: %s", tp, exc)
-                self.storage_failures[tp] = exc
-                continue
-            self.storage_failures.pop(tp, None)
-            if not id_on_disk:  # a log created (or adopted) just now: record whose it is
-                plog = self.replica_manager.storage.get_log(tp)
-                if plog is not None:
-                    new_logs.append(plog)
+            plog = await self._reconcile_partition(topic, config, p)
+            if plog is not None:
+                new_logs.append(plog)
         if new_logs:
             # each write fsyncs the file and its directory: in a worker thread, all of a topic's
             # at once, since on a busy disk an fsync takes seconds and this thread serves clients
@@ -523,6 +554,42 @@ class MetadataCache:
             for listener in self.topic_config_listeners:
                 listener(topic.name)
         await self._remove_local(topic.name, hosted)
+
+    async def _reconcile_partition(self, topic: TopicState, config: TopicConfig, p: int) -> PartitionLog | None:
+        """Make this broker leader or follower of partition ``p`` as its cached state says (a
+        replica of it, the caller checked); the log when it was created (or adopted) just now and
+        its topic id is still to be recorded."""
+        replicas, state = topic.assignment[p], topic.states[p]
+        tp = TopicPartition(topic.name, p)
+        if tp in self.replica_manager.offline_partitions:
+            return None  # its log dir failed: the controller counts the replica out until a restart
+        current = self.replica_manager.get_partition(tp)
+        try:
+            id_on_disk = await self._check_topic_id(tp, topic.topic_id) if current is None and topic.topic_id else True
+            if state.leader == self.broker_id:
+                if (
+                    current is None
+                    or not current.is_leader
+                    or current.leader_epoch != state.leader_epoch
+                    or (current.isr != frozenset(state.isr))
+                ):
+                    self.replica_manager.become_leader(
+                        tp, config, state.leader_epoch, replicas, state.isr, state.version
+                    )
+            elif current is None or current.leader_id != state.leader or current.leader_epoch != state.leader_epoch:
+                self.replica_manager.become_follower(
+                    tp, config, state.leader, state.leader_epoch, replicas, state.isr, state.version
+                )
+        except KafkaError as exc:
+            # its log cannot be created (a full disk): not hosted; the others still are, and
+            # the metadata watch, which reconciles, must not die of it
+            if exc.code is not ErrorCode.KAFKA_STORAGE_ERROR:
+                raise
+            log.error("cannot host %s: %s", tp, exc)
+            self.storage_failures[tp] = exc
+            return None
+        self.storage_failures.pop(tp, None)
+        return None if id_on_disk else self.replica_manager.storage.get_log(tp)
 
     def _load_topic_config(self, topic: TopicState) -> TopicConfig:
         """The topic's effective configs from its stored overrides, keeping every override that
@@ -629,7 +696,7 @@ class MetadataCache:
             try:
                 async for ev in self.store.watch("/", after_revision=self.revision):
                     self.revision = max(self.revision, ev.revision)
-                    await self._on_change(ev.key, ev.value, ev.revision)
+                    await self._on_change(ev)
                 return  # the session ended
             except MetadataCompacted as exc:
                 # compacted history, or a store whose revisions went back (restarted empty):
@@ -639,9 +706,10 @@ class MetadataCache:
                 log.warning("metadata watch fell behind; re-reading the whole state")
                 await self.load()
 
-    async def _on_change(self, key: str, value: bytes | None, revision: int = -1) -> None:
+    async def _on_change(self, ev: WatchEvent) -> None:
         if self.halted is not None:
             return
+        key, value, revision = ev.key, ev.value, ev.revision
         if key == CLUSTER_ID_KEY and value is None:
             # deleted with the chroot or namespace by an operator, or a store restarted empty:
             # every other key went with it, and no topic deletion may be acted on
@@ -658,15 +726,33 @@ class MetadataCache:
                 if v is not None:
                     self._set_broker(key, v)
         elif key.startswith(TOPICS_PREFIX):
+            state = _STATE_KEY.fullmatch(key) if value is not None else None
+            if state is not None and value is not None:
+                tp = TopicPartition(state[1], int(state[2]))
+                async with self._lock:
+                    applied = await self._apply_state(tp, value, ev.version, revision)
+                if applied:
+                    return
             await self._refresh_if_older(_topic_of(key), revision)
         elif key.startswith(CONFIG_PREFIX):
             await self._refresh_if_older(key[len(CONFIG_PREFIX) :], revision)
 
     async def _refresh_if_older(self, name: str, revision: int) -> None:
-        """Refresh ``name`` unless it was read at ``revision`` or later (the change is in it)."""
-        if revision >= 0 and revision <= self._topic_read_at.get(name, -1):
+        """Refresh ``name`` unless it was read at ``revision`` or later (the change is in it),
+        checked again once the lock is held: the read this waited for (a CreateTopics' own
+        re-read) may hold the change already."""
+        if self._read_since(name, revision):
             return
-        await self.refresh_topic(name)
+        async with self._lock:
+            if self._read_since(name, revision):
+                return
+            try:
+                await self._refresh_topic(name)
+            finally:
+                self._notify_refreshed()
+
+    def _read_since(self, name: str, revision: int) -> bool:
+        return 0 <= revision <= self._topic_read_at.get(name, -1)
 
     # -- reads -----------------------------------------------------------------------------------
     def topic_config(self, name: str) -> TopicConfig | None:

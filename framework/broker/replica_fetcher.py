@@ -280,10 +280,11 @@ class ReplicaFetcher:
             self.manager.replica_manager.wake(tp)
 
     async def _on_partition_error(self, tp: TopicPartition, state: FetchState, code: ErrorCode) -> None:
-        """Back off this partition and re-read its state; a new epoch replaces ``state``."""
+        """Back off this partition and re-read its state (not its topic's: a leader moving many
+        partitions at once sends each of their followers here); a new epoch replaces ``state``."""
         log.info("%s: replica fetch from broker %d: %s; refreshing metadata", tp, self.source_id, code.name)
         state.delayed_until = trio.current_time() + FETCH_BACKOFF_S
-        await self.manager.cache.refresh_topic(tp.topic)
+        await self.manager.cache.refresh_partition(tp)
 
 
 def truncation_offset(p: Partition, local_epoch: int, leader_epoch: int, leader_end: int) -> int:
