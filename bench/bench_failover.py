@@ -44,6 +44,7 @@ from odradek.testing.servers import start_etcd, start_zookeeper, unique_chroot
 
 TIMEOUT_S = 600.0
 TOPIC = "failover"
+TXN_OPS = 20_000
 PHASES = ("stop", "rejoin", "kill", "rejoin after kill")
 
 
@@ -58,12 +59,14 @@ def store_settings(store: str, session_ms: int) -> Iterator[dict[str, str]]:
                 "zookeeper.session.timeout.ms": str(session_ms),
             }
     elif store == "etcd":
-        with start_etcd() as etcd:
+        # a topic's creation is one transaction of a write per partition: past etcd's default 128
+        with start_etcd(max_txn_ops=TXN_OPS) as etcd:
             yield {
                 "metadata": "etcd",
                 "etcd.endpoints": etcd.endpoint,
                 "etcd.namespace": unique_chroot("bench"),
                 "etcd.lease.ttl.ms": str(session_ms),
+                "etcd.max.txn.ops": str(TXN_OPS),
             }
     else:
         raise SystemExit(f"unknown store {store!r}: zookeeper or etcd (failover needs a cluster)")
@@ -147,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     sizes = sorted(int(p) for p in args.partitions.split(","))
-    results = [run_size(store.strip(), size, args.session_ms) for store in args.stores.split(",") for size in sizes]
+    results: list[dict[str, Any]] = []
+    for store in args.stores.split(","):
+        for size in sizes:
+            results.append(run_size(store.strip(), size, args.session_ms))
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # progress: a run takes minutes
     if args.json:
         print(json.dumps(results, indent=1))
         return 0

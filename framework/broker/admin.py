@@ -29,6 +29,7 @@ from ..errors import (
     UnknownTopicOrPartition,
 )
 from ..interfaces import ABSENT, Check, Delete, MetadataConflict, MetadataStore, Put
+from ..sessions import MetadataStoreError
 from .api import CreatableTopic, CreatePartitionsTopic, CreateTopicResult, TopicResult
 from .configs import ConfigManager
 from .metadata_cache import (
@@ -147,6 +148,8 @@ class AdminManager:
                 results[t.name] = await self._create_topic(t, validate_only)
             except KafkaError as exc:
                 results[t.name] = CreateTopicResult(exc.code, str(exc))
+            except MetadataStoreError as exc:
+                results[t.name] = CreateTopicResult(ErrorCode.UNKNOWN_SERVER_ERROR, _refused("creating", t.name, exc))
         return results
 
     async def _create_topic(self, t: CreatableTopic, validate_only: bool) -> CreateTopicResult:
@@ -163,6 +166,8 @@ class AdminManager:
         overrides = self._config_overrides(t.configs)
         config = TopicConfig.build(self.config, overrides)
         assignment = self._assignment_for(t)
+        # its assignment, every partition's state and its config (or a stale config's deletion)
+        self._check_txn_room(t.name, len(assignment) + 2, len(assignment))
         if validate_only:
             return self._created(t.name, assignment, overrides, config, "")
         live = set(self.cache.live_broker_ids())
@@ -270,6 +275,8 @@ class AdminManager:
                 results[name] = TopicResult(ErrorCode.NONE)
             except KafkaError as exc:
                 results[name] = TopicResult(exc.code, str(exc))
+            except MetadataStoreError as exc:
+                results[name] = TopicResult(ErrorCode.UNKNOWN_SERVER_ERROR, _refused("deleting", name, exc))
         return results
 
     async def _delete_topic(self, name: str) -> None:
@@ -287,8 +294,12 @@ class AdminManager:
         ops.append(Delete(topic_key(name)))
         if await self.store.get(config_key(name)) is not None:
             ops.append(Delete(config_key(name)))
+        limit = self._max_txn_ops()
         try:
-            await self.store.txn([Check(topic_key(name), topic.version)], ops)
+            if limit is None or len(ops) <= limit:
+                await self.store.txn([Check(topic_key(name), topic.version)], ops)
+            else:
+                await self._delete_in_steps(name, topic.version, ops[len(children) :], children, limit)
         except MetadataConflict:
             # changed under us (deleted or grown elsewhere): decide again on fresh state
             await self.cache.refresh_topic(name)
@@ -297,6 +308,44 @@ class AdminManager:
             raise KafkaError(f"topic {name!r} changed concurrently; retry", code=ErrorCode.REQUEST_TIMED_OUT) from None
         log.info("deleted topic %s", name)
         await self.cache.refresh_topic(name)
+
+    async def _delete_in_steps(
+        self, name: str, version: int, topic_ops: list[Put | Delete], children: Iterable[str], limit: int
+    ) -> None:
+        """Delete a topic too large for one transaction of the store (created before etcd's
+        --max-txn-ops was lowered): its assignment and config first, in one transaction, so every
+        reader sees it gone at once (a partition state without an assignment is nobody's), then its
+        partitions' keys ``limit`` at a time, each only while no topic of that name exists again
+        (a topic created meanwhile writes those keys anew: none of its keys is deleted). Keys left
+        by a failure in between are read by nothing and go with the next deletion of the name."""
+        await self.store.txn([Check(topic_key(name), version)], topic_ops)
+        rest = list(children)
+        for start in range(0, len(rest), limit):
+            chunk = rest[start : start + limit]
+            try:
+                await self.store.txn([Check(topic_key(name), ABSENT)], [Delete(k) for k in chunk])
+            except MetadataConflict:
+                log.info("topic %s was created again while its old partition keys were deleted; leaving them", name)
+                return
+
+    def _max_txn_ops(self) -> int | None:
+        """The most writes the metadata store takes in one transaction (etcd's --max-txn-ops), or
+        None for no limit (ZooKeeper's multi, the local store)."""
+        limit = getattr(self.store, "max_txn_ops", None)
+        return limit if isinstance(limit, int) and limit > 0 else None
+
+    def _check_txn_room(self, name: str, writes: int, partitions: int) -> None:
+        """Refuse a topic change that does not fit one transaction of the store before anything
+        is written: a topic's creation (or growth) writes every partition's state with its
+        assignment atomically, so a reader never sees half a topic. Without this check etcd
+        refused the transaction and the client heard of an unexpected server error."""
+        limit = self._max_txn_ops()
+        if limit is not None and writes > limit:
+            raise InvalidPartitions(
+                f"topic {name!r} with {partitions} partitions needs {writes} writes in one metadata "
+                f"transaction, and the metadata store takes at most {limit}: on etcd, raise the servers' "
+                "--max-txn-ops and the brokers' etcd.max.txn.ops together"
+            )
 
     # -- CreatePartitions ------------------------------------------------------------------------
     async def create_partitions(
@@ -321,6 +370,8 @@ class AdminManager:
                 results[t.name] = TopicResult(ErrorCode.NONE)
             except KafkaError as exc:
                 results[t.name] = TopicResult(exc.code, str(exc))
+            except MetadataStoreError as exc:
+                results[t.name] = TopicResult(ErrorCode.UNKNOWN_SERVER_ERROR, _refused("growing", t.name, exc))
         return results
 
     async def _create_partitions(self, t: CreatePartitionsTopic, validate_only: bool) -> None:
@@ -351,6 +402,7 @@ class AdminManager:
                     f"replication factor {topic.replication_factor} is larger than the {len(live)} available brokers"
                 )
             added = assign_replicas(live, new, topic.replication_factor, first=current)
+        self._check_txn_room(t.name, len(added) + 1, t.count)
         if validate_only:
             return
         assignment = {p: list(r) for p, r in topic.assignment.items()}
@@ -369,6 +421,17 @@ class AdminManager:
             ) from None
         log.info("topic %s now has %d partitions", t.name, t.count)
         await self.cache.refresh_topic(t.name)
+
+
+def _refused(doing: str, name: str, exc: MetadataStoreError) -> str:
+    """The answer (and one ERROR line) for a topic change the metadata store refused for a reason
+    of its own (etcd's limit on a transaction's size): that topic fails, the request's others
+    go on. Nothing of the change was written (each is one transaction), unless a deletion in
+    steps failed after its first: the topic is gone then, and some of its keys, read by nothing,
+    are left for the next deletion of the name."""
+    message = f"{doing} topic {name!r} failed: the metadata store refused it: {exc}"
+    log.error("%s", message)
+    return message
 
 
 def _initial_state(replicas: Sequence[int], live: set[int]) -> PartitionState:

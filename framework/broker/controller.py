@@ -190,7 +190,6 @@ class Controller:
         elected = 0
         leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         for name, (assignment, states) in sorted(topics.items()):
-            changed = False
             unclean = bool(self._topic_setting(name, "unclean.leader.election.enable"))
             for p, replicas in sorted(assignment.items()):
                 state = states.get(p)
@@ -217,9 +216,6 @@ class Controller:
                     return elected
                 if written is _Write.WRITTEN:
                     elected += 1
-                    changed = True
-            if changed:
-                await self.cache.refresh_topic(name)
         if only is not None and brokers is not None:  # the other topics' entries still hold
             leaderless = {tp: e for tp, e in self._leaderless.items() if tp.topic not in only} | leaderless
         self._leaderless = leaderless

@@ -302,11 +302,12 @@ def start_zookeeper(workdir: Path | None = None) -> Iterator[ZooKeeperServer]:
 
 
 @contextlib.contextmanager
-def start_etcd(workdir: Path | None = None) -> Iterator[EtcdServer]:
+def start_etcd(workdir: Path | None = None, *, max_txn_ops: int | None = None) -> Iterator[EtcdServer]:
     """A private single-member etcd for the ``with`` block.
 
     Short heartbeat/election intervals make it elect itself within a fraction of a second and
-    allow lease TTLs down to 1 s (etcd's minimum TTL is 1.5 election timeouts).
+    allow lease TTLs down to 1 s (etcd's minimum TTL is 1.5 election timeouts). ``max_txn_ops``
+    sets its ``--max-txn-ops`` (etcd's default: 128; brokers need ``etcd.max.txn.ops`` to match).
     """
     etcd = _etcd()
     with _workdir(workdir, "odradek-etcd-") as wd:
@@ -332,6 +333,7 @@ def start_etcd(workdir: Path | None = None) -> Iterator[EtcdServer]:
                 "--heartbeat-interval=50",
                 "--election-timeout=300",
                 "--log-level=warn",
+                *([f"--max-txn-ops={max_txn_ops}"] if max_txn_ops is not None else []),
             ]
             return EtcdServer(client_port, peer_port, data_dir, _ServerProcess("etcd", command, wd, env))
 

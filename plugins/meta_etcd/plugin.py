@@ -25,6 +25,7 @@ def create_store(config: Config) -> EtcdMetadataStore:
         config["etcd.endpoints"],
         lease_ttl_ms=config["etcd.lease.ttl.ms"],
         namespace=config["etcd.namespace"],
+        max_txn_ops=config["etcd.max.txn.ops"],
     )
 
 
@@ -50,6 +51,16 @@ def odradek_config_keys() -> Sequence[ConfigKey]:
             str,
             "",
             "Prefix of every key this cluster writes (like a ZooKeeper chroot), e.g. /odradek/prod.",
+        ),
+        ConfigKey(
+            "etcd.max.txn.ops",
+            int,
+            128,
+            "Most writes (and most comparisons) the etcd servers take in one transaction: their "
+            "--max-txn-ops, 128 unless set. Creating a topic writes its assignment and every "
+            "partition's state in one transaction, so a topic may have at most this many minus 2 "
+            "partitions; raise both together for larger topics.",
+            minimum=4,
         ),
     ]
 

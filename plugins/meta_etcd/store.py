@@ -120,6 +120,7 @@ class EtcdMetadataStore:
         lease_ttl_ms: int = 18000,
         namespace: str = "",
         request_timeout_ms: int = 5000,
+        max_txn_ops: int = 128,
     ) -> None:
         self.endpoints = [parse_endpoint(e) for e in endpoints]
         if not self.endpoints:
@@ -127,6 +128,9 @@ class EtcdMetadataStore:
         self.default_lease_ttl_ms = lease_ttl_ms
         self.namespace = namespace.rstrip("/")
         self.request_timeout_s = request_timeout_ms / 1000
+        #: the etcd servers' --max-txn-ops: the broker keeps each transaction within it (a topic
+        #: larger than it cannot be created in one); a transaction past it is refused here
+        self.max_txn_ops = max_txn_ops
         self._client: Any = None
         self._watch_stub: Any = None
         self._lease_id = 0
@@ -194,6 +198,8 @@ class EtcdMetadataStore:
         if code == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
             self._states.set(SessionState.LOST)
             return MetadataSessionLost(f"etcd lease {self._lease_id:x} is gone ({details}): the session is lost")
+        if "too many operations in txn" in details:
+            details += f" (etcd.max.txn.ops is {self.max_txn_ops}: set it to the servers' --max-txn-ops)"
         return MetadataStoreError(f"etcd answered {code.name}: {details}")
 
     def _observe(self, header: Any, floor: int) -> None:
@@ -349,6 +355,11 @@ class EtcdMetadataStore:
         keys = [op.key for op in ops]
         if len(set(keys)) != len(keys):
             raise ValueError("an etcd transaction may write each key once: merge the ops on one key")
+        if max(len(ops), len(checks)) > self.max_txn_ops:
+            raise MetadataStoreError(
+                f"a transaction of {len(ops)} writes and {len(checks)} checks is past the etcd servers' "
+                f"limit of {self.max_txn_ops} each (etcd.max.txn.ops, the servers' --max-txn-ops)"
+            )
         await self._commit(checks, ops)
 
     async def _commit(self, checks: Sequence[Check], ops: Sequence[Put | Delete]) -> int:
