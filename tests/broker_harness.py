@@ -88,7 +88,13 @@ def broker_config(data_dir: Path, **overrides: Any) -> Config:
 @asynccontextmanager
 async def running_broker(data_dir: Path, **overrides: Any) -> AsyncIterator[BrokerCore]:
     """Start a BrokerServer on ``data_dir``; yields its core; shuts down gracefully on exit."""
-    server = BrokerServer(broker_config(data_dir, **overrides), broker_plugins())
+    async with serving(BrokerServer(broker_config(data_dir, **overrides), broker_plugins())) as core:
+        yield core
+
+
+@asynccontextmanager
+async def serving(server: BrokerServer) -> AsyncIterator[BrokerCore]:
+    """Run ``server`` for the block; yields its core."""
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
         assert server.core is not None

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
-from broker_harness import FAKE_TRANSPORT, create, running_broker
+from broker_harness import FAKE_TRANSPORT, create, running_broker, serving
 
 from odradek.broker.api import CreatableTopic, CreatePartitionsTopic
 from odradek.broker.core import BrokerCore
@@ -44,14 +43,8 @@ async def etcd_broker(data: Path, server: EtcdServer, **more: Any) -> AsyncItera
         "etcd.namespace": unique_chroot("txnlimit"),
         **more,
     }
-    broker = BrokerServer(load_config(env={}, plugins=plugins, overrides=overrides), plugins)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(broker.serve)
-        assert broker.core is not None
-        try:
-            yield broker.core
-        finally:
-            nursery.cancel_scope.cancel()
+    async with serving(BrokerServer(load_config(env={}, plugins=plugins, overrides=overrides), plugins)) as core:
+        yield core
 
 
 async def test_a_topic_too_large_for_one_etcd_transaction_is_refused_with_the_reason(
