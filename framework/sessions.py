@@ -38,6 +38,12 @@ class MetadataStoreError(OdradekError):
     and details), not because it is unreachable."""
 
 
+class MetadataTxnTooLarge(MetadataStoreError):
+    """A transaction past what the store takes in one (etcd's --max-txn-ops, ZooKeeper's
+    jute.maxbuffer), refused before it was sent: nothing of it was written. The message says
+    which limit and which settings raise it."""
+
+
 #: Session changes a subscriber may have unread before it is cut off (a consumer that far behind
 #: is stuck; a slow consumer must not make the feed grow without bound).
 STATE_BUFFER = 64

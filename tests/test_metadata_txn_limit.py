@@ -21,28 +21,30 @@ from odradek.broker.metadata_cache import config_key, topic_key
 from odradek.broker.server import BrokerServer
 from odradek.config import load_config
 from odradek.errors import ErrorCode
-from odradek.interfaces import Check, Delete, Put
+from odradek.interfaces import ABSENT, Check, Delete, Put
 from odradek.manager import Plugins, build_plugin_manager
-from odradek.testing import EtcdServer, unique_chroot
+from odradek.plugins.meta_zk.store import ZooKeeperMetadataStore
+from odradek.sessions import MetadataTxnTooLarge
+from odradek.testing import EtcdServer, ZooKeeperServer, unique_chroot
 
 
 @asynccontextmanager
 async def etcd_broker(data: Path, server: EtcdServer, **more: Any) -> AsyncIterator[BrokerCore]:
     """An in-process broker on ``server`` (its own namespace), ``more`` settings added."""
-    modules = ["compress", "storage_segment", "meta_etcd"]
+    settings = {"metadata": "etcd", "etcd.endpoints": server.endpoint, "etcd.namespace": unique_chroot("txnlimit")}
+    async with store_broker(data, "meta_etcd", {**settings, **more}) as core:
+        yield core
+
+
+@asynccontextmanager
+async def store_broker(data: Path, store_module: str, settings: dict[str, Any]) -> AsyncIterator[BrokerCore]:
+    modules = ["compress", "storage_segment", store_module]
     plugins = Plugins(
         build_plugin_manager(
             entry_points_enabled=False, extra=[*(f"odradek.plugins.{m}.plugin" for m in modules), FAKE_TRANSPORT]
         )
     )
-    overrides = {
-        "log.dirs": str(data),
-        "listeners": "PLAINTEXT://127.0.0.1:0",
-        "metadata": "etcd",
-        "etcd.endpoints": server.endpoint,
-        "etcd.namespace": unique_chroot("txnlimit"),
-        **more,
-    }
+    overrides = {"log.dirs": str(data), "listeners": "PLAINTEXT://127.0.0.1:0", **settings}
     async with serving(BrokerServer(load_config(env={}, plugins=plugins, overrides=overrides), plugins)) as core:
         yield core
 
@@ -117,3 +119,47 @@ async def test_a_topic_too_large_for_one_transaction_is_deleted_in_steps(tmp_pat
         left, _ = await store.list(topic_key("t") + "/")
         assert left == {} and await store.get(topic_key("t")) is None and await store.get(config_key("t")) is None
         assert not core.metadata_cache.contains_topic("t")
+
+
+async def test_a_zookeeper_transaction_past_jute_maxbuffer_is_refused_before_it_is_sent(
+    zookeeper_server: ZooKeeperServer,
+) -> None:
+    """ZooKeeper closes the connection on a request past its jute.maxbuffer (every watch of the
+    session is reset, and a client retrying the write dropped it again and again): the store
+    measures the multi it built and refuses it first, with the size and the setting. Nothing is
+    written, parents included, and the session carries on."""
+    store = ZooKeeperMetadataStore(zookeeper_server.connect_string + unique_chroot("jute"))
+    await store.open(6000)
+    try:
+        session = store.client_id
+        value = b'{"controller_epoch":0,"isr":[0],"leader":0,"leader_epoch":0,"version":1}'
+        with pytest.raises(MetadataTxnTooLarge, match=r"1,048,575 \(zookeeper.jute.maxbuffer"):
+            await store.txn(
+                [Check("/t", ABSENT)], [Put("/t", b"x")] + [Put(f"/t/p/{i}/state", value) for i in range(7000)]
+            )
+        assert (await store.list("/"))[0] == {}
+        assert store._live().connected and store.client_id == session
+        await store.txn([], [Put("/t", b"x")])
+        assert (await store.get("/t")) is not None
+    finally:
+        await store.close()
+
+
+async def test_a_topic_past_zookeepers_request_size_is_refused_with_the_reason(
+    tmp_path: Path, zookeeper_server: ZooKeeperServer
+) -> None:
+    """A broker whose zookeeper.jute.maxbuffer is small (as the servers' would be): a topic whose
+    creation would be a larger request gets INVALID_PARTITIONS naming the setting, and a small
+    one is created."""
+    settings = {
+        "metadata": "zookeeper",
+        "zookeeper.connect": zookeeper_server.connect_string + unique_chroot("jutebroker"),
+        "zookeeper.jute.maxbuffer": 16384,
+    }
+    async with store_broker(tmp_path, "meta_zk", settings) as core:
+        big = await core.create_topics([CreatableTopic("big", 200, 1)], 5000, False)
+        assert big["big"].error == ErrorCode.INVALID_PARTITIONS
+        assert "zookeeper.jute.maxbuffer" in (big["big"].error_message or "")
+        assert await core.metadata_cache.store.get(topic_key("big")) is None
+        small = await core.create_topics([CreatableTopic("small", 10, 1)], 5000, False)
+        assert small["small"].error == ErrorCode.NONE

@@ -29,7 +29,7 @@ from ..errors import (
     UnknownTopicOrPartition,
 )
 from ..interfaces import ABSENT, Check, Delete, MetadataConflict, MetadataStore, Put
-from ..sessions import MetadataStoreError
+from ..sessions import MetadataStoreError, MetadataTxnTooLarge
 from .api import CreatableTopic, CreatePartitionsTopic, CreateTopicResult, TopicResult
 from .configs import ConfigManager
 from .metadata_cache import (
@@ -188,6 +188,10 @@ class AdminManager:
             await self.store.txn([Check(topic_key(t.name), ABSENT)], ops)
         except MetadataConflict:
             raise TopicAlreadyExists(f"topic {t.name!r} already exists") from None
+        except MetadataTxnTooLarge as too_large:
+            raise InvalidPartitions(
+                f"topic {t.name!r} with {len(assignment)} partitions is too large: {too_large}"
+            ) from None
         log.info(
             "created topic %s with %d partitions, replication factor %d", t.name, len(assignment), len(assignment[0])
         )
@@ -414,6 +418,10 @@ class AdminManager:
         doc = encode({"version": 3, "topic_id": topic.topic_id, "partitions": _json_assignment_map(assignment)})
         try:
             await self.store.txn([Check(topic_key(t.name), topic.version)], [Put(topic_key(t.name), doc), *ops])
+        except MetadataTxnTooLarge as exc:
+            raise InvalidPartitions(
+                f"adding {len(added)} partitions to topic {t.name!r} at once is too large: {exc}"
+            ) from None
         except MetadataConflict:
             await self.cache.refresh_topic(t.name)
             raise KafkaError(

@@ -59,7 +59,13 @@ from odradek.interfaces import (
     Versioned,
     WatchEvent,
 )
-from odradek.sessions import MetadataSessionLost, MetadataStoreError, MetadataUnavailable, SessionStateFeed
+from odradek.sessions import (
+    MetadataSessionLost,
+    MetadataStoreError,
+    MetadataTxnTooLarge,
+    MetadataUnavailable,
+    SessionStateFeed,
+)
 
 from .watch import WatchStream, WatchStreamBroken
 
@@ -356,7 +362,7 @@ class EtcdMetadataStore:
         if len(set(keys)) != len(keys):
             raise ValueError("an etcd transaction may write each key once: merge the ops on one key")
         if max(len(ops), len(checks)) > self.max_txn_ops:
-            raise MetadataStoreError(
+            raise MetadataTxnTooLarge(
                 f"a transaction of {len(ops)} writes and {len(checks)} checks is past the etcd servers' "
                 f"limit of {self.max_txn_ops} each (etcd.max.txn.ops, the servers' --max-txn-ops)"
             )

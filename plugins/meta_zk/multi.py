@@ -36,11 +36,15 @@ from kazoo.exceptions import (
     RolledBackError,
     RuntimeInconsistency,
 )
-from kazoo.protocol.serialization import SetData
+from kazoo.protocol.serialization import SetData, Transaction
 
 from odradek.interfaces import Absent, AnyVersion, Check, Delete, Expect, MetadataConflict, Put
+from odradek.sessions import MetadataTxnTooLarge
 
 from .snapshot import Node
+
+#: a request's header ahead of its body: xid and type (the length prefix is not counted)
+_REQUEST_HEADER_BYTES = 8
 
 #: Failures that mean "the tree moved under the translation": re-read and retry.
 RETRYABLE = (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError, RuntimeInconsistency)
@@ -118,8 +122,11 @@ def commit(
     ops: Sequence[Put | Delete],
     to_path: Callable[[str], str],
     top: str,
+    max_bytes: int | None = None,
 ) -> None:
-    """Apply ``ops`` iff every check holds, atomically; ``MetadataConflict`` names the first failing check."""
+    """Apply ``ops`` iff every check holds, atomically; ``MetadataConflict`` names the first failing check.
+    A multi larger than ``max_bytes`` (the servers' jute.maxbuffer) raises ``MetadataTxnTooLarge``
+    before anything is written: the server would close the connection on it."""
     check_paths = [to_path(c.key) for c in checks]
     op_paths = [to_path(op.key) for op in ops]
     last: BaseException | None = None
@@ -128,9 +135,11 @@ def commit(
         for i, (check, path) in enumerate(zip(checks, check_paths, strict=True)):
             if not holds(nodes[path], check.expect):
                 raise MetadataConflict(check.key, i)
+        tx = _build(client, checks, check_paths, ops, op_paths, nodes)
+        if max_bytes is not None:
+            _check_size(tx, max_bytes)
         for path in _paths_needing_parents(checks, check_paths, ops, op_paths, nodes):
             ensure_parents(client, path, top)
-        tx = _build(client, checks, check_paths, ops, op_paths, nodes)
         results = tx.commit()
         failures = [r for r in results if isinstance(r, Exception)]
         if not failures:
@@ -143,6 +152,17 @@ def commit(
             raise last
         # the loop re-reads: a failing explicit check is reported, anything else retries
     raise RuntimeError(f"ZooKeeper transaction kept failing after {MAX_ATTEMPTS} attempts: {last!r}")
+
+
+def _check_size(tx: TransactionRequest, max_bytes: int) -> None:
+    """Refuse a multi whose request (its 8-byte header and body) is past ``max_bytes``."""
+    size = len(Transaction(tx.operations).serialize()) + _REQUEST_HEADER_BYTES
+    if size > max_bytes:
+        raise MetadataTxnTooLarge(
+            f"a transaction of {len(tx.operations)} operations is a {size:,}-byte request, past the ZooKeeper "
+            f"servers' jute.maxbuffer of {max_bytes:,} (zookeeper.jute.maxbuffer; raise the servers' "
+            "jute.maxbuffer and this setting together)"
+        )
 
 
 def _paths_needing_parents(

@@ -25,6 +25,7 @@ def create_store(config: Config) -> ZooKeeperMetadataStore:
         config["zookeeper.connect"],
         session_timeout_ms=config["zookeeper.session.timeout.ms"],
         connection_timeout_ms=config["zookeeper.connection.timeout.ms"],
+        jute_maxbuffer=config["zookeeper.jute.maxbuffer"],
     )
 
 
@@ -53,6 +54,15 @@ def odradek_config_keys() -> Sequence[ConfigKey]:
             18000,
             "How long opening the metadata store waits for a ZooKeeper connection.",
             minimum=1,
+        ),
+        ConfigKey(
+            "zookeeper.jute.maxbuffer",
+            int,
+            1048575,
+            "Largest request the ZooKeeper servers take: their jute.maxbuffer (1048575 bytes unless "
+            "set). A larger one (a topic of several thousand partitions is created in one "
+            "transaction) is refused before it is sent: ZooKeeper would drop the connection.",
+            minimum=1024,
         ),
     ]
 

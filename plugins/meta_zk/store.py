@@ -121,8 +121,18 @@ class _RestartMirror(ThreadWakeup):
 class ZooKeeperMetadataStore:
     """One ZooKeeper session as a ``MetadataStore``."""
 
-    def __init__(self, connect: str, *, session_timeout_ms: int = 18000, connection_timeout_ms: int = 18000) -> None:
+    def __init__(
+        self,
+        connect: str,
+        *,
+        session_timeout_ms: int = 18000,
+        connection_timeout_ms: int = 18000,
+        jute_maxbuffer: int = 1048575,
+    ) -> None:
         self.hosts, self.chroot = split_connect(connect)
+        #: the servers' jute.maxbuffer: a larger request closes the connection (every watch of
+        #: the session is reset with it), so a transaction past it is refused before it is sent
+        self.jute_maxbuffer = jute_maxbuffer
         self.default_session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms
         self._client: KazooClient | None = None
@@ -341,7 +351,7 @@ class ZooKeeperMetadataStore:
 
     # -- writes ----------------------------------------------------------------------------------
     async def txn(self, checks: Sequence[Check], ops: Sequence[Put | Delete]) -> None:
-        await self._write(multi.commit, self._live(), checks, ops, self._path, self._top)
+        await self._write(multi.commit, self._live(), checks, ops, self._path, self._top, self.jute_maxbuffer)
 
     async def create(self, key: str, value: bytes, *, ephemeral: bool = False) -> Versioned:
         path = self._path(key)
