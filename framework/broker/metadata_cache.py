@@ -222,7 +222,7 @@ class MetadataCache:
         self.halted: str | None = None
         #: set by :meth:`halt`; the server shuts the broker down when it is
         self.halted_event = trio.Event()
-        #: set (and replaced) after every topic re-read: see :meth:`next_refresh`
+        #: set (and replaced) after every topic re-read and partition state taken in: see :meth:`next_refresh`
         self._refreshed = trio.Event()
 
     # -- loading ---------------------------------------------------------------------------------
@@ -449,8 +449,9 @@ class MetadataCache:
         return True
 
     async def next_refresh(self) -> None:
-        """Return after the next topic re-read: for a request waiting until this broker sees a
-        change it asked for (ElectLeaders waits for the leaders it elected)."""
+        """Return after the next topic re-read or partition state taken in: for a request
+        waiting until this broker sees a change it asked for (ElectLeaders waits for the leaders
+        it elected)."""
         await self._refreshed.wait()
 
     def leader_of(self, tp: TopicPartition) -> int:
