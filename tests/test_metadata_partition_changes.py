@@ -11,13 +11,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from broker_harness import create, running_broker
 
-from odradek.broker.alter_partition import AlterPartitionManager
+from odradek.broker.alter_partition import ISR_WRITES_IN_FLIGHT, AlterPartitionManager
 from odradek.broker.core import BrokerCore
 from odradek.broker.metadata_cache import PartitionState, partition_state_key, topic_key
 from odradek.interfaces import Put, TopicPartition
+from odradek.sessions import MetadataUnavailable
 
 PARTITIONS = 40
 
@@ -147,3 +149,37 @@ async def test_an_isr_pass_asks_the_store_about_each_broker_once(tmp_path: Path)
             for p in range(PARTITIONS):
                 assert not await isr_manager._eligible(7, TopicPartition("t", p), memo)  # 7 is not registered
         assert len(reads["get"]) == 3
+
+
+async def test_an_isr_pass_writes_many_partitions_at_once_and_stops_when_the_store_is_away(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker back from a restart is a candidate for every partition it follows: each leader
+    writes those ISR changes ISR_WRITES_IN_FLIGHT at a time, not one after another. When the
+    store is away, the pass ends with MetadataUnavailable (the next pass proposes them again)."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", PARTITIONS)
+        cache = core.metadata_cache
+        isr_manager = AlterPartitionManager(core.config, cache.store, cache, core.replica_manager)
+        in_flight, most, done = 0, 0, []
+
+        async def slow_update(tp: TopicPartition, live: Any, joinable: Any) -> bool:
+            nonlocal in_flight, most
+            in_flight += 1
+            most = max(most, in_flight)
+            await trio.sleep(0.01)
+            in_flight -= 1
+            done.append(tp)
+            return True
+
+        monkeypatch.setattr(isr_manager, "_expansions", lambda p, live, now: {7})
+        monkeypatch.setattr(isr_manager, "_update_isr", slow_update)
+        assert await isr_manager.maybe_update_isrs() == PARTITIONS
+        assert most == ISR_WRITES_IN_FLIGHT and len(done) == PARTITIONS
+
+        async def store_away(tp: TopicPartition, live: Any, joinable: Any) -> bool:
+            raise MetadataUnavailable("ZooKeeper did not confirm the write")
+
+        monkeypatch.setattr(isr_manager, "_update_isr", store_away)
+        with pytest.raises(MetadataUnavailable):
+            await isr_manager.maybe_update_isrs()
