@@ -440,7 +440,9 @@ class MetadataCache:
         topic.state_changes += 1
         try:
             if self.broker_id in topic.assignment[tp.partition]:
-                config = self._topic_configs.get(tp.topic) or self._load_topic_config(topic)
+                config = self._topic_configs.get(tp.topic)
+                if config is None:  # not reconciled yet (an empty config is still one)
+                    config = self._topic_configs[tp.topic] = self._load_topic_config(topic)
                 plog = await self._reconcile_partition(topic, config, tp.partition)
                 if plog is not None:
                     await trio.to_thread.run_sync(_record_topic_id, [plog], topic.topic_id)
