@@ -19,6 +19,7 @@ from odradek.config import load_config
 from odradek.interfaces import MetadataCompacted, MetadataStore, Put, SessionState, WatchEvent
 from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.meta_zk.mirror import SubtreeMirror
+from odradek.plugins.meta_zk.multi import ensure_parents
 from odradek.plugins.meta_zk.store import ZooKeeperMetadataStore, split_connect
 from odradek.sessions import MetadataUnavailable
 from odradek.testing import ZooKeeperServer, servers, start_zookeeper, unique_chroot
@@ -516,3 +517,36 @@ async def test_a_watch_under_writers_server_restarts_and_session_expiry_ends_equ
         finally:
             for s in (*writers, watcher):
                 await s.close()
+
+
+def test_parents_pruned_by_another_writer_while_being_made_are_made_again(zookeeper_server: ZooKeeperServer) -> None:
+    """ensure_parents makes /top/a, then /top/a/b; another writer's prune_parents can delete the
+    still childless /top/a in between (a concurrent delete of a sibling key tidies up). Making
+    /top/a/b then fails with NoNodeError: the ancestors are made again instead of the put failing
+    with kazoo's NoNodeError (seen once in the fault test under churning writers)."""
+    client = KazooClient(hosts=zookeeper_server.connect_string)
+    client.start(timeout=30)
+    top = unique_chroot("prune")
+    try:
+        client.create(top, b"", makepath=True)
+
+        class PrunedOnce:
+            """The client, but another writer deletes /top/a just before /top/a/b is created."""
+
+            pruned = False
+
+            def exists(self, path: str) -> Any:
+                return client.exists(path)
+
+            def create(self, path: str, value: bytes | None) -> str:
+                if path == f"{top}/a/b" and not PrunedOnce.pruned:
+                    PrunedOnce.pruned = True
+                    client.delete(f"{top}/a")
+                return str(client.create(path, value))
+
+        ensure_parents(PrunedOnce(), f"{top}/a/b/c", top)  # type: ignore[arg-type]
+        assert PrunedOnce.pruned and client.exists(f"{top}/a/b") is not None
+    finally:
+        client.delete(top, recursive=True)
+        client.stop()
+        client.close()

@@ -76,15 +76,23 @@ def holds(node: Node | None, expect: Expect) -> bool:
 
 
 def ensure_parents(client: KazooClient, path: str, top: str) -> None:
-    """Create the missing ancestors of ``path`` below ``top`` as implicit (null-data) parents."""
+    """Create the missing ancestors of ``path`` below ``top`` as implicit (null-data) parents.
+
+    An ancestor made here can be pruned by another writer's :func:`prune_parents` before its
+    child is made (it has no child yet): the child's creation then fails with NoNodeError, and
+    the ancestors are made again. That race once failed a put with kazoo's NoNodeError."""
     parent = posixpath.dirname(path)
     if parent in ("/", top) or len(parent) < len(top) or client.exists(parent) is not None:
         return
-    ensure_parents(client, parent, top)
-    try:
-        client.create(parent, None)
-    except NodeExistsError:
-        pass
+    while True:
+        ensure_parents(client, parent, top)
+        try:
+            client.create(parent, None)
+            return
+        except NodeExistsError:
+            return
+        except NoNodeError:
+            continue  # an ancestor was pruned meanwhile: make it again
 
 
 def prune_parents(client: KazooClient, path: str, top: str) -> None:
