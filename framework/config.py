@@ -58,7 +58,7 @@ KAFKA_INT_KEYS = frozenset(
         "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms",
         "group.max.size", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
         "transactional.id.expiration.ms", "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
-        "transaction.state.log.min.isr",
+        "transaction.state.log.min.isr", "leader.imbalance.per.broker.percentage",
     }
 )  # fmt: skip
 KAFKA_SHORT_KEYS = frozenset({"offsets.topic.replication.factor", "transaction.state.log.replication.factor"})
@@ -422,7 +422,28 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("replica.lag.time.max.ms", int, 30000, "A follower not caught up for this long leaves the ISR.", minimum=1),
     _k("replica.fetch.max.bytes", int, 1048576, "Bytes per partition a follower fetches.", minimum=1),
     _k("replica.fetch.wait.max.ms", int, 500, "Follower fetch long-poll.", minimum=0),
-    _k("auto.leader.rebalance.enable", bool, True, "Move leadership back to the preferred replica when in sync."),
+    _k(
+        "auto.leader.rebalance.enable",
+        bool,
+        True,
+        "Move leadership back to the preferred replicas of a broker whose leader imbalance is over "
+        "leader.imbalance.per.broker.percentage, checked every leader.imbalance.check.interval.seconds.",
+    ),
+    _k(
+        "leader.imbalance.check.interval.seconds",
+        int,
+        300,
+        "How often the controller checks the leader imbalance (the first check comes 5 s into its term, "
+        "or sooner when this is shorter).",
+        minimum=1,
+    ),
+    _k(
+        "leader.imbalance.per.broker.percentage",
+        int,
+        10,
+        "The share of a broker's preferred partitions that may be led elsewhere before the controller moves them back.",
+        minimum=0,
+    ),
     # -- groups and offsets
     _k("offsets.topic.num.partitions", int, 50, "Partitions of __consumer_offsets.", minimum=1),
     _k("offsets.topic.replication.factor", int, 1, "Replication factor of __consumer_offsets.", minimum=1),

@@ -214,8 +214,13 @@ def test_failover_etcd(tmp_path: Path, etcd_server: Any) -> None:
 
 def test_controlled_shutdown_and_preferred_leader(tmp_path: Path, zookeeper_server: Any) -> None:
     """SIGTERM moves leadership away before the broker exits; when it is back in sync, the
-    preferred replica leads again."""
-    metadata = {"metadata": "zookeeper", "zookeeper.connect": zookeeper_server.connect_string + unique_chroot("cs")}
+    preferred replica leads again at the controller's next leader-imbalance check (every 1 s
+    here; Kafka's default, as odradek's, is 300 s)."""
+    metadata = {
+        "metadata": "zookeeper",
+        "zookeeper.connect": zookeeper_server.connect_string + unique_chroot("cs"),
+        "leader.imbalance.check.interval.seconds": "1",
+    }
     with three_brokers(tmp_path, metadata) as brokers:
         bootstrap, admin, topic, leader = replicated_topic(brokers, "cs")
         assert len(produce(bootstrap, topic, [b"x%d" % i for i in range(50)])) == 50

@@ -205,9 +205,29 @@ class AlterPartitionManager:
             with contextlib.suppress(MetadataConflict):  # marked already (a second call)
                 await self.store.create(f"{SHUTTING_DOWN_PREFIX}{self.broker_id}", b"", ephemeral=True)
         moved = 0
-        for name, part, replicas in replicated:
-            if await self._leave_partition(name, part, replicas, live):
-                moved += 1
+        failed: list[Exception] = []
+        limiter = trio.CapacityLimiter(ISR_WRITES_IN_FLIGHT)
+
+        async def leave(name: str, part: int, replicas: tuple[int, ...]) -> None:
+            nonlocal moved
+            async with limiter:
+                if failed:
+                    return  # the store failed one: the rest would fail alike
+                try:
+                    if await self._leave_partition(name, part, replicas, live):
+                        moved += 1
+                except Exception as exc:  # re-raised below, as one partition at a time did
+                    failed.append(exc)
+
+        # up to ISR_WRITES_IN_FLIGHT partitions at once (Kafka's controller moves a stopping
+        # broker's partitions in one batch): one at a time took a store round trip or two per
+        # partition, ~10 s for 1,000 partitions on ZooKeeper, while clients of the partitions
+        # still to come waited on a leader about to go
+        async with trio.open_nursery() as nursery:
+            for name, part, replicas in replicated:
+                nursery.start_soon(leave, name, part, replicas)
+        if failed:
+            raise failed[0]
         log.info("broker %d: controlled shutdown changed %d partition states", self.broker_id, moved)
         return moved
 

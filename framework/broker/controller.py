@@ -14,12 +14,17 @@ dir failed, :mod:`~odradek.broker.log_dir_failures`) counts as a dead broker's f
 it loses the leadership, leaves the ISR and is not elected.
 
 The same pass also takes dead brokers out of the ISRs of partitions whose leader is alive (so
-acks=all produce does not wait ``replica.lag.time.max.ms`` for them) and, with
-``auto.leader.rebalance.enable``, moves leadership back to the preferred (first assigned) replica
-once it is alive and in the ISR again. The controller watches ``/brokers/`` (registrations and
-partition states), so a follower rejoining an ISR triggers the preferred-leader election. ISR
-changes themselves are written by leaders (:mod:`~odradek.broker.alter_partition`), controlled
-shutdown by the stopping broker; reassignment is not built.
+acks=all produce does not wait ``replica.lag.time.max.ms`` for them). ISR changes themselves are
+written by leaders (:mod:`~odradek.broker.alter_partition`), controlled shutdown by the stopping
+broker; reassignment is not built.
+
+With ``auto.leader.rebalance.enable`` the controller also runs Kafka's auto leader rebalance task:
+5 s into its term and then every ``leader.imbalance.check.interval.seconds`` it groups the
+partitions by preferred (first assigned) replica, and for each broker whose share of them led
+elsewhere is over ``leader.imbalance.per.broker.percentage`` it moves back those whose preferred
+replica is alive and in the ISR (:func:`leader_imbalance_moves`). Not at once when a broker
+rejoins an ISR: a broker that restarts or flaps is not handed leadership (and its clients'
+traffic) again until it has stayed, and a small imbalance is left alone, as in Kafka.
 
 ElectLeaders requests (:mod:`~odradek.broker.elect_leaders`) are decided here too
 (:meth:`Controller.elect_requested`, :func:`decide_election`), one decision pass at a time with
@@ -67,6 +72,9 @@ log = logging.getLogger(__name__)
 WATCHED_PREFIX = "/brokers/"
 #: pause before campaigning again after leadership (or the session) was lost, or a store error
 CAMPAIGN_BACKOFF_S = 0.5
+#: how long into a term the first leader-imbalance check comes (Kafka's controller schedules
+#: its auto leader rebalance task 5 s after failover); sooner when the interval is shorter
+FIRST_IMBALANCE_CHECK_S = 5.0
 #: how often an ElectLeaders request's elections are decided again after losing a
 #: compare-and-set to a concurrent change before the partition is answered REQUEST_TIMED_OUT
 REQUESTED_ELECTION_ROUNDS = 5
@@ -92,6 +100,8 @@ class Controller:
         self._leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         #: what the last decision pass decoded (see :func:`_cluster_view`)
         self._parsed: ParsedItems = {}
+        #: leader-imbalance checks completed (all terms): what a test or an operator waits on
+        self.imbalance_checks = 0
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Campaign (blocks while another broker controls), then elect on every broker change;
@@ -137,6 +147,7 @@ class Controller:
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(view.follow)
+                    nursery.start_soon(self._check_imbalance_forever, view)
                     changed: set[str] | None = None  # the first pass decides every partition
                     while self.leadership is not None and not view.ended:
                         if changed is None:
@@ -186,7 +197,6 @@ class Controller:
         else:
             live, offline = _brokers_view(brokers)
             topics = _topics_view(items, only, self._parsed)
-        rebalance = bool(self.config["auto.leader.rebalance.enable"])
         elected = 0
         leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         for name, (assignment, states) in sorted(topics.items()):
@@ -199,9 +209,7 @@ class Controller:
                 tp = TopicPartition(name, p)
                 usable = live - offline.get(tp, set())
                 if state.leader in usable:
-                    new = shrink_dead_from_isr(state, usable) or (
-                        preferred_leader(replicas, state, usable) if rebalance else None
-                    )
+                    new = shrink_dead_from_isr(state, usable)
                     if new is None:
                         continue
                 else:
@@ -220,6 +228,41 @@ class Controller:
             leaderless = {tp: e for tp, e in self._leaderless.items() if tp.topic not in only} | leaderless
         self._leaderless = leaderless
         return elected
+
+    async def _check_imbalance_forever(self, view: _FollowedView) -> None:
+        """Kafka's auto leader rebalance task for one view of a term: the first check
+        :data:`FIRST_IMBALANCE_CHECK_S` in, then one every ``leader.imbalance.check.interval.seconds``
+        (both read again each time, as is ``auto.leader.rebalance.enable``)."""
+        interval = float(self.config["leader.imbalance.check.interval.seconds"])
+        await trio.sleep(min(FIRST_IMBALANCE_CHECK_S, interval))
+        while True:
+            if self.config["auto.leader.rebalance.enable"]:
+                await self.balance_leaders(view.items)
+            await trio.sleep(float(self.config["leader.imbalance.check.interval.seconds"]))
+
+    async def balance_leaders(self, items: Mapping[str, Versioned] | None = None) -> int:
+        """One leader-imbalance check (Kafka's ``checkAndTriggerAutoLeaderRebalance``) over one
+        consistent ``/brokers/`` listing (``items``, else a fresh one): the moves
+        :func:`leader_imbalance_moves` finds, each written as a preferred-leader election
+        (leader epoch + 1, the same fenced compare-and-set as every other election); returns
+        how many were written. A write that loses to a concurrent change is left to the next
+        check."""
+        async with self._deciding:
+            leadership = self.leadership
+            moved = 0
+            if leadership is not None and self.cache.halted is None:
+                if items is None:
+                    items, _ = await self.store.list(WATCHED_PREFIX)
+                live, topics, offline = _cluster_view(items, self._parsed)
+                percentage = int(self.config["leader.imbalance.per.broker.percentage"])
+                for tp, new in leader_imbalance_moves(topics, live, offline, percentage):
+                    written = await self._write_state(leadership, tp.topic, tp.partition, new)
+                    if written is _Write.DEPOSED:
+                        break
+                    if written is _Write.WRITTEN:
+                        moved += 1
+            self.imbalance_checks += 1
+            return moved
 
     async def elect_requested(
         self, election_type: ElectionType, partitions: Collection[TopicPartition]
@@ -505,6 +548,47 @@ def preferred_leader(replicas: tuple[int, ...], state: PartitionState, live: set
     if not replicas or replicas[0] == state.leader or replicas[0] not in live or replicas[0] not in state.isr:
         return None
     return PartitionState(replicas[0], state.leader_epoch + 1, state.isr, state.version)
+
+
+def leader_imbalance_moves(
+    topics: Mapping[str, tuple[Mapping[int, tuple[int, ...]], Mapping[int, PartitionState]]],
+    live: set[int],
+    offline: Mapping[TopicPartition, set[int]],
+    percentage: int,
+) -> list[tuple[TopicPartition, PartitionState]]:
+    """The preferred-leader elections one leader-imbalance check makes, as Kafka's controller
+    decides them: partitions are grouped by preferred (first assigned) replica; a broker's
+    imbalance is the share of its group whose state names another leader (a partition with no
+    state yet counts in the group only); when that share is over ``percentage`` %, each such
+    partition whose preferred replica is alive, its replica not offline, and in the ISR is moved
+    back to it (:func:`preferred_leader`). Sorted by partition."""
+    groups: dict[int, list[tuple[TopicPartition, tuple[int, ...], PartitionState | None]]] = {}
+    for name, (assignment, states) in topics.items():
+        for p, replicas in assignment.items():
+            if replicas:
+                groups.setdefault(replicas[0], []).append((TopicPartition(name, p), replicas, states.get(p)))
+    moves: list[tuple[TopicPartition, PartitionState]] = []
+    for broker, group in sorted(groups.items()):
+        elsewhere = [(tp, r, s) for tp, r, s in group if s is not None and s.leader != broker]
+        if not elsewhere or len(elsewhere) * 100 <= percentage * len(group):
+            continue
+        found = 0
+        for tp, replicas, state in elsewhere:
+            assert state is not None
+            new = preferred_leader(replicas, state, live - offline.get(tp, set()))
+            if new is not None:
+                moves.append((tp, new))
+                found += 1
+        if found:
+            log.info(
+                "leader imbalance of broker %d: %d of its %d preferred partitions led elsewhere; moving %d back",
+                broker,
+                len(elsewhere),
+                len(group),
+                found,
+            )
+    moves.sort(key=lambda m: (m[0].topic, m[0].partition))
+    return moves
 
 
 def elect_leader(
