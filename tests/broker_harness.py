@@ -9,10 +9,10 @@ the configured endpoint (port 0 becomes 9092) and serves nothing, so tests call 
 from __future__ import annotations
 
 import types
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import trio
@@ -23,8 +23,11 @@ from odradek.broker.core import BrokerCore
 from odradek.broker.server import BrokerServer
 from odradek.config import Config, default_config
 from odradek.hookspecs import hookimpl
-from odradek.interfaces import Endpoint, TopicPartition, TransportFactory
+from odradek.interfaces import Check, Delete, Endpoint, MetadataStore, Put, TopicPartition, TransportFactory
 from odradek.manager import Plugins, build_plugin_manager
+from odradek.sessions import MetadataUnavailable
+
+T = TypeVar("T")
 
 
 class FakeListener:
@@ -167,3 +170,43 @@ def replication_factor_too_large(topic: str, setting: str) -> list[str]:
 
 def error_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+
+
+class SlowStore:
+    """A metadata session whose partition-state writes (``put`` and ``txn``) each take ``delay``
+    seconds and fail with MetadataUnavailable from the ``fail_at``-th on; it counts how many
+    are in flight at once (for the writers that keep several going)."""
+
+    def __init__(self, store: MetadataStore, delay: float, fail_at: int | None = None) -> None:
+        self._store = store
+        self.delay = delay
+        self.fail_at = fail_at
+        self.puts = self.in_flight = self.most_in_flight = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def put(self, key: str, value: bytes, **kw: Any) -> int:
+        if "/partitions/" not in key:
+            return await self._store.put(key, value, **kw)
+        return await self._slowly(self._store.put(key, value, **kw))
+
+    async def txn(self, checks: Sequence[Check], ops: Sequence[Put | Delete]) -> None:
+        if not any("/partitions/" in op.key for op in ops):
+            return await self._store.txn(checks, ops)
+        return await self._slowly(self._store.txn(checks, ops))
+
+    async def _slowly(self, write: Coroutine[Any, Any, T]) -> T:
+        self.puts += 1
+        try:
+            if self.fail_at is not None and self.puts >= self.fail_at:
+                raise MetadataUnavailable("the store went away")
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            try:
+                await trio.sleep(self.delay)
+                return await write
+            finally:
+                self.in_flight -= 1
+        finally:
+            write.close()  # never awaited when it failed first

@@ -13,16 +13,22 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from broker_harness import broker_config, broker_plugins, serving
+from broker_harness import SlowStore, broker_config, broker_plugins, serving
 
-from odradek.broker.api import CreatableTopic
-from odradek.broker.controller import FIRST_IMBALANCE_CHECK_S, Controller, leader_imbalance_moves
+from odradek.broker.api import CreatableTopic, ElectionType
+from odradek.broker.controller import (
+    FIRST_IMBALANCE_CHECK_S,
+    STATE_WRITES_IN_FLIGHT,
+    Controller,
+    leader_imbalance_moves,
+)
 from odradek.broker.metadata_cache import PartitionState, partition_state_key, registration_json
 from odradek.broker.server import BrokerServer
 from odradek.config import ConfigError, default_config
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
+from odradek.sessions import MetadataUnavailable
 
 
 def _topic(states: dict[int, PartitionState | None], replicas: tuple[int, ...] = (1, 2, 3)) -> Any:
@@ -124,9 +130,11 @@ async def _until(check: Callable[[], bool], what: str) -> None:
 
 
 @asynccontextmanager
-async def _broker_0_and_7(tmp_path: Path, **overrides: Any) -> AsyncIterator[tuple[BrokerServer, LocalMetadataStore]]:
-    """A real broker 0 (the controller) with topic t of two partitions on replicas [0, 7], and a
-    broker 7 simulated by a metadata session of its own."""
+async def _broker_0_and_7(
+    tmp_path: Path, partitions: int = 2, **overrides: Any
+) -> AsyncIterator[tuple[BrokerServer, LocalMetadataStore]]:
+    """A real broker 0 (the controller) with topic t of ``partitions`` on replicas [0, 7], and
+    a broker 7 simulated by a metadata session of its own."""
     server = BrokerServer(broker_config(tmp_path, **overrides), broker_plugins())
     async with serving(server) as core:
         other = LocalMetadataStore(tmp_path / FILE_NAME)
@@ -134,9 +142,11 @@ async def _broker_0_and_7(tmp_path: Path, **overrides: Any) -> AsyncIterator[tup
         try:
             await other.register_broker(7, registration_json([("PLAINTEXT", "127.0.0.1", 9, "PLAINTEXT")], None))
             await _until(lambda: 7 in core.metadata_cache.live_broker_ids(), "broker 7 registered")
-            created = await core.create_topics([CreatableTopic("t", assignments={0: [0, 7], 1: [0, 7]})], 1000, False)
+            assignments = {p: [0, 7] for p in range(partitions)}
+            created = await core.create_topics([CreatableTopic("t", assignments=assignments)], 1000, False)
             assert created["t"].error == ErrorCode.NONE
-            await _until(lambda: core.metadata_cache.leader_of(TopicPartition("t", 1)) == 0, "t led by broker 0")
+            last = TopicPartition("t", partitions - 1)
+            await _until(lambda: core.metadata_cache.leader_of(last) == 0, "t led by broker 0")
             yield server, other
         finally:
             await other.close()
@@ -188,3 +198,41 @@ async def test_no_checks_with_auto_leader_rebalance_disabled(tmp_path: Path) -> 
         await trio.sleep(2.5)  # past the first check's time, and one interval more
         assert server.core.metadata_cache.leader_of(t0) == 7
         assert server.controller.imbalance_checks == 0
+
+
+async def test_the_controller_writes_elections_several_at_once(tmp_path: Path) -> None:
+    """ElectLeaders and leader-imbalance moves (as the offline-partition elections) write up to
+    STATE_WRITES_IN_FLIGHT partition states at once: one at a time, a failover of 1,000
+    partitions on ZooKeeper waited a round trip per partition. A store that fails a write
+    fails the check with its own error, and nothing more is started."""
+    partitions = 3 * STATE_WRITES_IN_FLIGHT
+    settings = {"auto.leader.rebalance.enable": False}  # the broker's own controller stays out
+    async with _broker_0_and_7(tmp_path, partitions, **settings) as (server, other):
+        core, controller = server.core, server.controller
+        assert core is not None and controller is not None
+        everything = [TopicPartition("t", p) for p in range(partitions)]
+
+        def twin(store: SlowStore) -> Controller:
+            """A second controller object in the broker's term (its fence), on ``store``."""
+            assert core is not None and controller is not None
+            c = Controller(core.config, store, core.metadata_cache)  # type: ignore[arg-type]
+            c.leadership = controller.leadership
+            return c
+
+        for tp in everything:
+            await _take_over(server, other, tp)
+        slow = SlowStore(core.store, 0.05)
+        elected, answers = await twin(slow).elect_requested(ElectionType.PREFERRED, everything)
+        assert (elected, answers) == ({tp: 0 for tp in everything}, {})
+        assert slow.most_in_flight == STATE_WRITES_IN_FLIGHT
+
+        for tp in everything:
+            await _take_over(server, other, tp)
+        failing = SlowStore(core.store, 0.01, fail_at=5)
+        with pytest.raises(MetadataUnavailable, match="the store went away"):
+            await twin(failing).balance_leaders()
+        assert failing.puts < partitions  # the writes after the failure were not started
+        slow = SlowStore(core.store, 0.05)
+        assert await twin(slow).balance_leaders() == partitions - 4
+        assert slow.most_in_flight == STATE_WRITES_IN_FLIGHT
+        await _until(lambda: all(core.metadata_cache.leader_of(tp) == 0 for tp in everything), "all back")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import trio
-from broker_harness import batch, broker_config, produce, running_broker
+from broker_harness import SlowStore, batch, broker_config, produce, running_broker
 
 from odradek import records
 from odradek.broker.alter_partition import CONTROLLED_SHUTDOWN_ROUNDS, ISR_WRITES_IN_FLIGHT, AlterPartitionManager
@@ -336,34 +336,6 @@ async def test_controlled_shutdown_decides_again_after_a_conflicting_write(
             assert (after.leader, after.leader_epoch, after.isr) == (0, before.leader_epoch, (0, 7))
 
 
-class _SlowStore:
-    """A metadata session whose partition-state writes each take ``delay`` seconds and fail
-    from the ``fail_at``-th on; it counts how many are in flight at once."""
-
-    def __init__(self, store: MetadataStore, delay: float, fail_at: int | None = None) -> None:
-        self._store = store
-        self.delay = delay
-        self.fail_at = fail_at
-        self.puts = self.in_flight = self.most_in_flight = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    async def put(self, key: str, value: bytes, **kw: Any) -> int:
-        if "/partitions/" not in key:
-            return await self._store.put(key, value, **kw)
-        self.puts += 1
-        if self.fail_at is not None and self.puts >= self.fail_at:
-            raise MetadataUnavailable("the store went away")
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        try:
-            await trio.sleep(self.delay)
-            return await self._store.put(key, value, **kw)
-        finally:
-            self.in_flight -= 1
-
-
 async def test_controlled_shutdown_moves_partitions_several_at_once(tmp_path: Path) -> None:
     """A stopping leader of many partitions writes up to ISR_WRITES_IN_FLIGHT of them at once:
     one at a time, 1,000 partitions on ZooKeeper took ~10 s, past the 5 s a stopping broker
@@ -376,7 +348,7 @@ async def test_controlled_shutdown_moves_partitions_several_at_once(tmp_path: Pa
         assert created["t"].error == ErrorCode.NONE
         rm = types.SimpleNamespace(on_isr_expand_candidate=None)
 
-        slow = _SlowStore(core.store, 0.05)
+        slow = SlowStore(core.store, 0.05)
         stopping = AlterPartitionManager(core.config, slow, core.metadata_cache, rm)  # type: ignore[arg-type]
         assert await stopping.controlled_shutdown() == partitions
         assert slow.most_in_flight == ISR_WRITES_IN_FLIGHT
@@ -388,7 +360,7 @@ async def test_controlled_shutdown_moves_partitions_several_at_once(tmp_path: Pa
 
         created = await core.create_topics([CreatableTopic("u", assignments=assignments)], 1000, False)
         assert created["u"].error == ErrorCode.NONE
-        failing = _SlowStore(core.store, 0.01, fail_at=5)
+        failing = SlowStore(core.store, 0.01, fail_at=5)
         stopping = AlterPartitionManager(core.config, failing, core.metadata_cache, rm)  # type: ignore[arg-type]
         with pytest.raises(MetadataUnavailable, match="the store went away"):
             await stopping.controlled_shutdown()

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -75,6 +75,10 @@ CAMPAIGN_BACKOFF_S = 0.5
 #: how long into a term the first leader-imbalance check comes (Kafka's controller schedules
 #: its auto leader rebalance task 5 s after failover); sooner when the interval is shorter
 FIRST_IMBALANCE_CHECK_S = 5.0
+#: partition states the controller writes at once (Kafka's controller sends the ZooKeeper
+#: writes of a batch of elections together): one at a time, a broker's failure on a topic of
+#: 1,000 partitions it led waited a store round trip per partition for its leaders
+STATE_WRITES_IN_FLIGHT = 16
 #: how often an ElectLeaders request's elections are decided again after losing a
 #: compare-and-set to a concurrent change before the partition is answered REQUEST_TIMED_OUT
 REQUESTED_ELECTION_ROUNDS = 5
@@ -197,7 +201,7 @@ class Controller:
         else:
             live, offline = _brokers_view(brokers)
             topics = _topics_view(items, only, self._parsed)
-        elected = 0
+        decided: list[tuple[TopicPartition, PartitionState]] = []
         leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         for name, (assignment, states) in sorted(topics.items()):
             unclean = bool(self._topic_setting(name, "unclean.leader.election.enable"))
@@ -219,15 +223,12 @@ class Controller:
                         if self._leaderless.get(tp) != leaderless[tp]:
                             log.warning("%s has no eligible leader (replicas %s, isr %s)", tp, replicas, state.isr)
                         continue
-                written = await self._write_state(leadership, name, p, new)
-                if written is _Write.DEPOSED:
-                    return elected
-                if written is _Write.WRITTEN:
-                    elected += 1
+                decided.append((tp, new))
+        outcomes = await self._write_states(leadership, decided)
         if only is not None and brokers is not None:  # the other topics' entries still hold
             leaderless = {tp: e for tp, e in self._leaderless.items() if tp.topic not in only} | leaderless
         self._leaderless = leaderless
-        return elected
+        return sum(1 for o in outcomes.values() if o is _Write.WRITTEN)
 
     async def _check_imbalance_forever(self, view: _FollowedView) -> None:
         """Kafka's auto leader rebalance task for one view of a term: the first check
@@ -255,12 +256,9 @@ class Controller:
                     items, _ = await self.store.list(WATCHED_PREFIX)
                 live, topics, offline = _cluster_view(items, self._parsed)
                 percentage = int(self.config["leader.imbalance.per.broker.percentage"])
-                for tp, new in leader_imbalance_moves(topics, live, offline, percentage):
-                    written = await self._write_state(leadership, tp.topic, tp.partition, new)
-                    if written is _Write.DEPOSED:
-                        break
-                    if written is _Write.WRITTEN:
-                        moved += 1
+                moves = leader_imbalance_moves(topics, live, offline, percentage)
+                outcomes = await self._write_states(leadership, moves)
+                moved = sum(1 for o in outcomes.values() if o is _Write.WRITTEN)
             self.imbalance_checks += 1
             return moved
 
@@ -314,8 +312,7 @@ class Controller:
                 break
             items, _ = await self.store.list(WATCHED_PREFIX)
             live, topics, offline = _cluster_view(items)
-            stale: list[TopicPartition] = []
-            changed: set[str] = set()
+            decisions: list[tuple[TopicPartition, PartitionState]] = []
             async for tp in paced(pending):
                 replicas = topics.get(tp.topic, ({}, {}))[0].get(tp.partition)
                 state = topics.get(tp.topic, ({}, {}))[1].get(tp.partition)
@@ -328,19 +325,48 @@ class Controller:
                 if isinstance(decided, ElectLeadersResult):
                     answers[tp] = decided
                     continue
-                written = await self._write_state(leadership, tp.topic, tp.partition, decided)
-                if written is _Write.DEPOSED:
-                    break
-                if written is _Write.STALE:
-                    stale.append(tp)
-                    continue
-                elected[tp] = decided.leader
-                changed.add(tp.topic)
+                decisions.append((tp, decided))
+            outcomes = await self._write_states(leadership, decisions)
+            stale = [tp for tp, _ in decisions if outcomes.get(tp) is _Write.STALE]
+            changed: set[str] = set()
+            for tp, new in decisions:
+                if outcomes.get(tp) is _Write.WRITTEN:
+                    elected[tp] = new.leader
+                    changed.add(tp.topic)
             for name in sorted(changed):
                 await self.cache.refresh_topic(name)
             pending = [tp for tp in pending if tp not in answers and tp not in elected]
             if pending and stale:
                 log.info("elections of %s lost to concurrent changes; deciding again", ", ".join(map(str, stale)))
+
+    async def _write_states(
+        self, leadership: Leadership, decided: Sequence[tuple[TopicPartition, PartitionState]]
+    ) -> dict[TopicPartition, _Write]:
+        """Write each decided state (:meth:`_write_state`), up to :data:`STATE_WRITES_IN_FLIGHT`
+        at once; returns how each write ended. None is started once a write found this
+        controller deposed (those partitions are missing from the result), nor once the store
+        failed one: that error is raised when the writes in flight have ended."""
+        outcomes: dict[TopicPartition, _Write] = {}
+        failed: list[Exception] = []
+        limiter = trio.CapacityLimiter(STATE_WRITES_IN_FLIGHT)
+
+        async def write(tp: TopicPartition, new: PartitionState) -> None:
+            async with limiter:
+                if failed or self.leadership is not leadership:
+                    return
+                try:
+                    outcomes[tp] = await self._write_state(leadership, tp.topic, tp.partition, new)
+                except Exception as exc:  # raised below: a pass fails as one write at a time did
+                    failed.append(exc)
+
+        if not decided:  # most passes (an ISR change, a topic created) decide nothing
+            return outcomes
+        async with trio.open_nursery() as nursery:
+            for tp, new in decided:
+                nursery.start_soon(write, tp, new)
+        if failed:
+            raise failed[0]
+        return outcomes
 
     async def _write_state(self, leadership: Leadership, topic: str, partition: int, new: PartitionState) -> _Write:
         """Write one partition's new state: a compare-and-set on the version it was decided
