@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -101,7 +102,7 @@ def live_brokers(admin: AdminClient) -> set[int]:
         return set()
 
 
-def run_size(store: str, partitions: int, session_ms: int) -> dict[str, Any]:
+def run_size(store: str, partitions: int, session_ms: int, keep_logs: Path | None = None) -> dict[str, Any]:
     with store_settings(store, session_ms) as settings, tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
         procs = [BrokerProcess(Path(tmp) / str(i), {"broker.id": str(i), **settings}) for i in range(3)]
         try:
@@ -139,6 +140,11 @@ def run_size(store: str, partitions: int, session_ms: int) -> dict[str, Any]:
         finally:
             for p in procs:
                 p.stop()
+            if keep_logs is not None:  # each broker's log, for a phase that took long
+                keep_logs.mkdir(parents=True, exist_ok=True)
+                for i, p in enumerate(procs):
+                    if p.log_path.exists():
+                        shutil.copy(p.log_path, keep_logs / f"{store}-{partitions}-broker{i}.log")
     return {"store": store, "partitions": partitions, **figures, "log_problems": problems[:20]}
 
 
@@ -148,12 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", default="500,1000", help="comma-separated topic sizes")
     parser.add_argument("--session-ms", type=int, default=6000, help="ZooKeeper session timeout / etcd lease TTL")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--keep-logs", type=Path, help="copy each broker's log into this directory")
     args = parser.parse_args(argv)
     sizes = sorted(int(p) for p in args.partitions.split(","))
     results: list[dict[str, Any]] = []
     for store in args.stores.split(","):
         for size in sizes:
-            results.append(run_size(store.strip(), size, args.session_ms))
+            results.append(run_size(store.strip(), size, args.session_ms, args.keep_logs))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # progress: a run takes minutes
     if args.json:
         print(json.dumps(results, indent=1))

@@ -12,6 +12,7 @@ import pytest
 import trio
 from broker_harness import batch, create, produce, running_broker
 
+from odradek.broker import controller as controller_module
 from odradek.broker.alter_partition import AlterPartitionManager
 from odradek.broker.api import (
     AlterableConfig,
@@ -248,3 +249,26 @@ async def test_a_topic_re_read_finds_its_partitions_without_scanning_every_parti
                 await trio.sleep(0.01)
         assert all(tp.topic != "t5" for tp in dict(rm.partitions))
         assert rm.hosted_partitions("t4") == [0, 1, 2]
+
+
+async def test_a_partition_state_change_is_decided_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change of one partition's state (a leader's ISR update, the controller's own election)
+    makes the next pass decide that partition, not its whole topic: a burst of 1,000 of the
+    controller's own writes on one topic (a broker's failure) cost a pass over the topic each,
+    on the broker's event loop, and on etcd the broker's watches fell seconds behind."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "big", 50)
+        asked: list[dict[str, Any]] = []
+        real_view = controller_module._topics_view
+
+        def recording_view(items: Any, names: Any, parsed: Any) -> Any:
+            asked.append({name: None if p is None else set(p) for name, p in names.items()})
+            return real_view(items, names, parsed)
+
+        monkeypatch.setattr(controller_module, "_topics_view", recording_view)
+        manager = AlterPartitionManager(core.config, core.store, core.metadata_cache, core.replica_manager)
+        assert await manager.alter_isr(TopicPartition("big", 7), (0,))  # a new version, the same ISR
+        with trio.fail_after(5):
+            while not any("big" in names and names["big"] is not None for names in asked):
+                await trio.sleep(0.01)
+        assert {"big": {7}} in asked, asked

@@ -152,14 +152,14 @@ class Controller:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(view.follow)
                     nursery.start_soon(self._check_imbalance_forever, view)
-                    changed: set[str] | None = None  # the first pass decides every partition
+                    changed: Changed | None = None  # the first pass decides every partition
                     while self.leadership is not None and not view.ended:
                         if changed is None:
                             await self.elect_offline_leaders(view.items)
                         else:
                             await self.elect_offline_leaders(view.items, topics=changed, brokers=view.brokers)
                         await view.changed()
-                        changed = view.take_changed_topics()
+                        changed = view.take_changed()
                     nursery.cancel_scope.cancel()
             finally:
                 self.cache.topic_config_listeners.remove(view.topic_config_changed)
@@ -170,7 +170,7 @@ class Controller:
         self,
         items: Mapping[str, Versioned] | None = None,
         *,
-        topics: Collection[str] | None = None,
+        topics: Changed | None = None,
         brokers: Mapping[str, Versioned] | None = None,
     ) -> int:
         """One pass over every partition of one consistent listing of ``/brokers/`` (live
@@ -179,16 +179,19 @@ class Controller:
         is decided again on the next listing (the watch reports the change that beat it).
 
         With ``topics`` (and ``brokers``, the listing's keys outside ``/brokers/topics/``), only
-        those topics' partitions: what a change to them alone can alter, since every other
-        partition was decided on the same brokers before (the controller's watch asks for a
-        whole pass whenever a broker or an offline replica changes)."""
+        the partitions it names (per topic; None: all of the topic's): what a change to them
+        alone can alter, since every other partition was decided on the same brokers before
+        (the controller's watch asks for a whole pass whenever a broker or an offline replica
+        changes). A change of one partition's state is decided alone: deciding its whole topic
+        again made each of the controller's own writes cost a pass over the topic, and a burst
+        of them on a topic of 1,000 partitions kept the broker's event loop busy for seconds."""
         async with self._deciding:
             return await self._elect_offline_leaders(items, topics, brokers)
 
     async def _elect_offline_leaders(
         self,
         items: Mapping[str, Versioned] | None,
-        only: Collection[str] | None = None,
+        only: Changed | None = None,
         brokers: Mapping[str, Versioned] | None = None,
     ) -> int:
         leadership = self.leadership
@@ -205,9 +208,9 @@ class Controller:
         leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         for name, (assignment, states) in sorted(topics.items()):
             unclean = bool(self._topic_setting(name, "unclean.leader.election.enable"))
-            for p, replicas in sorted(assignment.items()):
-                state = states.get(p)
-                if state is None:
+            for p, state in sorted(states.items()):
+                replicas = assignment.get(p)
+                if replicas is None:
                     continue
                 # a replica in a failed log dir counts as a dead broker's
                 tp = TopicPartition(name, p)
@@ -225,8 +228,9 @@ class Controller:
                         continue
                 decided.append((tp, new))
         outcomes = await self._write_states(leadership, decided)
-        if only is not None and brokers is not None:  # the other topics' entries still hold
-            leaderless = {tp: e for tp, e in self._leaderless.items() if tp.topic not in only} | leaderless
+        if only is not None and brokers is not None:  # the other partitions' entries still hold
+            kept = {tp: e for tp, e in self._leaderless.items() if not _names(only, tp)}
+            leaderless = kept | leaderless
         self._leaderless = leaderless
         return sum(1 for o in outcomes.values() if o is _Write.WRITTEN)
 
@@ -416,8 +420,8 @@ class _FollowedView:
         #: the keys outside ``/brokers/topics/`` (registrations, offline replicas)
         self.brokers = {k: v for k, v in items.items() if not k.startswith(TOPICS_PREFIX)}
         self.revision = revision
-        #: topics changed since the last :meth:`take_changed_topics`; None: something else did
-        self._changed_topics: set[str] | None = set()
+        #: partitions changed since the last :meth:`take_changed`; None: something else did
+        self._changed_partitions: Changed | None = {}
         #: the watch ended: the session ended, or (``compacted``) the store must be listed again
         self.ended = False
         self.compacted = False
@@ -436,9 +440,10 @@ class _FollowedView:
                         else:
                             into[ev.key] = value
                 if not ev.key.startswith(TOPICS_PREFIX):
-                    self._changed_topics = None
-                elif self._changed_topics is not None:
-                    self._changed_topics.add(ev.key[len(TOPICS_PREFIX) :].split("/", 1)[0])
+                    self._changed_partitions = None
+                else:
+                    name, partition = _partition_of(ev.key)
+                    self._note_change(name, partition)
                 self.revision = ev.revision
                 self._changed.set()
         except MetadataCompacted:
@@ -451,24 +456,57 @@ class _FollowedView:
         decided again (Kafka's controller elects on ``unclean.leader.election.enable`` being
         set; a partial pass otherwise never looked at a leaderless partition again until a
         broker came or went)."""
-        if self._changed_topics is not None:
-            self._changed_topics.add(topic)
+        self._note_change(topic, None)
         self._changed.set()
+
+    def _note_change(self, topic: str, partition: int | None) -> None:
+        """Record a change of ``topic``'s ``partition`` (None: of the whole topic)."""
+        changed = self._changed_partitions
+        if changed is None:
+            return
+        if partition is None:
+            changed[topic] = None
+        elif topic not in changed:
+            changed[topic] = {partition}
+        else:
+            partitions = changed[topic]
+            if partitions is not None:
+                partitions.add(partition)
 
     async def changed(self) -> None:
         """Wait for a change since the last call (or for the watch's end)."""
         await self._changed.wait()
         self._changed = trio.Event()
 
-    def take_changed_topics(self) -> set[str] | None:
-        """The topics changed since the last call, or None when a registration or an offline
-        replica changed too (every partition must be decided again)."""
-        changed, self._changed_topics = self._changed_topics, set()
+    def take_changed(self) -> Changed | None:
+        """The partitions changed since the last call (per topic; None for a topic whose
+        assignment or config changed), or None when a registration or an offline replica
+        changed too (every partition must be decided again)."""
+        changed, self._changed_partitions = self._changed_partitions, {}
         return changed
 
 
 #: decoded ``/brokers/`` values of the last decision pass: key -> (the Versioned it came from, decoded)
 ParsedItems = dict[str, tuple[Versioned, Any]]
+#: partitions to decide: topic -> its partitions, or None for all of them
+Changed = dict[str, set[int] | None]
+
+
+def _partition_of(key: str) -> tuple[str, int | None]:
+    """(topic, partition) of a key under ``/brokers/topics/``: the partition of a partition
+    state key, None for any other key of the topic (its assignment)."""
+    parts = key[len(TOPICS_PREFIX) :].split("/")
+    if len(parts) == 4 and parts[1] == "partitions" and parts[3] == "state" and parts[2].isdigit():
+        return parts[0], int(parts[2])
+    return parts[0], None
+
+
+def _names(changed: Mapping[str, Collection[int] | None], tp: TopicPartition) -> bool:
+    """Whether ``changed`` covers ``tp``."""
+    if tp.topic not in changed:
+        return False
+    partitions = changed[tp.topic]
+    return partitions is None or tp.partition in partitions
 
 
 def _cluster_view(
@@ -525,10 +563,11 @@ def _brokers_view(brokers: Mapping[str, Versioned]) -> tuple[set[int], dict[Topi
 
 
 def _topics_view(
-    items: Mapping[str, Versioned], names: Collection[str], parsed: ParsedItems
+    items: Mapping[str, Versioned], names: Mapping[str, Collection[int] | None], parsed: ParsedItems
 ) -> dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]]:
-    """(assignment, partition states) of the topics ``names`` that exist in ``items``, decoding
-    only values ``parsed`` does not hold yet (and adding them)."""
+    """(assignment, partition states) of the topics ``names`` that exist in ``items``, with the
+    states of only the partitions ``names`` lists for each (None: all), decoding only values
+    ``parsed`` does not hold yet (and adding them)."""
 
     def decoded(key: str, v: Versioned, decode: Any) -> Any:
         seen = parsed.get(key)
@@ -546,7 +585,8 @@ def _topics_view(
             continue  # deleted: nothing left to decide
         assignment: dict[int, tuple[int, ...]] = decoded(key, v, _decode_assignment)
         states: dict[int, PartitionState] = {}
-        for p in assignment:
+        wanted = names[name]
+        for p in assignment if wanted is None else sorted(wanted):
             state_key = f"{key}/partitions/{p}/state"
             sv = items.get(state_key)
             if sv is not None:
