@@ -12,7 +12,10 @@ for each P in ``--partitions`` this times, as Metadata from a surviving broker s
   controller, until no partition names it as leader or in its ISR;
 - **rejoin**: its start again, until it is back in every ISR;
 - **kill**: a ``kill -9`` of the same broker, from the moment the surviving brokers no longer
-  list it (its session or lease expired: ``--session-ms``) until no partition names it;
+  list it (its session or lease expired: ``--session-ms``) until no partition names it. Before
+  it, a preferred ElectLeaders gives the broker back the third of the partitions it prefers (the
+  controller's leader-imbalance check would, but only every
+  ``leader.imbalance.check.interval.seconds``), so the controller elects as well as shrinks;
 - **rejoin after kill**: its start again (recovery of its logs included), until it is back in
   every ISR.
 
@@ -20,7 +23,7 @@ Each figure is also given per partition; "ratio" divides the largest size's per-
 by the smallest's (1.0: no slowdown as partitions grow).
 
 Run: ``.venv/bin/python bench/bench_failover.py [--stores zookeeper,etcd] [--partitions 500,1000]
-[--session-ms 6000] [--json]``
+[--session-ms 6000] [--json] [--keep-logs DIR]``
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import ElectionType
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 from rich.table import Table
@@ -91,6 +95,10 @@ def gone_from(broker: int) -> Callable[[Any], bool]:
     return lambda meta: all(p.leader != broker and broker not in p.isrs for p in meta.partitions.values())
 
 
+def preferred_lead(meta: Any) -> bool:
+    return all(p.leader == p.replicas[0] for p in meta.partitions.values())
+
+
 def back_in(broker: int) -> Callable[[Any], bool]:
     return lambda meta: all(broker in p.isrs for p in meta.partitions.values())
 
@@ -126,6 +134,8 @@ def run_size(store: str, partitions: int, session_ms: int, keep_logs: Path | Non
             t0 = time.monotonic()
             proc.start()
             figures["rejoin"] = wait_until(others, "the broker to rejoin every ISR", back_in(victim)) - t0
+            admin.elect_leaders(ElectionType.PREFERRED, None).result(TIMEOUT_S)
+            wait_until(admin, "the preferred leaders", preferred_lead)
             proc.kill()
             while victim in live_brokers(others):
                 time.sleep(0.02)
