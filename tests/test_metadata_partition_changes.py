@@ -183,3 +183,47 @@ async def test_an_isr_pass_writes_many_partitions_at_once_and_stops_when_the_sto
         monkeypatch.setattr(isr_manager, "_update_isr", store_away)
         with pytest.raises(MetadataUnavailable):
             await isr_manager.maybe_update_isrs()
+
+
+async def test_partition_re_reads_run_side_by_side_and_a_late_one_is_dropped(tmp_path: Path) -> None:
+    """A partition's re-read (after this broker's own ISR write) reads the store outside the
+    cache's lock: the ISR writes a leader has in flight re-read side by side, where one store
+    round trip after another under the lock paced a broker's return to 1,000 ISRs. A read that
+    comes back older than what the cache took in meanwhile (a watch event of a later write)
+    is dropped: the state never goes back."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", PARTITIONS)
+        cache = core.metadata_cache
+        store = cache.store
+        real_list = store.list
+        reading = {"now": 0, "most": 0}
+        release = trio.Event()
+
+        async def slow_list(prefix: str) -> Any:
+            result = await real_list(prefix)  # read first, answer late
+            reading["now"] += 1
+            reading["most"] = max(reading["most"], reading["now"])
+            try:
+                await release.wait()
+                return result
+            finally:
+                reading["now"] -= 1
+
+        store.list = slow_list  # type: ignore[method-assign]
+        try:
+            async with trio.open_nursery() as nursery:
+                for p in range(8):
+                    nursery.start_soon(cache.refresh_partition, TopicPartition("t", p))
+                with trio.fail_after(5):
+                    while reading["now"] < 8:
+                        await trio.sleep(0.005)
+                # meanwhile another broker (the controller) moves t-0 on; its event is taken in
+                key = partition_state_key("t", 0)
+                broker = core.config.broker_id
+                await store.txn([], [Put(key, PartitionState(broker, 3, (broker,), 0).to_json())])
+                await wait_for_epoch(core, TopicPartition("t", 0), 3)
+                release.set()
+        finally:
+            store.list = real_list  # type: ignore[method-assign]
+        assert reading["most"] == 8
+        assert cache.topics["t"].states[0].leader_epoch == 3  # the late read did not take it back

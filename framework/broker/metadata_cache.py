@@ -412,10 +412,15 @@ class MetadataCache:
         what a change of that partition alone calls for (this broker's own ISR write, a replica
         fetch told that the leader moved), at the cost of one key instead of its whole topic.
         A partition or topic this cache does not know, or a state that is gone, re-reads the
-        topic (:meth:`refresh_topic`): that is a topic created, deleted or grown."""
+        topic (:meth:`refresh_topic`): that is a topic created, deleted or grown.
+
+        The key is read before the lock is taken, so the ISR writes a leader has in flight
+        re-read their partitions side by side (under the lock, one store round trip after
+        another, they were a broker's whole pace of rejoining ISRs); a read older than what the
+        cache took in meanwhile is dropped by :meth:`_apply_state`'s revision check."""
+        items, read_at = await self.store.list(partition_prefix(tp.topic, tp.partition))
+        v = items.get(partition_state_key(tp.topic, tp.partition))
         async with self._lock:
-            items, read_at = await self.store.list(partition_prefix(tp.topic, tp.partition))
-            v = items.get(partition_state_key(tp.topic, tp.partition))
             whole = v is None or not await self._apply_state(tp, v.value, v.version, read_at)
         if whole:
             await self.refresh_topic(tp.topic)
