@@ -121,6 +121,19 @@ async def test_checks_come_5_s_into_a_term_then_every_interval(autojump_clock: t
             await controller._check_imbalance_forever(view)  # type: ignore[arg-type]
     assert [round(t - start) for t in checks] == [6, 8]
 
+    # a check that finds the store away is logged, and the next one comes as planned
+    checks.clear()
+
+    async def unreachable(items: Any = None) -> int:
+        checks.append(trio.current_time())
+        raise MetadataUnavailable("the store went away")
+
+    controller.balance_leaders = unreachable  # type: ignore[method-assign]
+    start = trio.current_time()
+    with trio.move_on_after(5):
+        await controller._check_imbalance_forever(view)  # type: ignore[arg-type]
+    assert [round(t - start) for t in checks] == [2, 4]
+
 
 async def _until(check: Callable[[], bool], what: str) -> None:
     with trio.fail_after(10):

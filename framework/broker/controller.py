@@ -237,12 +237,17 @@ class Controller:
     async def _check_imbalance_forever(self, view: _FollowedView) -> None:
         """Kafka's auto leader rebalance task for one view of a term: the first check
         :data:`FIRST_IMBALANCE_CHECK_S` in, then one every ``leader.imbalance.check.interval.seconds``
-        (both read again each time, as is ``auto.leader.rebalance.enable``)."""
+        (both read again each time, as is ``auto.leader.rebalance.enable``). A check that finds
+        the store unreachable is logged and left to the next one: it is no reason to end the
+        term (the election passes, which must not be skipped, do end it)."""
         interval = float(self.config["leader.imbalance.check.interval.seconds"])
         await trio.sleep(min(FIRST_IMBALANCE_CHECK_S, interval))
         while True:
             if self.config["auto.leader.rebalance.enable"]:
-                await self.balance_leaders(view.items)
+                try:
+                    await self.balance_leaders(view.items)
+                except MetadataUnavailable as exc:
+                    log.warning("leader-imbalance check skipped: %s", one_line(exc))
             await trio.sleep(float(self.config["leader.imbalance.check.interval.seconds"]))
 
     async def balance_leaders(self, items: Mapping[str, Versioned] | None = None) -> int:
