@@ -34,6 +34,7 @@ import trio
 from ..config import Config
 from ..interfaces import MetadataConflict, MetadataStore, TopicPartition
 from ..sessions import MetadataUnavailable
+from .in_flight import each_in_flight
 from .log_dir_failures import decode_offline_replicas, offline_replicas_key
 from .metadata_cache import BROKERS_PREFIX, MetadataCache, PartitionState, encode, partition_state_key
 from .partition import Partition
@@ -92,29 +93,16 @@ class AlterPartitionManager:
         # KIP-841: only a registered broker may join an ISR (the controller takes dead ones out)
         live = set(self.cache.live_broker_ids())
         joinable: dict[int, frozenset[TopicPartition] | None] = {}  # per broker, for this pass
-        written = 0
-        unavailable: list[MetadataUnavailable] = []
-        limiter = trio.CapacityLimiter(ISR_WRITES_IN_FLIGHT)
-
-        async def update(tp: TopicPartition) -> None:
-            nonlocal written
-            async with limiter:
-                if unavailable:
-                    return  # the store is away: the next pass proposes it again
-                try:
-                    if await self._update_isr(tp, live, joinable):
-                        written += 1  # not `written += await ...`: that reads it before the await
-                except MetadataUnavailable as exc:
-                    unavailable.append(exc)
-
         now = rm.clock_ms()
-        async with trio.open_nursery() as nursery:
-            for tp, p in list(rm.partitions.items()):
-                if p.is_leader and (self._expansions(p, live, now) or p.out_of_sync_replicas(now, self.max_lag_ms)):
-                    nursery.start_soon(update, tp)
-        if unavailable:
-            raise unavailable[0]
-        return written
+        due = [
+            tp
+            for tp, p in list(rm.partitions.items())
+            if p.is_leader and (self._expansions(p, live, now) or p.out_of_sync_replicas(now, self.max_lag_ms))
+        ]
+        # the store away: the rest wait for the next pass
+        return await each_in_flight(
+            due, lambda tp: self._update_isr(tp, live, joinable), ISR_WRITES_IN_FLIGHT, catch=MetadataUnavailable
+        )
 
     def _expansions(self, p: Partition, live: set[int], now: int) -> set[int]:
         return {r for r in p.replicas if r != self.broker_id and r in live and p.can_join_isr(r, now, self.max_lag_ms)}
@@ -204,30 +192,13 @@ class AlterPartitionManager:
         if replicated:  # a broker with no replicated partition writes nothing (the store may be away)
             with contextlib.suppress(MetadataConflict):  # marked already (a second call)
                 await self.store.create(f"{SHUTTING_DOWN_PREFIX}{self.broker_id}", b"", ephemeral=True)
-        moved = 0
-        failed: list[Exception] = []
-        limiter = trio.CapacityLimiter(ISR_WRITES_IN_FLIGHT)
-
-        async def leave(name: str, part: int, replicas: tuple[int, ...]) -> None:
-            nonlocal moved
-            async with limiter:
-                if failed:
-                    return  # the store failed one: the rest would fail alike
-                try:
-                    if await self._leave_partition(name, part, replicas, live):
-                        moved += 1
-                except Exception as exc:  # re-raised below, as one partition at a time did
-                    failed.append(exc)
-
         # up to ISR_WRITES_IN_FLIGHT partitions at once (Kafka's controller moves a stopping
         # broker's partitions in one batch): one at a time took a store round trip or two per
         # partition, ~10 s for 1,000 partitions on ZooKeeper, while clients of the partitions
         # still to come waited on a leader about to go
-        async with trio.open_nursery() as nursery:
-            for name, part, replicas in replicated:
-                nursery.start_soon(leave, name, part, replicas)
-        if failed:
-            raise failed[0]
+        moved = await each_in_flight(
+            replicated, lambda entry: self._leave_partition(*entry, live), ISR_WRITES_IN_FLIGHT
+        )
         log.info("broker %d: controlled shutdown changed %d partition states", self.broker_id, moved)
         return moved
 

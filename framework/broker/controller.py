@@ -56,6 +56,7 @@ from ..interfaces import (
 from ..pacing import paced
 from ..sessions import MetadataUnavailable
 from .api import ElectionType, ElectLeadersResult
+from .in_flight import each_in_flight
 from .log_dir_failures import offline_replicas_of
 from .metadata_cache import (
     BROKERS_PREFIX,
@@ -356,25 +357,14 @@ class Controller:
         controller deposed (those partitions are missing from the result), nor once the store
         failed one: that error is raised when the writes in flight have ended."""
         outcomes: dict[TopicPartition, _Write] = {}
-        failed: list[Exception] = []
-        limiter = trio.CapacityLimiter(STATE_WRITES_IN_FLIGHT)
 
-        async def write(tp: TopicPartition, new: PartitionState) -> None:
-            async with limiter:
-                if failed or self.leadership is not leadership:
-                    return
-                try:
-                    outcomes[tp] = await self._write_state(leadership, tp.topic, tp.partition, new)
-                except Exception as exc:  # raised below: a pass fails as one write at a time did
-                    failed.append(exc)
+        async def write(entry: tuple[TopicPartition, PartitionState]) -> bool:
+            tp, new = entry
+            outcomes[tp] = await self._write_state(leadership, tp.topic, tp.partition, new)
+            return outcomes[tp] is _Write.WRITTEN
 
-        if not decided:  # most passes (an ISR change, a topic created) decide nothing
-            return outcomes
-        async with trio.open_nursery() as nursery:
-            for tp, new in decided:
-                nursery.start_soon(write, tp, new)
-        if failed:
-            raise failed[0]
+        if decided:  # most passes (an ISR change, a topic created) decide nothing
+            await each_in_flight(decided, write, STATE_WRITES_IN_FLIGHT, stop=lambda: self.leadership is not leadership)
         return outcomes
 
     async def _write_state(self, leadership: Leadership, topic: str, partition: int, new: PartitionState) -> _Write:
