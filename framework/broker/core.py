@@ -94,8 +94,9 @@ class BrokerCore:
             max_decompressed_bytes=int(config["message.max.decompressed.bytes"]),
         )
         self.metadata_cache = MetadataCache(config, store, self.replica_manager)
-        #: name -> (the TopicState it was built from, live brokers, listed brokers, the answer):
-        #: the cache replaces a TopicState on every change, so identity says the answer is current
+        #: name -> (the TopicState it was built from, its ``state_changes`` then, live brokers,
+        #: listed brokers, the answer): the cache replaces a TopicState when the topic is re-read
+        #: and counts partition states it changes in place, so both say the answer is current
         self._topic_answers: dict[str, tuple[TopicState, int, tuple[int, ...], frozenset[int], TopicMetadata]] = {}
         self.configs = ConfigManager(config, store, self.metadata_cache)
         self.admin = AdminManager(config, store, self.metadata_cache, self.configs)
