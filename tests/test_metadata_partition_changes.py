@@ -77,22 +77,47 @@ async def test_a_leader_change_of_one_partition_is_taken_from_its_watch_event(tm
             assert partition is not None and partition.is_leader and partition.leader_epoch == 3
 
 
-async def test_an_isr_write_re_reads_its_partition_not_its_topic(tmp_path: Path) -> None:
-    """This broker's own ISR change (alter_isr), and a fetcher's refresh after an error, read
-    the partition's key once; Metadata shows the new ISR when the call returns."""
+async def test_an_isr_write_reads_nothing_and_the_cache_shows_it_at_once(tmp_path: Path) -> None:
+    """This broker's own ISR change (alter_isr) is one compare-and-set on the partition epoch it
+    holds, with no read before or after, and the cache (so Metadata) shows the new state when
+    the call returns. A fetcher's refresh after an error reads the partition's key once."""
     async with running_broker(tmp_path) as core:
         await create(core, "t", PARTITIONS)
         cache = core.metadata_cache
         broker = core.config.broker_id
         isr_manager = AlterPartitionManager(core.config, cache.store, cache, core.replica_manager)
         tp = TopicPartition("t", 5)
+        changes = cache.topics["t"].state_changes
         with counting_reads(core) as reads:
             assert await isr_manager.alter_isr(tp, (broker,))  # same members: a new partition epoch
+            assert reads == {"list": [], "get": []}
             await cache.refresh_partition(TopicPartition("t", 6))
-        assert reads["list"] == ["/brokers/topics/t/partitions/5/", "/brokers/topics/t/partitions/6/"]
-        version = cache.topics["t"].states[5].version
+        assert reads["list"] == ["/brokers/topics/t/partitions/6/"]
+        assert cache.topics["t"].state_changes > changes  # Metadata's cached answer is stale
         stored = await cache.store.get(partition_state_key("t", 5))
-        assert stored is not None and stored.version == version
+        assert stored is not None and cache.topics["t"].states[5] == PartitionState.decode(stored)
+        partition = core.replica_manager.get_partition(tp)
+        assert partition is not None and partition.partition_epoch == stored.version
+
+
+async def test_the_cache_keeps_a_later_state_than_its_own_write(tmp_path: Path) -> None:
+    """The cache takes in this broker's own write only over the state it replaced: a cache that
+    took in a later state meanwhile (the watch delivered the write and what followed it before
+    the writer resumed) keeps it."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", 1)
+        cache = core.metadata_cache
+        broker = core.config.broker_id
+        tp = TopicPartition("t", 0)
+        before = cache.topics["t"].states[0]
+        later = PartitionState(broker, 5, (broker,), before.version + 2)
+        cache.topics["t"].states[0] = later
+        cache.take_own_write(tp, PartitionState(broker, 0, (broker,), before.version + 1), before.version)
+        assert cache.topics["t"].states[0] is later
+        cache.topics["t"].states[0] = before
+        written = PartitionState(broker, 0, (broker,), before.version + 1)
+        cache.take_own_write(tp, written, before.version)
+        assert cache.topics["t"].states[0] is written
 
 
 async def test_a_state_read_before_is_not_taken_back_by_an_older_event(tmp_path: Path) -> None:

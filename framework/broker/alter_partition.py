@@ -25,9 +25,7 @@ back on that last LEO.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-from typing import Any
 
 import trio
 
@@ -36,7 +34,7 @@ from ..interfaces import MetadataConflict, MetadataStore, TopicPartition
 from ..sessions import MetadataUnavailable
 from .in_flight import each_in_flight
 from .log_dir_failures import decode_offline_replicas, offline_replicas_key
-from .metadata_cache import BROKERS_PREFIX, MetadataCache, PartitionState, encode, partition_state_key
+from .metadata_cache import BROKERS_PREFIX, MetadataCache, PartitionState, partition_state_key
 from .partition import Partition
 from .replica_manager import ReplicaManager
 
@@ -154,28 +152,34 @@ class AlterPartitionManager:
         return decode_offline_replicas(offline.value) if offline is not None else frozenset()
 
     async def alter_isr(self, tp: TopicPartition, new_isr: tuple[int, ...]) -> bool:
-        """Write ``new_isr`` for a partition this broker leads (compare-and-set on the partition
-        epoch); on success the local partition adopts it at once."""
+        """Write ``new_isr`` for a partition this broker leads, by a compare-and-set on the
+        partition epoch this leader holds (the state key's version), as Kafka's AlterPartition
+        carries the leader's partition epoch and the controller refuses a stale one. A state
+        written since (the controller took a dead follower out of the ISR, or elected) fails
+        the write: the leader's ISR, proposed from what it saw, must not put back what that
+        write took out. It then re-reads the partition and decides again on the next pass.
+        On success the local partition and the metadata cache adopt the new state at once:
+        one store write per ISR change, no read before or after."""
         p = self.replica_manager.get_partition(tp)
         if p is None or not p.is_leader:
             return False
-        key = partition_state_key(tp.topic, tp.partition)
-        current = await self.store.get(key)
-        if current is None:
-            return False
-        stored = PartitionState.decode(current)
-        if stored.leader != self.broker_id or stored.leader_epoch != p.leader_epoch:
-            return False  # a newer election happened: its state reaches us through the watch
-        value = _state_json(current.value, PartitionState(self.broker_id, stored.leader_epoch, new_isr, 0))
+        cached = self.cache.partition_state(tp)
+        controller_epoch = cached.controller_epoch if cached is not None else 0
+        replaced, leader_epoch = p.partition_epoch, p.leader_epoch
+        value = PartitionState(self.broker_id, leader_epoch, new_isr, replaced, controller_epoch).to_json()
         try:
-            version = await self.store.put(key, value, expect=current.version)
+            version = await self.store.put(partition_state_key(tp.topic, tp.partition), value, expect=replaced)
         except MetadataConflict:
             await self.cache.refresh_partition(tp)
             return False
-        if self.replica_manager.get_partition(tp) is p and p.is_leader and p.leader_epoch == stored.leader_epoch:
-            p.make_leader(p.leader_epoch, p.replicas, new_isr, version, now_ms=self.replica_manager.clock_ms())
+        # adopted only over the state it replaced: one taken in meanwhile (the watch delivered
+        # this write and the controller's next, say) is newer, as Kafka's leader ignores an
+        # AlterPartition answer older than the partition epoch it holds
+        if self.replica_manager.get_partition(tp) is p and p.is_leader and p.partition_epoch == replaced:
+            p.make_leader(leader_epoch, p.replicas, new_isr, version, now_ms=self.replica_manager.clock_ms())
             self.replica_manager.wake(tp)
-        await self.cache.refresh_partition(tp)
+        written = PartitionState(self.broker_id, leader_epoch, new_isr, version, controller_epoch)
+        self.cache.take_own_write(tp, written, replaced)
         return True
 
     async def controlled_shutdown(self) -> int:
@@ -214,11 +218,12 @@ class AlterPartitionManager:
             current = await self.store.get(key)
             if current is None:
                 return False
-            new = _shutdown_state(self.broker_id, replicas, PartitionState.decode(current), live)
+            stored = PartitionState.decode(current)
+            new = _shutdown_state(self.broker_id, replicas, stored, live)
             if new is None:
                 return False
             try:
-                await self.store.put(key, _state_json(current.value, new), expect=current.version)
+                await self.store.put(key, new.to_json(stored.controller_epoch), expect=current.version)
             except MetadataConflict:
                 continue
             return True
@@ -247,13 +252,3 @@ def _shutdown_state(
     if state.leader in live and isr:
         return PartitionState(state.leader, state.leader_epoch, isr, 0)
     return None
-
-
-def _state_json(previous: bytes, new: PartitionState) -> bytes:
-    """``new`` as a partition state value, keeping the previous value's controller epoch."""
-    try:
-        controller_epoch = int(json.loads(previous).get("controller_epoch", 0))
-    except (ValueError, AttributeError):
-        controller_epoch = 0
-    doc: dict[str, Any] = json.loads(new.to_json(controller_epoch))
-    return encode(doc)

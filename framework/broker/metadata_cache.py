@@ -111,17 +111,22 @@ class BrokerRegistration:
 
 @dataclass(frozen=True, slots=True)
 class PartitionState:
-    """Leader, epoch and ISR of one partition; ``version`` is the store's CAS token."""
+    """Leader, epoch and ISR of one partition; ``version`` is the store's CAS token (Kafka's
+    partition epoch). ``controller_epoch`` names the controller that last wrote it, as in
+    Kafka's state znode; nothing decides on it, so it is left out of comparisons."""
 
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
     version: int
+    controller_epoch: int = field(default=0, compare=False)
 
-    def to_json(self, controller_epoch: int = 0) -> bytes:
+    def to_json(self, controller_epoch: int | None = None) -> bytes:
+        """The stored value; ``controller_epoch`` (when given) replaces this state's own."""
+        epoch = self.controller_epoch if controller_epoch is None else controller_epoch
         return encode(
             {"leader": self.leader, "leader_epoch": self.leader_epoch, "isr": list(self.isr),
-             "controller_epoch": controller_epoch, "version": 1}
+             "controller_epoch": epoch, "version": 1}
         )  # fmt: skip
 
     @classmethod
@@ -131,7 +136,8 @@ class PartitionState:
     @classmethod
     def parse(cls, value: bytes, version: int) -> PartitionState:
         doc = json.loads(value)
-        return cls(int(doc["leader"]), int(doc["leader_epoch"]), tuple(doc["isr"]), version)
+        leader, leader_epoch = int(doc["leader"]), int(doc["leader_epoch"])
+        return cls(leader, leader_epoch, tuple(doc["isr"]), version, int(doc.get("controller_epoch", 0)))
 
 
 @dataclass(slots=True)
@@ -440,6 +446,14 @@ class MetadataCache:
         read = self._partition_read_at.setdefault(tp.topic, {})
         if revision <= max(self._topic_read_at.get(tp.topic, -1), read.get(tp.partition, -1)):
             return True
+        cached = topic.states.get(tp.partition)
+        if cached is not None and version < cached.version:
+            # older than what the cache holds: a re-read that listed before this broker's own
+            # ISR write, taken in without a revision (:meth:`take_own_write`), and got the lock
+            # after it. Applied, it put the smaller ISR back on the leader, whose HW then ran
+            # ahead of a follower the store still counts in sync. A key's version only grows
+            # while it lives, and a state deleted with its topic re-reads the topic instead.
+            return True
         read[tp.partition] = revision
         topic.states[tp.partition] = PartitionState.parse(value, version)
         topic.state_changes += 1
@@ -455,6 +469,26 @@ class MetadataCache:
             self._notify_refreshed()
         return True
 
+    def partition_state(self, tp: TopicPartition) -> PartitionState | None:
+        """The cached state of ``tp`` (None for a partition this cache does not know)."""
+        topic = self.topics.get(tp.topic)
+        return topic.states.get(tp.partition) if topic is not None else None
+
+    def take_own_write(self, tp: TopicPartition, state: PartitionState, replaced: int) -> None:
+        """Take in ``state``, which this broker just wrote by a compare-and-set over version
+        ``replaced`` (a leader's ISR change), without reading it back: Metadata shows it when
+        the write returns, where a re-read cost a store round trip per ISR change (four on
+        ZooKeeper, with the write). Taken only while the cached state is still the replaced
+        one; a cache that already holds the write or a later state keeps what it has. The
+        write's own watch event comes after and finds the same state."""
+        topic = self.topics.get(tp.topic)
+        cached = topic.states.get(tp.partition) if topic is not None else None
+        if self.halted is not None or topic is None or cached is None or cached.version != replaced:
+            return
+        topic.states[tp.partition] = state
+        topic.state_changes += 1
+        self._notify_refreshed()
+
     async def next_refresh(self) -> None:
         """Return after the next topic re-read or partition state taken in: for a request
         waiting until this broker sees a change it asked for (ElectLeaders waits for the leaders
@@ -463,8 +497,7 @@ class MetadataCache:
 
     def leader_of(self, tp: TopicPartition) -> int:
         """The leader the cached partition state names, -1 for an unknown partition."""
-        topic = self.topics.get(tp.topic)
-        state = topic.states.get(tp.partition) if topic is not None else None
+        state = self.partition_state(tp)
         return state.leader if state is not None else -1
 
     async def _refresh_topic(self, name: str, listed: _Listed | None = None) -> None:
@@ -580,6 +613,7 @@ class MetadataCache:
                     or not current.is_leader
                     or current.leader_epoch != state.leader_epoch
                     or (current.isr != frozenset(state.isr))
+                    or current.partition_epoch != state.version  # its ISR writes expect it
                 ):
                     self.replica_manager.become_leader(
                         tp, config, state.leader_epoch, replicas, state.isr, state.version

@@ -145,8 +145,9 @@ class MetadataStoreConformance:
             await store.put("/state", b"stale", expect=created.version)
         got = await store.get("/state")
         assert got is not None and got.value == b"1" and got.version == v1
-        with pytest.raises(MetadataConflict):
-            await store.put("/missing", b"x", expect=v1)
+        for version in (v1, 0):  # 0: the first version of a key on some stores, none on others
+            with pytest.raises(MetadataConflict):
+                await store.put("/missing", b"x", expect=version)
         assert await store.get("/missing") is None
 
     async def test_put_expect_absent(self, store: MetadataStore) -> None:
@@ -204,6 +205,18 @@ class MetadataStoreConformance:
         items, _ = await store.list("/a/")
         assert set(items) == {"/a/b/c"}
         assert await store.delete("/a/b") is False
+
+    async def test_a_parent_path_fails_a_compare_and_set(self, store: MetadataStore) -> None:
+        """A versioned put on a path that is only a parent of keys fails whatever the version
+        (ZooKeeper's implicit parent znodes have versions too, and must not take data), and the
+        path stays no key."""
+        await store.put("/cas/parent/leaf", b"leaf")
+        for version in (0, 1):
+            with pytest.raises(MetadataConflict):
+                await store.put("/cas/parent", b"x", expect=version)
+        assert await store.get("/cas/parent") is None
+        items, _ = await store.list("/cas/")
+        assert set(items) == {"/cas/parent/leaf"}
 
     async def test_delete_parent_keeps_children(self, store: MetadataStore) -> None:
         await store.put("/t/x", b"parent")

@@ -89,6 +89,11 @@ def _compare(key: bytes, expect: Expect) -> Any:
         return None
     if isinstance(expect, Absent):
         return etcdrpc.Compare(key=key, target=etcdrpc.Compare.CREATE, result=etcdrpc.Compare.EQUAL, create_revision=0)
+    if expect < 1:
+        # an absent key's mod_revision compares as 0 and a key's is never below 1: a version
+        # below 1 is no key's, and "mod_revision == 0" would hold for an absent key (a put
+        # expecting it created the key)
+        return etcdrpc.Compare(key=key, target=etcdrpc.Compare.CREATE, result=etcdrpc.Compare.LESS, create_revision=0)
     return etcdrpc.Compare(key=key, target=etcdrpc.Compare.MOD, result=etcdrpc.Compare.EQUAL, mod_revision=expect)
 
 

@@ -22,6 +22,7 @@ Runs in a worker thread (kazoo calls block).
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,6 +64,33 @@ def read_nodes(client: KazooClient, paths: Sequence[str]) -> dict[str, Node | No
         else:
             out[path] = Node(data, stat)
     return out
+
+
+def set_if_version(client: KazooClient, path: str, value: bytes, version: int) -> int | None:
+    """Set a key's data if its znode is at ``version``; its new version, or None when the check
+    fails (missing, another version, or an implicit parent, which is no key).
+
+    The znode is read and set in one pipelined round trip: ZooKeeper answers a session's
+    requests in order, so the read shows the znode just before the set. A versioned set alone
+    cannot tell an implicit (null-data) parent from a key; a read first, then the set, cost two
+    round trips on every compare-and-set (a leader's ISR change is one). The set can only land
+    on an implicit parent whose version equals one a key had at that path before it was removed
+    (a stale caller's): it is then put back to null data and the check fails."""
+    read = client.get_async(path)
+    written = client.set_async(path, value, version=version)
+    try:
+        before: Node | None = Node(*read.get())
+    except NoNodeError:
+        before = None
+    try:
+        stat = written.get()
+    except (BadVersionError, NoNodeError):
+        return None
+    if before is not None and before.data is not None:
+        return int(stat.version)
+    with contextlib.suppress(BadVersionError, NoNodeError):
+        client.set(path, None, version=stat.version)
+    return None
 
 
 def holds(node: Node | None, expect: Expect) -> bool:

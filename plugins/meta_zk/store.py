@@ -389,14 +389,10 @@ class ZooKeeperMetadataStore:
                         return (await self.create(key, value)).version
                     except MetadataConflict:
                         continue  # created meanwhile: set it
-        current = (await self._read(multi.read_nodes, client, [path]))[path]
-        if current is None or current.data is None:
+        version = await self._write(multi.set_if_version, client, path, value, expect)
+        if version is None:
             raise MetadataConflict(key)
-        try:
-            stat = await self._write(client.set, path, value, version=expect)
-        except (BadVersionError, NoNodeError):
-            raise MetadataConflict(key) from None
-        return int(stat.version)
+        return version
 
     async def delete(self, key: str, *, expect: Expect = ANY) -> bool:
         path = self._path(key)
