@@ -30,6 +30,7 @@ from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
 from odradek.sessions import MetadataUnavailable
 
 TP = TopicPartition("t", 0)
+STATE_KEY = "/brokers/topics/t/partitions/0/state"
 
 
 def test_election_rules() -> None:
@@ -69,13 +70,17 @@ class _Partition:
 def test_truncation_offset_kip_279() -> None:
     # same latest epoch: the smaller end wins
     p = _Partition(120, 90, _Log({3: 100, 4: 120}))
-    assert truncation_offset(p, 4, 4, 110) == 110  # type: ignore[arg-type]
-    assert truncation_offset(p, 4, 4, 150) == 120  # type: ignore[arg-type]
+    assert truncation_offset(p, 4, 4, 110) == (110, True)  # type: ignore[arg-type]
+    assert truncation_offset(p, 4, 4, 150) == (120, True)  # type: ignore[arg-type]
     # the leader never had epoch 4: it answers epoch 3 ending at 95; our epoch 3 ended at 100
-    assert truncation_offset(p, 4, 3, 95) == 95  # type: ignore[arg-type]
-    assert truncation_offset(_Partition(120, 90, _Log({3: 80, 4: 120})), 4, 3, 95) == 80  # type: ignore[arg-type]
+    assert truncation_offset(p, 4, 3, 95) == (95, True)  # type: ignore[arg-type]
+    assert truncation_offset(_Partition(120, 90, _Log({3: 80, 4: 120})), 4, 3, 95) == (80, True)  # type: ignore[arg-type]
+    # it answers epoch 3, which we never had: to the end of our epoch before it (2), and ask again
+    assert truncation_offset(_Partition(120, 90, _Log({2: 50, 4: 120})), 4, 3, 95) == (50, False)  # type: ignore[arg-type]
+    # no epoch of ours is that old: to the leader's end
+    assert truncation_offset(_Partition(120, 90, _Log({4: 120})), 4, 3, 95) == (95, True)  # type: ignore[arg-type]
     # the leader knows no epoch that old: fall back to the high watermark
-    assert truncation_offset(p, 4, -1, -1) == 90  # type: ignore[arg-type]
+    assert truncation_offset(p, 4, -1, -1) == (90, True)  # type: ignore[arg-type]
 
 
 async def _follower_fetch(core: BrokerCore, offset: int, epoch: int) -> ErrorCode:
@@ -202,6 +207,179 @@ async def test_a_follower_in_controlled_shutdown_is_not_added_back(tmp_path: Pat
         assert await _isr_in_store(core) == (0,) and partition.isr == {0}
 
 
+async def test_an_isr_change_proposed_from_a_stale_state_is_refused(tmp_path: Path) -> None:
+    """A leader proposes ISR changes from the state it last saw, and its write expects that
+    state's partition epoch (Kafka's AlterPartition carries it; the controller refuses a stale
+    one). Here the controller has taken broker 7 out of the ISR (a dead follower: the leader
+    epoch stays) and the leader has not seen it yet: its write of an ISR computed from [0, 7] is
+    refused, 7 is not put back, and the leader takes in the controller's state. The write used
+    to check only the leader and its epoch on a fresh read, and put 7 back in the ISR."""
+    async with _led_with_broker_7(tmp_path) as (core, _other, partition):
+        cache = core.metadata_cache
+        leader = AlterPartitionManager(core.config, core.store, cache, core.replica_manager)
+        key = "/brokers/topics/t/partitions/0/state"
+        written: list[bool] = []
+
+        async def propose() -> None:
+            written.append(await leader.alter_isr(TP, (0, 7)))
+
+        # the nursery outlives the lock: the controller's write reaches this broker after it
+        async with trio.open_nursery() as nursery, cache._lock:
+            current = await core.store.get(key)
+            assert current is not None
+            shrunk = PartitionState(0, PartitionState.decode(current).leader_epoch, (0,), 0)
+            await core.store.put(key, shrunk.to_json(), expect=current.version)
+            nursery.start_soon(propose)
+            await trio.sleep(0.1)
+        assert written == [False]
+        assert await _isr_in_store(core) == (0,)
+        assert partition.isr == {0} and cache.topics["t"].states[0].isr == (0,)
+
+
+async def test_alter_isr_success_does_not_overwrite_a_newer_state(tmp_path: Path) -> None:
+    """Kafka's leader ignores an AlterPartition answer older than the partition epoch it holds.
+    A newer state taken in while the leader's ISR write was on its way (the controller took the
+    dead broker 7 out again) stays: the leader used to adopt its own write over it (checking
+    only the leader epoch), and its next ISR write then expected a stale partition epoch."""
+    async with _led_with_broker_7(tmp_path) as (core, _other, p):
+        cache = core.metadata_cache
+        # first broker 7 leaves the ISR, so the leader can propose to add it back
+        leader = AlterPartitionManager(core.config, core.store, cache, core.replica_manager)
+        assert await leader.alter_isr(TP, (0,))
+        assert p.isr == {0}
+        real_store = core.store
+
+        class Interleaving:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(real_store, name)
+
+            async def put(self, key: str, value: bytes, **kw: Any) -> int:
+                version = await real_store.put(key, value, **kw)
+                if key == STATE_KEY:
+                    # before the put's answer is processed, a later write lands and this broker's
+                    # watch takes it in (the controller takes 7 out again: 7 died)
+                    shrunk = PartitionState(0, PartitionState.parse(value, version).leader_epoch, (0,), 0)
+                    newer = await real_store.put(STATE_KEY, shrunk.to_json(), expect=version)
+                    with trio.fail_after(5):
+                        while p.partition_epoch != newer:
+                            await trio.sleep(0.01)
+                return version
+
+        racing = AlterPartitionManager(core.config, Interleaving(), cache, core.replica_manager)  # type: ignore[arg-type]
+        assert await racing.alter_isr(TP, (0, 7))
+        stored = await _state_in_store(core)
+        assert stored.isr == (0,)
+        assert (p.isr, p.partition_epoch) == ({0}, stored.version), (
+            f"partition holds ISR {sorted(p.isr)} at partition epoch {p.partition_epoch}; the store has "
+            f"{list(stored.isr)} at {stored.version}"
+        )
+
+
+async def test_a_stale_partition_reread_does_not_undo_the_leaders_own_isr_write(tmp_path: Path) -> None:
+    """A partition re-read that listed before the leader's own ISR expansion (taken into the
+    cache without a revision) and got the cache's lock after it is dropped: applied, it put the
+    smaller ISR back on the leader, whose HW then jumped to its LEO, and a parked acks=all
+    produce was acknowledged though broker 7, in the ISR in the store, never fetched it."""
+    async with _led_with_broker_7(tmp_path) as (core, _other, p):
+        cache = core.metadata_cache
+        leader = AlterPartitionManager(core.config, core.store, cache, core.replica_manager)
+        epoch = p.leader_epoch
+        assert await leader.alter_isr(TP, (0,))  # 7 fell behind earlier
+        assert (await produce(core, TP, batch([b"a"]), acks=1)).error == ErrorCode.NONE
+        assert p.high_watermark == 1
+        await trio.sleep(0.1)  # the watch took the shrink in
+        assert await _follower_fetch(core, 1, epoch) == ErrorCode.NONE  # 7 caught up
+        await core.store.put("/misc/unrelated", b"x")  # any other change moves the revision on
+        result: list[ErrorCode] = []
+
+        async def produce_all() -> None:
+            result.append((await produce(core, TP, batch([b"b"]), acks=-1, timeout_ms=3000)).error)
+
+        async with trio.open_nursery() as nursery:
+            async with cache._lock:  # e.g. a topic being reconciled
+                # a re-read (a conflict elsewhere, a fetcher told the leader moved) lists now ...
+                nursery.start_soon(cache.refresh_partition, TP)
+                await trio.sleep(0.05)
+                # ... and the leader adds 7 back meanwhile
+                assert await leader.alter_isr(TP, (0, 7))
+                assert p.isr == {0, 7}
+                nursery.start_soon(produce_all)
+                await trio.sleep(0.05)
+                assert not result and p.high_watermark == 1
+            await trio.sleep(0.3)
+            nursery.cancel_scope.cancel()
+        stored = await _state_in_store(core)
+        assert stored.isr == (0, 7)
+        assert p.high_watermark == 1 and not result, (
+            f"HW {p.high_watermark}, acks=all answered {result}: offset 1 acknowledged with only the "
+            f"leader holding it, while the ISR in the store is {list(stored.isr)}"
+        )
+
+
+async def test_follower_one_batch_behind_under_steady_load_stays_in_isr(tmp_path: Path) -> None:
+    """Kafka (KAFKA-1546, Replica.updateFetchState): a fetch at or past the leader's LEO *as of the
+    follower's previous fetch* counts as caught up at that previous fetch's time. A follower
+    that always fetches everything the leader had at its last fetch is in sync, even though the
+    leader appended again in between."""
+    async with running_broker(tmp_path, **{"replica.lag.time.max.ms": 300}) as core, _broker_7(core, tmp_path):
+        created = await core.create_topics([CreatableTopic("t", assignments={0: [0, 7]})], 1000, False)
+        assert created["t"].error == ErrorCode.NONE
+        p = core.replica_manager.get_partition(TP)
+        assert p is not None and p.isr == {0, 7}
+        epoch = p.leader_epoch
+        assert await _follower_fetch(core, 0, epoch) == ErrorCode.NONE
+        with trio.move_on_after(1.5):
+            while True:
+                before = p.log_end_offset  # what the follower's previous fetch saw
+                assert (await produce(core, TP, batch([b"x"]), acks=1)).error == ErrorCode.NONE
+                # the follower fetches all it was given last time (one batch behind the new LEO)
+                assert await _follower_fetch(core, before, epoch) == ErrorCode.NONE
+                await trio.sleep(0.02)
+        assert await _isr_in_store(core) == (0, 7), "a follower 20 ms behind was shrunk out of the ISR"
+
+
+async def test_out_of_range_follower_fetch_does_not_move_the_hw(tmp_path: Path) -> None:
+    """Kafka updates a follower's fetch state only for a read without error (ReplicaManager.
+    updateFollowerFetchState skips errors; Partition.fetchRecords checks the epoch and offset
+    first). Here a fetch answered OFFSET_OUT_OF_RANGE still records its offset as the
+    follower's LEO and acknowledges an acks=all produce."""
+    async with _led_with_broker_7(tmp_path) as (core, _other, p):
+        epoch = p.leader_epoch
+        result: list[ErrorCode] = []
+
+        async def produce_all() -> None:
+            result.append((await produce(core, TP, batch([b"a"]), acks=-1, timeout_ms=3000)).error)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(produce_all)
+            await trio.sleep(0.05)
+            assert p.high_watermark == 0 and not result
+            # a follower whose log is longer than the leader's (it has not truncated)
+            assert await _follower_fetch(core, 50, epoch) == ErrorCode.OFFSET_OUT_OF_RANGE
+            await trio.sleep(0.05)
+            hw = p.high_watermark
+            nursery.cancel_scope.cancel()
+        assert hw == 0, f"HW moved to {hw} on an OFFSET_OUT_OF_RANGE follower fetch; acks=all answered {result}"
+
+
+async def test_fenced_follower_fetch_does_not_move_the_hw(tmp_path: Path) -> None:
+    """A follower fetch carrying an older leader epoch (FENCED_LEADER_EPOCH) must not count as
+    that follower's LEO: its log may hold the old epoch's divergent tail."""
+    async with _led_with_broker_7(tmp_path) as (core, _other, p):
+        assert (await produce(core, TP, batch([b"a", b"b"]), acks=1)).error == ErrorCode.NONE
+        old_epoch = p.leader_epoch
+        # broker 0 is leader again at a new epoch (e.g. 0 -> 7 -> 0)
+        current = await core.store.get(STATE_KEY)
+        assert current is not None
+        await core.store.put(STATE_KEY, PartitionState(0, old_epoch + 1, (0, 7), 0).to_json(), expect=current.version)
+        with trio.fail_after(5):
+            while p.leader_epoch != old_epoch + 1:
+                await trio.sleep(0.01)
+        assert p.high_watermark == 0
+        assert await _follower_fetch(core, 2, old_epoch) == ErrorCode.FENCED_LEADER_EPOCH
+        assert p.high_watermark == 0, f"HW moved to {p.high_watermark} on a fenced follower fetch"
+
+
 class _FakeConnection:
     """Answers a replica fetcher's requests with canned responses (what a leader would say)."""
 
@@ -223,6 +401,22 @@ def _epoch_batch(values: list[bytes], base_offset: int, epoch: int) -> bytes:
     )
 
 
+def _fetcher_from_7(core: BrokerCore, p: Partition) -> ReplicaFetcher:
+    """Broker 0's replica fetcher for the leader 7, following ``p`` at its leader epoch."""
+    manager = types.SimpleNamespace(
+        broker_id=0,
+        replica_manager=core.replica_manager,
+        cache=core.metadata_cache,
+        request_timeout_s=5.0,
+        fetch_max_bytes=1 << 20,
+        fetch_response_max_bytes=1 << 20,
+        fetch_wait_max_ms=0,
+    )
+    fetcher = ReplicaFetcher(manager, 7)  # type: ignore[arg-type]
+    fetcher.set_partitions({TP: p.leader_epoch})
+    return fetcher
+
+
 async def test_follower_truncates_by_epoch_then_fetches(tmp_path: Path) -> None:
     async with running_broker(tmp_path) as core, _broker_7(core, tmp_path):
         created = await core.create_topics([CreatableTopic("t", assignments={0: [7, 0]})], 1000, False)
@@ -238,17 +432,7 @@ async def test_follower_truncates_by_epoch_then_fetches(tmp_path: Path) -> None:
             p.append_records_as_follower(data, records.validate_batches(data, exact_counts=False))
         assert p.log_end_offset == 5
 
-        manager = types.SimpleNamespace(
-            broker_id=0,
-            replica_manager=core.replica_manager,
-            cache=core.metadata_cache,
-            request_timeout_s=5.0,
-            fetch_max_bytes=1 << 20,
-            fetch_response_max_bytes=1 << 20,
-            fetch_wait_max_ms=0,
-        )
-        fetcher = ReplicaFetcher(manager, 7)  # type: ignore[arg-type]
-        fetcher.set_partitions({TP: p.leader_epoch})
+        fetcher = _fetcher_from_7(core, p)
         # the leader never had epoch 1: its epoch 0 ended at offset 2 (our "c" was never committed)
         answer = types.SimpleNamespace(partition=0, error_code=0, leader_epoch=0, end_offset=2)
         conn = _FakeConnection([types.SimpleNamespace(topics=[types.SimpleNamespace(topic="t", partitions=[answer])])])
@@ -365,3 +549,95 @@ async def test_controlled_shutdown_moves_partitions_several_at_once(tmp_path: Pa
         with pytest.raises(MetadataUnavailable, match="the store went away"):
             await stopping.controlled_shutdown()
         assert failing.puts < partitions  # the partitions after the failure were not tried
+
+
+async def test_truncation_takes_another_round_when_the_leader_answers_an_epoch_we_lack(tmp_path: Path) -> None:
+    """KIP-279 (Kafka's AbstractFetcherThread.getOffsetTruncationState): when the leader answers
+    with an epoch the follower does not have, the follower truncates to the end of its own
+    largest epoch below it and asks again (truncationCompleted = false). It used to truncate once
+    and start fetching, keeping offsets the leader wrote under another epoch.
+
+    Follower: epoch 0 at 0..4, epoch 2 at 5..9. Leader: epoch 0 at 0..2, epoch 1 at 3..7,
+    epoch 3 from 8 (e.g. after an unclean election). Asked for epoch 2, the leader says epoch 1
+    ends at 8; our epoch 0 ends at 5. Kafka: truncate to 5, ask for epoch 0, leader says it ends
+    at 3, truncate to 3."""
+    async with running_broker(tmp_path) as core, _broker_7(core, tmp_path):
+        created = await core.create_topics([CreatableTopic("t", assignments={0: [7, 0]})], 1000, False)
+        assert created["t"].error == ErrorCode.NONE
+        p = core.replica_manager.get_partition(TP)
+        assert p is not None and not p.is_leader
+        # one record a batch, so truncation (at batch boundaries) can stop at any offset
+        for data in [_epoch_batch([b"r"], offset, 0) for offset in range(5)] + [_epoch_batch([b"v"] * 5, 5, 2)]:
+            p.append_records_as_follower(data, records.validate_batches(data, exact_counts=False))
+        assert p.log_end_offset == 10
+        fetcher = _fetcher_from_7(core, p)
+
+        def answer(epoch: int, end: int) -> Any:
+            a = types.SimpleNamespace(partition=0, error_code=0, leader_epoch=epoch, end_offset=end)
+            return types.SimpleNamespace(topics=[types.SimpleNamespace(topic="t", partitions=[a])])
+
+        conn = _FakeConnection([answer(1, 8), answer(0, 3)])
+        await fetcher._truncate(conn)
+        await fetcher._truncate(conn)
+        assert p.log_end_offset == 3, (
+            f"truncation stopped at {p.log_end_offset} after {len(conn.requests)} OffsetForLeaderEpoch "
+            f"round(s) (truncating={fetcher.partitions[TP].truncating}): offsets 3..4 are epoch 0 here, "
+            "epoch 1 on the leader"
+        )
+
+
+async def test_follower_takes_the_leaders_log_start_offset(tmp_path: Path) -> None:
+    """A follower moves its log start up to the leader's on each fetch response, as Kafka's
+    does: that is how DeleteRecords reaches followers. The fetched log start was ignored, and
+    records deleted on the leader came back when a follower took over."""
+    async with running_broker(tmp_path) as core, _broker_7(core, tmp_path):
+        created = await core.create_topics([CreatableTopic("t", assignments={0: [7, 0]})], 1000, False)
+        assert created["t"].error == ErrorCode.NONE
+        p = core.replica_manager.get_partition(TP)
+        assert p is not None and not p.is_leader
+        fetcher = _fetcher_from_7(core, p)
+        fetcher.partitions[TP].truncating = False
+
+        def response(records: bytes, hw: int, start: int) -> Any:
+            part = types.SimpleNamespace(
+                partition_index=0, error_code=0, high_watermark=hw, log_start_offset=start, records=records
+            )
+            return types.SimpleNamespace(error_code=0, responses=[types.SimpleNamespace(topic="t", partitions=[part])])
+
+        # four records, then the leader's DeleteRecords(3)
+        conn = _FakeConnection([response(_epoch_batch([b"a", b"b", b"c", b"d"], 0, 0), 4, 0), response(b"", 4, 3)])
+        assert await fetcher._fetch(conn)
+        assert p.log_end_offset == 4
+        assert await fetcher._fetch(conn)
+        assert p.log_start_offset == 3, f"follower log start {p.log_start_offset}, leader's 3"
+
+
+async def test_delete_records_waits_for_the_followers_log_start(tmp_path: Path) -> None:
+    """DeleteRecords answers once every live replica's log start reached the new one (Kafka's
+    DelayedDeleteRecords: the low watermark), so the records are gone from any replica that
+    could lead next; a follower that does not come to it makes the request time out."""
+    async with _led_with_broker_7(tmp_path) as (core, _other, p):
+        assert (await produce(core, TP, batch([b"a", b"b", b"c", b"d"]), acks=1)).error == ErrorCode.NONE
+        epoch = p.leader_epoch
+        assert await _follower_fetch(core, 4, epoch) == ErrorCode.NONE
+        assert p.high_watermark == 4
+        answers: list[Any] = []
+
+        async def delete(timeout_ms: int) -> None:
+            answers.append((await core.delete_records({TP: 3}, timeout_ms))[TP])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(delete, 5000)
+            await trio.sleep(0.1)
+            assert not answers and p.log_start_offset == 3  # gone on the leader, not yet on 7
+            results = await core.fetch(
+                7, 0, 1, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 4, 1 << 20, epoch, 3)]
+            )
+            assert results[TP].error == ErrorCode.NONE and results[TP].records is None  # at the end
+            await trio.sleep(0.05)
+            assert [(a.error, a.low_watermark) for a in answers] == [(ErrorCode.NONE, 3)]
+        # broker 7 stays at 3: a further delete waits for it, then times out
+        assert [(r.error, r.low_watermark) for r in (await core.delete_records({TP: 4}, 200)).values()] == [
+            (ErrorCode.REQUEST_TIMED_OUT, -1)
+        ]
+        assert p.log_start_offset == 4

@@ -167,7 +167,7 @@ class BrokerCore:
     async def delete_records(
         self, offsets: Mapping[TopicPartition, int], timeout_ms: int
     ) -> dict[TopicPartition, DeleteRecordsResult]:
-        return self.replica_manager.delete_records(offsets)
+        return await self.replica_manager.delete_records(offsets, timeout_ms, self.metadata_cache.live_broker_ids)
 
     async def offset_for_leader_epoch(
         self, replica_id: int, partitions: Sequence[OffsetForLeaderEpochPartition]

@@ -7,11 +7,11 @@ replica manager calls ``check_and_complete(tp)`` after every append and every hi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 
 from ..errors import ErrorCode
 from ..interfaces import TopicPartition
-from .api import FetchPartitionResult, PartitionProduceResult
+from .api import DeleteRecordsResult, FetchPartitionResult, PartitionProduceResult
 from .partition import Partition
 from .purgatory import DelayedOperation
 
@@ -137,3 +137,55 @@ def release_all(results: Mapping[TopicPartition, FetchPartitionResult]) -> None:
 
 def without_records(result: FetchPartitionResult) -> FetchPartitionResult:
     return dataclasses.replace(result, records=None)
+
+
+class DelayedDeleteRecords(DelayedOperation):
+    """DeleteRecords waits until the low watermark of every partition (the smallest log start
+    offset among its live replicas) reaches the new log start, as Kafka's
+    ``DelayedDeleteRecords``: the records are gone from every replica that could lead next
+    when the answer says so. REQUEST_TIMED_OUT on expiry for the partitions still short of it
+    (a live follower that does not fetch holds them back, as in Kafka)."""
+
+    def __init__(
+        self,
+        results: dict[TopicPartition, DeleteRecordsResult],
+        required_offsets: Mapping[TopicPartition, int],
+        get_partition: Callable[[TopicPartition], Partition | None],
+        live_brokers: Callable[[], Collection[int]],
+    ) -> None:
+        super().__init__()
+        self.results = results
+        self._pending = dict(required_offsets)
+        self._get_partition = get_partition
+        self._live_brokers = live_brokers
+
+    def try_complete(self) -> bool:
+        live = self._live_brokers()
+        for tp in list(self._pending):
+            self._check(tp, live)
+        return self.force_complete() if not self._pending else False
+
+    def try_complete_on(self, key: Hashable) -> bool:
+        if not isinstance(key, TopicPartition) or key not in self._pending:
+            return False
+        self._check(key, self._live_brokers())
+        return self.force_complete() if not self._pending else False
+
+    def _check(self, tp: TopicPartition, live: Collection[int]) -> None:
+        partition = self._get_partition(tp)
+        if partition is None or not partition.is_leader:
+            del self._pending[tp]
+            self.results[tp] = DeleteRecordsResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            return
+        low = partition.low_watermark(live)
+        if low >= self._pending[tp]:
+            del self._pending[tp]
+            self.results[tp] = DeleteRecordsResult(ErrorCode.NONE, low)
+
+    def on_expiration(self) -> None:
+        for tp in self._pending:
+            self.results[tp] = DeleteRecordsResult(ErrorCode.REQUEST_TIMED_OUT)
+        self._pending.clear()
+
+    def on_complete(self) -> None:
+        pass

@@ -16,7 +16,7 @@ replica fetcher copies the leader's batches, offsets and epochs included). The l
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from .. import records
@@ -46,13 +46,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class ReplicaState:
-    """What the leader knows of a follower: its LEO and when it last caught up."""
+    """What the leader knows of a follower: its LEO and when it last caught up, and the
+    leader's LEO at its previous fetch (Kafka's ``lastFetchLeaderLogEndOffset``)."""
 
     broker_id: int
     log_end_offset: int = -1
     log_start_offset: int = -1
     last_fetch_time_ms: int = -1
     last_caught_up_time_ms: int = -1
+    last_fetch_leader_log_end_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +232,16 @@ class Partition:
         self._high_watermark = new_hw
         return moved
 
+    def follow_log_start_offset(self, leader_log_start_offset: int) -> bool:
+        """Follower: move the log start up to the leader's (Kafka's follower does it on every
+        fetch response), never past this replica's HW; whether it moved."""
+        target = min(leader_log_start_offset, self._high_watermark)
+        if target <= self.log.log_start_offset:
+            return False
+        self.log.delete_records_before(target)
+        self.producer_state.on_log_start_offset_advanced(self.log.log_start_offset)
+        return True
+
     @property
     def offset_lag(self) -> int:
         """How far this replica's log end is behind what the leader has (DescribeLogDirs'
@@ -244,16 +256,37 @@ class Partition:
     def update_follower_fetch_state(
         self, replica_id: int, fetch_offset: int, log_start_offset: int, now_ms: int
     ) -> bool:
-        """A follower fetched from ``fetch_offset``: that is its LEO. Returns True if the HW moved."""
+        """A follower fetched from ``fetch_offset`` (a read without error): that is its LEO.
+        Returns True if the HW moved.
+
+        It is caught up now if it reached the leader's LEO, and caught up as of its previous
+        fetch if it reached what the leader had then (KAFKA-1546): under a steady produce load
+        the leader has appended again by the time the next fetch comes, so a follower that
+        always fetches all it was given never reaches the LEO of the moment, and left the ISR
+        after ``replica.lag.time.max.ms`` although it was one fetch behind."""
         state = self.remote_replicas.get(replica_id)
         if state is None:
             raise NotLeaderOrFollower(f"{self.topic_partition}: broker {replica_id} is not a replica")
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
+            state.last_caught_up_time_ms = max(state.last_caught_up_time_ms, now_ms)
+        elif fetch_offset >= state.last_fetch_leader_log_end_offset:
+            state.last_caught_up_time_ms = max(state.last_caught_up_time_ms, state.last_fetch_time_ms)
         state.log_end_offset = fetch_offset
         state.log_start_offset = log_start_offset
         state.last_fetch_time_ms = now_ms
-        if fetch_offset >= self.log.log_end_offset:
-            state.last_caught_up_time_ms = now_ms
+        state.last_fetch_leader_log_end_offset = leo
         return self.maybe_increment_high_watermark()
+
+    def low_watermark(self, live_brokers: Collection[int]) -> int:
+        """Leader: the smallest log start offset among this replica and the followers on live
+        brokers (Kafka's ``lowWatermarkIfLeader``): what DeleteRecords answers once it is past
+        the new start. A follower reports its log start in each fetch (-1 before its first)."""
+        low = self.log.log_start_offset
+        for r, state in self.remote_replicas.items():
+            if r in live_brokers and state.log_start_offset < low:
+                low = state.log_start_offset
+        return low
 
     def out_of_sync_replicas(self, now_ms: int, max_lag_ms: int) -> set[int]:
         """ISR members that have not caught up to the leader's LEO within ``max_lag_ms``

@@ -180,11 +180,13 @@ class ReplicaFetcher:
             if code is not ErrorCode.NONE:
                 await self._on_partition_error(tp, state, code)
                 continue
-            target = truncation_offset(p, epoch, int(answer.leader_epoch), int(answer.end_offset))
+            target, done = truncation_offset(p, epoch, int(answer.leader_epoch), int(answer.end_offset))
             if target < p.log_end_offset:
                 log.info("%s: truncating from %d to %d (leader epoch %d)", tp, p.log_end_offset, target, epoch)
                 p.truncate_to(target)
-            state.truncating = False
+            # not done: the leader named an epoch this log lacks; ask again with the latest
+            # epoch left, which is older (each round drops one, so the rounds end)
+            state.truncating = not done
 
     async def _fetch(self, conn: Any) -> bool:
         """One Fetch round trip; False when there was nothing to fetch."""
@@ -276,7 +278,11 @@ class ReplicaFetcher:
                 self.manager.replica_manager.follower_append_failed(tp, exc)
                 state.delayed_until = trio.current_time() + FETCH_BACKOFF_S
                 return
-        if p.update_follower_high_watermark(int(pd.high_watermark)):
+        moved = p.update_follower_high_watermark(int(pd.high_watermark))
+        # the leader's log start (DeleteRecords, retention): records gone there go here too, or
+        # they came back when this replica took over
+        p.follow_log_start_offset(int(pd.log_start_offset))
+        if moved:
             self.manager.replica_manager.wake(tp)
 
     async def _on_partition_error(self, tp: TopicPartition, state: FetchState, code: ErrorCode) -> None:
@@ -287,18 +293,27 @@ class ReplicaFetcher:
         await self.manager.cache.refresh_partition(tp)
 
 
-def truncation_offset(p: Partition, local_epoch: int, leader_epoch: int, leader_end: int) -> int:
+def truncation_offset(p: Partition, local_epoch: int, leader_epoch: int, leader_end: int) -> tuple[int, bool]:
     """Where a follower truncates after OffsetForLeaderEpoch (KIP-279), given its latest epoch and
-    the leader's answer (largest epoch <= it, that epoch's end offset)."""
+    the leader's answer (largest epoch <= it, that epoch's end offset), and whether that ends
+    the truncation.
+
+    When the leader answers an epoch this log does not have, the log's own largest epoch below
+    it ends where the log stops agreeing with nothing it can check yet: the follower truncates
+    to that end and asks again with the epoch before (Kafka's ``getOffsetTruncationState``). Done
+    at once, it kept offsets the leader wrote under the epoch it lacks (after an unclean
+    election, say), and the replicas diverged for good."""
     leo = p.log_end_offset
     if leader_epoch < 0 or leader_end < 0:
-        return min(p.high_watermark, leo)  # the leader knows no such epoch: fall back to the HW
+        return min(p.high_watermark, leo), True  # the leader knows no such epoch: fall back to the HW
     if leader_epoch == local_epoch:
-        return min(leader_end, leo)
+        return min(leader_end, leo), True
     own_epoch, own_end = p.log.end_offset_for_epoch(leader_epoch)
     if own_epoch < 0 or own_end < 0:
-        return min(leader_end, leo)
-    return min(leader_end, own_end, leo)
+        return min(leader_end, leo), True
+    if own_epoch != leader_epoch:
+        return min(own_end, leo), False
+    return min(leader_end, own_end, leo), True
 
 
 class ReplicaFetcherManager:

@@ -45,7 +45,7 @@ from .api import (
     OffsetForLeaderEpochPartition,
     PartitionProduceResult,
 )
-from .delayed import DelayedFetch, DelayedProduce, release_all
+from .delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, release_all
 from .log_validator import DEFAULT_MAX_DECOMPRESSED_BYTES, validate_records
 from .partition import Partition
 from .producer_state import SNAPSHOT_NAME, AppendOrigin
@@ -146,6 +146,9 @@ class ReplicaManager:
         self._hosted_by_topic: dict[str, set[int]] = {}
         self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory("Fetch")
+        self.delete_records_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory(
+            "DeleteRecords"
+        )
         #: KIP-890 verification of client transactional batches: (transactional id, producer id,
         #: epoch, partition) -> NONE if the partition is in that producer's ongoing transaction,
         #: else the error (a coordinator that is not ready yet is answered as retriable).
@@ -446,13 +449,13 @@ class ReplicaManager:
     ) -> dict[TopicPartition, FetchPartitionResult]:
         """Read now; if fewer than ``min_bytes`` are readable and nothing failed, wait up to
         ``max_wait_ms`` for appends. The caller releases every returned read after sending it."""
-        if replica_id >= 0:
-            self._update_follower_fetch_states(replica_id, partitions)
 
         def read() -> tuple[dict[TopicPartition, FetchPartitionResult], int, bool]:
             return self.read_from_local_log(replica_id, max_bytes, isolation_level, partitions)
 
         results, total, errored = read()
+        if replica_id >= 0:
+            self._update_follower_fetch_states(replica_id, partitions, results)
         if max_wait_ms <= 0 or not partitions or total >= min_bytes or errored:
             return results
         release_all(results)
@@ -473,15 +476,26 @@ class ReplicaManager:
             raise
         return op.results
 
-    def _update_follower_fetch_states(self, replica_id: int, partitions: Sequence[FetchPartition]) -> None:
+    def _update_follower_fetch_states(
+        self,
+        replica_id: int,
+        partitions: Sequence[FetchPartition],
+        results: Mapping[TopicPartition, FetchPartitionResult],
+    ) -> None:
+        """A follower's fetch offsets are its LEOs, for the partitions read without error (as
+        Kafka's ``updateFollowerFetchState``): a fetch refused for its leader epoch (fenced) or
+        its offset (out of range) comes from a log that may hold a divergent tail, and counted,
+        it moved the HW and answered acks=all for records the follower does not have."""
         now = self.clock_ms()
         for p in partitions:
             partition = self.partitions.get(p.tp)
-            if partition is None or not partition.is_leader:
+            result = results.get(p.tp)
+            if partition is None or not partition.is_leader or result is None or result.error != ErrorCode.NONE:
                 continue
             try:
                 if partition.update_follower_fetch_state(replica_id, p.fetch_offset, p.log_start_offset, now):
                     self._wake(p.tp)
+                self.delete_records_purgatory.check_and_complete(p.tp)
                 if partition.can_join_isr(replica_id):
                     self.on_isr_expand_candidate(p.tp)
             except KafkaError:
@@ -621,16 +635,27 @@ class ReplicaManager:
             results.append(LogDirResult(ErrorCode.NONE, d.path, tuple(rows), d.total_bytes, d.usable_bytes))
         return results
 
-    def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, DeleteRecordsResult]:
-        """Advance log start offsets (single node: the new low watermark is immediately final)."""
+    async def delete_records(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        timeout_ms: int,
+        live_brokers: Callable[[], Collection[int]] = tuple,
+    ) -> dict[TopicPartition, DeleteRecordsResult]:
+        """Advance log start offsets on the leader, then wait until every live replica's start
+        reached them (:class:`DelayedDeleteRecords`; followers follow the leader's start on their
+        next fetch), at most ``timeout_ms``. A partition with no other live replica answers at once."""
         results: dict[TopicPartition, DeleteRecordsResult] = {}
+        required: dict[TopicPartition, int] = {}
         for tp, offset in offsets.items():
             try:
                 partition = self._leader_partition(tp)
-                results[tp] = DeleteRecordsResult(ErrorCode.NONE, partition.delete_records_before(offset))
+                required[tp] = partition.delete_records_before(offset)
             except KafkaError as exc:
                 results[tp] = DeleteRecordsResult(exc.code)
             self._wake(tp)
+        if required:
+            op = DelayedDeleteRecords(results, required, self.partitions.get, live_brokers)
+            await self.delete_records_purgatory.try_complete_else_watch(op, list(required), timeout_ms)
         return results
 
     def offset_for_leader_epoch(
@@ -756,6 +781,7 @@ class ReplicaManager:
         next start recovers past the last good checkpoint as after a crash."""
         self.produce_purgatory.expire_all()
         self.fetch_purgatory.expire_all()
+        self.delete_records_purgatory.expire_all()
         with trio.CancelScope(shield=True):
             try:
                 await self.persist_state(only_changed=False)
