@@ -24,7 +24,7 @@ from odradek.broker.api import (
 from odradek.broker.controller import WATCHED_PREFIX
 from odradek.broker.core import BrokerCore
 from odradek.broker.log_dir_failures import encode_offline_replicas, offline_replicas_key
-from odradek.broker.metadata_cache import PartitionState, partition_state_key, registration_json
+from odradek.broker.metadata_cache import SHUTTING_DOWN_PREFIX, PartitionState, partition_state_key, registration_json
 from odradek.broker.partition import Partition
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
@@ -272,3 +272,62 @@ async def test_a_partition_state_change_is_decided_alone(tmp_path: Path, monkeyp
             while not any("big" in names and names["big"] is not None for names in asked):
                 await trio.sleep(0.01)
         assert {"big": {7}} in asked, asked
+
+
+async def test_a_broker_in_controlled_shutdown_is_not_elected(tmp_path: Path) -> None:
+    """Kafka's controller elects among live brokers that are not shutting down, and leaves them
+    out of the new ISR: a broker in controlled shutdown is about to go, and leading it would
+    move the partition twice. Broker 7 leads t-0 on replicas [7, 8, 0]; broker 8 has started
+    its controlled shutdown (still registered, still in the ISR) when 7 dies: this broker (0)
+    is elected, not 8, which comes first in assignment order."""
+    async with running_broker(tmp_path) as core:
+        sessions = []
+        for broker in (7, 8):
+            session = LocalMetadataStore(tmp_path / FILE_NAME)
+            await session.open(6000)
+            await session.register_broker(
+                broker, registration_json([("PLAINTEXT", "127.0.0.1", 9000 + broker, "PLAINTEXT")], None)
+            )
+            sessions.append(session)
+        with trio.fail_after(5):
+            while not {7, 8} <= set(core.metadata_cache.live_broker_ids()):
+                await trio.sleep(0.01)
+        res = await core.create_topics([CreatableTopic("t", assignments={0: [7, 8, 0]})], 1000, False)
+        assert res["t"].error == ErrorCode.NONE
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None and partition.leader_id == 7
+        await sessions[1].create(f"{SHUTTING_DOWN_PREFIX}8", b"", ephemeral=True)
+        await sessions[0].close()  # broker 7 dies
+        with trio.fail_after(5):
+            while not partition.is_leader:
+                await trio.sleep(0.01)
+        state = core.metadata_cache.topics["t"].states[0]
+        assert (state.leader, state.leader_epoch, state.isr) == (0, 1, (0,))
+        await sessions[1].close()
+
+
+async def test_a_stopping_broker_hands_its_leadership_to_one_that_is_not_stopping(tmp_path: Path) -> None:
+    """A broker's controlled shutdown moves each leadership to the first other live in-sync
+    replica that is not itself shutting down (two brokers of a rolling restart stopping at
+    once passed partitions to each other), and its new ISR leaves the stopping brokers out, as
+    Kafka's controlled shutdown election does."""
+    async with running_broker(tmp_path) as core:
+        session = LocalMetadataStore(tmp_path / FILE_NAME)
+        await session.open(6000)
+        for broker in (7, 8):
+            await session.register_broker(
+                broker, registration_json([("PLAINTEXT", "127.0.0.1", 9000 + broker, "PLAINTEXT")], None)
+            )
+        with trio.fail_after(5):
+            while not {7, 8} <= set(core.metadata_cache.live_broker_ids()):
+                await trio.sleep(0.01)
+        res = await core.create_topics([CreatableTopic("t", assignments={0: [0, 7, 8]})], 1000, False)
+        assert res["t"].error == ErrorCode.NONE
+        await session.create(f"{SHUTTING_DOWN_PREFIX}7", b"", ephemeral=True)
+        stopping = AlterPartitionManager(core.config, core.store, core.metadata_cache, core.replica_manager)
+        assert await stopping.controlled_shutdown() == 1
+        stored = await core.store.get(partition_state_key("t", 0))
+        assert stored is not None
+        state = PartitionState.decode(stored)
+        assert (state.leader, state.isr) == (8, (8,))  # Kafka leaves stopping brokers out of it
+        await session.close()

@@ -10,22 +10,24 @@ state still names this broker as leader at the leader epoch it leads with. A con
 changes the version, so the leader's stale proposal fails and it waits for the new state.
 
 Controlled shutdown moves this broker's leaderships to the first other live in-sync replica in
-assignment order (leader epoch + 1) and takes it out of the ISR of partitions it follows, by the
-same compare-and-set, before the broker stops, so clients and followers switch without waiting
-for the metadata session to expire. A write that loses to a concurrent one (the leader's ISR
-update, the controller) is decided again on the state re-read, a bounded number of times.
+assignment order that is not shutting down too (leader epoch + 1) and takes it out of the ISR of
+partitions it follows, by the same compare-and-set, before the broker stops, so clients and
+followers switch without waiting for the metadata session to expire. A write that loses to a
+concurrent one (the leader's ISR update, the controller) is decided again on the state re-read,
+a bounded number of times.
 
 Controlled shutdown first marks the broker as shutting down with an ephemeral key
 (:data:`SHUTTING_DOWN_PREFIX`), which leaders check before adding a follower to an ISR (KIP-841:
-a broker in controlled shutdown is ineligible): until its session closes, the stopping broker is
-still registered and, as of its last fetch, caught up, so without the mark a leader added it
-back on that last LEO.
+a broker in controlled shutdown is ineligible; the controller elects it to nothing either):
+until its session closes, the stopping broker is still registered and, as of its last fetch,
+caught up, so without the mark a leader added it back on that last LEO.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Set
 
 import trio
 
@@ -34,15 +36,18 @@ from ..interfaces import MetadataConflict, MetadataStore, TopicPartition
 from ..sessions import MetadataUnavailable
 from .in_flight import each_in_flight
 from .log_dir_failures import decode_offline_replicas, offline_replicas_key
-from .metadata_cache import BROKERS_PREFIX, MetadataCache, PartitionState, partition_state_key
+from .metadata_cache import (
+    BROKERS_PREFIX,
+    SHUTTING_DOWN_PREFIX,
+    MetadataCache,
+    PartitionState,
+    partition_state_key,
+    shutting_down_ids,
+)
 from .partition import Partition
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
-
-#: ``<prefix><broker id>``: ephemeral, created by a broker when its controlled shutdown starts;
-#: dies with its session, so a restarted broker (a new session) is eligible again
-SHUTTING_DOWN_PREFIX = "/brokers_shutting_down/"
 
 #: how many times controlled shutdown decides a partition's new state again after its
 #: compare-and-set lost to a concurrent write, before leaving the partition as it is
@@ -186,27 +191,32 @@ class AlterPartitionManager:
         """Move leaderships away and leave ISRs before stopping; returns how many partition
         states changed. Partitions with no other live in-sync replica keep this broker as leader
         (the controller elects once its registration is gone)."""
-        live = set(self.cache.brokers) - {self.broker_id}
         replicated = [
             (name, part, replicas)
             for name, topic in list(self.cache.topics.items())
             for part, replicas in sorted(topic.assignment.items())
             if self.broker_id in replicas and len(replicas) >= 2
         ]
+        stopping: set[int] = set()
         if replicated:  # a broker with no replicated partition writes nothing (the store may be away)
             with contextlib.suppress(MetadataConflict):  # marked already (a second call)
                 await self.store.create(f"{SHUTTING_DOWN_PREFIX}{self.broker_id}", b"", ephemeral=True)
+            # others stopping too (a rolling restart of several): they take no leadership over
+            stopping = shutting_down_ids((await self.store.list(SHUTTING_DOWN_PREFIX))[0])
+        live = set(self.cache.brokers) - {self.broker_id} - stopping
         # up to ISR_WRITES_IN_FLIGHT partitions at once (Kafka's controller moves a stopping
         # broker's partitions in one batch): one at a time took a store round trip or two per
         # partition, ~10 s for 1,000 partitions on ZooKeeper, while clients of the partitions
         # still to come waited on a leader about to go
         moved = await each_in_flight(
-            replicated, lambda entry: self._leave_partition(*entry, live), ISR_WRITES_IN_FLIGHT
+            replicated, lambda entry: self._leave_partition(*entry, live, stopping), ISR_WRITES_IN_FLIGHT
         )
         log.info("broker %d: controlled shutdown changed %d partition states", self.broker_id, moved)
         return moved
 
-    async def _leave_partition(self, name: str, part: int, replicas: tuple[int, ...], live: set[int]) -> bool:
+    async def _leave_partition(
+        self, name: str, part: int, replicas: tuple[int, ...], live: set[int], stopping: set[int]
+    ) -> bool:
         """One partition's controlled shutdown: whether its state was changed. A compare-and-set
         that loses to a concurrent write (the leader's ISR update, the controller's election) is
         decided again on the state re-read, as Kafka's controller retries a ZooKeeper version
@@ -219,7 +229,7 @@ class AlterPartitionManager:
             if current is None:
                 return False
             stored = PartitionState.decode(current)
-            new = _shutdown_state(self.broker_id, replicas, stored, live)
+            new = _shutdown_state(self.broker_id, replicas, stored, live, stopping)
             if new is None:
                 return False
             try:
@@ -238,17 +248,21 @@ class AlterPartitionManager:
 
 
 def _shutdown_state(
-    broker_id: int, replicas: tuple[int, ...], state: PartitionState, live: set[int]
+    broker_id: int, replicas: tuple[int, ...], state: PartitionState, live: set[int], stopping: Set[int] = frozenset()
 ) -> PartitionState | None:
     """The state a partition moves to when ``broker_id`` shuts down: leadership to the first
-    other live in-sync replica in assignment order (leader epoch + 1), and ``broker_id`` out of
-    the ISR; None when nothing is to change or no such change is possible."""
+    other live in-sync replica in assignment order (leader epoch + 1), with the brokers in
+    ``stopping`` (also shutting down: never in ``live``) left out of the new ISR, as Kafka's
+    controlled shutdown election does; as a follower, ``broker_id`` out of the ISR. None when
+    nothing is to change or no such change is possible."""
     if broker_id not in state.isr and state.leader != broker_id:
         return None
     isr = tuple(r for r in state.isr if r != broker_id)
     if state.leader == broker_id:
         successors = [r for r in replicas if r in isr and r in live]
-        return PartitionState(successors[0], state.leader_epoch + 1, isr, 0) if successors else None
+        if not successors:
+            return None
+        return PartitionState(successors[0], state.leader_epoch + 1, tuple(r for r in isr if r not in stopping), 0)
     if state.leader in live and isr:
         return PartitionState(state.leader, state.leader_epoch, isr, 0)
     return None

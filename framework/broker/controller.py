@@ -65,6 +65,7 @@ from .metadata_cache import (
     MetadataCache,
     PartitionState,
     partition_state_key,
+    shutting_down_ids,
 )
 
 log = logging.getLogger(__name__)
@@ -205,6 +206,9 @@ class Controller:
         else:
             live, offline = _brokers_view(brokers)
             topics = _topics_view(items, only, self._parsed)
+        # a broker in controlled shutdown keeps what it leads until it hands it over, and is
+        # elected to nothing (Kafka's controller leaves shutting-down brokers out of elections)
+        stopping = shutting_down_ids(brokers if brokers is not None else items)
         decided: list[tuple[TopicPartition, PartitionState]] = []
         leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         for name, (assignment, states) in sorted(topics.items()):
@@ -221,7 +225,7 @@ class Controller:
                     if new is None:
                         continue
                 else:
-                    new = elect_leader(replicas, state, usable, unclean)
+                    new = elect_leader(replicas, state, usable - stopping, unclean)
                     if new is None:
                         leaderless[tp] = (replicas, state.isr)
                         if self._leaderless.get(tp) != leaderless[tp]:
@@ -266,7 +270,7 @@ class Controller:
                     items, _ = await self.store.list(WATCHED_PREFIX)
                 live, topics, offline = _cluster_view(items, self._parsed)
                 percentage = int(self.config["leader.imbalance.per.broker.percentage"])
-                moves = leader_imbalance_moves(topics, live, offline, percentage)
+                moves = leader_imbalance_moves(topics, live - shutting_down_ids(items), offline, percentage)
                 outcomes = await self._write_states(leadership, moves)
                 moved = sum(1 for o in outcomes.values() if o is _Write.WRITTEN)
             self.imbalance_checks += 1
@@ -322,6 +326,7 @@ class Controller:
                 break
             items, _ = await self.store.list(WATCHED_PREFIX)
             live, topics, offline = _cluster_view(items)
+            live -= shutting_down_ids(items)
             decisions: list[tuple[TopicPartition, PartitionState]] = []
             async for tp in paced(pending):
                 replicas = topics.get(tp.topic, ({}, {}))[0].get(tp.partition)

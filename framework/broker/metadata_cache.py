@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -72,6 +72,19 @@ def parse_topic_id(data: bytes) -> str | None:
 
 def topic_key(topic: str) -> str:
     return f"{TOPICS_PREFIX}{topic}"
+
+
+#: ``<prefix><broker id>``: ephemeral, created by a broker when its controlled shutdown starts;
+#: dies with its session, so a restarted broker (a new session) is eligible again. Under
+#: ``/brokers/`` so the controller's listing and watch see it: a broker in controlled shutdown
+#: is elected leader of nothing, and joins no ISR (KIP-841)
+SHUTTING_DOWN_PREFIX = "/brokers/shutting_down/"
+
+
+def shutting_down_ids(items: Iterable[str]) -> set[int]:
+    """The brokers in controlled shutdown, from the keys of a ``/brokers/`` listing."""
+    n = len(SHUTTING_DOWN_PREFIX)
+    return {int(k[n:]) for k in items if k.startswith(SHUTTING_DOWN_PREFIX) and k[n:].isdigit()}
 
 
 def partition_state_key(topic: str, partition: int) -> str:
