@@ -331,3 +331,32 @@ async def test_a_stopping_broker_hands_its_leadership_to_one_that_is_not_stoppin
         state = PartitionState.decode(stored)
         assert (state.leader, state.isr) == (8, (8,))  # Kafka leaves stopping brokers out of it
         await session.close()
+
+
+async def test_a_controller_term_that_ends_on_an_error_is_followed_by_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A term that fails on something other than the store (here a decision pass that raised)
+    campaigns again and wins at once. On the embedded store the campaign waited for the key
+    its own session still held, and the broker had no controller for the rest of its life:
+    no election for a partition whose leader died, no ElectLeaders, no imbalance checks."""
+    async with running_broker(tmp_path) as core:
+        controller = core.controller
+        assert controller is not None
+        real = controller.elect_offline_leaders
+        failed: list[bool] = []
+
+        async def failing_once(*args: Any, **kwargs: Any) -> int:
+            if not failed:
+                failed.append(True)
+                raise ValueError("a decision pass failed")
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(controller, "elect_offline_leaders", failing_once)
+        other, partition = await _led_by_broker_7(core, tmp_path)  # its changes run a pass
+        assert failed and partition is not None
+        await other.close()  # broker 7 dies: only a controller elects this broker
+        with trio.fail_after(5):
+            while not partition.is_leader:
+                await trio.sleep(0.01)
+        assert controller.leadership is not None

@@ -26,8 +26,9 @@ Semantics pinned down here, beyond the protocol's docstrings:
   are all after the listed revision, and nothing is reported twice. A backend whose watches
   coalesce changes that happen between two re-reads (ZooKeeper: watches fire once and mean "re-read")
   sets ``watch_coalesces = True``; otherwise the exact sequence of changes must be reported;
-- ``campaign`` blocks while another session leads; each new leader gets a larger epoch; a write
-  carrying a deposed leader's ``fence`` fails;
+- ``campaign`` blocks while another session leads, and returns at once, with the same epoch, to
+  the session that leads already; each new leader gets a larger epoch; a write carrying a
+  deposed leader's ``fence`` fails;
 - ``next_id`` counts 1, 2, 3... per key, atomically across sessions.
 """
 
@@ -437,6 +438,18 @@ class MetadataStoreConformance:
     # -- elections -----------------------------------------------------------------------------
     async def test_leader_is_none_without_campaign(self, store: MetadataStore) -> None:
         assert await store.leader("controller") is None
+
+    async def test_a_campaign_by_the_leading_session_returns_its_leadership(self, store: MetadataStore) -> None:
+        """The session that already leads campaigns again (a controller whose term ended on an
+        error): it gets its leadership back at once, the same epoch, its fence still holding.
+        A campaign that waited for its own key to go waited for ever, and the cluster had no
+        controller until the session ended."""
+        first = await store.campaign("again", b"A")
+        with trio.fail_after(self.wait_s):
+            second = await store.campaign("again", b"A")
+        assert second.epoch == first.epoch
+        await store.txn([second.fence], [Put("/led/again", b"1")])
+        assert await store.leader("again") == (b"A", first.epoch)
 
     async def test_campaign_resign_and_fencing(self, open_store: OpenStore) -> None:
         a = await open_store()

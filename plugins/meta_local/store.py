@@ -448,7 +448,13 @@ class LocalMetadataStore:
         while True:
             state = self._live()
             changed = state.changed
-            if leader_key not in state.keys:
+            held = state.keys.get(leader_key)
+            if held is not None and held.owner == self._session:
+                # this session leads already (a term that ended on an error campaigns again):
+                # its leadership, as ZooKeeper's and etcd's campaigns answer
+                e = state.keys.get(epoch_key)
+                return Leadership(name, int(e.value) if e is not None else 0, Check(leader_key, held.mod_revision))
+            if held is None:
                 e = state.keys.get(epoch_key)
                 epoch = (int(e.value) if e is not None else 0) + 1
                 checks = [Check(leader_key, ABSENT), Check(epoch_key, e.mod_revision if e is not None else ABSENT)]
