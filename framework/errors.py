@@ -8,8 +8,11 @@ into the error code field of the response for the affected partition, group or r
 
 from __future__ import annotations
 
+import functools
+import struct
+from collections.abc import Callable
 from enum import IntEnum
-from typing import ClassVar
+from typing import ClassVar, ParamSpec, TypeVar
 
 
 class ErrorCode(IntEnum):
@@ -262,6 +265,31 @@ UnknownLeaderEpoch = _error(
 )
 RequestTimedOut = _error("RequestTimedOut", ErrorCode.REQUEST_TIMED_OUT, "A delayed operation expired.")
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+#: what a decoder of stored bytes raises on bytes it cannot read, besides CorruptMessage
+_UNREADABLE = (ValueError, struct.error, IndexError, KeyError, TypeError, OverflowError)
+
+
+def record_decoder(what: str) -> Callable[[Callable[_P, _T]], Callable[_P, _T]]:
+    """Mark a decoder of stored records (an internal topic's keys and values): any error it
+    meets on bytes it cannot read (a status byte outside the enum, bad UTF-8, a short field)
+    leaves as CorruptMessage naming ``what``, which the loaders skip with a warning. Such a
+    stray ValueError ended a coordinator's load, and with it the broker, on every start."""
+
+    def wrap(decode: Callable[_P, _T]) -> Callable[_P, _T]:
+        @functools.wraps(decode)
+        def decoded(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+            try:
+                return decode(*args, **kwargs)
+            except _UNREADABLE as exc:
+                raise CorruptMessage(f"unreadable {what}: {exc!r}") from exc
+
+        return decoded
+
+    return wrap
+
+
 __all__ = [
     "CorruptMessage",
     "DecompressionLimitExceeded",
@@ -290,4 +318,5 @@ __all__ = [
     "UnknownTopicOrPartition",
     "UnsupportedCompressionType",
     "UnsupportedVersion",
+    "record_decoder",
 ]

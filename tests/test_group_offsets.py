@@ -3,6 +3,7 @@ restart, retention expiry, DeleteGroups, loading -- under trio's autojump clock.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 import trio
@@ -17,7 +18,7 @@ from odradek.broker.group import (
     OffsetAndMetadata,
     partition_for,
 )
-from odradek.broker.group.schema import GroupKey, OffsetKey, decode_key, decode_offset_value
+from odradek.broker.group.schema import GroupKey, OffsetKey, decode_key, decode_offset_value, offset_key, offset_value
 from odradek.broker.internal_topic import LogEntry
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
@@ -223,3 +224,24 @@ async def test_groups_answer_load_in_progress_while_loading(autojump_clock: trio
         error, offsets = restarted.fetch_offsets(GROUP, [T0])
         assert error == ErrorCode.NONE and offsets[T0].offset == 4
         nursery.cancel_scope.cancel()
+
+
+async def test_a_leadership_lost_and_regained_between_checks_reloads_the_partition(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The __consumer_offsets partition's leadership went to another broker and came back
+    between two ownership checks (its leader epoch moved on): commits made on the other leader
+    are in the log, not in this coordinator's cached groups, so it loads the partition again,
+    as the transaction coordinator does. It kept the stale offsets."""
+    log = InMemoryOffsetsLog(num_partitions=4)
+    async with running(log) as (coordinator, _):
+        assert await coordinator.commit_offsets(GROUP, UNKNOWN_MEMBER_ID, None, -1, {T0: OffsetAndMetadata(5)}) == {
+            T0: ErrorCode.NONE
+        }
+        p = partition_for(GROUP, 4)
+        await log.append(p, [(offset_key(GROUP, T0), offset_value(OffsetAndMetadata(9)))], clock_ms())
+        await coordinator.refresh_ownership()  # same leader epoch: nothing to reload
+        assert coordinator.fetch_offsets(GROUP, [T0])[1][T0].offset == 5
+        log.node = dataclasses.replace(log.node, leader_epoch=log.node.leader_epoch + 2)
+        await coordinator.refresh_ownership()
+        assert coordinator.fetch_offsets(GROUP, [T0])[1][T0].offset == 9

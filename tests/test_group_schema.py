@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 
+import pytest
+
 from odradek.broker.group import OffsetAndMetadata, java_string_hash, partition_for
 from odradek.broker.group.schema import (
     GroupKey,
@@ -18,6 +20,7 @@ from odradek.broker.group.schema import (
     offset_key,
     offset_value,
 )
+from odradek.errors import CorruptMessage
 from odradek.interfaces import TopicPartition
 from odradek.kafka_types import java_hashmap_order
 
@@ -96,3 +99,17 @@ def test_group_metadata_value_old_versions() -> None:
 
 def test_unknown_key_versions_are_skipped() -> None:
     assert decode_key(struct.pack(">h", 3) + s16("x")) is None
+
+
+def test_unreadable_values_are_corrupt_messages() -> None:
+    """Bytes a decoder cannot read (bad UTF-8, a short field) are CorruptMessage, which the
+    loader skips with a warning; a stray UnicodeDecodeError ended the coordinator's load."""
+    bad_utf8 = struct.pack(">hq", 1, 5) + struct.pack(">h", 2) + b"\xff\xfe" + struct.pack(">qq", 1, 2)
+    for decode, data in (
+        (decode_offset_value, bad_utf8),
+        (decode_offset_value, struct.pack(">h", 3) + b"\x00"),
+        (decode_group_value, struct.pack(">h", 3) + struct.pack(">h", 2) + b"\xff\xfe"),
+        (decode_key, struct.pack(">h", 2) + struct.pack(">h", 3) + b"\xc3\x28a"),
+    ):
+        with pytest.raises(CorruptMessage):
+            decode(data)  # type: ignore[operator]

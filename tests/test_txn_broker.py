@@ -4,6 +4,7 @@ markers, transactional offsets, and state reloaded after a restart."""
 
 from __future__ import annotations
 
+import struct
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +19,7 @@ from odradek.broker.api import ConfigResource, ConfigResourceType, FetchPartitio
 from odradek.broker.core import BrokerCore
 from odradek.broker.group import OffsetAndMetadata
 from odradek.broker.txn import TransactionState
+from odradek.broker.txn.schema import txn_key
 from odradek.errors import ErrorCode
 from odradek.interfaces import Endpoint, TopicPartition
 from odradek.plugins.transport_tcp.apis import Dispatcher, load_handlers
@@ -457,3 +459,71 @@ async def test_the_transaction_state_topic_takes_its_own_replication_settings(
     assert error_lines(caplog) == replication_factor_too_large(
         "__transaction_state", "transaction.state.log.replication.factor"
     )
+
+
+async def test_clients_cannot_produce_to_internal_topics(tmp_path: Path) -> None:
+    """Kafka refuses a client's append to an internal topic (INVALID_TOPIC_EXCEPTION): a
+    record written there took effect at the coordinator's next load. The request's other
+    partitions are appended as usual."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        assert (await core.init_producer_id("x", 60000)).error == ErrorCode.NONE
+        assert (await core.group_coordinator.find_coordinator("g")).error == ErrorCode.NONE
+        txn_tp = TopicPartition("__transaction_state", core.transaction_coordinator.partition_for("x"))
+        offsets_tp = TopicPartition("__consumer_offsets", 0)
+        user_tp = TopicPartition("t", 0)
+        results = await core.produce(
+            -1, 5000, {txn_tp: batch([b"v"], keys=[b"k"]), user_tp: batch([b"ok"]), offsets_tp: batch([b"v"])}
+        )
+        assert [(tp, r.error) for tp, r in results.items()] == [
+            (txn_tp, ErrorCode.INVALID_TOPIC_EXCEPTION),
+            (user_tp, ErrorCode.NONE),
+            (offsets_tp, ErrorCode.INVALID_TOPIC_EXCEPTION),
+        ]
+
+
+async def test_an_unreadable_transaction_log_record_is_skipped_at_load(tmp_path: Path) -> None:
+    """A __transaction_state record the coordinator cannot read (here a status byte outside
+    Kafka's range, as a damaged or foreign log may hold) is skipped with a warning when the
+    partition loads: it stopped the broker at every start, and the coordinator never served."""
+    status_9 = struct.pack(">hqhib", 0, 1, 0, 60000, 9) + struct.pack(">i", -1) + struct.pack(">qq", 0, 0)
+    async with running_broker(tmp_path) as core:
+        assert (await core.init_producer_id("x", 60000)).error == ErrorCode.NONE
+        tp = TopicPartition("__transaction_state", core.transaction_coordinator.partition_for("x"))
+        written = await core.produce(-1, 5000, {tp: batch([status_9], keys=[txn_key("y")])}, as_coordinator=True)
+        assert written[tp].error == ErrorCode.NONE
+    async with running_broker(tmp_path) as core:
+        with trio.fail_after(10):
+            while (res := await core.init_producer_id("x", 60000)).error != ErrorCode.NONE:
+                await trio.sleep(0.05)
+        assert res.producer_epoch >= 1
+
+
+async def test_a_fenced_producers_transactional_offset_commit_is_refused(tmp_path: Path) -> None:
+    """Kafka checks the producer epoch of a coordinator's append on a producer's behalf (a
+    TxnOffsetCommit's records) as of a client's: a fenced instance's offsets are refused. They
+    were written, and became the group's committed offsets when the new instance committed.
+    The handler's own check runs only where the transaction coordinator is local, so this
+    calls the offset store as a handler with a remote coordinator does."""
+    tp = TopicPartition("t", 0)
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        groups, coordinator, pending = core.group_coordinator, core.transaction_coordinator, core.txn_offsets
+        assert (await groups.find_coordinator("g")).error == ErrorCode.NONE
+        with trio.fail_after(5):
+            while groups.validate_group("g") is not None:
+                await trio.sleep(0.01)
+        old = await core.init_producer_id("tx", 60000)
+        pid, zombie_epoch = old.producer_id, old.producer_epoch
+        assert await coordinator.add_offsets("tx", pid, zombie_epoch, "g") == ErrorCode.NONE
+        commit = await pending.commit("g", pid, zombie_epoch, "", None, -1, {tp: OffsetAndMetadata(5)})
+        assert commit == {tp: ErrorCode.NONE}
+        new = await core.init_producer_id("tx", 60000)  # fences the old instance, aborting its transaction
+        assert new.error == ErrorCode.NONE and new.producer_epoch > zombie_epoch
+        epoch = new.producer_epoch
+        assert await coordinator.add_offsets("tx", pid, epoch, "g") == ErrorCode.NONE
+        assert await pending.commit("g", pid, epoch, "", None, -1, {tp: OffsetAndMetadata(7)}) == {tp: ErrorCode.NONE}
+        zombie = await pending.commit("g", pid, zombie_epoch, "", None, -1, {tp: OffsetAndMetadata(100)})
+        assert zombie == {tp: ErrorCode.INVALID_PRODUCER_EPOCH}
+        assert await coordinator.end_transaction("tx", pid, epoch, True) == ErrorCode.NONE
+        assert groups.fetch_offsets("g", [tp])[1][tp].offset == 7

@@ -283,3 +283,69 @@ async def test_require_stable_looks_only_at_the_groups_own_open_transactions() -
     manager.complete_txn(500, True)
     assert manager.get_offsets("reader", tps, require_stable=True)[tps[0]].offset == 7
     assert not manager.has_pending_txn("reader", tps[0]) and manager.has_pending_txn("app-3", tps[0])
+
+
+class _GatedOffsetsLog(InMemoryOffsetsLog):
+    """An offsets log whose transactional appends are in the log at once and then wait on
+    ``gate`` (an acks=all append waiting for the followers), answering ``error``."""
+
+    def __init__(self) -> None:
+        super().__init__(num_partitions=4)
+        self.gate = trio.Event()
+        self.appended = trio.Event()
+        self.error = ErrorCode.NONE
+
+    async def append(self, partition: int, records: Any, timestamp_ms: int, **kw: Any) -> ErrorCode:
+        await super().append(partition, records, timestamp_ms, **kw)
+        if kw.get("transactional"):
+            self.appended.set()
+            await self.gate.wait()
+        return self.error
+
+
+@pytest.mark.parametrize("commit", [False, True])
+async def test_a_marker_landing_during_a_txn_offset_append_settles_its_offsets(commit: bool) -> None:
+    """The transaction's marker lands in the offsets partition while a TxnOffsetCommit of it is
+    still being appended (acks=all): the offsets are held from before the append (Kafka's
+    prepareTxnOffsetCommit), so the marker settles them: applied on COMMIT, dropped on ABORT.
+    Held only after the append, an aborted transaction's offsets stayed pending (UNSTABLE for
+    require-stable fetches) and the producer's next committed transaction applied them."""
+    log = _GatedOffsetsLog()
+    await log.ensure_topic()
+    manager = GroupMetadataManager(log, default_config(), lambda: 0)
+    manager.owned.update(range(4))
+    p = manager.partition_for("g")
+    result: dict[TopicPartition, ErrorCode] = {}
+
+    async def commit_offsets() -> None:
+        result.update(await manager.store_txn_offsets("g", 42, 0, {TP: OffsetAndMetadata(100)}))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(commit_offsets)
+        await log.appended.wait()
+        assert manager.has_pending_txn("g", TP)  # unstable while its transaction is open
+        manager.complete_txn(42, commit, [p])  # the marker, appended meanwhile
+        log.gate.set()
+    assert result == {TP: ErrorCode.NONE}
+    assert not manager.has_pending_txn("g", TP)
+    manager.complete_txn(42, True, [p])  # the producer's next transaction, without TP
+    assert manager.get_offsets("g", [TP])[TP].offset == (100 if commit else -1)
+
+
+async def test_a_failed_txn_offset_append_lets_go_of_its_offsets() -> None:
+    """A transactional offset append that fails is held no more; an earlier commit of the
+    same transaction for that partition is held again."""
+    log = _GatedOffsetsLog()
+    await log.ensure_topic()
+    log.gate.set()
+    manager = GroupMetadataManager(log, default_config(), lambda: 0)
+    manager.owned.update(range(4))
+    other = TopicPartition("t", 1)
+    assert await manager.store_txn_offsets("g", 42, 0, {TP: OffsetAndMetadata(5)}) == {TP: ErrorCode.NONE}
+    log.error = ErrorCode.NOT_ENOUGH_REPLICAS
+    failed = await manager.store_txn_offsets("g", 42, 0, {TP: OffsetAndMetadata(9), other: OffsetAndMetadata(3)})
+    assert set(failed.values()) != {ErrorCode.NONE}
+    assert manager.has_pending_txn("g", TP) and not manager.has_pending_txn("g", other)
+    manager.complete_txn(42, True)
+    offsets = manager.get_offsets("g", [TP, other])
+    assert (offsets[TP].offset, offsets[other].offset) == (5, -1)

@@ -68,6 +68,12 @@ log = logging.getLogger(__name__)
 _TOPIC_ANSWERS_MAX = 10_000
 
 
+def _internal_topic_refused(tp: TopicPartition) -> PartitionProduceResult:
+    return PartitionProduceResult(
+        ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=f"Cannot append to internal topic {tp.topic}"
+    )
+
+
 class BrokerCore:
     """One broker's request handling, protocol-agnostic (implements ``api.Broker``)."""
 
@@ -133,14 +139,22 @@ class BrokerCore:
         api_version: int = 7,
         as_coordinator: bool = False,
     ) -> dict[TopicPartition, PartitionProduceResult]:
-        return await self.replica_manager.append_records(
-            acks,
-            timeout_ms,
-            partitions,
-            origin=AppendOrigin.COORDINATOR if as_coordinator else AppendOrigin.CLIENT,
-            api_version=api_version,
-            transactional_id=transactional_id,
-        )
+        """Append a Produce request's batches. A client may not write to the internal topics
+        (Kafka answers INVALID_TOPIC_EXCEPTION, "Cannot append to internal topic"): only their
+        coordinators do (``as_coordinator``). A client's record there took effect at the
+        coordinator's next load, and one it could not read stopped the broker from starting."""
+        allowed = partitions
+        if not as_coordinator and not INTERNAL_TOPICS.isdisjoint(tp.topic for tp in partitions):
+            allowed = {tp: data for tp, data in partitions.items() if tp.topic not in INTERNAL_TOPICS}
+        origin = AppendOrigin.COORDINATOR if as_coordinator else AppendOrigin.CLIENT
+        results = {}
+        if allowed:
+            results = await self.replica_manager.append_records(
+                acks, timeout_ms, allowed, origin=origin, api_version=api_version, transactional_id=transactional_id
+            )
+        if allowed is partitions:
+            return results
+        return {tp: results.get(tp) or _internal_topic_refused(tp) for tp in partitions}
 
     async def fetch(
         self,

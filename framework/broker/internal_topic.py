@@ -148,10 +148,11 @@ class InternalTopic:
         producer_epoch: int = -1,
         transactional: bool = False,
     ) -> ErrorCode:
-        """Append ``records`` as one batch to ``partition`` and wait for acks=all. With a
-        producer, the batch is the coordinator's write on the producer's behalf (Kafka's
-        ``AppendOrigin.COORDINATOR``: epoch-checked, no sequence), e.g. a TxnOffsetCommit's
-        transactional records, settled later by the transaction's marker."""
+        """Append ``records`` as one batch to ``partition`` and wait for acks=all, as the
+        coordinator (Kafka's ``AppendOrigin.COORDINATOR``; clients may not write here). With a
+        producer, the batch is the coordinator's write on the producer's behalf (epoch-checked,
+        no sequence), e.g. a TxnOffsetCommit's transactional records, settled later by the
+        transaction's marker."""
         batch = bytearray(
             build_batch(
                 [(k, v, [], timestamp_ms) for k, v in records],
@@ -162,9 +163,7 @@ class InternalTopic:
             )
         )
         tp = TopicPartition(self.name, partition)
-        if producer_id >= 0:
-            return (await self.broker.produce(-1, self.timeout_ms, {tp: batch}, as_coordinator=True))[tp].error
-        return (await self.broker.produce(-1, self.timeout_ms, {tp: batch}))[tp].error
+        return (await self.broker.produce(-1, self.timeout_ms, {tp: batch}, as_coordinator=True))[tp].error
 
     async def read(self, partition: int) -> AsyncIterator[Record]:
         """Every keyed record of ``partition`` from its log start to its high watermark, in order."""

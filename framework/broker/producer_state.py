@@ -197,17 +197,18 @@ class ProducerStateManager:
 
     def _check(self, entry: ProducerStateEntry, meta: BatchMeta, origin: AppendOrigin) -> None:
         epoch = meta.producer_epoch
-        if epoch < entry.producer_epoch:
-            if meta.is_control and origin is not AppendOrigin.REPLICATION:
-                # Kafka (since 2.7) answers a stale marker INVALID_PRODUCER_EPOCH, which the
-                # transaction coordinator takes as "this transaction was superseded"
-                raise InvalidProducerEpoch(
-                    f"marker epoch {epoch} is older than producer {entry.producer_id}'s epoch {entry.producer_epoch}"
-                )
-            if origin is AppendOrigin.CLIENT:
-                raise InvalidProducerEpoch(
-                    f"producer {entry.producer_id} epoch {epoch} is older than the current epoch {entry.producer_epoch}"
-                )
+        if epoch < entry.producer_epoch and origin is not AppendOrigin.REPLICATION:
+            # Kafka's checkProducerEpoch: refused for every origin but replication (which copies
+            # the leader's decisions). A coordinator's append of a fenced producer's
+            # TxnOffsetCommit passed, and its offsets became the group's committed ones when the
+            # new instance's transaction committed. Kafka (since 2.7) answers a stale marker
+            # INVALID_PRODUCER_EPOCH too, which the transaction coordinator takes as "this
+            # transaction was superseded".
+            what = "marker" if meta.is_control else "batch"
+            raise InvalidProducerEpoch(
+                f"{what} of producer {entry.producer_id} at epoch {epoch}, older than its current epoch "
+                f"{entry.producer_epoch}"
+            )
         if origin is not AppendOrigin.CLIENT or meta.is_control:
             return
         first = meta.base_sequence

@@ -101,6 +101,8 @@ class GroupCoordinator(MembershipProtocol):
         self.node_id = config.broker_id if node_id is None else node_id
         self.retention_check_interval_ms = int(config["offsets.retention.check.interval.ms"])
         self._ownership_lock = trio.Lock()
+        #: the leader epoch each owned partition was loaded under
+        self._loaded_epochs: dict[int, int] = {}
 
     def _now(self) -> int:
         return self.now_ms()
@@ -115,11 +117,12 @@ class GroupCoordinator(MembershipProtocol):
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 await nursery.start(self.timers.run)
-                to_load = await self._partitions_to_own() if await self.log.exists() else set()
+                to_load = await self._partitions_to_own() if await self.log.exists() else {}
                 self.manager.loading.update(to_load)  # before serving: their groups answer "loading"
                 self.active = True
                 task_status.started()
-                for partition in sorted(to_load):
+                for partition, leader_epoch in sorted(to_load.items()):
+                    self._loaded_epochs[partition] = leader_epoch
                     await self._load(partition)
                 nursery.start_soon(self._expire_offsets_loop)
                 nursery.start_soon(self._ownership_loop)
@@ -127,9 +130,10 @@ class GroupCoordinator(MembershipProtocol):
             self.active = False
             self._nursery = None
 
-    async def _partitions_to_own(self) -> set[int]:
+    async def _partitions_to_own(self) -> dict[int, int]:
+        """The partitions this broker leads, with their leader epochs."""
         leaders = await self.log.leaders()
-        return {p for p, node in leaders.items() if node.node_id == self.node_id}
+        return {p: node.leader_epoch for p, node in leaders.items() if node.node_id == self.node_id}
 
     async def _load(self, partition: int) -> None:
         started = trio.current_time()
@@ -147,18 +151,28 @@ class GroupCoordinator(MembershipProtocol):
         async with self._ownership_lock:
             leaders = await self.log.leaders()
             mine = {p for p, node in leaders.items() if node.node_id == self.node_id}
-            # only a leader elsewhere moves a partition away; "no leader right now" keeps the groups
-            moved = {p for p in self.manager.owned if p in leaders and leaders[p].node_id != self.node_id}
+            # only a leader elsewhere moves a partition away; "no leader right now" keeps the
+            # groups. A new leader epoch here means the leadership went away and came back
+            # between two checks: commits made on the other leader meanwhile are in the log,
+            # not in the cached groups, so the partition is loaded again (as the transaction
+            # coordinator does)
+            moved = {
+                p
+                for p in self.manager.owned
+                if p in leaders and (p not in mine or self._loaded_epochs.get(p) != leaders[p].leader_epoch)
+            }
             for partition in sorted(moved):
                 self.on_resigned(partition)
             for partition in sorted(mine - self.manager.owned - self.manager.loading):
                 self.manager.loading.add(partition)
+                self._loaded_epochs[partition] = leaders[partition].leader_epoch
                 await self._load(partition)
 
     def on_resigned(self, partition: int) -> None:
         """This broker stopped leading ``partition``: drop its groups (members get NOT_COORDINATOR
         on their next request and find the new coordinator)."""
         self.manager.owned.discard(partition)
+        self._loaded_epochs.pop(partition, None)
         self.manager.forget_pending_txn(partition)
         for group in list(self.manager.groups.values()):
             if self.manager.partition_for(group.group_id) == partition:

@@ -342,10 +342,20 @@ class GroupMetadataManager:
     ) -> dict[TopicPartition, ErrorCode]:
         """Write offsets committed inside a transaction as the producer's transactional records
         (Kafka's way: durable at once, visible only once the transaction's COMMIT marker lands
-        in this partition) and hold them until :meth:`complete_txn`."""
+        in this partition) and hold them until :meth:`complete_txn`.
+
+        They are held from before the append (Kafka's ``prepareTxnOffsetCommit``): the append
+        waits for acks=all, and the transaction's marker can land meanwhile (it timed out, or a
+        new instance aborted it). Held only after the append, they were held for a transaction
+        that had ended: UNSTABLE for require-stable fetches for ever, and applied by the
+        producer's next committed transaction. A failed append lets go of what it held."""
         result, valid = self._check_metadata_sizes(offsets)
         if not valid:
             return result
+        held = self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
+        replaced = {tp: held[tp] for tp in valid if tp in held}
+        held.update(valid)
+        self._pending_txn_producers.setdefault(group_id, set()).add(producer_id)
         records = [(offset_key(group_id, tp), offset_value(v)) for tp, v in valid.items()]
         error = await self.log.append(
             self.partition_for(group_id),
@@ -356,10 +366,33 @@ class GroupMetadataManager:
             transactional=True,
         )
         if error != ErrorCode.NONE:
+            self._let_go_of_txn_offsets(producer_id, group_id, held, valid, replaced)
             return {**result, **dict.fromkeys(valid, _commit_append_error(error))}
-        self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(valid)
-        self._pending_txn_producers.setdefault(group_id, set()).add(producer_id)
         return {**result, **dict.fromkeys(valid, ErrorCode.NONE)}
+
+    def _let_go_of_txn_offsets(
+        self,
+        producer_id: int,
+        group_id: str,
+        held: dict[TopicPartition, OffsetAndMetadata],
+        failed: Mapping[TopicPartition, OffsetAndMetadata],
+        replaced: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> None:
+        """A failed transactional offset append: its offsets are held no more (the ones it
+        replaced are held again), unless the transaction was settled meanwhile (``held`` is
+        then no longer the producer's pending map for the group)."""
+        if self.pending_txn.get(producer_id, {}).get(group_id) is not held:
+            return
+        for tp, value in failed.items():
+            if held.get(tp) is value:
+                if tp in replaced:
+                    held[tp] = replaced[tp]
+                else:
+                    del held[tp]
+        if not held:
+            self._drop_pending_txn(producer_id, group_id)
+            if not self.pending_txn[producer_id]:
+                del self.pending_txn[producer_id]
 
     def has_pending_txn(self, group_id: str, tp: TopicPartition) -> bool:
         return any(tp in self.pending_txn[pid][group_id] for pid in self._pending_txn_producers.get(group_id, ()))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...errors import CorruptMessage
+from ...errors import CorruptMessage, record_decoder
 from ...interfaces import TopicPartition
 from ...kafka_types import Reader, Writer
 from .state import OffsetAndMetadata
@@ -76,6 +76,7 @@ def group_key(group: str) -> bytes:
     return Writer().int16(GROUP_METADATA_KEY_VERSION).string(group).getvalue()
 
 
+@record_decoder("__consumer_offsets record")
 def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
     """The key of a ``__consumer_offsets`` record; None for kinds this coordinator does not own
     (e.g. the consumer-protocol-v2 records of KIP-848, versions >= 3), which are skipped."""
@@ -116,6 +117,7 @@ def offset_value(value: OffsetAndMetadata) -> bytes:
     )
 
 
+@record_decoder("__consumer_offsets record")
 def decode_offset_value(data: bytes) -> OffsetAndMetadata:
     r = Reader(data)
     version = r.int16()
@@ -146,6 +148,7 @@ def group_value(record: GroupRecord) -> bytes:
     return w.getvalue()
 
 
+@record_decoder("__consumer_offsets record")
 def decode_group_value(data: bytes) -> GroupRecord:
     r = Reader(data)
     version = r.int16()

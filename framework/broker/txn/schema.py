@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-from ...errors import CorruptMessage
+from ...errors import CorruptMessage, record_decoder
 from ...interfaces import TopicPartition
 from .state import TransactionMetadata, TransactionState
 
@@ -54,6 +54,7 @@ def txn_key(transactional_id: str) -> bytes:
     return _I16.pack(KEY_VERSION) + _string(transactional_id)
 
 
+@record_decoder("__transaction_state record")
 def parse_txn_key(buf: bytes) -> str:
     r = _Reader(bytes(buf))
     (version,) = r.unpack(_I16)
@@ -81,6 +82,7 @@ def txn_value(m: TransactionMetadata) -> bytes:
     return head + parts + _TIMES.pack(m.last_update_ms, m.txn_start_ms)
 
 
+@record_decoder("__transaction_state record")
 def parse_txn_value(transactional_id: str, buf: bytes) -> TransactionMetadata:
     r = _Reader(bytes(buf))
     version, pid, epoch, timeout, status = r.unpack(_VALUE_HEAD)
