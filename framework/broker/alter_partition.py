@@ -5,9 +5,9 @@ A leader shrinks the ISR of a partition when a follower has not caught up to its
 for ``replica.lag.time.max.ms`` and expands it when a follower's LEO reaches the high watermark
 and the start of the current leader epoch. Kafka (2.7+) sends such changes to the controller as
 AlterPartition; odradek's leaders write them themselves, with the same fencing: a compare-and-set
-on the partition state key whose version is the partition epoch, accepted only while the stored
-state still names this broker as leader at the leader epoch it leads with. A concurrent election
-changes the version, so the leader's stale proposal fails and it waits for the new state.
+on the partition state key whose version is the partition epoch, expecting the one the leader
+last took in. Any state written since (an election, the controller taking a dead follower out of
+the ISR) changes the version, so the leader's stale proposal fails and it waits for the new state.
 
 Controlled shutdown moves this broker's leaderships to the first other live in-sync replica in
 assignment order that is not shutting down too (leader epoch + 1) and takes it out of the ISR of
