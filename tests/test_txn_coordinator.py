@@ -437,9 +437,21 @@ async def test_kip360_reinit_from_the_current_epoch_bumps_it() -> None:
         r = await coord.init_producer_id("a", 60000)
         bumped = await coord.init_producer_id("a", 60000, r.producer_id, r.producer_epoch)
         assert (bumped.error, bumped.producer_id, bumped.producer_epoch) == (ErrorCode.NONE, r.producer_id, 1)
-        # the answer was lost and the producer asks again from the epoch it still holds: accepted
+        # the answer was lost and the producer asks again from the epoch it still holds: the
+        # same answer, not a second bump (Kafka's prepareIncrementProducerEpoch)
         retried = await coord.init_producer_id("a", 60000, r.producer_id, r.producer_epoch)
-        assert (retried.error, retried.producer_id, retried.producer_epoch) == (ErrorCode.NONE, r.producer_id, 2)
+        assert (retried.error, retried.producer_id, retried.producer_epoch) == (ErrorCode.NONE, r.producer_id, 1)
+        # a retry with another timeout takes it, still at the current epoch
+        longer = await coord.init_producer_id("a", 90000, r.producer_id, r.producer_epoch)
+        assert (longer.error, longer.producer_epoch) == (ErrorCode.NONE, 1)
+        assert coord.transactions["a"].timeout_ms == 90000
+        # from the current epoch it bumps again
+        again = await coord.init_producer_id("a", 60000, r.producer_id, 1)
+        assert (again.error, again.producer_id, again.producer_epoch) == (ErrorCode.NONE, r.producer_id, 2)
+        # once the producer used its epoch, the one before is no retry: it is refused
+        await coord.add_partitions("a", r.producer_id, 2, [TP0])
+        await coord.end_transaction("a", r.producer_id, 2, True)
+        assert (await coord.init_producer_id("a", 60000, r.producer_id, 0)).error == ErrorCode.PRODUCER_FENCED
 
 
 async def test_kip360_reinit_aborts_the_ongoing_transaction_with_the_epoch_bumped() -> None:
@@ -491,7 +503,7 @@ async def test_kip360_exhausted_epoch_rotates_the_producer_id() -> None:
         assert rotated.producer_id != r.producer_id and rotated.producer_epoch == 0
         # a retry from the exhausted id (its answer lost) is still recognised
         again = await coord.init_producer_id("a", 60000, r.producer_id, MAX_EPOCH)
-        assert (again.error, again.producer_id, again.producer_epoch) == (ErrorCode.NONE, rotated.producer_id, 1)
+        assert (again.error, again.producer_id, again.producer_epoch) == (ErrorCode.NONE, rotated.producer_id, 0)
 
 
 @pytest.mark.trio

@@ -386,8 +386,9 @@ class TransactionCoordinator:
         ``producer_id``/``producer_epoch`` (InitProducerId v3+, KIP-360) are what a producer that
         needs an epoch bump holds: accepted when they are the id's current producer id and
         epoch, or the ones the current epoch was bumped from for that producer (a retry whose
-        answer was lost, or KIP-588: a producer whose transaction the coordinator aborted on
-        timeout). Others are PRODUCER_FENCED. An id the coordinator does not know (expired)
+        answer was lost, answered with the current epoch while nothing happened since, or
+        KIP-588: a producer whose transaction the coordinator aborted on timeout, bumped
+        again). Others are PRODUCER_FENCED. An id the coordinator does not know (expired)
         gets a fresh producer id, as in Kafka: the producer recovers from UNKNOWN_PRODUCER_ID."""
         await self._ensure_owned(transactional_id)
         error = self.validate(transactional_id)
@@ -415,6 +416,17 @@ class TransactionCoordinator:
                 return InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS)
             elif expected is not None and not self._may_reinit(md, *expected):
                 return InitProducerIdResult(ErrorCode.PRODUCER_FENCED)  # another instance got in first
+            elif (
+                expected is not None
+                and md.state is TransactionState.EMPTY
+                and expected != (md.producer_id, md.producer_epoch)
+            ):
+                # a retry whose answer was lost (the epoch it was bumped from, nothing done
+                # since): the current epoch again, not a second bump, as Kafka's
+                # prepareIncrementProducerEpoch answers it
+                if md.timeout_ms == transaction_timeout_ms:
+                    return InitProducerIdResult(ErrorCode.NONE, md.producer_id, md.producer_epoch)
+                new = md.transition(TransactionState.EMPTY, now, timeout_ms=transaction_timeout_ms)
             else:
                 pid, epoch = md.producer_id, md.producer_epoch + 1
                 if epoch > MAX_EPOCH:
