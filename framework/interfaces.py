@@ -516,12 +516,18 @@ class Delete:
 
 @dataclass(frozen=True, slots=True)
 class WatchEvent:
-    """One change under a watched prefix; ``value`` is None for deletions."""
+    """One change under a watched prefix; ``value`` is None for deletions.
+
+    ``create_revision`` is the key's :attr:`Versioned.create_revision` after the change (0 for a
+    deletion): a store may report several writes between two events as one, so a key deleted
+    and created again (an ephemeral broker registration of a restarted broker) can come as one
+    write, told apart only by it (Kafka's controller compares broker epochs so)."""
 
     key: str
     value: bytes | None
     version: int
     revision: int
+    create_revision: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,13 +21,13 @@ from odradek.broker.api import (
     ConfigResourceType,
     CreatableTopic,
 )
-from odradek.broker.controller import WATCHED_PREFIX
+from odradek.broker.controller import WATCHED_PREFIX, elect_leader
 from odradek.broker.core import BrokerCore
 from odradek.broker.log_dir_failures import encode_offline_replicas, offline_replicas_key
 from odradek.broker.metadata_cache import SHUTTING_DOWN_PREFIX, PartitionState, partition_state_key, registration_json
 from odradek.broker.partition import Partition
 from odradek.errors import ErrorCode
-from odradek.interfaces import TopicPartition
+from odradek.interfaces import Delete, Put, TopicPartition
 from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
 
 TP = TopicPartition("t", 0)
@@ -360,3 +360,118 @@ async def test_a_controller_term_that_ends_on_an_error_is_followed_by_another(
             while not partition.is_leader:
                 await trio.sleep(0.01)
         assert controller.leadership is not None
+
+
+# -- brokers that come back (Kafka's processBrokerChange: a changed broker epoch is a bounce) ----
+
+REGISTRATION_7 = registration_json([("PLAINTEXT", "127.0.0.1", 9999, "PLAINTEXT")], None)
+
+
+async def _restart_7_at_once(session: LocalMetadataStore) -> None:
+    """Broker 7 restarts between two of the controller's passes: its registration deleted and
+    created again in one commit (what a pass may see of a fast restart), a new broker epoch."""
+    key = "/brokers/ids/7"
+    await session.txn([], [Delete(key), Put(key, REGISTRATION_7, ephemeral=True)])
+
+
+async def _state_becomes(core: BrokerCore, want: tuple[int, int, tuple[int, ...]]) -> PartitionState:
+    with trio.fail_after(5):
+        while True:
+            stored = await core.store.get(partition_state_key("t", 0))
+            assert stored is not None
+            state = PartitionState.decode(stored)
+            if (state.leader, state.leader_epoch, state.isr) == want:
+                return state
+            await trio.sleep(0.01)
+
+
+async def test_a_leader_that_restarted_between_two_passes_loses_its_leadership(tmp_path: Path) -> None:
+    """Broker 7 leads t-0 (replicas [7, 0], both in sync) and restarts faster than the
+    controller's next pass. Its partitions still named it leader at the same epoch, so the new
+    process took them on as if nothing happened. Kafka's controller compares broker epochs and
+    treats a changed one as a failure and a start: another in-sync replica is elected (epoch + 1)
+    and the restarted broker leaves the ISR until it catches up again."""
+    async with running_broker(tmp_path) as core:
+        other, partition = await _led_by_broker_7(core, tmp_path)
+        assert partition is not None and partition.leader_id == 7
+        await _state_becomes(core, (7, 0, (7, 0)))
+        await _restart_7_at_once(other)
+        await _state_becomes(core, (0, 1, (0,)))
+        with trio.fail_after(5):
+            while not partition.is_leader:
+                await trio.sleep(0.01)
+        await other.close()
+
+
+async def test_a_restarted_sole_in_sync_leader_is_elected_again_at_a_new_epoch(tmp_path: Path) -> None:
+    """With nobody else in sync, the restarted leader is the one to lead again, as in Kafka, but
+    at a new leader epoch (its followers truncate by epoch against its new life), and before any
+    unclean election of an out-of-sync replica."""
+    async with running_broker(tmp_path) as core:
+        other, _ = await _led_by_broker_7(core, tmp_path)
+        key = partition_state_key("t", 0)
+        stored = await core.store.get(key)
+        assert stored is not None
+        await core.store.put(key, PartitionState(7, 0, (7,), 0).to_json(), expect=stored.version)
+        await _restart_7_at_once(other)
+        await _state_becomes(core, (7, 1, (7,)))
+        # a pass later (a change elsewhere) does not elect it again
+        await create(core, "u")
+        controller = core.controller
+        assert controller is not None
+        await controller.elect_offline_leaders()
+        await _state_becomes(core, (7, 1, (7,)))
+        await other.close()
+
+
+async def test_a_follower_that_restarted_leaves_the_isr(tmp_path: Path) -> None:
+    """This broker leads t-0 (replicas [0, 7]); follower 7 restarts between two passes: it
+    leaves the ISR at the same leader epoch (its log may have lost an unflushed tail), and comes
+    back by catching up, as after any failure."""
+    async with running_broker(tmp_path) as core:
+        other = LocalMetadataStore(tmp_path / FILE_NAME)
+        await other.open(6000)
+        await other.register_broker(7, REGISTRATION_7)
+        with trio.fail_after(5):
+            while 7 not in core.metadata_cache.live_broker_ids():
+                await trio.sleep(0.01)
+        res = await core.create_topics([CreatableTopic("t", assignments={0: [0, 7]})], 1000, False)
+        assert res["t"].error == ErrorCode.NONE
+        await _state_becomes(core, (0, 0, (0, 7)))
+        await _restart_7_at_once(other)
+        await _state_becomes(core, (0, 0, (0,)))
+        await other.close()
+
+
+async def test_a_leader_back_from_the_dead_is_elected_at_a_new_epoch(tmp_path: Path) -> None:
+    """Broker 7, t-0's only in-sync replica, dies: the partition has no leader. When 7 registers
+    again, Kafka's controller elects it (epoch + 1) for its offline partitions; its state had
+    kept naming 7 at the old epoch, so nothing was written and the new process led at it."""
+    async with running_broker(tmp_path) as core:
+        other, _ = await _led_by_broker_7(core, tmp_path)
+        key = partition_state_key("t", 0)
+        stored = await core.store.get(key)
+        assert stored is not None
+        await core.store.put(key, PartitionState(7, 0, (7,), 0).to_json(), expect=stored.version)
+        controller = core.controller
+        assert controller is not None
+        await other.close()
+        with trio.fail_after(5):
+            while 7 in core.metadata_cache.live_broker_ids():
+                await trio.sleep(0.01)
+        await controller.elect_offline_leaders()  # the pass that finds t-0 leaderless
+        again = LocalMetadataStore(tmp_path / FILE_NAME)
+        await again.open(6000)
+        await again.register_broker(7, REGISTRATION_7)
+        await _state_becomes(core, (7, 1, (7,)))
+        await again.close()
+
+
+def test_an_election_passes_over_returned_brokers_while_another_is_in_sync() -> None:
+    state = PartitionState(7, 3, (7, 8, 0), 5)
+    assert elect_leader((7, 8, 0), state, {7, 8, 0}, False, returned={7}) == PartitionState(8, 4, (8, 0), 5)
+    assert elect_leader((7, 8, 0), state, {7, 8, 0}, False, returned={7, 8}) == PartitionState(0, 4, (0,), 5)
+    # nobody else in sync: the returned ones, before an unclean election of 0
+    alone = PartitionState(7, 3, (7, 8), 5)
+    assert elect_leader((7, 8, 0), alone, {7, 8, 0}, True, returned={7, 8}) == PartitionState(7, 4, (7, 8), 5)
+    assert elect_leader((7, 8, 0), alone, {0}, True, returned={7, 8}) == PartitionState(0, 4, (0,), 5)

@@ -39,7 +39,7 @@ def run_outside(pytester: pytest.Pytester, source: str, *args: str) -> pytest.Ru
 
 def test_the_metadata_suite_runs_without_trio_mode(pytester: pytest.Pytester) -> None:
     result = run_outside(pytester, META_LOCAL.format(offset=0))
-    result.assert_outcomes(passed=31)  # with leader_changes
+    result.assert_outcomes(passed=32)  # with leader_changes
 
 
 def test_a_failing_suite_check_shows_the_values(pytester: pytest.Pytester) -> None:

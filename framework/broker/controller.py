@@ -106,6 +106,12 @@ class Controller:
         self._leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         #: what the last decision pass decoded (see :func:`_cluster_view`)
         self._parsed: ParsedItems = {}
+        #: live brokers -> their epochs (registration create revisions) as of this term's last
+        #: pass over every partition; None before the term's first
+        self._broker_epochs: dict[int, int] | None = None
+        #: partitions whose leader or ISR named a broker when it came back (:meth:`_note_returns`)
+        #: -> (their leader epoch then, those brokers), until a pass writes the partition
+        self._returned: dict[TopicPartition, tuple[int, frozenset[int]]] = {}
         #: leader-imbalance checks completed (all terms): what a test or an operator waits on
         self.imbalance_checks = 0
 
@@ -144,6 +150,9 @@ class Controller:
         (a fenced write) or the watch ends."""
         self.leadership = await self.store.campaign(CONTROLLER_ELECTION, str(self.config.broker_id).encode())
         log.info("broker %d is the controller (epoch %d)", self.config.broker_id, self.leadership.epoch)
+        # as a new Kafka controller, this term takes the brokers it finds as they are
+        self._broker_epochs = None
+        self._returned = {}
         await self.cache.refresh_controller()
         while self.leadership is not None:
             items, revision = await self.store.list(WATCHED_PREFIX)
@@ -203,6 +212,7 @@ class Controller:
             items, _ = await self.store.list(WATCHED_PREFIX)
         if only is None or brokers is None:
             live, topics, offline = _cluster_view(items, self._parsed)
+            self._note_returns(items, topics)
         else:
             live, offline = _brokers_view(brokers)
             topics = _topics_view(items, only, self._parsed)
@@ -220,12 +230,14 @@ class Controller:
                 # a replica in a failed log dir counts as a dead broker's
                 tp = TopicPartition(name, p)
                 usable = live - offline.get(tp, set())
-                if state.leader in usable:
-                    new = shrink_dead_from_isr(state, usable)
+                returned = self._returned_in(tp, state)
+                if state.leader in usable and state.leader not in returned:
+                    new = shrink_dead_from_isr(state, usable - returned)
                     if new is None:
+                        self._returned.pop(tp, None)
                         continue
                 else:
-                    new = elect_leader(replicas, state, usable - stopping, unclean)
+                    new = elect_leader(replicas, state, usable - stopping, unclean, returned)
                     if new is None:
                         leaderless[tp] = (replicas, state.isr)
                         if self._leaderless.get(tp) != leaderless[tp]:
@@ -233,11 +245,49 @@ class Controller:
                         continue
                 decided.append((tp, new))
         outcomes = await self._write_states(leadership, decided)
+        for tp, outcome in outcomes.items():
+            if outcome is _Write.WRITTEN:
+                self._returned.pop(tp, None)
         if only is not None and brokers is not None:  # the other partitions' entries still hold
             kept = {tp: e for tp, e in self._leaderless.items() if not _names(only, tp)}
             leaderless = kept | leaderless
         self._leaderless = leaderless
         return sum(1 for o in outcomes.values() if o is _Write.WRITTEN)
+
+    def _note_returns(self, items: Mapping[str, Versioned], topics: TopicsView) -> None:
+        """Kafka's controller on a broker change (``processBrokerChange``): a broker whose epoch
+        (its registration's create revision) changed since the last pass over every partition
+        restarted, perhaps between two passes (its registration was deleted and created again),
+        and one not registered then was dead. Either comes back as a new replica: a leadership
+        or an ISR place its partition states still give it predate its return, and are not
+        taken on trust (its log may have lost an unflushed tail). Each such partition is noted
+        for :meth:`_returned_in` until a pass writes it."""
+        epochs = broker_epochs(items)
+        before, self._broker_epochs = self._broker_epochs, epochs
+        if before is None:
+            return
+        back = {b for b, epoch in epochs.items() if before.get(b) != epoch}
+        if not back:
+            return
+        noted = 0
+        for name, (_, states) in topics.items():
+            for p, state in states.items():
+                named = back.intersection((state.leader, *state.isr))
+                if named:
+                    self._returned[TopicPartition(name, p)] = (state.leader_epoch, frozenset(named))
+                    noted += 1
+        log.info("brokers %s came back: deciding the %d partitions they led or were in sync for", sorted(back), noted)
+
+    def _returned_in(self, tp: TopicPartition, state: PartitionState) -> frozenset[int]:
+        """The brokers ``state`` names that came back since it was written (its leader epoch is
+        still the noted one: once elected again, a leader is of its new life)."""
+        noted = self._returned.get(tp)
+        if noted is None:
+            return frozenset()
+        if noted[0] != state.leader_epoch:
+            del self._returned[tp]
+            return frozenset()
+        return noted[1]
 
     async def _check_imbalance_forever(self, view: _FollowedView) -> None:
         """Kafka's auto leader rebalance task for one view of a term: the first check
@@ -431,8 +481,8 @@ class _FollowedView:
         try:
             async for ev in self.store.watch(WATCHED_PREFIX, after_revision=self.revision):
                 log.debug("controller: change of %s at %d", ev.key, ev.revision)
-                # create_revision is not in a watch event, and no decision reads it
-                value = None if ev.value is None else Versioned(ev.value, ev.version, 0)
+                # a registration's create revision is its broker's epoch (_note_returns)
+                value = None if ev.value is None else Versioned(ev.value, ev.version, ev.create_revision)
                 for into in (self.items, None if ev.key.startswith(TOPICS_PREFIX) else self.brokers):
                     if into is not None:
                         if value is None:
@@ -490,6 +540,8 @@ class _FollowedView:
 ParsedItems = dict[str, tuple[Versioned, Any]]
 #: partitions to decide: topic -> its partitions, or None for all of them
 Changed = dict[str, set[int] | None]
+#: per topic: (its assignment: partition -> replicas, its partition states)
+TopicsView = dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]]
 
 
 def _partition_of(key: str) -> tuple[str, int | None]:
@@ -511,9 +563,7 @@ def _names(changed: Mapping[str, Collection[int] | None], tp: TopicPartition) ->
 
 def _cluster_view(
     items: Mapping[str, Versioned], parsed: ParsedItems | None = None
-) -> tuple[
-    set[int], dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]], dict[TopicPartition, set[int]]
-]:
+) -> tuple[set[int], TopicsView, dict[TopicPartition, set[int]]]:
     """Live broker ids, per topic (assignment, partition states), and the live brokers whose
     replica of a partition is offline (a failed log dir), from a ``/brokers/`` listing.
 
@@ -522,7 +572,7 @@ def _cluster_view(
     values only. Decoding every assignment and state on every pass was most of a pass's time
     with a thousand topics, and a pass runs on every change."""
     live: set[int] = set()
-    topics: dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]] = {}
+    topics: TopicsView = {}
     earlier: ParsedItems = dict(parsed) if parsed is not None else {}
     if parsed is not None:
         parsed.clear()
@@ -552,6 +602,16 @@ def _cluster_view(
     return live, topics, offline_replicas_of(items, live)
 
 
+def broker_epochs(items: Mapping[str, Versioned]) -> dict[int, int]:
+    """Registered broker ids -> their broker epochs (registration create revisions), from a
+    ``/brokers/`` listing."""
+    return {
+        int(key[len(BROKERS_PREFIX) :]): v.create_revision
+        for key, v in items.items()
+        if key.startswith(BROKERS_PREFIX) and key[len(BROKERS_PREFIX) :].isdigit()
+    }
+
+
 def _brokers_view(brokers: Mapping[str, Versioned]) -> tuple[set[int], dict[TopicPartition, set[int]]]:
     """Live broker ids and offline replicas from the keys of ``/brokers/`` that are not topics'."""
     live = {
@@ -564,7 +624,7 @@ def _brokers_view(brokers: Mapping[str, Versioned]) -> tuple[set[int], dict[Topi
 
 def _topics_view(
     items: Mapping[str, Versioned], names: Mapping[str, Collection[int] | None], parsed: ParsedItems
-) -> dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]]:
+) -> TopicsView:
     """(assignment, partition states) of the topics ``names`` that exist in ``items``, with the
     states of only the partitions ``names`` lists for each (None: all), decoding only values
     ``parsed`` does not hold yet (and adding them)."""
@@ -577,7 +637,7 @@ def _topics_view(
         parsed[key] = (v, value)
         return value
 
-    topics: dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]] = {}
+    topics: TopicsView = {}
     for name in names:
         key = TOPICS_PREFIX + name
         v = items.get(key)
@@ -658,10 +718,22 @@ def leader_imbalance_moves(
 
 
 def elect_leader(
-    replicas: tuple[int, ...], state: PartitionState, live: set[int], unclean: bool
+    replicas: tuple[int, ...],
+    state: PartitionState,
+    live: set[int],
+    unclean: bool,
+    returned: Collection[int] = (),
 ) -> PartitionState | None:
-    """Kafka's ``offlinePartitionLeaderElection``: the new state, or None when nobody qualifies."""
+    """Kafka's ``offlinePartitionLeaderElection``: the new state, or None when nobody qualifies.
+
+    ``returned`` are brokers that came back since ``state`` was written (restarted): Kafka's
+    controller takes them for dead first, so another live ISR member leads if there is one,
+    without them in its ISR (they rejoin it by catching up); only when none is left is one of
+    them elected, before any unclean election."""
     in_sync_live = [r for r in replicas if r in live and r in state.isr]
+    others = [r for r in in_sync_live if r not in returned] if returned else in_sync_live
+    if others:
+        return PartitionState(others[0], state.leader_epoch + 1, tuple(others), state.version)
     if in_sync_live:
         return PartitionState(in_sync_live[0], state.leader_epoch + 1, tuple(in_sync_live), state.version)
     if unclean:

@@ -416,6 +416,39 @@ class MetadataStoreConformance:
             await close_iterator(watch)
         assert (event.key, event.value) == ("/w2/new", b"2") and event.revision > rev
 
+    async def test_watch_events_carry_the_keys_create_revision(self, store: MetadataStore) -> None:
+        """A write keeps the key's create revision, a re-creation gets a larger one: what tells a
+        restarted broker's registration from an update when a store reports both as one write."""
+        _, rev = await store.list("/w3/")
+        watch = store.watch("/w3/", after_revision=rev)
+        try:
+
+            async def reported(value: bytes | None) -> WatchEvent:
+                while True:  # a coalescing store may skip to the latest value
+                    event = await next_event(watch, self.wait_s)
+                    if event.key == "/w3/k" and event.value == value:
+                        return event
+
+            await store.put("/w3/k", b"1")
+            first = await store.get("/w3/k")
+            assert first is not None and (await reported(b"1")).create_revision == first.create_revision
+            await store.put("/w3/k", b"2")
+            assert (await reported(b"2")).create_revision == first.create_revision
+            await store.delete("/w3/k")
+            assert (await reported(None)).create_revision == 0
+            await store.put("/w3/k", b"3")
+            again = await store.get("/w3/k")
+            assert again is not None and again.create_revision > first.create_revision
+            assert (await reported(b"3")).create_revision == again.create_revision
+            # deleted and created again between two events: still told apart from a write
+            await store.delete("/w3/k")
+            await store.put("/w3/k", b"4")
+            last = await store.get("/w3/k")
+            assert last is not None and (await reported(b"4")).create_revision == last.create_revision
+            assert last.create_revision > again.create_revision
+        finally:
+            await close_iterator(watch)
+
     # -- brokers -------------------------------------------------------------------------------
     async def test_register_broker_epochs_increase(self, open_store: OpenStore) -> None:
         a = await open_store()

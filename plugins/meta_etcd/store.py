@@ -454,7 +454,10 @@ class EtcdMetadataStore:
                 kv = event.kv
                 revision = int(kv.mod_revision)
                 deleted = event.type == kv_pb2.Event.DELETE
-                yield WatchEvent(self._key(kv.key), None if deleted else bytes(kv.value), revision, revision)
+                if deleted:
+                    yield WatchEvent(self._key(kv.key), None, revision, revision)
+                else:
+                    yield WatchEvent(self._key(kv.key), bytes(kv.value), revision, revision, int(kv.create_revision))
 
     # -- brokers and elections -------------------------------------------------------------------
     async def register_broker(self, broker_id: int, info: bytes) -> int:

@@ -253,7 +253,7 @@ class _SharedState:
                         # a write keeps the key's lifetime (ZooKeeper's set on an ephemeral)
                         entry = _Entry(op.value, revision, old.create_revision, old.owner)
                     new_keys[op.key] = entry
-                    events.append(WatchEvent(op.key, op.value, revision, revision))
+                    events.append(WatchEvent(op.key, op.value, revision, revision, entry.create_revision))
                 else:
                     if new_keys.pop(op.key, None) is not None:
                         events.append(WatchEvent(op.key, None, revision, revision))

@@ -141,7 +141,7 @@ class SubtreeMirror:
                     or before.stat.mzxid != now.stat.mzxid
                     or (before.stat.czxid != now.stat.czxid)
                 ):
-                    events.append(WatchEvent(path, now.data, now.stat.version, now.stat.mzxid))
+                    events.append(WatchEvent(path, now.data, now.stat.version, now.stat.mzxid, now.stat.czxid))
             elif before is not None and before.data is not None:
                 revision = deletion_revision(snap, path)
                 events.append(WatchEvent(path, None, revision, revision))

@@ -117,7 +117,7 @@ def diff(old: dict[str, Node], new: Snapshot, to_key: Callable[[str], str]) -> l
         before = old.get(path)
         if before is None or before.stat.mzxid != node.stat.mzxid or before.stat.czxid != node.stat.czxid:
             assert node.data is not None
-            events.append(WatchEvent(to_key(path), node.data, node.stat.version, node.stat.mzxid))
+            events.append(WatchEvent(to_key(path), node.data, node.stat.version, node.stat.mzxid, node.stat.czxid))
     for path in old.keys() - current.keys():
         revision = deletion_revision(new, path)
         events.append(WatchEvent(to_key(path), None, revision, revision))

@@ -485,7 +485,10 @@ class ZooKeeperMetadataStore:
                 if self._closed:
                     return
                 await self._read(mirror.refresh, self._live())
-                events = [WatchEvent(self._key(e.key), e.value, e.version, e.revision) for e in mirror.take_changes()]
+                events = [
+                    WatchEvent(self._key(e.key), e.value, e.version, e.revision, e.create_revision)
+                    for e in mirror.take_changes()
+                ]
         except MetadataUnavailable:
             if not self._closed:
                 raise
