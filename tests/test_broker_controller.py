@@ -385,6 +385,16 @@ async def _state_becomes(core: BrokerCore, want: tuple[int, int, tuple[int, ...]
             await trio.sleep(0.01)
 
 
+async def _led_by_7_alone(core: BrokerCore, tmp_path: Path) -> LocalMetadataStore:
+    """:func:`_led_by_broker_7` with 7 the only in-sync replica (this broker fell behind)."""
+    other, _ = await _led_by_broker_7(core, tmp_path)
+    key = partition_state_key("t", 0)
+    stored = await core.store.get(key)
+    assert stored is not None
+    await core.store.put(key, PartitionState(7, 0, (7,), 0).to_json(), expect=stored.version)
+    return other
+
+
 async def test_a_leader_that_restarted_between_two_passes_loses_its_leadership(tmp_path: Path) -> None:
     """Broker 7 leads t-0 (replicas [7, 0], both in sync) and restarts faster than the
     controller's next pass. Its partitions still named it leader at the same epoch, so the new
@@ -408,11 +418,7 @@ async def test_a_restarted_sole_in_sync_leader_is_elected_again_at_a_new_epoch(t
     at a new leader epoch (its followers truncate by epoch against its new life), and before any
     unclean election of an out-of-sync replica."""
     async with running_broker(tmp_path) as core:
-        other, _ = await _led_by_broker_7(core, tmp_path)
-        key = partition_state_key("t", 0)
-        stored = await core.store.get(key)
-        assert stored is not None
-        await core.store.put(key, PartitionState(7, 0, (7,), 0).to_json(), expect=stored.version)
+        other = await _led_by_7_alone(core, tmp_path)
         await _restart_7_at_once(other)
         await _state_becomes(core, (7, 1, (7,)))
         # a pass later (a change elsewhere) does not elect it again
@@ -448,11 +454,7 @@ async def test_a_leader_back_from_the_dead_is_elected_at_a_new_epoch(tmp_path: P
     again, Kafka's controller elects it (epoch + 1) for its offline partitions; its state had
     kept naming 7 at the old epoch, so nothing was written and the new process led at it."""
     async with running_broker(tmp_path) as core:
-        other, _ = await _led_by_broker_7(core, tmp_path)
-        key = partition_state_key("t", 0)
-        stored = await core.store.get(key)
-        assert stored is not None
-        await core.store.put(key, PartitionState(7, 0, (7,), 0).to_json(), expect=stored.version)
+        other = await _led_by_7_alone(core, tmp_path)
         controller = core.controller
         assert controller is not None
         await other.close()
