@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from broker_harness import batch, create, produce, running_broker
+from broker_harness import batch, create, fetch_records, produce, running_broker
 
 from odradek.broker.api import FetchPartition, FetchPartitionResult, IsolationLevel
 from odradek.broker.core import BrokerCore
@@ -363,10 +363,17 @@ async def test_acks_all_retry_of_a_duplicate_waits_for_the_high_watermark(
         await follower_session.close()
 
 
-async def test_acks_all_refused_below_min_insync_replicas(
+async def test_min_insync_replicas_above_the_replication_factor_counts_as_the_factor(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
+    """Kafka's ``effectiveMinIsr`` (KAFKA-15583): ``min.insync.replicas`` 2 on a topic of one
+    replica (a broker-wide setting and an auto-created topic, say) is taken as 1. Taken as 2, the
+    HW never moved: acks=1 writes were never readable and acks=all was refused for ever. (The
+    refusal with a real second replica out of the ISR: test_replication_unit.py.)"""
     async with running_broker(tmp_path) as core:
         await create(core, "t", **{"min.insync.replicas": "2"})
-        assert (await produce(core, TP, batch([b"a"]), acks=-1)).error == ErrorCode.NOT_ENOUGH_REPLICAS
         assert (await produce(core, TP, batch([b"a"]), acks=1)).error == ErrorCode.NONE
+        assert (await produce(core, TP, batch([b"b"]), acks=-1)).error == ErrorCode.NONE
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None and partition.high_watermark == 2
+        assert [r.value for r in await fetch_records(core, TP)] == [b"a", b"b"]

@@ -208,10 +208,17 @@ class Partition:
         """Start from the checkpointed HW (bounded by the log) after a restart."""
         self._high_watermark = max(self.log.log_start_offset, min(checkpointed, self.log.log_end_offset))
 
+    @property
+    def effective_min_isr(self) -> int:
+        """``min.insync.replicas``, but never more than the partition has replicas (Kafka's
+        ``effectiveMinIsr``, KAFKA-15583): a topic of replication factor 1 under a broker-wide
+        ``min.insync.replicas=2`` would otherwise never move its HW nor take acks=all."""
+        return min(self.config.min_insync_replicas, len(self.replicas) or 1)
+
     def maybe_increment_high_watermark(self) -> bool:
         """Leader: HW = min LEO over the ISR (never backwards), frozen while the ISR is smaller
-        than min.insync.replicas (Kafka 3.7+). Returns True if it moved."""
-        if not self.is_leader or len(self.isr) < self.config.min_insync_replicas:
+        than :attr:`effective_min_isr` (Kafka 3.7+). Returns True if it moved."""
+        if not self.is_leader or len(self.isr) < self.effective_min_isr:
             return False
         new_hw = self.log.log_end_offset
         for r in self.isr:
@@ -318,7 +325,7 @@ class Partition:
         if not self.is_leader:
             return True, ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self._high_watermark >= required_offset:
-            if len(self.isr) < self.config.min_insync_replicas:
+            if len(self.isr) < self.effective_min_isr:
                 return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
             return True, ErrorCode.NONE
         return False, ErrorCode.NONE
@@ -336,10 +343,10 @@ class Partition:
         so no other append can slip between the checks and the write."""
         if not self.is_leader:
             raise NotLeaderOrFollower(f"{self.topic_partition}: leader is {self.leader_id}")
-        if required_acks == -1 and len(self.isr) < self.config.min_insync_replicas:
+        if required_acks == -1 and len(self.isr) < self.effective_min_isr:
             raise KafkaError(
                 f"{self.topic_partition}: ISR {sorted(self.isr)} is smaller than min.insync.replicas "
-                f"{self.config.min_insync_replicas}",
+                f"{self.effective_min_isr}",
                 code=ErrorCode.NOT_ENOUGH_REPLICAS,
             )
         if origin is AppendOrigin.CLIENT and len(batches) == 1:
