@@ -149,11 +149,18 @@ class PartitionLog(Protocol):
     """One partition's log on one broker (Kafka's ``UnifiedLog``).
 
     Offsets: ``log_start_offset`` <= every readable offset < ``log_end_offset`` (LEO). The high
-    watermark is *not* kept here: the broker core owns it, since it depends on replicas.
+    watermark is decided by the broker core, since it depends on replicas; the core writes it
+    to :attr:`high_watermark` whenever it moves, for the engine's background work.
     All synchronous methods are safe to call from the trio thread; none may block for long.
     """
 
     topic_partition: TopicPartition
+    #: the partition's high watermark as the broker core last set it (None: not set, as for a
+    #: log used outside a broker). Retention and compaction never delete or rewrite records at
+    #: or past it (Kafka's ``deletableSegments`` and the cleaner's last-stable-offset bound):
+    #: those may still be truncated away by a leader change, and a key compacted in favour of
+    #: such a record would be lost with it. An engine without background deletion ignores it
+    high_watermark: int | None
     #: how many times compaction has rewritten part of this log (0 for an engine that never
     #: compacts): when it changes, the broker re-checks what it derived from batches that may be
     #: gone -- an aborted transaction's entry goes once the cleaner removed its ABORT marker

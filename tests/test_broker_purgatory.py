@@ -376,4 +376,5 @@ async def test_min_insync_replicas_above_the_replication_factor_counts_as_the_fa
         assert (await produce(core, TP, batch([b"b"]), acks=-1)).error == ErrorCode.NONE
         partition = core.replica_manager.get_partition(TP)
         assert partition is not None and partition.high_watermark == 2
+        assert partition.log.high_watermark == 2  # what bounds the log's retention and compaction
         assert [r.value for r in await fetch_records(core, TP)] == [b"a", b"b"]

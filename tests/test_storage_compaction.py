@@ -822,3 +822,26 @@ def test_a_cleaned_segment_whose_time_index_fills_ends_it_with_its_largest_times
     times = writer.time_path.read_bytes()
     assert len(times) == 4096 // 12 * 12
     assert struct.unpack(">qi", times[-12:]) == (5_599, 599)
+
+
+async def test_the_cleaner_stops_at_the_high_watermark(tmp_path: Path) -> None:
+    """Kafka cleans only below the last stable offset, so below the high watermark: key-0's
+    value at offset 0 is committed, its newer value is not yet (a leader change may truncate
+    it away). Cleaning offset 0 in favour of it lost key-0 on the replica that then truncated."""
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    write_keys(log, 1)
+    log.high_watermark = log.log_end_offset  # round 0 is committed; what follows is not yet
+    committed = log.log_end_offset
+    write_keys(log, 20)
+    assert len(log.segments) > 3
+    assert await storage.run_cleaner() == 0  # nothing cleanable below the high watermark
+    log.truncate_to(committed)  # the leader changed: the uncommitted rounds go
+    assert [(k, v) for _, k, v in key_values(log)] == [(b"key-%d" % k, b"v0-%d" % k) for k in range(5)]
+    # once the high watermark moves on, the rounds below it are cleaned as before
+    write_keys(log, 20)
+    log.high_watermark = log.segments[-2].base_offset
+    assert await storage.run_cleaner() == 1
+    below = [k for offset, k, _ in key_values(log) if offset < log.high_watermark]
+    assert len(below) == len(set(below)) == 5  # one record per key left below it
+    await storage.close()

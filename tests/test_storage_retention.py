@@ -150,3 +150,21 @@ async def test_retention_runs_in_the_background(tmp_path: Path, autojump_clock: 
         assert len(log.segments) == 1
         nursery.cancel_scope.cancel()
     await storage.close()
+
+
+async def test_retention_stops_at_the_high_watermark(tmp_path: Path) -> None:
+    """Kafka's ``deletableSegments``: a segment whose successor starts past the high watermark
+    stays, whatever the retention settings say; its records may still be truncated away, and
+    the log start never passes the high watermark."""
+    now = [1_700_000_000_000]
+    storage, log = await _log_with_segments(tmp_path, now, retention_ms=1)
+    segments = log.segments
+    assert len(segments) > 4
+    log.high_watermark = segments[2].base_offset
+    await storage.run_retention()
+    assert log.segments[0].base_offset == segments[2].base_offset == log.log_start_offset
+    assert log.log_start_offset <= log.high_watermark
+    log.high_watermark = log.log_end_offset
+    await storage.run_retention()
+    assert len(log.segments) == 1
+    await storage.close()

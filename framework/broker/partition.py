@@ -109,6 +109,7 @@ class Partition:
         self.isr: frozenset[int] = frozenset()
         self.remote_replicas: dict[int, ReplicaState] = {}
         self._high_watermark = log.log_start_offset
+        log.high_watermark = self._high_watermark  # the log's background work stops below it
         #: follower: the leader's HW from the last fetch response (-1 until one arrives)
         self._leader_high_watermark = -1
         self.producer_state = ProducerStateManager(producer_id_expiration_ms, clock_ms=clock_ms)
@@ -204,9 +205,14 @@ class Partition:
         hw = self._high_watermark
         return hw if unstable is None else min(hw, unstable)
 
+    def _set_high_watermark(self, hw: int) -> None:
+        """Move the HW, and tell the log (retention and compaction stop below it)."""
+        self._high_watermark = hw
+        self.log.high_watermark = hw
+
     def restore_high_watermark(self, checkpointed: int) -> None:
         """Start from the checkpointed HW (bounded by the log) after a restart."""
-        self._high_watermark = max(self.log.log_start_offset, min(checkpointed, self.log.log_end_offset))
+        self._set_high_watermark(max(self.log.log_start_offset, min(checkpointed, self.log.log_end_offset)))
 
     @property
     def effective_min_isr(self) -> int:
@@ -227,7 +233,7 @@ class Partition:
             state = self.remote_replicas.get(r)
             new_hw = min(new_hw, state.log_end_offset if state is not None else -1)
         if new_hw > self._high_watermark:
-            self._high_watermark = new_hw
+            self._set_high_watermark(new_hw)
             return True
         return False
 
@@ -236,7 +242,7 @@ class Partition:
         self._leader_high_watermark = leader_high_watermark
         new_hw = max(self.log.log_start_offset, min(leader_high_watermark, self.log.log_end_offset))
         moved = new_hw != self._high_watermark
-        self._high_watermark = new_hw
+        self._set_high_watermark(new_hw)
         return moved
 
     def follow_log_start_offset(self, leader_log_start_offset: int) -> bool:
@@ -383,7 +389,7 @@ class Partition:
         """Follower truncation (by leader epoch): cut the log and make derived state match it."""
         self.log.truncate_to(offset)
         self.producer_state.truncate_and_reload(self.log)
-        self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
+        self._set_high_watermark(min(self._high_watermark, self.log.log_end_offset))
 
     # -- reads -----------------------------------------------------------------------------------
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:

@@ -128,6 +128,12 @@ def dirty_ratio(log: SegmentLog, now_ms: int) -> tuple[float, list[LogSegment], 
     if bound is not None and bound > log.log_start_offset:
         while cleanable and cleanable[-1].next_offset > bound:
             cleanable.pop()
+    # and the high watermark: a record past it may be truncated away (a leader change), and the
+    # older value of its key must not have been cleaned in its favour
+    hw = log.high_watermark
+    if hw is not None:
+        while cleanable and cleanable[-1].next_offset > hw:
+            cleanable.pop()
     if not cleanable:
         return 0.0, [], segs[0].base_offset
     end = segs[len(cleanable)].base_offset

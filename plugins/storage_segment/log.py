@@ -92,6 +92,8 @@ class SegmentLog:
         #: the cleanable range by the last stable offset): nothing from its segment on is
         #: cleaned until a control batch is appended or the log is truncated. In memory only
         self.uncleanable_from: int | None = None
+        #: set by the broker (see PartitionLog): retention and the cleaner stop below it
+        self.high_watermark: int | None = None
         self.compaction_count = 0  # segments replaced by cleaned ones (see PartitionLog)
         self.closed = False
         self._failure: str | None = None  # set when the log's files could not be kept consistent

@@ -10,7 +10,10 @@ segment the rule keeps, so a log never gets holes:
 - ``retention.bytes`` (same, -1 disables): deleting the segment keeps the log at or above
   retention.bytes.
 
-The active segment is never deleted; it rolls by ``segment.ms``/``segment.bytes`` first.
+The active segment is never deleted; it rolls by ``segment.ms``/``segment.bytes`` first. Nor is
+a segment whose successor starts past the high watermark the broker set
+(``SegmentLog.high_watermark``, Kafka's ``deletableSegments``): its records may still be
+truncated away, and the log start must not pass the high watermark.
 """
 
 from __future__ import annotations
@@ -58,12 +61,28 @@ def _size_breached(log: SegmentLog) -> list[LogSegment]:
     return out
 
 
+def _below_high_watermark(log: SegmentLog, prefix: list[LogSegment]) -> list[LogSegment]:
+    """The part of ``prefix`` (the log's first segments, never the active one) whose every
+    successor starts at or below the high watermark."""
+    hw = log.high_watermark
+    if hw is None:
+        return prefix
+    segs = log.segments
+    n = 0
+    while n < len(prefix) and segs[n + 1].base_offset <= hw:
+        n += 1
+    return prefix[:n]
+
+
 def breached_segments(log: SegmentLog, now_ms: int) -> Iterator[tuple[list[LogSegment], str]]:
     """(segments, reason) to delete, rule by rule; re-evaluated after each deletion."""
     if log.config.delete:
-        yield _time_breached(log, now_ms), f"older than retention.ms={log.config.retention_ms}"
-        yield _size_breached(log), f"log above retention.bytes={log.config.retention_bytes}"
-    yield _log_start_breached(log), f"below the log start offset {log.log_start_offset}"
+        older = f"older than retention.ms={log.config.retention_ms}"
+        yield _below_high_watermark(log, _time_breached(log, now_ms)), older
+        above = f"log above retention.bytes={log.config.retention_bytes}"
+        yield _below_high_watermark(log, _size_breached(log)), above
+    below = f"below the log start offset {log.log_start_offset}"
+    yield _below_high_watermark(log, _log_start_breached(log)), below
 
 
 def apply_retention(log: SegmentLog, now_ms: int) -> int:

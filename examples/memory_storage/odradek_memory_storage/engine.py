@@ -71,6 +71,7 @@ class MemoryLog:
     """One partition's log in memory."""
 
     compaction_count = 0  # this engine never compacts
+    high_watermark: int | None = None  # nothing here deletes in the background: only noted
 
     def __init__(self, tp: TopicPartition, data: _LogData, config: TopicConfig) -> None:
         self.topic_partition = tp
