@@ -10,6 +10,7 @@ import struct
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -398,12 +399,16 @@ async def test_a_crash_during_the_swap_is_completed_on_start(tmp_path: Path) -> 
     write_keys(log, 20)
     original = SegmentLog.replace_segments
 
+    class PowerCut(BaseException):
+        """Nothing after it runs (an Exception would be cleaned up after, as a failure)."""
+
     def crash(self: SegmentLog, old: Any, new: Any) -> Any:
-        raise RuntimeError("power cut after the .swap rename")
+        raise PowerCut("power cut after the .swap rename")
 
     SegmentLog.replace_segments = crash  # type: ignore[method-assign]
     try:
-        await storage.run_cleaner()
+        with pytest.raises(PowerCut):
+            await storage.run_cleaner()
     finally:
         SegmentLog.replace_segments = original  # type: ignore[method-assign]
     part = tmp_path / "events-0"
@@ -845,3 +850,38 @@ async def test_the_cleaner_stops_at_the_high_watermark(tmp_path: Path) -> None:
     below = [k for offset, k, _ in key_values(log) if offset < log.high_watermark]
     assert len(below) == len(set(below)) == 5  # one record per key left below it
     await storage.close()
+
+
+def test_a_group_never_spans_an_empty_segment() -> None:
+    """Kafka keeps groups consecutive. Skipping an empty segment (one recovery cut to nothing)
+    made a group of the segments around it; its replacement then failed after the swap files
+    were durable, and the next start installed them over a log that had moved on."""
+
+    def inp(base: int, size: int) -> Any:
+        index = SimpleNamespace(entries=1)
+        seg = SimpleNamespace(base_offset=base, next_offset=base + 10, offset_index=index, time_index=index)
+        return SimpleNamespace(segment=seg, size=size)
+
+    a, empty, c, d = inp(0, 100), inp(10, 0), inp(20, 100), inp(30, 100)
+    groups = cleaner.group_inputs([a, empty, c, d], segment_bytes=1000, index_bytes=1000)
+    assert groups == [[a], [c, d]]
+
+
+async def test_a_replacement_that_fails_leaves_no_swap_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = await open_storage(tmp_path)
+    log = compacted_log(storage)
+    write_keys(log, 20)
+
+    def refuse(*_: object) -> list[Path]:
+        raise ValueError("only consecutive inactive segments can be replaced")
+
+    monkeypatch.setattr(log, "replace_segments", refuse)
+    before = key_values(log)
+    assert await storage.run_cleaner() == 0  # the round failed: the log is left uncleaned
+    assert not list((tmp_path / "events-0").glob("*.swap"))
+    assert key_values(log) == before
+    await storage.close()
+    reopened = await open_storage(tmp_path)  # and the next start installs nothing
+    reloaded = reopened.get_log(TP)
+    assert reloaded is not None and key_values(reloaded) == before  # type: ignore[arg-type]
+    await reopened.close()

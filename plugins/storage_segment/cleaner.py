@@ -524,12 +524,17 @@ def clean_step(group: list[_Input], omap: OffsetMap, writer: GroupWriter, cursor
 
 def group_inputs(inputs: list[_Input], segment_bytes: int, index_bytes: int) -> list[list[_Input]]:
     """Consecutive inputs whose total fits one segment (size, both indexes and int32 offset
-    span; Kafka's ``groupSegmentsBySize``)."""
+    span; Kafka's ``groupSegmentsBySize``). An empty input (a segment recovery cut to nothing)
+    is left as it is, and no group spans it: a group must be consecutive segments, or its
+    replacement fails after its swap files were made durable."""
     groups: list[list[_Input]] = []
+    after_empty = False
     for inp in inputs:
         if inp.size == 0:
+            after_empty = True
             continue
-        cur = groups[-1] if groups else None
+        cur = groups[-1] if groups and not after_empty else None
+        after_empty = False
         if (
             cur is not None
             and sum(i.size for i in cur) + inp.size <= segment_bytes
@@ -699,7 +704,14 @@ class LogCleaner:
             writable=False,
         )
         new.set_known_extent(writer.next_offset, (writer.max_ts, writer.offset_of_max_ts))
-        retired = lg.replace_segments([inp.segment for inp in group], new)
+        try:
+            retired = lg.replace_segments([inp.segment for inp in group], new)
+        except Exception:
+            # no longer held, so no truncation would withdraw them: a .swap left here would be
+            # installed by the next start, over whatever the log became meanwhile
+            lg.hold_swap(swaps)
+            lg.withdraw_swap()
+            raise
         for swap in swaps:
             os.replace(swap, swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
         # a change while the final names are made durable must end the round before the next group
