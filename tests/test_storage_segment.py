@@ -458,6 +458,25 @@ async def test_recovery_scans_only_past_the_recovery_point(tmp_path: Path, monke
     await storage.close()
 
 
+async def test_a_truncation_takes_the_checkpointed_recovery_point_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's truncateTo checkpoints the lowered recovery point at once. Left at its old value,
+    segments re-appended below it after a truncation were trusted unscanned after a crash (a
+    power loss may have left them torn): here, at the next flush tick."""
+    storage, log = await _flushed_and_checkpointed(tmp_path, 40)
+    log.truncate_to(5)
+    await storage.flush_tick()
+    assert read_offsets(tmp_path / RECOVERY_POINT_CHECKPOINT)[TP] <= 5
+    for _ in range(40):
+        append(log, batch(2))
+    storage.abandon()
+    recovered = _count_recoveries(monkeypatch)
+    storage = await open_storage(tmp_path, log_segment_bytes=400)
+    assert recovered and recovered[0] <= 5  # every re-appended segment is scanned
+    await storage.close()
+
+
 def _follower_batches(first: int, count: int, ts: int) -> bytes:
     """``count`` one-record batches from ``first`` with a gap of 3 offsets before each, as a
     leader's compacted log replicates them."""
@@ -639,6 +658,33 @@ async def test_recovery_restores_epochs_the_checkpoint_lost(tmp_path: Path) -> N
     assert log is not None
     assert [(e.epoch, e.start_offset) for e in log.epoch_entries()] == [(0, 0), (2, 2), (5, 4)]
     assert log.end_offset_for_epoch(2) == (2, 4)
+    await storage.close()
+
+
+async def test_recovery_restores_an_epoch_that_began_below_the_log_start(tmp_path: Path) -> None:
+    """Epoch 5 began at offset 4, DeleteRecords then moved the log start to 6, and a power loss
+    kept only epoch 0 of the checkpoint. Recovery assigned epochs only from the log start on,
+    so epoch 5 was lost and offsets 6 on counted as epoch 0's (OffsetForLeaderEpoch answered
+    wrong, and a follower truncating by epoch diverged). As Kafka's recovery: assigned, then
+    moved up to the log start."""
+    storage = await open_storage(tmp_path)
+    log = log_of(storage)
+    append(log, batch(2), epoch=0)
+    await log.flush()
+    await storage.write_own_checkpoints()
+    append(log, batch(2), epoch=0)
+    append(log, batch(4), epoch=5)
+    assert log.delete_records_before(6) == 6
+    await storage.write_own_checkpoints(recovery=False)  # the log start is checkpointed
+    path = tmp_path / "events-0" / "leader-epoch-checkpoint"
+    storage.abandon()
+    path.write_text("0\n1\n0 0\n")
+    storage = await open_storage(tmp_path)
+    log = storage.get_log(TP)
+    assert log is not None and log.log_start_offset == 6
+    assert [(e.epoch, e.start_offset) for e in log.epoch_entries()] == [(5, 6)]
+    assert log.end_offset_for_epoch(0) == (0, 6)  # older than every known epoch: up to its start
+    assert log.end_offset_for_epoch(5) == (5, 8)
     await storage.close()
 
 

@@ -73,6 +73,10 @@ class SegmentLog:
         self._log_start = log_start_offset
         self._flush_messages = config.flush_messages
         self.recovery_point = min(recovery_point, self._leo)
+        #: a truncation took the recovery point back: the storage's next flush tick persists it
+        #: (Kafka's truncateTo checkpoints it at once). Until then a power loss after new
+        #: appends would leave their segments below the old recovery point, trusted unscanned
+        self.recovery_point_lowered = False
         self._size = sum(s.size for s in segments)
         self._epochs = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)
         self._retire_paths = retire
@@ -404,7 +408,9 @@ class SegmentLog:
         # a batch straddling the target goes whole; never end below the log start
         self._leo = offset if cut is None else max(min(offset, cut), self._log_start)
         self._size = sum(s.size for s in self._segments)
-        self.recovery_point = min(self.recovery_point, self._leo)
+        if self._leo < self.recovery_point:
+            self.recovery_point = self._leo
+            self.recovery_point_lowered = True
         self.first_dirty_offset = min(self.first_dirty_offset, self._leo)
         self._dirty = True
         self._epochs.truncate_from_end(self._leo)
@@ -427,6 +433,7 @@ class SegmentLog:
             raise KafkaStorageError(f"{self.topic_partition}: {self._failure}") from exc
         self._bases = [offset]
         self._pending_flush = []
+        self.recovery_point_lowered = True
         self._leo = self._log_start = self.recovery_point = self.first_dirty_offset = offset
         self._size = 0
         self._dirty = True
@@ -547,9 +554,13 @@ class SegmentLog:
     # -- leader epochs -------------------------------------------------------------------------
     def assign_recovered_epoch(self, epoch: int, start_offset: int) -> None:
         """An epoch seen in a batch during recovery: kept when it is newer than the cache's
-        latest and the batch is still in the log (what Kafka's recovery does)."""
-        if epoch > self._epochs.latest_epoch and self._log_start <= start_offset < self._leo:
+        latest and the batch is still in the log, then moved up to the log start when it began
+        below it (Kafka's recovery, then its truncateFromStart): a batch below the log start
+        still says which epoch the offsets after it belong to."""
+        if epoch > self._epochs.latest_epoch and start_offset < self._leo:
             self._epochs.assign(epoch, start_offset)
+            if start_offset < self._log_start:
+                self._epochs.truncate_from_start(self._log_start)
 
     def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
         self._check_open()

@@ -162,6 +162,9 @@ class SegmentLogStorage:
         self._closed = False
         self._log_start_dirty = False
         self._cleaner_dirty = False
+        #: a truncation lowered a recovery point (SegmentLog.recovery_point_lowered) since the
+        #: recovery points were last written
+        self._recovery_dirty = False
         self._uncleanable: set[TopicPartition] = set()
         self._checkpoint_lock = trio.Lock()
         #: the worker threads that ask the log dirs' volumes (describe_log_dirs) at one time
@@ -446,6 +449,8 @@ class SegmentLogStorage:
         """Persist the recovery points, log start offsets and cleaner offsets of every log dir."""
         async with self._checkpoint_lock:
             self._log_start_dirty = self._cleaner_dirty = False
+            if recovery:
+                self._recovery_dirty = False
             covered = set(self._deleted_unpersisted)
             # a deleted log's entries go from all three files (its recovery point too)
             seq, files = self._snapshot(recovery=recovery or bool(covered))
@@ -453,6 +458,7 @@ class SegmentLogStorage:
                 await trio.to_thread.run_sync(self._write_snapshot, seq, files)
             except OSError as exc:
                 self._log_start_dirty = self._cleaner_dirty = True  # try again next time
+                self._recovery_dirty = self._recovery_dirty or recovery
                 raise KafkaStorageError(f"writing checkpoints failed: {exc}") from exc
             self._deleted_unpersisted -= covered
 
@@ -494,6 +500,9 @@ class SegmentLogStorage:
         changed log start / cleaner offsets."""
         now = self.ctx.time_ms()
         for lg in list(self._logs.values()):
+            if lg.recovery_point_lowered:
+                lg.recovery_point_lowered = False
+                self._recovery_dirty = True
             # most logs have nothing to do: decide that without a coroutine per log, since this
             # runs every log.flush.scheduler.interval.ms over thousands of partitions
             if lg.closed or not (lg.rolled_unflushed or lg.flush_due(now)):
@@ -502,8 +511,9 @@ class SegmentLogStorage:
             if lg.flush_due(now):
                 await lg.flush()
         await self._unlink_retired()
-        if self._log_start_dirty or self._cleaner_dirty:
-            await self.write_own_checkpoints(recovery=False)
+        if self._recovery_dirty or self._log_start_dirty or self._cleaner_dirty:
+            # a lowered recovery point must reach the disk before appends past it are trusted
+            await self.write_own_checkpoints(recovery=self._recovery_dirty)
 
     async def run_retention(self) -> int:
         """One retention pass over every log; returns the bytes freed."""
