@@ -642,12 +642,18 @@ async def test_a_log_start_move_writes_epochs_without_fsync_on_the_event_loop(
     await storage.close()
 
 
-async def test_recovery_restores_epochs_the_checkpoint_lost(tmp_path: Path) -> None:
+async def _flushed_at_epoch_0(tmp_path: Path) -> tuple[SegmentLogStorage, SegmentLog]:
+    """A log of one batch at epoch 0, fsynced, its recovery point checkpointed."""
     storage = await open_storage(tmp_path)
     log = log_of(storage)
     append(log, batch(2), epoch=0)
     await log.flush()
     await storage.write_own_checkpoints()
+    return storage, log
+
+
+async def test_recovery_restores_epochs_the_checkpoint_lost(tmp_path: Path) -> None:
+    storage, log = await _flushed_at_epoch_0(tmp_path)
     append(log, batch(2), epoch=2)
     append(log, batch(3), epoch=5)
     path = tmp_path / "events-0" / "leader-epoch-checkpoint"
@@ -667,11 +673,7 @@ async def test_recovery_restores_an_epoch_that_began_below_the_log_start(tmp_pat
     so epoch 5 was lost and offsets 6 on counted as epoch 0's (OffsetForLeaderEpoch answered
     wrong, and a follower truncating by epoch diverged). As Kafka's recovery: assigned, then
     moved up to the log start."""
-    storage = await open_storage(tmp_path)
-    log = log_of(storage)
-    append(log, batch(2), epoch=0)
-    await log.flush()
-    await storage.write_own_checkpoints()
+    storage, log = await _flushed_at_epoch_0(tmp_path)
     append(log, batch(2), epoch=0)
     append(log, batch(4), epoch=5)
     assert log.delete_records_before(6) == 6
