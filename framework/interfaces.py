@@ -101,6 +101,11 @@ class FetchDataInfo(Protocol):
     fetch_offset: int  # offset that was asked for
     first_batch_offset: int  # base offset of the first batch in the slice (-1 when empty)
     size: int  # byte length of the slice (0 when nothing to return)
+    #: the offset after the slice's last batch (-1 when empty or not known): below the read's
+    #: bound, the read stopped at ``max_bytes`` or a segment's end with more to read, which a
+    #: fetch waiting for ``min_bytes`` counts as full (Kafka's DelayedFetch). An engine written
+    #: before it is read as -1
+    next_offset: int
 
     def file_range(self) -> FileRange | None:
         """The slice as a file range for zero-copy send, or None when the engine holds no file."""

@@ -378,3 +378,49 @@ async def test_min_insync_replicas_above_the_replication_factor_counts_as_the_fa
         assert partition is not None and partition.high_watermark == 2
         assert partition.log.high_watermark == 2  # what bounds the log's retention and compaction
         assert [r.value for r in await fetch_records(core, TP)] == [b"a", b"b"]
+
+
+async def _timed_fetch(core: BrokerCore, min_bytes: int, max_bytes: int, partition_max: int) -> tuple[float, int]:
+    """A consumer fetch from offset 0 waiting up to 1.5 s: (seconds it took, bytes answered)."""
+    start = trio.current_time()
+    res = await core.fetch(
+        -1, 1500, min_bytes, max_bytes, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 0, partition_max)]
+    )
+    info = res[TP].records
+    size = info.size if info is not None else 0
+    release_all(res)
+    return trio.current_time() - start, size
+
+
+async def test_a_backlog_read_to_the_partition_limit_satisfies_min_bytes(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Reads are whole batches, so a read up to a partition's byte limit ends a little under
+    it. A consumer whose fetch.min.bytes is its max.partition.fetch.bytes (a common tuning for
+    throughput) then waited out fetch.max.wait.ms on every fetch of a backlog. Kafka counts
+    min(bytes available, partition limit) (DelayedFetch) and never asks more than the
+    response's max_bytes (handleFetchRequest): both answer at once here."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        for i in range(50):
+            assert (await produce(core, TP, batch([b"%04d" % i + b"x" * 1000]))).error == ErrorCode.NONE
+        took, size = await _timed_fetch(core, 10_000, 1 << 20, 10_000)
+        assert took == 0 and 0 < size < 10_000
+        took, size = await _timed_fetch(core, 5_000, 3_000, 1 << 20)  # min_bytes over max_bytes
+        assert took == 0 and 0 < size <= 3_000
+        # what the log holds is all there is: it still waits for more
+        took, size = await _timed_fetch(core, 1 << 20, 1 << 22, 1 << 21)
+        assert took == 1.5 and size > 50_000
+
+
+async def test_a_read_that_ends_at_a_segment_with_more_after_it_satisfies_min_bytes(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A read stays within one segment; with more segments to read, Kafka's DelayedFetch
+    completes at once (the fetch is on an older segment than the log end)."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", **{"segment.bytes": "5000"})
+        for i in range(50):
+            assert (await produce(core, TP, batch([b"%04d" % i + b"x" * 1000]))).error == ErrorCode.NONE
+        took, size = await _timed_fetch(core, 20_000, 1 << 20, 1 << 20)
+        assert took == 0 and 0 < size <= 5000

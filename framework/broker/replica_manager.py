@@ -47,7 +47,7 @@ from .api import (
 )
 from .delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, release_all
 from .log_validator import DEFAULT_MAX_DECOMPRESSED_BYTES, validate_records
-from .partition import Partition
+from .partition import Partition, ReadResult
 from .producer_state import SNAPSHOT_NAME, AppendOrigin
 from .purgatory import DelayedOperationPurgatory
 from .storage_failures import StorageFailureLog, one_line
@@ -103,6 +103,16 @@ def _error_of(exc: BaseException) -> ErrorCode:
     if isinstance(exc, KafkaError):
         return exc.code
     return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def _readable_end(read: ReadResult, replica_id: int, isolation_level: IsolationLevel) -> int:
+    """The offset a fetch may read up to (exclusive), as :meth:`Partition.read_records` bounds
+    it: the log end for a follower, else the LSO or the HW."""
+    if replica_id >= 0:
+        return read.log_end_offset
+    if isolation_level is IsolationLevel.READ_COMMITTED:
+        return read.last_stable_offset
+    return read.high_watermark
 
 
 def _epoch_for_offset(partition: Partition, offset: int) -> int:
@@ -453,6 +463,7 @@ class ReplicaManager:
         def read() -> tuple[dict[TopicPartition, FetchPartitionResult], int, bool]:
             return self.read_from_local_log(replica_id, max_bytes, isolation_level, partitions)
 
+        min_bytes = min(min_bytes, max_bytes)  # as Kafka's handleFetchRequest: never more than it may answer
         results, total, errored = read()
         if replica_id >= 0:
             self._update_follower_fetch_states(replica_id, partitions, results)
@@ -508,7 +519,13 @@ class ReplicaManager:
         isolation_level: IsolationLevel,
         partitions: Sequence[FetchPartition],
     ) -> tuple[dict[TopicPartition, FetchPartitionResult], int, bool]:
-        """One pass over the partitions: (results in request order, bytes read, any error)."""
+        """One pass over the partitions: (results in request order, bytes readable, any error).
+
+        The bytes readable count a partition whose read stopped short of what it may read (at
+        its byte limit, or a segment's end) as its full limit, as Kafka's DelayedFetch counts
+        min(bytes available, partition max bytes): reads here are whole batches, under the
+        limit, and a fetch whose ``min_bytes`` is the partition limit waited out ``max_wait_ms``
+        on every backlog read."""
         results: dict[TopicPartition, FetchPartitionResult] = {}
         remaining = max(0, max_bytes)
         min_one_batch = True
@@ -541,6 +558,9 @@ class ReplicaManager:
                 min_one_batch = False
                 remaining = max(0, remaining - size)
                 total += size
+                after = getattr(read.info, "next_offset", -1)
+                if after >= 0 and after < _readable_end(read, replica_id, isolation_level):
+                    total += max(limit - size, 0)
             aborted: tuple[AbortedTransaction, ...] | None = None
             if isolation_level is IsolationLevel.READ_COMMITTED:
                 aborted = tuple(

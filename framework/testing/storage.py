@@ -260,6 +260,22 @@ class StorageConformance:
             assert none.size == 0 and none.to_bytes() == b""
             none.release()
 
+    async def test_a_read_names_the_offset_after_its_last_batch(self, tmp_path: Path) -> None:
+        """``next_offset``: what a fetch waiting for ``min_bytes`` compares with its bound to
+        tell a read cut short (more to read) from one that read everything there is."""
+        async with self.env(tmp_path) as env:
+            _, log = await env.log()
+            append(log, *[2] * 5)
+            size = len(make_batch(2))
+            for max_bytes, max_offset, expected in ((1 << 20, None, 10), (size, None, 2), (1 << 20, 4, 4)):
+                fetched = log.read(0, max_bytes, max_offset=max_offset)
+                last = headers(fetched)[-1]
+                assert fetched.next_offset == last.last_offset + 1 == expected, (max_bytes, max_offset)
+                fetched.release()
+            empty = log.read(10, 1 << 20)
+            assert empty.size == 0 and empty.next_offset == -1
+            empty.release()
+
     async def test_a_batch_larger_than_max_bytes_is_returned_whole(self, tmp_path: Path) -> None:
         async with self.env(tmp_path) as env:
             _, log = await env.log()

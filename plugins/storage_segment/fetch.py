@@ -18,11 +18,20 @@ from .handles import LogFile
 class SegmentFetchData:
     """Whole batches ``[position, position + size)`` of one ``.log`` file."""
 
-    __slots__ = ("_fd", "_file", "fetch_offset", "first_batch_offset", "position", "size")
+    __slots__ = ("_fd", "_file", "fetch_offset", "first_batch_offset", "next_offset", "position", "size")
 
-    def __init__(self, fetch_offset: int, first_batch_offset: int, size: int, file: LogFile | None, position: int):
+    def __init__(
+        self,
+        fetch_offset: int,
+        first_batch_offset: int,
+        size: int,
+        file: LogFile | None,
+        position: int,
+        next_offset: int = -1,
+    ):
         self.fetch_offset = fetch_offset
         self.position = position
+        self.next_offset = next_offset if size > 0 else -1
         self._file: LogFile | None = None
         self._fd = -1
         if file is not None and size > 0:

@@ -354,19 +354,19 @@ class SegmentLog:
                 f"{self.topic_partition}: offset {fetch_offset} is outside [{self._log_start}, {self._leo}]"
             )
         if fetch_offset == self._leo or (max_offset is not None and fetch_offset >= max_offset):
-            return SegmentFetchData(fetch_offset, -1, 0, None, 0)
+            return SegmentFetchData(fetch_offset, -1, 0, None, 0, -1)
         i = max(bisect.bisect_right(self._bases, fetch_offset) - 1, 0)
         try:
             while i < len(self._segments):
                 seg = self._segments[i]
                 found = seg.read(fetch_offset, max_bytes, max_offset, min_one_batch)
                 if found is not None:
-                    pos, length, first = found
-                    return SegmentFetchData(fetch_offset, first, length, seg.log, pos)
+                    pos, length, first, after = found
+                    return SegmentFetchData(fetch_offset, first, length, seg.log, pos, after)
                 i += 1
         except OSError as exc:
             raise KafkaStorageError(f"{self.topic_partition}: read failed: {exc}") from exc
-        return SegmentFetchData(fetch_offset, -1, 0, None, 0)
+        return SegmentFetchData(fetch_offset, -1, 0, None, 0, -1)
 
     def segment_for(self, offset: int) -> LogSegment | None:
         """The segment whose range starts at or before ``offset`` (binary search)."""

@@ -491,9 +491,10 @@ class LogSegment:
 
     def read(
         self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
-    ) -> tuple[int, int, int] | None:
-        """(position, length, first batch base offset) of whole batches from the one holding
-        ``offset``; None when no batch here reaches ``offset``; length 0 when nothing fits."""
+    ) -> tuple[int, int, int, int] | None:
+        """(position, length, first batch base offset, the offset after the last batch or -1
+        when unknown) of whole batches from the one holding ``offset``; None when no batch here
+        reaches ``offset``; length 0 when nothing fits."""
         try:
             return self._read(offset, max_bytes, max_offset, min_one_batch)
         except CorruptMessage as exc:
@@ -503,7 +504,7 @@ class LogSegment:
 
     def _read(
         self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
-    ) -> tuple[int, int, int] | None:
+    ) -> tuple[int, int, int, int] | None:
         found = None
         slot = -1
         cached = self._fetch_ends.get(offset)
@@ -518,12 +519,13 @@ class LogSegment:
                 return None
         start, first = found
         if max_offset is not None and first.last_offset >= max_offset:
-            return start, 0, first.base_offset
+            return start, 0, first.base_offset, -1
         limit = self.size
-        if max_offset is not None and max_offset < self.next_offset:
+        limit_offset = self.next_offset  # the offset of whatever starts at ``limit``
+        if max_offset is not None and max_offset < limit_offset:
             stop = self.translate(max_offset, start)
             if stop is not None:
-                limit = stop[0]
+                limit, limit_offset = stop[0], stop[1].base_offset
         want = start + max(max_bytes, 0)
         after: tuple[int, int] | None = None  # (next offset, slot) where this read ends
         if want >= limit:
@@ -545,15 +547,15 @@ class LogSegment:
                 end = p + h.size
         if end == start:
             if not min_one_batch:
-                return start, 0, first.base_offset
-            end = start + first.size
-            after = None
+                return start, 0, first.base_offset, -1
+            return start, first.size, first.base_offset, first.last_offset + 1
         if after is not None:
             ends = self._fetch_ends
             if len(ends) >= FETCH_ENDS_KEPT:
                 del ends[next(iter(ends))]
             ends[after[0]] = end, after[1]
-        return start, end - start, first.base_offset
+            return start, end - start, first.base_offset, after[0]
+        return start, end - start, first.base_offset, limit_offset if end == limit else -1
 
     def read_bytes(self, position: int, length: int) -> bytes:
         return os.pread(self.log.fd(), length, position)

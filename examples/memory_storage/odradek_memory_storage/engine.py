@@ -54,6 +54,7 @@ class MemoryFetchData:
     def __init__(self, fetch_offset: int, batches: Sequence[_Batch]) -> None:
         self.fetch_offset = fetch_offset
         self.first_batch_offset = batches[0].base if batches else -1
+        self.next_offset = batches[-1].last + 1 if batches else -1
         self._data = b"".join(b.data for b in batches)
         self.size = len(self._data)
 
