@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import trio
 from broker_harness import batch, create, fetch_records, produce, running_broker
 
 from odradek import records
@@ -20,8 +21,10 @@ from odradek.broker.api import (
     ListOffsetsPartition,
     OffsetForLeaderEpochPartition,
 )
+from odradek.broker.metadata_cache import registration_json
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
+from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
 
 TP = TopicPartition("t", 0)
 
@@ -353,3 +356,27 @@ async def test_timestamp_difference_limit(tmp_path: Path) -> None:
             (-1, ErrorCode.NONE),  # no timestamp: nothing to bound (Kafka's LogValidator skips it)
         ):
             assert (await produce(core, tp, batch([b"v"], timestamp=ts))).error == error, ts
+
+
+async def test_a_partition_this_broker_does_not_host_is_not_unknown(tmp_path: Path) -> None:
+    """Kafka's getPartitionOrError: a partition the cluster has on other brokers only is
+    NOT_LEADER_OR_FOLLOWER here (a client with stale metadata refreshes it and goes to the
+    leader), not UNKNOWN_TOPIC_OR_PARTITION, which says the topic does not exist."""
+    async with running_broker(tmp_path) as core:
+        other = LocalMetadataStore(tmp_path / FILE_NAME)
+        await other.open(6000)
+        await other.register_broker(7, registration_json([("PLAINTEXT", "127.0.0.1", 9999, "PLAINTEXT")], None))
+        while 7 not in core.metadata_cache.live_broker_ids():
+            await trio.sleep(0.01)
+        res = await core.create_topics([CreatableTopic("t", assignments={0: [7]})], 1000, False)
+        assert res["t"].error == ErrorCode.NONE and core.replica_manager.get_partition(TP) is None
+        assert (await produce(core, TP, batch([b"x"]))).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        r = await core.fetch(-1, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 0, 100)])
+        assert r[TP].error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        r2 = await core.list_offsets(-1, IsolationLevel.READ_UNCOMMITTED, [ListOffsetsPartition(TP, -1)])
+        assert r2[TP].error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert (await core.delete_records({TP: 1}, 1000))[TP].error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        # a partition the topic does not have is still unknown
+        missing = TopicPartition("t", 5)
+        assert (await produce(core, missing, batch([b"x"]))).error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        await other.close()

@@ -100,6 +100,7 @@ class BrokerCore:
             max_decompressed_bytes=int(config["message.max.decompressed.bytes"]),
         )
         self.metadata_cache = MetadataCache(config, store, self.replica_manager)
+        self.replica_manager.partition_known = self.metadata_cache.contains_partition
         #: name -> (the TopicState it was built from, its ``state_changes`` then, live brokers,
         #: listed brokers, the answer): the cache replaces a TopicState when the topic is re-read
         #: and counts partition states it changes in place, so both say the answer is current

@@ -813,6 +813,11 @@ class MetadataCache:
     def topic_config(self, name: str) -> TopicConfig | None:
         return self._topic_configs.get(name)
 
+    def contains_partition(self, tp: TopicPartition) -> bool:
+        """Whether ``tp`` exists in the cluster (not whether this broker hosts it)."""
+        topic = self.topics.get(tp.topic)
+        return topic is not None and tp.partition in topic.assignment
+
     def contains_topic(self, name: str) -> bool:
         return name in self.topics
 

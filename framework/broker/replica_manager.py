@@ -150,6 +150,9 @@ class ReplicaManager:
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self.clock_ms = clock_ms
         self.partitions: dict[TopicPartition, Partition] = {}
+        #: whether the cluster has a partition (the metadata cache's, set by the broker core):
+        #: one this broker does not host is then NOT_LEADER_OR_FOLLOWER, not unknown
+        self.partition_known: Callable[[TopicPartition], bool] = lambda _tp: False
         #: topic -> the partitions of it in :attr:`partitions`, so a topic's re-read finds its
         #: hosted partitions without scanning every partition of the broker (it did, and a
         #: broker with thousands of topics paid that on every topic change)
@@ -311,7 +314,7 @@ class ReplicaManager:
 
     def _missing_error(self, tp: TopicPartition) -> ErrorCode:
         """What a parked produce request answers for a partition no longer hosted."""
-        if tp in self.offline_partitions:
+        if tp in self.offline_partitions or self.partition_known(tp):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
@@ -334,6 +337,12 @@ class ReplicaManager:
         if partition is None:
             if tp in self.offline_partitions:
                 raise self._offline_error(tp)
+            if self.partition_known(tp):
+                # Kafka's getPartitionOrError: the cluster has it, this broker is not one of its
+                # replicas (stale client metadata): the client refreshes and goes to its leader
+                raise KafkaError(
+                    f"broker {self.broker_id} is not a replica of {tp}", code=ErrorCode.NOT_LEADER_OR_FOLLOWER
+                )
             raise UnknownTopicOrPartition(f"this broker does not host {tp}")
         if not partition.is_leader:
             raise KafkaError(f"{tp}: leader is broker {partition.leader_id}", code=ErrorCode.NOT_LEADER_OR_FOLLOWER)

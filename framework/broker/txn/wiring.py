@@ -18,12 +18,7 @@ if TYPE_CHECKING:
 
 def partition_exists(core: BrokerCore) -> Callable[[TopicPartition], bool]:
     """Whether a partition exists in the cluster metadata (not whether this broker hosts it)."""
-
-    def exists(tp: TopicPartition) -> bool:
-        topic = core.metadata_cache.topics.get(tp.topic)
-        return topic is not None and tp.partition in topic.assignment
-
-    return exists
+    return core.metadata_cache.contains_partition
 
 
 async def start_transaction_coordinator(
