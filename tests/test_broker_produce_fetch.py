@@ -21,6 +21,7 @@ from odradek.broker.api import (
     ListOffsetsPartition,
     OffsetForLeaderEpochPartition,
 )
+from odradek.broker.internal_topic import InternalTopic
 from odradek.broker.metadata_cache import registration_json
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
@@ -380,3 +381,52 @@ async def test_a_partition_this_broker_does_not_host_is_not_unknown(tmp_path: Pa
         missing = TopicPartition("t", 5)
         assert (await produce(core, missing, batch([b"x"]))).error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         await other.close()
+
+
+async def test_list_offsets_after_a_leader_change_whose_high_watermark_lags(tmp_path: Path) -> None:
+    """Kafka's fetchOffsetForTimestamp: while the HW is below the offset where the leader's
+    epoch began, a consumer's LATEST (and a lookup that finds nothing readable) is
+    OFFSET_NOT_AVAILABLE, retriable, not the old HW, which would take it back. Answers carry
+    the epoch of their offset (KIP-320), not the current one."""
+
+    async def ask(timestamp: int, replica_id: int = -1) -> tuple[ErrorCode, int, int]:
+        got = await core.list_offsets(
+            replica_id, IsolationLevel.READ_UNCOMMITTED, [ListOffsetsPartition(TP, timestamp)]
+        )
+        return got[TP].error, got[TP].offset, got[TP].leader_epoch
+
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        for ts in (1000, 2000):
+            assert (await produce(core, TP, batch([b"v"], timestamp=ts))).error == ErrorCode.NONE
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None
+        partition.make_leader(1, [0, 99], [0, 99])  # a follower that has not fetched yet
+        assert (await produce(core, TP, batch([b"w"], timestamp=3000))).error == ErrorCode.NONE
+        assert (partition.high_watermark, partition.log_end_offset) == (2, 3)
+        assert await ask(LATEST_TIMESTAMP) == (ErrorCode.NONE, 2, 1)  # the epoch began at 2
+        partition.make_leader(2, [0, 99], [0, 99])  # a new leader: its epoch begins at 3
+        assert (await ask(LATEST_TIMESTAMP))[0] == ErrorCode.OFFSET_NOT_AVAILABLE
+        assert (await ask(2500))[0] == ErrorCode.OFFSET_NOT_AVAILABLE  # offset 2 is not readable yet
+        assert await ask(1500) == (ErrorCode.NONE, 1, 0)  # readable: its batch's epoch
+        assert await ask(EARLIEST_TIMESTAMP) == (ErrorCode.NONE, 0, 0)
+        assert await ask(LATEST_TIMESTAMP, replica_id=-2) == (ErrorCode.NONE, 3, 2)  # a debugging consumer
+        r = await core.fetch(-2, 0, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 2, 1 << 20)])
+        assert r[TP].records is not None and r[TP].records.size > 0  # it reads past the HW
+        r[TP].records.release()
+
+
+async def test_a_coordinator_loads_its_partition_to_the_log_end(tmp_path: Path) -> None:
+    """Kafka's coordinators load to the log end: a new leader's HW may still lag records the
+    old leader wrote and acknowledged (here: a follower has not fetched since). Loaded to the
+    HW, the group coordinator lost those committed offsets after a failover."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None
+        partition.make_leader(1, [0, 99], [0, 99])
+        for key in (b"a", b"b"):
+            assert (await produce(core, TP, batch([b"v"], keys=[key]))).error == ErrorCode.NONE
+        assert (partition.high_watermark, partition.log_end_offset) == (0, 2)
+        topic = InternalTopic(core, "t", 1, 1, {}, 1000)
+        assert [k async for k, _ in topic.read(0)] == [b"a", b"b"]

@@ -1121,3 +1121,39 @@ async def test_requests_before_a_malformed_one_are_answered_whatever_the_wake_or
             with pytest.raises(ConnectionError):
                 await conn.receive_frame()
         await conn.aclose()
+
+
+class OffsetsNotAvailable(ScriptedBroker):
+    """ListOffsets answers OFFSET_NOT_AVAILABLE (a new leader whose HW lags) and notes what it
+    was asked."""
+
+    asked: list[TopicPartition] = []
+
+    async def list_offsets(self, replica_id: int, isolation_level: int, partitions: Any) -> Any:
+        self.asked.extend(p.tp for p in partitions)
+        return {p.tp: ListOffsetsPartitionResult(ErrorCode.OFFSET_NOT_AVAILABLE) for p in partitions}
+
+
+@pytest.mark.parametrize("version", [4, 5])
+async def test_list_offsets_duplicates_and_offset_not_available_by_version(version: int) -> None:
+    """As Kafka answers ListOffsets: a partition named twice is INVALID_REQUEST each time (and
+    not looked up), and OFFSET_NOT_AVAILABLE, new in v5, is LEADER_NOT_AVAILABLE before it."""
+    request = sample(request_type(ApiKey.LIST_OFFSETS, version))
+    topic = request.topics[0]
+    part = topic.partitions[0]
+    twice = _replace(topic, partitions=(part, part, _replace(part, partition_index=part.partition_index + 1)))
+    request = _replace(request, isolation_level=0, topics=(twice,))
+    broker = OffsetsNotAvailable(_config())
+    broker.asked = []
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        response = await call(conn, request, 1)
+        await conn.aclose()
+    first = part.partition_index
+    unavailable = ErrorCode.OFFSET_NOT_AVAILABLE if version >= 5 else ErrorCode.LEADER_NOT_AVAILABLE
+    assert [(p.partition_index, int(p.error_code)) for p in response.topics[0].partitions] == [
+        (first, ErrorCode.INVALID_REQUEST),
+        (first, ErrorCode.INVALID_REQUEST),
+        (first + 1, unavailable),
+    ]
+    assert broker.asked == [TopicPartition(topic.name, first + 1)]

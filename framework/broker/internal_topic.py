@@ -15,6 +15,7 @@ from ..errors import ErrorCode, InvalidRecord
 from ..interfaces import TopicPartition
 from ..records import ControlRecordType, build_batch, iter_batches, parse_control_record
 from .api import (
+    DEBUGGING_REPLICA_ID,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     CreatableTopic,
@@ -166,22 +167,26 @@ class InternalTopic:
         return (await self.broker.produce(-1, self.timeout_ms, {tp: batch}, as_coordinator=True))[tp].error
 
     async def read(self, partition: int) -> AsyncIterator[Record]:
-        """Every keyed record of ``partition`` from its log start to its high watermark, in order."""
+        """Every keyed record of ``partition`` from its log start to its log end, in order."""
         async for entry in self.read_entries(partition):
             if entry.control is None and entry.key is not None:
                 yield entry.key, entry.value
 
     async def read_entries(self, partition: int) -> AsyncIterator[LogEntry]:
         """Every keyed record of ``partition`` and every transaction marker, from its log start
-        to its high watermark, in order."""
+        to its log end, in order."""
         tp = TopicPartition(self.name, partition)
         level = IsolationLevel.READ_UNCOMMITTED
-        start = (await self.broker.list_offsets(-1, level, [ListOffsetsPartition(tp, EARLIEST_TIMESTAMP)]))[tp].offset
-        end = (await self.broker.list_offsets(-1, level, [ListOffsetsPartition(tp, LATEST_TIMESTAMP)]))[tp].offset
+        # to the log end, as Kafka's coordinators load: a new leader's HW may still lag what
+        # the old leader wrote and acknowledged, and those records must not be skipped (the
+        # leader never truncates below its own log end while it leads)
+        me = DEBUGGING_REPLICA_ID
+        start = (await self.broker.list_offsets(me, level, [ListOffsetsPartition(tp, EARLIEST_TIMESTAMP)]))[tp].offset
+        end = (await self.broker.list_offsets(me, level, [ListOffsetsPartition(tp, LATEST_TIMESTAMP)]))[tp].offset
         offset = start
         while 0 <= offset < end:
             fetch = FetchPartition(tp, offset, _READ_CHUNK_BYTES)
-            result = (await self.broker.fetch(-1, 0, 0, _READ_CHUNK_BYTES, level, [fetch]))[tp]
+            result = (await self.broker.fetch(me, 0, 0, _READ_CHUNK_BYTES, level, [fetch]))[tp]
             if result.error != ErrorCode.NONE or result.records is None or result.records.size == 0:
                 break
             try:

@@ -30,7 +30,7 @@ from ..errors import (
     UnknownLeaderEpoch,
 )
 from ..interfaces import BatchMeta, FetchDataInfo, LogAppendInfo, PartitionLog, TopicPartition
-from .api import IsolationLevel
+from .api import DEBUGGING_REPLICA_ID, IsolationLevel
 from .log_validator import AppendSettings
 from .producer_state import (
     AbortedTxn,
@@ -105,6 +105,10 @@ class Partition:
         self.leader_id = -1
         self.leader_epoch = -1
         self.partition_epoch = -1
+        #: leader: the LEO when it took its current leader epoch (Kafka's
+        #: ``leaderEpochStartOffsetOpt``); until the HW reaches it, ListOffsets cannot say what
+        #: is readable (OFFSET_NOT_AVAILABLE). None while following
+        self.leader_epoch_start_offset: int | None = None
         self.replicas: tuple[int, ...] = ()
         self.isr: frozenset[int] = frozenset()
         self.remote_replicas: dict[int, ReplicaState] = {}
@@ -142,6 +146,7 @@ class Partition:
         self.partition_epoch = partition_epoch
         if new_leadership:
             self.leader_epoch = leader_epoch
+            self.leader_epoch_start_offset = self.log.log_end_offset
             entries = self.log.epoch_entries()
             if not entries or entries[-1].epoch < leader_epoch:
                 self.log.assign_epoch_start_offset(leader_epoch, self.log.log_end_offset)
@@ -165,6 +170,7 @@ class Partition:
             self._leader_high_watermark = -1  # a new leader's HW is not known until it answers
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
+        self.leader_epoch_start_offset = None
         self.replicas = tuple(replicas)
         self.isr = frozenset(isr)
         self.partition_epoch = partition_epoch
@@ -414,7 +420,8 @@ class Partition:
         replica_id: int = -1,
         current_leader_epoch: int = -1,
     ) -> ReadResult:
-        """Read for a consumer (up to the HW or LSO) or a follower (up to the LEO)."""
+        """Read for a consumer (up to the HW or LSO), a follower or a debugging consumer
+        (replica id -2, Kafka's ``DEBUGGING_CONSUMER_ID``: up to the LEO)."""
         if not self.is_leader:  # consumers and followers both fetch from the leader
             raise NotLeaderOrFollower(f"{self.topic_partition}: leader is {self.leader_id}")
         if replica_id >= 0 and replica_id not in self.remote_replicas:
@@ -424,7 +431,7 @@ class Partition:
         lso = self.last_stable_offset
         lstart = self.log.log_start_offset
         leo = self.log.log_end_offset
-        if replica_id >= 0:
+        if replica_id >= 0 or replica_id == DEBUGGING_REPLICA_ID:
             max_offset = None
         elif isolation_level is IsolationLevel.READ_COMMITTED:
             max_offset = lso

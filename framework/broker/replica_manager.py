@@ -27,6 +27,8 @@ from ..config import TopicConfig
 from ..errors import ErrorCode, KafkaError, UnknownTopicOrPartition
 from ..interfaces import Codec, LogDirDescription, LogStorage, TopicPartition
 from .api import (
+    CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -107,8 +109,8 @@ def _error_of(exc: BaseException) -> ErrorCode:
 
 def _readable_end(read: ReadResult, replica_id: int, isolation_level: IsolationLevel) -> int:
     """The offset a fetch may read up to (exclusive), as :meth:`Partition.read_records` bounds
-    it: the log end for a follower, else the LSO or the HW."""
-    if replica_id >= 0:
+    it: the log end for a follower or a debugging consumer, else the LSO or the HW."""
+    if replica_id >= 0 or replica_id == DEBUGGING_REPLICA_ID:
         return read.log_end_offset
     if isolation_level is IsolationLevel.READ_COMMITTED:
         return read.last_stable_offset
@@ -609,35 +611,50 @@ class ReplicaManager:
     def _list_offset(
         partition: Partition, replica_id: int, isolation_level: IsolationLevel, timestamp: int
     ) -> ListOffsetsPartitionResult:
-        epoch = partition.leader_epoch
+        """Kafka's ``fetchOffsetForTimestamp``. Each answer carries the leader epoch of its offset
+        (the current one for LATEST, else the one the epoch cache has for the offset, which is
+        the found batch's), so a consumer resetting to it can check it for truncation (KIP-320).
+        A consumer (replica id -1) asking while the HW is still below the offset where this
+        leader's epoch began gets OFFSET_NOT_AVAILABLE (retriable) for LATEST and for a lookup
+        that finds nothing readable: the HW a new leader inherited may be behind what the old
+        leader answered, and an older end offset would take the consumer back."""
         if timestamp == EARLIEST_TIMESTAMP:
-            return ListOffsetsPartitionResult(ErrorCode.NONE, -1, partition.log_start_offset, epoch)
+            start = partition.log_start_offset
+            return ListOffsetsPartitionResult(ErrorCode.NONE, -1, start, _epoch_for_offset(partition, start))
         if timestamp == EARLIEST_LOCAL_TIMESTAMP:
-            # no tiered storage: every offset is local, so the first is the log start (Kafka
-            # answers with the epoch the leader-epoch cache has for that offset)
+            # no tiered storage: every offset is local, so the first is the log start
             start = partition.log_start_offset
             return ListOffsetsPartitionResult(ErrorCode.NONE, -1, start, _epoch_for_offset(partition, start))
         # Kafka's lastFetchableOffset: what the asker may read
-        if replica_id >= 0:
+        if replica_id >= 0 or replica_id == DEBUGGING_REPLICA_ID:
             fetchable = partition.log_end_offset
         elif isolation_level is IsolationLevel.READ_COMMITTED:
             fetchable = partition.last_stable_offset
         else:
             fetchable = partition.high_watermark
+        epoch_start = partition.leader_epoch_start_offset
+        not_yet = (
+            replica_id == CONSUMER_REPLICA_ID and epoch_start is not None and epoch_start > partition.high_watermark
+        )
+        unavailable = ListOffsetsPartitionResult(ErrorCode.OFFSET_NOT_AVAILABLE)
         if timestamp == LATEST_TIMESTAMP:
-            return ListOffsetsPartitionResult(ErrorCode.NONE, -1, fetchable, epoch)
+            if not_yet:
+                return unavailable
+            return ListOffsetsPartitionResult(ErrorCode.NONE, -1, fetchable, partition.leader_epoch)
         if timestamp == MAX_TIMESTAMP:
             # as any timestamp lookup, only an offset the asker may read (Kafka filters it the same)
             ts, offset = partition.log.max_timestamp_and_offset()
-            if not 0 <= offset < fetchable:
-                return ListOffsetsPartitionResult(ErrorCode.NONE, -1, -1, epoch)
-            return ListOffsetsPartitionResult(ErrorCode.NONE, ts, offset, epoch)
-        if timestamp < 0:
+            if 0 <= offset < fetchable:
+                return ListOffsetsPartitionResult(ErrorCode.NONE, ts, offset, _epoch_for_offset(partition, offset))
+        elif timestamp < 0:
             raise KafkaError(f"unknown special timestamp {timestamp}", code=ErrorCode.INVALID_REQUEST)
-        found = partition.fetch_offset_for_timestamp(timestamp, isolation_level)
-        if found is None:
-            return ListOffsetsPartitionResult(ErrorCode.NONE, -1, -1, epoch)
-        return ListOffsetsPartitionResult(ErrorCode.NONE, found[1], found[0], epoch)
+        else:
+            found = partition.fetch_offset_for_timestamp(timestamp, isolation_level)
+            if found is not None and found[0] < fetchable:
+                return ListOffsetsPartitionResult(
+                    ErrorCode.NONE, found[1], found[0], _epoch_for_offset(partition, found[0])
+                )
+        return unavailable if not_yet else ListOffsetsPartitionResult(ErrorCode.NONE, -1, -1, -1)
 
     def describe_log_dirs(
         self, partitions: Collection[TopicPartition] | None, dirs: Sequence[LogDirDescription]

@@ -245,8 +245,15 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
         for t in request.topics
         for p in t.partitions
     ]
+    # a partition named twice is INVALID_REQUEST each time, as Kafka answers it
+    seen: set[TopicPartition] = set()
+    twice: set[TopicPartition] = set()
+    for p in partitions:
+        (twice if p.tp in seen else seen).add(p.tp)
     results = await ctx.broker.list_offsets(
-        request.replica_id, _isolation(getattr(request, "isolation_level", 0)), partitions
+        request.replica_id,
+        _isolation(getattr(request, "isolation_level", 0)),
+        [p for p in partitions if p.tp not in twice],
     )
     topic_cls = response_class(ApiKey.LIST_OFFSETS, version, "ListOffsetsTopicResponse")
     partition_cls = response_class(ApiKey.LIST_OFFSETS, version, "ListOffsetsPartitionResponse")
@@ -256,13 +263,17 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
         for tp in tps:
             r = results.get(tp)
             if r is None:
-                rows.append(make(partition_cls, partition_index=tp.partition, error_code=kerr(-1)))
+                code = ErrorCode.INVALID_REQUEST if tp in twice else -1
+                rows.append(make(partition_cls, partition_index=tp.partition, error_code=kerr(code)))
                 continue
+            error = r.error
+            if error == ErrorCode.OFFSET_NOT_AVAILABLE and version < 5:
+                error = ErrorCode.LEADER_NOT_AVAILABLE  # what Kafka answers before v5 had the code
             rows.append(
                 make(
                     partition_cls,
                     partition_index=tp.partition,
-                    error_code=kerr(r.error),
+                    error_code=kerr(error),
                     timestamp=r.timestamp,
                     offset=r.offset,
                     leader_epoch=r.leader_epoch,
