@@ -357,6 +357,17 @@ async def test_timestamp_difference_limit(tmp_path: Path) -> None:
             (-1, ErrorCode.NONE),  # no timestamp: nothing to bound (Kafka's LogValidator skips it)
         ):
             assert (await produce(core, tp, batch([b"v"], timestamp=ts))).error == error, ts
+        # as Kafka's LogConfig: before/after, once set, take the place of the deprecated
+        # difference.max.ms (not the tighter of the two); unset, the difference bounds that side
+        both = {"message.timestamp.difference.max.ms": "3600000", "message.timestamp.before.max.ms": "86400000"}
+        await create(core, "both", **both)
+        tp = TopicPartition("both", 0)
+        for ts, error in (
+            (now - 7_200_000, ErrorCode.NONE),  # two hours old: within before, past difference
+            (now - 2 * 86_400_000, ErrorCode.INVALID_TIMESTAMP),
+            (now + 7_200_000, ErrorCode.INVALID_TIMESTAMP),  # after unset: the difference
+        ):
+            assert (await produce(core, tp, batch([b"v"], timestamp=ts))).error == error, ts
 
 
 async def test_a_partition_this_broker_does_not_host_is_not_unknown(tmp_path: Path) -> None:

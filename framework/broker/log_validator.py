@@ -72,9 +72,9 @@ class AppendSettings:
     log_append_time: bool
     compact: bool
     target_compression: int | None  # None: keep the producer's codec (or see target_codec)
-    #: how far a CreateTime timestamp may lie before / after the broker's clock: the tighter of
-    #: message.timestamp.difference.max.ms and message.timestamp.before/after.max.ms (KIP-937);
-    #: None when neither limits it
+    #: how far a CreateTime timestamp may lie before / after the broker's clock:
+    #: message.timestamp.before/after.max.ms (KIP-937) when set, else the deprecated
+    #: message.timestamp.difference.max.ms, as Kafka's LogConfig; None when nothing limits it
     timestamp_window_ms: tuple[int, int] | None
     full_validation: bool = False  # record.validation=full: decode every record
     compression_level: int | None = None  # compression.<codec>.level of target_compression
@@ -86,9 +86,12 @@ class AppendSettings:
     @classmethod
     def from_config(cls, config: TopicConfig) -> AppendSettings:
         target = config["compression.type"]
+        # Kafka's LogConfig: before/after when set (not LONG_MAX), else the deprecated difference
         max_diff = int(config["message.timestamp.difference.max.ms"])
-        before = min(max_diff, int(config["message.timestamp.before.max.ms"]))
-        after = min(max_diff, int(config["message.timestamp.after.max.ms"]))
+        before = int(config["message.timestamp.before.max.ms"])
+        after = int(config["message.timestamp.after.max.ms"])
+        before = max_diff if before >= LONG_MAX else before
+        after = max_diff if after >= LONG_MAX else after
         return cls(
             config.max_message_bytes,
             config.message_timestamp_type == LOG_APPEND_TIME,
