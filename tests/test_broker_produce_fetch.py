@@ -229,6 +229,21 @@ async def test_offset_for_leader_epoch_and_epoch_fencing(tmp_path: Path) -> None
         fenced = FetchPartition(TP, 0, 100, current_leader_epoch=1)
         r = await core.fetch(-1, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [fenced])
         assert r[TP].error == ErrorCode.UNKNOWN_LEADER_EPOCH
+        # on a follower the epoch is checked first too, as Kafka's getLocalLog: an older epoch
+        # is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH, the current one not the leader
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None
+        partition.make_follower(7, 3, [7, 0], [7, 0])
+        for epoch, error in (
+            (2, ErrorCode.FENCED_LEADER_EPOCH),
+            (4, ErrorCode.UNKNOWN_LEADER_EPOCH),
+            (3, ErrorCode.NOT_LEADER_OR_FOLLOWER),
+        ):
+            asked = FetchPartition(TP, 0, 100, current_leader_epoch=epoch)
+            r = await core.fetch(-1, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [asked])
+            assert r[TP].error == error, epoch
+            listed = await core.list_offsets(-1, IsolationLevel.READ_UNCOMMITTED, [ListOffsetsPartition(TP, -1, epoch)])
+            assert listed[TP].error == error, epoch
 
 
 @pytest.mark.parametrize("compression", list(records.Compression))

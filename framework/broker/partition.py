@@ -422,11 +422,13 @@ class Partition:
     ) -> ReadResult:
         """Read for a consumer (up to the HW or LSO), a follower or a debugging consumer
         (replica id -2, Kafka's ``DEBUGGING_CONSUMER_ID``: up to the LEO)."""
+        # the requester's epoch first, as Kafka's getLocalLog: a replica that is not the leader
+        # tells an older epoch FENCED_LEADER_EPOCH and a newer one UNKNOWN_LEADER_EPOCH
+        self.check_leader_epoch(current_leader_epoch)
         if not self.is_leader:  # consumers and followers both fetch from the leader
             raise NotLeaderOrFollower(f"{self.topic_partition}: leader is {self.leader_id}")
         if replica_id >= 0 and replica_id not in self.remote_replicas:
             raise NotLeaderOrFollower(f"{self.topic_partition}: broker {replica_id} is not a follower of it")
-        self.check_leader_epoch(current_leader_epoch)
         hw = self._high_watermark
         lso = self.last_stable_offset
         lstart = self.log.log_start_offset

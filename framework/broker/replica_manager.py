@@ -334,7 +334,9 @@ class ReplicaManager:
         """Re-check requests parked on ``tp`` (after a high watermark or ISR change)."""
         self._wake(tp)
 
-    def _leader_partition(self, tp: TopicPartition) -> Partition:
+    def _leader_partition(self, tp: TopicPartition, current_leader_epoch: int = -1) -> Partition:
+        """The hosted partition ``tp`` if this broker leads it; the requester's leader epoch
+        (when given) is checked before leadership, as Kafka's getLocalLog."""
         partition = self.partitions.get(tp)
         if partition is None:
             if tp in self.offline_partitions:
@@ -346,6 +348,7 @@ class ReplicaManager:
                     f"broker {self.broker_id} is not a replica of {tp}", code=ErrorCode.NOT_LEADER_OR_FOLLOWER
                 )
             raise UnknownTopicOrPartition(f"this broker does not host {tp}")
+        partition.check_leader_epoch(current_leader_epoch)
         if not partition.is_leader:
             raise KafkaError(f"{tp}: leader is broker {partition.leader_id}", code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return partition
@@ -544,7 +547,7 @@ class ReplicaManager:
         errored = False
         for p in partitions:
             try:
-                partition = self._leader_partition(p.tp)
+                partition = self._leader_partition(p.tp, p.current_leader_epoch)
                 limit = min(p.partition_max_bytes, remaining)
                 read = partition.read_records(
                     p.fetch_offset,
@@ -600,8 +603,7 @@ class ReplicaManager:
         results: dict[TopicPartition, ListOffsetsPartitionResult] = {}
         for p in partitions:
             try:
-                partition = self._leader_partition(p.tp)
-                partition.check_leader_epoch(p.current_leader_epoch)
+                partition = self._leader_partition(p.tp, p.current_leader_epoch)
                 results[p.tp] = self._list_offset(partition, replica_id, isolation_level, p.timestamp)
             except KafkaError as exc:
                 results[p.tp] = ListOffsetsPartitionResult(exc.code)
