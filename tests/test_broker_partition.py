@@ -342,3 +342,27 @@ async def test_consumer_reads_go_past_runs_of_empty_batches(tmp_path: Path) -> N
         p.make_leader(3, [0, 1], [0, 1])
         first, counts = read(2, replica_id=1)
         assert first == 2 and counts == [0] * len(counts)  # a follower gets every batch
+
+
+async def test_the_lso_waits_for_the_marker_to_be_replicated(tmp_path: Path) -> None:
+    """Kafka's unreplicatedTxns: a transaction's COMMIT marker appended on the leader but not
+    yet below the HW keeps the LSO at the transaction's first offset. Before, the LSO moved to
+    the HW at once and read_committed readers got the transaction's records while a leader
+    change could still lose its marker."""
+    async with storage_at(tmp_path / "a") as sa, storage_at(tmp_path / "b") as sb:
+        leader, follower = new_partition(sa, 0), new_partition(sb, 1)
+        leader.make_leader(0, [0, 1], [0, 1])
+        follower.make_follower(0, 0, [0, 1], [0, 1])
+        txn = batch([b"t1", b"t2", b"t3"], producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True)
+        leader_append(leader, txn)
+        assert replicate(leader, follower) == 3 and leader.high_watermark == 3
+        marker = records.build_control_batch(records.ControlRecordType.COMMIT, producer_id=9, producer_epoch=0)
+        commit = bytearray(marker)
+        assert leader_append(leader, commit, AppendOrigin.COORDINATOR) == 3
+        assert (leader.high_watermark, leader.last_stable_offset) == (3, 0)  # the marker is not replicated
+        read = leader.read_records(0, 1 << 20, IsolationLevel.READ_COMMITTED, min_one_batch=True)
+        assert read.info.size == 0
+        read.info.release()
+        replicate(leader, follower)  # the follower takes the marker; its next fetch reports it
+        replicate(leader, follower)
+        assert (leader.high_watermark, leader.last_stable_offset) == (4, 4)

@@ -207,8 +207,8 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        unstable = self.producer_state.first_unstable_offset()
         hw = self._high_watermark
+        unstable = self.producer_state.first_unstable_offset(hw)
         return hw if unstable is None else min(hw, unstable)
 
     def _set_high_watermark(self, hw: int) -> None:

@@ -142,6 +142,11 @@ class ProducerStateManager:
         #: is read on every append and fetch, and scanning every producer for it would make
         #: those O(producers); kept in step by :meth:`update` and rebuilt where state is replaced
         self._open_txns: dict[int, int] = {}
+        #: (first offset, marker offset) of transactions whose marker is appended but may not
+        #: be replicated yet, in marker order (Kafka's ``unreplicatedTxns``): the LSO stays
+        #: before them until the HW passes the marker, or a leader change that loses the
+        #: marker would leave read_committed readers having read a transaction still open
+        self._unreplicated: list[tuple[int, int]] = []
         self.aborted: list[AbortedTxn] = []
         self.producer_id_expiration_ms = producer_id_expiration_ms
         #: the broker's clock (ms), which :meth:`load` expires snapshot entries against; None
@@ -268,6 +273,7 @@ class ProducerStateManager:
                     if txn_first is not None:
                         aborted = marker.type is records.ControlRecordType.ABORT
                         completed.append(CompletedTxn(meta.producer_id, txn_first, first, aborted))
+                        self._unreplicated.append((txn_first, first))
                         if aborted:
                             lso = last_stable_offset if last_stable_offset >= 0 else txn_first
                             self.aborted.append(AbortedTxn(meta.producer_id, txn_first, first, lso))
@@ -279,13 +285,24 @@ class ProducerStateManager:
         return completed
 
     # -- reads -----------------------------------------------------------------------------------
-    def first_unstable_offset(self) -> int | None:
-        """Smallest first offset of an open transaction (the LSO may not pass it), or None."""
-        open_txns = self._open_txns
-        return min(open_txns.values()) if open_txns else None
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
+        """Smallest first offset of an open transaction, or (given the ``high_watermark``) of
+        one whose marker the HW has not passed yet (Kafka's ``firstUnstableOffset``): the LSO
+        may not pass it. None when there is none."""
+        unstable = min(self._open_txns.values()) if self._open_txns else None
+        pending = self._unreplicated
+        if high_watermark is not None and pending:
+            while pending and pending[0][1] < high_watermark:
+                del pending[0]  # replicated: the transaction is decided for good
+            for txn_first, _ in pending:
+                if unstable is None or txn_first < unstable:
+                    unstable = txn_first
+        return unstable
 
     def _rebuild_open_txns(self) -> None:
-        """After :attr:`producers` was replaced wholesale (a snapshot, a reload)."""
+        """After :attr:`producers` was replaced wholesale (a snapshot, a reload); markers of the
+        state replaced are no longer pending."""
+        self._unreplicated = []
         self._open_txns = {
             pid: first for pid, e in self.producers.items() if (first := e.current_txn_first_offset) is not None
         }
