@@ -244,6 +244,8 @@ async def test_offset_for_leader_epoch_and_epoch_fencing(tmp_path: Path) -> None
             assert r[TP].error == error, epoch
             listed = await core.list_offsets(-1, IsolationLevel.READ_UNCOMMITTED, [ListOffsetsPartition(TP, -1, epoch)])
             assert listed[TP].error == error, epoch
+            ends = await core.offset_for_leader_epoch(-1, [OffsetForLeaderEpochPartition(TP, 0, epoch)])
+            assert ends[TP].error == error, epoch
 
 
 @pytest.mark.parametrize("compression", list(records.Compression))
@@ -437,6 +439,7 @@ async def test_list_offsets_after_a_leader_change_whose_high_watermark_lags(tmp_
         assert await ask(1500) == (ErrorCode.NONE, 1, 0)  # readable: its batch's epoch
         assert await ask(EARLIEST_TIMESTAMP) == (ErrorCode.NONE, 0, 0)
         assert await ask(LATEST_TIMESTAMP, replica_id=-2) == (ErrorCode.NONE, 3, 2)  # a debugging consumer
+        assert await ask(2500, replica_id=-2) == (ErrorCode.NONE, 2, 1)  # it searches to the log end
         r = await core.fetch(-2, 0, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 2, 1 << 20)])
         assert r[TP].records is not None and r[TP].records.size > 0  # it reads past the HW
         r[TP].records.release()

@@ -413,6 +413,24 @@ async def test_a_backlog_read_to_the_partition_limit_satisfies_min_bytes(
         assert took == 1.5 and size > 50_000
 
 
+async def test_a_partition_whose_next_batch_is_over_its_limit_counts_toward_min_bytes(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Once one partition returned data, another whose next batch is larger than its limit
+    reads nothing; Kafka still counts min(available, limit) for it and answers at once."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", partitions=2)
+        big = TopicPartition("t", 1)
+        assert (await produce(core, TP, batch([b"small"]))).error == ErrorCode.NONE
+        assert (await produce(core, big, batch([b"x" * 5000]))).error == ErrorCode.NONE
+        wanted = [FetchPartition(TP, 0, 1 << 20), FetchPartition(big, 0, 1000)]
+        start = trio.current_time()
+        res = await core.fetch(-1, 1500, 900, 1 << 20, IsolationLevel.READ_UNCOMMITTED, wanted)
+        assert trio.current_time() == start
+        assert res[big].records is None and res[TP].records is not None
+        release_all(res)
+
+
 async def test_a_read_that_ends_at_a_segment_with_more_after_it_satisfies_min_bytes(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:

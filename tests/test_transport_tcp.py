@@ -1157,3 +1157,22 @@ async def test_list_offsets_duplicates_and_offset_not_available_by_version(versi
         (first + 1, unavailable),
     ]
     assert broker.asked == [TopicPartition(topic.name, first + 1)]
+
+
+@pytest.mark.parametrize("replica_id", [-1, -2])
+async def test_a_negative_replica_id_fetches_as_a_consumer(replica_id: int) -> None:
+    """Kafka's FetchRequest.isConsumer: -2 (a debugging consumer) in Fetch reads as any
+    consumer, up to the HW or LSO; only the broker's own coordinators read to the log end."""
+    asked: list[int] = []
+
+    class Noting(ScriptedBroker):
+        async def fetch(self, replica_id: int, *args: Any) -> Any:
+            asked.append(replica_id)
+            return await super().fetch(replica_id, *args)
+
+    fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0, replica_id=replica_id)
+    async with serving(Noting(_config())) as (_listener, bound):
+        conn = await connect(bound)
+        await call(conn, fetch, 1)
+        await conn.aclose()
+    assert asked == [-1]

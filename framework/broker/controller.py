@@ -226,6 +226,7 @@ class Controller:
             for p, state in sorted(states.items()):
                 replicas = assignment.get(p)
                 if replicas is None:
+                    self._returned.pop(TopicPartition(name, p), None)
                     continue
                 # a replica in a failed log dir counts as a dead broker's
                 tp = TopicPartition(name, p)

@@ -113,7 +113,8 @@ class Partition:
         self.isr: frozenset[int] = frozenset()
         self.remote_replicas: dict[int, ReplicaState] = {}
         self._high_watermark = log.log_start_offset
-        log.high_watermark = self._high_watermark  # the log's background work stops below it
+        self._tell_log = True  # an engine written before PartitionLog.high_watermark may lack it
+        self._set_high_watermark(self._high_watermark)
         #: follower: the leader's HW from the last fetch response (-1 until one arrives)
         self._leader_high_watermark = -1
         self.producer_state = ProducerStateManager(producer_id_expiration_ms, clock_ms=clock_ms)
@@ -214,7 +215,11 @@ class Partition:
     def _set_high_watermark(self, hw: int) -> None:
         """Move the HW, and tell the log (retention and compaction stop below it)."""
         self._high_watermark = hw
-        self.log.high_watermark = hw
+        if self._tell_log:
+            try:
+                self.log.high_watermark = hw
+            except AttributeError:  # a log with __slots__ and no such slot: it has no use for it
+                self._tell_log = False
 
     def restore_high_watermark(self, checkpointed: int) -> None:
         """Start from the checkpointed HW (bounded by the log) after a restart."""
@@ -475,10 +480,14 @@ class Partition:
             info.release()
         return current
 
-    def fetch_offset_for_timestamp(self, timestamp: int, isolation_level: IsolationLevel) -> tuple[int, int] | None:
+    def fetch_offset_for_timestamp(
+        self, timestamp: int, isolation_level: IsolationLevel, bound: int | None = None
+    ) -> tuple[int, int] | None:
         """ListOffsets by time: (offset, timestamp) of the first batch at or after ``timestamp``
-        that is visible (below the HW or LSO), or None."""
-        bound = self.last_stable_offset if isolation_level is IsolationLevel.READ_COMMITTED else self._high_watermark
+        that is visible (below ``bound``: by default the HW or LSO), or None."""
+        if bound is None:
+            committed = isolation_level is IsolationLevel.READ_COMMITTED
+            bound = self.last_stable_offset if committed else self._high_watermark
         found = self.log.offset_for_timestamp(timestamp)
         if found is None or found[0] >= bound:
             return None

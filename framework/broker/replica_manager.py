@@ -575,6 +575,8 @@ class ReplicaManager:
                 after = getattr(read.info, "next_offset", -1)
                 if after >= 0 and after < _readable_end(read, replica_id, isolation_level):
                     total += max(limit - size, 0)
+            elif p.fetch_offset < _readable_end(read, replica_id, isolation_level):
+                total += limit  # its next batch is larger than its limit: there is that much to read
             aborted: tuple[AbortedTransaction, ...] | None = None
             if isolation_level is IsolationLevel.READ_COMMITTED:
                 aborted = tuple(
@@ -651,7 +653,7 @@ class ReplicaManager:
         elif timestamp < 0:
             raise KafkaError(f"unknown special timestamp {timestamp}", code=ErrorCode.INVALID_REQUEST)
         else:
-            found = partition.fetch_offset_for_timestamp(timestamp, isolation_level)
+            found = partition.fetch_offset_for_timestamp(timestamp, isolation_level, fetchable)
             if found is not None and found[0] < fetchable:
                 return ListOffsetsPartitionResult(
                     ErrorCode.NONE, found[1], found[0], _epoch_for_offset(partition, found[0])
@@ -713,8 +715,7 @@ class ReplicaManager:
         results: dict[TopicPartition, EpochEndOffset] = {}
         for p in partitions:
             try:
-                partition = self._leader_partition(p.tp)
-                partition.check_leader_epoch(p.current_leader_epoch)
+                partition = self._leader_partition(p.tp, p.current_leader_epoch)
                 if p.leader_epoch == partition.leader_epoch:
                     results[p.tp] = EpochEndOffset(ErrorCode.NONE, partition.leader_epoch, partition.log_end_offset)
                     continue

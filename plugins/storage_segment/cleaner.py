@@ -706,9 +706,11 @@ class LogCleaner:
         new.set_known_extent(writer.next_offset, (writer.max_ts, writer.offset_of_max_ts))
         try:
             retired = lg.replace_segments([inp.segment for inp in group], new)
-        except Exception:
-            # no longer held, so no truncation would withdraw them: a .swap left here would be
-            # installed by the next start, over whatever the log became meanwhile
+        except ValueError:
+            # refused before anything was retired (segments not consecutive): no longer held,
+            # so no truncation would withdraw them, and a .swap left here would be installed by
+            # the next start over whatever the log became meanwhile. (An OSError retiring the old
+            # files leaves the swap in place: the next start completes it.)
             lg.hold_swap(swaps)
             lg.withdraw_swap()
             raise

@@ -196,7 +196,9 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
     ]
     max_bytes = min(request.max_bytes, int(ctx.config["fetch.max.bytes"]))
     results: dict[TopicPartition, FetchPartitionResult] = await ctx.broker.fetch(
-        request.replica_id,
+        # Kafka's FetchRequest.isConsumer: a negative replica id (-2 too) reads as a consumer,
+        # up to the HW or LSO; reading to the log end is the broker's own (its coordinators')
+        max(request.replica_id, -1),
         request.max_wait_ms,
         request.min_bytes,
         max_bytes,
