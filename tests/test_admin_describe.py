@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import IsolationLevel, KafkaException, Producer, TopicCollection, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -67,6 +67,12 @@ def _list(admin: AdminClient, topic: str, spec: OffsetSpec, **kwargs: Any) -> tu
     tp = TopicPartition(topic, 0)
     info = admin.list_offsets({tp: spec}, request_timeout=15, **kwargs)[tp].result()
     return info.offset, info.timestamp
+
+
+def _set_topic_config(admin: AdminClient, topic: str, name: str, value: str) -> None:
+    entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(15)
 
 
 # -- DescribeCluster ----------------------------------------------------------------------------
@@ -204,12 +210,7 @@ def test_max_timestamp_across_segments_retention_and_an_empty_log(tmp_path: Path
         assert _list(admin, topic, OffsetSpec.max_timestamp()) == (1, base + 9000)
         assert _list(admin, topic, OffsetSpec.latest()) == (5, -1)
         # size retention deletes the two oldest segments, the one holding the max among them
-        resource = ConfigResource(
-            ConfigResource.Type.TOPIC,
-            topic,
-            incremental_configs=[ConfigEntry("retention.bytes", "2000", incremental_operation=AlterConfigOpType.SET)],
-        )
-        admin.incremental_alter_configs([resource])[resource].result(15)
+        _set_topic_config(admin, topic, "retention.bytes", "2000")
         wait_for("retention", lambda: _list(admin, topic, OffsetSpec.earliest())[0] == 2)
         assert _list(admin, topic, OffsetSpec.max_timestamp()) == (4, base + 4000)
 
@@ -221,6 +222,39 @@ def test_max_timestamp_across_segments_retention_and_an_empty_log(tmp_path: Path
         finally:
             kp.close()
         assert answer[tp].offset == 2 and answer[tp].timestamp == -1
+
+
+def test_an_idle_topic_past_retention_ms_is_emptied_and_appends_go_on(tmp_path: Path) -> None:
+    """As Kafka: when every record of a partition is past retention.ms, its active segment is
+    rolled and deleted too; the log start moves up to the log end, and the next record takes
+    the next offset (a consumer from the beginning sees only it)."""
+    with start_broker(tmp_path / "b", {"log.retention.check.interval.ms": 200}) as broker:
+        admin = _admin(broker.bootstrap)
+        topic = unique_topic("idle-retention")
+        _create(admin, topic)
+        old = int(time.time() * 1000) - 60_000
+        _produce(broker.bootstrap, topic, [(b"old", old), (b"older", old - 1000), (b"oldest", old - 2000)])
+        assert _list(admin, topic, OffsetSpec.earliest())[0] == 0
+        _set_topic_config(admin, topic, "retention.ms", "30000")
+        wait_for("retention of the active segment", lambda: _list(admin, topic, OffsetSpec.earliest())[0] == 3)
+        assert _list(admin, topic, OffsetSpec.latest())[0] == 3
+        _produce(broker.bootstrap, topic, [(b"new", int(time.time() * 1000))])
+        assert _list(admin, topic, OffsetSpec.latest())[0] == 4
+        consumer = Consumer(
+            {"bootstrap.servers": broker.bootstrap, "group.id": unique_topic("g"), "auto.offset.reset": "earliest"}
+        )
+        try:
+            consumer.assign([TopicPartition(topic, 0, 0)])  # offset 0 is gone: the reset applies
+            got = None
+            deadline = time.monotonic() + 15
+            while got is None and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None:
+                    got = msg
+        finally:
+            consumer.close()
+        assert got is not None and (got.offset(), got.value()) == (3, b"new")
+        broker.check_alive()
 
 
 def test_max_timestamp_read_committed_stops_at_the_last_stable_offset(odradek_broker: BrokerProcess) -> None:

@@ -1,5 +1,5 @@
-"""Retention of the segment engine: by time, by size, by log start offset; whole inactive
-segments only; in the background under an autojump clock."""
+"""Retention of the segment engine: by time, by size, by log start offset; whole segments only
+(a breached active one rolls first); in the background under an autojump clock."""
 
 from __future__ import annotations
 
@@ -42,13 +42,48 @@ async def test_time_retention_deletes_old_inactive_segments(tmp_path: Path) -> N
     await storage.close()
 
 
-async def test_the_active_segment_is_never_deleted(tmp_path: Path) -> None:
+async def test_a_breached_active_segment_is_rolled_then_deleted(tmp_path: Path) -> None:
+    """Kafka's ``deletableSegments``/``deleteSegments``: when every record is past retention.ms
+    (a topic nobody writes to any more), the active segment goes too, after a new empty one is
+    rolled at the log end; appends continue at the same offset, and a restart keeps the log
+    start there."""
     now = [1_700_000_000_000]
     storage, log = await _log_with_segments(tmp_path, now, retention_ms=1)
     leo = log.log_end_offset
+    assert leo > 0 and log.segments[-1].size > 0
+    freed = await storage.run_retention()
+    assert freed > 0 and log.size_in_bytes == 0
+    assert [seg.base_offset for seg in log.segments] == [leo]
+    assert (log.log_start_offset, log.log_end_offset) == (leo, leo)
+    part = tmp_path / "events-0"
+    assert sorted(p.name for p in part.glob("*.log")) == [f"{leo:020d}.log"]
+    assert await storage.run_retention() == 0  # an empty active segment stays: no roll after roll
+    assert [seg.base_offset for seg in log.segments] == [leo]
+    assert append(log, batch(2, ts=now[0])) == (leo, leo + 1)
+    assert read_batches(log)[0].header.base_offset == leo
+    await storage.close()
+    storage = await open_storage(tmp_path, time_ms=lambda: now[0], log_segment_bytes=250)
+    reopened = storage.get_log(TP)
+    assert reopened is not None
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (leo, leo + 2)
+    await storage.close()
+
+
+async def test_the_active_segment_stays_while_retention_keeps_it(tmp_path: Path) -> None:
+    """The active segment is only taken when its own records are breached; by size, as any
+    segment, only when the log without it still holds retention.bytes (alone: retention.bytes=0)."""
+    now = [1_700_000_000_000]
+    storage, log = await _log_with_segments(tmp_path, now, retention_ms=HOUR + 1)
+    active = log.segments[-1]
     await storage.run_retention()
-    assert len(log.segments) == 1 and log.log_end_offset == leo
-    assert log.log_start_offset == log.segments[0].base_offset
+    assert list(log.segments) == [active] and active.size > 0
+    log.update_config(topic_config(storage, segment_bytes=250, retention_bytes=1))
+    await storage.run_retention()
+    assert list(log.segments) == [active]
+    log.update_config(topic_config(storage, segment_bytes=250, retention_bytes=0))
+    leo = log.log_end_offset
+    await storage.run_retention()
+    assert [seg.base_offset for seg in log.segments] == [leo] and log.log_start_offset == leo
     await storage.close()
 
 
@@ -146,8 +181,9 @@ async def test_retention_runs_in_the_background(tmp_path: Path, autojump_clock: 
         nursery.start_soon(storage.run)
         await trio.sleep(30 * 60)  # half the retention time: nothing goes
         assert len(log.segments) == segments
-        await trio.sleep(45 * 60)
-        assert len(log.segments) == 1
+        await trio.sleep(45 * 60)  # every record is past retention.ms: the active segment goes too
+        assert len(log.segments) == 1 and log.size_in_bytes == 0
+        assert log.log_start_offset == log.log_end_offset == 20
         nursery.cancel_scope.cancel()
     await storage.close()
 
@@ -164,7 +200,11 @@ async def test_retention_stops_at_the_high_watermark(tmp_path: Path) -> None:
     await storage.run_retention()
     assert log.segments[0].base_offset == segments[2].base_offset == log.log_start_offset
     assert log.log_start_offset <= log.high_watermark
-    log.high_watermark = log.log_end_offset
+    log.high_watermark = log.log_end_offset - 1  # the active segment's records are not all committed
     await storage.run_retention()
-    assert len(log.segments) == 1
+    assert len(log.segments) == 1 and log.segments[0].size > 0
+    assert log.log_start_offset == log.segments[0].base_offset <= log.high_watermark
+    log.high_watermark = leo = log.log_end_offset
+    await storage.run_retention()
+    assert [seg.base_offset for seg in log.segments] == [leo] and log.log_start_offset == leo
     await storage.close()

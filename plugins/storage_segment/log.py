@@ -344,6 +344,14 @@ class SegmentLog:
         log.debug("%s rolled segment %d", self.topic_partition, base_offset)
         return new
 
+    def roll_for_deletion(self) -> None:
+        """Retention is about to delete the active segment (it holds records and is breached):
+        roll a new empty one at the log end first, as Kafka's ``deleteSegments`` does, so the log
+        keeps a segment to append to and its end offset stays where it was."""
+        self._check_open()
+        if self._segments[-1].size > 0:
+            self._roll(self._leo)
+
     # -- read ----------------------------------------------------------------------------------
     def read(
         self, fetch_offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
@@ -457,8 +465,8 @@ class SegmentLog:
         self._on_log_start_change(self)
 
     def delete_segments(self, segments: Sequence[LogSegment], reason: str) -> int:
-        """Take old (never the active) segments out of the log; their files go to the retire
-        queue. The log start moves to the first remaining segment. Returns bytes freed."""
+        """Take old (never the active: :meth:`roll_for_deletion` first) segments out of the log;
+        their files go to the retire queue. The log start moves to the first remaining segment. Returns bytes freed."""
         doomed = [s for s in segments if s is not self._segments[-1] and s in self._segments]
         if not doomed:
             return 0

@@ -1,7 +1,7 @@
 """Which whole segments retention may delete (Kafka's three ``delete*BreachedSegments``).
 
-Each rule deletes a prefix of the log's inactive segments, oldest first, stopping at the first
-segment the rule keeps, so a log never gets holes:
+Each rule deletes a prefix of the log's segments, oldest first, stopping at the first segment the
+rule keeps, so a log never gets holes:
 
 - log start offset (always, whatever ``cleanup.policy``): a segment whose successor starts at or
   before the log start offset holds nothing readable (DeleteRecords moved the start past it);
@@ -10,19 +10,28 @@ segment the rule keeps, so a log never gets holes:
 - ``retention.bytes`` (same, -1 disables): deleting the segment keeps the log at or above
   retention.bytes.
 
-The active segment is never deleted; it rolls by ``segment.ms``/``segment.bytes`` first. Nor is
-a segment whose successor starts past the high watermark the broker set
-(``SegmentLog.high_watermark``, Kafka's ``deletableSegments``): its records may still be
-truncated away, and the log start must not pass the high watermark.
+The time and size rules consider the active segment too when it holds records, as Kafka's
+``deletableSegments`` does: when it is breached, retention first rolls a new empty active segment
+at the log end (Kafka's ``deleteSegments``), so the old one is deleted as an inactive segment and
+appends go on at the same offset. Without it, the records of a topic that stopped receiving
+writes would outlive ``retention.ms`` until ``segment.ms`` (7 days by default) rolled them. An
+empty active segment is never deleted, and no segment whose successor (for the active one: the
+log end) starts past the high watermark the broker set (``SegmentLog.high_watermark``): its
+records may still be truncated away, and the log start must not pass the high watermark.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterator, Sequence
+
+from odradek.errors import KafkaStorageError
 
 from .log import SegmentLog
 from .segment import LogSegment
+
+logger = logging.getLogger(__name__)
 
 
 def _log_start_breached(log: SegmentLog) -> list[LogSegment]:
@@ -35,12 +44,18 @@ def _log_start_breached(log: SegmentLog) -> list[LogSegment]:
     return out
 
 
+def _candidates(log: SegmentLog) -> Sequence[LogSegment]:
+    """The segments the time and size rules may take: all of them, but an empty active one."""
+    segs = log.segments
+    return segs if segs[-1].size > 0 else segs[:-1]
+
+
 def _time_breached(log: SegmentLog, now_ms: int) -> list[LogSegment]:
     retention_ms = log.config.retention_ms
     out: list[LogSegment] = []
     if retention_ms < 0:
         return out
-    for seg in log.segments[:-1]:
+    for seg in _candidates(log):
         if now_ms - seg.largest_timestamp() <= retention_ms:
             break
         out.append(seg)
@@ -53,7 +68,7 @@ def _size_breached(log: SegmentLog) -> list[LogSegment]:
     if retention_bytes < 0:
         return out
     excess = log.size_in_bytes - retention_bytes
-    for seg in log.segments[:-1]:
+    for seg in _candidates(log):
         if excess - seg.size < 0:
             break
         excess -= seg.size
@@ -62,14 +77,17 @@ def _size_breached(log: SegmentLog) -> list[LogSegment]:
 
 
 def _below_high_watermark(log: SegmentLog, prefix: list[LogSegment]) -> list[LogSegment]:
-    """The part of ``prefix`` (the log's first segments, never the active one) whose every
-    successor starts at or below the high watermark."""
+    """The part of ``prefix`` (the log's first segments) whose every successor starts at or
+    below the high watermark; the active segment's upper bound is the log end."""
     hw = log.high_watermark
     if hw is None:
         return prefix
     segs = log.segments
     n = 0
-    while n < len(prefix) and segs[n + 1].base_offset <= hw:
+    while n < len(prefix):
+        upper = segs[n + 1].base_offset if n + 1 < len(segs) else log.log_end_offset
+        if upper > hw:
+            break
         n += 1
     return prefix[:n]
 
@@ -89,6 +107,13 @@ def apply_retention(log: SegmentLog, now_ms: int) -> int:
     """Delete every breached segment of ``log``; returns the bytes freed."""
     freed = 0
     for segments, reason in breached_segments(log, now_ms):
-        if segments and not log.closed:
-            freed += log.delete_segments(segments, reason)
+        if not segments or log.closed:
+            continue
+        if segments[-1] is log.active_segment:
+            try:
+                log.roll_for_deletion()
+            except KafkaStorageError as exc:  # no room for a new segment: delete the others now
+                logger.warning("%s: retention keeps the active segment: %s", log.topic_partition, exc)
+                segments = segments[:-1]
+        freed += log.delete_segments(segments, reason)
     return freed
