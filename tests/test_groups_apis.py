@@ -15,10 +15,11 @@ import trio.testing
 
 from odradek.broker.api import BrokerNode, ClusterMetadata, PartitionMetadata, TopicMetadata
 from odradek.broker.group import GroupCoordinator, InMemoryOffsetsLog
+from odradek.broker.txn.offsets import PendingTxnOffsets
 from odradek.config import default_config
 from odradek.consumer_protocol import Subscription, encode_subscription
 from odradek.errors import ErrorCode
-from odradek.interfaces import Endpoint
+from odradek.interfaces import Endpoint, TopicPartition
 from odradek.plugins.transport_tcp.apis import Dispatcher, load_handlers
 from odradek.protocol import ApiKey, decode_response, encode_request, parse_request_header, request_type
 
@@ -377,3 +378,61 @@ async def test_offset_fetch_v8_answers_each_group_as_if_alone(wire: Wire) -> Non
         (loading, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, []),
     ]
     assert response.throttle_time == ms(0)
+
+
+def _txn_offset_commit(version: int, group: str, parts: dict[str, list[int]]) -> Any:
+    topics = tuple(
+        nested(
+            ApiKey.TXN_OFFSET_COMMIT, version, "TxnOffsetCommitRequestTopic", name=name,
+            partitions=tuple(
+                nested(ApiKey.TXN_OFFSET_COMMIT, version, "TxnOffsetCommitRequestPartition", partition_index=p,
+                       committed_offset=7, committed_leader_epoch=-1, committed_metadata="")
+                for p in ps
+            ),
+        )
+        for name, ps in parts.items()
+    )  # fmt: skip
+    return build(
+        ApiKey.TXN_OFFSET_COMMIT, version, transactional_id="tx", group_id=group, producer_id=4000,
+        producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None, topics=topics,
+    )  # fmt: skip
+
+
+async def test_txn_offset_commit_checks_partitions_and_maps_loading_for_old_clients(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """As Kafka's KafkaApis: partitions the cluster does not have are UNKNOWN_TOPIC_OR_PARTITION
+    and are not held; COORDINATOR_LOAD_IN_PROGRESS reaches v0-1 clients as
+    COORDINATOR_NOT_AVAILABLE (KAFKA-7296: producers before 2.0 fail on it)."""
+    config = default_config(group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=4)
+    coordinator = GroupCoordinator(InMemoryOffsetsLog(4), config)
+    broker = GroupsBroker(coordinator)
+    broker.txn_offsets = PendingTxnOffsets(lambda: coordinator)  # type: ignore[attr-defined]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(coordinator.run)
+        handlers = load_handlers(
+            ("odradek.plugins.transport_tcp.apis.groups", "odradek.plugins.transport_tcp.apis.txn")
+        )
+        wire = Wire(Dispatcher(broker, config, Endpoint("PLAINTEXT", "127.0.0.1", 9092), handlers))
+        await coordinator.find_coordinator(GROUP)
+        answer = await wire.call(ApiKey.TXN_OFFSET_COMMIT, 2, _txn_offset_commit(2, GROUP, {"t": [0, 9], "x": [0]}))
+        assert [(t.name, p.partition_index, int(p.error_code)) for t in answer.topics for p in t.partitions] == [
+            ("t", 0, ErrorCode.NONE),
+            ("t", 9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+            ("x", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        ]
+        manager = coordinator.manager
+        assert manager.pending_txn_partitions(GROUP) == {TopicPartition("t", 0)}
+        manager.loading.add(manager.partition_for(GROUP))
+        for version, expected in (
+            (0, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+            (2, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+        ):
+            loading = await wire.call(
+                ApiKey.TXN_OFFSET_COMMIT, version, _txn_offset_commit(version, GROUP, {"t": [1], "x": [0]})
+            )
+            assert [int(p.error_code) for t in loading.topics for p in t.partitions] == [
+                expected,
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            ]
+        nursery.cancel_scope.cancel()

@@ -139,7 +139,12 @@ class MembershipProtocol:
         self.timers.schedule(self._heartbeat_key(group, member_id), timeout_ms / 1000, expire)
 
     def on_group_loaded(self, group: GroupMetadata) -> None:
-        """Members loaded from the log must heartbeat within their session timeout."""
+        """Members loaded from the log must heartbeat within their session timeout. A group
+        loaded with more members than ``group.max.size`` (the limit was lowered) rebalances at
+        once, as Kafka's ``onGroupLoaded``: the members past the limit get GROUP_MAX_SIZE_REACHED
+        when they rejoin, after a chance to commit their offsets."""
+        if len(group.members) > self.max_group_size and group.can_rebalance():
+            self._prepare_rebalance(group, f"freshly loaded group is over group.max.size={self.max_group_size}")
         for member in group.members.values():
             self.complete_and_schedule_heartbeat(group, member)
 
@@ -705,6 +710,12 @@ class MembershipProtocol:
     ) -> ErrorCode | None:
         if group.is_state(GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.is_state(GroupState.EMPTY):
+            # a commit outside group management (an admin client, a consumer using assign())
+            # into a group without members, whatever member or instance id it carries: Kafka's
+            # ClassicGroup.validateOffsetCommit accepts it first (librdkafka sends its
+            # group.instance.id, and keeps a stale member id, on such commits)
+            return None
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
             if group.is_static_member_fenced(group_instance_id, member_id):
                 return ErrorCode.FENCED_INSTANCE_ID

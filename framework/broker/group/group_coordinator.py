@@ -185,6 +185,7 @@ class GroupCoordinator(MembershipProtocol):
                     group.invoke_sync(member, SyncGroupResult(ErrorCode.NOT_COORDINATOR))
                     group.invoke_join(member, JoinGroupResult(ErrorCode.NOT_COORDINATOR, member.member_id))
                 del self.manager.groups[group.group_id]
+                self._store_failures.pop(group.group_id, None)  # a later load starts without backoff
 
     async def _ownership_loop(self) -> None:
         """Follow leadership of ``__consumer_offsets``: at start this broker leads nothing until it
@@ -282,7 +283,7 @@ class GroupCoordinator(MembershipProtocol):
         """Delete empty groups with their offsets (tombstones in ``__consumer_offsets``)."""
         result: dict[str, ErrorCode] = {}
         eligible: list[GroupMetadata] = []
-        for group_id in group_ids:
+        for group_id in dict.fromkeys(group_ids):  # a name given twice is deleted once (Kafka: distinct)
             error = self.validate_group(group_id, allow_empty=True)
             if error is not None:
                 result[group_id] = error
@@ -327,7 +328,7 @@ class GroupCoordinator(MembershipProtocol):
         else:
             return ErrorCode.NON_EMPTY_GROUP, {}
         if deletable:
-            await self.manager.cleanup_group_metadata([group], lambda g: [tp for tp in g.offsets if tp in deletable])
+            await self.manager.cleanup_group_metadata([group], lambda g: list(deletable))
         return ErrorCode.NONE, {tp: result.get(tp, ErrorCode.NONE) for tp in partitions}
 
     # -- topic deletion --------------------------------------------------------------------------------
@@ -340,12 +341,14 @@ class GroupCoordinator(MembershipProtocol):
             self._spawn(self._remove_offsets_of_topic, topic)
 
     async def _remove_offsets_of_topic(self, topic: str) -> None:
-        groups = [g for g in self.manager.local_groups() if any(tp.topic == topic for tp in g.offsets)]
+        def of_topic(group: GroupMetadata) -> list[TopicPartition]:
+            held = set(group.offsets) | self.manager.pending_txn_partitions(group.group_id)
+            return [tp for tp in held if tp.topic == topic]
+
+        groups = [g for g in self.manager.local_groups() if of_topic(g)]
         if not groups:
             return
-        removed = await self.manager.cleanup_group_metadata(
-            groups, lambda g: [tp for tp in g.offsets if tp.topic == topic]
-        )
+        removed = await self.manager.cleanup_group_metadata(groups, of_topic)
         log.info("removed %d committed offsets of deleted topic %s from %d group(s)", removed, topic, len(groups))
 
 

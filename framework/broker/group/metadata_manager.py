@@ -14,7 +14,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ...errors import CorruptMessage, ErrorCode
 from ...interfaces import TopicPartition
@@ -53,6 +53,16 @@ class PartitionOffset:
     leader_epoch: int = -1
     metadata: str = ""
     error: ErrorCode = ErrorCode.NONE
+
+
+class PendingTxnOffset(NamedTuple):
+    """A transactional offset commit awaiting its transaction's marker, with the place of its
+    record in the log (:attr:`GroupMetadataManager._commit_seq` order): at a COMMIT marker it
+    becomes the committed offset only if no later record (a plain commit written after it)
+    already set one, as Kafka's ``completePendingTxnOffsetCommit`` compares log offsets."""
+
+    value: OffsetAndMetadata
+    seq: int
 
 
 def _commit_append_error(error: ErrorCode) -> ErrorCode:
@@ -98,12 +108,16 @@ class GroupMetadataManager:
         self.loading: set[int] = set()
         self.max_metadata_bytes = int(config["offset.metadata.max.bytes"])
         self.retention_ms = int(config["offsets.retention.minutes"]) * 60_000
+        #: the order of offset records in the log: each plain or transactional commit takes the
+        #: next number before its append (appends to a partition reach the log in call order),
+        #: and loading numbers the records it reads
         self._commit_seq = itertools.count()
+        #: (group, partition) -> the number of the record behind its committed offset
         self._applied_seq: dict[tuple[str, TopicPartition], int] = {}
         #: TxnOffsetCommit offsets written (as the producer's transactional records) but not yet
         #: settled by the transaction's marker: producer id -> group -> partition -> offset.
         #: Rebuilt from the log on load, so they survive a restart, as in Kafka.
-        self.pending_txn: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+        self.pending_txn: dict[int, dict[str, dict[TopicPartition, PendingTxnOffset]]] = {}
         #: group -> the producers in :attr:`pending_txn` holding offsets of it: OffsetFetch with
         #: ``require_stable`` asks about one group's partitions, and walking every producer for
         #: each partition cost O(open transactions of every group) per partition
@@ -145,30 +159,43 @@ class GroupMetadataManager:
         self.loading.add(partition)
         try:
             offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = defaultdict(dict)
+            applied: dict[tuple[str, TopicPartition], int] = {}  # the record behind each offset
             records: dict[str, GroupRecord | None] = {}
             # transactional offset commits wait for their producer's marker (Kafka's loader):
-            # COMMIT applies them at the marker's place in the log, ABORT drops them
-            pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+            # COMMIT applies them at the marker's place in the log unless a later plain commit
+            # of the partition came before the marker, ABORT drops them
+            pending: dict[int, dict[str, dict[TopicPartition, PendingTxnOffset]]] = {}
+
+            def settle(by_group: Mapping[str, Mapping[TopicPartition, PendingTxnOffset]]) -> None:
+                for group_id, values in by_group.items():
+                    for tp, held in values.items():
+                        if applied.get((group_id, tp), -1) < held.seq:
+                            offsets[group_id][tp] = held.value
+                            applied[group_id, tp] = held.seq
+
             async for entry in self.log.read_entries(partition):
                 if entry.control is not None:
                     settled = pending.pop(entry.producer_id, {})
                     if entry.control is ControlRecordType.COMMIT:
-                        for group_id, values in settled.items():
-                            offsets[group_id].update(values)
+                        settle(settled)
                     continue
                 if entry.key is None:
                     continue
                 try:
                     key = decode_key(entry.key)
                     if isinstance(key, OffsetKey):
+                        seq = next(self._commit_seq)
                         if entry.transactional:
                             if entry.value is not None:
                                 by_group = pending.setdefault(entry.producer_id, {})
-                                by_group.setdefault(key.group, {})[key.tp] = decode_offset_value(entry.value)
+                                held = PendingTxnOffset(decode_offset_value(entry.value), seq)
+                                by_group.setdefault(key.group, {})[key.tp] = held
                         elif entry.value is None:
                             offsets[key.group].pop(key.tp, None)
+                            applied.pop((key.group, key.tp), None)
                         else:
                             offsets[key.group][key.tp] = decode_offset_value(entry.value)
+                            applied[key.group, key.tp] = seq
                     elif isinstance(key, GroupKey):
                         records[key.group] = decode_group_value(entry.value) if entry.value is not None else None
                 except CorruptMessage as exc:
@@ -176,8 +203,7 @@ class GroupMetadataManager:
             for pid, commit in self._settled_while_loading.pop(partition, []):
                 settled = pending.pop(pid, {})
                 if commit:
-                    for group_id, values in settled.items():
-                        offsets[group_id].update(values)
+                    settle(settled)
             for pid, by_group in pending.items():  # transactions still open: settled by their marker later
                 mine = self.pending_txn.setdefault(pid, {})
                 for group_id, values in by_group.items():
@@ -191,6 +217,8 @@ class GroupMetadataManager:
                     continue  # deleted group
                 group = self._group_from_record(group_id, record)
                 group.offsets.update(group_offsets)
+                for tp in group_offsets:
+                    self._applied_seq[group_id, tp] = applied[group_id, tp]
                 self.groups[group_id] = group
                 loaded += 1
                 on_loaded(group)
@@ -354,7 +382,9 @@ class GroupMetadataManager:
             return result
         held = self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
         replaced = {tp: held[tp] for tp in valid if tp in held}
-        held.update(valid)
+        seq = next(self._commit_seq)
+        holding = {tp: PendingTxnOffset(value, seq) for tp, value in valid.items()}
+        held.update(holding)
         self._pending_txn_producers.setdefault(group_id, set()).add(producer_id)
         records = [(offset_key(group_id, tp), offset_value(v)) for tp, v in valid.items()]
         error = await self.log.append(
@@ -366,7 +396,7 @@ class GroupMetadataManager:
             transactional=True,
         )
         if error != ErrorCode.NONE:
-            self._let_go_of_txn_offsets(producer_id, group_id, held, valid, replaced)
+            self._let_go_of_txn_offsets(producer_id, group_id, held, holding, replaced)
             return {**result, **dict.fromkeys(valid, _commit_append_error(error))}
         return {**result, **dict.fromkeys(valid, ErrorCode.NONE)}
 
@@ -374,9 +404,9 @@ class GroupMetadataManager:
         self,
         producer_id: int,
         group_id: str,
-        held: dict[TopicPartition, OffsetAndMetadata],
-        failed: Mapping[TopicPartition, OffsetAndMetadata],
-        replaced: Mapping[TopicPartition, OffsetAndMetadata],
+        held: dict[TopicPartition, PendingTxnOffset],
+        failed: Mapping[TopicPartition, PendingTxnOffset],
+        replaced: Mapping[TopicPartition, PendingTxnOffset],
     ) -> None:
         """A failed transactional offset append: its offsets are held no more (the ones it
         replaced are held again), unless the transaction was settled meanwhile (``held`` is
@@ -396,6 +426,26 @@ class GroupMetadataManager:
 
     def has_pending_txn(self, group_id: str, tp: TopicPartition) -> bool:
         return any(tp in self.pending_txn[pid][group_id] for pid in self._pending_txn_producers.get(group_id, ()))
+
+    def has_any_pending_txn(self, group_id: str) -> bool:
+        """Whether an open transaction holds offsets of the group (it is not expired then)."""
+        return group_id in self._pending_txn_producers
+
+    def pending_txn_partitions(self, group_id: str) -> set[TopicPartition]:
+        return {tp for pid in self._pending_txn_producers.get(group_id, ()) for tp in self.pending_txn[pid][group_id]}
+
+    def _drop_pending_txn_partitions(self, group_id: str, partitions: Collection[TopicPartition]) -> None:
+        """Forget the pending transactional offsets of these partitions of the group, whichever
+        producer holds them (Kafka's ``removeOffsets``: OffsetDelete, DeleteGroups and topic
+        deletion take them too, so its marker cannot bring a deleted offset back)."""
+        for pid in list(self._pending_txn_producers.get(group_id, ())):
+            held = self.pending_txn[pid][group_id]
+            for tp in partitions:
+                held.pop(tp, None)
+            if not held:
+                self._drop_pending_txn(pid, group_id)
+                if not self.pending_txn[pid]:
+                    del self.pending_txn[pid]
 
     def _drop_pending_txn(self, producer_id: int, group_id: str) -> None:
         """Forget the producer's pending offsets of the group (settled, or coordinated elsewhere now)."""
@@ -427,15 +477,19 @@ class GroupMetadataManager:
             group = self.groups.get(group_id)
             if group is None or group.state is GroupState.DEAD:
                 group = self.add_group(GroupMetadata(group_id, current_state_timestamp=self.now_ms()))
-            for tp, value in values.items():
-                group.offsets[tp] = value
-                self._applied_seq.pop((group_id, tp), None)
-                applied += 1
+            for tp, txn_offset in values.items():
+                key = (group_id, tp)
+                if self._applied_seq.get(key, -1) < txn_offset.seq:  # no later plain commit of it
+                    group.offsets[tp] = txn_offset.value
+                    self._applied_seq[key] = txn_offset.seq
+                    applied += 1
         return applied
 
     def forget_pending_txn(self, partition: int) -> None:
         """This broker stopped coordinating ``partition``: its pending offsets go with its
-        groups (the new coordinator rebuilds them from the log)."""
+        groups (the new coordinator rebuilds them from the log), as do the log places of their
+        committed offsets (a later load numbers them again)."""
+        self._applied_seq = {k: v for k, v in self._applied_seq.items() if self.partition_for(k[0]) != partition}
         for pid in list(self.pending_txn):
             by_group = self.pending_txn[pid]
             for group_id in [g for g in by_group if self.partition_for(g) == partition]:
@@ -472,8 +526,9 @@ class GroupMetadataManager:
         else:
             return []
         expired = []
+        pending_txn = self.pending_txn_partitions(group.group_id)
         for tp, value in group.offsets.items():
-            if tp.topic in subscribed or group.pending_offset_commits[tp] > 0:
+            if tp.topic in subscribed or group.pending_offset_commits[tp] > 0 or tp in pending_txn:
                 continue
             if value.expire_timestamp is not None:
                 if now >= value.expire_timestamp:
@@ -485,21 +540,31 @@ class GroupMetadataManager:
     async def cleanup_group_metadata(
         self, groups: Iterable[GroupMetadata], select: Callable[[GroupMetadata], list[TopicPartition]]
     ) -> int:
-        """Remove the offsets ``select`` picks from each group, turn groups left empty and without
-        offsets Dead, forget Dead groups, and append the tombstones; returns offsets removed."""
+        """Remove the offsets ``select`` picks from each group (committed ones, with tombstones,
+        and pending transactional ones), turn groups left empty and without offsets (pending
+        transactional ones count, as in Kafka) Dead, forget Dead groups with their pending
+        transactional offsets, and append the tombstones; returns committed offsets removed."""
         tombstones: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
         removed = 0
         for group in list(groups):
             partition = self.partition_for(group.group_id)
-            for tp in select(group):
-                group.offsets.pop(tp, None)
+            selected = select(group)
+            self._drop_pending_txn_partitions(group.group_id, selected)
+            for tp in selected:
+                if group.offsets.pop(tp, None) is None:
+                    continue
                 self._applied_seq.pop((group.group_id, tp), None)
                 tombstones[partition].append((offset_key(group.group_id, tp), None))
                 removed += 1
-            if group.state is GroupState.EMPTY and not group.has_offsets():
+            if (
+                group.state is GroupState.EMPTY
+                and not group.has_offsets()
+                and not self.has_any_pending_txn(group.group_id)
+            ):
                 group.transition_to(GroupState.DEAD, self.now_ms())
             if group.state is GroupState.DEAD and self.groups.get(group.group_id) is group:
                 del self.groups[group.group_id]
+                self._drop_pending_txn_partitions(group.group_id, self.pending_txn_partitions(group.group_id))
                 if group.generation_id > 0:  # offsets-only groups never wrote metadata
                     tombstones[partition].append((group_key(group.group_id), None))
         for partition, records in tombstones.items():

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from ...errors import ErrorCode
 from ...interfaces import TopicPartition
 from ..group import GroupCoordinator, OffsetAndMetadata
+from ..group.state import GroupMetadata
 
 
 class PendingTxnOffsets:
@@ -48,6 +49,10 @@ class PendingTxnOffsets:
                 return dict.fromkeys(offsets, error)
         elif group is None and generation_id >= 0:
             return dict.fromkeys(offsets, ErrorCode.ILLEGAL_GENERATION)
+        elif group is None:
+            # a simple group, as Kafka's coordinator creates one here: DescribeGroups says Empty
+            # and ListGroups lists it while its transaction is open
+            coordinator.manager.add_group(GroupMetadata(group_id, current_state_timestamp=coordinator.now_ms()))
         return await coordinator.manager.store_txn_offsets(group_id, producer_id, producer_epoch, offsets)
 
     def offsets_partition(self, group_id: str) -> int | None:

@@ -217,7 +217,7 @@ def _partition_errors(
     )
 
 
-async def _partition_counts(ctx: RequestContext, topics: Sequence[str]) -> dict[str, int]:
+async def existing_partition_counts(ctx: RequestContext, topics: Sequence[str]) -> dict[str, int]:
     """Partition counts of the existing topics among ``topics`` (commits to others are refused)."""
     if not topics:
         return {}
@@ -231,7 +231,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     topic_cls = response_class(ApiKey.OFFSET_COMMIT, version, "OffsetCommitResponseTopic")
     partition_cls = response_class(ApiKey.OFFSET_COMMIT, version, "OffsetCommitResponsePartition")
     coordinator = _coordinator(ctx)
-    counts = await _partition_counts(ctx, [t.name for t in request.topics])
+    counts = await existing_partition_counts(ctx, [t.name for t in request.topics])
     retention = getattr(request, "retention_time", None)
     retention_ms = ms(retention) if retention is not None else -1
     now = coordinator.now_ms() if coordinator is not None else 0
@@ -427,7 +427,7 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     coordinator = _coordinator(ctx)
     if coordinator is None:
         return make(cls, error_code=kerr(ErrorCode.COORDINATOR_NOT_AVAILABLE), throttle_time=NO_THROTTLE, topics=())
-    counts = await _partition_counts(ctx, [t.name for t in request.topics])
+    counts = await existing_partition_counts(ctx, [t.name for t in request.topics])
     errors: dict[TopicPartition, ErrorCode] = {}
     known: list[TopicPartition] = []
     for topic in request.topics:

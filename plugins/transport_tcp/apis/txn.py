@@ -24,6 +24,7 @@ from odradek.records import ControlRecordType
 
 from . import Handler, RequestContext, txn_tools
 from ._kio import NO_THROTTLE, kerr, make, response_class
+from .groups import existing_partition_counts
 
 #: first version of these APIs that may carry PRODUCER_FENCED
 FENCED_MIN_VERSION = 2
@@ -103,15 +104,19 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(ApiKey.TXN_OFFSET_COMMIT, version)
     topic_cls = response_class(ApiKey.TXN_OFFSET_COMMIT, version, "TxnOffsetCommitResponseTopic")
     part_cls = response_class(ApiKey.TXN_OFFSET_COMMIT, version, "TxnOffsetCommitResponsePartition")
-    offsets = {
-        TopicPartition(t.name, int(p.partition_index)): OffsetAndMetadata(
-            int(p.committed_offset),
-            int(getattr(p, "committed_leader_epoch", -1)),
-            p.committed_metadata or "",
-        )
-        for t in request.topics
-        for p in t.partitions
-    }
+    # Kafka's KafkaApis: partitions the cluster does not have are UNKNOWN_TOPIC_OR_PARTITION
+    # (a Java producer retries them), the rest go to the coordinator
+    counts = await existing_partition_counts(ctx, [t.name for t in request.topics])
+    unknown: dict[TopicPartition, ErrorCode] = {}
+    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, int(p.partition_index))
+            if not 0 <= tp.partition < counts.get(t.name, 0):
+                unknown[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            epoch = int(getattr(p, "committed_leader_epoch", -1))
+            offsets[tp] = OffsetAndMetadata(int(p.committed_offset), epoch, p.committed_metadata or "")
     coordinator = _coordinator(ctx)
     pending = getattr(ctx.broker, "txn_offsets", None)
     errors: dict[TopicPartition, ErrorCode]
@@ -126,7 +131,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
         errors = dict.fromkeys(offsets, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     elif fenced is not None:
         errors = dict.fromkeys(offsets, fenced)
-    else:
+    elif offsets:
         errors = await pending.commit(
             request.group_id,
             int(request.producer_id),
@@ -136,6 +141,15 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             int(getattr(request, "generation_id", -1)),
             offsets,
         )
+    else:
+        errors = {}
+    if version < 2:
+        # Kafka's KAFKA-7296 workaround: producers before 2.0 (v0-1) fail on LOAD_IN_PROGRESS
+        errors = {
+            tp: ErrorCode.COORDINATOR_NOT_AVAILABLE if e == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else e
+            for tp, e in errors.items()
+        }
+    errors.update(unknown)
     topics = tuple(
         make(
             topic_cls,
