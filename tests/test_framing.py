@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from odradek.plugins.transport_tcp.framing import FrameError, FrameReader, FrameTooLarge
+from odradek.plugins.transport_tcp.framing import MAX_SPARE_BYTES, FrameError, FrameReader, FrameTooLarge
 
 
 def _frame(body: bytes) -> bytes:
@@ -113,6 +113,26 @@ async def test_recycled_buffers_carry_the_next_big_frames_intact() -> None:
     # CPython's realloc may give it up to ~1.2x its size: 700 kB stays above half of that)
     assert seen[1] is seen[0] and seen[2] is seen[0] and seen[3] is seen[0]
     assert seen[4] is not seen[0] and seen[5] is not seen[4]
+    a.close()
+    b.close()
+
+
+async def test_a_very_big_frame_buffer_is_not_kept() -> None:
+    """A connection keeps its finished big frame only up to MAX_SPARE_BYTES: a client that sent
+    one 50 MB request and stays connected no longer pins 50 MB for the connection's life."""
+    a, b = trio.socket.socketpair()
+    reader = FrameReader(b, max_frame=4 * MAX_SPARE_BYTES)
+    bodies = [os.urandom(2 * MAX_SPARE_BYTES), os.urandom(MAX_SPARE_BYTES // 2)]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_send_all, a, b"".join(_frame(body) for body in bodies))
+        big = await reader.read_frame()
+        assert big == bodies[0]
+        reader.recycle(big)
+        assert reader._spare is None
+        small = await reader.read_frame()
+        assert small == bodies[1]
+        reader.recycle(small)
+        assert reader._spare is small
     a.close()
     b.close()
 

@@ -118,6 +118,33 @@ async def test_find_coordinator_v0_and_v2(wire: Wire) -> None:
     assert int(txn.error_code) == ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
+async def test_find_coordinator_v4_looks_up_each_coordinator_partition_once(wire: Wire) -> None:
+    """KIP-699 batches: many keys cost one leaders lookup per __consumer_offsets partition, not
+    one per key (200,000 keys froze every other client for seconds); each key still gets its
+    own answer, a transaction key none where no transaction coordinator runs."""
+    coordinator = wire.dispatcher.broker.group_coordinator
+    real_leaders = coordinator.log.leaders
+    lookups = 0
+
+    async def leaders(listener_name: str | None = None) -> Any:
+        nonlocal lookups
+        lookups += 1
+        return await real_leaders(listener_name)
+
+    coordinator.log.leaders = leaders
+    keys = tuple(f"group-{i}" for i in range(5000))
+    answer = await wire.call(
+        ApiKey.FIND_COORDINATOR, 4, build(ApiKey.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=keys)
+    )
+    assert [c.key for c in answer.coordinators] == list(keys)
+    assert {(int(c.error_code), c.node_id, c.port) for c in answer.coordinators} == {(0, 0, 9092)}
+    assert lookups <= 2 * 4  # one per partition (and the topic's creation); was one per key
+    txn = await wire.call(
+        ApiKey.FIND_COORDINATOR, 4, build(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=("a", "b"))
+    )
+    assert [int(c.error_code) for c in txn.coordinators] == [ErrorCode.COORDINATOR_NOT_AVAILABLE] * 2
+
+
 async def test_group_lifecycle_over_the_wire(wire: Wire) -> None:
     await wire.call(ApiKey.FIND_COORDINATOR, 2, build(ApiKey.FIND_COORDINATOR, 2, key=GROUP, key_type=0))
     first = await join_v5(wire)

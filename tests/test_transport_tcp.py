@@ -39,7 +39,7 @@ from odradek.broker.api import (
     TopicResult,
 )
 from odradek.config import Config, default_config
-from odradek.errors import ErrorCode
+from odradek.errors import ErrorCode, InvalidRequest
 from odradek.interfaces import Endpoint, FileRange, TopicPartition
 from odradek.plugins.transport_tcp.apis import Dispatcher, load_handlers
 from odradek.plugins.transport_tcp.apis.admin import HANDLERS as ADMIN_HANDLERS
@@ -53,6 +53,8 @@ from odradek.protocol import (
     PartitionProduceData,
     ProduceRequestData,
     TopicProduceData,
+    codec,
+    decode_request,
     decode_response,
     encode_request,
     parse_request_header,
@@ -662,12 +664,7 @@ async def test_read_ahead_stops_at_the_byte_bound_and_resumes_as_answers_are_wri
     frames = [small] * 8 + [big, small]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
-
-        async def send_all_frames() -> None:
-            for frame in frames:
-                await b.send(struct.pack(">i", len(frame)) + frame)
-
-        nursery.start_soon(send_all_frames)
+        nursery.start_soon(_send_frames, b, frames)
         await trio.testing.wait_all_tasks_blocked()
         admitted = -(-bound // len(small))  # read until the bound is reached or passed
         assert conn._arrived == admitted < 8
@@ -680,6 +677,42 @@ async def test_read_ahead_stops_at_the_byte_bound_and_resumes_as_answers_are_wri
         assert len(broker.produced) == len(frames)
         nursery.cancel_scope.cancel()
     b.close()
+
+
+async def test_answers_not_read_by_the_client_count_against_the_read_ahead(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A client that sends requests and never reads the answers: once the answers waiting to be
+    written (the socket is full) and the unanswered frames hold max_read_ahead_bytes, the
+    reader stops reading, as Kafka mutes such a channel; before, each connection held up to
+    queued.max.requests answers (50 MB per connection with 110 KB Metadata answers). Reading
+    the answers lets it go on, and every request is answered in order."""
+    broker = ScriptedBroker(_config())
+    frame_bytes = len(encode_request(metadata_request(), correlation_id=0, client_id="m"))
+    count = 1500
+    bound = frame_bytes * count + 1  # the frames alone never reach it, their answers do
+    conn, b = _paired(broker, max_in_flight=2000, max_read_ahead_bytes=bound)
+    conn.sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_SNDBUF, 4096)
+    b.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)
+    frames = [encode_request(metadata_request(), correlation_id=i, client_id="m") for i in range(count)]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        nursery.start_soon(_send_frames, b, frames)
+        await trio.testing.wait_all_tasks_blocked()
+        assert 0 < conn._arrived < count
+        # requests admitted below the bound may still add their answers: a little over it
+        assert bound <= conn._held < 2 * bound
+        assert any(p.size > len(frames[0]) for p in conn._queued)  # answers are counted
+        for i in range(count):
+            cid, _ = decode_response(ApiKey.METADATA, 8, await _receive_frame(b))
+            assert cid == i
+        nursery.cancel_scope.cancel()
+    b.close()
+
+
+async def _send_frames(sock: trio.socket.SocketType, frames: list[bytes]) -> None:
+    for frame in frames:
+        await sock.send(struct.pack(">i", len(frame)) + frame)
 
 
 async def _receive_frame(sock: trio.socket.SocketType) -> bytes:
@@ -985,6 +1018,46 @@ async def test_a_failing_handler_keeps_the_connection(caplog: pytest.LogCaptureF
         await conn.aclose()
     failures = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
     assert failures and failures[0].exc_info is not None
+
+
+async def test_a_panic_of_kios_native_code_closes_only_its_connection(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pyo3 raises a panic of kio's native code (an allocation failing while a huge request is
+    decoded under a memory limit) as a BaseException, which ``except Exception`` misses: it
+    took the whole broker down. It is now the request's InvalidRequest: its connection closes,
+    the listener and other connections go on."""
+    panic = type("PanicException", (BaseException,), {"__module__": "pyo3_runtime"})
+    poisoned = request_type(ApiKey.LIST_OFFSETS, 5)
+    real_reader = codec._reader
+
+    def reader(cls: type) -> Any:
+        if cls is not poisoned:
+            return real_reader(cls)
+
+        def read(_buf: Any, _offset: int) -> Any:
+            raise panic("PyObject pointer is null")
+
+        return read
+
+    monkeypatch.setattr(codec, "_reader", reader)
+    request = _replace(sample(poisoned), isolation_level=0)
+    frame = bytearray(encode_request(request, correlation_id=1, client_id="t"))
+    with pytest.raises(InvalidRequest, match="kio panicked"):
+        decode_request(ApiKey.LIST_OFFSETS, 5, frame, parse_request_header(frame).body_offset)
+    async with serving(ScriptedBroker(_config())) as (_listener, bound):
+        other = await connect(bound)
+        conn = await connect(bound)
+        await conn.send_frame(encode_request(request, correlation_id=1, client_id="t"))
+        with trio.fail_after(5), pytest.raises(ConnectionError):
+            await conn.receive_frame()
+        await conn.aclose()
+        assert (await call(other, metadata_request(), 2)).topics[0].name == "t"
+        fresh = await connect(bound)
+        assert (await call(fresh, metadata_request(), 3)).topics[0].name == "t"
+        await other.aclose()
+        await fresh.aclose()
+    assert any("kio panicked" in r.getMessage() for r in caplog.records)
 
 
 async def test_an_unreachable_metadata_store_is_answered_request_timed_out(caplog: pytest.LogCaptureFixture) -> None:

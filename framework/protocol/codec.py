@@ -164,6 +164,15 @@ def _readonly(buf: Buffer) -> bytes | memoryview:
     return memoryview(buf).toreadonly()
 
 
+def is_native_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a panic of kio's native (Rust, pyo3) code: pyo3 raises it as a
+    ``BaseException`` (so ``except Exception`` misses it), e.g. when an allocation fails while
+    decoding a huge request under a memory limit. It is the request's failure, not the broker's:
+    the callers turn it into InvalidRequest or close the one connection."""
+    kind = type(exc)
+    return kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime"
+
+
 def _kio_decode(cls: type, buf: Buffer, offset: int, what: str) -> Any:
     # kio's native reader must never see an implausible length, nor a tag it does not know
     stripped = check_message(cls, buf, offset)
@@ -175,6 +184,10 @@ def _kio_decode(cls: type, buf: Buffer, offset: int, what: str) -> Any:
         raise InvalidRequest(f"cannot decode {what}: {exc}") from None
     except Exception as exc:  # kio's native reader raises a few other types on garbage
         raise InvalidRequest(f"cannot decode {what}: {type(exc).__name__}: {exc}") from None
+    except BaseException as exc:
+        if not is_native_panic(exc):
+            raise
+        raise InvalidRequest(f"cannot decode {what}: kio panicked: {exc}") from None
     if offset + consumed != len(buf):
         raise InvalidRequest(f"{len(buf) - offset - consumed} unexpected bytes after {what}")
     return value
@@ -317,6 +330,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "is_native_panic",
     "kio_error",
     "ms",
     "produce_error_response",

@@ -33,7 +33,7 @@ import trio
 
 from odradek.errors import KafkaError, OdradekError
 from odradek.protocol import ApiKey, FetchEnvelope, RequestHeader, api_name, parse_request_header
-from odradek.protocol.codec import SchemaUnavailable
+from odradek.protocol.codec import SchemaUnavailable, is_native_panic
 
 from .apis import CloseConnection, Dispatcher, Outcome
 from .framing import FrameError, FrameReader, FrameTooLarge, OnBlock, PeerClosed, send_all, send_frame, sendfile
@@ -49,8 +49,8 @@ _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError, OS
 #: the wait ended. The grace lets a client that only half-closed (``shutdown(SHUT_WR)``) after
 #: its requests still get the answers that are ready at once.
 EOF_GRACE_S = 0.5
-#: The bytes of request frames one connection may hold read but not answered before its reader
-#: stops reading the socket. ``queued.max.requests`` alone let one connection pile up 500 frames
+#: The bytes of request frames (and of their answers not written yet) one connection may hold
+#: before its reader stops reading the socket. ``queued.max.requests`` alone let one connection pile up 500 frames
 #: of up to ``socket.request.max.bytes`` each behind a slow ordered request (500 MB at 1 MB
 #: Produce requests behind a parked JoinGroup); Kafka reads one request per channel at a time
 #: (it mutes the channel) and bounds all of them with ``queued.max.request.bytes``. 16 MiB keeps
@@ -67,7 +67,8 @@ class _Pending:
     header: RequestHeader
     #: its place in the connection's arrival order (0, 1, ...)
     seq: int = 0
-    #: its frame's size: counted against the connection's read-ahead until it is answered
+    #: its frame's size, plus its answer's once ready: counted against the connection's
+    #: read-ahead until the answer is written
     size: int = 0
     done: trio.Event = field(default_factory=trio.Event)
     outcome: Outcome = None
@@ -95,7 +96,7 @@ class KafkaConnection:
         self.idle_timeout_s = idle_timeout_s
         self._slots = trio.Semaphore(max_in_flight)
         self.max_read_ahead_bytes = max_read_ahead_bytes
-        self._held = 0  # bytes of the frames read and not answered yet
+        self._held = 0  # bytes of the frames read and of their answers, until written
         self._room: trio.Event | None = None  # set by the writer when ``_held`` drops below the bound
         self._send, self._receive = trio.open_memory_channel[_Pending](max_in_flight)
         self._read_scope = trio.CancelScope()
@@ -264,7 +265,14 @@ class KafkaConnection:
                 # woken tasks in either order).
                 pending.failed = True
                 return
-            pending.outcome = await self.dispatcher.process(header, frame, self.peer)
+            outcome = pending.outcome = await self.dispatcher.process(header, frame, self.peer)
+            if isinstance(outcome, bytes):
+                # an answer waiting to be written counts against the read-ahead bound too: a
+                # client that sends requests and never reads the answers stops being read, as
+                # Kafka mutes its channel, instead of holding up to ``queued.max.requests``
+                # answers (a 110 KB Metadata for a 23-byte request) per connection
+                pending.size += len(outcome)
+                self._held += len(outcome)
         except CloseConnection as exc:
             log.info("closing connection %s: %s", self.peer, exc)
             self._fail(pending)
@@ -289,6 +297,19 @@ class KafkaConnection:
                 self.peer,
                 api_name(header.api_key),
                 header.api_version,
+            )
+            self._fail(pending)
+        except BaseException as exc:
+            if not is_native_panic(exc):
+                raise
+            # kio's native code panicked on this request (pyo3 raises a BaseException): it
+            # closes this connection only, never the listener
+            log.error(
+                "closing connection %s: %s v%d: kio panicked: %s",
+                self.peer,
+                api_name(header.api_key),
+                header.api_version,
+                exc,
             )
             self._fail(pending)
         finally:

@@ -25,6 +25,10 @@ _SIZE = struct.Struct(">i")
 _YIELD_BYTES = 8 << 20
 #: The least a big frame's buffer starts with; it doubles as the bytes arrive.
 _FIRST_BIG_BUFFER = 64 * 1024
+#: The largest finished frame buffer a connection keeps for its next big frame (see
+#: ``FrameReader.recycle``): a 1 MB Produce stream reuses its buffer, while one 50 MB request
+#: does not pin 50 MB for as long as its connection stays open.
+MAX_SPARE_BYTES = 4 << 20
 #: CPython's ``PyByteArray_Resize`` (stable C API): sets a bytearray's length without writing the
 #: new bytes, which the socket is about to overwrite; growing through Python (``+= bytes(n)``)
 #: writes zeros first and made a fresh 16-100 MB frame 1.6-2.3x slower to receive.
@@ -119,12 +123,13 @@ class FrameReader:
 
         A fresh buffer costs an allocation, a realloc per doubling as its frame arrives and fresh
         pages (a zeroed ``bytearray(size)`` was 6% of the broker's CPU at 1 MB Produce requests);
-        the spare is already grown and paged in. The buffer is kept only if nothing still
+        the spare is already grown and paged in. Buffers over ``MAX_SPARE_BYTES`` are not kept.
+        The buffer is kept only if nothing still
         looks into it: a bytearray with a live memoryview cannot be resized, so the trial shrink
         raises ``BufferError`` and the buffer is left to its holder. Anything that must keep
         request bytes beyond its call (a storage engine that holds batches in memory) copies them.
         """
-        if len(frame) <= len(self._buf):
+        if len(frame) <= len(self._buf) or frame.__alloc__() > MAX_SPARE_BYTES:
             return
         try:
             del frame[len(frame) - 1 :]

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import trio
+
 from odradek.broker.group import FindCoordinatorResult, GroupCoordinator, OffsetAndMetadata, PartitionOffset
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
@@ -46,6 +48,21 @@ def _client_host(peer: str) -> str:
 # -- FindCoordinator ------------------------------------------------------------------------------
 
 
+#: FindCoordinator v4 keys answered between two yields to the event loop
+_KEYS_PER_CHECKPOINT = 1024
+
+
+def _placement(ctx: RequestContext, key_type: int, key: str) -> int | None:
+    """The internal-topic partition that coordinates ``key`` (None: no such coordinator here)."""
+    if key_type == COORDINATOR_KEY_GROUP:
+        coordinator = _coordinator(ctx)
+    elif key_type == COORDINATOR_KEY_TRANSACTION:
+        coordinator = getattr(ctx.broker, "transaction_coordinator", None)
+    else:
+        return None
+    return int(coordinator.partition_for(key)) if coordinator is not None else None
+
+
 async def _find_one(ctx: RequestContext, key_type: int, key: str) -> FindCoordinatorResult:
     """The coordinator of one key: the group coordinator's answer (key type 0) or the
     transaction coordinator's (1)."""
@@ -74,9 +91,20 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version >= 4:
         entry_cls = response_class(ApiKey.FIND_COORDINATOR, ctx.api_version, "Coordinator")
         entries = []
-        for key in request.coordinator_keys:
-            result = await _find_one(ctx, key_type, key)
+        # a key's answer depends only on its coordinator partition: one lookup per partition
+        # (each reads the internal topic's leaders), so a request of many keys costs the event
+        # loop no more than a few dozen lookups, and it yields now and then for other clients
+        found: dict[int, FindCoordinatorResult] = {}
+        for i, key in enumerate(request.coordinator_keys):
+            place = _placement(ctx, key_type, key)
+            result = found.get(place) if place is not None else None
+            if result is None:
+                result = await _find_one(ctx, key_type, key)
+                if place is not None:
+                    found[place] = result
             entries.append(make(entry_cls, key=key, **_coordinator_fields(result)))
+            if i % _KEYS_PER_CHECKPOINT == _KEYS_PER_CHECKPOINT - 1:
+                await trio.lowlevel.checkpoint()
         return make(cls, throttle_time=NO_THROTTLE, coordinators=tuple(entries))
     result = await _find_one(ctx, key_type, request.key)
     return make(cls, throttle_time=NO_THROTTLE, **_coordinator_fields(result))
