@@ -459,3 +459,32 @@ async def test_a_coordinator_loads_its_partition_to_the_log_end(tmp_path: Path) 
         assert (partition.high_watermark, partition.log_end_offset) == (0, 2)
         topic = InternalTopic(core, "t", 1, 1, {}, 1000)
         assert [k async for k, _ in topic.read(0)] == [b"a", b"b"]
+
+
+async def test_a_produce_of_many_heavy_partitions_lets_other_tasks_run(tmp_path: Path) -> None:
+    """Validation decompresses each compressed batch on the event loop: a request of many
+    partitions whose batches inflate to megabytes each (a few KB on the wire) used to hold every
+    other client for all of them; it now yields every PRODUCE_SLICE_S."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "heavy", partitions=24)
+        data = batch([b"\0" * (16 << 20)], compression=records.Compression.ZSTD)
+        assert len(data) < 4096
+        entries = {TopicPartition("heavy", p): bytearray(data) for p in range(24)}
+        ticks = 0
+        done = False
+
+        async def other_client() -> None:
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other_client)
+            await trio.sleep(0)
+            before = ticks
+            results = await core.produce(1, 5000, entries, api_version=7)
+            during = ticks - before
+            done = True
+        assert {r.error for r in results.values()} == {ErrorCode.NONE}
+        assert during >= 2

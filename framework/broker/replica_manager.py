@@ -62,6 +62,8 @@ HW_CHECKPOINT_INTERVAL_MS = 5000
 #: Kafka's producer.id.expiration.check.interval.ms default.
 PRODUCER_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 VALID_ACKS = (-1, 0, 1)
+#: The event-loop time a Produce's partitions may take before the request lets others run
+PRODUCE_SLICE_S = 0.01
 #: transaction-verification answers meaning "the coordinator cannot tell yet": Kafka's produce
 #: path returns them as NOT_ENOUGH_REPLICAS, retriable for every client version
 _COORDINATOR_NOT_READY = frozenset(
@@ -370,7 +372,15 @@ class ReplicaManager:
         results: dict[TopicPartition, PartitionProduceResult] = {}
         required: dict[TopicPartition, int] = {}
         now = self.clock_ms()
+        yield_at = time.monotonic() + PRODUCE_SLICE_S
         for tp, data in entries.items():
+            if time.monotonic() >= yield_at:
+                # validation (decompressing every compressed batch) and appends run on the event
+                # loop: a request of many partitions lets other clients in between, so it holds
+                # them up for at most about one partition's work, not all of it (Kafka does this
+                # work on request-handler threads, never its network threads)
+                await trio.lowlevel.checkpoint()
+                yield_at = time.monotonic() + PRODUCE_SLICE_S
             try:
                 partition = self._leader_partition(tp)
                 try:
