@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator
 
+import pytest
 import trio
 import trio.testing
 from group_harness import GROUP, assignment_bytes, clock_ms, join, join_and_sync_alone, make_config, running
 
 from odradek.broker.group import (
+    FIND_COORDINATOR_LOAD_WAIT_S,
     UNKNOWN_MEMBER_ID,
     GroupCoordinator,
     GroupState,
@@ -198,10 +200,12 @@ async def test_delete_groups(autojump_clock: trio.testing.MockClock) -> None:
 
 
 class SlowLog(InMemoryOffsetsLog):
-    """Reading a partition takes a second: long enough to see the coordinator loading."""
+    """Reading a partition takes ``delay_s`` (a second): long enough to see the coordinator loading."""
+
+    delay_s = 1.0
 
     async def read_entries(self, partition: int) -> AsyncIterator[LogEntry]:
-        await trio.sleep(1)
+        await trio.sleep(self.delay_s)
         async for entry in super().read_entries(partition):
             yield entry
 
@@ -209,7 +213,8 @@ class SlowLog(InMemoryOffsetsLog):
 async def test_groups_answer_load_in_progress_while_loading(autojump_clock: trio.testing.MockClock) -> None:
     log = SlowLog(num_partitions=4)
     async with running(log) as (coordinator, _):
-        await coordinator.commit_offsets(GROUP, "", None, -1, {T0: OffsetAndMetadata(4)})
+        await coordinator.wait_for_loads()
+        assert await coordinator.commit_offsets(GROUP, "", None, -1, {T0: OffsetAndMetadata(4)}) == {T0: ErrorCode.NONE}
     restarted = GroupCoordinator(log, make_config(), now_ms=clock_ms)
     async with trio.open_nursery() as nursery:
         await nursery.start(restarted.run)
@@ -223,6 +228,33 @@ async def test_groups_answer_load_in_progress_while_loading(autojump_clock: trio
         await trio.sleep(5)
         error, offsets = restarted.fetch_offsets(GROUP, [T0])
         assert error == ErrorCode.NONE and offsets[T0].offset == 4
+        nursery.cancel_scope.cancel()
+
+
+async def test_find_coordinator_does_not_wait_out_a_long_load(autojump_clock: trio.testing.MockClock) -> None:
+    """As Kafka's: a partition that takes long to load (a big __consumer_offsets partition after
+    a failover) is loaded in the background; FindCoordinator answers after at most
+    FIND_COORDINATOR_LOAD_WAIT_S (it used to wait for the whole load, past clients' request
+    timeouts), other partitions' lookups are not held up, and the group's requests get
+    COORDINATOR_LOAD_IN_PROGRESS until the load ends."""
+    log = SlowLog(num_partitions=4)
+    log.delay_s = 60
+    coordinator = GroupCoordinator(log, make_config(), now_ms=clock_ms)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(coordinator.run)
+        start = trio.current_time()
+        found = await coordinator.find_coordinator(GROUP)
+        assert found.error == ErrorCode.NONE
+        assert trio.current_time() - start == pytest.approx(FIND_COORDINATOR_LOAD_WAIT_S)
+        other = next(g for g in (f"g{i}" for i in range(100)) if partition_for(g, 4) != partition_for(GROUP, 4))
+        start = trio.current_time()
+        assert (await coordinator.find_coordinator(other)).error == ErrorCode.NONE
+        assert trio.current_time() - start <= FIND_COORDINATOR_LOAD_WAIT_S  # loading too, in parallel
+        assert coordinator.fetch_offsets(GROUP, [T0])[0] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        assert (await join(coordinator)).error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        await coordinator.wait_for_loads()
+        assert trio.current_time() - start < 61  # the partitions loaded side by side
+        assert coordinator.fetch_offsets(GROUP, [T0])[0] == ErrorCode.NONE
         nursery.cancel_scope.cancel()
 
 
@@ -244,4 +276,6 @@ async def test_a_leadership_lost_and_regained_between_checks_reloads_the_partiti
         assert coordinator.fetch_offsets(GROUP, [T0])[1][T0].offset == 5
         log.node = dataclasses.replace(log.node, leader_epoch=log.node.leader_epoch + 2)
         await coordinator.refresh_ownership()
+        assert coordinator.fetch_offsets(GROUP, [T0])[0] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        await coordinator.wait_for_loads()
         assert coordinator.fetch_offsets(GROUP, [T0])[1][T0].offset == 9

@@ -14,6 +14,7 @@ See docs/groups.md.
 from __future__ import annotations
 
 from .group_coordinator import (
+    FIND_COORDINATOR_LOAD_WAIT_S,
     FindCoordinatorResult,
     GroupCoordinator,
     GroupDescription,
@@ -34,6 +35,7 @@ from .state import (
 )
 
 __all__ = [
+    "FIND_COORDINATOR_LOAD_WAIT_S",
     "INVALID_OFFSET",
     "NO_GENERATION",
     "OFFSETS_TOPIC",

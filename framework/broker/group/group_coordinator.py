@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 #: how often the coordinator checks which ``__consumer_offsets`` partitions this broker leads
 OWNERSHIP_REFRESH_S = 0.5
+#: how long FindCoordinator waits for the load of its group's partition before it answers (the
+#: group's requests then get COORDINATOR_LOAD_IN_PROGRESS until the load ends, and clients retry)
+FIND_COORDINATOR_LOAD_WAIT_S = 1.0
 #: the protocol type of Kafka consumers' groups (the subscriptions the coordinator can read)
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -103,6 +106,8 @@ class GroupCoordinator(MembershipProtocol):
         self._ownership_lock = trio.Lock()
         #: the leader epoch each owned partition was loaded under
         self._loaded_epochs: dict[int, int] = {}
+        #: partitions being loaded in the background (by :meth:`refresh_ownership`): set when done
+        self._loads: dict[int, trio.Event] = {}
 
     def _now(self) -> int:
         return self.now_ms()
@@ -145,8 +150,9 @@ class GroupCoordinator(MembershipProtocol):
             )  # fmt: skip
 
     async def refresh_ownership(self) -> None:
-        """Own (loading them) the ``__consumer_offsets`` partitions this broker now leads, and
-        forget the groups of partitions it no longer leads. Called after the topic is created and
+        """Own the ``__consumer_offsets`` partitions this broker now leads (their loads start in
+        the background: :meth:`wait_for_loads`), and forget the groups of partitions it no longer
+        leads. Called after the topic is created and
         whenever leadership may have moved."""
         async with self._ownership_lock:
             leaders = await self.log.leaders()
@@ -166,7 +172,32 @@ class GroupCoordinator(MembershipProtocol):
             for partition in sorted(mine - self.manager.owned - self.manager.loading):
                 self.manager.loading.add(partition)
                 self._loaded_epochs[partition] = leaders[partition].leader_epoch
+                self._start_load(partition)
+
+    def _start_load(self, partition: int) -> None:
+        """Load ``partition`` in the coordinator's nursery: the ownership lock is not held for
+        the load, so FindCoordinator of other partitions is answered meanwhile (as Kafka's
+        ``onElection`` schedules the load), and several partitions load side by side. A load
+        that fails leaves the partition unowned; the next ownership check tries again."""
+        assert self._nursery is not None, "the coordinator is not running"
+        done = self._loads[partition] = trio.Event()
+
+        async def load() -> None:
+            try:
                 await self._load(partition)
+            except Exception:
+                log.exception("loading %s-%d failed; the next ownership check retries", OFFSETS_TOPIC, partition)
+            finally:
+                if self._loads.get(partition) is done:
+                    del self._loads[partition]
+                done.set()
+
+        self._nursery.start_soon(load)
+
+    async def wait_for_loads(self) -> None:
+        """Until the loads started so far have ended (embedded use and tests)."""
+        for done in list(self._loads.values()):
+            await done.wait()
 
     def on_resigned(self, partition: int) -> None:
         """This broker stopped leading ``partition``: drop its groups (members get NOT_COORDINATOR
@@ -215,8 +246,13 @@ class GroupCoordinator(MembershipProtocol):
         node: PartitionLeader | None = leaders.get(partition)
         if node is None:
             return FindCoordinatorResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="no leader")
-        if node.node_id == self.node_id and partition not in self.manager.owned | self.manager.loading:
-            await self.refresh_ownership()
+        if node.node_id == self.node_id:
+            if partition not in self.manager.owned | self.manager.loading:
+                await self.refresh_ownership()
+            load = self._loads.get(partition)
+            if load is not None:  # a short load (a new or small partition) is waited out
+                with trio.move_on_after(FIND_COORDINATOR_LOAD_WAIT_S):
+                    await load.wait()
         return FindCoordinatorResult(ErrorCode.NONE, node.node_id, node.host, node.port)
 
     # -- OffsetFetch -----------------------------------------------------------------------------------
