@@ -202,6 +202,17 @@ async def test_group_lifecycle_over_the_wire(wire: Wire) -> None:
         build(ApiKey.DESCRIBE_GROUPS, 5, groups=(GROUP, "unknown"), include_authorized_operations=False),
     )  # fmt: skip
     group, unknown = described.groups
+    manager = wire.dispatcher.broker.group_coordinator.manager
+    loading = next(f"g{i}" for i in range(100) if manager.partition_for(f"g{i}") != manager.partition_for(GROUP))
+    manager.loading.add(manager.partition_for(loading))
+    asked = await wire.call(
+        ApiKey.DESCRIBE_GROUPS, 5,
+        build(ApiKey.DESCRIBE_GROUPS, 5, groups=(GROUP, loading), include_authorized_operations=True),
+    )  # fmt: skip
+    manager.loading.discard(manager.partition_for(loading))
+    ops = [(int(g.error_code), g.authorized_operations) for g in asked.groups]
+    assert ops[0][0] == 0 and ops[0][1] > 0  # asked for and described: the group's operations
+    assert ops[1] == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -(2**31))  # an error: none, as Kafka
     assert (group.group_state, group.protocol_type, group.protocol_data) == ("Stable", "consumer", "range")
     assert group.members[0].client_id == "wire-client" and group.members[0].client_host == "/127.0.0.1"
     assert unknown.group_state == "Dead"
@@ -212,6 +223,9 @@ async def test_group_lifecycle_over_the_wire(wire: Wire) -> None:
     member = nested(ApiKey.LEAVE_GROUP, 3, "MemberIdentity", member_id=first.member_id, group_instance_id=None)
     left = await wire.call(ApiKey.LEAVE_GROUP, 3, build(ApiKey.LEAVE_GROUP, 3, group_id=GROUP, members=(member,)))
     assert int(left.error_code) == 0 and int(left.members[0].error_code) == 0
+    # a group-level error comes alone, with no member entries (Kafka's LeaveGroupResponse)
+    blank = await wire.call(ApiKey.LEAVE_GROUP, 3, build(ApiKey.LEAVE_GROUP, 3, group_id="", members=(member,)))
+    assert (int(blank.error_code), blank.members) == (ErrorCode.INVALID_GROUP_ID, ())
     deleted = await wire.call(ApiKey.DELETE_GROUPS, 2, build(ApiKey.DELETE_GROUPS, 2, groups_names=(GROUP,)))
     assert int(deleted.results[0].error_code) == 0
 

@@ -213,6 +213,8 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
         # one member: its error is the request's error
         top = error if error != ErrorCode.NONE else per_member[0]
         return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(top))
+    if error != ErrorCode.NONE:  # Kafka's LeaveGroupResponse(List.empty, error): no members
+        return make(cls, throttle_time=NO_THROTTLE, error_code=kerr(error), members=())
     member_cls = response_class(ApiKey.LEAVE_GROUP, version, "MemberResponse")
     members = tuple(
         make(member_cls, member_id=member_id, group_instance_id=instance, error_code=kerr(member_error))
@@ -403,7 +405,10 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                 protocol_type=described.protocol_type,
                 protocol_data=described.protocol,
                 members=members,
-                authorized_operations=authorized_operations(include_ops, GROUP_OPERATIONS),
+                # Kafka fills them in only for a group described without error
+                authorized_operations=authorized_operations(
+                    include_ops and described.error == ErrorCode.NONE, GROUP_OPERATIONS
+                ),
             )
         )
     return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
