@@ -129,13 +129,28 @@ def test_offline_leader_election() -> None:
     )
 
 
+def _open_transaction_then_a_plain_record(s: LogStorage) -> Partition:
+    """A one-replica leader holding an open transaction (offsets 0-1) and a plain record (2)."""
+    p = new_partition(s, 0)
+    p.make_leader(0, [0], [0])
+    leader_append(p, batch([b"t1", b"t2"], producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True))
+    leader_append(p, batch([b"plain"]))
+    assert (p.high_watermark, p.last_stable_offset) == (3, 0)
+    return p
+
+
+async def test_the_last_stable_offset_never_falls_below_the_log_start(tmp_path: Path) -> None:
+    """Kafka's updateFirstUnstableOffset: an open transaction whose first records retention or
+    DeleteRecords took holds the LSO at the log start, not at an offset that is gone."""
+    async with storage_at(tmp_path) as s:
+        p = _open_transaction_then_a_plain_record(s)
+        assert p.delete_records_before(2) == 2
+        assert (p.log_start_offset, p.last_stable_offset) == (2, 2)
+
+
 async def test_transactions_last_stable_offset_and_aborted_index(tmp_path: Path) -> None:
     async with storage_at(tmp_path) as s:
-        p = new_partition(s, 0)
-        p.make_leader(0, [0], [0])
-        leader_append(p, batch([b"t1", b"t2"], producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True))
-        leader_append(p, batch([b"plain"]))
-        assert (p.high_watermark, p.last_stable_offset) == (3, 0)
+        p = _open_transaction_then_a_plain_record(s)
         committed = p.read_records(0, 1 << 20, IsolationLevel.READ_COMMITTED, min_one_batch=True)
         assert committed.info.size == 0 and committed.last_stable_offset == 0
         committed.info.release()

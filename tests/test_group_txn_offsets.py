@@ -5,6 +5,8 @@ transactional offsets under OffsetDelete, DeleteGroups and expiry, and groups lo
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 import trio.testing
 from group_harness import GROUP, assignment_bytes, join, join_and_sync_alone, running, spawn
@@ -169,3 +171,61 @@ async def test_a_group_loaded_over_its_max_size_rebalances(autojump_clock: trio.
         group = lowered.manager.get_group(GROUP)
         assert group is not None and group.is_state(GroupState.PREPARING_REBALANCE)
         assert lowered.heartbeat(GROUP, a.member_id, None, 2) == ErrorCode.REBALANCE_IN_PROGRESS
+
+
+async def test_deleted_pending_offsets_stay_deleted_across_a_reload(autojump_clock: trio.testing.MockClock) -> None:
+    """OffsetDelete and DeleteGroups write a tombstone for a partition that only has a pending
+    transactional offset too, and loading applies a tombstone to the open transactions before
+    it (Kafka's deleteOffsets and its replay): a coordinator that reloads the partition before
+    the transaction's COMMIT marker does not bring the deleted offsets back."""
+    log = InMemoryOffsetsLog(num_partitions=4)
+    other = next(g for g in (f"g{i}" for i in range(100)) if g != GROUP)
+    async with running(log) as (coordinator, _):
+        txn = PendingTxnOffsets(lambda: coordinator)
+        await txn.commit(GROUP, PID, 0, "", None, -1, {T0: OffsetAndMetadata(10), T1: OffsetAndMetadata(11)})
+        await txn.commit(other, PID, 0, "", None, -1, {T0: OffsetAndMetadata(12)})
+        assert await coordinator.delete_offsets(GROUP, [T0]) == (ErrorCode.NONE, {T0: ErrorCode.NONE})
+        assert await coordinator.delete_groups([other]) == {other: ErrorCode.NONE}
+        partitions = {coordinator.manager.partition_for(g) for g in (GROUP, other)}
+    assert log.entries is not None
+    for p in partitions:  # the marker lands after the reload's read
+        log.entries[p].append(LogEntry(None, None, PID, transactional=True, control=ControlRecordType.COMMIT))
+    async with running(log) as (reloaded, _):
+        _, offsets = reloaded.fetch_offsets(GROUP, [T0, T1])
+        assert (offsets[T0].offset, offsets[T1].offset) == (-1, 11)
+        assert reloaded.fetch_offsets(other, [T0])[1][T0].offset == -1
+
+
+class _HeldCommitsLog(InMemoryOffsetsLog):
+    """Holds the next plain (non-transactional) append in the log until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(num_partitions=4)
+        self.hold = False
+        self.release = trio.Event()
+
+    async def append(self, partition: int, records: Any, timestamp_ms: int, **kw: Any) -> ErrorCode:
+        error = await super().append(partition, records, timestamp_ms, **kw)
+        if self.hold and not kw.get("transactional"):
+            self.hold = False
+            await self.release.wait()
+        return error
+
+
+async def test_a_commit_in_flight_when_its_offset_is_deleted_stays_deleted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The commit's record is in the log before the tombstone: when its append completes after
+    the deletion, the offset stays deleted, as a reload would have it (Kafka drops the pending
+    commit in removeOffsets)."""
+    log = _HeldCommitsLog()
+    async with running(log) as (coordinator, nursery):
+        await coordinator.commit_offsets(GROUP, UNKNOWN_MEMBER_ID, None, -1, {T0: OffsetAndMetadata(1)})
+        log.hold = True
+        in_flight = spawn(nursery, coordinator.commit_offsets, GROUP, UNKNOWN_MEMBER_ID, None, -1,
+                          {T0: OffsetAndMetadata(5)})  # fmt: skip
+        await trio.testing.wait_all_tasks_blocked()
+        assert await coordinator.delete_offsets(GROUP, [T0]) == (ErrorCode.NONE, {T0: ErrorCode.NONE})
+        log.release.set()
+        assert await in_flight.result() == {T0: ErrorCode.NONE}
+        assert coordinator.fetch_offsets(GROUP, [T0])[1][T0].offset == -1

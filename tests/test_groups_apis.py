@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from odradek.broker.api import BrokerNode, ClusterMetadata, PartitionMetadata, TopicMetadata
-from odradek.broker.group import GroupCoordinator, InMemoryOffsetsLog
+from odradek.broker.group import FIND_COORDINATOR_LOAD_WAIT_S, GroupCoordinator, InMemoryOffsetsLog
 from odradek.broker.txn.offsets import PendingTxnOffsets
 from odradek.config import default_config
 from odradek.consumer_protocol import Subscription, encode_subscription
@@ -143,6 +143,41 @@ async def test_find_coordinator_v4_looks_up_each_coordinator_partition_once(wire
         ApiKey.FIND_COORDINATOR, 4, build(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=("a", "b"))
     )
     assert [int(c.error_code) for c in txn.coordinators] == [ErrorCode.COORDINATOR_NOT_AVAILABLE] * 2
+
+
+class _SlowOffsetsLog(InMemoryOffsetsLog):
+    """Reading a partition takes a minute (a big partition after a failover)."""
+
+    async def read_entries(self, partition: int) -> AsyncIterator[Any]:
+        await trio.sleep(60)
+        async for entry in super().read_entries(partition):
+            yield entry
+
+
+async def test_find_coordinator_v4_waits_for_loading_partitions_together(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A batch whose keys live on several partitions still loading waits FIND_COORDINATOR_LOAD_WAIT_S
+    once for all of them, not once per partition (50 partitions after a failover: 50 s, past
+    the clients' request timeout), then answers each key."""
+    config = default_config(group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=4)
+    coordinator = GroupCoordinator(_SlowOffsetsLog(4), config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(coordinator.run)
+        handlers = load_handlers(("odradek.plugins.transport_tcp.apis.groups",))
+        wire = Wire(Dispatcher(GroupsBroker(coordinator), config, Endpoint("PLAINTEXT", "127.0.0.1", 9092), handlers))
+        keys: dict[int, str] = {}
+        for i in range(200):
+            keys.setdefault(coordinator.partition_for(f"g{i}"), f"g{i}")
+        assert len(keys) == 4
+        start = trio.current_time()
+        answer = await wire.call(
+            ApiKey.FIND_COORDINATOR, 4,
+            build(ApiKey.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=tuple(keys.values())),
+        )  # fmt: skip
+        assert trio.current_time() - start == pytest.approx(FIND_COORDINATOR_LOAD_WAIT_S)
+        assert [int(c.error_code) for c in answer.coordinators] == [0] * 4
+        nursery.cancel_scope.cancel()
 
 
 async def test_group_lifecycle_over_the_wire(wire: Wire) -> None:

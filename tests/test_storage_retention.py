@@ -51,6 +51,9 @@ async def test_a_breached_active_segment_is_rolled_then_deleted(tmp_path: Path) 
     storage, log = await _log_with_segments(tmp_path, now, retention_ms=1)
     leo = log.log_end_offset
     assert leo > 0 and log.segments[-1].size > 0
+    await storage.run_retention()  # no high watermark set (no broker): the active segment stays
+    assert len(log.segments) == 1 and log.segments[0].size > 0
+    log.high_watermark = leo  # every record committed, as the broker sets it
     freed = await storage.run_retention()
     assert freed > 0 and log.size_in_bytes == 0
     assert [seg.base_offset for seg in log.segments] == [leo]
@@ -60,6 +63,7 @@ async def test_a_breached_active_segment_is_rolled_then_deleted(tmp_path: Path) 
     assert await storage.run_retention() == 0  # an empty active segment stays: no roll after roll
     assert [seg.base_offset for seg in log.segments] == [leo]
     assert append(log, batch(2, ts=now[0])) == (leo, leo + 1)
+    log.high_watermark = leo + 2
     assert read_batches(log)[0].header.base_offset == leo
     await storage.close()
     storage = await open_storage(tmp_path, time_ms=lambda: now[0], log_segment_bytes=250)
@@ -74,6 +78,7 @@ async def test_the_active_segment_stays_while_retention_keeps_it(tmp_path: Path)
     segment, only when the log without it still holds retention.bytes (alone: retention.bytes=0)."""
     now = [1_700_000_000_000]
     storage, log = await _log_with_segments(tmp_path, now, retention_ms=HOUR + 1)
+    log.high_watermark = log.log_end_offset
     active = log.segments[-1]
     await storage.run_retention()
     assert list(log.segments) == [active] and active.size > 0
@@ -176,6 +181,7 @@ async def test_retention_runs_in_the_background(tmp_path: Path, autojump_clock: 
     log = log_of(storage, segment_bytes=250)
     for i in range(10):
         append(log, batch(2, ts=now_ms() + i))
+    log.high_watermark = log.log_end_offset
     segments = len(log.segments)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(storage.run)

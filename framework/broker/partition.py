@@ -210,7 +210,11 @@ class Partition:
     def last_stable_offset(self) -> int:
         hw = self._high_watermark
         unstable = self.producer_state.first_unstable_offset(hw)
-        return hw if unstable is None else min(hw, unstable)
+        if unstable is None:
+            return hw
+        # an open transaction whose first records retention or DeleteRecords took: the LSO
+        # does not fall below the log start (Kafka's updateFirstUnstableOffset)
+        return min(hw, max(unstable, self.log.log_start_offset))
 
     def _set_high_watermark(self, hw: int) -> None:
         """Move the HW, and tell the log (retention and compaction stop below it)."""

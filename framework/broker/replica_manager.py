@@ -374,7 +374,7 @@ class ReplicaManager:
         now = self.clock_ms()
         yield_at = time.monotonic() + PRODUCE_SLICE_S
         for tp, data in entries.items():
-            if time.monotonic() >= yield_at:
+            if results and time.monotonic() >= yield_at:  # never before the first partition
                 # validation (decompressing every compressed batch) and appends run on the event
                 # loop: a request of many partitions lets other clients in between, so it holds
                 # them up for at most about one partition's work, not all of it (Kafka does this

@@ -78,11 +78,12 @@ def _size_breached(log: SegmentLog) -> list[LogSegment]:
 
 def _below_high_watermark(log: SegmentLog, prefix: list[LogSegment]) -> list[LogSegment]:
     """The part of ``prefix`` (the log's first segments) whose every successor starts at or
-    below the high watermark; the active segment's upper bound is the log end."""
+    below the high watermark; the active segment's upper bound is the log end. A log whose
+    high watermark nobody set (the engine used without a broker) keeps its active segment."""
     hw = log.high_watermark
-    if hw is None:
-        return prefix
     segs = log.segments
+    if hw is None:  # no broker set one: every inactive segment counts as committed, the active not
+        return prefix[: len(segs) - 1]
     n = 0
     while n < len(prefix):
         upper = segs[n + 1].base_offset if n + 1 < len(segs) else log.log_end_offset

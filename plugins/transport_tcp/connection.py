@@ -155,8 +155,13 @@ class KafkaConnection:
                         if started is None:
                             return
                         if started is not True:
-                            # the Produce fast path: appended right here, no task of its own
-                            await self._handle(*started)
+                            # the Produce fast path: appended right here, no task of its own.
+                            # Shielded from a close of the read side (a broker stopping, a
+                            # failed request): its work is bounded, and cut halfway (a Produce
+                            # yields between partitions) it would leave partitions appended
+                            # and no answer, which a client retries as duplicates
+                            with trio.CancelScope(shield=True):
+                                await self._handle(*started)
                 except _GONE as exc:
                     # the peer reset the connection: answers to earlier requests cannot arrive
                     log.debug("connection %s: read failed: %r", self.peer, exc)
@@ -439,7 +444,8 @@ _COALESCE_BYTES = 64 * 1024
 
 
 def _produce_without_wait(header: RequestHeader, frame: bytearray) -> bool:
-    """Whether this is a Produce v3+ with acks 0 or 1 (its handling never awaits: no purgatory).
+    """Whether this is a Produce v3+ with acks 0 or 1 (its handling never waits on others: no
+    purgatory; it may yield between partitions, so the reader shields it).
 
     Peeks at the body: transactional_id (int16 length, -1 = null) then acks (int16).
     """

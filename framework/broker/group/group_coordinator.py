@@ -108,6 +108,7 @@ class GroupCoordinator(MembershipProtocol):
         self._loaded_epochs: dict[int, int] = {}
         #: partitions being loaded in the background (by :meth:`refresh_ownership`): set when done
         self._loads: dict[int, trio.Event] = {}
+        self._failed_loads: set[int] = set()  # partitions whose last load failed (logged once)
 
     def _now(self) -> int:
         return self.now_ms()
@@ -185,8 +186,13 @@ class GroupCoordinator(MembershipProtocol):
         async def load() -> None:
             try:
                 await self._load(partition)
-            except Exception:
-                log.exception("loading %s-%d failed; the next ownership check retries", OFFSETS_TOPIC, partition)
+                self._failed_loads.discard(partition)
+            except Exception as exc:
+                if partition in self._failed_loads:  # retried every ownership check: one traceback
+                    log.warning("loading %s-%d failed again: %r", OFFSETS_TOPIC, partition, exc)
+                else:
+                    self._failed_loads.add(partition)
+                    log.exception("loading %s-%d failed; the next ownership check retries", OFFSETS_TOPIC, partition)
             finally:
                 if self._loads.get(partition) is done:
                     del self._loads[partition]
@@ -234,9 +240,13 @@ class GroupCoordinator(MembershipProtocol):
                 log.info("removed %d expired offsets", removed)
 
     # -- FindCoordinator ------------------------------------------------------------------------------
-    async def find_coordinator(self, group_id: str, listener_name: str | None = None) -> FindCoordinatorResult:
+    async def find_coordinator(
+        self, group_id: str, listener_name: str | None = None, *, load_wait_until: float | None = None
+    ) -> FindCoordinatorResult:
         """The leader of the group's ``__consumer_offsets`` partition (creating the topic on
-        first use, as Kafka does); COORDINATOR_NOT_AVAILABLE while there is none."""
+        first use, as Kafka does); COORDINATOR_NOT_AVAILABLE while there is none. A load of the
+        partition here is waited for until ``load_wait_until`` (trio time; by default
+        FIND_COORDINATOR_LOAD_WAIT_S from now: a batch of keys passes one deadline for all)."""
         if not self.active:
             return FindCoordinatorResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="coordinator not started")
         if not await self.log.exists() and not await self.log.ensure_topic():
@@ -251,7 +261,9 @@ class GroupCoordinator(MembershipProtocol):
                 await self.refresh_ownership()
             load = self._loads.get(partition)
             if load is not None:  # a short load (a new or small partition) is waited out
-                with trio.move_on_after(FIND_COORDINATOR_LOAD_WAIT_S):
+                if load_wait_until is None:
+                    load_wait_until = trio.current_time() + FIND_COORDINATOR_LOAD_WAIT_S
+                with trio.move_on_at(load_wait_until):
                     await load.wait()
         return FindCoordinatorResult(ErrorCode.NONE, node.node_id, node.host, node.port)
 

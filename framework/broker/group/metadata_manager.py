@@ -191,8 +191,13 @@ class GroupMetadataManager:
                                 held = PendingTxnOffset(decode_offset_value(entry.value), seq)
                                 by_group.setdefault(key.group, {})[key.tp] = held
                         elif entry.value is None:
+                            # a tombstone also takes the partition's offsets out of the open
+                            # transactions before it (Kafka's replay of an offset tombstone):
+                            # OffsetDelete and DeleteGroups write one for them
                             offsets[key.group].pop(key.tp, None)
                             applied.pop((key.group, key.tp), None)
+                            for by_group in pending.values():
+                                by_group.get(key.group, {}).pop(key.tp, None)
                         else:
                             offsets[key.group][key.tp] = decode_offset_value(entry.value)
                             applied[key.group, key.tp] = seq
@@ -540,22 +545,25 @@ class GroupMetadataManager:
     async def cleanup_group_metadata(
         self, groups: Iterable[GroupMetadata], select: Callable[[GroupMetadata], list[TopicPartition]]
     ) -> int:
-        """Remove the offsets ``select`` picks from each group (committed ones, with tombstones,
-        and pending transactional ones), turn groups left empty and without offsets (pending
-        transactional ones count, as in Kafka) Dead, forget Dead groups with their pending
-        transactional offsets, and append the tombstones; returns committed offsets removed."""
+        """Remove the offsets ``select`` picks from each group (committed ones and pending
+        transactional ones, each with a tombstone, which a reload applies to both), turn groups
+        left empty and without offsets (pending transactional ones count, as in Kafka) Dead,
+        forget Dead groups with their pending transactional offsets, and append the tombstones;
+        returns committed offsets removed."""
         tombstones: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
         removed = 0
         for group in list(groups):
             partition = self.partition_for(group.group_id)
             selected = select(group)
+            pending = self.pending_txn_partitions(group.group_id)
             self._drop_pending_txn_partitions(group.group_id, selected)
             for tp in selected:
-                if group.offsets.pop(tp, None) is None:
+                committed = group.offsets.pop(tp, None) is not None
+                if not committed and tp not in pending:
                     continue
-                self._applied_seq.pop((group.group_id, tp), None)
+                self._tombstoned(group, tp)
                 tombstones[partition].append((offset_key(group.group_id, tp), None))
-                removed += 1
+                removed += committed
             if (
                 group.state is GroupState.EMPTY
                 and not group.has_offsets()
@@ -564,7 +572,9 @@ class GroupMetadataManager:
                 group.transition_to(GroupState.DEAD, self.now_ms())
             if group.state is GroupState.DEAD and self.groups.get(group.group_id) is group:
                 del self.groups[group.group_id]
-                self._drop_pending_txn_partitions(group.group_id, self.pending_txn_partitions(group.group_id))
+                leftover = self.pending_txn_partitions(group.group_id)
+                self._drop_pending_txn_partitions(group.group_id, leftover)
+                tombstones[partition] += [(offset_key(group.group_id, tp), None) for tp in leftover]
                 if group.generation_id > 0:  # offsets-only groups never wrote metadata
                     tombstones[partition].append((group_key(group.group_id), None))
         for partition, records in tombstones.items():
@@ -572,6 +582,15 @@ class GroupMetadataManager:
             if error != ErrorCode.NONE:
                 log.warning("writing %d tombstones to __consumer_offsets-%d failed: %s", len(records), partition, error)
         return removed
+
+    def _tombstoned(self, group: GroupMetadata, tp: TopicPartition) -> None:
+        """A tombstone of the partition's offset is about to be appended: a commit still in
+        flight was written before it and must not bring the offset back when it completes."""
+        key = (group.group_id, tp)
+        if group.pending_offset_commits[tp] > 0:
+            self._applied_seq[key] = next(self._commit_seq)
+        else:
+            self._applied_seq.pop(key, None)
 
     async def expire_offsets(self) -> int:
         """The periodic ``offsets.retention.check.interval.ms`` task's work."""

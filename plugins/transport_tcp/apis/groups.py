@@ -17,7 +17,13 @@ from typing import Any
 
 import trio
 
-from odradek.broker.group import FindCoordinatorResult, GroupCoordinator, OffsetAndMetadata, PartitionOffset
+from odradek.broker.group import (
+    FIND_COORDINATOR_LOAD_WAIT_S,
+    FindCoordinatorResult,
+    GroupCoordinator,
+    OffsetAndMetadata,
+    PartitionOffset,
+)
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.protocol import ApiKey, ms
@@ -63,12 +69,18 @@ def _placement(ctx: RequestContext, key_type: int, key: str) -> int | None:
     return int(coordinator.partition_for(key)) if coordinator is not None else None
 
 
-async def _find_one(ctx: RequestContext, key_type: int, key: str) -> FindCoordinatorResult:
+async def _find_one(
+    ctx: RequestContext, key_type: int, key: str, load_wait_until: float | None = None
+) -> FindCoordinatorResult:
     """The coordinator of one key: the group coordinator's answer (key type 0) or the
     transaction coordinator's (1)."""
     if key_type == COORDINATOR_KEY_GROUP:
         coordinator = _coordinator(ctx)
-        result = await coordinator.find_coordinator(key, ctx.listener.name) if coordinator else None
+        result = (
+            await coordinator.find_coordinator(key, ctx.listener.name, load_wait_until=load_wait_until)
+            if coordinator
+            else None
+        )
     elif key_type == COORDINATOR_KEY_TRANSACTION:
         txn = getattr(ctx.broker, "transaction_coordinator", None)
         result = await txn.find_coordinator(key, ctx.listener.name) if txn else None
@@ -95,11 +107,13 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
         # (each reads the internal topic's leaders), so a request of many keys costs the event
         # loop no more than a few dozen lookups, and it yields now and then for other clients
         found: dict[int, FindCoordinatorResult] = {}
+        # partitions still loading are waited for together, not one after another
+        load_wait_until = trio.current_time() + FIND_COORDINATOR_LOAD_WAIT_S
         for i, key in enumerate(request.coordinator_keys):
             place = _placement(ctx, key_type, key)
             result = found.get(place) if place is not None else None
             if result is None:
-                result = await _find_one(ctx, key_type, key)
+                result = await _find_one(ctx, key_type, key, load_wait_until)
                 if place is not None:
                     found[place] = result
             entries.append(make(entry_cls, key=key, **_coordinator_fields(result)))
