@@ -710,6 +710,31 @@ async def test_answers_not_read_by_the_client_count_against_the_read_ahead(
     b.close()
 
 
+async def test_an_inline_produce_is_finished_and_answered_when_reading_stops(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An acks=1 Produce runs in the reader task, and a Produce may yield between partitions: a
+    graceful close (the broker stopping) while it runs must not cut it between partitions with
+    no answer (a client would retry what was appended as duplicates): it finishes, is
+    answered, and then the connection closes."""
+    broker = ScriptedBroker(_config())
+    broker.produce_delay = lambda size: 1.0
+    conn, b = _paired(broker)
+    frame = encode_request(_produce(1, (0, b"x")), correlation_id=7, client_id="p")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await b.send(struct.pack(">i", len(frame)) + frame)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not broker.produced  # in the middle of its work
+        conn.stop_reading()
+        cid, response = decode_response(ApiKey.PRODUCE, 7, await _receive_frame(b))
+        assert cid == 7 and int(response.responses[0].partition_responses[0].error_code) == 0
+        assert len(broker.produced) == 1
+        with trio.fail_after(5):
+            await conn.closed.wait()
+    b.close()
+
+
 async def _send_frames(sock: trio.socket.SocketType, frames: list[bytes]) -> None:
     for frame in frames:
         await sock.send(struct.pack(">i", len(frame)) + frame)
