@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ import trio
 from broker_harness import batch, create, fetch_records, produce, running_broker
 
 from odradek import records
+from odradek.broker import replica_manager
 from odradek.broker.api import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -461,15 +463,20 @@ async def test_a_coordinator_loads_its_partition_to_the_log_end(tmp_path: Path) 
         assert [k async for k, _ in topic.read(0)] == [b"a", b"b"]
 
 
-async def test_a_produce_of_many_heavy_partitions_lets_other_tasks_run(tmp_path: Path) -> None:
+async def test_a_produce_of_many_heavy_partitions_lets_other_tasks_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Validation decompresses each compressed batch on the event loop: a request of many
     partitions whose batches inflate to megabytes each (a few KB on the wire) used to hold every
-    other client for all of them; it now yields every PRODUCE_SLICE_S."""
+    other client for all of them; it now yields each time PRODUCE_SLICE_S is spent (here a
+    clock that moves 20 ms per look: after every partition), never before its first partition
+    (appends of one partition, the coordinators' commits, reach the log in call order)."""
+    looks = itertools.count()
+    monkeypatch.setattr(replica_manager, "_slice_clock", lambda: next(looks) * 0.02)
     async with running_broker(tmp_path) as core:
         await create(core, "heavy", partitions=24)
-        data = batch([b"\0" * (16 << 20)], compression=records.Compression.ZSTD)
+        data = batch([b"\0" * (1 << 20)], compression=records.Compression.ZSTD)
         assert len(data) < 4096
-        entries = {TopicPartition("heavy", p): bytearray(data) for p in range(24)}
         ticks = 0
         done = False
 
@@ -483,8 +490,11 @@ async def test_a_produce_of_many_heavy_partitions_lets_other_tasks_run(tmp_path:
             nursery.start_soon(other_client)
             await trio.sleep(0)
             before = ticks
+            one = await core.produce(1, 5000, {TopicPartition("heavy", 0): bytearray(data)}, api_version=7)
+            assert ticks == before  # one partition: no yield, whatever the clock says
+            entries = {TopicPartition("heavy", p): bytearray(data) for p in range(24)}
             results = await core.produce(1, 5000, entries, api_version=7)
             during = ticks - before
             done = True
-        assert {r.error for r in results.values()} == {ErrorCode.NONE}
-        assert during >= 2
+        assert {r.error for r in (*one.values(), *results.values())} == {ErrorCode.NONE}
+        assert during >= 20

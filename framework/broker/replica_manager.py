@@ -64,6 +64,8 @@ PRODUCER_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 VALID_ACKS = (-1, 0, 1)
 #: The event-loop time a Produce's partitions may take before the request lets others run
 PRODUCE_SLICE_S = 0.01
+#: The clock that slices it (a module attribute, so a test can drive it)
+_slice_clock = time.monotonic
 #: transaction-verification answers meaning "the coordinator cannot tell yet": Kafka's produce
 #: path returns them as NOT_ENOUGH_REPLICAS, retriable for every client version
 _COORDINATOR_NOT_READY = frozenset(
@@ -372,15 +374,15 @@ class ReplicaManager:
         results: dict[TopicPartition, PartitionProduceResult] = {}
         required: dict[TopicPartition, int] = {}
         now = self.clock_ms()
-        yield_at = time.monotonic() + PRODUCE_SLICE_S
+        yield_at = _slice_clock() + PRODUCE_SLICE_S
         for tp, data in entries.items():
-            if results and time.monotonic() >= yield_at:  # never before the first partition
+            if results and _slice_clock() >= yield_at:  # never before the first partition
                 # validation (decompressing every compressed batch) and appends run on the event
                 # loop: a request of many partitions lets other clients in between, so it holds
                 # them up for at most about one partition's work, not all of it (Kafka does this
                 # work on request-handler threads, never its network threads)
                 await trio.lowlevel.checkpoint()
-                yield_at = time.monotonic() + PRODUCE_SLICE_S
+                yield_at = _slice_clock() + PRODUCE_SLICE_S
             try:
                 partition = self._leader_partition(tp)
                 try:
