@@ -58,7 +58,8 @@ KAFKA_INT_KEYS = frozenset(
         "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms",
         "group.max.size", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
         "transactional.id.expiration.ms", "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
-        "transaction.state.log.min.isr", "leader.imbalance.per.broker.percentage",
+        "transaction.state.log.min.isr", "leader.imbalance.per.broker.percentage", "max.connections",
+        "max.connections.per.ip",
     }
 )  # fmt: skip
 KAFKA_SHORT_KEYS = frozenset({"offsets.topic.replication.factor", "transaction.state.log.replication.factor"})
@@ -129,6 +130,29 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     # -- network
     _k("socket.request.max.bytes", int, 104857600, "Largest request frame accepted.", minimum=1024),
     _k("connections.max.idle.ms", int, 600000, "Close connections idle for this long.", minimum=1),
+    _k(
+        "max.connections",
+        int,
+        INT_MAX,
+        "Connections the broker holds at once, over all listeners; at the limit, listeners stop accepting "
+        "until one closes (new connections wait in the listen backlog, none is refused).",
+        minimum=0,
+    ),
+    _k(
+        "max.connections.per.ip",
+        int,
+        INT_MAX,
+        "Connections one client address may hold; one more is closed at once. 0 needs "
+        "max.connections.per.ip.overrides (only the addresses listed there may connect).",
+        minimum=0,
+    ),
+    _k(
+        "max.connections.per.ip.overrides",
+        str,
+        "",
+        "Per-address limits over max.connections.per.ip, comma separated host:count "
+        "(e.g. 127.0.0.1:200,client-host:50; a hostname counts for the addresses it resolves to at start).",
+    ),
     _k("queued.max.requests", int, 500, "In-flight requests per connection before reading pauses.", minimum=1),
     _k(
         "socket.send.buffer.bytes",
@@ -759,6 +783,34 @@ def _check_cross_keys(values: Mapping[str, Any]) -> None:
         raise ConfigError("invalid value for 'group.min.session.timeout.ms': above group.max.session.timeout.ms")
     _check_listeners(values)
     _check_log_dirs(values)
+    _check_connection_limits(values)
+
+
+def parse_connection_overrides(value: str, *, key: str = "max.connections.per.ip.overrides") -> dict[str, int]:
+    """``"host:count,host:count"`` (Kafka's ``max.connections.per.ip.overrides``) as a mapping.
+    The count follows the last colon, so an IPv6 address works bare (``::1:5``) or in brackets."""
+    out: dict[str, int] = {}
+    for raw in value.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        host, sep, count = entry.rpartition(":")
+        host = host.strip().removeprefix("[").removesuffix("]")
+        if not sep or not host or not count.strip().isdigit():
+            raise ConfigError(f"invalid value for {key!r}: {entry!r} is not host:count with a count >= 0")
+        if host in out:
+            raise ConfigError(f"invalid value for {key!r}: {host!r} appears twice")
+        out[host] = min(int(count), INT_MAX)
+    return out
+
+
+def _check_connection_limits(values: Mapping[str, Any]) -> None:
+    """Kafka's rule: a per-address default of 0 refuses everyone unless overrides let some in."""
+    overrides = parse_connection_overrides(values.get("max.connections.per.ip.overrides", ""))
+    if values.get("max.connections.per.ip") == 0 and not overrides:
+        raise ConfigError(
+            "invalid value for 'max.connections.per.ip': 0 is allowed only with max.connections.per.ip.overrides set"
+        )
 
 
 def _check_log_dirs(values: Mapping[str, Any]) -> None:

@@ -12,9 +12,12 @@ Server side, in ``TransportFactory.listener(config, broker, endpoint)``:
 - ``config`` is the broker's :class:`~odradek.config.Config`; ``broker`` is the broker core, a
   :class:`Broker` (``odradek.broker.core.BrokerCore``): a transport never calls it directly, it
   hands it to a :class:`Dispatcher`, one per listener;
-- for every accepted stream socket, :func:`serve_connection` runs a :class:`KafkaConnection`
-  with the broker's limits (``socket.request.max.bytes``, ``queued.max.requests``,
-  ``connections.max.idle.ms``) until the peer leaves; it never raises for what a client does;
+- for every accepted stream socket, :func:`start_connection` counts it against the broker's
+  connection limits (``max.connections``, ``max.connections.per.ip``: it waits for a slot, or
+  closes a socket whose address holds its limit) and then, in the listener's nursery,
+  :func:`serve_connection` runs a :class:`KafkaConnection` with the broker's limits
+  (``socket.request.max.bytes``, ``queued.max.requests``, ``connections.max.idle.ms``) until the
+  peer leaves; neither raises for what a client does;
 - ``serve(task_status=...)`` reports the bound :class:`Endpoint` list with
   ``task_status.started(...)`` once it accepts connections, then serves until cancelled.
 
@@ -30,6 +33,7 @@ socket.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 import trio
@@ -41,6 +45,8 @@ from .plugins.transport_tcp.apis import Dispatcher, Handler, RequestContext, loa
 from .plugins.transport_tcp.client import DEFAULT_MAX_RESPONSE_BYTES, TcpConnection
 from .plugins.transport_tcp.connection import KafkaConnection
 from .plugins.transport_tcp.framing import FrameError, FrameReader, FrameTooLarge, send_frame
+
+log = logging.getLogger("odradek.transport")
 
 #: What :func:`client_connection` returns: frames over any connected ``trio.SocketStream``
 #: (the tcp transport's client connection works for every socket family).
@@ -67,6 +73,41 @@ async def serve_connection(sock: trio.socket.SocketType, dispatcher: Dispatcher,
     connection in the listener's nursery). Client mistakes (bad framing, oversized or undecodable
     requests, unknown APIs) close this connection only, after earlier requests were answered."""
     await connection_for(sock, dispatcher, config, peer=peer).run()
+
+
+async def start_connection(
+    connections: trio.Nursery,
+    sock: trio.socket.SocketType,
+    dispatcher: Dispatcher,
+    config: Config,
+    *,
+    address: str,
+    peer: str,
+) -> bool:
+    """Serve the accepted socket ``sock`` in ``connections`` if the broker's connection limits
+    let it in (call it from the accept loop: it waits while the broker holds ``max.connections``,
+    which is what stops accepting). ``address`` is the client's address the per-address limit
+    counts (one shared name for a family without addresses, such as Unix sockets). False when
+    ``address`` already holds ``max.connections.per.ip``: the socket is closed, as Kafka does."""
+    quotas = dispatcher.broker.connection_quotas
+    try:
+        admitted = await quotas.acquire(address)
+    except BaseException:  # cancelled while waiting for a slot: the listener is stopping
+        sock.close()
+        raise
+    if not admitted:
+        log.info("rejected connection from %s: its address holds its maximum of %d", peer, quotas.limit_for(address))
+        sock.close()
+        return False
+
+    async def serve() -> None:
+        try:
+            await serve_connection(sock, dispatcher, config, peer=peer)
+        finally:
+            quotas.release(address)
+
+    connections.start_soon(serve)
+    return True
 
 
 def client_connection(stream: trio.SocketStream, client_config: Mapping[str, str] | None = None) -> Connection:
@@ -98,4 +139,5 @@ __all__ = [
     "load_handlers",
     "send_frame",
     "serve_connection",
+    "start_connection",
 ]

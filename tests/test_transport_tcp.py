@@ -39,6 +39,7 @@ from odradek.broker.api import (
     TopicResult,
 )
 from odradek.config import Config, default_config
+from odradek.connection_quotas import ConnectionQuotas
 from odradek.errors import ErrorCode, InvalidRequest
 from odradek.interfaces import Endpoint, FileRange, TopicPartition
 from odradek.plugins.transport_tcp.apis import Dispatcher, load_handlers
@@ -93,6 +94,7 @@ class ScriptedBroker:
         self.config = config
         self.node_id = 1
         self.cluster_id = "scripted"
+        self.connection_quotas = ConnectionQuotas.from_config(config)
         self.records_file = records_file
         self.produced: list[tuple[int, dict[TopicPartition, bytes]]] = []
         #: seconds a produce of this many bytes takes (a slow append), None for no wait

@@ -28,6 +28,7 @@ from ..interfaces import FetchDataInfo, TopicPartition
 
 if TYPE_CHECKING:
     from ..config import Config
+    from ..connection_quotas import ConnectionQuotas
 
 # --------------------------------------------------------------------------------------------
 # Shared enums and constants
@@ -449,6 +450,9 @@ class Broker(Protocol):
     config: Config
     node_id: int
     cluster_id: str
+    #: the broker's connection limits, shared by every listener: a transport acquires a slot
+    #: after each accept and releases it when the connection ends
+    connection_quotas: ConnectionQuotas
 
     async def produce(
         self,

@@ -21,6 +21,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..config import Config
+from ..connection_quotas import ConnectionQuotas
 from ..errors import ErrorCode, InvalidTopic
 from ..interfaces import Codec, LogDirDescription, LogStorage, MetadataStore, TopicPartition, described_log_dirs
 from ..pacing import paced
@@ -89,6 +90,7 @@ class BrokerCore:
         self.config = config
         self.node_id = config.broker_id
         self.cluster_id = cluster_id
+        self.connection_quotas = ConnectionQuotas.from_config(config)
         self.storage = storage
         self.store = store
         self.replica_manager = ReplicaManager(

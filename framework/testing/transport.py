@@ -24,6 +24,10 @@ with ``nursery.start(listener.serve)`` and cancels it at the end. What a transpo
 - a malformed frame (an unknown API key, a header that does not parse, a negative size, a size
   over ``socket.request.max.bytes``, a peer gone mid-frame) closes that connection only (Kafka's
   rule), without reading an oversized body; the listener keeps serving everyone else;
+- the broker's connection limits hold (``broker.connection_quotas``, a
+  :class:`~odradek.connection_quotas.ConnectionQuotas`): a connection from an address that holds
+  ``max.connections.per.ip`` is closed at once, and at ``max.connections`` the listener stops
+  accepting (the next client is answered once an earlier one leaves);
 - cancelling ``serve`` returns promptly, closes the listening socket and the open connections;
 - the connector's ``connect(host, port, timeout_s=...)`` returns a ``Connection`` that sends a
   request frame and receives its response frame (without the size prefix) from the listener,
@@ -41,6 +45,7 @@ import pytest
 import trio
 
 from ..config import Config, default_config
+from ..connection_quotas import ConnectionQuotas
 from ..interfaces import Connection, Connector, Endpoint, Listener, TransportFactory
 from ._suite import suite_for
 
@@ -63,7 +68,11 @@ MALFORMED: dict[str, bytes] = {
 
 class FakeBrokerCore:
     """The broker core a listener is handed: the suite's requests need nothing from it, so any
-    call fails loudly (a transport that calls the core for ApiVersions gets an error response)."""
+    call fails loudly (a transport that calls the core for ApiVersions gets an error response).
+    Its connection limits are the config's (unbounded by default)."""
+
+    def __init__(self, quotas: ConnectionQuotas | None = None) -> None:
+        self.connection_quotas = quotas or ConnectionQuotas()
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"the transport conformance suite's fake broker core has no {name!r}")
@@ -145,11 +154,12 @@ class TransportConformance:
         return await trio.open_tcp_stream(endpoint.host, endpoint.port)
 
     @asynccontextmanager
-    async def serving(self) -> AsyncIterator[Endpoint]:
-        """A started listener on 127.0.0.1:0; cancelled (and checked to stop) on exit."""
+    async def serving(self, quotas: ConnectionQuotas | None = None) -> AsyncIterator[Endpoint]:
+        """A started listener on 127.0.0.1:0 (under the broker's connection limits ``quotas``,
+        unbounded by default); cancelled (and checked to stop) on exit."""
         factory = self.transport()
         endpoint = Endpoint("CONFORMANCE", "127.0.0.1", 0, factory.security_protocols[0])
-        listener = factory.listener(self.config(), FakeBrokerCore(), endpoint)
+        listener = factory.listener(self.config(), FakeBrokerCore(quotas), endpoint)
         assert isinstance(listener, Listener), f"{factory.name}: {listener!r} has no serve()"
         async with trio.open_nursery() as nursery:
             with trio.fail_after(self.wait_s):
@@ -262,6 +272,45 @@ class TransportConformance:
                 await stream.aclose()
             for _ in range(3):
                 await self.assert_answers(bound)
+
+    async def test_connections_over_the_per_address_limit_are_closed(self) -> None:
+        quotas = ConnectionQuotas(max_connections_per_ip=2)
+        async with self.serving(quotas) as bound:
+            held = [await self.open_stream(bound) for _ in range(2)]
+            for i, stream in enumerate(held):  # answered: both are counted before the third comes
+                await self.request(stream, 3, i)
+                with trio.fail_after(self.wait_s):
+                    frame = await receive_frame(stream)
+                assert frame is not None, "a connection within max.connections.per.ip was closed"
+            over = await self.open_stream(bound)
+            await self.assert_closed(over, "a third connection from an address limited to 2")
+            assert quotas.total == 2, f"{quotas.total} connections counted, 2 are open"
+            await held[0].aclose()
+            with trio.fail_after(self.wait_s):
+                while quotas.total > 1:  # the listener sees the close and frees the slot
+                    await trio.sleep(0.01)
+            await self.assert_answers(bound)
+            await held[1].aclose()
+
+    async def test_at_max_connections_the_listener_waits_for_a_slot(self) -> None:
+        quotas = ConnectionQuotas(max_connections=1)
+        async with self.serving(quotas) as bound:
+            first = await self.open_stream(bound)
+            await self.request(first, 3, 1)
+            with trio.fail_after(self.wait_s):
+                assert await receive_frame(first) is not None
+            waiting = await self.open_stream(bound)  # queued in the backlog, not refused
+            await self.request(waiting, 3, 2)
+            with trio.fail_after(self.wait_s):
+                while not quotas.waiting:  # the listener accepted it and waits for a slot
+                    await trio.sleep(0.01)
+            assert quotas.total == 1, f"{quotas.total} connections admitted at max.connections=1"
+            await first.aclose()
+            with trio.fail_after(self.wait_s):
+                frame = await receive_frame(waiting)
+            assert frame is not None, "the waiting connection was closed instead of served"
+            check_api_versions(frame, 3, 2)
+            await waiting.aclose()
 
     async def test_cancel_stops_serving_and_closes_connections(self) -> None:
         factory = self.transport()

@@ -10,6 +10,11 @@ when the deadline passes. Accept errors from exhausted resources (EMFILE and fri
 after a pause -- backpressure at accept instead of a crash -- and logged as a lasting condition:
 one ERROR when accepting starts failing, at most one a minute (with the count) while it goes on,
 one INFO when it works again (10 ERROR lines a second buried everything else at the fd limit).
+
+Connection limits are the broker's (:class:`~odradek.connection_quotas.ConnectionQuotas`, shared
+by every listener): after each accept the loop asks for a slot, which waits while the broker holds
+``max.connections`` (so this listener stops accepting) and is refused when the client's address
+holds ``max.connections.per.ip``; such a socket is closed at once, with an INFO line.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import trio
 
 from odradek.broker.storage_failures import StorageFailureLog
 from odradek.config import Config
+from odradek.connection_quotas import ConnectionQuotas
 from odradek.interfaces import Endpoint
 
 from .apis import Dispatcher
@@ -48,6 +54,7 @@ class TcpListener:
         self.bound: list[Endpoint] = []
         #: accept failures, logged once when they start, then at most once a minute
         self.accept_failures = StorageFailureLog(log, "accepts", clock=trio.current_time)
+        self.quotas: ConnectionQuotas = broker.connection_quotas
 
     def _setting(self, name: str, default: Any) -> Any:
         try:
@@ -106,8 +113,23 @@ class TcpListener:
                 raise
             if self.accept_failures.active:
                 self.accept_failures.succeeded(where)
+            host = str(address[0])
+            peer = f"{host}:{address[1]}"
+            try:
+                admitted = await self.quotas.acquire(host)
+            except BaseException:  # cancelled while waiting for a slot: the broker is stopping
+                client.close()
+                raise
+            if not admitted:
+                log.info(
+                    "%s: rejected connection from %s: the address already holds its maximum of %d connection(s)",
+                    where,
+                    peer,
+                    self.quotas.limit_for(host),
+                )
+                client.close()
+                continue
             self._tune(client)
-            peer = f"{address[0]}:{address[1]}"
             conn = KafkaConnection(
                 client,
                 dispatcher,
@@ -116,15 +138,16 @@ class TcpListener:
                 max_in_flight=int(self.config["queued.max.requests"]),
                 idle_timeout_s=int(self.config["connections.max.idle.ms"]) / 1000,
             )
-            connections.start_soon(self._run_connection, conn)
+            connections.start_soon(self._run_connection, conn, host)
 
-    async def _run_connection(self, conn: KafkaConnection) -> None:
+    async def _run_connection(self, conn: KafkaConnection, host: str) -> None:
         self.connections.add(conn)
         log.debug("connection from %s on %s", conn.peer, self.endpoint.name)
         try:
             await conn.run()
         finally:
             self.connections.discard(conn)
+            self.quotas.release(host)
 
     def _tune(self, client: trio.socket.SocketType) -> None:
         try:
