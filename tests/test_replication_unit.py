@@ -200,6 +200,8 @@ async def test_a_follower_in_controlled_shutdown_is_not_added_back(tmp_path: Pat
             while partition.isr != {0}:
                 await trio.sleep(0.01)
         assert await other.get("/brokers/ids/7") is not None
+        # its fetcher runs until the broker stops: caught up on a fetch after it left the ISR
+        assert await _follower_fetch(core, 1, partition.leader_epoch) == ErrorCode.NONE
 
         leader = AlterPartitionManager(core.config, core.store, core.metadata_cache, core.replica_manager)
         assert partition.can_join_isr(7, core.replica_manager.clock_ms(), 30000)
@@ -401,7 +403,7 @@ def _epoch_batch(values: list[bytes], base_offset: int, epoch: int) -> bytes:
     )
 
 
-def _fetcher_from_7(core: BrokerCore, p: Partition) -> ReplicaFetcher:
+def _fetcher_from_7(core: BrokerCore, p: Partition, response_max_bytes: int = 1 << 20) -> ReplicaFetcher:
     """Broker 0's replica fetcher for the leader 7, following ``p`` at its leader epoch."""
     manager = types.SimpleNamespace(
         broker_id=0,
@@ -409,7 +411,7 @@ def _fetcher_from_7(core: BrokerCore, p: Partition) -> ReplicaFetcher:
         cache=core.metadata_cache,
         request_timeout_s=5.0,
         fetch_max_bytes=1 << 20,
-        fetch_response_max_bytes=1 << 20,
+        fetch_response_max_bytes=response_max_bytes,
         fetch_wait_max_ms=0,
     )
     fetcher = ReplicaFetcher(manager, 7)  # type: ignore[arg-type]

@@ -172,11 +172,14 @@ class AlterPartitionManager:
         controller_epoch = cached.controller_epoch if cached is not None else 0
         replaced, leader_epoch = p.partition_epoch, p.leader_epoch
         value = PartitionState(self.broker_id, leader_epoch, new_isr, replaced, controller_epoch).to_json()
+        p.pending_isr_additions = frozenset(new_isr) - p.isr
         try:
             version = await self.store.put(partition_state_key(tp.topic, tp.partition), value, expect=replaced)
         except MetadataConflict:
             await self.cache.refresh_partition(tp)
             return False
+        finally:
+            p.pending_isr_additions = frozenset()
         # adopted only over the state it replaced: one taken in meanwhile (the watch delivered
         # this write and the controller's next, say) is newer, as Kafka's leader ignores an
         # AlterPartition answer older than the partition epoch it holds

@@ -111,6 +111,9 @@ class Partition:
         self.leader_epoch_start_offset: int | None = None
         self.replicas: tuple[int, ...] = ()
         self.isr: frozenset[int] = frozenset()
+        #: replicas this leader is adding to the ISR in a write still in flight: the HW waits
+        #: for them already (Kafka's ``maximalIsr``), so that none joins below the HW
+        self.pending_isr_additions: frozenset[int] = frozenset()
         self.remote_replicas: dict[int, ReplicaState] = {}
         self._high_watermark = log.log_start_offset
         self._tell_log = True  # an engine written before PartitionLog.high_watermark may lack it
@@ -141,6 +144,7 @@ class Partition:
         followers can truncate by epoch (KIP-101).
         """
         new_leadership = not self.is_leader or leader_epoch != self.leader_epoch
+        old_isr = self.isr
         self.leader_id = self.local_broker_id
         self.replicas = tuple(replicas)
         self.isr = frozenset(isr)
@@ -156,8 +160,16 @@ class Partition:
             }
         else:
             for r in replicas:
-                if r != self.local_broker_id and r not in self.remote_replicas:
+                if r == self.local_broker_id:
+                    continue
+                if r not in self.remote_replicas:
                     self.remote_replicas[r] = ReplicaState(r, last_caught_up_time_ms=now_ms)
+                elif r in old_isr and r not in self.isr:
+                    # a follower taken out of the ISR (by the controller: it came back from a
+                    # crash and its log may have lost an unflushed tail) rejoins only on what
+                    # it fetches from now on, not on the log end it had before (Kafka's
+                    # resetReplicaState: "not brought back into the ISR before a fetch")
+                    self.remote_replicas[r] = ReplicaState(r)
         self.maybe_increment_high_watermark()
         return new_leadership
 
@@ -237,12 +249,14 @@ class Partition:
         return min(self.config.min_insync_replicas, len(self.replicas) or 1)
 
     def maybe_increment_high_watermark(self) -> bool:
-        """Leader: HW = min LEO over the ISR (never backwards), frozen while the ISR is smaller
+        """Leader: HW = min LEO over the ISR and the replicas an ISR write in flight adds (Kafka's
+        ``maximalIsr``: acks=all answered while a replica joins would otherwise leave it below the
+        HW, electable without those records), never backwards; frozen while the ISR is smaller
         than :attr:`effective_min_isr` (Kafka 3.7+). Returns True if it moved."""
         if not self.is_leader or len(self.isr) < self.effective_min_isr:
             return False
         new_hw = self.log.log_end_offset
-        for r in self.isr:
+        for r in self.isr | self.pending_isr_additions:
             if r == self.local_broker_id:
                 continue
             state = self.remote_replicas.get(r)
@@ -405,6 +419,15 @@ class Partition:
         self.log.truncate_to(offset)
         self.producer_state.truncate_and_reload(self.log)
         self._set_high_watermark(min(self._high_watermark, self.log.log_end_offset))
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Follower: empty the log and restart it at ``offset`` (its fetch offset fell below the
+        leader's log start, or the leader's first batch straddles it). The HW is the new log end,
+        as in Kafka's ``truncateFullyAndStartAt``: below the log start it would be checkpointed
+        and, after a takeover, answered as a LATEST offset that no longer exists."""
+        self.log.truncate_fully_and_start_at(offset)
+        self.producer_state.truncate_and_reload(self.log)
+        self._set_high_watermark(self.log.log_end_offset)
 
     # -- reads -----------------------------------------------------------------------------------
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:

@@ -120,11 +120,12 @@ class ReplicaFetcher:
                 return
             try:
                 while True:
+                    # replaced before the round, so a change during it is not missed
+                    changed = self.changed = trio.Event()
                     await self._truncate(conn)
                     if not await self._fetch(conn):
-                        self.changed = trio.Event()
                         with trio.move_on_after(FETCH_BACKOFF_S):
-                            await self.changed.wait()
+                            await changed.wait()
             except KafkaError as exc:  # caught here, not outside: the nursery would wrap it in a group
                 log.info("replica fetcher for broker %d: %s; reconnecting", self.source_id, exc)
             finally:
@@ -233,57 +234,88 @@ class ReplicaFetcher:
         top = error_code(getattr(response, "error_code", 0))
         if top is not ErrorCode.NONE:
             raise KafkaError(f"fetch from broker {self.source_id} failed with {top.name}", code=top)
+        fed: list[TopicPartition] = []
         for topic in response.responses:
             for pd in topic.partitions:
                 tp = TopicPartition(topic.topic, int(pd.partition_index))
                 entry = asked.get(tp)
                 if entry is None or self.partitions.get(tp) is not entry[0]:
                     continue
-                await self._process_partition(tp, entry[0], entry[1], pd, error_code(pd.error_code))
+                if await self._process_partition(tp, entry[0], entry[1], pd, error_code(pd.error_code)):
+                    fed.append(tp)
+        # partitions that got records go to the back of the next request (Kafka's
+        # updateAndMoveToEnd): the leader fills a response in request order, and gives a batch
+        # over the partition limit only to the first partition with data, so a fixed order let
+        # busy partitions first in it starve the rest (and a big batch behind them never came)
+        for tp in fed:
+            if tp in self.partitions:
+                self.partitions[tp] = self.partitions.pop(tp)
         return True
 
     async def _process_partition(
         self, tp: TopicPartition, state: FetchState, fetch_offset: int, pd: Any, code: ErrorCode
-    ) -> None:
+    ) -> bool:
+        """Take one partition's answer; whether it brought records."""
         p = self._partition(tp, state)
         if p is None or p.log_end_offset != fetch_offset:
-            return
+            return False
         if code is ErrorCode.OFFSET_OUT_OF_RANGE:
             leader_start = int(pd.log_start_offset)
             if fetch_offset < leader_start:
                 log.warning("%s: offset %d is below the leader's log start %d: restarting the log", tp,
                             fetch_offset, leader_start)  # fmt: skip
-                p.log.truncate_fully_and_start_at(leader_start)
-                p.truncate_to(leader_start)
+                p.truncate_fully_and_start_at(leader_start)
             else:
                 p.truncate_to(max(p.log_start_offset, min(fetch_offset, int(pd.high_watermark))))
-            return
+            return False
         if code is not ErrorCode.NONE:
             await self._on_partition_error(tp, state, code)
-            return
+            return False
         data = pd.records or b""
         end = 0
         for pos, header in records.iter_headers(data):
             end = pos + header.size
         if end > 0:
             payload = bytes(data[:end])
-            batches = records.validate_batches(payload, exact_counts=False)
             try:
+                batches = records.validate_batches(payload, exact_counts=False)
+                self._restart_before_straddling_batch(tp, p, payload)
                 p.append_records_as_follower(payload, batches)
             except (KafkaError, OSError) as exc:
                 if isinstance(exc, KafkaError) and exc.code is not ErrorCode.KAFKA_STORAGE_ERROR:
-                    raise
-                # a full disk or a failed log dir (then the partition goes offline and leaves
-                # this fetcher): logged once per dir, not a traceback per fetch
-                self.manager.replica_manager.follower_append_failed(tp, exc)
+                    # bytes this replica cannot take (a corrupt batch, an offset it does not
+                    # expect): this partition backs off and retries, the others in the
+                    # response go on (Kafka's partitionsWithError)
+                    log.warning("%s: replica fetch from broker %d at offset %d: %s; retrying in %.0f s", tp,
+                                self.source_id, fetch_offset, exc, FETCH_BACKOFF_S)  # fmt: skip
+                else:
+                    # a full disk or a failed log dir (then the partition goes offline and
+                    # leaves this fetcher): logged once per dir, not a traceback per fetch
+                    self.manager.replica_manager.follower_append_failed(tp, exc)
                 state.delayed_until = trio.current_time() + FETCH_BACKOFF_S
-                return
+                return False
         moved = p.update_follower_high_watermark(int(pd.high_watermark))
         # the leader's log start (DeleteRecords, retention): records gone there go here too, or
         # they came back when this replica took over
         p.follow_log_start_offset(int(pd.log_start_offset))
         if moved:
             self.manager.replica_manager.wake(tp)
+        return end > 0
+
+    @staticmethod
+    def _restart_before_straddling_batch(tp: TopicPartition, p: Partition, payload: bytes) -> None:
+        """An empty log restarted at the leader's log start (OFFSET_OUT_OF_RANGE) when that start
+        falls inside a batch (DeleteRecords may put it anywhere): the leader serves the whole
+        batch, from its base offset. As in Kafka (``appendRecordsToFollowerOrFutureReplica``),
+        the log restarts at that base offset; the leader's log start, which every fetch response
+        carries, then moves this log's start back up past the records it deleted."""
+        if p.log_end_offset != p.log_start_offset:
+            return
+        first = records.parse_header(payload, 0)
+        if first.base_offset < p.log_end_offset <= first.last_offset:
+            log.info("%s: the leader's first batch starts at %d, below this empty log's start %d: "
+                     "restarting the log there", tp, first.base_offset, p.log_end_offset)  # fmt: skip
+            p.truncate_fully_and_start_at(first.base_offset)
 
     async def _on_partition_error(self, tp: TopicPartition, state: FetchState, code: ErrorCode) -> None:
         """Back off this partition and re-read its state (not its topic's: a leader moving many
