@@ -349,7 +349,9 @@ class GatedLog(InMemoryTransactionLog):
         return {} if self.leaderless else await super().leaders(listener_name)
 
 
-async def test_requests_while_the_log_loads_are_answered_coordinator_load_in_progress() -> None:
+async def test_requests_while_the_log_loads_are_answered_coordinator_load_in_progress(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     """After a restart, until the id's __transaction_state partition is loaded, every request
     about it gets a retriable answer: the produce path's verification too (it answered
     INVALID_TXN_STATE, making the producer abort a healthy transaction)."""
@@ -396,6 +398,7 @@ async def test_verification_before_the_log_has_a_leader_is_retriable() -> None:
         assert offsets == ErrorCode.COORDINATOR_NOT_AVAILABLE
         log.leaderless = False
         await coord.refresh_ownership()
+        await coord.wait_for_loads()
         assert coord.verify_transaction("a", r.producer_id, r.producer_epoch, TP0) == ErrorCode.NONE
 
 

@@ -51,6 +51,11 @@ ABORT_INTERVAL_MS = 10_000
 OWNERSHIP_REFRESH_S = 0.5
 #: how long InitProducerId without a prior FindCoordinator waits for the log's leader
 OWNERSHIP_WAIT_S = 5.0
+#: how long FindCoordinator (and InitProducerId without one) waits for the load of the id's
+#: partition before answering: a new or small partition is waited out, a big one is not (its
+#: ids get COORDINATOR_LOAD_IN_PROGRESS until the load ends, and clients retry), as the group
+#: coordinator's FIND_COORDINATOR_LOAD_WAIT_S
+LOAD_WAIT_S = 1.0
 #: marker retries back off from this, doubling up to the maximum (Kafka retries each
 #: retriable marker error until it is written or the coordinator is no longer in charge)
 MARKER_RETRY_BACKOFF_S = 0.1
@@ -193,6 +198,10 @@ class TransactionCoordinator:
         #: the leader epoch each owned partition was loaded under
         self._loaded_epochs: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None
+        #: partitions being loaded in the background (by :meth:`refresh_ownership`): their done
+        #: event (set when the load ended, loaded or failed) and the cancel scope of the load
+        self._loads: dict[int, tuple[trio.Event, trio.CancelScope]] = {}
+        self._failed_loads: set[int] = set()  # partitions whose last load failed (logged once)
         #: transactional id -> partitions its running marker task has not written yet
         self._unmarked: dict[str, set[TopicPartition]] = {}
 
@@ -208,6 +217,7 @@ class TransactionCoordinator:
                 self.active = True
                 if await self.log.exists():  # partitions led already (embedded use, tests) load first
                     await self.refresh_ownership()
+                    await self.wait_for_loads()
                 task_status.started()
                 nursery.start_soon(self._ownership_loop)
                 nursery.start_soon(self._abort_loop)
@@ -216,10 +226,16 @@ class TransactionCoordinator:
             self._nursery = None
 
     async def _ownership_loop(self) -> None:
+        """Follow leadership of ``__transaction_state``. A failed check (the metadata not
+        answering) is logged and tried again at the next interval: it must not end the
+        coordinator's nursery, and with it the broker's transactions."""
         while True:
             await trio.sleep(OWNERSHIP_REFRESH_S)
-            if await self.log.exists():
-                await self.refresh_ownership()
+            try:
+                if await self.log.exists():
+                    await self.refresh_ownership()
+            except Exception:
+                log.exception("checking leadership of __transaction_state failed; retrying")
 
     async def _abort_loop(self) -> None:
         while True:
@@ -231,7 +247,16 @@ class TransactionCoordinator:
                 log.exception("aborting timed-out transactions failed; retrying at the next interval")
 
     async def refresh_ownership(self) -> None:
-        """Load the partitions this broker now leads; forget the ones led elsewhere."""
+        """Own the partitions this broker now leads (their loads start in the background:
+        :meth:`wait_for_loads`); forget the ones led elsewhere.
+
+        Every newly led partition is marked loading at once, with its leader epoch, and loaded
+        in its own task of the coordinator's nursery, as Kafka's
+        ``loadTransactionsForTxnTopicPartition`` schedules each load: the ownership lock is held
+        only to decide, never for a load, so FindCoordinator is answered while a big partition
+        loads, and the ids of every partition waiting for its load get
+        COORDINATOR_LOAD_IN_PROGRESS (not NOT_COORDINATOR, which sends clients looking for
+        another coordinator)."""
         async with self._ownership_lock:
             leaders = await self.log.leaders()
             for p, leader in leaders.items():
@@ -241,23 +266,76 @@ class TransactionCoordinator:
             self.remote = set(leaders) - mine
             self.leaderless = set(range(self.log.num_partitions)) - set(leaders)
             # partitions led elsewhere now, or led again under a new epoch (lost and regained
-            # between two checks): forget them (reloaded below when they are ours)
-            for p in [p for p in self.owned if p in leaders]:
+            # between two checks): forget them, a load under way too (reloaded below when they
+            # are ours)
+            for p in [p for p in self.owned | self.loading if p in leaders]:
                 if p not in mine or self._loaded_epochs.get(p) != leaders[p].leader_epoch:
                     self._unload(p)
             for p in sorted(mine - self.owned - self.loading):
                 self.loading.add(p)
-                try:
-                    self._loaded_epochs[p] = leaders[p].leader_epoch
-                    await self._load(p)
-                finally:
-                    self.loading.discard(p)
+                self._loaded_epochs[p] = leaders[p].leader_epoch
+                self._start_load(p)
+
+    def _start_load(self, partition: int) -> None:
+        """Load ``partition`` in the coordinator's nursery. A load that fails (the log could not
+        be read) is logged and leaves the partition unowned and not loading: the next
+        ownership check tries again, and its ids answer NOT_COORDINATOR meanwhile, so clients
+        look for the coordinator again rather than wait on a load that is not running."""
+        assert self._nursery is not None, "the coordinator is not running"
+        done, scope = trio.Event(), trio.CancelScope()
+        self._loads[partition] = (done, scope)
+
+        async def load() -> None:
+            try:
+                loaded: dict[str, TransactionMetadata | None] | None = None
+                with scope:  # cancelled by _unload: the leadership this load was for is over
+                    loaded = await self._read_partition(partition)
+                # checked again: the leadership may have ended after the last read
+                if loaded is not None and self._is_current_load(partition, done):
+                    self._install(partition, loaded)
+                self._failed_loads.discard(partition)
+            except Exception as exc:
+                if partition in self._failed_loads:  # retried every ownership check: one traceback
+                    log.warning("loading __transaction_state-%d failed again: %r", partition, exc)
+                else:
+                    self._failed_loads.add(partition)
+                    log.exception("loading __transaction_state-%d failed; the next ownership check retries", partition)
+            finally:
+                if self._is_current_load(partition, done):  # not ended by _unload, nor replaced
+                    del self._loads[partition]
+                    self.loading.discard(partition)
+                    if partition not in self.owned:
+                        self._loaded_epochs.pop(partition, None)
+                done.set()
+
+        self._nursery.start_soon(load)
+
+    def _is_current_load(self, partition: int, done: trio.Event) -> bool:
+        load = self._loads.get(partition)
+        return load is not None and load[0] is done
+
+    async def wait_for_loads(self) -> None:
+        """Until the loads started so far have ended (embedded use and tests)."""
+        for done, _ in list(self._loads.values()):
+            await done.wait()
+
+    async def _wait_for_load(self, partition: int, deadline: float) -> None:
+        """Until ``partition``'s load (if one runs) ends, or ``deadline`` (trio time)."""
+        load = self._loads.get(partition)
+        if load is not None:
+            with trio.move_on_at(deadline):
+                await load[0].wait()
 
     def _unload(self, partition: int) -> None:
         """This broker no longer coordinates ``partition`` (or must reload it): drop its ids and
         stop their marker tasks; the partition's new coordinator resumes them from the log."""
         self.owned.discard(partition)
         self._loaded_epochs.pop(partition, None)
+        self.loading.discard(partition)
+        load = self._loads.pop(partition, None)
+        if load is not None:  # a load under a leadership that is over: its result is stale
+            load[1].cancel()
+            load[0].set()
         for tid in [t for t in self.transactions if self.partition_for(t) == partition]:
             del self.transactions[tid]
             scope = self._completion_scopes.get(tid)
@@ -265,6 +343,12 @@ class TransactionCoordinator:
                 scope.cancel()
 
     async def _load(self, partition: int) -> None:
+        """Read ``partition`` and own its ids."""
+        self._install(partition, await self._read_partition(partition))
+
+    async def _read_partition(self, partition: int) -> dict[str, TransactionMetadata | None]:
+        """The last state of every id in ``partition`` (None: deleted); raises when the log
+        cannot be read, so a partial read is never installed."""
         loaded: dict[str, TransactionMetadata | None] = {}
         async for key, value in self.log.read(partition):
             try:
@@ -272,6 +356,11 @@ class TransactionCoordinator:
                 loaded[tid] = None if value is None else parse_txn_value(tid, value)
             except CorruptMessage as exc:
                 log.warning("skipping unreadable %s record: %s", "__transaction_state", exc)
+        return loaded
+
+    def _install(self, partition: int, loaded: dict[str, TransactionMetadata | None]) -> None:
+        """Own ``partition`` with the ids read from it, and resume its prepared transactions.
+        Synchronous: no request sees the partition half installed."""
         for tid, md in loaded.items():
             if md is not None:
                 self.transactions[tid] = md
@@ -340,8 +429,13 @@ class TransactionCoordinator:
         return None
 
     # -- FindCoordinator -------------------------------------------------------------------------------
-    async def find_coordinator(self, transactional_id: str, listener_name: str | None = None) -> FindCoordinatorResult:
-        """The leader of the id's ``__transaction_state`` partition (creating the topic on first use)."""
+    async def find_coordinator(
+        self, transactional_id: str, listener_name: str | None = None, *, load_wait_until: float | None = None
+    ) -> FindCoordinatorResult:
+        """The leader of the id's ``__transaction_state`` partition (creating the topic on first
+        use). A load of the partition here is waited for until ``load_wait_until`` (trio time; by
+        default LOAD_WAIT_S from now), never the loads of other partitions: the client's next
+        request is answered COORDINATOR_LOAD_IN_PROGRESS until it ends, and retried."""
         if not self.active:
             return FindCoordinatorResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="coordinator not started")
         if not await self.log.exists() and not await self.log.ensure_topic():
@@ -350,29 +444,35 @@ class TransactionCoordinator:
         leader = (await self.log.leaders(listener_name)).get(p)
         if leader is None:
             return FindCoordinatorResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="no leader")
-        if leader.node_id == self.node_id and p not in self.owned | self.loading:
-            await self.refresh_ownership()
+        if leader.node_id == self.node_id:
+            if p not in self.owned | self.loading:
+                await self.refresh_ownership()
+            if load_wait_until is None:
+                load_wait_until = trio.current_time() + LOAD_WAIT_S
+            await self._wait_for_load(p, load_wait_until)
         return FindCoordinatorResult(ErrorCode.NONE, leader.node_id, leader.host, leader.port)
 
     # -- InitProducerId --------------------------------------------------------------------------------
     async def _ensure_owned(self, transactional_id: str) -> None:
         """Create the log and wait (briefly) for this broker to lead the id's partition, when a
         caller skipped FindCoordinator (embedded use); clients always find the coordinator first.
-        A partition being loaded is answered at once (COORDINATOR_LOAD_IN_PROGRESS, by
-        :meth:`validate`), as Kafka does, rather than holding the request until the load ends."""
+        A load of the partition is waited for at most LOAD_WAIT_S, as by FindCoordinator: a big
+        partition is then answered COORDINATOR_LOAD_IN_PROGRESS (by :meth:`validate`), as Kafka
+        does, rather than holding the request until the load ends."""
         if not transactional_id or not self.active:
             return
         p = self.partition_for(transactional_id)
-        if p in self.loading:
-            return
         with trio.move_on_after(OWNERSHIP_WAIT_S):
             while p not in self.owned:
+                if p in self.loading:
+                    await self._wait_for_load(p, trio.current_time() + LOAD_WAIT_S)
+                    return
                 if await self.log.exists() or await self.log.ensure_topic():
                     leader = (await self.log.leaders()).get(p)
                     if leader is not None and leader.node_id != self.node_id:
                         return
                     await self.refresh_ownership()
-                if p not in self.owned:
+                if p not in self.owned | self.loading:
                     await trio.sleep(OWNERSHIP_REFRESH_S / 10)
 
     async def init_producer_id(
