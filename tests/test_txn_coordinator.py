@@ -243,6 +243,40 @@ async def test_timed_out_transaction_is_aborted_and_fenced(autojump_clock: trio.
 
 
 @pytest.mark.trio
+async def test_timed_out_transactions_are_all_aborted_in_one_sweep_while_markers_fail(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Three timed-out transactions whose markers cannot be written (their partition has no
+    leader) must not keep a fourth one open: the sweep waited up to end_txn_wait_s for each
+    one's markers, so the k-th was aborted ~10*(k-1) s late and its producer could still
+    commit it meanwhile."""
+    markers = Markers()
+    markers.fail = {TP1}
+    async with coordinator(markers=markers) as coord:
+        producers = {}
+        for i in range(4):
+            r = await coord.init_producer_id(f"app-{i}", 1000)
+            producers[f"app-{i}"] = (r.producer_id, r.producer_epoch)
+            partition = TP1 if i < 3 else TP0
+            assert await coord.add_partitions(f"app-{i}", r.producer_id, r.producer_epoch, [partition]) == {
+                partition: ErrorCode.NONE
+            }
+        await trio.sleep(coord.abort_interval_ms / 1000 + 0.5)  # one sweep, and a little more
+        states = {tid: coord.transactions[tid].state for tid in producers}
+        assert states == {
+            "app-0": TransactionState.PREPARE_ABORT,
+            "app-1": TransactionState.PREPARE_ABORT,
+            "app-2": TransactionState.PREPARE_ABORT,
+            "app-3": TransactionState.COMPLETE_ABORT,
+        }
+        pid, epoch = producers["app-3"]
+        assert await coord.end_transaction("app-3", pid, epoch, True) == ErrorCode.PRODUCER_FENCED
+        markers.fail = set()
+        await trio.sleep(coord.abort_interval_ms / 1000)  # the stuck ones complete once writable
+        assert all(coord.transactions[tid].state is TransactionState.COMPLETE_ABORT for tid in producers)
+
+
+@pytest.mark.trio
 async def test_markers_are_retried_until_written(autojump_clock: trio.testing.MockClock) -> None:
     markers = Markers()
     async with coordinator(markers=markers) as coord:

@@ -668,21 +668,26 @@ class TransactionCoordinator:
         return ErrorCode.NONE
 
     async def _abort(self, transactional_id: str, *, fence: bool, expected: TransactionMetadata) -> ErrorCode:
-        """Abort an open transaction (timeout, re-init); ``fence`` bumps the epoch so the old
-        producer's further requests are refused."""
+        """Abort an open transaction (re-init); ``fence`` bumps the epoch so the old producer's
+        further requests are refused. Waits for the markers as EndTxn does."""
+        error = await self._prepare_abort(transactional_id, fence=fence, expected=expected)
+        if error != ErrorCode.NONE:
+            return error
+        await self._complete(transactional_id)
+        return ErrorCode.NONE
+
+    async def _prepare_abort(self, transactional_id: str, *, fence: bool, expected: TransactionMetadata) -> ErrorCode:
+        """Write PrepareAbort for an open transaction (the outcome is then decided and durable);
+        the markers are someone else's: :meth:`_complete` or :meth:`_spawn_completion`."""
         async with self._locks.hold(transactional_id):
             md = self.transactions.get(transactional_id)
             if md is not expected or md.state is not TransactionState.ONGOING:
                 return ErrorCode.CONCURRENT_TRANSACTIONS
             epoch = md.producer_epoch + 1 if fence and md.producer_epoch < MAX_EPOCH else md.producer_epoch
             last = {"last_producer_id": md.producer_id, "last_producer_epoch": md.producer_epoch} if fence else {}
-            error = await self._persist(
+            return await self._persist(
                 md.transition(TransactionState.PREPARE_ABORT, self.now_ms(), producer_epoch=epoch, **last)
             )
-            if error != ErrorCode.NONE:
-                return error
-        await self._complete(transactional_id)
-        return ErrorCode.NONE
 
     async def _complete(self, transactional_id: str) -> None:
         """Have the markers of a prepared transaction written and the transaction completed;
@@ -768,7 +773,13 @@ class TransactionCoordinator:
     # -- timeouts --------------------------------------------------------------------------------------
     async def abort_timed_out_transactions(self) -> int:
         """Abort (fencing the producer) every open transaction older than its timeout, and retry
-        the completion of prepared ones. Returns how many were aborted."""
+        the completion of prepared ones. Returns how many were aborted.
+
+        Each abort is decided here (PrepareAbort written) and its markers are left to its marker
+        task, as Kafka's ``abortTimedOutTransactions`` hands them to the marker channel: waiting
+        for them (up to ``end_txn_wait_s``) one transaction at a time would keep every later
+        timed-out transaction open, and its producer able to commit it, for as long as the
+        markers of the ones before cannot be written (a partition without a leader)."""
         now = self.now_ms()
         aborted = 0
         for tid, md in list(self.transactions.items()):
@@ -778,7 +789,8 @@ class TransactionCoordinator:
                 self._spawn_completion(tid)  # a marker task that stopped (or never started): again
             elif md.state is TransactionState.ONGOING and md.txn_start_ms + md.timeout_ms < now:
                 log.info("aborting transaction of %r: open for more than %d ms", tid, md.timeout_ms)
-                if await self._abort(tid, fence=True, expected=md) == ErrorCode.NONE:
+                if await self._prepare_abort(tid, fence=True, expected=md) == ErrorCode.NONE:
+                    self._spawn_completion(tid)
                     aborted += 1
         return aborted
 
