@@ -7,20 +7,32 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from broker_harness import create, running_broker
 from test_txn_coordinator import Ids, Markers
 
+from odradek.broker.api import (
+    FetchPartitionResult,
+    IsolationLevel,
+    ListOffsetsPartition,
+    ListOffsetsPartitionResult,
+)
+from odradek.broker.core import BrokerCore
 from odradek.broker.group.hashing import partition_for
 from odradek.broker.internal_topic import PartitionLeader, Record
-from odradek.broker.txn import InMemoryTransactionLog, TransactionCoordinator
+from odradek.broker.txn import InMemoryTransactionLog, TransactionCoordinator, TransactionState
 from odradek.broker.txn.coordinator import LOAD_WAIT_S, OWNERSHIP_REFRESH_S
 from odradek.config import default_config
 from odradek.errors import ErrorCode, KafkaError
+from odradek.interfaces import TopicPartition
 
 PARTITIONS = 5
+TP = TopicPartition("t", 0)
 
 
 class SlowLog(InMemoryTransactionLog):
@@ -163,3 +175,70 @@ async def test_a_load_whose_leadership_ended_is_not_installed(autojump_clock: tr
         assert 1 not in coord.owned and ids[1] not in coord.transactions
         assert coord.validate(ids[1]) == ErrorCode.NOT_COORDINATOR
         nursery.cancel_scope.cancel()
+
+
+# -- a failed read of __transaction_state through a real broker ------------------------------------
+
+
+async def _broker_with_a_transaction(core: BrokerCore) -> tuple[TransactionCoordinator, int, int, int]:
+    """An open transaction of "tx" on t-0; returns the coordinator, its producer id and epoch, and
+    the id's __transaction_state partition."""
+    coord = core.transaction_coordinator
+    assert coord is not None
+    r = await coord.init_producer_id("tx", 60000)
+    assert r.error == ErrorCode.NONE
+    await create(core, "t")
+    with trio.fail_after(5):
+        while (await coord.add_partitions("tx", r.producer_id, r.producer_epoch, [TP]))[TP] != ErrorCode.NONE:
+            await trio.sleep(0.01)
+    return coord, r.producer_id, r.producer_epoch, coord.partition_for("tx")
+
+
+async def test_a_failed_fetch_of_the_log_fails_the_read(tmp_path: Path) -> None:
+    """A fetch error in the middle of __transaction_state was taken for its end."""
+    async with running_broker(tmp_path) as core:
+        coord, _, _, p = await _broker_with_a_transaction(core)
+        topic = coord.log.topic  # type: ignore[attr-defined]
+        assert [e async for e in topic.read_entries(p)]  # InitProducerId, AddPartitionsToTxn
+        fetch = core.fetch
+
+        async def failing(*args: Any, **kwargs: Any) -> dict[TopicPartition, FetchPartitionResult]:
+            parts = args[5]
+            return {x.tp: FetchPartitionResult(ErrorCode.KAFKA_STORAGE_ERROR) for x in parts}
+
+        core.fetch = failing  # type: ignore[method-assign]
+        with pytest.raises(KafkaError) as raised:
+            async for _ in topic.read_entries(p):
+                pass
+        assert raised.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+        core.fetch = fetch  # type: ignore[method-assign]
+
+
+async def test_a_failed_read_leaves_the_partition_unowned_until_a_reload_succeeds(tmp_path: Path) -> None:
+    """ListOffsets failing during a reload (the partition not led locally yet) made the partition
+    owned with its ids missing, and it was never reloaded: the producer's next InitProducerId
+    got a fresh epoch without its open transaction being aborted."""
+    async with running_broker(tmp_path) as core:
+        coord, pid, epoch, p = await _broker_with_a_transaction(core)
+        list_offsets = core.list_offsets
+
+        async def failing(
+            replica_id: int, level: IsolationLevel, parts: list[ListOffsetsPartition]
+        ) -> dict[TopicPartition, ListOffsetsPartitionResult]:
+            return {x.tp: ListOffsetsPartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER) for x in parts}
+
+        core.list_offsets = failing  # type: ignore[method-assign]
+        coord._unload(p)  # as after a leadership change
+        await coord.refresh_ownership()
+        await coord.wait_for_loads()
+        assert p not in coord.owned and "tx" not in coord.transactions
+        assert (await coord.find_coordinator("tx")).error == ErrorCode.NONE  # clients look again
+        assert coord.validate("tx") == ErrorCode.NOT_COORDINATOR
+        core.list_offsets = list_offsets  # type: ignore[method-assign]
+        with trio.fail_after(5):  # the ownership loop loads it again
+            while p not in coord.owned:
+                await trio.sleep(0.01)
+        assert coord.transactions["tx"].state is TransactionState.ONGOING
+        r = await coord.init_producer_id("tx", 60000)
+        assert (r.error, r.producer_id, r.producer_epoch) == (ErrorCode.NONE, pid, epoch + 2)  # aborted, fenced
+        assert await coord.end_transaction("tx", pid, epoch, True) == ErrorCode.PRODUCER_FENCED

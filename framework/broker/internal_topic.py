@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import ErrorCode, InvalidRecord
+from ..errors import ErrorCode, InvalidRecord, KafkaError
 from ..interfaces import TopicPartition
 from ..records import ControlRecordType, build_batch, iter_batches, parse_control_record
 from .api import (
@@ -172,22 +172,42 @@ class InternalTopic:
             if entry.control is None and entry.key is not None:
                 yield entry.key, entry.value
 
+    async def _log_offset(self, tp: TopicPartition, timestamp: int) -> int:
+        """``tp``'s log start (EARLIEST_TIMESTAMP) or log end (LATEST_TIMESTAMP) offset, read as
+        a debugging replica; raises :class:`KafkaError` when the broker cannot tell (the
+        partition not led here yet, a storage error)."""
+        level = IsolationLevel.READ_UNCOMMITTED
+        found = (await self.broker.list_offsets(DEBUGGING_REPLICA_ID, level, [ListOffsetsPartition(tp, timestamp)]))[tp]
+        if found.error != ErrorCode.NONE or found.offset < 0:
+            code = found.error if found.error != ErrorCode.NONE else ErrorCode.UNKNOWN_SERVER_ERROR
+            raise KafkaError(f"reading {tp.topic}-{tp.partition}: no offset for {timestamp}", code=code)
+        return found.offset
+
     async def read_entries(self, partition: int) -> AsyncIterator[LogEntry]:
         """Every keyed record of ``partition`` and every transaction marker, from its log start
-        to its log end, in order."""
+        to its log end, in order.
+
+        Raises :class:`KafkaError` when the log cannot be read to its end (the partition not
+        led here yet, a storage error): a coordinator that took what was read until then for
+        the whole partition would own it with ids or groups missing (a transaction never
+        aborted, a producer not fenced), so its load fails instead and is retried."""
         tp = TopicPartition(self.name, partition)
         level = IsolationLevel.READ_UNCOMMITTED
         # to the log end, as Kafka's coordinators load: a new leader's HW may still lag what
         # the old leader wrote and acknowledged, and those records must not be skipped (the
         # leader never truncates below its own log end while it leads)
         me = DEBUGGING_REPLICA_ID
-        start = (await self.broker.list_offsets(me, level, [ListOffsetsPartition(tp, EARLIEST_TIMESTAMP)]))[tp].offset
-        end = (await self.broker.list_offsets(me, level, [ListOffsetsPartition(tp, LATEST_TIMESTAMP)]))[tp].offset
+        start = await self._log_offset(tp, EARLIEST_TIMESTAMP)
+        end = await self._log_offset(tp, LATEST_TIMESTAMP)
         offset = start
-        while 0 <= offset < end:
+        while offset < end:
             fetch = FetchPartition(tp, offset, _READ_CHUNK_BYTES)
             result = (await self.broker.fetch(me, 0, 0, _READ_CHUNK_BYTES, level, [fetch]))[tp]
-            if result.error != ErrorCode.NONE or result.records is None or result.records.size == 0:
+            if result.error != ErrorCode.NONE:
+                if result.records is not None:
+                    result.records.release()
+                raise KafkaError(f"reading {tp.topic}-{tp.partition} at offset {offset}", code=result.error)
+            if result.records is None or result.records.size == 0:
                 break
             try:
                 data = result.records.to_bytes()
