@@ -13,7 +13,7 @@ import trio.testing
 from odradek.broker.group.hashing import partition_for
 from odradek.broker.internal_topic import PartitionLeader, Record
 from odradek.broker.txn import InMemoryTransactionLog, TransactionCoordinator, TransactionState
-from odradek.broker.txn.coordinator import MAX_EPOCH, OWNERSHIP_REFRESH_S
+from odradek.broker.txn.coordinator import MAX_EPOCH, MAX_FENCE_EPOCH, OWNERSHIP_REFRESH_S
 from odradek.broker.txn.schema import parse_txn_key, parse_txn_value, txn_key, txn_value
 from odradek.broker.txn.state import TransactionMetadata
 from odradek.config import default_config
@@ -541,6 +541,45 @@ async def test_kip360_exhausted_epoch_rotates_the_producer_id() -> None:
         # a retry from the exhausted id (its answer lost) is still recognised
         again = await coord.init_producer_id("a", 60000, r.producer_id, MAX_EPOCH)
         assert (again.error, again.producer_id, again.producer_epoch) == (ErrorCode.NONE, rotated.producer_id, 0)
+
+
+async def _transaction_at_the_last_epoch(coord: TransactionCoordinator, timeout_ms: int) -> int:
+    """Open a transaction of "a" on TP0 at MAX_EPOCH (as if InitProducerId had bumped it there);
+    returns its producer id."""
+    r = await coord.init_producer_id("a", timeout_ms)
+    coord.transactions["a"] = coord.transactions["a"].transition(TransactionState.EMPTY, 0, producer_epoch=MAX_EPOCH)
+    assert await coord.add_partitions("a", r.producer_id, MAX_EPOCH, [TP0]) == {TP0: ErrorCode.NONE}
+    return r.producer_id
+
+
+@pytest.mark.trio
+async def test_a_producer_at_the_last_epoch_is_fenced_to_short_max_value(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A transaction of a producer at MAX_EPOCH (32766) was aborted without an epoch bump: its
+    markers did not fence it, and it could go on writing at that epoch. Kafka's
+    prepareFenceProducerEpoch bumps it to 32767 (Short.MaxValue)."""
+    markers = Markers()
+    async with coordinator(markers=markers) as coord:
+        pid = await _transaction_at_the_last_epoch(coord, 3000)
+        await trio.sleep(coord.abort_interval_ms / 1000 + 1)  # timed out: aborted by the sweep
+        md = coord.transactions["a"]
+        assert (md.state, md.producer_epoch) == (TransactionState.COMPLETE_ABORT, MAX_FENCE_EPOCH)
+        assert markers.written == [(pid, MAX_FENCE_EPOCH, ControlRecordType.ABORT, TP0)]
+        assert await coord.add_partitions("a", pid, MAX_EPOCH, [TP0]) == {TP0: ErrorCode.PRODUCER_FENCED}
+        # the producer recovers (KIP-588) with a new producer id: no epoch is left for this one
+        recovered = await coord.init_producer_id("a", 3000, pid, MAX_EPOCH)
+        assert recovered.error == ErrorCode.NONE
+        assert recovered.producer_id != pid and recovered.producer_epoch == 0
+
+
+async def test_reinit_of_a_producer_at_the_last_epoch_fences_its_transaction_to_short_max_value() -> None:
+    markers = Markers()
+    async with coordinator(markers=markers) as coord:
+        pid = await _transaction_at_the_last_epoch(coord, 60000)
+        new = await coord.init_producer_id("a", 60000)  # another instance
+        assert new.error == ErrorCode.NONE and new.producer_id != pid and new.producer_epoch == 0
+        assert markers.written == [(pid, MAX_FENCE_EPOCH, ControlRecordType.ABORT, TP0)]
 
 
 @pytest.mark.trio

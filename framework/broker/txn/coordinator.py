@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 
 #: Kafka bumps to a new producer id before the int16 epoch would overflow.
 MAX_EPOCH = 32767 - 1
+#: the int16 epoch's last value (Short.MaxValue): only a fence reaches it (Kafka's
+#: prepareFenceProducerEpoch), never InitProducerId, which rotates the producer id after MAX_EPOCH
+MAX_FENCE_EPOCH = 32767
 #: Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms default
 ABORT_INTERVAL_MS = 10_000
 #: how often leadership of ``__transaction_state`` partitions is re-checked
@@ -683,7 +686,11 @@ class TransactionCoordinator:
             md = self.transactions.get(transactional_id)
             if md is not expected or md.state is not TransactionState.ONGOING:
                 return ErrorCode.CONCURRENT_TRANSACTIONS
-            epoch = md.producer_epoch + 1 if fence and md.producer_epoch < MAX_EPOCH else md.producer_epoch
+            # up to MAX_FENCE_EPOCH, as Kafka's prepareFenceProducerEpoch: a producer at
+            # MAX_EPOCH must be fenced too (its markers at the bumped epoch refuse its writes);
+            # only an epoch already at MAX_FENCE_EPOCH cannot be bumped (no producer holds it:
+            # InitProducerId rotated the producer id past MAX_EPOCH), and is aborted as it is
+            epoch = md.producer_epoch + 1 if fence and md.producer_epoch < MAX_FENCE_EPOCH else md.producer_epoch
             last = {"last_producer_id": md.producer_id, "last_producer_epoch": md.producer_epoch} if fence else {}
             return await self._persist(
                 md.transition(TransactionState.PREPARE_ABORT, self.now_ms(), producer_epoch=epoch, **last)
