@@ -48,6 +48,7 @@ async def running(
     coordinator = GroupCoordinator(offsets_log, make_config(**config), now_ms=clock_ms)
     async with trio.open_nursery() as nursery:
         await nursery.start(coordinator.run)
+        await coordinator.wait_for_loads()  # a restarted coordinator's partitions load in the background
         found = await coordinator.find_coordinator(GROUP)
         assert found.error == ErrorCode.NONE
         yield coordinator, nursery

@@ -22,7 +22,7 @@ from odradek.broker.group import (
 )
 from odradek.broker.group.schema import GroupKey, OffsetKey, decode_key, decode_offset_value, offset_key, offset_value
 from odradek.broker.internal_topic import LogEntry
-from odradek.errors import ErrorCode
+from odradek.errors import ErrorCode, KafkaError
 from odradek.interfaces import TopicPartition
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -226,6 +226,44 @@ async def test_groups_answer_load_in_progress_while_loading(autojump_clock: trio
         ).error == ErrorCode.REBALANCE_IN_PROGRESS
         assert restarted.list_groups()[0] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         await trio.sleep(5)
+        error, offsets = restarted.fetch_offsets(GROUP, [T0])
+        assert error == ErrorCode.NONE and offsets[T0].offset == 4
+        nursery.cancel_scope.cancel()
+
+
+class FailingOnceLog(InMemoryOffsetsLog):
+    """The first read of each partition fails (its leader moved away mid-read, say)."""
+
+    def __init__(self, num_partitions: int) -> None:
+        super().__init__(num_partitions=num_partitions)
+        self.failed: set[int] = set()
+
+    async def read_entries(self, partition: int) -> AsyncIterator[LogEntry]:
+        if partition not in self.failed:
+            self.failed.add(partition)
+            raise KafkaError("fetch failed", code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        async for entry in super().read_entries(partition):
+            yield entry
+
+
+async def test_a_load_failing_at_start_is_retried_and_the_coordinator_keeps_running(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A restarted coordinator's first loads failing (a read of the log that cannot reach its
+    end raises) used to end the coordinator's nursery, and with it the broker; now the partition
+    stays unowned, answers COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR, and the next ownership
+    check loads it."""
+    log = FailingOnceLog(num_partitions=4)
+    log.failed.update(range(4))  # the first coordinator reads fine
+    async with running(log) as (coordinator, _):
+        assert await coordinator.commit_offsets(GROUP, "", None, -1, {T0: OffsetAndMetadata(4)}) == {T0: ErrorCode.NONE}
+    log.failed.clear()
+    restarted = GroupCoordinator(log, make_config(), now_ms=clock_ms)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(restarted.run)
+        await restarted.wait_for_loads()
+        assert restarted.fetch_offsets(GROUP, [T0])[0] is not ErrorCode.NONE
+        await trio.sleep(30)  # ownership checks
         error, offsets = restarted.fetch_offsets(GROUP, [T0])
         assert error == ErrorCode.NONE and offsets[T0].offset == 4
         nursery.cancel_scope.cancel()

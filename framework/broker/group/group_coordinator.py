@@ -129,7 +129,7 @@ class GroupCoordinator(MembershipProtocol):
                 task_status.started()
                 for partition, leader_epoch in sorted(to_load.items()):
                     self._loaded_epochs[partition] = leader_epoch
-                    await self._load(partition)
+                    self._start_load(partition)  # a read that fails is retried, not fatal
                 nursery.start_soon(self._expire_offsets_loop)
                 nursery.start_soon(self._ownership_loop)
         finally:
@@ -229,8 +229,11 @@ class GroupCoordinator(MembershipProtocol):
         is registered and elected, and in a cluster leadership moves."""
         while True:
             await trio.sleep(OWNERSHIP_REFRESH_S)
-            if await self.log.exists():
-                await self.refresh_ownership()
+            try:
+                if await self.log.exists():
+                    await self.refresh_ownership()
+            except Exception as exc:  # the metadata store away, say: the next check tries again
+                log.warning("checking the ownership of %s failed: %r; retrying", OFFSETS_TOPIC, exc)
 
     async def _expire_offsets_loop(self) -> None:
         while True:

@@ -83,7 +83,7 @@ async def _find_one(
         )
     elif key_type == COORDINATOR_KEY_TRANSACTION:
         txn = getattr(ctx.broker, "transaction_coordinator", None)
-        result = await txn.find_coordinator(key, ctx.listener.name) if txn else None
+        result = await txn.find_coordinator(key, ctx.listener.name, load_wait_until=load_wait_until) if txn else None
     else:
         return FindCoordinatorResult(
             ErrorCode.INVALID_REQUEST, error_message=f"unknown coordinator key type {key_type}"
