@@ -38,6 +38,7 @@ from odradek.broker.api import (
 )
 from odradek.broker.configs import ConfigManager
 from odradek.broker.core import BrokerCore
+from odradek.broker.group.state import OffsetAndMetadata
 from odradek.broker.metadata_cache import PartitionState, encode, partition_state_key, topic_key
 from odradek.broker.server import BrokerServer, ListenersStopped
 from odradek.config import default_config, load_config
@@ -676,3 +677,22 @@ async def test_an_offsets_topic_replication_factor_above_the_brokers_is_one_erro
             found = await core.group_coordinator.find_coordinator("g")
             assert found.error == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert error_lines(caplog) == replication_factor_too_large("__consumer_offsets", "offsets.topic.replication.factor")
+
+
+async def test_delete_records_refuses_internal_topics_whatever_their_cleanup_policy(tmp_path: Path) -> None:
+    """Kafka's ReplicaManager answers INVALID_TOPIC_EXCEPTION for DeleteRecords on an internal
+    topic even when its cleanup.policy includes delete: the coordinators reload committed offsets
+    (and transaction states) from the log start, so moving it would lose them at the next restart."""
+    async with running_broker(tmp_path, offsets_topic_num_partitions=1) as core:
+        coordinator = core.group_coordinator
+        assert coordinator is not None
+        assert (await coordinator.find_coordinator("g")).error == ErrorCode.NONE
+        committed = await coordinator.commit_offsets("g", "", None, -1, {TopicPartition("t", 0): OffsetAndMetadata(7)})
+        assert committed == {TopicPartition("t", 0): ErrorCode.NONE}
+        also_delete = AlterableConfig("cleanup.policy", AlterConfigOp.SET, "compact,delete")
+        assert await alter(core, "__consumer_offsets", also_delete) == ErrorCode.NONE
+        offsets_tp = TopicPartition("__consumer_offsets", 0)
+        for tp in (offsets_tp, TopicPartition("__transaction_state", 0)):
+            assert (await core.delete_records({tp: -1}, 1000))[tp].error == ErrorCode.INVALID_TOPIC_EXCEPTION
+        partition = core.replica_manager.get_partition(offsets_tp)
+        assert partition is not None and partition.log_start_offset == 0 < partition.log_end_offset

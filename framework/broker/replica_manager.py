@@ -705,10 +705,20 @@ class ReplicaManager:
     ) -> dict[TopicPartition, DeleteRecordsResult]:
         """Advance log start offsets on the leader, then wait until every live replica's start
         reached them (:class:`DelayedDeleteRecords`; followers follow the leader's start on their
-        next fetch), at most ``timeout_ms``. A partition with no other live replica answers at once."""
+        next fetch), at most ``timeout_ms``. A partition with no other live replica answers at once.
+
+        Internal topics are refused whatever their cleanup.policy, as Kafka's
+        ``deleteRecordsOnLocalLog`` does: ``__consumer_offsets`` and ``__transaction_state`` are the
+        coordinators' only copy of committed offsets and transaction states, which a reload after a
+        restart or a coordinator move reads from the log start."""
+        from .metadata_cache import INTERNAL_TOPICS  # here: metadata_cache imports this module
+
         results: dict[TopicPartition, DeleteRecordsResult] = {}
         required: dict[TopicPartition, int] = {}
         for tp, offset in offsets.items():
+            if tp.topic in INTERNAL_TOPICS:
+                results[tp] = DeleteRecordsResult(ErrorCode.INVALID_TOPIC_EXCEPTION)
+                continue
             try:
                 partition = self._leader_partition(tp)
                 required[tp] = partition.delete_records_before(offset)
