@@ -696,3 +696,25 @@ async def test_delete_records_refuses_internal_topics_whatever_their_cleanup_pol
             assert (await core.delete_records({tp: -1}, 1000))[tp].error == ErrorCode.INVALID_TOPIC_EXCEPTION
         partition = core.replica_manager.get_partition(offsets_tp)
         assert partition is not None and partition.log_start_offset == 0 < partition.log_end_offset
+
+
+async def test_a_resource_named_twice_in_one_alter_is_refused_and_not_applied(tmp_path: Path) -> None:
+    """The core refuses both copies (Kafka's ConfigAdminManager.preprocess) whatever transport
+    called it, and applies neither, for both alter APIs; other resources go on."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", **{"retention.ms": "1000"})
+        await create(core, "u")
+
+        def resource(name: str, value: str) -> AlterConfigsResource:
+            op = AlterableConfig("retention.ms", AlterConfigOp.SET, value)
+            return AlterConfigsResource(ConfigResourceType.TOPIC, name, [op])
+
+        resources = [resource("t", "2000"), resource("u", "5000"), resource("t", "3000")]
+        for alter_configs in (core.incremental_alter_configs, core.alter_configs):
+            results = await alter_configs(resources, False)
+            assert [(r.resource_name, r.error, r.error_message) for r in results] == [
+                ("t", ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."),
+                ("u", ErrorCode.NONE, None),
+                ("t", ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."),
+            ]
+            assert (await describe_topic(core, "t", "retention.ms"))["retention.ms"][0] == "1000"

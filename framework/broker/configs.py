@@ -12,7 +12,7 @@ they are described (with their source) but cannot be altered at run time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..config import KAFKA_INT_KEYS, KAFKA_SHORT_KEYS, Config, TopicConfig, broker_synonyms, render
@@ -32,6 +32,20 @@ from .api import (
 from .metadata_cache import MetadataCache, config_key, encode
 
 _LIST_CONFIGS = frozenset({"cleanup.policy"})
+
+#: Kafka's answer (INVALID_REQUEST, ConfigAdminManager.preprocess) for every copy of a resource named
+#: twice in one IncrementalAlterConfigs or AlterConfigs request: none of them is applied, so the
+#: answers cannot contradict what was done (and a legacy replace is not applied twice)
+DUPLICATE_RESOURCE = "Each resource must appear at most once."
+
+
+def repeated_resources(keys: Iterable[tuple[int, str]]) -> set[tuple[int, str]]:
+    """The (resource type, resource name) pairs that appear more than once."""
+    seen: set[tuple[int, str]] = set()
+    repeated: set[tuple[int, str]] = set()
+    for key in keys:
+        (repeated if key in seen else seen).add(key)
+    return repeated
 
 
 def config_type(name: str, value: Any, broker_name: str | None = None) -> ConfigType:
@@ -206,7 +220,12 @@ class ConfigManager:
         """IncrementalAlterConfigs; with ``replace``, the legacy AlterConfigs: the SET configs
         become the resource's whole set of overrides (any other reverts to its default)."""
         results = []
+        repeated = repeated_resources((int(r.resource_type), r.name) for r in resources)
         for r in resources:
+            if (int(r.resource_type), r.name) in repeated:
+                refused = AlterConfigsResult(ErrorCode.INVALID_REQUEST, DUPLICATE_RESOURCE, r.resource_type, r.name)
+                results.append(refused)
+                continue
             try:
                 if r.resource_type == ConfigResourceType.TOPIC:
                     await self._alter_topic(r, validate_only, replace=replace)

@@ -23,6 +23,7 @@ from odradek.broker.api import (
     CreatePartitionsTopic,
     ElectionType,
 )
+from odradek.broker.configs import DUPLICATE_RESOURCE, repeated_resources
 from odradek.errors import ErrorCode, InvalidRequest, KafkaError
 from odradek.interfaces import TopicPartition
 from odradek.pacing import paced
@@ -240,12 +241,19 @@ async def _alter(
     ops: Callable[[Any], list[AlterableConfig]],
     alter: Callable[[list[AlterConfigsResource], bool], Awaitable[list[AlterConfigsResult]]],
 ) -> Any:
-    """Both alter APIs: decode each resource's operations, apply, one row per resource."""
+    """Both alter APIs: decode each resource's operations, apply, one row per resource. A resource
+    named twice is refused here before anything else, every copy of it (Kafka's
+    ConfigAdminManager.preprocess), so that a copy refused for its operations or type cannot
+    leave the other to be applied alone."""
     version = ctx.api_version
     result_cls = response_class(api_key, version, "AlterConfigsResourceResponse")
     known: list[AlterConfigsResource] = []
     refused: dict[tuple[int, str], str] = {}
+    repeated = repeated_resources((res.resource_type, res.resource_name) for res in request.resources)
     for res in request.resources:
+        if (res.resource_type, res.resource_name) in repeated:
+            refused[(res.resource_type, res.resource_name)] = DUPLICATE_RESOURCE
+            continue
         rtype = _resource_type(res.resource_type)
         try:
             resource_ops = ops(res)
