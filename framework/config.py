@@ -503,9 +503,126 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("log.level", str, "INFO", "Logging level of the broker process.", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 )
 
-#: Topic-level keys that have no broker-level default key (none now: every topic key odradek has
-#: has Kafka's broker synonym; kept for the reference and for plugins that read it).
-TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = ()
+_NO_EFFECT = "Accepted for compatibility; has no effect."
+
+
+def _throttled_replicas(name: str) -> ConfigKey:
+    side = name.split(".", 1)[0]
+    return _k(
+        name,
+        list,
+        [],
+        f"{_NO_EFFECT} Kafka throttles the replication traffic of these replicas on the {side} side "
+        "(kafka-reassign-partitions --throttle sets it): '*' or partitionId:brokerId pairs. odradek has no "
+        "replication quotas.",
+    )
+
+
+#: Topic-level keys of Kafka that have no broker-level default key here. Each is accepted with
+#: Kafka's type, default and validation (LogConfig) and has no effect: tools set them on topics
+#: as a matter of course (kafka-reassign-partitions its throttles, MirrorMaker 2 copies every
+#: config of a source topic), and refusing them as unknown failed those tools' requests whole.
+#: ``remote.storage.enable=true`` is refused: a topic that asks for tiered storage must not be
+#: created as if it had it.
+TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = (
+    _throttled_replicas("leader.replication.throttled.replicas"),
+    _throttled_replicas("follower.replication.throttled.replicas"),
+    _k(
+        "message.downconversion.enable",
+        bool,
+        True,
+        f"{_NO_EFFECT} Kafka down-converts records for consumers that fetch an older message format; "
+        "odradek serves Fetch from v4 on, whose consumers read v2 batches as stored.",
+    ),
+    _k(
+        "message.format.version",
+        str,
+        "3.0-IV1",
+        f"{_NO_EFFECT} Deprecated in Kafka, which ignores it from 3.0 on: records are stored as v2 batches. "
+        "A version Kafka knows (0.10.0, 2.8, 3.0-IV1 ...).",
+    ),
+    _k(
+        "remote.storage.enable",
+        bool,
+        False,
+        "Tiered storage for the topic; odradek has none, so only false is accepted (true is INVALID_CONFIG).",
+    ),
+    _k(
+        "local.retention.ms",
+        int,
+        -2,
+        f"{_NO_EFFECT} Kafka's local retention of a tiered topic (-2: retention.ms); odradek has no tiered storage.",
+        minimum=-2,
+    ),
+    _k(
+        "local.retention.bytes",
+        int,
+        -2,
+        f"{_NO_EFFECT} Kafka's local retention of a tiered topic (-2: retention.bytes); odradek has no tiered storage.",
+        minimum=-2,
+    ),
+    _k(
+        "remote.log.copy.disable",
+        bool,
+        False,
+        f"{_NO_EFFECT} Kafka stops copying a tiered topic's segments to remote storage; odradek has none.",
+    ),
+    _k(
+        "remote.log.delete.on.disable",
+        bool,
+        False,
+        f"{_NO_EFFECT} Kafka deletes a tiered topic's remote data when tiering is turned off; odradek has none.",
+    ),
+)
+
+#: the message format versions Kafka's MetadataVersionValidator takes for message.format.version:
+#: every inter-broker protocol version ("2.8-IV1") and release ("2.8"); MetadataVersion.fromVersionString
+#: looks up the first three dot-separated parts of a "0." version and the first two of any other
+_IBP_RELEASES = {
+    "0.8.0": (),
+    "0.8.1": (),
+    "0.8.2": (),
+    "0.9.0": (),
+    "0.10.0": (0, 1),
+    "0.10.1": (0, 1, 2),
+    "0.10.2": (0,),
+    "0.11.0": (0, 1, 2),
+    "1.0": (0,),
+    "1.1": (0,),
+    "2.0": (0, 1),
+    "2.1": (0, 1, 2),
+    "2.2": (0, 1),
+    "2.3": (0, 1),
+    "2.4": (0, 1),
+    "2.5": (0,),
+    "2.6": (0,),
+    "2.7": (0, 1, 2),
+    "2.8": (0, 1),
+    "3.0": (0, 1),
+    "3.1": (0,),
+    "3.2": (0,),
+    "3.3": (0, 1, 2, 3),
+    "3.4": (0,),
+    "3.5": (0, 1, 2),
+    "3.6": (0, 1, 2),
+    "3.7": (0, 1, 2, 3, 4),
+    "3.8": (0,),
+    "3.9": (0,),
+    "4.0": (0, 1, 2, 3),
+}
+MESSAGE_FORMAT_VERSIONS = frozenset(_IBP_RELEASES) | {
+    f"{release}-IV{iv}" for release, ivs in _IBP_RELEASES.items() for iv in ivs
+}
+
+
+def message_format_version_known(version: str) -> bool:
+    """Kafka's ``MetadataVersion.fromVersionString`` succeeds: "2.8.1" is 2.8, "0.10.0.1" 0.10.0."""
+    parts = version.split(".")
+    key = ".".join(parts[: 3 if version.startswith("0.") else 2])
+    return key in MESSAGE_FORMAT_VERSIONS
+
+
+_THROTTLED_REPLICA = re.compile(r"([0-9]+:[0-9]+)?")
 
 #: Kafka's broker keys that set another broker key in a coarser unit, in Kafka's precedence after
 #: that key (``log.retention.ms`` > ``log.retention.minutes`` > ``log.retention.hours``), with
@@ -984,6 +1101,20 @@ def _parse_topic_value(broker: Config, key_for: Mapping[str, ConfigKey], name: s
         raise InvalidConfig(str(exc)) from None
     if name == "cleanup.policy" and any(p not in _CLEANUP_CHOICES for p in value):
         raise InvalidConfig(f"invalid value for 'cleanup.policy': {raw!r}")
+    if name.endswith(".replication.throttled.replicas") and not (
+        "".join(value) == "*" or all(_THROTTLED_REPLICA.fullmatch(item) for item in value)
+    ):
+        raise InvalidConfig(
+            f"invalid value for {name!r}: {raw!r}: {name} must be the literal '*' or a list of replicas in the "
+            "following format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."
+        )
+    if name == "message.format.version" and not message_format_version_known(value):
+        raise InvalidConfig(f"invalid value for {name!r}: Version {value} is not a valid version")
+    if name == "remote.storage.enable" and value:
+        raise InvalidConfig(
+            "invalid value for 'remote.storage.enable': true: Tiered Storage functionality is disabled in the "
+            "broker (odradek does not support tiered storage). Topic cannot be configured with remote log storage."
+        )
     if name == "compression.type":
         problem = compression_type_problem(value, broker.plugins)
         if problem is not None:

@@ -718,3 +718,29 @@ async def test_a_resource_named_twice_in_one_alter_is_refused_and_not_applied(tm
                 ("t", ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."),
             ]
             assert (await describe_topic(core, "t", "retention.ms"))["retention.ms"][0] == "1000"
+
+
+async def test_kafkas_topic_configs_without_effect_are_created_altered_and_described(tmp_path: Path) -> None:
+    """What kafka-reassign-partitions and MirrorMaker 2 send: accepted by CreateTopics and both
+    alter APIs, described with Kafka's types and defaults; tiered storage is INVALID_CONFIG."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", **{"message.format.version": "2.8", "local.retention.ms": "60000"})
+        throttle = AlterableConfig("leader.replication.throttled.replicas", AlterConfigOp.SET, "0:0")
+        assert await alter(core, "t", throttle) == ErrorCode.NONE
+        [described] = await core.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, "t")], include_documentation=True
+        )
+        entries = {e.name: e for e in described.configs}
+        assert entries["leader.replication.throttled.replicas"].value == "0:0"
+        assert entries["leader.replication.throttled.replicas"].config_type == ConfigType.LIST
+        assert entries["follower.replication.throttled.replicas"].value == ""
+        assert entries["message.format.version"].value == "2.8"
+        assert entries["local.retention.ms"].config_type == ConfigType.LONG
+        assert entries["remote.storage.enable"].value == "false" and entries["remote.storage.enable"].is_default
+        assert "no effect" in (entries["message.downconversion.enable"].documentation or "")
+        tiered_topic = CreatableTopic("tiered", configs={"remote.storage.enable": "true"})
+        tiered = await core.create_topics([tiered_topic], 1000, False)
+        assert tiered["tiered"].error == ErrorCode.INVALID_CONFIG
+        assert "tiered storage" in (tiered["tiered"].error_message or "")
+        enable = AlterableConfig("remote.storage.enable", AlterConfigOp.SET, "true")
+        assert await alter(core, "t", enable) == ErrorCode.INVALID_CONFIG

@@ -227,3 +227,45 @@ def test_segment_delete_delay_says_it_has_no_effect() -> None:
 
     [key] = [k for k in BROKER_KEYS if k.name == "log.segment.delete.delay.ms"]
     assert "no effect" in key.doc and "pinned descriptor" in key.doc
+
+
+#: Kafka's topic configs (LogConfig) odradek keeps without effect, each with a value Kafka takes
+#: and one it refuses
+_KAFKA_ONLY_TOPIC_CONFIGS = {
+    "leader.replication.throttled.replicas": ("0:1,1:2", "1"),
+    "follower.replication.throttled.replicas": ("*", "0:1,*"),
+    "message.downconversion.enable": ("false", "no"),
+    "message.format.version": ("2.8", "2.9"),
+    "remote.storage.enable": ("false", "maybe"),
+    "local.retention.ms": ("-2", "-3"),
+    "local.retention.bytes": ("1048576", "-3"),
+    "remote.log.copy.disable": ("true", "1"),
+    "remote.log.delete.on.disable": ("true", "yes"),
+}
+
+
+@pytest.mark.parametrize(("name", "values"), _KAFKA_ONLY_TOPIC_CONFIGS.items())
+def test_kafkas_topic_configs_without_effect_are_accepted_and_validated(name: str, values: tuple[str, str]) -> None:
+    """kafka-reassign-partitions sets the throttles, MirrorMaker 2 copies every topic config:
+    refusing them as unknown failed those requests whole. They are kept with Kafka's validation,
+    and their documentation says they do nothing."""
+    from odradek.config import TOPIC_ONLY_KEYS
+
+    c = default_config()
+    good, bad = values
+    assert name in c.topic_config({name: good}).overrides
+    with pytest.raises(InvalidConfig, match=name.replace(".", r"\.")):
+        c.topic_config({name: bad})
+    [key] = [k for k in TOPIC_ONLY_KEYS if k.name == name]
+    assert "no effect" in key.doc or "only false" in key.doc
+
+
+def test_tiered_storage_is_refused_naming_it() -> None:
+    c = default_config()
+    assert c.topic_config()["remote.storage.enable"] is False
+    assert c.topic_config()["local.retention.ms"] == -2
+    assert c.topic_config()["message.format.version"] == "3.0-IV1"
+    with pytest.raises(InvalidConfig, match="does not support tiered storage"):
+        c.topic_config({"remote.storage.enable": "true"})
+    assert c.topic_config({"message.format.version": "0.10.0-IV1"})["message.format.version"] == "0.10.0-IV1"
+    assert c.topic_config({"message.format.version": "2.8.1"})["message.format.version"] == "2.8.1"

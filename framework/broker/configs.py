@@ -15,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..config import KAFKA_INT_KEYS, KAFKA_SHORT_KEYS, Config, TopicConfig, broker_synonyms, render
+from ..config import (
+    KAFKA_INT_KEYS,
+    KAFKA_SHORT_KEYS,
+    TOPIC_ONLY_KEYS,
+    Config,
+    TopicConfig,
+    broker_synonyms,
+    render,
+)
 from ..errors import ErrorCode, InvalidConfig, KafkaError, UnknownTopicOrPartition
 from ..interfaces import ABSENT, Check, MetadataConflict, MetadataStore, Put
 from .api import (
@@ -76,6 +84,8 @@ class ConfigManager:
         self.cache = cache
         # topic-level name -> the broker key that provides its default
         self._broker_key_for = {k.topic_key: k for k in (config.key(n) for n in config) if k.topic_key}
+        # the documentation of a topic key without a broker default is its own
+        self._topic_only_doc = {k.name: k.doc for k in TOPIC_ONLY_KEYS}
 
     # -- describe --------------------------------------------------------------------------------
     def topic_entries(
@@ -107,7 +117,7 @@ class ConfigManager:
                     synonyms += self._broker_synonyms(broker_key.name)
             doc = None
             if include_documentation:
-                doc = broker_key.doc if broker_key is not None else None
+                doc = broker_key.doc if broker_key is not None else self._topic_only_doc.get(name)
             out.append(
                 ConfigEntry(
                     name,
