@@ -744,3 +744,16 @@ async def test_kafkas_topic_configs_without_effect_are_created_altered_and_descr
         assert "tiered storage" in (tiered["tiered"].error_message or "")
         enable = AlterableConfig("remote.storage.enable", AlterConfigOp.SET, "true")
         assert await alter(core, "t", enable) == ErrorCode.INVALID_CONFIG
+
+
+async def test_describe_configs_with_an_empty_key_list_describes_every_config(tmp_path: Path) -> None:
+    """Kafka's ConfigHelper treats an empty configuration_keys like null: every config (what
+    kafka-python and some tools send to mean "all"), for topics and the broker alike."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t")
+        for resource_type, name in ((ConfigResourceType.TOPIC, "t"), (ConfigResourceType.BROKER, "0")):
+            every, empty = await core.describe_configs(
+                [ConfigResource(resource_type, name, None), ConfigResource(resource_type, name, [])]
+            )
+            assert empty.error == ErrorCode.NONE and len(every.configs) > 10
+            assert [e.name for e in empty.configs] == [e.name for e in every.configs]

@@ -183,7 +183,9 @@ class ConfigManager:
     ) -> list[DescribeConfigsResult]:
         results = []
         for r in resources:
-            names = list(r.config_names) if r.config_names is not None else None
+            # Kafka's ConfigHelper: a null or an empty key list asks for every config (kafka-python
+            # and the CLI send an empty list for "all")
+            names = list(r.config_names) if r.config_names else None
             try:
                 if r.resource_type == ConfigResourceType.TOPIC:
                     entries = self._describe_topic(r.name, names, include_synonyms, include_documentation)
