@@ -3,19 +3,26 @@ broker core: what the handler itself decides (before the core) and how it maps t
 
 from __future__ import annotations
 
+import datetime
 import types
 from pathlib import Path
 from typing import Any
 
 import kio.schema.alter_configs.v2.request as alter_v2
+import kio.schema.create_topics.v7.request as create_v7
 import kio.schema.incremental_alter_configs.v1.request as incremental_v1
 from broker_harness import create, running_broker
-from kio.static.primitive import i8
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i16, i32
 
 from odradek.broker.api import ConfigResource, ConfigResourceType
 from odradek.broker.core import BrokerCore
 from odradek.errors import ErrorCode
-from odradek.plugins.transport_tcp.apis.admin import handle_alter_configs, handle_incremental_alter_configs
+from odradek.plugins.transport_tcp.apis.admin import (
+    handle_alter_configs,
+    handle_create_topics,
+    handle_incremental_alter_configs,
+)
 
 TOPIC = int(ConfigResourceType.TOPIC)
 
@@ -60,3 +67,41 @@ async def test_a_resource_named_twice_in_an_alter_is_refused_every_copy_and_none
         response = await handle_alter_configs(_ctx(core, 2), request)
         assert [r.error_code for r in response.responses] == [ErrorCode.INVALID_REQUEST] * 2
         assert await _retention_ms(core, "t") == "1000"
+
+
+def _assigned(name: str, *partitions: int, num_partitions: int = -1) -> Any:
+    assignments = tuple(
+        create_v7.CreatableReplicaAssignment(partition_index=i32(p), broker_ids=(BrokerId(0),)) for p in partitions
+    )
+    return create_v7.CreatableTopic(
+        name=TopicName(name),
+        num_partitions=i32(num_partitions),
+        replication_factor=i16(-1),
+        assignments=assignments,
+        configs=(),
+    )
+
+
+async def test_a_partition_assigned_twice_in_create_topics_is_refused(tmp_path: Path) -> None:
+    """Kafka's controller answers INVALID_REPLICA_ASSIGNMENT "Found multiple manual partition
+    assignments for partition N"; a mapping kept the last and created the topic short of one."""
+    async with running_broker(tmp_path) as core:
+        topics = (
+            _assigned("twice", 0, 1, 1),
+            _assigned("fine", 0, 1),
+            _assigned("counted", 0, 0, num_partitions=2),  # Kafka's earlier check: INVALID_REQUEST
+        )
+        request = create_v7.CreateTopicsRequest(
+            topics=topics, timeout=datetime.timedelta(seconds=5), validate_only=False
+        )
+        response = await handle_create_topics(_ctx(core, 7), request)
+        assert [(t.name, t.error_code, t.error_message) for t in response.topics][:2] == [
+            (
+                "twice",
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                "Found multiple manual partition assignments for partition 1",
+            ),
+            ("fine", ErrorCode.NONE, None),
+        ]
+        assert response.topics[2].error_code == ErrorCode.INVALID_REQUEST
+        assert sorted(core.metadata_cache.topics) == ["fine"]
