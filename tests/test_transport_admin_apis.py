@@ -21,8 +21,11 @@ from odradek.errors import ErrorCode
 from odradek.plugins.transport_tcp.apis.admin import (
     handle_alter_configs,
     handle_create_topics,
+    handle_delete_topics,
     handle_incremental_alter_configs,
 )
+from odradek.protocol import ApiKey
+from odradek.protocol.codec import request_type
 
 TOPIC = int(ConfigResourceType.TOPIC)
 
@@ -105,3 +108,22 @@ async def test_a_partition_assigned_twice_in_create_topics_is_refused(tmp_path: 
         ]
         assert response.topics[2].error_code == ErrorCode.INVALID_REQUEST
         assert sorted(core.metadata_cache.topics) == ["fine"]
+
+
+async def test_deletion_disabled_is_invalid_request_below_delete_topics_v3(tmp_path: Path) -> None:
+    """TOPIC_DELETION_DISABLED (73) came with DeleteTopics v3; Kafka answers older versions
+    INVALID_REQUEST, a code their clients know."""
+    async with running_broker(tmp_path, delete_topic_enable=False) as core:
+        await create(core, "t")
+        for version, expected in [
+            (1, ErrorCode.INVALID_REQUEST),
+            (2, ErrorCode.INVALID_REQUEST),
+            (3, ErrorCode.TOPIC_DELETION_DISABLED),
+            (5, ErrorCode.TOPIC_DELETION_DISABLED),
+        ]:
+            request = request_type(ApiKey.DELETE_TOPICS, version)(
+                topic_names=("t",), timeout=datetime.timedelta(seconds=5)
+            )
+            response = await handle_delete_topics(_ctx(core, version), request)
+            assert [r.error_code for r in response.responses] == [expected], version
+        assert "t" in core.metadata_cache.topics

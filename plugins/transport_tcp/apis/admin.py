@@ -121,11 +121,16 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     rows = []
     for name in names:
         r = results.get(name)
+        error = r.error if r is not None else -1
+        if error == ErrorCode.TOPIC_DELETION_DISABLED and version < 3:
+            # TOPIC_DELETION_DISABLED came with v3: older clients do not know the code, and Kafka
+            # (KafkaApis.handleDeleteTopicsRequest) answers them INVALID_REQUEST
+            error = ErrorCode.INVALID_REQUEST
         rows.append(
             make(
                 result_cls,
                 name=name,
-                error_code=kerr(r.error if r is not None else -1),
+                error_code=kerr(error),
                 error_message=r.error_message if r is not None else None,
             )
         )
