@@ -395,7 +395,9 @@ async def test_legacy_alter_configs_replace_the_overrides(tmp_path: Path) -> Non
         described = await describe_topic(core, "t", "retention.ms", "max.message.bytes")
         assert described["retention.ms"] == ("5000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
         assert described["max.message.bytes"][1] == ConfigSource.DEFAULT_CONFIG  # not listed: default again
-        assert await replace(("retention.ms", None)) == ErrorCode.INVALID_CONFIG
+        # Kafka's ConfigAdminManager.preprocess: INVALID_REQUEST, before the value or the key is checked
+        assert await replace(("retention.ms", None)) == ErrorCode.INVALID_REQUEST
+        assert await replace(("no.such.key", None)) == ErrorCode.INVALID_REQUEST
         assert await replace(("retention.ms", "x")) == ErrorCode.INVALID_CONFIG
         assert await replace(("segment.ms", "60000"), validate_only=True) == ErrorCode.NONE
         assert (await describe_topic(core, "t", "retention.ms"))["retention.ms"][0] == "5000"
@@ -757,3 +759,27 @@ async def test_describe_configs_with_an_empty_key_list_describes_every_config(tm
             )
             assert empty.error == ErrorCode.NONE and len(every.configs) > 10
             assert [e.name for e in empty.configs] == [e.name for e in every.configs]
+
+
+async def test_a_null_value_to_set_is_an_invalid_request_naming_the_keys(tmp_path: Path) -> None:
+    """Kafka's ConfigAdminManager.preprocess answers INVALID_REQUEST "Null value not supported for
+    : <keys>" for a null value of any operation but DELETE, before it looks the resource up."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "t", **{"retention.ms": "1000"})
+
+        async def answer(name: str, *ops: AlterableConfig) -> tuple[ErrorCode, str | None]:
+            resource = AlterConfigsResource(ConfigResourceType.TOPIC, name, ops)
+            [result] = await core.incremental_alter_configs([resource], False)
+            return result.error, result.error_message
+
+        null_set = AlterableConfig("retention.ms", AlterConfigOp.SET, None)
+        null_append = AlterableConfig("cleanup.policy", AlterConfigOp.APPEND, None)
+        assert await answer("t", null_set, null_append) == (
+            ErrorCode.INVALID_REQUEST,
+            "Null value not supported for : retention.ms, cleanup.policy",
+        )
+        assert (await answer("missing", null_set))[0] == ErrorCode.INVALID_REQUEST
+        twice = AlterableConfig("retention.ms", AlterConfigOp.SET, "5")
+        assert await answer("t", twice, twice) == (ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+        assert (await describe_topic(core, "t", "retention.ms"))["retention.ms"][0] == "1000"
+        assert await answer("t", AlterableConfig("retention.ms", AlterConfigOp.DELETE, None)) == (ErrorCode.NONE, None)

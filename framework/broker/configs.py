@@ -239,6 +239,7 @@ class ConfigManager:
                 results.append(refused)
                 continue
             try:
+                _check_alterations(r)
                 if r.resource_type == ConfigResourceType.TOPIC:
                     await self._alter_topic(r, validate_only, replace=replace)
                 elif r.resource_type == ConfigResourceType.BROKER:
@@ -260,9 +261,6 @@ class ConfigManager:
         topic = self.cache.topics.get(r.name)
         if topic is None:
             raise UnknownTopicOrPartition(f"topic {r.name!r} does not exist")
-        names = [c.name for c in r.configs]
-        if len(set(names)) != len(names):
-            raise KafkaError("a config is named twice in one request", code=ErrorCode.INVALID_REQUEST)
         current = self.cache.topic_config(r.name) or self.config.topic_config(topic.overrides)
         overrides = {} if replace else dict(topic.overrides)
         known = set(TopicConfig.known_keys(self.config))
@@ -270,8 +268,7 @@ class ConfigManager:
             if c.name not in known:
                 raise InvalidConfig(f"unknown topic config {c.name!r}")
             if c.op == AlterConfigOp.SET:
-                if c.value is None:
-                    raise InvalidConfig(f"null value for {c.name!r}")
+                assert c.value is not None  # _check_alterations
                 overrides[c.name] = c.value
             elif c.op == AlterConfigOp.DELETE:
                 overrides.pop(c.name, None)
@@ -303,6 +300,18 @@ class ConfigManager:
                 f"configs of {r.name!r} changed concurrently; retry", code=ErrorCode.REQUEST_TIMED_OUT
             ) from None
         await self.cache.refresh_topic(r.name)
+
+
+def _check_alterations(r: AlterConfigsResource) -> None:
+    """Kafka's checks of a resource's alterations before its type or name is looked at
+    (ConfigAdminManager.preprocess), both INVALID_REQUEST: a config named twice, and a null value
+    for anything but DELETE (every legacy AlterConfigs value is a SET)."""
+    names = [c.name for c in r.configs]
+    if len(set(names)) != len(names):
+        raise KafkaError("Error due to duplicate config keys", code=ErrorCode.INVALID_REQUEST)
+    nulls = [c.name for c in r.configs if c.value is None and c.op != AlterConfigOp.DELETE]
+    if nulls:
+        raise KafkaError("Null value not supported for : " + ", ".join(nulls), code=ErrorCode.INVALID_REQUEST)
 
 
 def _validate_topic_name(name: str) -> None:
