@@ -783,3 +783,19 @@ async def test_a_null_value_to_set_is_an_invalid_request_naming_the_keys(tmp_pat
         assert await answer("t", twice, twice) == (ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
         assert (await describe_topic(core, "t", "retention.ms"))["retention.ms"][0] == "1000"
         assert await answer("t", AlterableConfig("retention.ms", AlterConfigOp.DELETE, None)) == (ErrorCode.NONE, None)
+
+
+async def test_cluster_metadata_cannot_be_created(tmp_path: Path) -> None:
+    """KRaft's metadata log is no topic: Kafka answers CreateTopics INVALID_REQUEST for it (even
+    named twice, or only validated), and auto-creation leaves it unknown."""
+    async with running_broker(tmp_path) as core:
+        name = "__cluster_metadata"
+        for topics, validate_only in (([CreatableTopic(name)], False), ([CreatableTopic(name)] * 2, True)):
+            result = (await core.create_topics(topics, 1000, validate_only))[name]
+            assert (result.error, result.error_message) == (
+                ErrorCode.INVALID_REQUEST,
+                "Creation of internal topic __cluster_metadata is prohibited.",
+            )
+        md = await core.metadata([name], True)
+        assert [(t.name, t.error) for t in md.topics] == [(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+        assert name not in core.metadata_cache.topics

@@ -107,6 +107,12 @@ def _too_many_partitions(total: int) -> str:
 DUPLICATE_TOPIC = "duplicate topic name in the request"
 
 
+#: KRaft's metadata log, which Kafka refuses to create as a topic (INVALID_REQUEST, KafkaApis and
+#: ControllerApis): a tool or a cluster migrated from KRaft must not find it as an ordinary topic
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+CLUSTER_METADATA_PROHIBITED = f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."
+
+
 def _repeated(names: Iterable[str]) -> set[str]:
     """The names that appear more than once."""
     seen: set[str] = set()
@@ -135,9 +141,12 @@ class AdminManager:
         total = sum(
             len(t.assignments) if t.assignments else (default if t.num_partitions == -1 else max(t.num_partitions, 0))
             for t in topics
-            if t.name not in repeated
+            if t.name not in repeated and t.name != CLUSTER_METADATA_TOPIC
         )
         for t in topics:
+            if t.name == CLUSTER_METADATA_TOPIC:  # Kafka's first check, before a repeated name
+                results[t.name] = CreateTopicResult(ErrorCode.INVALID_REQUEST, CLUSTER_METADATA_PROHIBITED)
+                continue
             if t.name in repeated:
                 results[t.name] = CreateTopicResult(ErrorCode.INVALID_REQUEST, DUPLICATE_TOPIC)
                 continue
@@ -259,12 +268,17 @@ class AdminManager:
         return assign_replicas(live, num, rf)
 
     async def auto_create(self, names: Sequence[str]) -> dict[str, CreateTopicResult]:
-        """Metadata's auto-creation with the broker defaults (races with another creator are fine)."""
+        """Metadata's auto-creation with the broker defaults (races with another creator are fine).
+        ``__cluster_metadata``, which cannot be created, stays UNKNOWN_TOPIC_OR_PARTITION, the
+        answer for a topic that does not exist."""
         results = await self.create_topics([CreatableTopic(n) for n in names], validate_only=False)
-        return {
+        out = {
             n: (CreateTopicResult(ErrorCode.NONE) if r.error is ErrorCode.TOPIC_ALREADY_EXISTS else r)
             for n, r in results.items()
         }
+        if CLUSTER_METADATA_TOPIC in out:
+            out[CLUSTER_METADATA_TOPIC] = CreateTopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return out
 
     # -- DeleteTopics ----------------------------------------------------------------------------
     async def delete_topics(self, names: Sequence[str]) -> dict[str, TopicResult]:
