@@ -390,8 +390,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "log.retention.bytes",
         int,
         -1,
-        "Delete oldest segments beyond this size per partition (-1: no limit).",
-        minimum=-1,
+        "Delete oldest segments beyond this size per partition (-1, or any negative value: no limit; Kafka "
+        "bounds it no further).",
         topic_key="retention.bytes",
     ),
     _k("log.retention.check.interval.ms", int, 300000, "How often retention runs.", minimum=1),

@@ -269,3 +269,20 @@ def test_tiered_storage_is_refused_naming_it() -> None:
         c.topic_config({"remote.storage.enable": "true"})
     assert c.topic_config({"message.format.version": "0.10.0-IV1"})["message.format.version"] == "0.10.0-IV1"
     assert c.topic_config({"message.format.version": "2.8.1"})["message.format.version"] == "2.8.1"
+
+
+async def test_a_retention_bytes_below_minus_one_means_no_limit_as_in_kafka(tmp_path: Path) -> None:
+    """Kafka's retention.bytes has no lower bound, and UnifiedLog (like the segment engine) takes
+    any negative value for "no limit": -5 from a Kafka tool must not be INVALID_CONFIG."""
+    from storage_helpers import append, batch, log_of, open_storage
+
+    assert default_config().topic_config({"retention.bytes": "-5"}).retention_bytes == -5
+    assert default_config(log_retention_bytes=-2).topic_config().retention_bytes == -2
+    storage = await open_storage(tmp_path, log_segment_bytes=250)
+    log = log_of(storage, segment_bytes=250, retention_bytes=-5, retention_ms=-1)
+    for _ in range(10):
+        append(log, batch(2))
+    segments = len(log.segments)
+    await storage.run_retention()
+    assert segments > 3 and len(log.segments) == segments and log.log_start_offset == 0
+    await storage.close()
