@@ -247,10 +247,10 @@ async def test_describe_configs(tmp_path: Path) -> None:
                 ErrorCode.INVALID_TOPIC_EXCEPTION
             )
         # a resource type odradek does not serve, in Kafka's words
-        (logger,) = await core.describe_configs([ConfigResource(ConfigResourceType.BROKER_LOGGER, "0")])
-        assert (logger.error, logger.error_message) == (
+        (unknown,) = await core.describe_configs([ConfigResource(ConfigResourceType.UNKNOWN, "0")])
+        assert (unknown.error, unknown.error_message) == (
             ErrorCode.INVALID_REQUEST,
-            "Unsupported resource type: BROKER_LOGGER",
+            "Unsupported resource type: UNKNOWN",
         )
         broker = await core.describe_configs([ConfigResource(ConfigResourceType.BROKER, "0", ["log.retention.ms"])])
         entry = broker[0].configs[0]
@@ -799,3 +799,63 @@ async def test_cluster_metadata_cannot_be_created(tmp_path: Path) -> None:
         md = await core.metadata([name], True)
         assert [(t.name, t.error) for t in md.topics] == [(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
         assert name not in core.metadata_cache.topics
+
+
+async def test_broker_loggers_are_described_and_their_levels_changed_at_run_time(tmp_path: Path) -> None:
+    """kafka-configs --entity-type broker-loggers (KIP-412): DescribeConfigs lists the broker's
+    loggers with the level each logs at (DYNAMIC_BROKER_LOGGER_CONFIG); IncrementalAlterConfigs
+    SET/DELETE change a level for the process's run, as Kafka's RuntimeLoggerManager."""
+    import logging
+
+    admin_logger = logging.getLogger("odradek.broker.admin")
+    saved = {name: logging.getLogger(name).level for name in ("", "odradek", "odradek.broker.admin")}
+    try:
+        async with running_broker(tmp_path) as core:
+            logging.getLogger().setLevel(logging.INFO)
+            loggers = ConfigResource(ConfigResourceType.BROKER_LOGGER, "0")
+            [described] = await core.describe_configs([loggers])
+            entries = {e.name: e for e in described.configs}
+            assert described.error == ErrorCode.NONE and {"root", "odradek", "odradek.broker.admin"} <= set(entries)
+            assert entries["root"].value == "INFO"
+            assert entries["odradek.broker.admin"].source == ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG
+
+            async def change(*ops: AlterableConfig, name: str = "0", validate_only: bool = False) -> ErrorCode:
+                resource = AlterConfigsResource(ConfigResourceType.BROKER_LOGGER, name, ops)
+                return (await core.incremental_alter_configs([resource], validate_only))[0].error
+
+            def level_of(name: str) -> str | None:
+                [result] = core.configs.describe(
+                    [ConfigResource(ConfigResourceType.BROKER_LOGGER, "0", [name])],
+                    include_synonyms=False,
+                    include_documentation=False,
+                )
+                return result.configs[0].value
+
+            package_debug = AlterableConfig("odradek", AlterConfigOp.SET, "DEBUG")
+            assert await change(package_debug, validate_only=True) == ErrorCode.NONE
+            assert level_of("odradek.broker.admin") == "INFO"
+            assert await change(package_debug) == ErrorCode.NONE
+            assert level_of("odradek.broker.admin") == "DEBUG" and admin_logger.isEnabledFor(logging.DEBUG)
+            assert await change(AlterableConfig("odradek.broker.admin", AlterConfigOp.SET, "WARN")) == ErrorCode.NONE
+            assert level_of("odradek.broker.admin") == "WARN" and not admin_logger.isEnabledFor(logging.INFO)
+            assert await change(AlterableConfig("odradek.broker.admin", AlterConfigOp.DELETE, None)) == ErrorCode.NONE
+            assert level_of("odradek.broker.admin") == "DEBUG"  # its parent's again
+            # refused, and nothing applied
+            for refused, code in [
+                (AlterableConfig("odradek", AlterConfigOp.SET, "LOUD"), ErrorCode.INVALID_CONFIG),
+                (AlterableConfig("no.such.logger", AlterConfigOp.SET, "INFO"), ErrorCode.INVALID_CONFIG),
+                (AlterableConfig("root", AlterConfigOp.DELETE, None), ErrorCode.INVALID_REQUEST),
+                (AlterableConfig("odradek", AlterConfigOp.APPEND, "INFO"), ErrorCode.INVALID_REQUEST),
+            ]:
+                valid = AlterableConfig("odradek.broker.admin", AlterConfigOp.SET, "ERROR")
+                assert await change(valid, refused) == code, refused
+            assert level_of("odradek.broker.admin") == "DEBUG"
+            assert await change(package_debug, name="1") == ErrorCode.INVALID_REQUEST  # another broker's
+            for name in ("1", "", "x"):
+                [other] = await core.describe_configs([ConfigResource(ConfigResourceType.BROKER_LOGGER, name)])
+                assert other.error == ErrorCode.INVALID_REQUEST, name
+            legacy = AlterConfigsResource(ConfigResourceType.BROKER_LOGGER, "0", [package_debug])
+            assert (await core.alter_configs([legacy], False))[0].error == ErrorCode.INVALID_REQUEST
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)

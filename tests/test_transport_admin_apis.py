@@ -10,6 +10,7 @@ from typing import Any
 
 import kio.schema.alter_configs.v2.request as alter_v2
 import kio.schema.create_topics.v7.request as create_v7
+import kio.schema.describe_configs.v4.request as describe_v4
 import kio.schema.incremental_alter_configs.v1.request as incremental_v1
 from broker_harness import create, running_broker
 from kio.schema.types import BrokerId, TopicName
@@ -22,6 +23,7 @@ from odradek.plugins.transport_tcp.apis.admin import (
     handle_alter_configs,
     handle_create_topics,
     handle_delete_topics,
+    handle_describe_configs,
     handle_incremental_alter_configs,
 )
 from odradek.protocol import ApiKey
@@ -127,3 +129,32 @@ async def test_deletion_disabled_is_invalid_request_below_delete_topics_v3(tmp_p
             response = await handle_delete_topics(_ctx(core, version), request)
             assert [r.error_code for r in response.responses] == [expected], version
         assert "t" in core.metadata_cache.topics
+
+
+async def test_broker_loggers_over_the_wire(tmp_path: Path) -> None:
+    """What kafka-configs --entity-type broker-loggers sends: DescribeConfigs v4 of resource type
+    8, then an IncrementalAlterConfigs SET of one logger's level."""
+    import logging
+
+    logger = logging.getLogger("odradek.broker.admin")
+    saved = logger.level
+    try:
+        async with running_broker(tmp_path) as core:
+            loggers = describe_v4.DescribeConfigsResource(
+                resource_type=i8(8), resource_name="0", configuration_keys=None
+            )
+            request = describe_v4.DescribeConfigsRequest(
+                resources=(loggers,),
+                include_synonyms=True,
+                include_documentation=True,
+            )
+            [result] = (await handle_describe_configs(_ctx(core, 4), request)).results
+            entries = {e.name: e for e in result.configs}
+            assert result.error_code == ErrorCode.NONE and entries["odradek.broker.admin"].config_source == 6
+            config = incremental_v1.AlterableConfig(name="odradek.broker.admin", config_operation=i8(0), value="TRACE")
+            alter = incremental_v1.AlterConfigsResource(resource_type=i8(8), resource_name="0", configs=(config,))
+            request = incremental_v1.IncrementalAlterConfigsRequest(resources=(alter,), validate_only=False)
+            [altered] = (await handle_incremental_alter_configs(_ctx(core, 1), request)).responses
+            assert altered.error_code == ErrorCode.NONE and logger.level == 5
+    finally:
+        logger.setLevel(saved)

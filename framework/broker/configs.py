@@ -12,6 +12,7 @@ they are described (with their source) but cannot be altered at run time.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from ..config import (
 from ..errors import ErrorCode, InvalidConfig, KafkaError, UnknownTopicOrPartition
 from ..interfaces import ABSENT, Check, MetadataConflict, MetadataStore, Put
 from .api import (
+    AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
     AlterConfigsResult,
@@ -194,6 +196,11 @@ class ConfigManager:
                     entries = self.broker_entries(
                         include_synonyms=include_synonyms, include_documentation=include_documentation, names=names
                     )
+                elif r.resource_type == ConfigResourceType.BROKER_LOGGER:
+                    if not r.name:
+                        raise KafkaError("Broker id must not be empty", code=ErrorCode.INVALID_REQUEST)
+                    self._check_logger_broker(r.name, "broker id")
+                    entries = logger_entries(names)
                 else:
                     raise _unsupported_type(r.resource_type)
             except KafkaError as exc:
@@ -225,6 +232,21 @@ class ConfigManager:
                 f"broker {name!r} is not this broker ({self.config.broker_id})", code=ErrorCode.INVALID_REQUEST
             )
 
+    def _check_logger_broker(self, name: str, what: str) -> None:
+        """A BROKER_LOGGER resource names this broker by its id: the loggers are this process's
+        (Kafka's ConfigHelper and RuntimeLoggerManager, INVALID_REQUEST otherwise)."""
+        try:
+            broker_id = int(name)
+        except ValueError:
+            raise KafkaError(
+                f"{what[0].upper()}{what[1:]} must be an integer, but it is: {name}", code=ErrorCode.INVALID_REQUEST
+            ) from None
+        if broker_id != self.config.broker_id:
+            raise KafkaError(
+                f"Unexpected {what}, expected {self.config.broker_id} but received {name}",
+                code=ErrorCode.INVALID_REQUEST,
+            )
+
     # -- alter -----------------------------------------------------------------------------------
     async def incremental_alter(
         self, resources: Sequence[AlterConfigsResource], validate_only: bool, *, replace: bool = False
@@ -247,6 +269,9 @@ class ConfigManager:
                     raise InvalidConfig(
                         "broker configs are static in odradek: set them in the config file or with --set and restart"
                     )
+                elif r.resource_type == ConfigResourceType.BROKER_LOGGER and not replace:
+                    self._check_logger_broker(r.name, "node id")
+                    alter_loggers(r.configs, validate_only)
                 else:
                     raise _unsupported_type(r.resource_type)
             except KafkaError as exc:
@@ -300,6 +325,87 @@ class ConfigManager:
                 f"configs of {r.name!r} changed concurrently; retry", code=ErrorCode.REQUEST_TIMED_OUT
             ) from None
         await self.cache.refresh_topic(r.name)
+
+
+# -- broker loggers (KIP-412) ----------------------------------------------------------------------
+#: Kafka's name of the root logger, which is Python's root logger here (``log.level`` sets it)
+ROOT_LOGGER = "root"
+#: the package whose loggers (``odradek.broker.admin`` ...) are the broker's, as Kafka's are
+#: ``kafka.*``; it is always there to be set, for all of them at once
+LOGGER_PACKAGE = "odradek"
+#: Kafka's log levels (LogLevelConfig.VALID_LOG_LEVELS) as Python levels: TRACE is finer than
+#: DEBUG (Python has none; no odradek message is below DEBUG), FATAL is CRITICAL
+_LEVELS = {"TRACE": 5, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING}
+_LEVELS |= {"ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
+_VALID_LEVELS = ", ".join(sorted(_LEVELS))
+_logger_log = logging.getLogger(__name__)
+
+
+def _kafka_level(level: int) -> str:
+    """The Kafka level a Python level logs at (the first of Kafka's levels it lets through)."""
+    for name, value in sorted(_LEVELS.items(), key=lambda item: -item[1]):
+        if level >= value:
+            return name
+    return "TRACE"
+
+
+def _loggers() -> dict[str, logging.Logger]:
+    """The broker's loggers by Kafka name: the root, the package's logger, and every logger of
+    the package this process has (a module's logger exists once the module is imported)."""
+    out = {ROOT_LOGGER: logging.getLogger(), LOGGER_PACKAGE: logging.getLogger(LOGGER_PACKAGE)}
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if name.startswith(LOGGER_PACKAGE + ".") and isinstance(logger, logging.Logger):
+            out[name] = logger
+    return out
+
+
+def logger_entries(names: Sequence[str] | None) -> list[ConfigEntry]:
+    """DescribeConfigs of BROKER_LOGGER: each logger with the level it logs at (its own, or the
+    nearest ancestor's, as Kafka's Log4jController resolves it), DYNAMIC_BROKER_LOGGER_CONFIG."""
+    return [
+        ConfigEntry(
+            name,
+            _kafka_level(logger.getEffectiveLevel()),
+            read_only=False,
+            is_default=False,
+            source=ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG,
+        )
+        for name, logger in sorted(_loggers().items())
+        if names is None or name in names
+    ]
+
+
+def alter_loggers(ops: Sequence[AlterableConfig], validate_only: bool) -> None:
+    """IncrementalAlterConfigs of BROKER_LOGGER (Kafka's RuntimeLoggerManager): SET gives a logger
+    a level, DELETE takes it back (it logs at its parent's again), for this process's run only,
+    not persisted; every operation is checked before any applies."""
+    loggers = _loggers()
+    for op in ops:
+        if op.op in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
+            raise KafkaError(
+                f"{op.op.name} operation is not allowed for the BROKER_LOGGER resource", code=ErrorCode.INVALID_REQUEST
+            )
+        if op.name not in loggers:
+            raise InvalidConfig(f"Logger {op.name} does not exist!")
+        if op.op == AlterConfigOp.SET and op.value not in _LEVELS:
+            raise InvalidConfig(
+                f"Cannot set the log level of {op.name} to {op.value} as it is not a supported log level. "
+                f"Valid log levels are {_VALID_LEVELS}"
+            )
+        if op.op == AlterConfigOp.DELETE and op.name == ROOT_LOGGER:
+            raise KafkaError(
+                f"Removing the log level of the {ROOT_LOGGER} logger is not allowed", code=ErrorCode.INVALID_REQUEST
+            )
+    if validate_only:
+        return
+    for op in ops:
+        if op.op == AlterConfigOp.SET:
+            assert op.value is not None
+            loggers[op.name].setLevel(_LEVELS[op.value])
+            _logger_log.warning("Updated the log level of %s to %s", op.name, op.value)
+        else:
+            loggers[op.name].setLevel(logging.NOTSET)
+            _logger_log.warning("Unset the log level of %s", op.name)
 
 
 def _check_alterations(r: AlterConfigsResource) -> None:
