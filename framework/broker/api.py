@@ -322,7 +322,7 @@ class CreatePartitionsTopic:
 
 @dataclass(frozen=True, slots=True)
 class ConfigResource:
-    """A DescribeConfigs resource; ``config_names`` None means all."""
+    """A DescribeConfigs resource; ``config_names`` None or empty means all (Kafka's ConfigHelper)."""
 
     resource_type: ConfigResourceType
     name: str

@@ -8,7 +8,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from ..config import BROKER_KEYS, load_config
+from ..config import BROKER_KEYS, load_config, render
 from ..interfaces import ConfigKey
 from ..manager import Plugins, configured_plugins
 from . import add_config_arguments, parse_sets
@@ -40,7 +40,7 @@ def run_show(args: argparse.Namespace) -> int:
     table.add_column("source")
     for n in names:
         v = config[n]
-        table.add_row(n, ",".join(map(str, v)) if isinstance(v, list) else str(v), config.source(n))
+        table.add_row(n, render(v), config.source(n))
     Console(width=160).print(table)
     return 0
 
@@ -73,9 +73,8 @@ def reference_markdown(plugins: Plugins | None = None) -> str:
     ]
 
     def row(k: ConfigKey) -> str:
-        default = ",".join(map(str, k.default)) if isinstance(k.default, list) else str(k.default)
         choices = f" One of: {', '.join(map(str, k.choices))}." if k.choices else ""
-        return f"| `{k.name}` | {k.type.__name__} | `{default}` | {k.topic_key or ''} | {k.doc}{choices} |"
+        return f"| `{k.name}` | {k.type.__name__} | {_default(k)} | {k.topic_key or ''} | {k.doc}{choices} |"
 
     lines += [row(keys[n]) for n in sorted(builtin)]
     plugin_keys = sorted(n for n in keys if n not in builtin)
@@ -101,7 +100,7 @@ def reference_markdown(plugins: Plugins | None = None) -> str:
     ]
     if TOPIC_ONLY_KEYS:
         lines += ["", "Keys with no broker default:", "", "| key | type | default | meaning |", "|---|---|---|---|"]
-        lines += [f"| `{k.name}` | {k.type.__name__} | `{k.default}` | {k.doc} |" for k in TOPIC_ONLY_KEYS]
+        lines += [f"| `{k.name}` | {k.type.__name__} | {_default(k)} | {k.doc} |" for k in TOPIC_ONLY_KEYS]
     lines += [
         "",
         "CreateTopics and AlterConfigs check every value and Kafka's cross-key rule",
@@ -113,6 +112,13 @@ def reference_markdown(plugins: Plugins | None = None) -> str:
         "ignored alone (one ERROR naming the topic, key, value and the value used instead).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _default(key: ConfigKey) -> str:
+    """A key's default as Kafka writes it (true, comma-joined lists), in code; "(empty)" for an
+    empty one (an empty code span shows as two backticks)."""
+    shown = render(key.default)
+    return f"`{shown}`" if shown else "(empty)"
 
 
 def run_reference(args: argparse.Namespace) -> int:
