@@ -12,20 +12,31 @@ file descriptor, so an operator bounds them as in Kafka:
   0 is refused every connection.
 
 One :class:`ConnectionQuotas` belongs to the broker core (``BrokerCore.connection_quotas``) and
-is shared by every listener, whatever its transport: a transport plugin calls :meth:`acquire`
-after accepting a socket and :meth:`release` when the connection ends (``odradek.transport``).
+is shared by every listener, whatever its transport: a transport plugin calls :meth:`admit`
+after accepting a socket and :meth:`release` when the connection ends (``odradek.transport``'s
+``start_connection`` does both).
 Kafka's defaults leave both unbounded; so do odradek's.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 from collections.abc import Mapping
+from typing import Protocol
 
 import trio
 
 from .config import INT_MAX, ConfigError, parse_connection_overrides
+
+log = logging.getLogger("odradek.transport")
+
+
+class Closable(Protocol):
+    """An accepted socket, as far as admission needs it."""
+
+    def close(self) -> None: ...
 
 
 def normalize_address(host: str) -> str:
@@ -130,6 +141,25 @@ class ConnectionQuotas:
         self.total += 1
         return True
 
+    async def admit(self, sock: Closable, address: str, *, peer: str, where: str) -> bool:
+        """:meth:`acquire` for an accepted socket: closed when refused (with an INFO line naming
+        ``peer`` and the listener ``where``, as Kafka logs it) or when the wait is cancelled (the
+        listener stopping). True: the caller serves it and calls :meth:`release` at its end."""
+        try:
+            admitted = await self.acquire(address)
+        except BaseException:
+            sock.close()
+            raise
+        if not admitted:
+            log.info(
+                "%s: rejected connection from %s: the address already holds its maximum of %d connection(s)",
+                where,
+                peer,
+                self.limit_for(address),
+            )
+            sock.close()
+        return admitted
+
     def release(self, address: str) -> None:
         """A connection counted by :meth:`acquire` has closed: free its slot."""
         key = normalize_address(address)
@@ -141,7 +171,9 @@ class ConnectionQuotas:
         else:
             self._per_address[key] = held - 1
         self.total -= 1
-        self._slot_freed.unpark()
+        # every waiting listener checks again (Kafka's notifyAll): one woken alone for a client
+        # whose address is at its own limit would take the wakeup and leave the others parked
+        self._slot_freed.unpark_all()
 
 
 __all__ = ["ConnectionQuotas", "normalize_address", "resolve_overrides"]

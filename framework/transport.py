@@ -33,7 +33,6 @@ socket.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 
 import trio
@@ -45,8 +44,6 @@ from .plugins.transport_tcp.apis import Dispatcher, Handler, RequestContext, loa
 from .plugins.transport_tcp.client import DEFAULT_MAX_RESPONSE_BYTES, TcpConnection
 from .plugins.transport_tcp.connection import KafkaConnection
 from .plugins.transport_tcp.framing import FrameError, FrameReader, FrameTooLarge, send_frame
-
-log = logging.getLogger("odradek.transport")
 
 #: What :func:`client_connection` returns: frames over any connected ``trio.SocketStream``
 #: (the tcp transport's client connection works for every socket family).
@@ -90,14 +87,7 @@ async def start_connection(
     counts (one shared name for a family without addresses, such as Unix sockets). False when
     ``address`` already holds ``max.connections.per.ip``: the socket is closed, as Kafka does."""
     quotas = dispatcher.broker.connection_quotas
-    try:
-        admitted = await quotas.acquire(address)
-    except BaseException:  # cancelled while waiting for a slot: the listener is stopping
-        sock.close()
-        raise
-    if not admitted:
-        log.info("rejected connection from %s: its address holds its maximum of %d", peer, quotas.limit_for(address))
-        sock.close()
+    if not await quotas.admit(sock, address, peer=peer, where=f"listener {dispatcher.listener.name}"):
         return False
 
     async def serve() -> None:

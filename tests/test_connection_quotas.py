@@ -112,6 +112,28 @@ async def test_at_max_connections_acquire_waits_for_a_release() -> None:
     assert quotas.total == 2
 
 
+async def test_a_slot_freed_reaches_every_waiting_listener() -> None:
+    """Two listeners wait at max.connections; the first one woken has a client whose address is
+    at its own limit. The freed slot must still reach the second (a single wakeup was lost)."""
+    quotas = ConnectionQuotas(max_connections=2, max_connections_per_ip=1)
+    assert await quotas.acquire("10.0.0.1")
+    assert await quotas.acquire("10.0.0.2")
+    results: dict[str, bool] = {}
+
+    async def accept(address: str) -> None:
+        results[address] = await quotas.acquire(address)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(accept, "10.0.0.1")  # parked first: woken first
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(accept, "10.0.0.3")
+        await trio.testing.wait_all_tasks_blocked()
+        assert quotas.waiting == 2
+        quotas.release("10.0.0.2")
+    assert results == {"10.0.0.1": False, "10.0.0.3": True}
+    assert quotas.total == 2
+
+
 # -- a broker process -----------------------------------------------------------------------------
 
 

@@ -269,6 +269,30 @@ async def test_a_load_failing_at_start_is_retried_and_the_coordinator_keeps_runn
         nursery.cancel_scope.cancel()
 
 
+async def test_a_load_whose_leadership_moved_is_cancelled_not_installed(autojump_clock: trio.testing.MockClock) -> None:
+    """A partition still loading when its leadership moves to another broker: the load is
+    cancelled, its groups are never installed here (they were, and answered as coordinator
+    until the next ownership check resigned them)."""
+    log = SlowLog(num_partitions=4)
+    log.delay_s = 0.0
+    async with running(log) as (coordinator, _):
+        assert await coordinator.commit_offsets(GROUP, "", None, -1, {T0: OffsetAndMetadata(4)}) == {T0: ErrorCode.NONE}
+    log.delay_s = 10.0
+    restarted = GroupCoordinator(log, make_config(), now_ms=clock_ms)
+    installed: list[str] = []
+    restarted.on_group_loaded = lambda group: installed.append(group.group_id)  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(restarted.run)
+        partition = restarted.partition_for(GROUP)
+        assert partition in restarted.manager.loading
+        log.node = dataclasses.replace(log.node, node_id=5)  # another broker leads it now
+        await trio.sleep(20)  # ownership checks, and past the end of the slow read
+        assert partition not in restarted.manager.owned | restarted.manager.loading
+        assert installed == [], "groups of a leadership that had ended were installed"
+        assert restarted.fetch_offsets(GROUP, [T0])[0] == ErrorCode.NOT_COORDINATOR
+        nursery.cancel_scope.cancel()
+
+
 async def test_find_coordinator_does_not_wait_out_a_long_load(autojump_clock: trio.testing.MockClock) -> None:
     """As Kafka's: a partition that takes long to load (a big __consumer_offsets partition after
     a failover) is loaded in the background; FindCoordinator answers after at most

@@ -194,7 +194,7 @@ class _LeaderConnection:
 
     def __init__(self, leader: BrokerCore) -> None:
         self.leader = leader
-        self.orders: list[list[int]] = []
+        self.orders: list[list[str]] = []
 
     def version(self, api_key: int, **_: Any) -> int:
         return {1: 11, 23: 3}[int(api_key)]
@@ -205,43 +205,53 @@ class _LeaderConnection:
             for t in request.topics
             for q in t.partitions
         ]
-        self.orders.append([fp.tp.partition for fp in asked])
+        self.orders.append([str(fp.tp) for fp in asked])
         results = await self.leader.fetch(7, 0, 1, request.max_bytes, IsolationLevel.READ_UNCOMMITTED, asked)
-        parts = []
+        by_topic: dict[str, list[Any]] = {}
         for fp in asked:
             r = results[fp.tp]
             data = r.records.to_bytes() if r.records is not None else b""
             if r.records is not None:
                 r.records.release()
-            parts.append((fp.tp.partition, int(r.error), data, r.high_watermark, r.log_start_offset))
-        return _response(*parts)
+            part = (fp.tp.partition, int(r.error), data, r.high_watermark, r.log_start_offset)
+            by_topic.setdefault(fp.tp.topic, []).append(_response(part).responses[0].partitions[0])
+        return types.SimpleNamespace(
+            error_code=0, responses=[types.SimpleNamespace(topic=t, partitions=ps) for t, ps in by_topic.items()]
+        )
 
 
 async def test_a_batch_over_the_partition_limit_is_not_starved_by_a_busy_partition(tmp_path: Path) -> None:
     """The leader gives a batch larger than replica.fetch.max.bytes only to the first partition
     with data in the request. With the partitions always asked in one order and records arriving
-    on the first one between fetches, the second one's 1.2 MB batch never came (the follower
+    on a busy one ahead between fetches, the 1.2 MB batch behind it never came (the follower
     then left the ISR for good). Partitions that got data go to the back (Kafka's
-    updateAndMoveToEnd)."""
+    updateAndMoveToEnd), and a topic is named again wherever the order comes back to it:
+    grouped by topic, the busy a-0 stayed ahead of b-0 behind its idle neighbour a-1."""
+    a0, a1, b0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
     async with (
         running_broker(tmp_path / "L", **{"replica.lag.time.max.ms": 30000}) as leader,
         _broker_7(leader, tmp_path / "L"),
     ):
-        topic = CreatableTopic("t", assignments={0: [0, 7], 1: [0, 7]}, configs={"max.message.bytes": "3000000"})
-        assert (await leader.create_topics([topic], 1000, False))["t"].error == ErrorCode.NONE
-        assert (await produce(leader, T1, batch([os.urandom(1_200_000)]), acks=1)).error == ErrorCode.NONE
+        for name, count in (("a", 2), ("b", 1)):
+            topic = CreatableTopic(
+                name, assignments={i: [0, 7] for i in range(count)}, configs={"max.message.bytes": "3000000"}
+            )
+            assert (await leader.create_topics([topic], 1000, False))[name].error == ErrorCode.NONE
+        assert (await produce(leader, b0, batch([os.urandom(1_200_000)]), acks=1)).error == ErrorCode.NONE
         async with running_broker(tmp_path / "F") as follower, _broker_7(follower, tmp_path / "F"):
-            mirrored = CreatableTopic("t", assignments={0: [7, 0], 1: [7, 0]})
-            assert (await follower.create_topics([mirrored], 1000, False))["t"].error == ErrorCode.NONE
-            p0, p1 = follower.replica_manager.get_partition(T0), follower.replica_manager.get_partition(T1)
-            assert p0 is not None and p1 is not None
-            fetcher = _fetcher_from_7(follower, p0, response_max_bytes=10 << 20)
-            fetcher.set_partitions({T0: p0.leader_epoch, T1: p1.leader_epoch})
+            for name, count in (("a", 2), ("b", 1)):
+                mirrored = CreatableTopic(name, assignments={i: [7, 0] for i in range(count)})
+                assert (await follower.create_topics([mirrored], 1000, False))[name].error == ErrorCode.NONE
+            followed = {tp: follower.replica_manager.get_partition(tp) for tp in (a0, a1, b0)}
+            fetcher = _fetcher_from_7(follower, followed[a0], response_max_bytes=10 << 20)  # type: ignore[arg-type]
+            fetcher.set_partitions({tp: p.leader_epoch for tp, p in followed.items() if p is not None})
             for state in fetcher.partitions.values():
                 state.truncating = False
             conn = _LeaderConnection(leader)
-            for i in range(4):  # a record on t-0 before every fetch
-                assert (await produce(leader, T0, batch([b"x%d" % i]), acks=1)).error == ErrorCode.NONE
+            for i in range(4):  # a record on a-0 before every fetch
+                assert (await produce(leader, a0, batch([b"x%d" % i]), acks=1)).error == ErrorCode.NONE
                 await fetcher._fetch(conn)
-            assert p1.log_end_offset == 1, f"the big batch never came; partition order {conn.orders}"
-            assert p0.log_end_offset == 4
+            p_a0, p_b0 = followed[a0], followed[b0]
+            assert p_a0 is not None and p_b0 is not None
+            assert p_b0.log_end_offset == 1, f"the big batch never came; partition order {conn.orders}"
+            assert p_a0.log_end_offset == 4

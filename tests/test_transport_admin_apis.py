@@ -110,6 +110,18 @@ async def test_a_partition_assigned_twice_in_create_topics_is_refused(tmp_path: 
         ]
         assert response.topics[2].error_code == ErrorCode.INVALID_REQUEST
         assert sorted(core.metadata_cache.topics) == ["fine"]
+        # Kafka's checks before it keep their own answers: the name, then whether it exists
+        request = create_v7.CreateTopicsRequest(
+            topics=(_assigned("fine", 0, 1, 1), _assigned("bad name!", 0, 0), _assigned("__cluster_metadata", 0, 0)),
+            timeout=datetime.timedelta(seconds=5),
+            validate_only=False,
+        )
+        response = await handle_create_topics(_ctx(core, 7), request)
+        assert [(t.name, t.error_code) for t in response.topics] == [
+            ("fine", ErrorCode.TOPIC_ALREADY_EXISTS),
+            ("bad name!", ErrorCode.INVALID_TOPIC_EXCEPTION),
+            ("__cluster_metadata", ErrorCode.INVALID_REQUEST),
+        ]
 
 
 async def test_deletion_disabled_is_invalid_request_below_delete_topics_v3(tmp_path: Path) -> None:

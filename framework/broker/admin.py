@@ -256,6 +256,11 @@ class AdminManager:
         if t.assignments:
             if t.num_partitions != -1 or t.replication_factor != -1:
                 raise InvalidRequest("both a replica assignment and numPartitions/replicationFactor were given")
+            if t.assigned_twice:  # Kafka's ReplicationControlManager.createTopic
+                raise KafkaError(
+                    f"Found multiple manual partition assignments for partition {t.assigned_twice[0]}",
+                    code=ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                )
             return _check_assignment(t.assignments, live, expected_first=0, expected_rf=None)
         num = int(self.config["num.partitions"]) if t.num_partitions == -1 else t.num_partitions
         rf = int(self.config["default.replication.factor"]) if t.replication_factor == -1 else t.replication_factor

@@ -184,7 +184,9 @@ class AlterPartitionManager:
         # this write and the controller's next, say) is newer, as Kafka's leader ignores an
         # AlterPartition answer older than the partition epoch it holds
         if self.replica_manager.get_partition(tp) is p and p.is_leader and p.partition_epoch == replaced:
-            p.make_leader(leader_epoch, p.replicas, new_isr, version, now_ms=self.replica_manager.clock_ms())
+            p.make_leader(
+                leader_epoch, p.replicas, new_isr, version, now_ms=self.replica_manager.clock_ms(), own_isr_write=True
+            )
             self.replica_manager.wake(tp)
         written = PartitionState(self.broker_id, leader_epoch, new_isr, version, controller_epoch)
         self.cache.take_own_write(tp, written, replaced)

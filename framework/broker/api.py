@@ -270,6 +270,9 @@ class CreatableTopic:
     replication_factor: int = -1
     assignments: Mapping[int, Sequence[int]] = field(default_factory=dict)
     configs: Mapping[str, str | None] = field(default_factory=dict)
+    #: partitions the request's manual assignment named more than once (``assignments`` keeps
+    #: the last): the topic is refused, after the checks Kafka makes before that one
+    assigned_twice: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

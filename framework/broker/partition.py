@@ -137,11 +137,15 @@ class Partition:
         isr: Sequence[int],
         partition_epoch: int = 0,
         now_ms: int = 0,
+        *,
+        own_isr_write: bool = False,
     ) -> bool:
         """Become (or stay) leader at ``leader_epoch``; returns True if this is a new leadership.
 
         A new epoch is recorded in the log's leader-epoch cache starting at the current LEO, so
-        followers can truncate by epoch (KIP-101).
+        followers can truncate by epoch (KIP-101). ``own_isr_write``: the state is this leader's
+        own ISR change, whose shrinks keep what the leader knows of the followers (Kafka resets
+        it only for a state from elsewhere).
         """
         new_leadership = not self.is_leader or leader_epoch != self.leader_epoch
         old_isr = self.isr
@@ -164,7 +168,7 @@ class Partition:
                     continue
                 if r not in self.remote_replicas:
                     self.remote_replicas[r] = ReplicaState(r, last_caught_up_time_ms=now_ms)
-                elif r in old_isr and r not in self.isr:
+                elif r in old_isr and r not in self.isr and not own_isr_write:
                     # a follower taken out of the ISR (by the controller: it came back from a
                     # crash and its log may have lost an unflushed tail) rejoins only on what
                     # it fetches from now on, not on the log end it had before (Kafka's

@@ -196,7 +196,10 @@ class ReplicaFetcher:
         manager = self.manager
         now = trio.current_time()
         asked: dict[TopicPartition, tuple[FetchState, int]] = {}
-        by_topic: dict[str, list[dict[str, int]]] = {}
+        # the partitions in fetch order, a topic named again each time the order comes back to
+        # it (as Kafka's FetchRequest.Builder does): grouped by first appearance, a topic with an
+        # idle partition up front would keep its busy ones ahead of everything else
+        runs: list[tuple[str, list[dict[str, int]]]] = []
         for tp, state in self.partitions.items():
             if state.truncating or state.delayed_until > now:
                 continue
@@ -204,7 +207,9 @@ class ReplicaFetcher:
             if p is None:
                 continue
             asked[tp] = (state, p.log_end_offset)
-            by_topic.setdefault(tp.topic, []).append(
+            if not runs or runs[-1][0] != tp.topic:
+                runs.append((tp.topic, []))
+            runs[-1][1].append(
                 {
                     "partition": tp.partition,
                     "current_leader_epoch": state.leader_epoch,
@@ -226,7 +231,7 @@ class ReplicaFetcher:
             isolation_level=0,
             session_id=0,
             session_epoch=-1,
-            topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            topics=[{"topic": t, "partitions": ps} for t, ps in runs],
             forgotten_topics_data=[],
             rack_id="",
         )

@@ -115,19 +115,7 @@ class TcpListener:
                 self.accept_failures.succeeded(where)
             host = str(address[0])
             peer = f"{host}:{address[1]}"
-            try:
-                admitted = await self.quotas.acquire(host)
-            except BaseException:  # cancelled while waiting for a slot: the broker is stopping
-                client.close()
-                raise
-            if not admitted:
-                log.info(
-                    "%s: rejected connection from %s: the address already holds its maximum of %d connection(s)",
-                    where,
-                    peer,
-                    self.quotas.limit_for(host),
-                )
-                client.close()
+            if not await self.quotas.admit(client, host, peer=peer, where=where):
                 continue
             self._tune(client)
             conn = KafkaConnection(

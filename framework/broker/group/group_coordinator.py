@@ -40,6 +40,8 @@ OWNERSHIP_REFRESH_S = 0.5
 #: how long FindCoordinator waits for the load of its group's partition before it answers (the
 #: group's requests then get COORDINATOR_LOAD_IN_PROGRESS until the load ends, and clients retry)
 FIND_COORDINATOR_LOAD_WAIT_S = 1.0
+#: a partition whose load keeps failing (retried every ownership check) logs at most this often
+FAILED_LOAD_LOG_INTERVAL_S = 60.0
 #: the protocol type of Kafka consumers' groups (the subscriptions the coordinator can read)
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -107,8 +109,11 @@ class GroupCoordinator(MembershipProtocol):
         #: the leader epoch each owned partition was loaded under
         self._loaded_epochs: dict[int, int] = {}
         #: partitions being loaded in the background (by :meth:`refresh_ownership`): set when done
-        self._loads: dict[int, trio.Event] = {}
-        self._failed_loads: set[int] = set()  # partitions whose last load failed (logged once)
+        #: partitions loading in the background: the event set when the load ends, and its
+        #: cancel scope (a load under a leadership that ended is cancelled, never installed)
+        self._loads: dict[int, tuple[trio.Event, trio.CancelScope]] = {}
+        #: partitions whose last load failed -> when that was last logged (trio time)
+        self._failed_loads: dict[int, float] = {}
 
     def _now(self) -> int:
         return self.now_ms()
@@ -165,7 +170,7 @@ class GroupCoordinator(MembershipProtocol):
             # coordinator does)
             moved = {
                 p
-                for p in self.manager.owned
+                for p in self.manager.owned | self.manager.loading
                 if p in leaders and (p not in mine or self._loaded_epochs.get(p) != leaders[p].leader_epoch)
             }
             for partition in sorted(moved):
@@ -181,20 +186,26 @@ class GroupCoordinator(MembershipProtocol):
         ``onElection`` schedules the load), and several partitions load side by side. A load
         that fails leaves the partition unowned; the next ownership check tries again."""
         assert self._nursery is not None, "the coordinator is not running"
-        done = self._loads[partition] = trio.Event()
+        done, scope = trio.Event(), trio.CancelScope()
+        self._loads[partition] = (done, scope)
 
         async def load() -> None:
             try:
-                await self._load(partition)
-                self._failed_loads.discard(partition)
+                with scope:  # cancelled by on_resigned: the leadership this load was for is over
+                    await self._load(partition)
+                    self._failed_loads.pop(partition, None)
             except Exception as exc:
-                if partition in self._failed_loads:  # retried every ownership check: one traceback
-                    log.warning("loading %s-%d failed again: %r", OFFSETS_TOPIC, partition, exc)
-                else:
-                    self._failed_loads.add(partition)
+                # retried every ownership check: one traceback, then a line a minute at most
+                now = trio.current_time()
+                last = self._failed_loads.get(partition)
+                if last is None:
                     log.exception("loading %s-%d failed; the next ownership check retries", OFFSETS_TOPIC, partition)
+                    self._failed_loads[partition] = now
+                elif now - last >= FAILED_LOAD_LOG_INTERVAL_S:
+                    log.warning("loading %s-%d still fails: %r", OFFSETS_TOPIC, partition, exc)
+                    self._failed_loads[partition] = now
             finally:
-                if self._loads.get(partition) is done:
+                if self._loads.get(partition, (None,))[0] is done:
                     del self._loads[partition]
                 done.set()
 
@@ -202,7 +213,7 @@ class GroupCoordinator(MembershipProtocol):
 
     async def wait_for_loads(self) -> None:
         """Until the loads started so far have ended (embedded use and tests)."""
-        for done in list(self._loads.values()):
+        for done, _ in list(self._loads.values()):
             await done.wait()
 
     def on_resigned(self, partition: int) -> None:
@@ -210,6 +221,9 @@ class GroupCoordinator(MembershipProtocol):
         on their next request and find the new coordinator)."""
         self.manager.owned.discard(partition)
         self._loaded_epochs.pop(partition, None)
+        load = self._loads.get(partition)
+        if load is not None:
+            load[1].cancel()
         self.manager.forget_pending_txn(partition)
         for group in list(self.manager.groups.values()):
             if self.manager.partition_for(group.group_id) == partition:
@@ -267,7 +281,7 @@ class GroupCoordinator(MembershipProtocol):
                 if load_wait_until is None:
                     load_wait_until = trio.current_time() + FIND_COORDINATOR_LOAD_WAIT_S
                 with trio.move_on_at(load_wait_until):
-                    await load.wait()
+                    await load[0].wait()
         return FindCoordinatorResult(ErrorCode.NONE, node.node_id, node.host, node.port)
 
     # -- OffsetFetch -----------------------------------------------------------------------------------

@@ -59,6 +59,8 @@ OWNERSHIP_WAIT_S = 5.0
 #: ids get COORDINATOR_LOAD_IN_PROGRESS until the load ends, and clients retry), as the group
 #: coordinator's FIND_COORDINATOR_LOAD_WAIT_S
 LOAD_WAIT_S = 1.0
+#: a partition whose load keeps failing (retried every ownership check) logs at most this often
+FAILED_LOAD_LOG_INTERVAL_S = 60.0
 #: marker retries back off from this, doubling up to the maximum (Kafka retries each
 #: retriable marker error until it is written or the coordinator is no longer in charge)
 MARKER_RETRY_BACKOFF_S = 0.1
@@ -204,7 +206,8 @@ class TransactionCoordinator:
         #: partitions being loaded in the background (by :meth:`refresh_ownership`): their done
         #: event (set when the load ended, loaded or failed) and the cancel scope of the load
         self._loads: dict[int, tuple[trio.Event, trio.CancelScope]] = {}
-        self._failed_loads: set[int] = set()  # partitions whose last load failed (logged once)
+        #: partitions whose last load failed -> when that was last logged (trio time)
+        self._failed_loads: dict[int, float] = {}
         #: transactional id -> partitions its running marker task has not written yet
         self._unmarked: dict[str, set[TopicPartition]] = {}
 
@@ -296,13 +299,17 @@ class TransactionCoordinator:
                 # checked again: the leadership may have ended after the last read
                 if loaded is not None and self._is_current_load(partition, done):
                     self._install(partition, loaded)
-                self._failed_loads.discard(partition)
+                self._failed_loads.pop(partition, None)
             except Exception as exc:
-                if partition in self._failed_loads:  # retried every ownership check: one traceback
-                    log.warning("loading __transaction_state-%d failed again: %r", partition, exc)
-                else:
-                    self._failed_loads.add(partition)
+                # retried every ownership check: one traceback, then a line a minute at most
+                now = trio.current_time()
+                last = self._failed_loads.get(partition)
+                if last is None:
                     log.exception("loading __transaction_state-%d failed; the next ownership check retries", partition)
+                    self._failed_loads[partition] = now
+                elif now - last >= FAILED_LOAD_LOG_INTERVAL_S:
+                    log.warning("loading __transaction_state-%d still fails: %r", partition, exc)
+                    self._failed_loads[partition] = now
             finally:
                 if self._is_current_load(partition, done):  # not ended by _unload, nor replaced
                     del self._loads[partition]

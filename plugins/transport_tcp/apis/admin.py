@@ -9,7 +9,6 @@ resource type the core does not know is refused here with INVALID_REQUEST.
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,7 +21,6 @@ from odradek.broker.api import (
     ConfigResourceType,
     CreatableTopic,
     CreatePartitionsTopic,
-    CreateTopicResult,
     ElectionType,
 )
 from odradek.broker.configs import DUPLICATE_RESOURCE, repeated_resources
@@ -37,43 +35,32 @@ from ._kio import NO_THROTTLE, kerr, make, response_class
 # -- CreateTopics -----------------------------------------------------------------------------
 
 
-def _twice_assigned(topic: Any) -> int | None:
-    """The first partition a manual assignment of ``topic`` names twice, or None. The core takes
-    an assignment as a mapping, which would keep only the last of the two; Kafka's controller
-    (ReplicationControlManager.createTopic) refuses the topic, after its checks that a manual
-    assignment comes with numPartitions and replicationFactor -1 (left to the core)."""
-    if topic.num_partitions != -1 or topic.replication_factor != -1:
-        return None
+def _assigned_twice(topic: Any) -> tuple[int, ...]:
+    """The partitions a manual assignment of ``topic`` names more than once: the core takes the
+    assignment as a mapping, which keeps only the last, and refuses the topic for them."""
     seen: set[int] = set()
+    twice: list[int] = []
     for a in topic.assignments:
-        if a.partition_index in seen:
-            return int(a.partition_index)
+        if a.partition_index in seen and a.partition_index not in twice:
+            twice.append(int(a.partition_index))
         seen.add(a.partition_index)
-    return None
+    return tuple(twice)
 
 
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
-    names = Counter(t.name for t in request.topics)
-    refused: dict[str, CreateTopicResult] = {}
-    topics = []
-    for t in request.topics:
-        twice = _twice_assigned(t)
-        if twice is not None and names[t.name] == 1:  # a repeated name is the core's INVALID_REQUEST
-            message = f"Found multiple manual partition assignments for partition {twice}"
-            refused[t.name] = CreateTopicResult(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)
-            continue
-        topics.append(
-            CreatableTopic(
-                name=t.name,
-                num_partitions=t.num_partitions,
-                replication_factor=t.replication_factor,
-                assignments={a.partition_index: tuple(a.broker_ids) for a in t.assignments},
-                configs={c.name: c.value for c in t.configs},
-            )
+    topics = [
+        CreatableTopic(
+            name=t.name,
+            num_partitions=t.num_partitions,
+            replication_factor=t.replication_factor,
+            assignments={a.partition_index: tuple(a.broker_ids) for a in t.assignments},
+            configs={c.name: c.value for c in t.configs},
+            assigned_twice=_assigned_twice(t),
         )
+        for t in request.topics
+    ]
     results = await ctx.broker.create_topics(topics, ms(request.timeout), bool(request.validate_only)) if topics else {}
-    results = {**results, **refused}
     result_cls = response_class(ApiKey.CREATE_TOPICS, version, "CreatableTopicResult")
     config_cls = response_class(ApiKey.CREATE_TOPICS, version, "CreatableTopicConfigs") if version >= 5 else None
     rows = []
