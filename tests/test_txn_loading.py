@@ -52,7 +52,7 @@ class SlowLog(InMemoryTransactionLog):
             await self.gate.wait()
         if self.failing.get(partition, 0) > 0:
             self.failing[partition] -= 1
-            raise KafkaError("reading failed", code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            raise KafkaError("reading failed", code=ErrorCode.KAFKA_STORAGE_ERROR)
         async for record in super().read(partition):
             yield record
 

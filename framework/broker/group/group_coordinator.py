@@ -24,6 +24,7 @@ import trio
 from ...errors import ErrorCode
 from ...interfaces import TopicPartition
 from ..internal_topic import PartitionLeader
+from ..load_failures import FailedLoads
 from .coordinator import MembershipProtocol
 from .metadata_manager import GroupMetadataManager, PartitionOffset
 from .offsets_log import OFFSETS_TOPIC
@@ -40,8 +41,6 @@ OWNERSHIP_REFRESH_S = 0.5
 #: how long FindCoordinator waits for the load of its group's partition before it answers (the
 #: group's requests then get COORDINATOR_LOAD_IN_PROGRESS until the load ends, and clients retry)
 FIND_COORDINATOR_LOAD_WAIT_S = 1.0
-#: a partition whose load keeps failing (retried every ownership check) logs at most this often
-FAILED_LOAD_LOG_INTERVAL_S = 60.0
 #: the protocol type of Kafka consumers' groups (the subscriptions the coordinator can read)
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -113,7 +112,7 @@ class GroupCoordinator(MembershipProtocol):
         #: cancel scope (a load under a leadership that ended is cancelled, never installed)
         self._loads: dict[int, tuple[trio.Event, trio.CancelScope]] = {}
         #: partitions whose last load failed -> when that was last logged (trio time)
-        self._failed_loads: dict[int, float] = {}
+        self._failed_loads = FailedLoads(log, OFFSETS_TOPIC)
 
     def _now(self) -> int:
         return self.now_ms()
@@ -193,17 +192,9 @@ class GroupCoordinator(MembershipProtocol):
             try:
                 with scope:  # cancelled by on_resigned: the leadership this load was for is over
                     await self._load(partition)
-                    self._failed_loads.pop(partition, None)
-            except Exception as exc:
-                # retried every ownership check: one traceback, then a line a minute at most
-                now = trio.current_time()
-                last = self._failed_loads.get(partition)
-                if last is None:
-                    log.exception("loading %s-%d failed; the next ownership check retries", OFFSETS_TOPIC, partition)
-                    self._failed_loads[partition] = now
-                elif now - last >= FAILED_LOAD_LOG_INTERVAL_S:
-                    log.warning("loading %s-%d still fails: %r", OFFSETS_TOPIC, partition, exc)
-                    self._failed_loads[partition] = now
+                    self._failed_loads.loaded(partition)
+            except Exception as exc:  # retried every ownership check
+                self._failed_loads.failed(partition, exc, trio.current_time())
             finally:
                 if self._loads.get(partition, (None,))[0] is done:
                     del self._loads[partition]

@@ -33,8 +33,9 @@ from ..api import InitProducerIdResult
 from ..group.group_coordinator import FindCoordinatorResult
 from ..group.hashing import partition_for
 from ..group.offsets_log import OFFSETS_TOPIC
+from ..load_failures import FailedLoads
 from .listing import ListTransactionsResult, TransactionDescription, describe_transaction, list_transactions
-from .log import TransactionLog
+from .log import TRANSACTION_STATE_TOPIC, TransactionLog
 from .schema import parse_txn_key, parse_txn_value, txn_key, txn_value
 from .state import TransactionMetadata, TransactionState
 
@@ -59,8 +60,6 @@ OWNERSHIP_WAIT_S = 5.0
 #: ids get COORDINATOR_LOAD_IN_PROGRESS until the load ends, and clients retry), as the group
 #: coordinator's FIND_COORDINATOR_LOAD_WAIT_S
 LOAD_WAIT_S = 1.0
-#: a partition whose load keeps failing (retried every ownership check) logs at most this often
-FAILED_LOAD_LOG_INTERVAL_S = 60.0
 #: marker retries back off from this, doubling up to the maximum (Kafka retries each
 #: retriable marker error until it is written or the coordinator is no longer in charge)
 MARKER_RETRY_BACKOFF_S = 0.1
@@ -207,7 +206,7 @@ class TransactionCoordinator:
         #: event (set when the load ended, loaded or failed) and the cancel scope of the load
         self._loads: dict[int, tuple[trio.Event, trio.CancelScope]] = {}
         #: partitions whose last load failed -> when that was last logged (trio time)
-        self._failed_loads: dict[int, float] = {}
+        self._failed_loads = FailedLoads(log, TRANSACTION_STATE_TOPIC)
         #: transactional id -> partitions its running marker task has not written yet
         self._unmarked: dict[str, set[TopicPartition]] = {}
 
@@ -299,17 +298,9 @@ class TransactionCoordinator:
                 # checked again: the leadership may have ended after the last read
                 if loaded is not None and self._is_current_load(partition, done):
                     self._install(partition, loaded)
-                self._failed_loads.pop(partition, None)
-            except Exception as exc:
-                # retried every ownership check: one traceback, then a line a minute at most
-                now = trio.current_time()
-                last = self._failed_loads.get(partition)
-                if last is None:
-                    log.exception("loading __transaction_state-%d failed; the next ownership check retries", partition)
-                    self._failed_loads[partition] = now
-                elif now - last >= FAILED_LOAD_LOG_INTERVAL_S:
-                    log.warning("loading __transaction_state-%d still fails: %r", partition, exc)
-                    self._failed_loads[partition] = now
+                self._failed_loads.loaded(partition)
+            except Exception as exc:  # retried every ownership check
+                self._failed_loads.failed(partition, exc, trio.current_time())
             finally:
                 if self._is_current_load(partition, done):  # not ended by _unload, nor replaced
                     del self._loads[partition]
