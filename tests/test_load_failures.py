@@ -68,12 +68,12 @@ def test_a_failure_that_persists_is_logged_once_a_minute_and_a_load_resets_it(
 @pytest.mark.parametrize(
     ("exc", "moving"),
     [
-        (KafkaError(code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), True),
-        (KafkaError(code=ErrorCode.FENCED_LEADER_EPOCH), True),
-        (KafkaError(code=ErrorCode.KAFKA_STORAGE_ERROR), False),
-        (KafkaError(code=ErrorCode.CORRUPT_MESSAGE), False),
-        (OSError("EIO"), False),
+        (KafkaError(code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        (KafkaError(code=ErrorCode.FENCED_LEADER_EPOCH), ErrorCode.FENCED_LEADER_EPOCH),
+        (KafkaError(code=ErrorCode.KAFKA_STORAGE_ERROR), None),
+        (KafkaError(code=ErrorCode.CORRUPT_MESSAGE), None),
+        (OSError("EIO"), None),
     ],
 )
-def test_only_leadership_codes_count_as_moving(exc: Exception, moving: bool) -> None:
+def test_only_leadership_codes_count_as_moving(exc: Exception, moving: ErrorCode | None) -> None:
     assert leadership_moving(exc) is moving

@@ -37,9 +37,12 @@ LEADERSHIP_MOVING = frozenset(
 )
 
 
-def leadership_moving(exc: BaseException) -> bool:
-    """Whether ``exc`` says only that the partition is not (or no longer) led here right now."""
-    return isinstance(exc, KafkaError) and exc.code in LEADERSHIP_MOVING
+def leadership_moving(exc: BaseException) -> ErrorCode | None:
+    """The code of ``exc`` when it says only that the partition is not (or no longer) led here
+    right now, else None."""
+    if isinstance(exc, KafkaError) and exc.code in LEADERSHIP_MOVING:
+        return exc.code
+    return None
 
 
 class FailedLoads:
@@ -61,10 +64,11 @@ class FailedLoads:
         """The load of ``partition`` raised ``exc`` at ``now`` (seconds, the coordinator's clock)."""
         last = self._last_logged.get(partition)
         if last is None:
-            if isinstance(exc, KafkaError) and exc.code in LEADERSHIP_MOVING:
+            moving = leadership_moving(exc)
+            if moving is not None:
                 self.log.info(
                     "loading %s-%d waits for the partition to be led here (%s); the next ownership check retries",
-                    self.topic, partition, exc.code.name,
+                    self.topic, partition, moving.name,
                 )  # fmt: skip
             else:
                 self.log.error(

@@ -111,7 +111,7 @@ class GroupCoordinator(MembershipProtocol):
         #: partitions loading in the background: the event set when the load ends, and its
         #: cancel scope (a load under a leadership that ended is cancelled, never installed)
         self._loads: dict[int, tuple[trio.Event, trio.CancelScope]] = {}
-        #: partitions whose last load failed -> when that was last logged (trio time)
+        #: partitions whose last load failed, and how each was logged
         self._failed_loads = FailedLoads(log, OFFSETS_TOPIC)
 
     def _now(self) -> int:

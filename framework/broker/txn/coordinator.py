@@ -205,7 +205,7 @@ class TransactionCoordinator:
         #: partitions being loaded in the background (by :meth:`refresh_ownership`): their done
         #: event (set when the load ended, loaded or failed) and the cancel scope of the load
         self._loads: dict[int, tuple[trio.Event, trio.CancelScope]] = {}
-        #: partitions whose last load failed -> when that was last logged (trio time)
+        #: partitions whose last load failed, and how each was logged
         self._failed_loads = FailedLoads(log, TRANSACTION_STATE_TOPIC)
         #: transactional id -> partitions its running marker task has not written yet
         self._unmarked: dict[str, set[TopicPartition]] = {}
