@@ -155,6 +155,13 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ),
     _k("queued.max.requests", int, 500, "In-flight requests per connection before reading pauses.", minimum=1),
     _k(
+        "queued.max.request.bytes",
+        int,
+        -1,
+        "Bytes of request frames the broker holds at once over all connections; at the limit, connections "
+        "wait to read their next request (a frame goes in while any byte is free). 0 or -1: unbounded.",
+    ),
+    _k(
         "socket.send.buffer.bytes",
         int,
         102400,

@@ -16,8 +16,9 @@ Server side, in ``TransportFactory.listener(config, broker, endpoint)``:
   connection limits (``max.connections``, ``max.connections.per.ip``: it waits for a slot, or
   closes a socket whose address holds its limit) and then, in the listener's nursery,
   :func:`serve_connection` runs a :class:`KafkaConnection` with the broker's limits
-  (``socket.request.max.bytes``, ``queued.max.requests``, ``connections.max.idle.ms``) until the
-  peer leaves; neither raises for what a client does;
+  (``socket.request.max.bytes``, ``queued.max.requests``, ``connections.max.idle.ms``, and the
+  broker-wide ``queued.max.request.bytes`` through ``broker.request_memory``) until the peer
+  leaves; neither raises for what a client does;
 - ``serve(task_status=...)`` reports the bound :class:`Endpoint` list with
   ``task_status.started(...)`` once it accepts connections, then serves until cancelled.
 
@@ -54,7 +55,8 @@ def connection_for(
     sock: trio.socket.SocketType, dispatcher: Dispatcher, config: Config, *, peer: str
 ) -> KafkaConnection:
     """A :class:`KafkaConnection` serving Kafka requests on the accepted socket ``sock``, with the
-    broker config's request size, pipelining and idle limits; ``peer`` names it in logs."""
+    broker config's request size, pipelining and idle limits, its requests held within the
+    broker's request memory (``queued.max.request.bytes``); ``peer`` names it in logs."""
     return KafkaConnection(
         sock,
         dispatcher,
@@ -62,6 +64,7 @@ def connection_for(
         max_request_bytes=int(config["socket.request.max.bytes"]),
         max_in_flight=int(config["queued.max.requests"]),
         idle_timeout_s=int(config["connections.max.idle.ms"]) / 1000,
+        memory=dispatcher.broker.request_memory,
     )
 
 

@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 from odradek.plugins.transport_tcp.framing import MAX_SPARE_BYTES, FrameError, FrameReader, FrameTooLarge
+from odradek.request_memory import RequestMemoryPool
 
 
 def _frame(body: bytes) -> bytes:
@@ -201,3 +202,42 @@ async def _send_all(sock: trio.socket.SocketType, data: bytes) -> None:
     while view:
         sent = await sock.send(view)
         view = view[sent:]
+
+
+async def test_frames_take_request_memory_and_a_broken_frame_gives_it_back() -> None:
+    """With the broker's request memory (``queued.max.request.bytes``), a frame's size is taken
+    before its body is read and belongs to the caller once returned; a frame cut off by its
+    peer, small or big, gives its memory back."""
+    for body_size in (100, 200_000):
+        memory = RequestMemoryPool(1 << 20)
+        a, b = trio.socket.socketpair()
+        reader = FrameReader(b, max_frame=1 << 20, memory=memory)
+        await a.send(_frame(b"first"))
+        assert await reader.read_frame() == b"first"
+        assert memory.used == 5  # the caller's now: its request is not done
+        memory.release(5)
+        await a.send(struct.pack(">i", body_size) + bytes(50))
+        a.close()
+        with pytest.raises(FrameError):
+            await reader.read_frame()
+        assert memory.used == 0
+        b.close()
+
+
+async def test_a_frame_waiting_for_request_memory_leaves_the_stream_intact() -> None:
+    """Cancelled while it waits for memory, the reader has consumed nothing: the next read
+    gets the whole frame."""
+    memory = RequestMemoryPool(10)
+    await memory.acquire(10)
+    a, b = trio.socket.socketpair()
+    reader = FrameReader(b, max_frame=1 << 20, memory=memory)
+    await a.send(_frame(b"body"))
+    with trio.move_on_after(0.05) as scope:
+        await reader.read_frame()
+    assert scope.cancelled_caught and memory.waiting == 0
+    assert not reader.waiting_for_memory and not reader.mid_frame
+    memory.release(10)
+    assert await reader.read_frame() == b"body"
+    assert memory.used == 4
+    a.close()
+    b.close()

@@ -61,6 +61,7 @@ from odradek.protocol import (
     parse_request_header,
     request_type,
 )
+from odradek.request_memory import RequestMemoryPool
 from odradek.sessions import MetadataUnavailable
 
 
@@ -95,6 +96,7 @@ class ScriptedBroker:
         self.node_id = 1
         self.cluster_id = "scripted"
         self.connection_quotas = ConnectionQuotas.from_config(config)
+        self.request_memory = RequestMemoryPool.from_config(config)
         self.records_file = records_file
         self.produced: list[tuple[int, dict[TopicPartition, bytes]]] = []
         #: seconds a produce of this many bytes takes (a slow append), None for no wait

@@ -29,6 +29,7 @@ from ..interfaces import FetchDataInfo, TopicPartition
 if TYPE_CHECKING:
     from ..config import Config
     from ..connection_quotas import ConnectionQuotas
+    from ..request_memory import RequestMemoryPool
 
 # --------------------------------------------------------------------------------------------
 # Shared enums and constants
@@ -456,6 +457,10 @@ class Broker(Protocol):
     #: the broker's connection limits, shared by every listener: a transport acquires a slot
     #: after each accept and releases it when the connection ends
     connection_quotas: ConnectionQuotas
+    #: the broker's request memory (``queued.max.request.bytes``), shared by every listener: a
+    #: transport takes each request frame's size before reading its body and gives it back when
+    #: the request is done (``odradek.transport.serve_connection`` does both)
+    request_memory: RequestMemoryPool
 
     async def produce(
         self,

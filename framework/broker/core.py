@@ -25,6 +25,7 @@ from ..connection_quotas import ConnectionQuotas
 from ..errors import ErrorCode, InvalidTopic
 from ..interfaces import Codec, LogDirDescription, LogStorage, MetadataStore, TopicPartition, described_log_dirs
 from ..pacing import paced
+from ..request_memory import RequestMemoryPool
 from .admin import AdminManager, validate_topic_name
 from .api import (
     NO_PRODUCER_EPOCH,
@@ -91,6 +92,7 @@ class BrokerCore:
         self.node_id = config.broker_id
         self.cluster_id = cluster_id
         self.connection_quotas = ConnectionQuotas.from_config(config)
+        self.request_memory = RequestMemoryPool.from_config(config)
         self.storage = storage
         self.store = store
         self.replica_manager = ReplicaManager(

@@ -28,6 +28,10 @@ with ``nursery.start(listener.serve)`` and cancels it at the end. What a transpo
   :class:`~odradek.connection_quotas.ConnectionQuotas`): a connection from an address that holds
   ``max.connections.per.ip`` is closed at once, and at ``max.connections`` the listener stops
   accepting (the next client is answered once an earlier one leaves);
+- the broker's request memory holds (``broker.request_memory``, a
+  :class:`~odradek.request_memory.RequestMemoryPool`: ``queued.max.request.bytes``): while it is
+  full a request is not read, it is answered once memory comes back, and a request gives its
+  memory back by the time it is answered;
 - cancelling ``serve`` returns promptly, closes the listening socket and the open connections;
 - the connector's ``connect(host, port, timeout_s=...)`` returns a ``Connection`` that sends a
   request frame and receives its response frame (without the size prefix) from the listener,
@@ -47,6 +51,7 @@ import trio
 from ..config import Config, default_config
 from ..connection_quotas import ConnectionQuotas
 from ..interfaces import Connection, Connector, Endpoint, Listener, TransportFactory
+from ..request_memory import RequestMemoryPool
 from ._suite import suite_for
 
 __all__ = ["FakeBrokerCore", "TransportConformance", "api_versions_frame", "check_transport"]
@@ -69,10 +74,11 @@ MALFORMED: dict[str, bytes] = {
 class FakeBrokerCore:
     """The broker core a listener is handed: the suite's requests need nothing from it, so any
     call fails loudly (a transport that calls the core for ApiVersions gets an error response).
-    Its connection limits are the config's (unbounded by default)."""
+    Its connection limits and request memory are unbounded unless a test passes its own."""
 
-    def __init__(self, quotas: ConnectionQuotas | None = None) -> None:
+    def __init__(self, quotas: ConnectionQuotas | None = None, memory: RequestMemoryPool | None = None) -> None:
         self.connection_quotas = quotas or ConnectionQuotas()
+        self.request_memory = memory or RequestMemoryPool()
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"the transport conformance suite's fake broker core has no {name!r}")
@@ -154,12 +160,14 @@ class TransportConformance:
         return await trio.open_tcp_stream(endpoint.host, endpoint.port)
 
     @asynccontextmanager
-    async def serving(self, quotas: ConnectionQuotas | None = None) -> AsyncIterator[Endpoint]:
-        """A started listener on 127.0.0.1:0 (under the broker's connection limits ``quotas``,
-        unbounded by default); cancelled (and checked to stop) on exit."""
+    async def serving(
+        self, quotas: ConnectionQuotas | None = None, memory: RequestMemoryPool | None = None
+    ) -> AsyncIterator[Endpoint]:
+        """A started listener on 127.0.0.1:0 (under the broker's connection limits ``quotas`` and
+        request memory ``memory``, unbounded by default); cancelled (and checked to stop) on exit."""
         factory = self.transport()
         endpoint = Endpoint("CONFORMANCE", "127.0.0.1", 0, factory.security_protocols[0])
-        listener = factory.listener(self.config(), FakeBrokerCore(quotas), endpoint)
+        listener = factory.listener(self.config(), FakeBrokerCore(quotas, memory), endpoint)
         assert isinstance(listener, Listener), f"{factory.name}: {listener!r} has no serve()"
         async with trio.open_nursery() as nursery:
             with trio.fail_after(self.wait_s):
@@ -311,6 +319,26 @@ class TransportConformance:
             assert frame is not None, "the waiting connection was closed instead of served"
             check_api_versions(frame, 3, 2)
             await waiting.aclose()
+
+    async def test_requests_wait_for_the_brokers_request_memory(self) -> None:
+        memory = RequestMemoryPool(1000)
+        await memory.acquire(1000)  # held by someone else: the pool is full
+        async with self.serving(memory=memory) as bound:
+            stream = await self.open_stream(bound)
+            await self.request(stream, 3, 11)
+            with trio.fail_after(self.wait_s):
+                while not memory.waiting:  # the size prefix is read; the body waits for memory
+                    await trio.sleep(0.01)
+            with trio.move_on_after(0.2):
+                frame = await receive_frame(stream)
+                pytest.fail("a request was read and answered while the request memory was full")
+            memory.release(1000)
+            with trio.fail_after(self.wait_s):
+                frame = await receive_frame(stream)
+            assert frame is not None, "the connection was closed instead of waiting for request memory"
+            check_api_versions(frame, 3, 11)
+            assert memory.used == 0, f"an answered request still holds {memory.used} bytes of request memory"
+            await stream.aclose()
 
     async def test_cancel_stops_serving_and_closes_connections(self) -> None:
         factory = self.transport()

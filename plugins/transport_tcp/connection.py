@@ -34,6 +34,7 @@ import trio
 from odradek.errors import KafkaError, OdradekError
 from odradek.protocol import ApiKey, FetchEnvelope, RequestHeader, api_name, parse_request_header
 from odradek.protocol.codec import SchemaUnavailable, is_native_panic
+from odradek.request_memory import RequestMemoryPool
 
 from .apis import CloseConnection, Dispatcher, Outcome
 from .framing import FrameError, FrameReader, FrameTooLarge, OnBlock, PeerClosed, send_all, send_frame, sendfile
@@ -88,11 +89,16 @@ class KafkaConnection:
         max_in_flight: int,
         idle_timeout_s: float,
         max_read_ahead_bytes: int = MAX_READ_AHEAD_BYTES,
+        memory: RequestMemoryPool | None = None,
     ) -> None:
         self.sock = sock
         self.dispatcher = dispatcher
         self.peer = peer
-        self.reader = FrameReader(sock, max_request_bytes)
+        #: the broker's request memory (``queued.max.request.bytes``), shared by every
+        #: connection: a frame's size is taken before its body is read and given back when its
+        #: handler is done
+        self.memory = memory if memory is not None and memory.limit is not None else None
+        self.reader = FrameReader(sock, max_request_bytes, memory=self.memory)
         self.idle_timeout_s = idle_timeout_s
         self._slots = trio.Semaphore(max_in_flight)
         self.max_read_ahead_bytes = max_read_ahead_bytes
@@ -210,6 +216,10 @@ class KafkaConnection:
             if since is None or now < since + self.idle_timeout_s:
                 await trio.sleep_until((now if since is None else since) + self.idle_timeout_s)
                 continue
+            if self.reader.waiting_for_memory:
+                # held up by the broker's request memory, not by the client
+                self._waiting_since = now
+                continue
             if self.reader.mid_frame or self.reader.buffered or self._in_flight() == 0:
                 log.info(
                     "closing connection %s: idle for %.0f s (connections.max.idle.ms)", self.peer, self.idle_timeout_s
@@ -236,6 +246,8 @@ class KafkaConnection:
         except (KafkaError, OdradekError) as exc:
             log.warning("closing connection %s: bad request header: %s", self.peer, exc)
             self._slots.release()
+            if self.memory is not None:
+                self.memory.release(len(frame))
             return None
         pending = _Pending(header, self._arrived, len(frame))
         self._arrived += 1
@@ -318,6 +330,9 @@ class KafkaConnection:
             )
             self._fail(pending)
         finally:
+            if self.memory is not None:
+                # before ``done``: once its answer is out, a request holds no request memory
+                self.memory.release(len(frame))
             if mine is not None:
                 mine.set()
             pending.done.set()

@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 import trio
 
+from odradek.request_memory import RequestMemoryPool
+
 _SIZE = struct.Struct(">i")
 #: Bytes a big frame's reader takes from a socket that always has data before letting others run.
 _YIELD_BYTES = 8 << 20
@@ -55,9 +57,21 @@ class FrameTooLarge(FrameError):
 class FrameReader:
     """Reads whole frames (without their size prefix) from a trio socket."""
 
-    def __init__(self, sock: trio.socket.SocketType, max_frame: int, buffer_size: int = 64 * 1024) -> None:
+    def __init__(
+        self,
+        sock: trio.socket.SocketType,
+        max_frame: int,
+        buffer_size: int = 64 * 1024,
+        *,
+        memory: RequestMemoryPool | None = None,
+    ) -> None:
         self.sock = sock
         self.max_frame = max_frame
+        #: the broker's request memory (``queued.max.request.bytes``): each frame takes its size
+        #: before its body is read; the caller gives it back when the request is done
+        self.memory = memory if memory is not None and memory.limit is not None else None
+        #: True while the next frame waits for request memory (the connection is not idle)
+        self.waiting_for_memory = False
         self._buf = bytearray(buffer_size)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -92,29 +106,47 @@ class FrameReader:
         return True
 
     async def read_frame(self) -> bytearray | None:
-        """The next frame; None on EOF between frames. Raises ``FrameError`` on broken framing."""
+        """The next frame; None on EOF between frames. Raises ``FrameError`` on broken framing.
+
+        With a request memory pool, a frame's size is taken from it before its body is read (the
+        wait leaves the stream as it was, so a cancel there is clean) and belongs to the caller
+        once the frame is returned; a read that fails after that gives it back."""
         if not await self._fill(4):
             if self.buffered:
                 raise PeerClosed("connection closed inside a frame size")
             return None
-        self.mid_frame = True
         (size,) = _SIZE.unpack_from(self._buf, self._start)
         if size < 0:
+            self.mid_frame = True
             raise FrameError(f"negative frame size {size}")
         if size > self.max_frame:
+            self.mid_frame = True
             raise FrameTooLarge(size, self.max_frame)
+        memory = self.memory
+        if memory is not None:
+            self.waiting_for_memory = True
+            try:
+                await memory.acquire(size)
+            finally:
+                self.waiting_for_memory = False
+        self.mid_frame = True
         self._start += 4
-        if size <= len(self._buf):
-            if not await self._fill(size):
-                raise PeerClosed("connection closed inside a frame")
-            frame = bytearray(self._view[self._start : self._start + size])
-            self._start += size
-        else:
-            have = self.buffered
-            frame = self._big_buffer(size, have)
-            frame[:have] = self._view[self._start : self._end]
-            self._start = self._end = 0
-            frame = await self._read_into(frame, have, size)
+        try:
+            if size <= len(self._buf):
+                if not await self._fill(size):
+                    raise PeerClosed("connection closed inside a frame")
+                frame = bytearray(self._view[self._start : self._start + size])
+                self._start += size
+            else:
+                have = self.buffered
+                frame = self._big_buffer(size, have)
+                frame[:have] = self._view[self._start : self._end]
+                self._start = self._end = 0
+                frame = await self._read_into(frame, have, size)
+        except BaseException:
+            if memory is not None:
+                memory.release(size)
+            raise
         self.mid_frame = False
         return frame
 

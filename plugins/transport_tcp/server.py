@@ -125,6 +125,7 @@ class TcpListener:
                 max_request_bytes=int(self.config["socket.request.max.bytes"]),
                 max_in_flight=int(self.config["queued.max.requests"]),
                 idle_timeout_s=int(self.config["connections.max.idle.ms"]) / 1000,
+                memory=self.broker.request_memory,
             )
             connections.start_soon(self._run_connection, conn, host)
 
