@@ -155,6 +155,13 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     ),
     _k("queued.max.requests", int, 500, "In-flight requests per connection before reading pauses.", minimum=1),
     _k(
+        "metrics.prometheus.listener",
+        str,
+        "",
+        "host:port to serve the broker's metrics on for Prometheus (http://host:port/metrics; port 0 picks "
+        "one, logged at start); empty: not served.",
+    ),
+    _k(
         "queued.max.request.bytes",
         int,
         -1,
@@ -908,6 +915,8 @@ def _check_cross_keys(values: Mapping[str, Any]) -> None:
     _check_listeners(values)
     _check_log_dirs(values)
     _check_connection_limits(values)
+    if values.get("metrics.prometheus.listener"):
+        parse_host_port(str(values["metrics.prometheus.listener"]), "metrics.prometheus.listener")
 
 
 def parse_connection_overrides(value: str, *, key: str = "max.connections.per.ip.overrides") -> dict[str, int]:
@@ -926,6 +935,15 @@ def parse_connection_overrides(value: str, *, key: str = "max.connections.per.ip
             raise ConfigError(f"invalid value for {key!r}: {host!r} appears twice")
         out[host] = min(int(count), INT_MAX)
     return out
+
+
+def parse_host_port(spec: str, key: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:9404`` for IPv6; an empty host is every interface) as a pair."""
+    host, colon, port_s = spec.strip().rpartition(":")
+    if not colon or not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
+        raise ConfigError(f"invalid value for {key!r}: {spec!r} is not host:port")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port_s)
 
 
 def _check_connection_limits(values: Mapping[str, Any]) -> None:

@@ -42,6 +42,7 @@ from odradek.config import Config, default_config
 from odradek.connection_quotas import ConnectionQuotas
 from odradek.errors import ErrorCode, InvalidRequest
 from odradek.interfaces import Endpoint, FileRange, TopicPartition
+from odradek.metrics import BrokerMetrics
 from odradek.plugins.transport_tcp.apis import Dispatcher, load_handlers
 from odradek.plugins.transport_tcp.apis.admin import HANDLERS as ADMIN_HANDLERS
 from odradek.plugins.transport_tcp.apis.core import HANDLERS as CORE_HANDLERS
@@ -97,6 +98,7 @@ class ScriptedBroker:
         self.cluster_id = "scripted"
         self.connection_quotas = ConnectionQuotas.from_config(config)
         self.request_memory = RequestMemoryPool.from_config(config)
+        self.metrics = BrokerMetrics()
         self.records_file = records_file
         self.produced: list[tuple[int, dict[TopicPartition, bytes]]] = []
         #: seconds a produce of this many bytes takes (a slow append), None for no wait
@@ -933,6 +935,7 @@ class FailingBroker:
         self.config = config
         self.node_id = 1
         self.cluster_id = "failing"
+        self.metrics = BrokerMetrics()
         self.touched = 0
 
     def __getattr__(self, name: str) -> Any:

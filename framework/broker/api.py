@@ -29,6 +29,7 @@ from ..interfaces import FetchDataInfo, TopicPartition
 if TYPE_CHECKING:
     from ..config import Config
     from ..connection_quotas import ConnectionQuotas
+    from ..metrics import BrokerMetrics
     from ..request_memory import RequestMemoryPool
 
 # --------------------------------------------------------------------------------------------
@@ -461,6 +462,8 @@ class Broker(Protocol):
     #: transport takes each request frame's size before reading its body and gives it back when
     #: the request is done (``odradek.transport.serve_connection`` does both)
     request_memory: RequestMemoryPool
+    #: the broker's metric counters: a transport's ``Dispatcher`` counts every request there
+    metrics: BrokerMetrics
 
     async def produce(
         self,

@@ -24,6 +24,7 @@ from ..config import Config
 from ..connection_quotas import ConnectionQuotas
 from ..errors import ErrorCode, InvalidTopic
 from ..interfaces import Codec, LogDirDescription, LogStorage, MetadataStore, TopicPartition, described_log_dirs
+from ..metrics import BrokerMetrics
 from ..pacing import paced
 from ..request_memory import RequestMemoryPool
 from .admin import AdminManager, validate_topic_name
@@ -93,6 +94,9 @@ class BrokerCore:
         self.cluster_id = cluster_id
         self.connection_quotas = ConnectionQuotas.from_config(config)
         self.request_memory = RequestMemoryPool.from_config(config)
+        #: the counters of the broker's metrics (odradek.metrics): the replica manager's and
+        #: every listener's requests
+        self.metrics = BrokerMetrics()
         self.storage = storage
         self.store = store
         self.replica_manager = ReplicaManager(
@@ -102,6 +106,7 @@ class BrokerCore:
             producer_id_expiration_ms=int(config["producer.id.expiration.ms"]),
             producer_id_expiration_check_interval_ms=int(config["producer.id.expiration.check.interval.ms"]),
             max_decompressed_bytes=int(config["message.max.decompressed.bytes"]),
+            metrics=self.metrics,
         )
         self.metadata_cache = MetadataCache(config, store, self.replica_manager)
         self.replica_manager.partition_known = self.metadata_cache.contains_partition

@@ -286,6 +286,7 @@ class ReplicaFetcher:
                 batches = records.validate_batches(payload, exact_counts=False)
                 self._restart_before_straddling_batch(tp, p, payload)
                 p.append_records_as_follower(payload, batches)
+                self.manager.replica_manager.metrics.replicated(tp.topic, len(payload))
             except (KafkaError, OSError) as exc:
                 if isinstance(exc, KafkaError) and exc.code is not ErrorCode.KAFKA_STORAGE_ERROR:
                     # bytes this replica cannot take (a corrupt batch, an offset it does not

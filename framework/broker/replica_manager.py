@@ -26,6 +26,7 @@ import trio
 from ..config import TopicConfig
 from ..errors import ErrorCode, KafkaError, UnknownTopicOrPartition
 from ..interfaces import Codec, LogDirDescription, LogStorage, TopicPartition
+from ..metrics import BrokerMetrics
 from .api import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -145,8 +146,11 @@ class ReplicaManager:
         producer_id_expiration_check_interval_ms: int = PRODUCER_EXPIRATION_CHECK_INTERVAL_MS,
         clock_ms: Callable[[], int] = _now_ms,
         max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self.broker_id = broker_id
+        #: the broker's counters (records and bytes in and out per topic, failed requests)
+        self.metrics = metrics if metrics is not None else BrokerMetrics()
         self.storage = storage
         self.codecs = codecs
         #: message.max.decompressed.bytes: how far a produced batch may inflate
@@ -289,6 +293,8 @@ class ReplicaManager:
         self._wake(tp)
         self.on_partitions_changed()
         if partition is not None and delete:
+            if tp.topic not in self._hosted_by_topic:
+                self.metrics.forget_topic(tp.topic)
             await self.storage.delete_log(tp)
 
     def take_offline(self, tps: Collection[TopicPartition], log_dir: str) -> list[TopicPartition]:
@@ -406,14 +412,17 @@ class ReplicaManager:
                 if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
                     self._append_failed(tp, exc)
                 results[tp] = PartitionProduceResult(exc.code, error_message=str(exc))
+                self.metrics.produce_failed(tp.topic)
                 continue
             except OSError as exc:  # a storage plugin that lets the OS error through
                 self._append_failed(tp, exc)
                 results[tp] = PartitionProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(exc))
+                self.metrics.produce_failed(tp.topic)
                 continue
             except Exception as exc:  # a programming error must fail this partition only
                 log.exception("append to %s failed", tp)
                 results[tp] = PartitionProduceResult(_error_of(exc), error_message=repr(exc))
+                self.metrics.produce_failed(tp.topic)
                 continue
             if self.append_failures.active:
                 self.append_failures.succeeded(log_dir_of(partition))
@@ -426,9 +435,11 @@ class ReplicaManager:
                 dup = appended.duplicate
                 results[tp] = PartitionProduceResult(ErrorCode.NONE, dup.first_offset, -1, partition.log_start_offset)
                 required[tp] = dup.last_offset + 1
+                self.metrics.appended(tp.topic, 0, 0)
                 continue
             info = appended.info
             assert info is not None
+            self.metrics.appended(tp.topic, info.last_offset - info.first_offset + 1, info.valid_bytes)
             results[tp] = PartitionProduceResult(
                 ErrorCode.NONE, info.first_offset, validated.log_append_time, partition.log_start_offset
             )
@@ -494,6 +505,7 @@ class ReplicaManager:
         if replica_id >= 0:
             self._update_follower_fetch_states(replica_id, partitions, results)
         if max_wait_ms <= 0 or not partitions or total >= min_bytes or errored:
+            self._count_fetch(replica_id, results)
             return results
         release_all(results)
         by_tp = {p.tp: p for p in partitions}
@@ -511,7 +523,20 @@ class ReplicaManager:
             if op.is_completed:
                 release_all(op.results)
             raise
+        self._count_fetch(replica_id, op.results)
         return op.results
+
+    def _count_fetch(self, replica_id: int, results: Mapping[TopicPartition, FetchPartitionResult]) -> None:
+        """Bytes out (a follower's: replication bytes out) and failed partitions, per topic."""
+        metrics = self.metrics
+        follower = replica_id >= 0
+        for tp, result in results.items():
+            if result.error != ErrorCode.NONE:
+                if not follower:
+                    metrics.fetch_failed(tp.topic)
+                continue
+            info = result.records
+            metrics.fetched(tp.topic, info.size if info is not None else 0, follower=follower)
 
     def _update_follower_fetch_states(
         self,

@@ -35,11 +35,12 @@ from typing import Any
 
 import trio
 
-from ..config import WILDCARD_HOSTS, Config
+from ..config import WILDCARD_HOSTS, Config, parse_host_port
 from ..coordination import broker_key
 from ..errors import OdradekError
 from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, SessionState
 from ..manager import Plugins, load_plugins
+from ..metrics_exporter import serve_metrics
 from ..sessions import MetadataUnavailable
 from . import meta_properties
 from .alter_partition import AlterPartitionManager
@@ -153,6 +154,8 @@ class BrokerServer:
         self.core: BrokerCore | None = None
         self.controller: Controller | None = None
         self.endpoints: list[Endpoint] = []
+        #: where ``metrics.prometheus.listener`` serves metrics (the bound port), once serving
+        self.metrics_address: tuple[str, int] | None = None
         self.broker_epoch = -1
         #: whether the metadata session was lost and no new one registered this broker yet
         self._session_lost = False
@@ -223,6 +226,7 @@ class BrokerServer:
                 await start_transaction_coordinator(
                     core, config, lambda fn: self._start(background, scopes, fn), self._connector
                 )
+                await self._start_metrics(core, background, scopes)
             except BaseException:
                 for scope in scopes:  # shielded tasks would keep the nursery (and serve) open forever
                     scope.cancel()
@@ -287,6 +291,21 @@ class BrokerServer:
                 finally:
                     for scope in scopes:
                         scope.cancel()
+
+    async def _start_metrics(self, core: BrokerCore, background: trio.Nursery, scopes: list[trio.CancelScope]) -> None:
+        """Serve the metrics for Prometheus when ``metrics.prometheus.listener`` asks for it (before
+        the listeners, so a broker that serves clients can be watched); a port in use stops the
+        start, as a listener's does."""
+        spec = str(self.config["metrics.prometheus.listener"])
+        if not spec:
+            return
+        host, port = parse_host_port(spec, "metrics.prometheus.listener")
+        try:
+            self.metrics_address = await self._start(
+                background, scopes, lambda *, task_status: serve_metrics(core, host, port, task_status=task_status)
+            )
+        except OSError as exc:
+            raise ListenerError(f"metrics.prometheus.listener {spec}: {exc}") from exc
 
     async def _wait_for_earlier_registration(self, store: MetadataStore) -> None:
         """Before anything starts, wait for a registration of this broker id that an earlier

@@ -51,6 +51,7 @@ import trio
 from ..config import Config, default_config
 from ..connection_quotas import ConnectionQuotas
 from ..interfaces import Connection, Connector, Endpoint, Listener, TransportFactory
+from ..metrics import BrokerMetrics
 from ..request_memory import RequestMemoryPool
 from ._suite import suite_for
 
@@ -79,6 +80,7 @@ class FakeBrokerCore:
     def __init__(self, quotas: ConnectionQuotas | None = None, memory: RequestMemoryPool | None = None) -> None:
         self.connection_quotas = quotas or ConnectionQuotas()
         self.request_memory = memory or RequestMemoryPool()
+        self.metrics = BrokerMetrics()
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"the transport conformance suite's fake broker core has no {name!r}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -23,6 +24,7 @@ import trio
 from odradek.config import Config
 from odradek.errors import ErrorCode, InvalidRequest, KafkaError, OdradekError, UnsupportedVersion
 from odradek.interfaces import Endpoint
+from odradek.metrics import BrokerMetrics
 from odradek.protocol import (
     ApiKey,
     FetchEnvelope,
@@ -139,6 +141,10 @@ class Dispatcher:
         self.config = config
         self.listener = listener
         self.handlers = dict(load_handlers() if handlers is None else handlers)
+        #: the broker's counters: requests per API and version, and their handling time (a
+        #: broker stand-in without them, as tests build, gets counters of its own)
+        metrics = getattr(broker, "metrics", None)
+        self.metrics: BrokerMetrics = metrics if isinstance(metrics, BrokerMetrics) else BrokerMetrics()
         self.advertised = advertised_versions(self.handlers)
 
     def handler_for(self, header: RequestHeader) -> Handler | None:
@@ -159,32 +165,38 @@ class Dispatcher:
             raise UnsupportedVersion(f"{api_name(header.api_key)} v{header.api_version} is not supported")
 
     async def process(self, header: RequestHeader, frame: bytearray, peer: str) -> Outcome:
-        """The wire response to one request. Raises on requests that must close the connection."""
+        """The wire response to one request. Raises on requests that must close the connection.
+
+        Counted in the broker's request metrics with the time it took, whatever its outcome."""
+        start = time.perf_counter()
         key, version = header.api_key, header.api_version
-        if key == ApiKey.API_VERSIONS and not is_supported(key, version):
-            return api_versions_fallback(header.correlation_id, self.advertised)
-        self.check(header)
-        offload = len(frame) >= OFFLOAD_FRAME_BYTES and key not in _ON_LOOP
-        if offload:
-            request = await trio.to_thread.run_sync(decode_request, key, version, frame, header.body_offset)
-        else:
-            request = decode_request(key, version, frame, header.body_offset)
-        ctx = RequestContext(header, self.broker, self.config, self.listener, peer, self.advertised)
         try:
-            response = await self.handlers[key].handle(ctx, request)
-        except CloseConnection:
-            raise
-        except Exception as exc:
-            response = self._answer_failure(header, request, exc, peer)
-        if response is None:
-            return None
-        try:
+            if key == ApiKey.API_VERSIONS and not is_supported(key, version):
+                return api_versions_fallback(header.correlation_id, self.advertised)
+            self.check(header)
+            offload = len(frame) >= OFFLOAD_FRAME_BYTES and key not in _ON_LOOP
             if offload:
-                return await trio.to_thread.run_sync(_encode, header, response)
-            return _encode(header, response)
-        except Exception as exc:
-            answer = self._answer_unencodable(header, request, exc, peer)
-        return _encode(header, answer)
+                request = await trio.to_thread.run_sync(decode_request, key, version, frame, header.body_offset)
+            else:
+                request = decode_request(key, version, frame, header.body_offset)
+            ctx = RequestContext(header, self.broker, self.config, self.listener, peer, self.advertised)
+            try:
+                response = await self.handlers[key].handle(ctx, request)
+            except CloseConnection:
+                raise
+            except Exception as exc:
+                response = self._answer_failure(header, request, exc, peer)
+            if response is None:
+                return None
+            try:
+                if offload:
+                    return await trio.to_thread.run_sync(_encode, header, response)
+                return _encode(header, response)
+            except Exception as exc:
+                answer = self._answer_unencodable(header, request, exc, peer)
+            return _encode(header, answer)
+        finally:
+            self.metrics.request_done(key, version, time.perf_counter() - start)
 
     def _answer_unencodable(self, header: RequestHeader, request: Any, exc: Exception, peer: str) -> Any:
         """The error response in place of a response that cannot be encoded (a value the core

@@ -1,0 +1,379 @@
+"""The broker's metrics, under the names Kafka's metrics get in Prometheus.
+
+Kafka publishes its metrics over JMX, and Prometheus scrapes them through the JMX exporter, whose
+usual rules turn ``kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec,topic=t`` into
+``kafka_server_brokertopicmetrics_messagesin_total{topic="t"}``. odradek serves the same names
+itself (prometheus-client's exposition), so dashboards and alerts written for Kafka read them.
+
+Two kinds of value, kept apart for the hot path's sake:
+
+- *counters* the request path bumps (:class:`BrokerMetrics`): records and bytes in and out per
+  topic, produce and fetch requests per topic and their failures, requests per API and version
+  and their total time. They are plain integers in the broker's own thread: no lock, no label
+  lookup, one dict lookup and a few additions per partition of a Produce or Fetch;
+- *gauges* read from the broker's state when Prometheus scrapes (:class:`BrokerCollector`):
+  partitions, leaders, under-replicated and under-min-ISR partitions, each log's size and
+  offsets, connections, request memory, parked requests, groups, whether this broker is the
+  controller. Nothing is kept for them between scrapes.
+
+A scrape runs in the exporter's HTTP thread (see :mod:`odradek.metrics_exporter`), which asks
+the broker's trio thread to build the samples (``trio.from_thread.run_sync``): the state is
+only ever read on the thread that changes it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from .protocol import api_name
+
+if TYPE_CHECKING:
+    from .broker.core import BrokerCore
+
+#: Upper bounds (seconds) of the request-time histogram's buckets: 0.5 ms to 30 s, the span
+#: from a Produce with acks=1 to a long-poll Fetch or a JoinGroup waiting out its rebalance.
+REQUEST_TIME_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+@dataclass(slots=True)
+class TopicCounters:
+    """Kafka's ``BrokerTopicMetrics`` for one topic (or, as ``all_topics``, for every topic)."""
+
+    messages_in: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    replication_bytes_in: int = 0
+    replication_bytes_out: int = 0
+    produce_requests: int = 0
+    failed_produce_requests: int = 0
+    fetch_requests: int = 0
+    failed_fetch_requests: int = 0
+
+
+@dataclass(slots=True)
+class RequestTimes:
+    """Requests of one API: how many, per version, and a histogram of their total time."""
+
+    by_version: dict[int, int] = field(default_factory=dict)
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(REQUEST_TIME_BUCKETS_S) + 1))
+    seconds: float = 0.0
+    count: int = 0
+
+
+class BrokerMetrics:
+    """The counters the broker's request path keeps (see the module docstring).
+
+    Kafka counts a Produce or Fetch "request" per partition it names (``TotalProduceRequestsPerSec``
+    grows by one for each topic-partition of a request), and so does this; a failed one is a
+    partition answered with an error. Records and bytes are counted once appended (leader
+    appends, every origin) or once read for an answer (consumers; a follower's reads are
+    ``ReplicationBytesOutPerSec``, what a follower appends ``ReplicationBytesInPerSec``). The
+    all-topics totals are summed when read, from the topics and the deleted topics' totals, so
+    the hot path bumps one set of counters.
+    """
+
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicCounters] = {}
+        self.requests: dict[int, RequestTimes] = {}
+        #: what deleted topics had counted, kept in the all-topics totals
+        self._retired = TopicCounters()
+
+    def topic(self, name: str) -> TopicCounters:
+        counters = self.topics.get(name)
+        if counters is None:
+            counters = self.topics[name] = TopicCounters()
+        return counters
+
+    @property
+    def all_topics(self) -> TopicCounters:
+        """Kafka's all-topics meters: every topic's counts, deleted topics' included."""
+        total = TopicCounters()
+        for counters in (*self.topics.values(), self._retired):
+            for name in TopicCounters.__slots__:
+                setattr(total, name, getattr(total, name) + getattr(counters, name))
+        return total
+
+    def forget_topic(self, name: str) -> None:
+        """A deleted topic's counters go, as Kafka removes its ``BrokerTopicMetrics``; the
+        all-topics totals keep what it counted."""
+        counters = self.topics.pop(name, None)
+        if counters is not None:
+            retired = self._retired
+            for field_name in TopicCounters.__slots__:
+                setattr(retired, field_name, getattr(retired, field_name) + getattr(counters, field_name))
+
+    def appended(self, topic: str, records: int, size: int) -> None:
+        """A produce request's partition was appended as leader: ``records`` records, ``size`` bytes."""
+        t = self.topics.get(topic) or self.topic(topic)
+        t.produce_requests += 1
+        t.messages_in += records
+        t.bytes_in += size
+
+    def produce_failed(self, topic: str) -> None:
+        t = self.topic(topic)
+        t.produce_requests += 1
+        t.failed_produce_requests += 1
+
+    def fetched(self, topic: str, size: int, *, follower: bool) -> None:
+        """A fetch request's partition was answered with ``size`` bytes of records."""
+        t = self.topics.get(topic) or self.topic(topic)
+        if follower:
+            t.replication_bytes_out += size
+        else:
+            t.fetch_requests += 1
+            t.bytes_out += size
+
+    def fetch_failed(self, topic: str) -> None:
+        t = self.topic(topic)
+        t.fetch_requests += 1
+        t.failed_fetch_requests += 1
+
+    def replicated(self, topic: str, size: int) -> None:
+        """A follower appended ``size`` bytes it fetched from its leader."""
+        self.topic(topic).replication_bytes_in += size
+
+    def request_done(self, api_key: int, api_version: int, seconds: float) -> None:
+        """One request of ``api_key`` (``api_version``) was answered ``seconds`` after it was read."""
+        times = self.requests.get(api_key) or self._new_request_times(api_key)
+        by_version = times.by_version
+        by_version[api_version] = by_version.get(api_version, 0) + 1
+        times.buckets[bisect.bisect_left(REQUEST_TIME_BUCKETS_S, seconds)] += 1
+        times.seconds += seconds
+        times.count += 1
+
+    def _new_request_times(self, api_key: int) -> RequestTimes:
+        times = self.requests[api_key] = RequestTimes()
+        return times
+
+
+_TOPIC_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("messages_in", "messagesin", "Records appended by this broker as leader (MessagesInPerSec)."),
+    ("bytes_in", "bytesin", "Bytes of records appended as leader (BytesInPerSec)."),
+    ("bytes_out", "bytesout", "Bytes of records read for consumers' fetches (BytesOutPerSec)."),
+    (
+        "replication_bytes_in",
+        "replicationbytesin",
+        "Bytes of records appended as follower (ReplicationBytesInPerSec).",
+    ),
+    (
+        "replication_bytes_out",
+        "replicationbytesout",
+        "Bytes of records read for followers' fetches (ReplicationBytesOutPerSec).",
+    ),
+    (
+        "produce_requests",
+        "totalproducerequests",
+        "Partitions named in Produce requests (TotalProduceRequestsPerSec).",
+    ),
+    (
+        "failed_produce_requests",
+        "failedproducerequests",
+        "Partitions of Produce requests answered with an error (FailedProduceRequestsPerSec).",
+    ),
+    (
+        "fetch_requests",
+        "totalfetchrequests",
+        "Partitions named in consumers' Fetch requests (TotalFetchRequestsPerSec).",
+    ),
+    (
+        "failed_fetch_requests",
+        "failedfetchrequests",
+        "Partitions of consumers' Fetch requests answered with an error (FailedFetchRequestsPerSec).",
+    ),
+)
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """The broker's counters and state at one instant, as plain values (cheap to take on the
+    broker's thread; the metric families are built from it on any thread)."""
+
+    topics: list[tuple[str, TopicCounters]]
+    all_topics: TopicCounters
+    requests: list[tuple[str, list[tuple[int, int]], list[int], float]]
+    replica_manager: list[tuple[str, int, str]]
+    purgatories: list[tuple[str, int]]
+    #: (topic, partition, log size, log start offset, log end offset, high watermark)
+    partitions: list[tuple[str, int, int, int, int, int]]
+    broker: list[tuple[str, float, str]]
+
+
+class BrokerCollector:
+    """Every sample of a broker core's counters and state: :meth:`snapshot` on the broker's
+    thread, :meth:`families` anywhere (the exporter's HTTP thread); :meth:`collect` does both."""
+
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+
+    def collect(self) -> list[Metric]:
+        return self.families(self.snapshot())
+
+    def snapshot(self) -> Snapshot:
+        """Copy what the families need: about a microsecond a hosted partition."""
+        core = self.core
+        metrics = core.metrics
+        rm = core.replica_manager
+        partitions = list(rm.partitions.values())
+        leaders = [p for p in partitions if p.is_leader]
+        rows = []
+        for tp, partition in rm.partitions.items():
+            log = partition.log
+            rows.append(
+                (tp.topic, tp.partition, log.size_in_bytes, log.log_start_offset, log.log_end_offset,
+                 partition.high_watermark)
+            )  # fmt: skip
+        controller = core.controller
+        memory = core.request_memory
+        broker: list[tuple[str, float, str]] = [
+            (
+                "kafka_controller_kafkacontroller_activecontrollercount",
+                1 if controller is not None and controller.leadership is not None else 0,
+                "1 while this broker is the cluster's controller.",
+            ),
+            (
+                "kafka_server_socket_server_metrics_connection_count",
+                core.connection_quotas.total,
+                "Client connections open, over every listener.",
+            ),
+            (
+                "kafka_network_socketserver_memorypoolused",
+                memory.used,
+                "Bytes of request frames held (queued.max.request.bytes counts them).",
+            ),
+        ]
+        if memory.limit is not None:
+            broker.append(
+                (
+                    "kafka_network_socketserver_memorypoolavailable",
+                    memory.limit - memory.used,
+                    "Bytes of request memory left before connections wait (queued.max.request.bytes).",
+                )
+            )
+        groups = _group_count(core.group_coordinator)
+        if groups is not None:
+            broker.append(
+                (
+                    "kafka_coordinator_group_groupmetadatamanager_numgroups",
+                    groups,
+                    "Consumer groups this broker coordinates.",
+                )
+            )
+        return Snapshot(
+            topics=[(topic, _copy(counters)) for topic, counters in metrics.topics.items()],
+            all_topics=metrics.all_topics,
+            requests=[
+                (api_name(key), sorted(rt.by_version.items()), list(rt.buckets), rt.seconds)
+                for key, rt in sorted(metrics.requests.items())
+            ],
+            replica_manager=[
+                ("partitioncount", len(partitions), "Partitions this broker hosts."),
+                ("leadercount", len(leaders), "Partitions this broker leads."),
+                (
+                    "underreplicatedpartitions",
+                    sum(1 for p in leaders if len(p.isr) < len(p.replicas)),
+                    "Led partitions whose ISR lacks a replica.",
+                ),
+                (
+                    "underminisrpartitioncount",
+                    sum(1 for p in leaders if len(p.isr) < p.effective_min_isr),
+                    "Led partitions whose ISR is below min.insync.replicas.",
+                ),
+                (
+                    "atminisrpartitioncount",
+                    sum(1 for p in leaders if len(p.isr) == p.effective_min_isr),
+                    "Led partitions whose ISR is exactly min.insync.replicas.",
+                ),
+                ("offlinereplicacount", len(rm.offline_partitions), "Partitions offline here (their log dir failed)."),
+            ],
+            purgatories=[
+                (p.name, p.watched()) for p in (rm.produce_purgatory, rm.fetch_purgatory, rm.delete_records_purgatory)
+            ],
+            partitions=rows,
+            broker=broker,
+        )
+
+    def families(self, snap: Snapshot) -> list[Metric]:
+        """The Prometheus metric families of ``snap``."""
+        out: list[Metric] = []
+        topics = sorted(snap.topics, key=lambda item: item[0])
+        for attr, name, doc in _TOPIC_COUNTERS:
+            per_topic = CounterMetricFamily(f"kafka_server_brokertopicmetrics_{name}", doc, labels=["topic"])
+            for topic, counters in topics:
+                per_topic.add_metric([topic], getattr(counters, attr))
+            # Kafka's all-topics meter is the same JMX name without the topic tag
+            every = CounterMetricFamily(f"kafka_server_brokertopicmetrics_{name}_alltopics", doc + " All topics.")
+            every.add_metric([], getattr(snap.all_topics, attr))
+            out += (per_topic, every)
+        requests = CounterMetricFamily(
+            "kafka_network_requestmetrics_requests",
+            "Requests answered, per API and version (RequestsPerSec).",
+            labels=["request", "version"],
+        )
+        times = HistogramMetricFamily(
+            "kafka_network_requestmetrics_totaltime_seconds",
+            "Time from the start of a request's handling to its answer ready, per API (TotalTimeMs).",
+            labels=["request"],
+        )
+        for name, by_version, counts, seconds in snap.requests:
+            for version, count in by_version:
+                requests.add_metric([name, str(version)], count)
+            cumulative, buckets = 0, []
+            for bound, count in zip((*REQUEST_TIME_BUCKETS_S, float("inf")), counts, strict=True):
+                cumulative += count
+                buckets.append((_bucket_label(bound), cumulative))
+            times.add_metric([name], buckets, seconds)
+        out += (requests, times)
+        out += (_gauge(f"kafka_server_replicamanager_{name}", doc, v) for name, v, doc in snap.replica_manager)
+        purgatory = GaugeMetricFamily(
+            "kafka_server_delayedoperationpurgatory_purgatorysize",
+            "Requests parked in a purgatory (acks=all produce, long-poll fetch, DeleteRecords).",
+            labels=["delayedOperation"],
+        )
+        for name, watched in snap.purgatories:
+            purgatory.add_metric([name], watched)
+        out.append(purgatory)
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily("kafka_log_log_size", "Bytes of a partition's log.", labels=labels)
+        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "A partition's log start offset.", labels=labels)
+        end = GaugeMetricFamily("kafka_log_log_logendoffset", "A partition's log end offset.", labels=labels)
+        hw = GaugeMetricFamily(
+            "kafka_cluster_partition_highwatermark", "A partition's high watermark here.", labels=labels
+        )
+        for topic, partition, log_size, log_start, log_end, high_watermark in sorted(snap.partitions):
+            key = [topic, str(partition)]
+            size.add_metric(key, log_size)
+            start.add_metric(key, log_start)
+            end.add_metric(key, log_end)
+            hw.add_metric(key, high_watermark)
+        out += (size, start, end, hw)
+        out += (_gauge(name, doc, v) for name, v, doc in snap.broker)
+        return out
+
+
+def _copy(counters: TopicCounters) -> TopicCounters:
+    return TopicCounters(*(getattr(counters, name) for name in TopicCounters.__slots__))
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc)
+    family.add_metric([], value)
+    return family
+
+
+def _bucket_label(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)
+
+
+def _group_count(coordinator: Any) -> int | None:
+    if coordinator is None:
+        return None
+    _, groups = coordinator.list_groups()
+    return len(groups)
+
+
+__all__ = ["REQUEST_TIME_BUCKETS_S", "BrokerCollector", "BrokerMetrics", "RequestTimes", "Snapshot", "TopicCounters"]
