@@ -80,6 +80,10 @@ class BrokerMetrics:
     def __init__(self) -> None:
         self.topics: dict[str, TopicCounters] = {}
         self.requests: dict[int, RequestTimes] = {}
+        #: ISR changes this broker wrote as a leader (Kafka's IsrShrinksPerSec, IsrExpandsPerSec;
+        #: the controller's removal of a dead broker is not one, as in Kafka)
+        self.isr_shrinks = 0
+        self.isr_expands = 0
         #: what deleted topics had counted, kept in the all-topics totals
         self._retired = TopicCounters()
 
@@ -197,6 +201,7 @@ class Snapshot:
     all_topics: TopicCounters
     requests: list[tuple[str, list[tuple[int, int]], list[int], float]]
     replica_manager: list[tuple[str, int, str]]
+    isr_changes: tuple[int, int]
     purgatories: list[tuple[str, int]]
     #: (topic, partition, log size, log start offset, log end offset, high watermark)
     partitions: list[tuple[str, int, int, int, int, int]]
@@ -290,6 +295,7 @@ class BrokerCollector:
                 ),
                 ("offlinereplicacount", len(rm.offline_partitions), "Partitions offline here (their log dir failed)."),
             ],
+            isr_changes=(metrics.isr_shrinks, metrics.isr_expands),
             purgatories=[
                 (p.name, p.watched()) for p in (rm.produce_purgatory, rm.fetch_purgatory, rm.delete_records_purgatory)
             ],
@@ -329,6 +335,13 @@ class BrokerCollector:
             times.add_metric([name], buckets, seconds)
         out += (requests, times)
         out += (_gauge(f"kafka_server_replicamanager_{name}", doc, v) for name, v, doc in snap.replica_manager)
+        for name, count, doc in (
+            ("isrshrinks", snap.isr_changes[0], "ISR shrinks this broker wrote as leader (IsrShrinksPerSec)."),
+            ("isrexpands", snap.isr_changes[1], "ISR expansions this broker wrote as leader (IsrExpandsPerSec)."),
+        ):
+            family = CounterMetricFamily(f"kafka_server_replicamanager_{name}", doc)
+            family.add_metric([], count)
+            out.append(family)
         purgatory = GaugeMetricFamily(
             "kafka_server_delayedoperationpurgatory_purgatorysize",
             "Requests parked in a purgatory (acks=all produce, long-poll fetch, DeleteRecords).",

@@ -4,7 +4,6 @@ and a broker process scraped after a real client produced and consumed."""
 
 from __future__ import annotations
 
-import re
 import socket
 import subprocess
 import time
@@ -14,7 +13,6 @@ from pathlib import Path
 import pytest
 import trio
 from broker_harness import batch, broker_config, broker_plugins, create, fetch_records, produce, running_broker, serving
-from prometheus_client.parser import text_string_to_metric_families
 
 from odradek.broker.server import BrokerServer, ListenerError
 from odradek.config import ConfigError, default_config, parse_host_port
@@ -22,25 +20,8 @@ from odradek.interfaces import Endpoint, TopicPartition
 from odradek.metrics import REQUEST_TIME_BUCKETS_S, BrokerMetrics
 from odradek.plugins.transport_tcp.apis import Dispatcher
 from odradek.protocol import parse_request_header
-from odradek.testing.broker import start_broker, unique_topic
+from odradek.testing.broker import parse_samples, sample, start_broker, unique_topic
 from odradek.testing.transport import api_versions_frame
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def parse(text: str) -> Samples:
-    """Every sample of an exposition, by (sample name, labels)."""
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    key = (name, frozenset(labels.items()))
-    assert key in samples, f"no sample {name}{labels}; have: {sorted(n for n, _ in samples if n.startswith(name))}"
-    return samples[key]
 
 
 def scrape(host: str, port: int) -> str:
@@ -153,31 +134,31 @@ async def test_a_brokers_metrics_are_scraped_with_kafkas_names(tmp_path: Path) -
         assert failed.error != 0
         assert len(await fetch_records(core, tp)) == 5
         # the scrape runs in a thread (it is an HTTP client); the samples are built on this one
-        samples = parse(await trio.to_thread.run_sync(scrape, host, port))
+        samples = parse_samples(await trio.to_thread.run_sync(scrape, host, port))
         log_size = core.replica_manager.partitions[tp].log.size_in_bytes
-    assert value(samples, "kafka_server_brokertopicmetrics_messagesin_total", topic="visits") == 5
-    assert value(samples, "kafka_server_brokertopicmetrics_bytesin_total", topic="visits") == log_size
-    assert value(samples, "kafka_server_brokertopicmetrics_totalproducerequests_total", topic="visits") == 3
-    assert value(samples, "kafka_server_brokertopicmetrics_failedproducerequests_total", topic="visits") == 1
-    assert value(samples, "kafka_server_brokertopicmetrics_bytesout_total", topic="visits") == log_size
-    assert value(samples, "kafka_server_brokertopicmetrics_totalfetchrequests_total", topic="visits") == 1
-    assert value(samples, "kafka_server_brokertopicmetrics_messagesin_alltopics_total") >= 5
-    assert value(samples, "kafka_server_replicamanager_partitioncount") >= 2
-    assert value(samples, "kafka_server_replicamanager_leadercount") == value(
+    assert sample(samples, "kafka_server_brokertopicmetrics_messagesin_total", topic="visits") == 5
+    assert sample(samples, "kafka_server_brokertopicmetrics_bytesin_total", topic="visits") == log_size
+    assert sample(samples, "kafka_server_brokertopicmetrics_totalproducerequests_total", topic="visits") == 3
+    assert sample(samples, "kafka_server_brokertopicmetrics_failedproducerequests_total", topic="visits") == 1
+    assert sample(samples, "kafka_server_brokertopicmetrics_bytesout_total", topic="visits") == log_size
+    assert sample(samples, "kafka_server_brokertopicmetrics_totalfetchrequests_total", topic="visits") == 1
+    assert sample(samples, "kafka_server_brokertopicmetrics_messagesin_alltopics_total") >= 5
+    assert sample(samples, "kafka_server_replicamanager_partitioncount") >= 2
+    assert sample(samples, "kafka_server_replicamanager_leadercount") == sample(
         samples, "kafka_server_replicamanager_partitioncount"
     )
-    assert value(samples, "kafka_server_replicamanager_underreplicatedpartitions") == 0
-    assert value(samples, "kafka_server_replicamanager_underminisrpartitioncount") == 0
-    assert value(samples, "kafka_log_log_logendoffset", topic="visits", partition="0") == 5
-    assert value(samples, "kafka_log_log_logendoffset", topic="visits", partition="1") == 0
-    assert value(samples, "kafka_log_log_logstartoffset", topic="visits", partition="0") == 0
-    assert value(samples, "kafka_cluster_partition_highwatermark", topic="visits", partition="0") == 5
-    assert value(samples, "kafka_log_log_size", topic="visits", partition="0") == log_size
-    assert value(samples, "kafka_controller_kafkacontroller_activecontrollercount") == 1
-    assert value(samples, "kafka_server_delayedoperationpurgatory_purgatorysize", delayedOperation="Fetch") == 0
-    assert value(samples, "kafka_network_socketserver_memorypoolused") == 0
-    assert value(samples, "kafka_coordinator_group_groupmetadatamanager_numgroups") == 0
-    assert value(samples, "process_resident_memory_bytes") > 0
+    assert sample(samples, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert sample(samples, "kafka_server_replicamanager_underminisrpartitioncount") == 0
+    assert sample(samples, "kafka_log_log_logendoffset", topic="visits", partition="0") == 5
+    assert sample(samples, "kafka_log_log_logendoffset", topic="visits", partition="1") == 0
+    assert sample(samples, "kafka_log_log_logstartoffset", topic="visits", partition="0") == 0
+    assert sample(samples, "kafka_cluster_partition_highwatermark", topic="visits", partition="0") == 5
+    assert sample(samples, "kafka_log_log_size", topic="visits", partition="0") == log_size
+    assert sample(samples, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert sample(samples, "kafka_server_delayedoperationpurgatory_purgatorysize", delayedOperation="Fetch") == 0
+    assert sample(samples, "kafka_network_socketserver_memorypoolused") == 0
+    assert sample(samples, "kafka_coordinator_group_groupmetadatamanager_numgroups") == 0
+    assert sample(samples, "process_resident_memory_bytes") > 0
 
 
 async def test_a_metrics_port_in_use_stops_the_start_naming_the_key(tmp_path: Path) -> None:
@@ -203,9 +184,7 @@ async def test_a_metrics_port_in_use_stops_the_start_naming_the_key(tmp_path: Pa
 def test_a_broker_process_serves_metrics_of_what_kcat_produced_and_consumed(tmp_path: Path) -> None:
     topic = unique_topic("metrics")
     with start_broker(tmp_path, {"metrics.prometheus.listener": "127.0.0.1:0"}) as broker:
-        found = re.search(r"metrics for Prometheus at http://127\.0\.0\.1:(\d+)/metrics", broker.log_path.read_text())
-        assert found, broker.log_tail()
-        port = int(found.group(1))
+        assert broker.metrics_url().startswith("http://127.0.0.1:")
         lines = "".join(f"record-{i}\n" for i in range(100))
         subprocess.run(
             ["kcat", "-b", broker.bootstrap, "-P", "-t", topic], input=lines.encode(), check=True, timeout=60
@@ -219,24 +198,24 @@ def test_a_broker_process_serves_metrics_of_what_kcat_produced_and_consumed(tmp_
         assert consumed.stdout.decode().splitlines() == [f"record-{i}" for i in range(100)]
         deadline = time.monotonic() + 10
         while True:  # kcat's last fetch may still be in the broker's hands
-            samples = parse(scrape("127.0.0.1", port))
-            if value(samples, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic) > 0:
+            samples = broker.metrics()
+            if sample(samples, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic) > 0:
                 break
             assert time.monotonic() < deadline, "no bytes out counted after kcat consumed"
             time.sleep(0.1)
-    assert value(samples, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 100
-    assert value(samples, "kafka_log_log_logendoffset", topic=topic, partition="0") == 100
+    assert sample(samples, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 100
+    assert sample(samples, "kafka_log_log_logendoffset", topic=topic, partition="0") == 100
     produce_requests = sum(
         v
         for (name, labels), v in samples.items()
         if name == "kafka_network_requestmetrics_requests_total" and dict(labels)["request"] == "Produce"
     )
     assert produce_requests >= 1
-    assert value(samples, "kafka_network_requestmetrics_totaltime_seconds_count", request="Fetch") >= 1
-    assert value(samples, "kafka_network_requestmetrics_totaltime_seconds_bucket", request="Fetch", le="+Inf") == value(
-        samples, "kafka_network_requestmetrics_totaltime_seconds_count", request="Fetch"
-    )
-    assert value(samples, "kafka_server_socket_server_metrics_connection_count") >= 0
+    assert sample(samples, "kafka_network_requestmetrics_totaltime_seconds_count", request="Fetch") >= 1
+    assert sample(
+        samples, "kafka_network_requestmetrics_totaltime_seconds_bucket", request="Fetch", le="+Inf"
+    ) == sample(samples, "kafka_network_requestmetrics_totaltime_seconds_count", request="Fetch")
+    assert sample(samples, "kafka_server_socket_server_metrics_connection_count") >= 0
 
 
 async def test_a_deleted_topics_series_go_with_it(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from odradek.testing.broker import BrokerProcess, start_broker, unique_topic
+from odradek.testing.broker import BrokerProcess, sample, start_broker, unique_topic
 from odradek.testing.servers import unique_chroot
 
 SESSION_MS = 2000
@@ -35,6 +35,7 @@ def three_brokers(tmp_path: Path, metadata: dict[str, str]) -> Iterator[dict[int
         "replica.lag.time.max.ms": LAG_MS,
         "replica.fetch.wait.max.ms": 200,
         "group.initial.rebalance.delay.ms": 0,
+        "metrics.prometheus.listener": "127.0.0.1:0",
         **metadata,
     }
     with contextlib.ExitStack() as stack:
@@ -194,6 +195,19 @@ def run_failover(tmp_path: Path, metadata: dict[str, str]) -> None:
         )
         got_again = consume_all(bootstrap, topic, len(acked))
         assert acked <= set(got_again)
+        # the metrics tell the same story: the new leader took the restarted broker back into
+        # the ISR and served its fetches, which appended them as a follower
+        leading = brokers[new_leader].metrics()
+        assert sample(leading, "kafka_server_replicamanager_isrexpands_total") >= 1
+        assert sample(leading, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+        assert sample(leading, "kafka_server_brokertopicmetrics_replicationbytesout_total", topic=topic) > 0
+        restarted = brokers[leader].metrics()
+        assert sample(restarted, "kafka_server_brokertopicmetrics_replicationbytesin_total", topic=topic) > 0
+        assert sample(restarted, "kafka_log_log_logendoffset", topic=topic, partition="0") == 600
+        controllers = sum(
+            sample(b.metrics(), "kafka_controller_kafkacontroller_activecontrollercount") for b in brokers.values()
+        )
+        assert controllers == 1
         for b in brokers.values():
             assert not b.log_problems(), b.log_problems()
 

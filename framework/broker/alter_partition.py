@@ -127,6 +127,11 @@ class AlterPartitionManager:
         if not await self.alter_isr(tp, new_isr):
             return False
         log.info("%s: ISR %s -> %s", tp, old_isr, list(new_isr))
+        metrics = self.replica_manager.metrics
+        if shrink:
+            metrics.isr_shrinks += 1
+        if expand - shrink:
+            metrics.isr_expands += 1
         return True
 
     async def _eligible(

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -33,10 +34,34 @@ import pytest
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 _LISTENING = re.compile(r"listening on (\w+)://([^\s:]+|\[[^\]]+\]):(\d+)")
+_METRICS = re.compile(r"metrics for Prometheus at (http://\S+/metrics)")
+
+#: Prometheus samples by (sample name, labels), as :meth:`BrokerProcess.metrics` returns them.
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 class BrokerDied(Exception):
     """The broker process exited when it should be running; the message carries its log tail."""
+
+
+def parse_samples(text: str) -> Samples:
+    """Every sample of a Prometheus text exposition, by (sample name, labels)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float:
+    """The value of sample ``name`` with exactly ``labels``; a missing one fails naming its kin."""
+    key = (name, frozenset(labels.items()))
+    if key not in samples:
+        kin = sorted({(n, tuple(sorted(ls))) for n, ls in samples if n.startswith(name)})
+        raise AssertionError(f"no sample {name}{labels}; samples of that name: {kin[:20]}")
+    return samples[key]
 
 
 def unique_topic(prefix: str = "t") -> str:
@@ -119,6 +144,19 @@ class BrokerProcess:
                 return True
         except OSError:
             return False
+
+    def metrics_url(self) -> str:
+        """Where this start of the broker serves its metrics (``metrics.prometheus.listener``
+        set; port 0 is read from the log)."""
+        found = _METRICS.search(self.log_path.read_text(errors="replace"))
+        if found is None:
+            raise AssertionError(f"the broker logged no metrics address; log:\n{self.log_tail()}")
+        return found.group(1)
+
+    def metrics(self) -> Samples:
+        """Every sample the broker's metrics endpoint serves now."""
+        with urllib.request.urlopen(self.metrics_url(), timeout=10) as response:
+            return parse_samples(response.read().decode())
 
     def log_problems(self) -> list[str]:
         """ERROR/CRITICAL lines and tracebacks in every log of this broker: bugs, not client errors
