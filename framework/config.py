@@ -59,7 +59,7 @@ KAFKA_INT_KEYS = frozenset(
         "group.max.size", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
         "transactional.id.expiration.ms", "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
         "transaction.state.log.min.isr", "leader.imbalance.per.broker.percentage", "max.connections",
-        "max.connections.per.ip",
+        "max.connections.per.ip", "max.incremental.fetch.session.cache.slots",
     }
 )  # fmt: skip
 KAFKA_SHORT_KEYS = frozenset({"offsets.topic.replication.factor", "transaction.state.log.replication.factor"})
@@ -184,6 +184,13 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "docs/performance.md). The kernel allocates it only while unread data waits.",
     ),
     _k("fetch.max.bytes", int, 57671680, "Largest Fetch response the broker returns.", minimum=1024),
+    _k(
+        "max.incremental.fetch.session.cache.slots",
+        int,
+        1000,
+        "Incremental fetch sessions (KIP-227) the broker keeps; 0: every fetch is a full fetch.",
+        minimum=0,
+    ),
     # -- topics
     _k("num.partitions", int, 1, "Partitions of auto-created topics.", minimum=1),
     # INT in Kafka, but a replication factor is an int16 in CreateTopics

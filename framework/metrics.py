@@ -202,6 +202,7 @@ class Snapshot:
     requests: list[tuple[str, list[tuple[int, int]], list[int], float]]
     replica_manager: list[tuple[str, int, str]]
     isr_changes: tuple[int, int]
+    fetch_session_evictions: int
     purgatories: list[tuple[str, int]]
     #: (topic, partition, log size, log start offset, log end offset, high watermark)
     partitions: list[tuple[str, int, int, int, int, int]]
@@ -259,6 +260,19 @@ class BrokerCollector:
                     "Bytes of request memory left before connections wait (queued.max.request.bytes).",
                 )
             )
+        sessions = core.fetch_sessions
+        broker += [
+            (
+                "kafka_server_fetchsessioncache_numincrementalfetchsessions",
+                len(sessions.sessions),
+                "Incremental fetch sessions open (KIP-227).",
+            ),
+            (
+                "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+                sessions.cached_partitions,
+                "Partitions the open fetch sessions hold.",
+            ),
+        ]
         groups = _group_count(core.group_coordinator)
         if groups is not None:
             broker.append(
@@ -296,6 +310,7 @@ class BrokerCollector:
                 ("offlinereplicacount", len(rm.offline_partitions), "Partitions offline here (their log dir failed)."),
             ],
             isr_changes=(metrics.isr_shrinks, metrics.isr_expands),
+            fetch_session_evictions=sessions.evictions,
             purgatories=[
                 (p.name, p.watched()) for p in (rm.produce_purgatory, rm.fetch_purgatory, rm.delete_records_purgatory)
             ],
@@ -342,6 +357,12 @@ class BrokerCollector:
             family = CounterMetricFamily(f"kafka_server_replicamanager_{name}", doc)
             family.add_metric([], count)
             out.append(family)
+        evictions = CounterMetricFamily(
+            "kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+            "Fetch sessions evicted to make room for new ones (IncrementalFetchSessionEvictionsPerSec).",
+        )
+        evictions.add_metric([], snap.fetch_session_evictions)
+        out.append(evictions)
         purgatory = GaugeMetricFamily(
             "kafka_server_delayedoperationpurgatory_purgatorysize",
             "Requests parked in a purgatory (acks=all produce, long-poll fetch, DeleteRecords).",

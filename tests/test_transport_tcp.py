@@ -38,6 +38,7 @@ from odradek.broker.api import (
     TopicMetadata,
     TopicResult,
 )
+from odradek.broker.fetch_session import FetchSessionCache
 from odradek.config import Config, default_config
 from odradek.connection_quotas import ConnectionQuotas
 from odradek.errors import ErrorCode, InvalidRequest
@@ -99,6 +100,7 @@ class ScriptedBroker:
         self.connection_quotas = ConnectionQuotas.from_config(config)
         self.request_memory = RequestMemoryPool.from_config(config)
         self.metrics = BrokerMetrics()
+        self.fetch_sessions = FetchSessionCache(int(config["max.incremental.fetch.session.cache.slots"]))
         self.records_file = records_file
         self.produced: list[tuple[int, dict[TopicPartition, bytes]]] = []
         #: seconds a produce of this many bytes takes (a slow append), None for no wait
@@ -244,7 +246,7 @@ async def test_every_core_and_admin_handler_answers_every_version(key: int, vers
     dispatcher = Dispatcher(broker, broker.config, ENDPOINT, CORE_AND_ADMIN)
     request = sample(request_type(key, version))
     if key == ApiKey.FETCH:
-        request = _replace(request, session_id=0, isolation_level=1)
+        request = _replace(request, session_id=0, session_epoch=-1, isolation_level=1)
     if key in (ApiKey.LIST_OFFSETS,) and version >= 2:
         request = _replace(request, isolation_level=0)
     if key in (ApiKey.DESCRIBE_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
@@ -359,7 +361,7 @@ async def test_pipelined_requests_are_answered_in_order_and_acks0_gets_nothing()
     async with serving(broker) as (_listener, bound):
         conn = await connect(bound)
         fetch = sample(request_type(ApiKey.FETCH, 11))
-        fetch = _replace(fetch, session_id=0, isolation_level=0)
+        fetch = _replace(fetch, session_id=0, session_epoch=-1, isolation_level=0)
         produce0 = ProduceRequestData(
             0, 1000, [TopicProduceData("t", [PartitionProduceData(0, bytearray(b"batch"))])], None, 7
         )
@@ -473,7 +475,7 @@ async def test_fetch_records_are_sent_from_the_file(tmp_path: Path) -> None:
     broker = ScriptedBroker(_config(), records_file=path)
     async with serving(broker) as (_listener, bound):
         conn = await connect(bound)
-        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=1)
+        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, session_epoch=-1, isolation_level=1)
         response = await call(conn, fetch, 9)
         partition = response.responses[0].partitions[0]
         assert partition.records == data[3:53]
@@ -531,7 +533,7 @@ async def test_backpressure_stops_reading_at_queued_max_requests() -> None:
     broker.fetch_gate = trio.Event()
     async with serving(broker, queued_max_requests=2) as (_listener, bound):
         conn = await connect(bound)
-        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0)
+        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, session_epoch=-1, isolation_level=0)
         for cid in range(5):
             await conn.send_frame(encode_request(fetch, correlation_id=cid, client_id="bp"))
         with trio.fail_after(10):  # the first two are read however slow the machine ...
@@ -558,7 +560,7 @@ async def test_graceful_shutdown_answers_in_flight_requests() -> None:
     async with trio.open_nursery() as nursery:
         (bound,) = await nursery.start(run_listener)
         conn = await connect(bound)
-        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0)
+        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, session_epoch=-1, isolation_level=0)
         await conn.send_frame(encode_request(fetch, correlation_id=31, client_id="g"))
         while broker.fetch_calls == 0:
             await trio.sleep(0.01)
@@ -589,7 +591,7 @@ async def test_graceful_shutdown_deadline_cancels_stuck_requests(autojump_clock:
     async with trio.open_nursery() as nursery:
         connections = await nursery.start(listener._host_connections, stopping, 5.0)
         connections.start_soon(conn.run)
-        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0)
+        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, session_epoch=-1, isolation_level=0)
         frame = encode_request(fetch, correlation_id=1, client_id="s")
         await b.send(struct.pack(">i", len(frame)) + frame)
         await trio.sleep(1)
@@ -768,7 +770,7 @@ async def test_a_peer_that_closes_while_a_request_is_parked_is_closed_at_once(
     broker = ScriptedBroker(_config())
     broker.fetch_gate = trio.Event()  # never set: the long poll would wait forever
     conn, b = _paired(broker)
-    fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0)
+    fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, session_epoch=-1, isolation_level=0)
     frame = encode_request(fetch, correlation_id=1, client_id="f")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
@@ -913,7 +915,7 @@ async def test_fetch_slices_are_released_when_the_client_leaves_before_the_answe
     broker.fetch_gate = trio.Event()
     async with serving(broker) as (listener, bound):
         conn = await connect(bound)
-        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0)
+        fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, session_epoch=-1, isolation_level=0)
         await conn.send_frame(encode_request(fetch, correlation_id=1, client_id="gone"))
         while broker.fetch_calls == 0:
             await trio.sleep(0.01)
@@ -979,7 +981,7 @@ async def test_a_failing_handler_is_answered_with_unknown_server_error(key: int,
     dispatcher = Dispatcher(broker, broker.config, ENDPOINT, ALL_HANDLERS)
     request = sample(request_type(key, version))
     if key == ApiKey.FETCH:
-        request = _replace(request, session_id=0, isolation_level=0)
+        request = _replace(request, session_id=0, session_epoch=-1, isolation_level=0)
     if key == ApiKey.LIST_OFFSETS and version >= 2:
         request = _replace(request, isolation_level=0)
     frame = bytearray(encode_request(request, correlation_id=9, client_id="t"))
@@ -1275,7 +1277,9 @@ async def test_a_negative_replica_id_fetches_as_a_consumer(replica_id: int) -> N
             asked.append(replica_id)
             return await super().fetch(replica_id, *args)
 
-    fetch = _replace(sample(request_type(ApiKey.FETCH, 11)), session_id=0, isolation_level=0, replica_id=replica_id)
+    fetch = _replace(
+        sample(request_type(ApiKey.FETCH, 11)), session_id=0, session_epoch=-1, isolation_level=0, replica_id=replica_id
+    )
     async with serving(Noting(_config())) as (_listener, bound):
         conn = await connect(bound)
         await call(conn, fetch, 1)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ..connection_quotas import ConnectionQuotas
     from ..metrics import BrokerMetrics
     from ..request_memory import RequestMemoryPool
+    from .fetch_session import FetchSessionCache
 
 # --------------------------------------------------------------------------------------------
 # Shared enums and constants
@@ -464,6 +465,8 @@ class Broker(Protocol):
     request_memory: RequestMemoryPool
     #: the broker's metric counters: a transport's ``Dispatcher`` counts every request there
     metrics: BrokerMetrics
+    #: incremental fetch sessions (KIP-227): the Fetch handler opens and serves them
+    fetch_sessions: FetchSessionCache
 
     async def produce(
         self,

@@ -61,6 +61,7 @@ from .api import (
 from .configs import ConfigManager
 from .controller import Controller
 from .elect_leaders import elect_leaders
+from .fetch_session import FetchSessionCache
 from .metadata_cache import INTERNAL_TOPICS, MetadataCache, TopicState
 from .producer_ids import ProducerIdManager
 from .producer_state import AppendOrigin
@@ -97,6 +98,8 @@ class BrokerCore:
         #: the counters of the broker's metrics (odradek.metrics): the replica manager's and
         #: every listener's requests
         self.metrics = BrokerMetrics()
+        #: incremental fetch sessions (KIP-227), shared by every listener
+        self.fetch_sessions = FetchSessionCache(int(config["max.incremental.fetch.session.cache.slots"]))
         self.storage = storage
         self.store = store
         self.replica_manager = ReplicaManager(

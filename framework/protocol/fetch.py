@@ -173,7 +173,7 @@ class FetchTopicData:
 
 @dataclass(slots=True)
 class FetchResponseData:
-    """A Fetch response; ``session_id`` 0 declines fetch sessions (every fetch is a full fetch)."""
+    """A Fetch response; ``session_id`` is the fetch session it belongs to (0: none)."""
 
     responses: list[FetchTopicData] = field(default_factory=list)
     throttle_time_ms: int = 0

@@ -21,6 +21,7 @@ from odradek.broker.api import (
     OffsetForLeaderEpochPartition,
     PartitionProduceResult,
 )
+from odradek.broker.fetch_session import INVALID_SESSION_ID, FetchSessionCache
 from odradek.errors import ErrorCode, InvalidRequest, KafkaError
 from odradek.interfaces import TopicPartition
 from odradek.protocol import (
@@ -180,10 +181,10 @@ def _release_all(results: Iterable[FetchPartitionResult]) -> None:
 
 
 async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchResponseData:
-    """Full fetches only: session_id 0 in every response declines fetch sessions (KIP-227)."""
-    if request.session_id != 0:
-        return FetchResponseData([], error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
-    partitions = [
+    """Full fetches, and incremental ones in a fetch session (KIP-227; the session rules are
+    ``odradek.broker.fetch_session``'s): an incremental fetch reads every partition of its
+    session and answers the ones that changed."""
+    requested = [
         FetchPartition(
             TopicPartition(topic.topic, p.partition),
             p.fetch_offset,
@@ -194,6 +195,14 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
         for topic in request.topics
         for p in topic.partitions
     ]
+    forgotten = [TopicPartition(name, index) for name, indexes in request.forgotten_topics for index in indexes]
+    sessions: FetchSessionCache = ctx.broker.fetch_sessions
+    context = sessions.new_context(
+        request.session_id, request.session_epoch, requested, forgotten, follower=request.replica_id >= 0
+    )
+    if context.error != ErrorCode.NONE:
+        return FetchResponseData([], error_code=context.error, session_id=INVALID_SESSION_ID)
+    partitions = context.partitions
     max_bytes = min(request.max_bytes, int(ctx.config["fetch.max.bytes"]))
     results: dict[TopicPartition, FetchPartitionResult] = await ctx.broker.fetch(
         # Kafka's FetchRequest.isConsumer: a negative replica id (-2 too) reads as a consumer,
@@ -206,15 +215,25 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
         partitions,
     )
     try:
+        order, session_id, error = sessions.respond(context, results)
+    except BaseException:
+        _release_all(results.values())
+        raise
+    answered = set(order)
+    _release_all(r for tp, r in results.items() if tp not in answered)  # read, but not sent
+    if error != ErrorCode.NONE:
+        return FetchResponseData([], error_code=error, session_id=session_id)
+    try:
         missing = FetchPartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR)
         return FetchResponseData(
             [
                 FetchTopicData(topic, [_fetch_partition(tp.partition, results.get(tp, missing)) for tp in tps])
-                for topic, tps in _group_by_topic(p.tp for p in partitions)
-            ]
+                for topic, tps in _group_by_topic(order)
+            ],
+            session_id=session_id,
         )
     except BaseException:
-        _release_all(results.values())
+        _release_all(r for tp, r in results.items() if tp in answered)
         raise
 
 
