@@ -522,6 +522,14 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("transaction.max.timeout.ms", int, 900000, "Largest transaction timeout a producer may ask for.", minimum=1),
     # -- operations
     _k("log.level", str, "INFO", "Logging level of the broker process.", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+    _k(
+        "log.format",
+        str,
+        "text",
+        "How the broker writes its log lines to stderr: text (time level logger: message) or json (one object "
+        "a line: time, level, logger, message, exc_info), for log shippers.",
+        choices=("text", "json"),
+    ),
 )
 
 _NO_EFFECT = "Accepted for compatibility; has no effect."

@@ -3,8 +3,10 @@ cleanly on SIGINT (Ctrl-C) and SIGTERM, refuses a taken port with a clear error.
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +37,27 @@ def test_serve_logs_endpoints_and_data_and_stops_cleanly_on_ctrl_c(tmp_path: Pat
     assert f"{signal.Signals(signum).name} received: shutting down" in log
     assert "broker 0 stopped" in log
     assert "Traceback" not in log
+
+
+def test_json_logs_are_one_object_a_line(tmp_path: Path) -> None:
+    """``log.format = json``: every line the broker writes is one JSON object with the time (ISO
+    8601, UTC), level, logger and message; a WARNING keeps its level."""
+    broker = BrokerProcess(tmp_path, {"log.format": "json"})
+    broker.start()
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port)) as sock:
+            sock.sendall(struct.pack(">i", -5))  # a negative frame size: one WARNING, the connection closed
+            sock.recv(1)
+    finally:
+        assert broker.stop() == 0
+    lines = [json.loads(line) for line in broker.log_path.read_text().splitlines() if line.strip()]
+    assert lines and all({"time", "level", "logger", "message"} <= set(entry) for entry in lines)
+    assert all(entry["time"].endswith("+00:00") for entry in lines)
+    listening = [e for e in lines if e["message"].startswith(f"listening on PLAINTEXT://127.0.0.1:{broker.port}")]
+    assert listening and listening[0]["level"] == "INFO" and listening[0]["logger"] == "odradek.serve"
+    refused = [e for e in lines if "negative frame size" in e["message"]]
+    assert refused and refused[0]["level"] == "WARNING"
+    assert any(e["message"] == "broker 0 stopped" for e in lines)
 
 
 def test_serve_refuses_a_taken_port(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import sys
 from typing import cast
 
 import trio
+from pythonjsonlogger.json import JsonFormatter
 
 from ..config import Config, ConfigError, load_config
 from ..errors import OdradekError
@@ -44,12 +45,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _setup_logging(config: Config) -> None:
-    logging.basicConfig(
-        level=getattr(logging, str(config["log.level"]), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-        force=True,
-    )
+    """stderr at ``log.level``, as text or, with ``log.format = json``, one JSON object a line
+    (``time`` in ISO 8601 UTC, ``level``, ``logger``, ``message``, and ``exc_info`` with the
+    traceback when there is one), which log shippers read without a parsing rule."""
+    handler = logging.StreamHandler(sys.stderr)
+    if config["log.format"] == "json":
+        handler.setFormatter(
+            JsonFormatter(
+                "{levelname}{name}{message}",
+                style="{",
+                timestamp="time",
+                rename_fields={"levelname": "level", "name": "logger"},
+            )
+        )
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, str(config["log.level"]), logging.INFO), handlers=[handler], force=True)
 
 
 def run(args: argparse.Namespace) -> int:
