@@ -130,6 +130,7 @@ class ErrorCode(IntEnum):
     NEW_LEADER_ELECTED = 108
     MISMATCHED_ENDPOINT_TYPE = 114
     UNSUPPORTED_ENDPOINT_TYPE = 115
+    INVALID_REGULAR_EXPRESSION = 128
 
     @property
     def retriable(self) -> bool:

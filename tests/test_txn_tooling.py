@@ -4,8 +4,10 @@ DescribeProducers from the broker core."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import pytest
 import trio
 from broker_harness import batch, create, produce, running_broker
 from test_txn_coordinator import Markers, coordinator
@@ -59,6 +61,43 @@ def test_list_filters_by_state_producer_and_duration() -> None:
     assert [t.transactional_id for t in list_transactions(txns, (), (), 5000, 10_000).transactions] == ["a", "b"]
     only_unknown = list_transactions(txns, ("Nope",), (), -1, 10_000)
     assert only_unknown.transactions == () and only_unknown.unknown_state_filters == ("Nope",)
+
+
+def test_list_filters_by_a_pattern_the_whole_id_matches() -> None:
+    """ListTransactions v2 (KIP-1152): an RE2 pattern, anchored at both ends (Kafka's
+    ``matches()``), ANDed with the other filters; null or empty is no filter."""
+    txns = [
+        _md("orders-1", 1, TransactionState.ONGOING),
+        _md("orders-2", 2, TransactionState.EMPTY),
+        _md("my-orders-3", 3, TransactionState.ONGOING),
+    ]
+
+    def ids(pattern: str | None, states: tuple[str, ...] = ()) -> list[str]:
+        result = list_transactions(txns, states, (), -1, 10_000, pattern)
+        assert result.error == ErrorCode.NONE
+        return [t.transactional_id for t in result.transactions]
+
+    assert ids("orders-.*") == ["orders-1", "orders-2"]  # not "my-orders-3": the whole id must match
+    assert ids(".*orders-[13]") == ["orders-1", "my-orders-3"]
+    assert ids("orders-.*", ("Ongoing",)) == ["orders-1"]
+    assert ids(None) == ids("") == ["orders-1", "orders-2", "my-orders-3"]
+    assert ids(r"\p{L}+-\d") == ["orders-1", "orders-2"]  # RE2's classes, which Python's re lacks
+
+
+@pytest.mark.parametrize("bad", ["(orders", "(a)\\1", "a{2,1}"])
+def test_a_pattern_re2_refuses_is_invalid_regular_expression(bad: str) -> None:
+    result = list_transactions([_md("a", 1, TransactionState.EMPTY)], (), (), -1, 10_000, bad)
+    assert result.error == ErrorCode.INVALID_REGULAR_EXPRESSION and result.transactions == ()
+
+
+def test_a_pattern_cannot_hold_the_broker() -> None:
+    """``(a+)+$`` on a long id of a's ending otherwise backtracks exponentially in Python's ``re``;
+    RE2 matches in time linear in the id."""
+    long_id = "a" * 100_000 + "!"
+    started = time.process_time()
+    result = list_transactions([_md(long_id, 1, TransactionState.EMPTY)], (), (), -1, 10_000, "(a+)+$")
+    assert result.transactions == ()
+    assert time.process_time() - started < 5  # exponential would be forever; linear is milliseconds
 
 
 def test_describe_lists_partitions_and_dead_ids_are_not_found() -> None:

@@ -28,6 +28,7 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KTP
 from kafka.admin._transactions import AbortTransactionSpec, TransactionState
 from kafka.errors import (
+    BrokerResponseError,
     InvalidProducerEpochError,
     TransactionalIdNotFoundError,
     TransactionCoordinatorFencedError,
@@ -105,9 +106,14 @@ def test_find_and_abort_a_hanging_transaction(broker: BrokerProcess) -> None:
         assert tools.list_transactions(state_filters=["CompleteAbort"]) == {node: []}
         by_pid = tools.list_transactions(producer_id_filters=[mine.producer_id])[node]
         assert [t.transactional_id for t in by_pid] == [tid]
-        assert tools.list_transactions(duration_filter_ms=3_600_000) == {
-            node: []
-        }  # v1: none runs for an hour  # v1: none runs for an hour
+        assert tools.list_transactions(duration_filter_ms=3_600_000) == {node: []}  # v1: none runs for an hour
+        # v2 (KIP-1152): a pattern the whole id matches
+        by_pattern = tools.list_transactions(transactional_id_pattern=f"{tid[:-1]}.")[node]
+        assert [t.transactional_id for t in by_pattern] == [tid]
+        assert tools.list_transactions(transactional_id_pattern=tid[1:]) == {node: []}
+        # INVALID_REGULAR_EXPRESSION (128), which kafka-python does not name
+        with pytest.raises(BrokerResponseError, match="error_code=128"):
+            tools.list_transactions(transactional_id_pattern="(unclosed")
 
         desc = tools.describe_transactions([tid])[tid]
         assert (desc.state, desc.producer_id, desc.transaction_timeout_ms) == (

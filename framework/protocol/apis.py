@@ -101,7 +101,7 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         # KIP-664 tooling (kafka-transactions.sh); v2 of ListTransactions (a Java regex, Kafka 4.1) is not offered
         ApiKey.DESCRIBE_PRODUCERS: VersionRange(0, 0),
         ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
-        ApiKey.LIST_TRANSACTIONS: VersionRange(0, 1),
+        ApiKey.LIST_TRANSACTIONS: VersionRange(0, 2),
         # Admin and group-inspection APIs, at every version kio models that needs no topic ids.
         ApiKey.CREATE_TOPICS: VersionRange(2, 7),
         ApiKey.DELETE_TOPICS: VersionRange(1, 5),  # v6 may name topics by id only

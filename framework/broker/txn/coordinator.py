@@ -824,6 +824,7 @@ class TransactionCoordinator:
         state_filters: Collection[str] = (),
         producer_id_filters: Collection[int] = (),
         duration_filter_ms: int = -1,
+        transactional_id_pattern: str | None = None,
     ) -> ListTransactionsResult:
         """The ids of the ``__transaction_state`` partitions this broker leads, filtered (see
         :func:`.listing.list_transactions`); a client asks every broker and joins the answers.
@@ -834,7 +835,9 @@ class TransactionCoordinator:
         if self.loading:
             return ListTransactionsResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
         owned = [md for tid, md in self.transactions.items() if self.partition_for(tid) in self.owned]
-        return list_transactions(owned, state_filters, producer_id_filters, duration_filter_ms, self.now_ms())
+        return list_transactions(
+            owned, state_filters, producer_id_filters, duration_filter_ms, self.now_ms(), transactional_id_pattern
+        )
 
     def describe_transaction(self, transactional_id: str) -> TransactionDescription:
         """One id's state, as its coordinator knows it: NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS

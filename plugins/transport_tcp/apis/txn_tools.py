@@ -64,8 +64,9 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
-    """The transactional ids this broker coordinates, filtered by state names, producer ids and
-    (v1, KIP-994) how long their transaction has been running."""
+    """The transactional ids this broker coordinates, filtered by state names, producer ids,
+    (v1, KIP-994) how long their transaction has been running and (v2, KIP-1152) a pattern their
+    whole id matches."""
     version = ctx.api_version
     cls = response_class(ApiKey.LIST_TRANSACTIONS, version)
     state_cls = response_class(ApiKey.LIST_TRANSACTIONS, version, "TransactionState")
@@ -76,6 +77,7 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
         tuple(request.state_filters),
         tuple(int(p) for p in request.producer_id_filters),
         int(getattr(request, "duration_filter", -1)),
+        getattr(request, "transactional_id_pattern", None),
     )
     return make(
         cls,
