@@ -30,10 +30,37 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from .errors import ErrorCode
 from .protocol import api_name
 
 if TYPE_CHECKING:
     from .broker.core import BrokerCore
+
+#: Produce errors that are not failures (Kafka's ``ReplicaManager.appendToLocalLog`` does not
+#: mark FailedProduceRequestsPerSec for them): the client retries or fixes its batch
+EXPECTED_PRODUCE_ERRORS = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_LIST_TOO_LARGE,
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+)
+#: Fetch errors that are not failures (Kafka's ``ReplicaManager.readFromLocalLog``)
+EXPECTED_FETCH_ERRORS = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.OFFSET_OUT_OF_RANGE,
+        ErrorCode.INCONSISTENT_TOPIC_ID,
+    }
+)
 
 #: Upper bounds (seconds) of the request-time histogram's buckets: 0.5 ms to 30 s, the span
 #: from a Produce with acks=1 to a long-poll Fetch or a JoinGroup waiting out its rebalance.
@@ -69,12 +96,19 @@ class BrokerMetrics:
     """The counters the broker's request path keeps (see the module docstring).
 
     Kafka counts a Produce or Fetch "request" per partition it names (``TotalProduceRequestsPerSec``
-    grows by one for each topic-partition of a request), and so does this; a failed one is a
-    partition answered with an error. Records and bytes are counted once appended (leader
-    appends, every origin) or once read for an answer (consumers; a follower's reads are
-    ``ReplicationBytesOutPerSec``, what a follower appends ``ReplicationBytesInPerSec``). The
-    all-topics totals are summed when read, from the topics and the deleted topics' totals, so
-    the hot path bumps one set of counters.
+    grows by one for each topic-partition of a request; a follower's fetches count too), and so
+    does this, for partitions of topics that exist (Kafka answers the others before its replica
+    manager sees them, so a client's made-up names never become series). A *failed* one is a
+    partition answered with an error Kafka does not expect in normal operation: not a moved
+    leader, an unknown partition, a fenced or unknown epoch, an offset out of range, a too-large
+    or corrupt batch or a storage error (:data:`EXPECTED_PRODUCE_ERRORS`,
+    :data:`EXPECTED_FETCH_ERRORS`, as Kafka's ``ReplicaManager`` sorts them), so an election
+    does not set off alerts. Records and bytes are counted once appended (leader appends, every
+    origin) or once read for an answer (consumers; a follower's reads are
+    ``ReplicationBytesOutPerSec``, what a follower appends ``ReplicationBytesInPerSec``; the
+    broker's own coordinators' reads are not counted). The all-topics totals are summed when
+    read, from the topics and the deleted topics' totals, so the hot path bumps one set of
+    counters.
     """
 
     def __init__(self) -> None:
@@ -118,24 +152,28 @@ class BrokerMetrics:
         t.messages_in += records
         t.bytes_in += size
 
-    def produce_failed(self, topic: str) -> None:
+    def produce_refused(self, topic: str, error: ErrorCode) -> None:
+        """A produce request's partition was answered with ``error``."""
         t = self.topic(topic)
         t.produce_requests += 1
-        t.failed_produce_requests += 1
+        if error not in EXPECTED_PRODUCE_ERRORS:
+            t.failed_produce_requests += 1
 
     def fetched(self, topic: str, size: int, *, follower: bool) -> None:
         """A fetch request's partition was answered with ``size`` bytes of records."""
         t = self.topics.get(topic) or self.topic(topic)
+        t.fetch_requests += 1
         if follower:
             t.replication_bytes_out += size
         else:
-            t.fetch_requests += 1
             t.bytes_out += size
 
-    def fetch_failed(self, topic: str) -> None:
+    def fetch_refused(self, topic: str, error: ErrorCode) -> None:
+        """A fetch request's partition was answered with ``error``."""
         t = self.topic(topic)
         t.fetch_requests += 1
-        t.failed_fetch_requests += 1
+        if error not in EXPECTED_FETCH_ERRORS:
+            t.failed_fetch_requests += 1
 
     def replicated(self, topic: str, size: int) -> None:
         """A follower appended ``size`` bytes it fetched from its leader."""
@@ -410,4 +448,7 @@ def _group_count(coordinator: Any) -> int | None:
     return len(groups)
 
 
-__all__ = ["REQUEST_TIME_BUCKETS_S", "BrokerCollector", "BrokerMetrics", "RequestTimes", "Snapshot", "TopicCounters"]
+__all__ = [
+    "EXPECTED_FETCH_ERRORS",
+    "EXPECTED_PRODUCE_ERRORS",
+    "REQUEST_TIME_BUCKETS_S", "BrokerCollector", "BrokerMetrics", "RequestTimes", "Snapshot", "TopicCounters"]

@@ -1,14 +1,17 @@
 """How many bytes of requests a broker holds at once (Kafka's ``queued.max.request.bytes``).
 
-A request frame is read into memory whole, decoded into objects (about 7-12 times its bytes for
-requests made of many small entries: a partition list, a topic list) and kept until its
-handler is done. Per connection, ``queued.max.requests`` and the read-ahead bound limit that;
-the number of connections is ``max.connections``. ``queued.max.request.bytes`` bounds all of
-them together, as Kafka's request ``MemoryPool`` does (KIP-72):
+A request frame is read into memory whole and decoded into objects (about 7-12 times its bytes
+for requests made of many small entries: a partition list, a topic list). Per connection,
+``queued.max.requests`` and the read-ahead bound limit that; the number of connections is
+``max.connections``. ``queued.max.request.bytes`` bounds all of them together, as Kafka's
+request ``MemoryPool`` does (KIP-72):
 
 - every request frame takes its size from the pool once its size prefix is read and before its
-  body is read, and gives it back when its handler is done (its answer computed: a Produce is
-  appended by then, a long-poll Fetch has waited);
+  body is read, and gives it back as soon as its bytes are not needed, as Kafka's request
+  channel does: once decoded, or for a Produce (whose records are read from the frame) once
+  appended, before any wait for acks. A request parked in a purgatory or a rebalance holds
+  none, so it cannot keep out the requests it waits for (the follower Fetch that moves an
+  acks=all Produce's high watermark);
 - while the frames held reach the limit, connections stop reading requests until memory comes
   back (their clients are slowed by TCP, nothing is refused), in the order they asked;
 - like Kafka's broker pool (not "strict"), a frame is admitted while *any* memory is free, so

@@ -55,3 +55,57 @@ def consume(
         return out
     finally:
         consumer.close()
+
+
+def fetch_v11_frame(
+    correlation_id: int,
+    partitions: list[tuple[str, int, int]],
+    *,
+    session_id: int = 0,
+    session_epoch: int = -1,
+    max_wait_ms: int = 0,
+    min_bytes: int = 1,
+    forgotten: list[tuple[str, int]] | None = None,
+) -> bytes:
+    """A size-prefixed consumer Fetch v11 request of ``(topic, partition, fetch offset)`` entries,
+    in one topic entry per topic run (what a client's fetch session sends)."""
+    import struct
+
+    def string(s: str) -> bytes:
+        return struct.pack(">h", len(s)) + s.encode()
+
+    body = struct.pack(">iiiib", -1, max_wait_ms, min_bytes, 1 << 20, 0) + struct.pack(">ii", session_id, session_epoch)
+    runs: list[tuple[str, list[tuple[int, int]]]] = []
+    for topic, partition, offset in partitions:
+        if runs and runs[-1][0] == topic:
+            runs[-1][1].append((partition, offset))
+        else:
+            runs.append((topic, [(partition, offset)]))
+    body += struct.pack(">i", len(runs))
+    for topic, entries in runs:
+        body += string(topic) + struct.pack(">i", len(entries))
+        for partition, offset in entries:
+            body += struct.pack(">iiqqi", partition, -1, offset, -1, 1 << 20)
+    forgotten = forgotten or []
+    body += struct.pack(">i", len(forgotten))
+    for topic, partition in forgotten:
+        body += string(topic) + struct.pack(">ii", 1, partition)
+    body += string("")  # rack id
+    frame = struct.pack(">hhi", 1, 11, correlation_id) + string("helpers") + body
+    return struct.pack(">i", len(frame)) + frame
+
+
+def read_response(sock: Any) -> bytes:
+    """One response frame (without its size) from a blocking socket."""
+    import struct
+
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            assert chunk, "the broker closed the connection"
+            data += chunk
+        return data
+
+    (size,) = struct.unpack(">i", exactly(4))
+    return exactly(size)

@@ -3,10 +3,14 @@ broker that kafka-python (which opens sessions) consumes from, watched through i
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from client_helpers import fetch_v11_frame, read_response
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
@@ -21,6 +25,7 @@ from odradek.broker.fetch_session import (
 )
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
+from odradek.protocol import decode_response
 from odradek.testing.broker import sample, start_broker, unique_topic
 
 A, B, C = (TopicPartition("t", i) for i in range(3))
@@ -193,6 +198,59 @@ def test_a_bigger_consumer_session_evicts_an_old_smaller_one() -> None:
 # -- a broker and kafka-python, which opens fetch sessions ----------------------------------------
 
 
+def _fetch(sock: socket.socket, cid: int, partitions: list[tuple[str, int, int]], **kw: Any) -> Any:
+    sock.sendall(fetch_v11_frame(cid, partitions, **kw))
+    got_cid, response = decode_response(1, 11, read_response(sock))
+    assert got_cid == cid
+    return response
+
+
+def _answered(response: Any) -> dict[tuple[str, int], int]:
+    """The partitions a Fetch response carries, with their high watermarks."""
+    return {(t.topic, p.partition_index): p.high_watermark for t in response.responses for p in t.partitions}
+
+
+@pytest.mark.integration
+def test_a_session_over_the_wire(tmp_path: Path) -> None:
+    """Fetch v11 by hand against a broker process: open a session, fetch incrementally (only
+    what changed comes back), then the session errors."""
+    topic = unique_topic("wire")
+    with start_broker(tmp_path, {"num.partitions": 2}) as broker:
+        for partition, value in ((0, b"a"), (0, b"b")):
+            subprocess.run(
+                ["kcat", "-b", broker.bootstrap, "-P", "-t", topic, "-p", str(partition)],
+                input=value,
+                check=True,
+                timeout=60,
+            )
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+            full = _fetch(sock, 1, [(topic, 0, 0), (topic, 1, 0)], session_epoch=INITIAL_EPOCH)
+            session = full.session_id
+            assert int(full.error_code) == 0 and session != INVALID_SESSION_ID
+            assert _answered(full) == {(topic, 0): 2, (topic, 1): 0}
+            # the consumer moved on in partition 0: nothing new anywhere, nothing answered
+            nothing = _fetch(sock, 2, [(topic, 0, 2)], session_id=session, session_epoch=1)
+            assert (int(nothing.error_code), nothing.session_id, _answered(nothing)) == (0, session, {})
+            # a record in partition 1, which this request does not name: the session fetches it
+            subprocess.run(
+                ["kcat", "-b", broker.bootstrap, "-P", "-t", topic, "-p", "1"], input=b"c", check=True, timeout=60
+            )
+            news = _fetch(sock, 3, [], session_id=session, session_epoch=2)
+            assert _answered(news) == {(topic, 1): 1}
+            # the same epoch again (a duplicate request), an unknown session
+            stale = _fetch(sock, 4, [], session_id=session, session_epoch=2)
+            assert int(stale.error_code) == ErrorCode.INVALID_FETCH_SESSION_EPOCH and _answered(stale) == {}
+            unknown = _fetch(sock, 5, [], session_id=session + 1, session_epoch=1)
+            assert int(unknown.error_code) == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+            # forgetting partition 1 leaves partition 0; a full fetch naming the session closes it
+            left = _fetch(sock, 6, [], session_id=session, session_epoch=3, forgotten=[(topic, 1)])
+            assert int(left.error_code) == 0 and _answered(left) == {}
+            closed = _fetch(sock, 7, [(topic, 0, 0)], session_id=session, session_epoch=FINAL_EPOCH)
+            assert (closed.session_id, _answered(closed)) == (INVALID_SESSION_ID, {(topic, 0): 2})
+            gone = _fetch(sock, 8, [], session_id=session, session_epoch=4)
+            assert int(gone.error_code) == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+
+
 def take(consumer: KafkaConsumer, n: int) -> list[str]:
     """The next ``n`` values ``consumer`` reads (fewer if it times out)."""
     got: list[str] = []
@@ -225,6 +283,16 @@ def test_kafka_python_consumes_through_an_incremental_fetch_session(tmp_path: Pa
             producer.send(topic, f"second-{i}".encode(), partition=i % 4)
         producer.flush()
         assert sorted(take(consumer, 20)) == sorted(f"second-{i}" for i in range(20))
+        # one session served all of it: a session error would have sent kafka-python back to a
+        # full fetch, which opens another session (the old one stays until evicted)
+        samples = broker.metrics()
+        assert sample(samples, "kafka_server_fetchsessioncache_numincrementalfetchsessions") == 1
+        fetches = sum(
+            v
+            for (name, labels), v in samples.items()
+            if name == "kafka_network_requestmetrics_requests_total" and dict(labels)["request"] == "Fetch"
+        )
+        assert fetches >= 2  # the full one that opened the session, then incremental ones
         consumer.close()
         producer.close()
         assert not broker.log_problems(), broker.log_problems()

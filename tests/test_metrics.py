@@ -14,8 +14,10 @@ import pytest
 import trio
 from broker_harness import batch, broker_config, broker_plugins, create, fetch_records, produce, running_broker, serving
 
+from odradek.broker.api import DEBUGGING_REPLICA_ID, FetchPartition, IsolationLevel
 from odradek.broker.server import BrokerServer, ListenerError
 from odradek.config import ConfigError, default_config, parse_host_port
+from odradek.errors import ErrorCode
 from odradek.interfaces import Endpoint, TopicPartition
 from odradek.metrics import REQUEST_TIME_BUCKETS_S, BrokerMetrics
 from odradek.plugins.transport_tcp.apis import Dispatcher
@@ -38,22 +40,24 @@ def test_appends_and_failures_count_per_topic_and_for_all_topics() -> None:
     m.appended("a", 3, 300)
     m.appended("a", 2, 200)
     m.appended("b", 1, 50)
-    m.produce_failed("b")
+    m.produce_refused("b", ErrorCode.INVALID_RECORD)  # a failure
+    m.produce_refused("b", ErrorCode.NOT_LEADER_OR_FOLLOWER)  # an election: Kafka does not count it failed
     a, b, every = m.topic("a"), m.topic("b"), m.all_topics
     assert (a.messages_in, a.bytes_in, a.produce_requests, a.failed_produce_requests) == (5, 500, 2, 0)
-    assert (b.messages_in, b.bytes_in, b.produce_requests, b.failed_produce_requests) == (1, 50, 2, 1)
-    assert (every.messages_in, every.bytes_in, every.produce_requests, every.failed_produce_requests) == (6, 550, 4, 1)
+    assert (b.messages_in, b.bytes_in, b.produce_requests, b.failed_produce_requests) == (1, 50, 3, 1)
+    assert (every.messages_in, every.bytes_in, every.produce_requests, every.failed_produce_requests) == (6, 550, 5, 1)
 
 
 def test_fetches_split_consumers_from_followers() -> None:
     m = BrokerMetrics()
     m.fetched("t", 1000, follower=False)
     m.fetched("t", 0, follower=False)  # a partition with nothing new is still a fetch of it
-    m.fetched("t", 700, follower=True)
-    m.fetch_failed("t")
+    m.fetched("t", 700, follower=True)  # a follower's fetch counts as a fetch, its bytes as replication
+    m.fetch_refused("t", ErrorCode.CORRUPT_MESSAGE)
+    m.fetch_refused("t", ErrorCode.OFFSET_OUT_OF_RANGE)  # expected: not a failure
     m.replicated("t", 700)
     t = m.topic("t")
-    assert (t.bytes_out, t.fetch_requests, t.failed_fetch_requests) == (1000, 3, 1)
+    assert (t.bytes_out, t.fetch_requests, t.failed_fetch_requests) == (1000, 5, 1)
     assert (t.replication_bytes_out, t.replication_bytes_in) == (700, 700)
     assert m.all_topics.bytes_out == 1000 and m.all_topics.replication_bytes_out == 700
 
@@ -130,16 +134,27 @@ async def test_a_brokers_metrics_are_scraped_with_kafkas_names(tmp_path: Path) -
         for values in ([b"a", b"b", b"c"], [b"d", b"e"]):
             result = await produce(core, tp, batch(values))
             assert result.error == 0
-        failed = await produce(core, TopicPartition("visits", 7), batch([b"x"]))  # no such partition
-        assert failed.error != 0
+        # no such partition, no such topic: answered, but nothing counted (Kafka answers them
+        # before its replica manager), so made-up names never become series
+        assert (await produce(core, TopicPartition("visits", 7), batch([b"x"]))).error != 0
+        assert (await produce(core, TopicPartition("made-up", 0), batch([b"x"]))).error != 0
+        # a failure: a record without a key on a compacted topic (INVALID_RECORD)
+        await create(core, "compacted", **{"cleanup.policy": "compact"})
+        assert (await produce(core, TopicPartition("compacted", 0), batch([b"no key"]))).error != 0
         assert len(await fetch_records(core, tp)) == 5
+        # the coordinators' own reads (replica id -2) are not consumer traffic
+        await core.fetch(
+            DEBUGGING_REPLICA_ID, 0, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(tp, 0, 1 << 20)]
+        )
         # the scrape runs in a thread (it is an HTTP client); the samples are built on this one
         samples = parse_samples(await trio.to_thread.run_sync(scrape, host, port))
         log_size = core.replica_manager.partitions[tp].log.size_in_bytes
     assert sample(samples, "kafka_server_brokertopicmetrics_messagesin_total", topic="visits") == 5
     assert sample(samples, "kafka_server_brokertopicmetrics_bytesin_total", topic="visits") == log_size
-    assert sample(samples, "kafka_server_brokertopicmetrics_totalproducerequests_total", topic="visits") == 3
-    assert sample(samples, "kafka_server_brokertopicmetrics_failedproducerequests_total", topic="visits") == 1
+    assert sample(samples, "kafka_server_brokertopicmetrics_totalproducerequests_total", topic="visits") == 2
+    assert sample(samples, "kafka_server_brokertopicmetrics_failedproducerequests_total", topic="visits") == 0
+    assert sample(samples, "kafka_server_brokertopicmetrics_failedproducerequests_total", topic="compacted") == 1
+    assert not [labels for name, labels in samples if ("topic", "made-up") in labels]
     assert sample(samples, "kafka_server_brokertopicmetrics_bytesout_total", topic="visits") == log_size
     assert sample(samples, "kafka_server_brokertopicmetrics_totalfetchrequests_total", topic="visits") == 1
     assert sample(samples, "kafka_server_brokertopicmetrics_messagesin_alltopics_total") >= 5
@@ -203,6 +218,13 @@ def test_a_broker_process_serves_metrics_of_what_kcat_produced_and_consumed(tmp_
                 break
             assert time.monotonic() < deadline, "no bytes out counted after kcat consumed"
             time.sleep(0.1)
+        # a client connection open while the broker is scraped is counted
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as held:
+            frame = api_versions_frame(3, 1)
+            held.sendall(len(frame).to_bytes(4, "big") + frame)
+            assert held.recv(4)  # answered: the broker holds the connection
+            open_connections = sample(broker.metrics(), "kafka_server_socket_server_metrics_connection_count")
+        assert open_connections >= 1
     assert sample(samples, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 100
     assert sample(samples, "kafka_log_log_logendoffset", topic=topic, partition="0") == 100
     produce_requests = sum(
@@ -215,7 +237,6 @@ def test_a_broker_process_serves_metrics_of_what_kcat_produced_and_consumed(tmp_
     assert sample(
         samples, "kafka_network_requestmetrics_totaltime_seconds_bucket", request="Fetch", le="+Inf"
     ) == sample(samples, "kafka_network_requestmetrics_totaltime_seconds_count", request="Fetch")
-    assert sample(samples, "kafka_server_socket_server_metrics_connection_count") >= 0
 
 
 async def test_a_deleted_topics_series_go_with_it(tmp_path: Path) -> None:

@@ -7,16 +7,21 @@ from __future__ import annotations
 import logging
 import socket
 import struct
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from broker_harness import batch, create, running_broker
+from client_helpers import fetch_v11_frame, read_response
 
 from odradek.config import ConfigError, default_config
+from odradek.interfaces import TopicPartition
 from odradek.request_memory import WAIT_LOG_INTERVAL_S, RequestMemoryPool
-from odradek.testing.broker import start_broker
+from odradek.testing.broker import start_broker, unique_topic
 from odradek.testing.transport import api_versions_frame
 
 
@@ -212,3 +217,52 @@ def test_a_broker_holds_requests_within_queued_max_request_bytes(tmp_path: Path)
             assert _answered(small, 10.0)
         log = broker.log_path.read_text()
         assert "request memory full" in log and "queued.max.request.bytes=200000" in log
+
+
+@pytest.mark.integration
+def test_a_parked_request_holds_no_request_memory(tmp_path: Path) -> None:
+    """A long-poll Fetch gives its frame's memory back once decoded, as Kafka's request channel
+    does: parked for five seconds, it must not keep another connection's request out of a pool
+    it alone fills (a parked acks=all Produce that did would keep out the follower's Fetch that
+    moves its high watermark)."""
+    topic = unique_topic("parked")
+    with start_broker(tmp_path, {"queued.max.request.bytes": 50}) as broker:
+        subprocess.run(["kcat", "-b", broker.bootstrap, "-P", "-t", topic], input=b"one", check=True, timeout=60)
+        with (
+            socket.create_connection(("127.0.0.1", broker.port), timeout=10) as polling,
+            socket.create_connection(("127.0.0.1", broker.port), timeout=10) as other,
+        ):
+            fetch = fetch_v11_frame(1, [(topic, 0, 1)], max_wait_ms=5000)  # at the end: it waits
+            assert len(fetch) > 50
+            polling.sendall(fetch)
+            time.sleep(0.3)
+            started = time.monotonic()
+            frame = api_versions_frame(3, 2)
+            other.sendall(_SIZE.pack(len(frame)) + frame)
+            assert _answered(other, 10.0)
+            assert time.monotonic() - started < 3, "the parked Fetch held the request memory"
+            assert read_response(polling)  # the long poll ends in its own time
+
+
+async def test_a_produce_gives_its_frame_back_before_waiting_for_acks(tmp_path: Path) -> None:
+    """acks=all waits in the produce purgatory after the append; by then the records are in
+    the log and the request's frame is not read again, so its memory is given back first."""
+    async with running_broker(tmp_path) as core:
+        await create(core, "acked")
+        order: list[str] = []
+        purgatory = core.replica_manager.produce_purgatory
+        watch = purgatory.try_complete_else_watch
+
+        async def noting(*args: Any, **kwargs: Any) -> None:
+            order.append("wait")
+            await watch(*args, **kwargs)
+
+        purgatory.try_complete_else_watch = noting  # type: ignore[method-assign]
+        tp = TopicPartition("acked", 0)
+        results = await core.produce(-1, 5000, {tp: batch([b"x"])}, on_appended=lambda: order.append("released"))
+        assert results[tp].error == 0
+        assert order == ["released", "wait"]
+        # refused before any append (bad acks): given back all the same
+        order.clear()
+        await core.produce(7, 5000, {tp: batch([b"x"])}, on_appended=lambda: order.append("released"))
+        assert order == ["released"]

@@ -18,7 +18,7 @@ Conventions:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -477,9 +477,12 @@ class Broker(Protocol):
         transactional_id: str | None = None,
         api_version: int = 7,
         as_coordinator: bool = False,
+        on_appended: Callable[[], None] | None = None,
     ) -> dict[TopicPartition, PartitionProduceResult]:
         """Validate and append each partition's records (one batch each), then wait per ``acks``
         (0/1: no wait; -1: until the high watermark passes the batch or ``timeout_ms``).
+        ``on_appended`` runs once the records are appended (or refused), before any wait: the
+        buffers are not read after it.
         ``api_version`` is the Produce version (zstd batches need >= 7). The records are writable
         buffers -- a bytearray, or a writable memoryview into the request frame (the transport's
         zero-copy decode) -- rewritten in place (base offset, leader epoch, LogAppendTime) and

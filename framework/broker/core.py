@@ -17,7 +17,7 @@ directly with :meth:`BrokerCore.start` over any storage and metadata store.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..config import Config
@@ -151,6 +151,7 @@ class BrokerCore:
         transactional_id: str | None = None,
         api_version: int = 7,
         as_coordinator: bool = False,
+        on_appended: Callable[[], None] | None = None,
     ) -> dict[TopicPartition, PartitionProduceResult]:
         """Append a Produce request's batches. A client may not write to the internal topics
         (Kafka answers INVALID_TOPIC_EXCEPTION, "Cannot append to internal topic"): only their
@@ -163,8 +164,16 @@ class BrokerCore:
         results = {}
         if allowed:
             results = await self.replica_manager.append_records(
-                acks, timeout_ms, allowed, origin=origin, api_version=api_version, transactional_id=transactional_id
+                acks,
+                timeout_ms,
+                allowed,
+                origin=origin,
+                api_version=api_version,
+                transactional_id=transactional_id,
+                on_appended=on_appended,
             )
+        elif on_appended is not None:
+            on_appended()
         if allowed is partitions:
             return results
         return {tp: results.get(tp) or _internal_topic_refused(tp) for tp in partitions}

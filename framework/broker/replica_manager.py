@@ -373,9 +373,13 @@ class ReplicaManager:
         origin: AppendOrigin = AppendOrigin.CLIENT,
         api_version: int = 7,
         transactional_id: str | None = None,
+        on_appended: Callable[[], None] | None = None,
     ) -> dict[TopicPartition, PartitionProduceResult]:
-        """Validate, append and (for acks=all) wait; one result per partition in request order."""
+        """Validate, append and (for acks=all) wait; one result per partition in request order.
+        ``on_appended`` runs after the appends, before the wait (the buffers are not read after)."""
         if acks not in VALID_ACKS:
+            if on_appended is not None:
+                on_appended()
             return {tp: PartitionProduceResult(ErrorCode.INVALID_REQUIRED_ACKS) for tp in entries}
         results: dict[TopicPartition, PartitionProduceResult] = {}
         required: dict[TopicPartition, int] = {}
@@ -412,17 +416,17 @@ class ReplicaManager:
                 if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
                     self._append_failed(tp, exc)
                 results[tp] = PartitionProduceResult(exc.code, error_message=str(exc))
-                self.metrics.produce_failed(tp.topic)
+                self._count_refused(tp, exc.code)
                 continue
             except OSError as exc:  # a storage plugin that lets the OS error through
                 self._append_failed(tp, exc)
                 results[tp] = PartitionProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(exc))
-                self.metrics.produce_failed(tp.topic)
+                self._count_refused(tp, ErrorCode.KAFKA_STORAGE_ERROR)
                 continue
             except Exception as exc:  # a programming error must fail this partition only
                 log.exception("append to %s failed", tp)
                 results[tp] = PartitionProduceResult(_error_of(exc), error_message=repr(exc))
-                self.metrics.produce_failed(tp.topic)
+                self._count_refused(tp, _error_of(exc))
                 continue
             if self.append_failures.active:
                 self.append_failures.succeeded(log_dir_of(partition))
@@ -445,6 +449,8 @@ class ReplicaManager:
             )
             required[tp] = info.last_offset + 1
             self._wake(tp)
+        if on_appended is not None:
+            on_appended()
         if acks == -1 and required:
             op = DelayedProduce(results, required, self.partitions.get, self._missing_error)
             await self.produce_purgatory.try_complete_else_watch(op, list(required), timeout_ms)
@@ -526,14 +532,23 @@ class ReplicaManager:
         self._count_fetch(replica_id, op.results)
         return op.results
 
+    def _count_refused(self, tp: TopicPartition, error: ErrorCode) -> None:
+        """A produce partition answered with ``error``, counted only for a topic that exists."""
+        if tp in self.partitions or self.partition_known(tp):
+            self.metrics.produce_refused(tp.topic, error)
+
     def _count_fetch(self, replica_id: int, results: Mapping[TopicPartition, FetchPartitionResult]) -> None:
-        """Bytes out (a follower's: replication bytes out) and failed partitions, per topic."""
+        """Fetched partitions, bytes out (a follower's: replication bytes out) and failed ones,
+        per topic that exists; the broker's own coordinators' reads are not traffic."""
+        if replica_id == DEBUGGING_REPLICA_ID:
+            return
         metrics = self.metrics
         follower = replica_id >= 0
+        hosted = self.partitions
         for tp, result in results.items():
             if result.error != ErrorCode.NONE:
-                if not follower:
-                    metrics.fetch_failed(tp.topic)
+                if tp in hosted or self.partition_known(tp):
+                    metrics.fetch_refused(tp.topic, result.error)
                 continue
             info = result.records
             metrics.fetched(tp.topic, info.size if info is not None else 0, follower=follower)

@@ -31,7 +31,7 @@ with ``nursery.start(listener.serve)`` and cancels it at the end. What a transpo
 - the broker's request memory holds (``broker.request_memory``, a
   :class:`~odradek.request_memory.RequestMemoryPool`: ``queued.max.request.bytes``): while it is
   full a request is not read, it is answered once memory comes back, and a request gives its
-  memory back by the time it is answered;
+  memory back by the time it is answered (``serve_connection`` gives it back once decoded);
 - cancelling ``serve`` returns promptly, closes the listening socket and the open connections;
 - the connector's ``connect(host, port, timeout_s=...)`` returns a ``Connection`` that sends a
   request frame and receives its response frame (without the size prefix) from the listener,

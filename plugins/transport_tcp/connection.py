@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -95,8 +96,8 @@ class KafkaConnection:
         self.dispatcher = dispatcher
         self.peer = peer
         #: the broker's request memory (``queued.max.request.bytes``), shared by every
-        #: connection: a frame's size is taken before its body is read and given back when its
-        #: handler is done
+        #: connection: a frame's size is taken before its body is read and given back once the
+        #: request is decoded (a Produce: appended), or at the latest when its handler is done
         self.memory = memory if memory is not None and memory.limit is not None else None
         self.reader = FrameReader(sock, max_request_bytes, memory=self.memory)
         self.idle_timeout_s = idle_timeout_s
@@ -271,6 +272,7 @@ class KafkaConnection:
         self, pending: _Pending, frame: bytearray, after: trio.Event | None, mine: trio.Event | None
     ) -> None:
         header = pending.header
+        release_frame = None if self.memory is None else _frame_releaser(self.memory, len(frame))
         try:
             if after is not None:
                 await after.wait()
@@ -282,7 +284,9 @@ class KafkaConnection:
                 # woken tasks in either order).
                 pending.failed = True
                 return
-            outcome = pending.outcome = await self.dispatcher.process(header, frame, self.peer)
+            outcome = pending.outcome = await self.dispatcher.process(
+                header, frame, self.peer, release_frame=release_frame
+            )
             if isinstance(outcome, bytes):
                 # an answer waiting to be written counts against the read-ahead bound too: a
                 # client that sends requests and never reads the answers stops being read, as
@@ -330,9 +334,10 @@ class KafkaConnection:
             )
             self._fail(pending)
         finally:
-            if self.memory is not None:
+            if release_frame is not None:
                 # before ``done``: once its answer is out, a request holds no request memory
-                self.memory.release(len(frame))
+                # (most gave it back once decoded, a Produce once appended)
+                release_frame()
             if mine is not None:
                 mine.set()
             pending.done.set()
@@ -475,6 +480,19 @@ def _produce_without_wait(header: RequestHeader, frame: bytearray) -> bool:
         return False
     (acks,) = _INT16.unpack_from(frame, pos)
     return acks in (0, 1)
+
+
+def _frame_releaser(memory: RequestMemoryPool, size: int) -> Callable[[], None]:
+    """Gives ``size`` bytes back to ``memory`` the first time it is called, never again."""
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            memory.release(size)
+
+    return release
 
 
 def _release(outcome: Outcome) -> None:

@@ -67,6 +67,10 @@ class RequestContext:
     listener: Endpoint
     peer: str
     advertised: Mapping[int, VersionRange]
+    #: gives the request's frame back to the broker's request memory (``queued.max.request.bytes``)
+    #: once nothing needs its bytes: a Produce calls it after its local append, before any wait
+    #: for acks; None when the transport does not count request memory
+    release_frame: Callable[[], None] | None = None
 
     @property
     def api_version(self) -> int:
@@ -164,10 +168,18 @@ class Dispatcher:
         if not is_supported(header.api_key, header.api_version):
             raise UnsupportedVersion(f"{api_name(header.api_key)} v{header.api_version} is not supported")
 
-    async def process(self, header: RequestHeader, frame: bytearray, peer: str) -> Outcome:
+    async def process(
+        self, header: RequestHeader, frame: bytearray, peer: str, *, release_frame: Callable[[], None] | None = None
+    ) -> Outcome:
         """The wire response to one request. Raises on requests that must close the connection.
 
-        Counted in the broker's request metrics with the time it took, whatever its outcome."""
+        ``release_frame`` (idempotent) gives the frame's request memory back: once the request
+        is decoded, as Kafka's request channel does, except for a Produce, whose records are
+        read from the frame until they are appended (the handler calls it then, before waiting
+        for acks). A request parked in a purgatory or a group rebalance then holds no request
+        memory, which would otherwise keep out the very requests it waits for (a follower's
+        Fetch that moves the high watermark). Counted in the broker's request metrics with the
+        time it took, whatever its outcome."""
         start = time.perf_counter()
         key, version = header.api_key, header.api_version
         try:
@@ -179,7 +191,9 @@ class Dispatcher:
                 request = await trio.to_thread.run_sync(decode_request, key, version, frame, header.body_offset)
             else:
                 request = decode_request(key, version, frame, header.body_offset)
-            ctx = RequestContext(header, self.broker, self.config, self.listener, peer, self.advertised)
+            if release_frame is not None and key != ApiKey.PRODUCE:
+                release_frame()
+            ctx = RequestContext(header, self.broker, self.config, self.listener, peer, self.advertised, release_frame)
             try:
                 response = await self.handlers[key].handle(ctx, request)
             except CloseConnection:
