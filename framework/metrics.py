@@ -81,6 +81,11 @@ class TopicCounters:
     fetch_requests: int = 0
     failed_fetch_requests: int = 0
 
+    def add(self, other: TopicCounters) -> None:
+        """Add ``other``'s counts to these."""
+        for name in TopicCounters.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
 
 @dataclass(slots=True)
 class RequestTimes:
@@ -132,8 +137,7 @@ class BrokerMetrics:
         """Kafka's all-topics meters: every topic's counts, deleted topics' included."""
         total = TopicCounters()
         for counters in (*self.topics.values(), self._retired):
-            for name in TopicCounters.__slots__:
-                setattr(total, name, getattr(total, name) + getattr(counters, name))
+            total.add(counters)
         return total
 
     def forget_topic(self, name: str) -> None:
@@ -141,9 +145,7 @@ class BrokerMetrics:
         all-topics totals keep what it counted."""
         counters = self.topics.pop(name, None)
         if counters is not None:
-            retired = self._retired
-            for field_name in TopicCounters.__slots__:
-                setattr(retired, field_name, getattr(retired, field_name) + getattr(counters, field_name))
+            self._retired.add(counters)
 
     def appended(self, topic: str, records: int, size: int) -> None:
         """A produce request's partition was appended as leader: ``records`` records, ``size`` bytes."""
@@ -156,8 +158,7 @@ class BrokerMetrics:
         """A produce request's partition was answered with ``error``."""
         t = self.topic(topic)
         t.produce_requests += 1
-        if error not in EXPECTED_PRODUCE_ERRORS:
-            t.failed_produce_requests += 1
+        t.failed_produce_requests += error not in EXPECTED_PRODUCE_ERRORS
 
     def fetched(self, topic: str, size: int, *, follower: bool) -> None:
         """A fetch request's partition was answered with ``size`` bytes of records."""
@@ -172,8 +173,7 @@ class BrokerMetrics:
         """A fetch request's partition was answered with ``error``."""
         t = self.topic(topic)
         t.fetch_requests += 1
-        if error not in EXPECTED_FETCH_ERRORS:
-            t.failed_fetch_requests += 1
+        t.failed_fetch_requests += error not in EXPECTED_FETCH_ERRORS
 
     def replicated(self, topic: str, size: int) -> None:
         """A follower appended ``size`` bytes it fetched from its leader."""
@@ -428,7 +428,9 @@ class BrokerCollector:
 
 
 def _copy(counters: TopicCounters) -> TopicCounters:
-    return TopicCounters(*(getattr(counters, name) for name in TopicCounters.__slots__))
+    copy = TopicCounters()
+    copy.add(counters)
+    return copy
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -451,4 +453,10 @@ def _group_count(coordinator: Any) -> int | None:
 __all__ = [
     "EXPECTED_FETCH_ERRORS",
     "EXPECTED_PRODUCE_ERRORS",
-    "REQUEST_TIME_BUCKETS_S", "BrokerCollector", "BrokerMetrics", "RequestTimes", "Snapshot", "TopicCounters"]
+    "REQUEST_TIME_BUCKETS_S",
+    "BrokerCollector",
+    "BrokerMetrics",
+    "RequestTimes",
+    "Snapshot",
+    "TopicCounters",
+]

@@ -140,7 +140,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Pr
                     partitions,
                     transactional_id=request.transactional_id,
                     api_version=request.version,
-                    **({} if ctx.release_frame is None else {"on_appended": ctx.release_frame}),
+                    on_appended=ctx.release_frame,
                 )
             )
         except KafkaError as exc:
