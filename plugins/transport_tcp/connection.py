@@ -33,6 +33,7 @@ from typing import Literal
 import trio
 
 from odradek.errors import KafkaError, OdradekError
+from odradek.principal import ANONYMOUS, KafkaPrincipal
 from odradek.protocol import ApiKey, FetchEnvelope, RequestHeader, api_name, parse_request_header
 from odradek.protocol.codec import SchemaUnavailable, is_native_panic
 from odradek.request_memory import RequestMemoryPool
@@ -115,6 +116,9 @@ class KafkaConnection:
         #: ``seq`` of the earliest request that closes the connection: it is answered up to there
         self._closing_at: int | None = None
         self._eof = False  # the peer closed its side
+        #: who the peer is, handed to every request's handler; a security layer (SASL, a TLS
+        #: client certificate) replaces the anonymous principal once it authenticates the peer
+        self.principal: KafkaPrincipal = ANONYMOUS
         self.closed = trio.Event()
 
     def stop_reading(self) -> None:
@@ -285,7 +289,7 @@ class KafkaConnection:
                 pending.failed = True
                 return
             outcome = pending.outcome = await self.dispatcher.process(
-                header, frame, self.peer, release_frame=release_frame
+                header, frame, self.peer, release_frame=release_frame, principal=self.principal
             )
             if isinstance(outcome, bytes):
                 # an answer waiting to be written counts against the read-ahead bound too: a

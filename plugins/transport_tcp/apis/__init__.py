@@ -25,6 +25,7 @@ from odradek.config import Config
 from odradek.errors import ErrorCode, InvalidRequest, KafkaError, OdradekError, UnsupportedVersion
 from odradek.interfaces import Endpoint
 from odradek.metrics import BrokerMetrics
+from odradek.principal import ANONYMOUS, KafkaPrincipal
 from odradek.protocol import (
     ApiKey,
     FetchEnvelope,
@@ -71,6 +72,9 @@ class RequestContext:
     #: once nothing needs its bytes: a Produce calls it after its local append, before any wait
     #: for acks; None when the transport does not count request memory
     release_frame: Callable[[], None] | None = None
+    #: who sent it: the connection's principal (``User:ANONYMOUS`` until a security layer
+    #: authenticates the peer)
+    principal: KafkaPrincipal = ANONYMOUS
 
     @property
     def api_version(self) -> int:
@@ -169,7 +173,13 @@ class Dispatcher:
             raise UnsupportedVersion(f"{api_name(header.api_key)} v{header.api_version} is not supported")
 
     async def process(
-        self, header: RequestHeader, frame: bytearray, peer: str, *, release_frame: Callable[[], None] | None = None
+        self,
+        header: RequestHeader,
+        frame: bytearray,
+        peer: str,
+        *,
+        release_frame: Callable[[], None] | None = None,
+        principal: KafkaPrincipal = ANONYMOUS,
     ) -> Outcome:
         """The wire response to one request. Raises on requests that must close the connection.
 
@@ -178,8 +188,9 @@ class Dispatcher:
         read from the frame until they are appended (the handler calls it then, before waiting
         for acks). A request parked in a purgatory or a group rebalance then holds no request
         memory, which would otherwise keep out the very requests it waits for (a follower's
-        Fetch that moves the high watermark). Counted in the broker's request metrics with the
-        time it took, whatever its outcome."""
+        Fetch that moves the high watermark). ``principal`` is the connection's, handed to the
+        handler in its context. Counted in the broker's request metrics with the time it took,
+        whatever its outcome."""
         start = time.perf_counter()
         key, version = header.api_key, header.api_version
         try:
@@ -193,7 +204,9 @@ class Dispatcher:
                 request = decode_request(key, version, frame, header.body_offset)
             if release_frame is not None and key != ApiKey.PRODUCE:
                 release_frame()
-            ctx = RequestContext(header, self.broker, self.config, self.listener, peer, self.advertised, release_frame)
+            ctx = RequestContext(
+                header, self.broker, self.config, self.listener, peer, self.advertised, release_frame, principal
+            )
             try:
                 response = await self.handlers[key].handle(ctx, request)
             except CloseConnection:
