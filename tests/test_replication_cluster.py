@@ -201,6 +201,9 @@ def run_failover(tmp_path: Path, metadata: dict[str, str]) -> None:
         assert sample(leading, "kafka_server_replicamanager_isrexpands_total") >= 1
         assert sample(leading, "kafka_server_replicamanager_underreplicatedpartitions") == 0
         assert sample(leading, "kafka_server_brokertopicmetrics_replicationbytesout_total", topic=topic) > 0
+        # both followers fetch from it in incremental fetch sessions (KIP-227); the clients
+        # here (librdkafka) fetch without one
+        assert sample(leading, "kafka_server_fetchsessioncache_numincrementalfetchsessions") >= 2
         restarted = brokers[leader].metrics()
         assert sample(restarted, "kafka_server_brokertopicmetrics_replicationbytesin_total", topic=topic) > 0
         assert sample(restarted, "kafka_log_log_logendoffset", topic=topic, partition="0") == 600

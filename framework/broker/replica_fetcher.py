@@ -14,7 +14,9 @@ A fetcher talks Kafka's protocol to its source over the transport connector, as 
 2. **Fetch** with ``replica_id`` = this broker, the current leader epoch and the log end offset as
    fetch offset (the leader records that as the follower's LEO). The leader's batches are
    appended unchanged (``append_records_as_follower``) and the follower's HW becomes
-   min(leader HW, own LEO).
+   min(leader HW, own LEO). Fetches go in an incremental fetch session with the leader
+   (KIP-227, :mod:`odradek.client.fetch_session_handler`): a request names only the partitions
+   whose position changed, an answer only the partitions with news.
 3. Errors: FENCED / UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER and UNKNOWN_TOPIC_OR_PARTITION
    re-read the topic's state from the metadata store and back off until the new state arrives
    (a new epoch re-arms truncation); OFFSET_OUT_OF_RANGE restarts the log at the leader's log
@@ -31,6 +33,7 @@ from typing import Any
 import trio
 
 from .. import records
+from ..client.fetch_session_handler import FetchSessionHandler, PartitionData
 from ..config import Config
 from ..errors import ErrorCode, KafkaError
 from ..interfaces import Connector, TopicPartition
@@ -44,6 +47,8 @@ log = logging.getLogger(__name__)
 #: Kafka's replica.fetch.backoff.ms default.
 FETCH_BACKOFF_S = 1.0
 CONNECT_TIMEOUT_S = 5.0
+#: Top-level Fetch errors that only end the fetch session (the next request opens another).
+_SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH})
 _REFRESH_ERRORS = frozenset(
     {
         ErrorCode.FENCED_LEADER_EPOCH,
@@ -72,6 +77,9 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, FetchState] = {}
         self.changed = trio.Event()
         self.cancel_scope = trio.CancelScope()
+        #: the fetch session with the source (KIP-227), kept across reconnects: a new
+        #: connection's first request closes the old session on the leader and opens another
+        self.session = FetchSessionHandler(f"broker {source_id}")
 
     def set_partitions(self, wanted: Mapping[TopicPartition, int]) -> None:
         """Follow exactly ``wanted`` (tp -> leader epoch); a new epoch re-arms truncation."""
@@ -190,36 +198,49 @@ class ReplicaFetcher:
             state.truncating = not done
 
     async def _fetch(self, conn: Any) -> bool:
-        """One Fetch round trip; False when there was nothing to fetch."""
+        """One Fetch round trip; False when there was nothing to fetch.
+
+        In a fetch session (KIP-227) with the leader: the request names only the partitions
+        whose position changed since the last one, and the answer carries only the partitions
+        with news; the others stay where the session holds them."""
         from ..client.requests import error_code, make_request
 
         manager = self.manager
         now = trio.current_time()
-        asked: dict[TopicPartition, tuple[FetchState, int]] = {}
-        # the partitions in fetch order, a topic named again each time the order comes back to
-        # it (as Kafka's FetchRequest.Builder does): grouped by first appearance, a topic with an
-        # idle partition up front would keep its busy ones ahead of everything else
-        runs: list[tuple[str, list[dict[str, int]]]] = []
+        states: dict[TopicPartition, FetchState] = {}
+        wanted: dict[TopicPartition, PartitionData] = {}
         for tp, state in self.partitions.items():
             if state.truncating or state.delayed_until > now:
                 continue
             p = self._partition(tp, state)
             if p is None:
                 continue
-            asked[tp] = (state, p.log_end_offset)
+            states[tp] = state
+            wanted[tp] = PartitionData(
+                p.log_end_offset, p.log_start_offset, manager.fetch_max_bytes, state.leader_epoch
+            )
+        if not wanted:
+            return False
+        fetch = self.session.build(wanted)
+        # the partitions in fetch order, a topic named again each time the order comes back to
+        # it (as Kafka's FetchRequest.Builder does): grouped by first appearance, a topic with an
+        # idle partition up front would keep its busy ones ahead of everything else
+        runs: list[tuple[str, list[dict[str, int]]]] = []
+        for tp, data in fetch.to_send.items():
             if not runs or runs[-1][0] != tp.topic:
                 runs.append((tp.topic, []))
             runs[-1][1].append(
                 {
                     "partition": tp.partition,
-                    "current_leader_epoch": state.leader_epoch,
-                    "fetch_offset": p.log_end_offset,
-                    "log_start_offset": p.log_start_offset,
-                    "partition_max_bytes": manager.fetch_max_bytes,
+                    "current_leader_epoch": data.current_leader_epoch,
+                    "fetch_offset": data.fetch_offset,
+                    "log_start_offset": data.log_start_offset,
+                    "partition_max_bytes": data.max_bytes,
                 }
             )
-        if not asked:
-            return False
+        forgotten: dict[str, list[int]] = {}
+        for tp in fetch.forgotten:
+            forgotten.setdefault(tp.topic, []).append(tp.partition)
         version = conn.version(ApiKey.FETCH, min_version=9, max_version=11)
         request = make_request(
             ApiKey.FETCH,
@@ -229,29 +250,42 @@ class ReplicaFetcher:
             min_bytes=1,
             max_bytes=manager.fetch_response_max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
+            session_id=fetch.session_id,
+            session_epoch=fetch.epoch,
             topics=[{"topic": t, "partitions": ps} for t, ps in runs],
-            forgotten_topics_data=[],
+            forgotten_topics_data=[{"topic": t, "partitions": ps} for t, ps in forgotten.items()],
             rack_id="",
         )
-        response = await conn.request(request, timeout_s=manager.request_timeout_s + manager.fetch_wait_max_ms / 1000)
+        try:
+            response = await conn.request(
+                request, timeout_s=manager.request_timeout_s + manager.fetch_wait_max_ms / 1000
+            )
+        except BaseException:
+            self.session.handle_error()
+            raise
         top = error_code(getattr(response, "error_code", 0))
-        if top is not ErrorCode.NONE:
-            raise KafkaError(f"fetch from broker {self.source_id} failed with {top.name}", code=top)
+        answered = [TopicPartition(t.topic, int(pd.partition_index)) for t in response.responses for pd in t.partitions]
+        if not self.session.handle_response(top, int(getattr(response, "session_id", 0)), answered):
+            if top in _SESSION_ERRORS:
+                return True  # the next round opens a new session at once
+            if top is not ErrorCode.NONE:
+                raise KafkaError(f"fetch from broker {self.source_id} failed with {top.name}", code=top)
+            return True  # an answer outside the session: not used, the next round starts afresh
         fed: list[TopicPartition] = []
         for topic in response.responses:
             for pd in topic.partitions:
                 tp = TopicPartition(topic.topic, int(pd.partition_index))
-                entry = asked.get(tp)
-                if entry is None or self.partitions.get(tp) is not entry[0]:
+                asked = states.get(tp)
+                if asked is None or self.partitions.get(tp) is not asked:
                     continue
-                if await self._process_partition(tp, entry[0], entry[1], pd, error_code(pd.error_code)):
+                offset = fetch.fetched[tp].fetch_offset
+                if await self._process_partition(tp, asked, offset, pd, error_code(pd.error_code)):
                     fed.append(tp)
         # partitions that got records go to the back of the next request (Kafka's
         # updateAndMoveToEnd): the leader fills a response in request order, and gives a batch
         # over the partition limit only to the first partition with data, so a fixed order let
-        # busy partitions first in it starve the rest (and a big batch behind them never came)
+        # busy partitions first in it starve the rest (and a big batch behind them never came).
+        # In a session the leader keeps that order itself, moving what it answered to the end.
         for tp in fed:
             if tp in self.partitions:
                 self.partitions[tp] = self.partitions.pop(tp)
