@@ -296,3 +296,55 @@ def test_kafka_python_consumes_through_an_incremental_fetch_session(tmp_path: Pa
         consumer.close()
         producer.close()
         assert not broker.log_problems(), broker.log_problems()
+
+
+def _fetch_requests(samples: Any) -> float:
+    return sum(
+        v
+        for (name, labels), v in samples.items()
+        if name == "kafka_network_requestmetrics_requests_total" and dict(labels)["request"] == "Fetch"
+    )
+
+
+@pytest.mark.integration
+def test_odradeks_consumer_fetches_through_one_incremental_fetch_session(tmp_path: Path) -> None:
+    """odradek's own consumer opens a session with the broker (as the Java consumer does) and
+    keeps it: new records on some partitions come through incremental fetches of that session,
+    and a seek (a new position) is sent to it as a change, not as a new session."""
+    from odradek.client import Consumer, Producer
+    from odradek.client import TopicPartition as ClientTopicPartition
+
+    topic = unique_topic("own-sessions")
+    with start_broker(tmp_path, {"metrics.prometheus.listener": "127.0.0.1:0", "num.partitions": 4}) as broker:
+        with Producer({"bootstrap.servers": broker.bootstrap}) as producer:
+            for i in range(40):
+                producer.send(topic, f"first-{i}".encode(), partition=i % 4)
+            producer.flush()
+        conf = {"bootstrap.servers": broker.bootstrap, "auto.offset.reset": "earliest", "fetch.max.wait.ms": 100}
+        with Consumer(conf) as consumer:
+            consumer.assign([ClientTopicPartition(topic, p) for p in range(4)])
+
+            def take(n: int) -> list[str]:
+                got: list[str] = []
+                deadline = time.monotonic() + 15
+                while len(got) < n and time.monotonic() < deadline:
+                    for records in consumer.poll(0.5).values():
+                        got.extend(r.value.decode() for r in records)
+                return got
+
+            assert sorted(take(40)) == sorted(f"first-{i}" for i in range(40))
+            samples = broker.metrics()
+            assert sample(samples, "kafka_server_fetchsessioncache_numincrementalfetchsessions") == 1
+            assert sample(samples, "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached") == 4
+            with Producer({"bootstrap.servers": broker.bootstrap}) as producer:
+                for i in range(10):
+                    producer.send(topic, f"second-{i}".encode(), partition=i % 2)
+                producer.flush()
+            assert sorted(take(10)) == sorted(f"second-{i}" for i in range(10))
+            consumer.seek(ClientTopicPartition(topic, 3), 0)
+            assert sorted(take(10)) == sorted(f"first-{i}" for i in range(3, 40, 4))
+            samples = broker.metrics()
+            # still the one session: a session error would have opened another one
+            assert sample(samples, "kafka_server_fetchsessioncache_numincrementalfetchsessions") == 1
+            assert _fetch_requests(samples) >= 3
+        assert not broker.log_problems(), broker.log_problems()

@@ -33,7 +33,7 @@ from typing import Any
 import trio
 
 from .. import records
-from ..client.fetch_session_handler import FetchSessionHandler, PartitionData
+from ..client.fetch_session_handler import FetchSessionHandler, PartitionData, fetch_topics, forgotten_topics
 from ..config import Config
 from ..errors import ErrorCode, KafkaError
 from ..interfaces import Connector, TopicPartition
@@ -222,25 +222,6 @@ class ReplicaFetcher:
         if not wanted:
             return False
         fetch = self.session.build(wanted)
-        # the partitions in fetch order, a topic named again each time the order comes back to
-        # it (as Kafka's FetchRequest.Builder does): grouped by first appearance, a topic with an
-        # idle partition up front would keep its busy ones ahead of everything else
-        runs: list[tuple[str, list[dict[str, int]]]] = []
-        for tp, data in fetch.to_send.items():
-            if not runs or runs[-1][0] != tp.topic:
-                runs.append((tp.topic, []))
-            runs[-1][1].append(
-                {
-                    "partition": tp.partition,
-                    "current_leader_epoch": data.current_leader_epoch,
-                    "fetch_offset": data.fetch_offset,
-                    "log_start_offset": data.log_start_offset,
-                    "partition_max_bytes": data.max_bytes,
-                }
-            )
-        forgotten: dict[str, list[int]] = {}
-        for tp in fetch.forgotten:
-            forgotten.setdefault(tp.topic, []).append(tp.partition)
         version = conn.version(ApiKey.FETCH, min_version=9, max_version=11)
         request = make_request(
             ApiKey.FETCH,
@@ -252,8 +233,8 @@ class ReplicaFetcher:
             isolation_level=0,
             session_id=fetch.session_id,
             session_epoch=fetch.epoch,
-            topics=[{"topic": t, "partitions": ps} for t, ps in runs],
-            forgotten_topics_data=[{"topic": t, "partitions": ps} for t, ps in forgotten.items()],
+            topics=fetch_topics(fetch.to_send),
+            forgotten_topics_data=forgotten_topics(fetch.forgotten),
             rack_id="",
         )
         try:

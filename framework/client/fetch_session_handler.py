@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ErrorCode
 from ..interfaces import TopicPartition
@@ -35,6 +36,35 @@ log = logging.getLogger(__name__)
 INITIAL_EPOCH = 0
 #: Session id 0: no session.
 INVALID_SESSION_ID = 0
+
+
+def fetch_topics(partitions: Mapping[TopicPartition, PartitionData]) -> list[dict[str, Any]]:
+    """A Fetch request's ``topics`` for ``partitions``, in their order, a topic named again
+    each time the order comes back to it (as Kafka's FetchRequest.Builder does): grouped by first
+    appearance, a topic with an idle partition up front would keep its busy ones ahead of
+    everything else under the response's byte limit."""
+    runs: list[tuple[str, list[dict[str, int]]]] = []
+    for tp, data in partitions.items():
+        if not runs or runs[-1][0] != tp.topic:
+            runs.append((tp.topic, []))
+        runs[-1][1].append(
+            {
+                "partition": tp.partition,
+                "current_leader_epoch": data.current_leader_epoch,
+                "fetch_offset": data.fetch_offset,
+                "log_start_offset": data.log_start_offset,
+                "partition_max_bytes": data.max_bytes,
+            }
+        )
+    return [{"topic": topic, "partitions": entries} for topic, entries in runs]
+
+
+def forgotten_topics(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+    """A Fetch request's ``forgotten_topics_data`` for ``partitions``."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return [{"topic": topic, "partitions": ps} for topic, ps in by_topic.items()]
 
 
 def next_epoch(epoch: int) -> int:
@@ -149,5 +179,7 @@ __all__ = [
     "FetchRequestData",
     "FetchSessionHandler",
     "PartitionData",
+    "fetch_topics",
+    "forgotten_topics",
     "next_epoch",
 ]

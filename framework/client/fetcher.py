@@ -32,6 +32,13 @@ from ..records import ControlRecordType, decode_batch, iter_headers, parse_contr
 from .config import ClientConfig
 from .connection import BrokerConnection
 from .decoding import ConsumerRecord, RecordCursor, records_section
+from .fetch_session_handler import (
+    INVALID_SESSION_ID,
+    FetchSessionHandler,
+    PartitionData,
+    fetch_topics,
+    forgotten_topics,
+)
 from .network import FETCH_CHANNEL, NetworkClient
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
 from .requests import error_code, make_request
@@ -51,6 +58,14 @@ _LEADER_ERRORS = frozenset(
         ErrorCode.OFFSET_NOT_AVAILABLE,
     }
 )
+
+
+#: Top-level Fetch errors that only end the fetch session (the next request opens another).
+_SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH})
+#: The first Fetch version with sessions (KIP-227); older ones fetch everything every time.
+SESSION_MIN_VERSION = 7
+#: The epoch of a full fetch that opens no session.
+FINAL_EPOCH = -1
 
 
 class NoOffsetForPartition(KafkaError):
@@ -185,6 +200,8 @@ class Fetcher:
         self._buffered: dict[TopicPartition, deque[CompletedFetch]] = {}
         self._buffered_bytes = 0
         self._in_flight_nodes: set[int] = set()
+        #: the fetch session with each broker (KIP-227), by node id
+        self._sessions: dict[int, FetchSessionHandler] = {}
         self._in_flight_partitions: set[TopicPartition] = set()
         self._wakeup = trio.Event()
         self.data_ready = trio.Event()
@@ -254,21 +271,26 @@ class Fetcher:
         return by_node, unknown
 
     async def _fetch(self, node: int, parts: dict[TopicPartition, int]) -> None:
+        """One Fetch of ``parts`` (partition -> fetch offset) from ``node``, in the fetch
+        session with that broker (KIP-227, Fetch v7+): the request names only the partitions
+        whose position moved since the session last heard of them, and the answer carries only
+        the partitions with news, as the Java consumer does."""
         assignment_id = self.subs.assignment_id
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for tp, offset in parts.items():
-            by_topic.setdefault(tp.topic, []).append(
-                {
-                    "partition": tp.partition,
-                    "current_leader_epoch": -1,
-                    "fetch_offset": offset,
-                    "log_start_offset": -1,
-                    "partition_max_bytes": self.partition_max_bytes,
-                }
-            )
+        wanted = {tp: PartitionData(offset, -1, self.partition_max_bytes, -1) for tp, offset in parts.items()}
+        session = self._sessions.get(node)
+        if session is None:
+            session = self._sessions[node] = FetchSessionHandler(f"broker {node}")
+        in_session = False
 
         def build(conn: BrokerConnection) -> Any:
+            nonlocal in_session
             version = conn.version(ApiKey.FETCH, min_version=4, max_version=12)
+            in_session = version >= SESSION_MIN_VERSION
+            if in_session:
+                fetch = session.build(wanted)
+                session_id, epoch, to_send, forgotten = fetch.session_id, fetch.epoch, fetch.to_send, fetch.forgotten
+            else:
+                session_id, epoch, to_send, forgotten = INVALID_SESSION_ID, FINAL_EPOCH, wanted, []
             return make_request(
                 ApiKey.FETCH,
                 version,
@@ -277,10 +299,10 @@ class Fetcher:
                 min_bytes=self.min_bytes,
                 max_bytes=self.max_bytes,
                 isolation_level=self.isolation_level,
-                session_id=0,
-                session_epoch=-1,
-                topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-                forgotten_topics_data=[],
+                session_id=session_id,
+                session_epoch=epoch,
+                topics=fetch_topics(to_send),
+                forgotten_topics_data=forgotten_topics(forgotten),
                 rack_id="",
             )
 
@@ -290,11 +312,24 @@ class Fetcher:
                 # a connection of its own: the long poll holds up nothing else sent to the broker
                 response = await self.network.send(node, build, timeout_s=self.request_timeout_s, channel=FETCH_CHANNEL)
             except KafkaError as exc:
+                if in_session:
+                    session.handle_error()
                 log.debug("fetch from broker %d failed: %r", node, exc)
                 self.network.request_update()
                 await trio.sleep(self.network.retry_backoff.seconds(0))
                 return
+            except BaseException:
+                if in_session:
+                    session.handle_error()
+                raise
             top = error_code(getattr(response, "error_code", 0))
+            if in_session:
+                answered = [
+                    TopicPartition(t.topic, int(p.partition_index)) for t in response.responses for p in t.partitions
+                ]
+                usable = session.handle_response(top, int(getattr(response, "session_id", 0)), answered)
+                if not usable and (top in _SESSION_ERRORS or top is ErrorCode.NONE):
+                    return  # the next fetch, at once, is a full one that opens a new session
             if top is not ErrorCode.NONE:
                 log.debug("fetch from broker %d: %s", node, top.name)
                 await trio.sleep(self.network.retry_backoff.seconds(0))
