@@ -217,7 +217,9 @@ class ScramSaslServer:
         match = _CLIENT_FINAL.fullmatch(text)
         if match is None:
             raise SaslError("invalid SCRAM client final message")
-        if match["nonce"] != self._nonce:
+        # Kafka checks that the nonce *ends with* the server's: librdkafka sends its client nonce
+        # in front of the whole server nonce (which starts with it already)
+        if not match["nonce"].endswith(self._nonce):
             raise SaslError("Invalid client nonce in the final client message.")
         credential = self._credential
         assert credential is not None
