@@ -139,9 +139,9 @@ async def alter_user_scram_credentials(
         upserting: dict[str, ScramCredential] = {}
         for up in upsertions:
             if up.user == user:
-                mechanism = SCRAM_BY_TYPE[up.mechanism]
-                upserting[mechanism.mechanism_name] = credential_from_salted(
-                    mechanism, up.salt, up.salted_password, up.iterations
+                scram = SCRAM_BY_TYPE[up.mechanism]
+                upserting[scram.mechanism_name] = credential_from_salted(
+                    scram, up.salt, up.salted_password, up.iterations
                 )
         try:
             await store.alter(user, upserting, deleting)
