@@ -10,10 +10,12 @@ from odradek.errors import ErrorCode
 from odradek.protocol import ApiKey, decode_response, parse_request_header
 from odradek.security.authenticator import SaslState, generic_failure
 from odradek.security.plain import PlainSaslClient, PlainSaslServer
+from odradek.security.plugin import odradek_register_sasl_mechanisms
 from odradek.security.scram import SCRAM_SHA_256, ScramSaslClient, ScramSaslServer, generate_credential
 from odradek.testing.sasl import authenticator_for, request_frame, run_exchange
 
 USERS = {"alice": "alice-secret"}
+MECHANISMS = {m.name: m for m in odradek_register_sasl_mechanisms()}
 METADATA_V8 = {
     "topics": None,
     "allow_auto_topic_creation": False,
@@ -52,19 +54,9 @@ async def test_plain_and_scram_complete_with_the_users_principal(handshake_versi
     assert not step.close and auth.complete and str(auth.principal) == "User:bob"
 
 
-class _Scram:
-    def __init__(self, scram: ScramSaslClient) -> None:
-        self.scram, self.round = scram, 0
-
-    def initial_response(self) -> bytes:
-        return self.scram.first_message()
-
-    def evaluate_challenge(self, challenge: bytes) -> bytes | None:
-        self.round += 1
-        if self.round == 1:
-            return self.scram.final_message(challenge)
-        self.scram.verify_server_final(challenge)
-        return None
+def _Scram(client: ScramSaslClient) -> Any:
+    """The built-in SCRAM-SHA-256 mechanism's client side for ``client``'s credentials."""
+    return MECHANISMS["SCRAM-SHA-256"].client(client.username, client.password)  # type: ignore[misc]
 
 
 async def test_api_versions_first_then_handshake_and_only_once() -> None:
