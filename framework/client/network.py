@@ -188,6 +188,8 @@ class NetworkClient:
                 # not retriable: a call waiting for metadata fails with it (as the Java client's
                 # AuthenticationException) instead of timing out with no reason given
                 self.authentication_error = exc
+                event, self._metadata_event = self._metadata_event, trio.Event()
+                event.set()  # wake the waiters for metadata: they fail with it now
             failures = self._failures.get(node_id, (0, 0.0))[0] + 1
             self._failures[node_id] = (failures, trio.current_time() + self.reconnect_backoff.seconds(failures - 1))
             raise
@@ -313,8 +315,11 @@ class NetworkClient:
         self._wakeup_metadata.set()
 
     async def wait_for_update(self, since_version: int, deadline: float) -> bool:
-        """Wait until metadata newer than ``since_version`` arrives; False at ``deadline``."""
+        """Wait until metadata newer than ``since_version`` arrives; False at ``deadline``.
+        Raises the broker's refusal of this client's SASL credentials, once there is one."""
         while self.metadata_version <= since_version:
+            if self.authentication_error is not None:
+                raise self.authentication_error  # no metadata will come with these credentials
             self.request_update()
             with trio.move_on_at(deadline):
                 await self._metadata_event.wait()

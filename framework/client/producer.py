@@ -355,8 +355,6 @@ class AsyncProducer(AsyncClient):
         self.network.add_topics([topic])
         while self.network.cluster.partitions_for(topic) == 0:
             if not await self.network.wait_for_update(self.network.metadata_version, deadline):
-                if self.network.authentication_error is not None:
-                    raise self.network.authentication_error
                 info = self.network.cluster.topics.get(topic)
                 why = f" (last error {info.error.name})" if info is not None else ""
                 raise KafkaError(
