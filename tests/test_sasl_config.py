@@ -225,3 +225,14 @@ async def test_kip_554_rules_and_messages(tmp_path: Path) -> None:
         deleted = await alter_user_scram_credentials(creds, [("alice", 1), ("alice", 2)], [])
         assert [(r.user, r.error) for r in deleted] == [("alice", ErrorCode.NONE)]
         assert await creds.describe_all() == {}
+
+
+def test_config_show_hides_the_jaas_config(capsys: pytest.CaptureFixture[str]) -> None:
+    from odradek.cli import main
+
+    assert main(["config", "show", "--json", "--set", f"sasl.jaas.config={JAAS}"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["sasl.jaas.config"] == "(hidden)" and shown["sasl.enabled.mechanisms"] == [
+        "SCRAM-SHA-256",
+        "SCRAM-SHA-512",
+    ]
