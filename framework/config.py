@@ -84,6 +84,11 @@ def _k(
     return ConfigKey(name, type_, default, doc, choices=choices, minimum=minimum, topic_key=topic_key, maximum=maximum)
 
 
+#: The security protocols a listener may use, and Kafka's default listener map (each standard
+#: name is its own protocol).
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_SECURITY_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
+
 #: Built-in broker keys. ``topic_key`` marks broker defaults of topic-level configs.
 BROKER_KEYS: tuple[ConfigKey, ...] = (
     # -- which plugins assemble this broker
@@ -125,6 +130,13 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         [],
         "Addresses given to clients, each named after one of the listeners; default: listeners. An empty "
         "host is this machine's canonical host name; 0.0.0.0 and :: are refused (clients cannot connect to them).",
+    ),
+    _k(
+        "listener.security.protocol.map",
+        str,
+        DEFAULT_SECURITY_PROTOCOL_MAP,
+        "Each listener name's security protocol, NAME:PROTOCOL comma separated (PROTOCOL one of PLAINTEXT, "
+        "SSL, SASL_PLAINTEXT, SASL_SSL), as Kafka's; a listener whose name is not mapped is refused.",
     ),
     _k("log.dirs", list, ["./data"], "Directories holding partition logs (the first also holds metadata)."),
     # -- network
@@ -837,12 +849,23 @@ class Config(Mapping[str, Any]):
 
     @property
     def listeners(self) -> list[Endpoint]:
-        return [parse_listener(s) for s in self["listeners"]]
+        protocols = parse_security_protocol_map(self["listener.security.protocol.map"])
+        return [parse_listener(s, protocol_map=protocols) for s in self["listeners"]]
 
     @property
     def advertised_listeners(self) -> list[Endpoint]:
         adv = self["advertised.listeners"]
-        return [parse_listener(s, "advertised.listeners") for s in adv] if adv else self.listeners
+        protocols = parse_security_protocol_map(self["listener.security.protocol.map"])
+        return [parse_listener(s, "advertised.listeners", protocols) for s in adv] if adv else self.listeners
+
+    def listener_setting(self, listener: str, name: str, prefix: str = "") -> Any:
+        """A listener's value of ``name``: Kafka's ``listener.name.<listener>.<prefix><name>``
+        (listener and prefix lower case, e.g. ``listener.name.clients.plain.sasl.jaas.config``)
+        when set, else the broker-wide ``name``."""
+        override = listener_key(listener, prefix + name)
+        if override in self._values:
+            return self._values[override]
+        return self[name]
 
     def topic_defaults(self) -> dict[str, Any]:
         """Topic-level config names with the broker's defaults for them."""
@@ -862,10 +885,39 @@ class Config(Mapping[str, Any]):
 WILDCARD_HOSTS = ("0.0.0.0", "::")
 
 
-def parse_listener(spec: str, key: str = "listeners") -> Endpoint:
-    """``PLAINTEXT://127.0.0.1:9092`` -> Endpoint; the listener name doubles as security protocol
-    for the standard names (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). ``key`` names the config
-    key in errors.
+def _comma_entries(value: str) -> Iterator[str]:
+    """The non-empty, stripped entries of a comma-separated value."""
+    return (entry for entry in (raw.strip() for raw in value.split(",")) if entry)
+
+
+def parse_security_protocol_map(value: str, key: str = "listener.security.protocol.map") -> dict[str, str]:
+    """``"CLIENTS:SASL_PLAINTEXT,REPLICATION:PLAINTEXT"`` -> {listener name: security protocol}."""
+    out: dict[str, str] = {}
+    for entry in _comma_entries(value):
+        name, sep, protocol = entry.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not name:
+            raise ConfigError(f"invalid value for {key!r}: {entry!r} is not LISTENER_NAME:SECURITY_PROTOCOL")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"invalid value for {key!r}: {protocol!r} is not a security protocol ({', '.join(SECURITY_PROTOCOLS)})"
+            )
+        if name in out:
+            raise ConfigError(f"invalid value for {key!r}: the listener name {name} appears twice")
+        out[name] = protocol
+    return out
+
+
+def listener_key(listener: str, name: str) -> str:
+    """Kafka's per-listener key for ``name``: ``listener.name.<listener lower case>.<name>``."""
+    return f"listener.name.{listener.lower()}.{name}"
+
+
+def parse_listener(spec: str, key: str = "listeners", protocol_map: Mapping[str, str] | None = None) -> Endpoint:
+    """``PLAINTEXT://127.0.0.1:9092`` -> Endpoint; the security protocol is the listener name's in
+    ``protocol_map`` (``listener.security.protocol.map``; Kafka's default map, where each standard
+    name is its own protocol, when None). A name the map lacks is refused, as Kafka does. ``key``
+    names the config key in errors.
 
     The host means what it means in Kafka. In ``listeners`` an empty host binds every interface
     (``0.0.0.0``). In ``advertised.listeners`` -- addresses clients connect to -- an empty host
@@ -887,9 +939,17 @@ def parse_listener(spec: str, key: str = "listeners") -> Endpoint:
         host = host or socket.getfqdn()
     else:
         host = host or "0.0.0.0"
-    protocol = name.upper() if name.upper() in {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"} else "PLAINTEXT"
+    protocols = protocol_map if protocol_map is not None else _DEFAULT_PROTOCOLS
+    protocol = protocols.get(name.upper())
+    if protocol is None:
+        raise ConfigError(
+            f"invalid value for {key!r}: no security protocol defined for listener {name.upper()} "
+            f"(add {name.upper()}:<protocol> to listener.security.protocol.map)"
+        )
     return Endpoint(name=name.upper(), host=host, port=int(port_s), security_protocol=protocol)
 
+
+_DEFAULT_PROTOCOLS = {p: p for p in SECURITY_PROTOCOLS}
 
 #: ``compression.type`` values every broker accepts; any other must name a loaded codec plugin.
 BUILTIN_COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
@@ -938,10 +998,7 @@ def parse_connection_overrides(value: str, *, key: str = "max.connections.per.ip
     """``"host:count,host:count"`` (Kafka's ``max.connections.per.ip.overrides``) as a mapping.
     The count follows the last colon, so an IPv6 address works bare (``::1:5``) or in brackets."""
     out: dict[str, int] = {}
-    for raw in value.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
+    for entry in _comma_entries(value):
         host, sep, count = entry.rpartition(":")
         host = host.strip().removeprefix("[").removesuffix("]")
         if not sep or not host or not count.strip().isdigit():
@@ -995,11 +1052,12 @@ def _check_listeners(values: Mapping[str, Any]) -> None:
     no listener has would leave it with no broker to talk to)."""
     if "listeners" in values and not values["listeners"]:  # the broker would serve nobody
         raise ConfigError("invalid value for 'listeners': at least one listener must be defined")
+    protocols = parse_security_protocol_map(values.get("listener.security.protocol.map", DEFAULT_SECURITY_PROTOCOL_MAP))
     names: list[str] = []
     for key in ("listeners", "advertised.listeners"):
         seen: set[str] = set()
         for spec in values.get(key, []):
-            name = parse_listener(spec, key).name
+            name = parse_listener(spec, key, protocols).name
             if name in seen:
                 raise ConfigError(f"invalid value for {key!r}: the listener name {name} appears twice")
             seen.add(name)
@@ -1017,6 +1075,34 @@ def _offered_by(plugins: Plugins, key: ConfigKey) -> str:
     from .plugin_origin import origin  # the manager imports this module
 
     return f" (offered by {origin(plugins, 'odradek_config_keys', key.name)})"
+
+
+#: ``listener.name.<listener>.[<mechanism>.]<key>``: Kafka's per-listener overrides
+_LISTENER_KEY = re.compile(r"listener\.name\.([a-z0-9_-]+)\.(?:([a-z0-9-]+)\.)?(.+)")
+
+
+def listener_override_key(name: str, keys: Mapping[str, ConfigKey]) -> ConfigKey | None:
+    """The key a per-listener override such as ``listener.name.clients.plain.sasl.jaas.config``
+    stands for (a copy named ``name``), when ``name`` overrides a key that allows it
+    (``extra["per_listener"]``; ``"mechanism"`` when Kafka prefixes it with a SASL mechanism
+    too); None otherwise."""
+    match = _LISTENER_KEY.fullmatch(name)
+    if match is None:
+        return None
+    listener, mechanism, rest = match.groups()
+    candidates = [(rest, None)] if mechanism is None else [(f"{mechanism}.{rest}", None), (rest, mechanism)]
+    for base_name, mech in candidates:
+        base = keys.get(base_name)
+        if base is None:
+            continue
+        allowed = base.extra.get("per_listener")
+        if (allowed is True and mech is None) or (allowed == "mechanism" and mech is not None):
+            return dataclasses.replace(
+                base,
+                name=name,
+                doc=f"{base.name} for listener {listener.upper()}" + (f", mechanism {mech.upper()}" if mech else ""),
+            )
+    return None
 
 
 def all_keys(plugins: Plugins | None) -> dict[str, ConfigKey]:
@@ -1098,7 +1184,10 @@ def load_config(
         if name == "log.dir":  # Kafka accepts the singular form too
             name = "log.dirs"
         if name not in keys:
-            raise ConfigError(f"unknown config key {name!r} (from {source})")
+            derived = listener_override_key(name, keys)
+            if derived is None:
+                raise ConfigError(f"unknown config key {name!r} (from {source})")
+            keys[name] = derived
         values[name] = _parse_value(keys[name], raw)
         sources[name] = source
     _check_cross_keys(values)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         StorageFactory,
         TransportFactory,
     )
+    from .security.mechanism import SaslMechanism
 
 PROJECT = "odradek"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -83,6 +84,19 @@ def odradek_register_transports() -> Sequence[TransportFactory]:
     Called by: the broker at start-up, once per entry in ``listeners``, to find the transport
     for that listener's security protocol (overridable with the ``transport`` key); and by
     odradek's client when it opens connections.
+    Result: collected and merged by name.
+    """
+
+
+@hookspec
+def odradek_register_sasl_mechanisms() -> Sequence[SaslMechanism]:
+    """SASL mechanisms this plugin offers (``odradek.security.mechanism.SaslMechanism``: a name,
+    a ``server(context)`` factory, an optional start-up ``check`` and ``client`` side).
+
+    Called by: the broker at start-up, once per SASL listener, to resolve
+    ``sasl.enabled.mechanisms`` (an enabled name no plugin offers stops the broker); and by
+    odradek's client for ``sasl.mechanism``. The built-in ``sasl`` plugin offers PLAIN,
+    SCRAM-SHA-256 and SCRAM-SHA-512.
     Result: collected and merged by name.
     """
 

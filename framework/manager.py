@@ -51,6 +51,7 @@ from .interfaces import (
     TransportFactory,
 )
 from .records import takes_max_size
+from .security.mechanism import SaslMechanism
 
 ENTRY_POINT_GROUP = "odradek"
 DISABLE_AUTOLOAD_ENV = "ODRADEK_DISABLE_PLUGIN_AUTOLOAD"
@@ -86,6 +87,7 @@ _HOOK_ROLES = {
     "odradek_register_codecs": "compression",
     "odradek_register_partitioners": "partitioner",
     "odradek_register_assignors": "assignor",
+    "odradek_register_sasl_mechanisms": "SASL mechanism",
 }
 
 
@@ -291,6 +293,13 @@ def _factory_problem(item: Any) -> str | None:
     return _named(item) or (None if callable(getattr(item, "create", None)) else "it has no callable create")
 
 
+def _sasl_mechanism_problem(item: Any) -> str | None:
+    name = getattr(item, "name", None)
+    if not isinstance(name, str) or not name or name != name.upper():
+        return "its name is not an upper-case SASL mechanism name"
+    return None if callable(getattr(item, "server", None)) else "it has no callable server"
+
+
 def _transport_problem(item: Any) -> str | None:
     protocols = getattr(item, "security_protocols", None)
     if not _is_sequence(protocols) or not all(isinstance(p, str) for p in protocols):
@@ -341,6 +350,7 @@ _ITEM_CHECKS: dict[str, tuple[str, Callable[[Any], str | None]]] = {
     "odradek_register_codecs": ("a codec", _codec_problem),
     "odradek_register_partitioners": ("a partitioner class", _class_problem("partition", "on_new_batch")),
     "odradek_register_assignors": ("an assignor class", _class_problem("assign")),
+    "odradek_register_sasl_mechanisms": ("a SaslMechanism", _sasl_mechanism_problem),
 }
 
 
@@ -470,6 +480,11 @@ class Plugins:
     def metadata(self, name: str) -> MetadataFactory:
         result: MetadataFactory = self._select("odradek_register_metadata", name)
         return result
+
+    def sasl_mechanisms(self) -> dict[str, SaslMechanism]:
+        """Every SASL mechanism by name (``PLAIN``, ``SCRAM-SHA-256`` ...); a name offered by
+        two plugins is an error naming both."""
+        return {k: v for k, (_, v) in self._by_name("odradek_register_sasl_mechanisms", lambda m: m.name).items()}
 
     def transports(self) -> list[TransportFactory]:
         return [i for _, i in self._by_name("odradek_register_transports", lambda t: t.name).values()]

@@ -26,6 +26,13 @@ Client side, in ``TransportFactory.connector(client_config)``: ``connect(host, p
 opens a stream and wraps it with :func:`client_connection`, a :class:`Connection` that sends and
 receives whole frames (responses larger than ``receive.message.max.bytes`` are refused).
 
+SASL (``SASL_PLAINTEXT``, ``SASL_SSL``) is layered on the same pieces and independent of how the
+bytes move: on the server side pass ``sasl=listener_sasl_settings(config, broker, endpoint)``
+(when ``is_sasl(endpoint)``) to :func:`connection_for` / :func:`serve_connection` /
+:func:`start_connection` and each connection authenticates before serving requests; on the client
+side run :func:`authenticate_client` on a new :class:`Connection` (with
+``SaslClientSettings.from_config(client_config)``) before handing it out.
+
 Both sides need a trio *socket* stream (``trio.SocketStream`` for clients, an accepted
 ``trio.socket`` socket for servers) of any family: the data path reads with ``recv_into`` and
 sends record slices with ``os.sendfile``. docs/plugins.md has a complete example over a Unix
@@ -45,6 +52,9 @@ from .plugins.transport_tcp.apis import Dispatcher, Handler, RequestContext, loa
 from .plugins.transport_tcp.client import DEFAULT_MAX_RESPONSE_BYTES, TcpConnection
 from .plugins.transport_tcp.connection import KafkaConnection
 from .plugins.transport_tcp.framing import FrameError, FrameReader, FrameTooLarge, send_frame
+from .security.client import SaslClientSettings
+from .security.client import authenticate as authenticate_client
+from .security.settings import SaslListenerSettings, is_sasl, listener_sasl_settings
 
 #: What :func:`client_connection` returns: frames over any connected ``trio.SocketStream``
 #: (the tcp transport's client connection works for every socket family).
@@ -52,11 +62,17 @@ StreamConnection = TcpConnection
 
 
 def connection_for(
-    sock: trio.socket.SocketType, dispatcher: Dispatcher, config: Config, *, peer: str
+    sock: trio.socket.SocketType,
+    dispatcher: Dispatcher,
+    config: Config,
+    *,
+    peer: str,
+    sasl: SaslListenerSettings | None = None,
 ) -> KafkaConnection:
     """A :class:`KafkaConnection` serving Kafka requests on the accepted socket ``sock``, with the
     broker config's request size, pipelining and idle limits, its requests held within the
-    broker's request memory (``queued.max.request.bytes``); ``peer`` names it in logs."""
+    broker's request memory (``queued.max.request.bytes``); ``peer`` names it in logs. With
+    ``sasl`` the peer authenticates first."""
     return KafkaConnection(
         sock,
         dispatcher,
@@ -65,14 +81,23 @@ def connection_for(
         max_in_flight=int(config["queued.max.requests"]),
         idle_timeout_s=int(config["connections.max.idle.ms"]) / 1000,
         memory=dispatcher.broker.request_memory,
+        sasl=sasl,
     )
 
 
-async def serve_connection(sock: trio.socket.SocketType, dispatcher: Dispatcher, config: Config, *, peer: str) -> None:
+async def serve_connection(
+    sock: trio.socket.SocketType,
+    dispatcher: Dispatcher,
+    config: Config,
+    *,
+    peer: str,
+    sasl: SaslListenerSettings | None = None,
+) -> None:
     """Serve one accepted socket until the client leaves, then close it (start one task per
     connection in the listener's nursery). Client mistakes (bad framing, oversized or undecodable
-    requests, unknown APIs) close this connection only, after earlier requests were answered."""
-    await connection_for(sock, dispatcher, config, peer=peer).run()
+    requests, unknown APIs, failed authentication) close this connection only, after earlier
+    requests were answered."""
+    await connection_for(sock, dispatcher, config, peer=peer, sasl=sasl).run()
 
 
 async def start_connection(
@@ -83,6 +108,7 @@ async def start_connection(
     *,
     address: str,
     peer: str,
+    sasl: SaslListenerSettings | None = None,
 ) -> bool:
     """Serve the accepted socket ``sock`` in ``connections`` if the broker's connection limits
     let it in (call it from the accept loop: it waits while the broker holds ``max.connections``,
@@ -95,7 +121,7 @@ async def start_connection(
 
     async def serve() -> None:
         try:
-            await serve_connection(sock, dispatcher, config, peer=peer)
+            await serve_connection(sock, dispatcher, config, peer=peer, sasl=sasl)
         finally:
             quotas.release(address)
 
@@ -125,10 +151,15 @@ __all__ = [
     "KafkaConnection",
     "Listener",
     "RequestContext",
+    "SaslClientSettings",
+    "SaslListenerSettings",
     "StreamConnection",
     "TransportFactory",
+    "authenticate_client",
     "client_connection",
     "connection_for",
+    "is_sasl",
+    "listener_sasl_settings",
     "load_handlers",
     "send_frame",
     "serve_connection",

@@ -70,15 +70,20 @@ def test_serve_refuses_a_taken_port(tmp_path: Path) -> None:
 
 
 def test_serve_names_a_listener_whose_host_is_not_local(tmp_path: Path) -> None:
-    last = _failed_start_line(tmp_path, "PLAINTEXT://127.0.0.1:0,OTHER://192.0.2.1:0")
+    last = _failed_start_line(
+        tmp_path,
+        "PLAINTEXT://127.0.0.1:0,OTHER://192.0.2.1:0",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,OTHER:PLAINTEXT",
+    )
     assert "broker failed to start: listener OTHER://192.0.2.1:0: " in last, last
 
 
-def _failed_start_line(cwd: Path, listeners: str) -> str:
-    """The last line of ``odradek serve`` with ``listeners``, which must fail to start (rc 1)
-    with no traceback."""
+def _failed_start_line(cwd: Path, listeners: str, *sets: str) -> str:
+    """The last line of ``odradek serve`` with ``listeners`` (and more ``--set``s), which must fail
+    to start (rc 1) with no traceback."""
+    more = [arg for s in sets for arg in ("--set", s)]
     result = subprocess.run(
-        [sys.executable, "-m", "odradek", "serve", "--set", f"listeners={listeners}"],
+        [sys.executable, "-m", "odradek", "serve", "--set", f"listeners={listeners}", *more],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -86,6 +91,27 @@ def _failed_start_line(cwd: Path, listeners: str) -> str:
     )
     assert result.returncode == 1 and "Traceback" not in result.stderr
     return result.stderr.strip().splitlines()[-1]
+
+
+def test_serve_refuses_a_listener_without_a_security_protocol(capsys: pytest.CaptureFixture[str]) -> None:
+    """Kafka's rule: a listener name must be in listener.security.protocol.map."""
+    assert main(["serve", "--set", "listeners=CLIENTS://127.0.0.1:0"]) == 2
+    assert "no security protocol defined for listener CLIENTS" in capsys.readouterr().err
+
+
+def test_serve_refuses_sasl_settings_that_cannot_work(tmp_path: Path) -> None:
+    """Checked before the broker opens anything: one error line, exit 2, no traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "odradek", "serve", "--set", "listeners=SASL_PLAINTEXT://127.0.0.1:0",
+         "--set", "sasl.enabled.mechanisms=GSSAPI", "--set", f"log.dirs={tmp_path / 'data'}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "odradek: error: invalid value for 'sasl.enabled.mechanisms': no plugin offers SASL mechanism GSSAPI "
+        "(available: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+    )
+    assert not (tmp_path / "data").exists()
 
 
 def test_serve_rejects_an_unknown_config_key(capsys: pytest.CaptureFixture[str]) -> None:

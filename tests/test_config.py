@@ -177,7 +177,10 @@ def test_roll_and_other_synonyms_set_the_topic_defaults() -> None:
 def test_listener_parsing() -> None:
     e = parse_listener("PLAINTEXT://[::1]:19092")
     assert (e.host, e.port, e.security_protocol) == ("::1", 19092, "PLAINTEXT")
-    assert parse_listener("INTERNAL://0.0.0.0:1").name == "INTERNAL"
+    internal = parse_listener("INTERNAL://0.0.0.0:1", protocol_map={"INTERNAL": "SASL_PLAINTEXT"})
+    assert (internal.name, internal.security_protocol) == ("INTERNAL", "SASL_PLAINTEXT")
+    with pytest.raises(ConfigError, match="no security protocol defined for listener INTERNAL"):
+        parse_listener("INTERNAL://0.0.0.0:1")  # Kafka's default map names only the protocols
     c = default_config(listeners="PLAINTEXT://127.0.0.1:1", advertised_listeners="PLAINTEXT://example:2")
     assert c.advertised_listeners[0].host == "example"
 

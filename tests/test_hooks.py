@@ -19,6 +19,8 @@ from odradek.config import load_config
 from odradek.hookspecs import hookimpl
 from odradek.interfaces import ConfigKey, MetadataFactory, StorageFactory, TransportFactory
 from odradek.manager import PluginError, Plugins, build_plugin_manager
+from odradek.security.mechanism import SaslError, SaslMechanism
+from odradek.testing import SaslMechanismConformance
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = sorted(n for n in dir(hookspecs) if n.startswith("odradek_"))
@@ -137,6 +139,64 @@ def test_hook_odradek_register_assignors() -> None:
     plugins = _plugins(_module("greedy", odradek_register_assignors=lambda: [_Everything]))
     assert plugins.assignor_names() == ["everything-to-first"]
     assert plugins.assignor("everything-to-first").rebalance_protocol == "eager"
+
+
+def test_hook_odradek_register_sasl_mechanisms() -> None:
+    """A third-party mechanism is offered next to the built-in ones (and passes the SASL
+    conformance suite: TestToyMechanismConformance below); it may not take a built-in name."""
+    from odradek.security.plugin import odradek_register_sasl_mechanisms as builtin
+
+    toy_plugin = _module("toy", odradek_register_sasl_mechanisms=lambda: [TOY])
+    assert _plugins(toy_plugin).sasl_mechanisms() == {"TOY": TOY}
+    both = _plugins(_module("builtin_sasl", odradek_register_sasl_mechanisms=builtin), toy_plugin)
+    assert sorted(both.sasl_mechanisms()) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "TOY"]
+    fake_plain = _module("fake_plain", odradek_register_sasl_mechanisms=lambda: [SaslMechanism("PLAIN", _ToyServer)])
+    clashing = _plugins(_module("builtin_sasl", odradek_register_sasl_mechanisms=builtin), fake_plain)
+    with pytest.raises(PluginError, match="PLAIN"):
+        clashing.sasl_mechanisms()
+    lower = _module("lower", odradek_register_sasl_mechanisms=lambda: [SaslMechanism("toy", _ToyServer)])
+    with pytest.raises(PluginError, match="upper-case"):
+        _plugins(lower).sasl_mechanisms()
+
+
+class _ToyServer:
+    """Accepts ``<user>:<password>`` when the password is the user name reversed."""
+
+    mechanism_name = "TOY"
+
+    def __init__(self, context: object = None) -> None:
+        self.complete = False
+        self.authorization_id: str | None = None
+
+    async def evaluate_response(self, token: bytes) -> bytes:
+        user, sep, password = token.partition(b":")
+        if not sep or not user or password != user[::-1]:
+            raise SaslError("toy: wrong password")
+        self.authorization_id = user.decode(errors="replace")
+        self.complete = True
+        return b""
+
+
+class _ToyClient:
+    def __init__(self, username: str, password: str) -> None:
+        self.token = f"{username}:{password}".encode()
+
+    def initial_response(self) -> bytes:
+        return self.token
+
+    def evaluate_challenge(self, challenge: bytes) -> bytes | None:
+        return None
+
+
+TOY = SaslMechanism("TOY", _ToyServer, client=_ToyClient)
+
+
+class TestToyMechanismConformance(SaslMechanismConformance):
+    """The conformance suite a third-party mechanism runs against itself."""
+
+    mechanism = TOY
+    username = "alice"
+    password = "ecila"
 
 
 def test_unknown_hook_name_is_refused() -> None:

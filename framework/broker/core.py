@@ -27,6 +27,7 @@ from ..interfaces import Codec, LogDirDescription, LogStorage, MetadataStore, To
 from ..metrics import BrokerMetrics
 from ..pacing import paced
 from ..request_memory import RequestMemoryPool
+from ..security.credentials import ScramCredentialStore
 from .admin import AdminManager, validate_topic_name
 from .api import (
     NO_PRODUCER_EPOCH,
@@ -102,6 +103,8 @@ class BrokerCore:
         self.fetch_sessions = FetchSessionCache(int(config["max.incremental.fetch.session.cache.slots"]))
         self.storage = storage
         self.store = store
+        #: users' SCRAM credentials (``/config/users/<user>``): SASL listeners and the KIP-554 APIs
+        self.scram_credentials = ScramCredentialStore(store)
         self.replica_manager = ReplicaManager(
             config.broker_id,
             storage,

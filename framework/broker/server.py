@@ -41,6 +41,7 @@ from ..errors import OdradekError
 from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, SessionState
 from ..manager import Plugins, load_plugins
 from ..metrics_exporter import serve_metrics
+from ..security.settings import check_security_config, inter_broker_client_config
 from ..sessions import MetadataUnavailable
 from . import meta_properties
 from .alter_partition import AlterPartitionManager
@@ -165,6 +166,7 @@ class BrokerServer:
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run the broker until cancelled; reports the bound endpoints when it is serving."""
         config = self.config
+        check_security_config(config)  # a SASL listener that cannot work stops the broker here
         storage = self.plugins.storage(config["storage"]).create(config)
         store = self.plugins.metadata(config["metadata"]).create(config)
         self.storage, self.store = storage, store
@@ -467,8 +469,13 @@ class BrokerServer:
         the first listener's security protocol, through the transport its listeners use (the
         ``transport`` setting, else the one serving that protocol), so a broker never serves one
         transport and fetches over another."""
-        protocol = self.config.listeners[0].security_protocol if self.config.listeners else "PLAINTEXT"
-        return self.plugins.transport_for(protocol, self.config["transport"]).connector({})
+        if not self.config.listeners:
+            return self.plugins.transport_for("PLAINTEXT", self.config["transport"]).connector({})
+        first = self.config.listeners[0]
+        # a SASL listener: the broker authenticates as sasl.mechanism.inter.broker.protocol with
+        # the username/password of that mechanism's JAAS config (checked at start-up)
+        client_config = inter_broker_client_config(self.config, first, self.plugins.sasl_mechanisms())
+        return self.plugins.transport_for(first.security_protocol, self.config["transport"]).connector(client_config)
 
     @staticmethod
     def _spawn(nursery: trio.Nursery, scopes: list[trio.CancelScope], fn: Any) -> None:

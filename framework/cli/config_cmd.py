@@ -27,20 +27,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ref.set_defaults(func=run_reference)
 
 
+HIDDEN = "(hidden)"
+
+
 def run_show(args: argparse.Namespace) -> int:
     sets = parse_sets(args.set)
     config = load_config(args.config, overrides=sets, plugins=configured_plugins(args.config, overrides=sets))
     names = [n for n in sorted(config) if not args.changed or config.source(n) != "default"]
+    # passwords (sasl.jaas.config) are never printed (Kafka shows [hidden])
+    shown = {n: HIDDEN if config.key(n).extra.get("sensitive") and config[n] else config[n] for n in names}
     if args.json:
-        print(json.dumps({n: config[n] for n in names}, indent=2))
+        print(json.dumps(shown, indent=2))
         return 0
     table = Table(title="odradek config")
     table.add_column("key")
     table.add_column("value")
     table.add_column("source")
     for n in names:
-        v = config[n]
-        table.add_row(n, render(v), config.source(n))
+        table.add_row(n, render(shown[n]), config.source(n))
     Console(width=160).print(table)
     return 0
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from ..errors import KafkaError
 from ..interfaces import TopicPartition
 from .accumulator import RecordMetadata
-from .admin import AlterConfigOp, ConfigResourceType, NewTopic
+from .admin import AlterConfigOp, ConfigResourceType, NewTopic, UserScramCredentialUpsertion
 from .base import ClientClosedError
 from .coordinator import CommitFailedError
 from .decoding import ConsumerRecord
@@ -41,4 +41,5 @@ __all__ = [
     "Producer",
     "RecordMetadata",
     "TopicPartition",
+    "UserScramCredentialUpsertion",
 ]

@@ -11,6 +11,7 @@ style is left to the caller (the CLI raises the first error).
 from __future__ import annotations
 
 import enum
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from ..consumer_protocol import decode_assignment
 from ..errors import ErrorCode, KafkaError
 from ..interfaces import TopicPartition
 from ..protocol import ApiKey
+from ..security.scram import SCRAM_BY_TYPE, SCRAM_MECHANISMS, salted_password
 from .base import AsyncClient
 from .cluster import BrokerInfo, PartitionInfo
 from .group_ops import CoordinatorLookup, OffsetAndMetadata, commit_offsets, fetch_committed
@@ -105,6 +107,18 @@ class GroupDescription:
     protocol: str
     members: Sequence[MemberDescription]
     coordinator: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialUpsertion:
+    """A user's new SCRAM credential (Java's ``UserScramCredentialUpsertion``); ``mechanism`` is
+    ``SCRAM-SHA-256`` or ``SCRAM-SHA-512``; a random salt when None."""
+
+    user: str
+    mechanism: str
+    password: str
+    iterations: int = 4096
+    salt: bytes | None = None
 
 
 OffsetSpec = str | int  # "earliest" | "latest" | "max-timestamp" | a timestamp in ms
@@ -615,3 +629,65 @@ class AsyncAdmin(AsyncClient):
             await commit_offsets(lookup, wanted)
 
         await self.network.call_with_retries(attempt, timeout_s=self._default_timeout(timeout), what="OffsetCommit")
+
+    # -- SCRAM users (KIP-554) -----------------------------------------------------------------------
+    async def describe_user_scram_credentials(
+        self, users: Sequence[str] | None = None, timeout: float | None = None
+    ) -> dict[str, dict[str, int] | KafkaError]:
+        """Each user's SCRAM mechanisms and their iterations (every user's when ``users`` is
+        None), or the error for that user (RESOURCE_NOT_FOUND for a user without credentials)."""
+        self._check_open()
+        build = request_builder(
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+            max_version=0,
+            users=None if users is None else [{"name": u} for u in users],
+        )
+        response = await self._to_controller(build, timeout)
+        top = _error(response.error_code, "describe SCRAM credentials", response.error_message)
+        if top is not None:
+            raise top
+        out: dict[str, dict[str, int] | KafkaError] = {}
+        for result in response.results:
+            error = _error(result.error_code, f"describe SCRAM credentials of {result.user!r}", result.error_message)
+            if error is not None:
+                out[result.user] = error
+                continue
+            out[result.user] = {
+                SCRAM_BY_TYPE[int(i.mechanism)].mechanism_name: int(i.iterations)
+                for i in result.credential_infos
+                if int(i.mechanism) in SCRAM_BY_TYPE
+            }
+        return out
+
+    async def alter_user_scram_credentials(
+        self,
+        upsertions: Sequence[UserScramCredentialUpsertion] = (),
+        deletions: Sequence[tuple[str, str]] = (),
+        timeout: float | None = None,
+    ) -> dict[str, KafkaError | None]:
+        """Create or replace users' SCRAM credentials and delete some ((user, mechanism name));
+        the password is salted here and never sent. The outcome by user."""
+        self._check_open()
+        ups = []
+        for up in upsertions:
+            mechanism = SCRAM_MECHANISMS[up.mechanism]
+            salt = up.salt if up.salt is not None else secrets.token_bytes(32)
+            ups.append(
+                {
+                    "name": up.user,
+                    "mechanism": mechanism.type_code,
+                    "iterations": up.iterations,
+                    "salt": salt,
+                    "salted_password": salted_password(mechanism, up.password, salt, up.iterations),
+                }
+            )
+        dels = [
+            {"name": user, "mechanism": SCRAM_MECHANISMS[m].type_code if m in SCRAM_MECHANISMS else 0}
+            for user, m in deletions
+        ]
+        build = request_builder(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, max_version=0, deletions=dels, upsertions=ups)
+        response = await self._to_controller(build, timeout)
+        return {
+            r.user: _error(r.error_code, f"alter SCRAM credentials of {r.user!r}", r.error_message)
+            for r in response.results
+        }

@@ -35,6 +35,16 @@ COMMON_KEYS: tuple[ConfigKey, ...] = (
         "Security protocol: picks the transport plugin that declares it (PLAINTEXT: tcp) unless transport is set.",
     ),
     _k("transport", str, "", "Transport plugin by name (an odradek setting); empty: chosen by security.protocol."),
+    _k(
+        "sasl.mechanism",
+        str,
+        "PLAIN",
+        "SASL mechanism with security.protocol SASL_PLAINTEXT or SASL_SSL: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+        "(librdkafka's sasl.mechanisms is accepted too).",
+    ),
+    _k("sasl.mechanisms", str, "", "librdkafka's name of sasl.mechanism (used when set)."),
+    _k("sasl.username", str, "", "SASL username (PLAIN, SCRAM)."),
+    _k("sasl.password", str, "", "SASL password (PLAIN, SCRAM)."),
     _k("ssl.ca.location", str, "", "CA bundle for SSL (transport plugins that support TLS)."),
     _k("ssl.certificate.location", str, "", "Client certificate for SSL."),
     _k("ssl.key.location", str, "", "Client private key for SSL."),

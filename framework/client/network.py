@@ -70,6 +70,12 @@ def is_retriable(exc: BaseException) -> bool:
     return isinstance(exc, KafkaError) and exc.retriable
 
 
+#: connect failures that mean "these credentials will not do" (SASL)
+_AUTHENTICATION_CODES = frozenset(
+    {ErrorCode.SASL_AUTHENTICATION_FAILED, ErrorCode.UNSUPPORTED_SASL_MECHANISM, ErrorCode.ILLEGAL_SASL_STATE}
+)
+
+
 class NetworkClient:
     """Connections and metadata for one client object (see module doc).
 
@@ -108,6 +114,8 @@ class NetworkClient:
         self.cluster = ClusterSnapshot()
         self.metadata_version = 0
         self._metadata_event = trio.Event()  # set (and replaced) on every metadata update
+        #: the last refusal of this client's SASL credentials by a broker, None when none
+        self.authentication_error: KafkaError | None = None
         self._wakeup_metadata = trio.Event()
         self._need_update = False
         self._last_refresh = -math.inf
@@ -175,7 +183,13 @@ class NetworkClient:
                 connect_timeout_s=self.connect_timeout_s,
                 request_timeout_s=self.request_timeout_s,
             )
-        except NetworkError:
+        except NetworkError as exc:
+            if exc.code in _AUTHENTICATION_CODES:
+                # not retriable: a call waiting for metadata fails with it (as the Java client's
+                # AuthenticationException) instead of timing out with no reason given
+                self.authentication_error = exc
+                event, self._metadata_event = self._metadata_event, trio.Event()
+                event.set()  # wake the waiters for metadata: they fail with it now
             failures = self._failures.get(node_id, (0, 0.0))[0] + 1
             self._failures[node_id] = (failures, trio.current_time() + self.reconnect_backoff.seconds(failures - 1))
             raise
@@ -301,8 +315,11 @@ class NetworkClient:
         self._wakeup_metadata.set()
 
     async def wait_for_update(self, since_version: int, deadline: float) -> bool:
-        """Wait until metadata newer than ``since_version`` arrives; False at ``deadline``."""
+        """Wait until metadata newer than ``since_version`` arrives; False at ``deadline``.
+        Raises the broker's refusal of this client's SASL credentials, once there is one."""
         while self.metadata_version <= since_version:
+            if self.authentication_error is not None:
+                raise self.authentication_error  # no metadata will come with these credentials
             self.request_update()
             with trio.move_on_at(deadline):
                 await self._metadata_event.wait()

@@ -212,7 +212,24 @@ def decode_request(api_key: int, api_version: int, frame: Buffer, offset: int) -
         return decode_produce_request(api_version, frame, offset)
     if api_key == ApiKey.FETCH:
         return decode_fetch_request(api_version, frame, offset)
+    if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+        frame = _without_trailing_zero(frame, offset)
     return _kio_decode(request_type(api_key, api_version), frame, offset, f"api {api_key} v{api_version} request")
+
+
+def _without_trailing_zero(frame: Buffer, offset: int) -> Buffer:
+    """librdkafka (2.x, confluent-kafka's ``alter_user_scram_credentials``) ends its
+    AlterUserScramCredentials request with one empty tagged-field byte too many, which Kafka's
+    parser, reading no further than the message, never notices. One extra zero byte is dropped
+    when the message ends before it (anything else stays an error)."""
+    view = memoryview(frame)
+    if len(view) and view[-1] == 0:
+        try:
+            check_message(request_type(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0), view[:-1], offset)
+        except InvalidRequest:
+            return frame
+        return view[:-1]
+    return frame
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes:

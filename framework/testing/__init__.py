@@ -2,7 +2,8 @@
 
 It gives plugin authors -- ours and third parties' -- a conformance suite per plugin role to run
 against their own implementations (``check_storage``, ``MetadataStoreConformance``,
-``check_transport``, ``check_codec``, ``check_partitioner``, ``check_assignor``) and fixtures that
+``check_transport``, ``check_codec``, ``check_partitioner``, ``check_assignor``,
+``SaslMechanismConformance``) and fixtures that
 start real servers for integration tests (a broker subprocess, ZooKeeper, etcd, a Spark session).
 Each concern lives in its own module; this module only re-exports, and imports nothing heavy:
 fixtures import pyspark, kazoo or etcd3 lazily, when a test asks for them.
@@ -28,6 +29,7 @@ from .codec import check_codec as check_codec
 from .metadata import MetadataStoreConformance as MetadataStoreConformance
 from .partitioner import PartitionerConformance as PartitionerConformance
 from .partitioner import check_partitioner as check_partitioner
+from .sasl import SaslMechanismConformance as SaslMechanismConformance
 from .servers import EtcdServer as EtcdServer
 from .servers import ZooKeeperServer as ZooKeeperServer
 from .servers import etcd_server as etcd_server

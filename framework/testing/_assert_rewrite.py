@@ -20,6 +20,7 @@ REWRITTEN_MODULES: tuple[str, ...] = tuple(
         "codec",
         "metadata",
         "partitioner",
+        "sasl",
         "servers",
         "spark",
         "storage",

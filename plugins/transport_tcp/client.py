@@ -2,14 +2,19 @@
 
 A ``TcpConnection`` moves frames only (``send_frame`` adds the size prefix, ``receive_frame``
 strips it); requests, correlation ids and versions are the client's business, through the same
-:mod:`odradek.protocol` codec the broker uses.
+:mod:`odradek.protocol` codec the broker uses. With ``security.protocol=SASL_PLAINTEXT``
+(``sasl.mechanism``, ``sasl.username``, ``sasl.password``) a connection is authenticated before
+``connect`` returns it (:func:`odradek.security.client.authenticate`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import trio
+
+from odradek.security.client import SaslClientSettings, authenticate
 
 from .framing import FrameError, FrameReader, send_frame
 
@@ -47,16 +52,34 @@ class TcpConnection:
 
 
 class TcpConnector:
-    """Opens ``TcpConnection``s; ``client_config`` may set ``receive.message.max.bytes``."""
+    """Opens ``TcpConnection``s; ``client_config`` may set ``receive.message.max.bytes``, and
+    the SASL settings that authenticate each connection (``security.protocol=SASL_PLAINTEXT``)."""
 
     def __init__(self, client_config: Mapping[str, str] | None = None) -> None:
         config = client_config or {}
         self.max_response_bytes = int(config.get("receive.message.max.bytes", DEFAULT_MAX_RESPONSE_BYTES))
+        self.client_id = str(config.get("client.id", "odradek"))
+        self.sasl = SaslClientSettings.from_config(config)
 
     async def connect(self, host: str, port: int, *, timeout_s: float) -> TcpConnection:
         with trio.fail_after(timeout_s):
             stream = await trio.open_tcp_stream(host, port)
-        return TcpConnection(stream, self.max_response_bytes)
+        connection = TcpConnection(stream, self.max_response_bytes)
+        if self.sasl is not None:
+            try:
+                with trio.fail_after(timeout_s):
+                    await authenticate(connection, self.sasl, _mechanisms(), client_id=self.client_id)
+            except BaseException:
+                await connection.aclose()
+                raise
+        return connection
+
+
+def _mechanisms() -> dict[str, Any]:
+    """The SASL mechanisms of the loaded plugins (their client sides)."""
+    from odradek.manager import default_plugins
+
+    return dict(default_plugins().sasl_mechanisms())
 
 
 __all__ = ["TcpConnection", "TcpConnector"]

@@ -16,6 +16,12 @@ Anything a client can get wrong -- framing, an oversized frame, an unknown API, 
 decode -- closes this connection only, after the responses to earlier requests have been written,
 and is logged. ``stop_reading`` starts a graceful close: no new requests, in-flight ones finish.
 
+On a SASL listener the connection first authenticates the peer (``sasl``: the listener's
+:class:`~odradek.security.settings.SaslListenerSettings`): one frame at a time, each handed to a
+sans-IO :class:`~odradek.security.authenticator.SaslServerAuthenticator`, frames bounded by
+``sasl.server.max.receive.size``; only then does the pipelined loop below start, with the
+authenticated principal. A PLAINTEXT connection skips it: its request path is unchanged.
+
 A peer that closes its side (EOF, a FIN) is gone, or at most waits for what it already asked:
 requests still being processed get ``EOF_GRACE_S`` to finish and be answered, then the
 connection closes and cancels what is left (see ``_peer_closed``).
@@ -37,6 +43,8 @@ from odradek.principal import ANONYMOUS, KafkaPrincipal
 from odradek.protocol import ApiKey, FetchEnvelope, RequestHeader, api_name, parse_request_header
 from odradek.protocol.codec import SchemaUnavailable, is_native_panic
 from odradek.request_memory import RequestMemoryPool
+from odradek.security.authenticator import SaslServerAuthenticator
+from odradek.security.settings import SaslListenerSettings
 
 from .apis import CloseConnection, Dispatcher, Outcome
 from .framing import FrameError, FrameReader, FrameTooLarge, OnBlock, PeerClosed, send_all, send_frame, sendfile
@@ -92,6 +100,7 @@ class KafkaConnection:
         idle_timeout_s: float,
         max_read_ahead_bytes: int = MAX_READ_AHEAD_BYTES,
         memory: RequestMemoryPool | None = None,
+        sasl: SaslListenerSettings | None = None,
     ) -> None:
         self.sock = sock
         self.dispatcher = dispatcher
@@ -119,14 +128,28 @@ class KafkaConnection:
         #: who the peer is, handed to every request's handler; a security layer (SASL, a TLS
         #: client certificate) replaces the anonymous principal once it authenticates the peer
         self.principal: KafkaPrincipal = ANONYMOUS
+        #: the SASL exchange a SASL listener runs before serving requests; None: PLAINTEXT
+        self.authenticator = (
+            None
+            if sasl is None
+            else SaslServerAuthenticator(
+                sasl.mechanisms, self._process_unauthenticated, peer=peer, listener=sasl.listener,
+                failed_delay_s=sasl.failed_delay_s,
+            )
+        )  # fmt: skip
+        self._sasl_max_frame = sasl.max_receive_size if sasl is not None else max_request_bytes
+        self._auth_scope = trio.CancelScope()
         self.closed = trio.Event()
 
     def stop_reading(self) -> None:
         """Graceful close: read no further request; earlier ones are answered, then it closes."""
         self._read_scope.cancel()
+        self._auth_scope.cancel()
 
     async def run(self) -> None:
         try:
+            if self.authenticator is not None and not await self._authenticate(self.authenticator):
+                return
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_loop, nursery)
                 nursery.start_soon(self._watch_idle)
@@ -146,6 +169,53 @@ class KafkaConnection:
             self._queued.clear()
             self.sock.close()
             self.closed.set()
+
+    # -- authenticating -----------------------------------------------------------------------
+    async def _authenticate(self, auth: SaslServerAuthenticator) -> bool:
+        """Run the SASL exchange, one frame at a time; True once the peer is authenticated.
+
+        Frames are bounded by ``sasl.server.max.receive.size`` meanwhile (an unauthenticated peer
+        cannot make the broker hold ``socket.request.max.bytes``), and the exchange by
+        ``connections.max.idle.ms`` as a whole. False: the connection closes (logged)."""
+        limit = self.reader.max_frame
+        self.reader.max_frame = min(limit, self._sasl_max_frame)
+        try:
+            with self._auth_scope:
+                self._auth_scope.deadline = trio.current_time() + self.idle_timeout_s
+                while not auth.complete:
+                    frame = await self._next_frame()
+                    if frame is None:
+                        return False
+                    try:
+                        step = await auth.receive(frame)
+                    finally:
+                        if self.memory is not None:
+                            self.memory.release(len(frame))
+                        self.reader.recycle(frame)
+                    if step.delay_s > 0:
+                        await trio.sleep(step.delay_s)
+                    if step.response is not None:
+                        await send_frame(self.sock, step.response)
+                    if step.close:
+                        log.info("closing connection %s: %s", self.peer, step.reason)
+                        return False
+            if self._auth_scope.cancelled_caught:
+                why = (
+                    f"not authenticated within {self.idle_timeout_s:.0f} s (connections.max.idle.ms)"
+                    if trio.current_time() >= self._auth_scope.deadline
+                    else "the listener is stopping"
+                )
+                log.info("closing connection %s during SASL authentication: %s", self.peer, why)
+                return False
+        finally:
+            self.reader.max_frame = limit
+        assert auth.principal is not None
+        self.principal = auth.principal
+        return True
+
+    async def _process_unauthenticated(self, header: RequestHeader, frame: bytearray) -> Outcome:
+        """The requests a peer may send before authenticating (ApiVersions) go to the dispatcher."""
+        return await self.dispatcher.process(header, frame, self.peer, principal=self.principal)
 
     # -- reading ------------------------------------------------------------------------------
     async def _read_loop(self, nursery: trio.Nursery) -> None:

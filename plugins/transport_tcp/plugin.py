@@ -1,4 +1,5 @@
-"""The transport_tcp plugin: Kafka's protocol over plain TCP (security protocol PLAINTEXT).
+"""The transport_tcp plugin: Kafka's protocol over plain TCP (security protocols PLAINTEXT and
+SASL_PLAINTEXT, whose connections authenticate with SASL first: see odradek.security).
 
 ``listener(config, broker, endpoint)`` builds a :class:`~.server.TcpListener` for one configured
 listener; ``connector(client_config)`` builds the :class:`~.client.TcpConnector` odradek's own
@@ -19,11 +20,11 @@ from .server import DEFAULT_GRACE_MS, GRACE_KEY, TcpListener
 
 @hookimpl
 def odradek_register_transports() -> Sequence[TransportFactory]:
-    """The ``tcp`` transport for PLAINTEXT listeners."""
+    """The ``tcp`` transport for PLAINTEXT and SASL_PLAINTEXT listeners."""
     return [
         TransportFactory(
             name="tcp",
-            security_protocols=("PLAINTEXT",),
+            security_protocols=("PLAINTEXT", "SASL_PLAINTEXT"),
             listener=TcpListener,
             connector=TcpConnector,
             description="Kafka protocol over TCP; Fetch records sent with os.sendfile",

@@ -30,6 +30,7 @@ from odradek.broker.storage_failures import StorageFailureLog
 from odradek.config import Config
 from odradek.connection_quotas import ConnectionQuotas
 from odradek.interfaces import Endpoint
+from odradek.security.settings import SaslListenerSettings, is_sasl, listener_sasl_settings
 
 from .apis import Dispatcher
 from .connection import KafkaConnection
@@ -44,7 +45,8 @@ DEFAULT_GRACE_MS = 5000
 
 
 class TcpListener:
-    """Serves the Kafka protocol on one listener (``PLAINTEXT://host:port``)."""
+    """Serves the Kafka protocol on one listener (``PLAINTEXT://host:port``, or a SASL_PLAINTEXT
+    one, whose connections authenticate first)."""
 
     def __init__(self, config: Config, broker: Any, endpoint: Endpoint) -> None:
         self.config = config
@@ -55,6 +57,10 @@ class TcpListener:
         #: accept failures, logged once when they start, then at most once a minute
         self.accept_failures = StorageFailureLog(log, "accepts", clock=trio.current_time)
         self.quotas: ConnectionQuotas = broker.connection_quotas
+        #: SASL_PLAINTEXT: how its connections authenticate (a config error stops the broker here)
+        self.sasl: SaslListenerSettings | None = (
+            listener_sasl_settings(config, broker, endpoint) if is_sasl(endpoint) else None
+        )
 
     def _setting(self, name: str, default: Any) -> Any:
         try:
@@ -126,6 +132,7 @@ class TcpListener:
                 max_in_flight=int(self.config["queued.max.requests"]),
                 idle_timeout_s=int(self.config["connections.max.idle.ms"]) / 1000,
                 memory=self.broker.request_memory,
+                sasl=self.sasl,
             )
             connections.start_soon(self._run_connection, conn, host)
 

@@ -55,6 +55,7 @@ HANDLER_MODULES: tuple[str, ...] = (
     "odradek.plugins.transport_tcp.apis.txn",
     "odradek.plugins.transport_tcp.apis.cluster",
     "odradek.plugins.transport_tcp.apis.acls",
+    "odradek.plugins.transport_tcp.apis.scram",
 )
 
 

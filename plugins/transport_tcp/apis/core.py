@@ -372,9 +372,11 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
 
 
 async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
-    """No listener authenticates with SASL: as Kafka's KafkaApis answers a handshake that reaches
-    it (on a listener without SASL, or after authentication), ILLEGAL_SASL_STATE. A client set
-    up for SASL so fails with an authentication error instead of waiting."""
+    """A handshake that reaches the dispatcher comes on a listener without SASL or after the
+    connection authenticated (a SASL listener's exchange runs before, in
+    ``odradek.security.authenticator``): as Kafka's KafkaApis, ILLEGAL_SASL_STATE. A client set
+    up for SASL against a PLAINTEXT listener so fails with an authentication error instead of
+    waiting."""
     return make(
         response_class(ApiKey.SASL_HANDSHAKE, ctx.api_version),
         error_code=kerr(ErrorCode.ILLEGAL_SASL_STATE),

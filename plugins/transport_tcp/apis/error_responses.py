@@ -40,7 +40,7 @@ from odradek.errors import ErrorCode
 from odradek.protocol import ApiKey, produce_error_response, response_type
 from odradek.protocol.fetch import FetchPartitionData, FetchRequestData, FetchResponseData, FetchTopicData
 
-from ._kio import kerr
+from ._kio import kerr, response_class
 
 #: fields that say *which* topic, partition, group, member or resource an entry is about: copied
 #: from the request's entry into the response's, and what pairs a response list with a request list
@@ -108,7 +108,21 @@ def error_response(api_key: int, api_version: int, request: Any, code: ErrorCode
         return produce_error_response(request, code)
     if api_key == ApiKey.FETCH:
         return fetch_error_response(request, code)
+    if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+        return alter_user_scram_credentials_error_response(api_version, request, code, message)
     return _entry(response_type(api_key, api_version), request, code, message, top=True)
+
+
+def alter_user_scram_credentials_error_response(api_version: int, request: Any, code: ErrorCode, message: str) -> Any:
+    """Kafka's ``AlterUserScramCredentialsRequest.getErrorResponse``: one result per user the
+    request names (its deletions, then its upsertions), each carrying ``code``."""
+    cls = response_type(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, api_version)
+    result = response_class(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, api_version, "AlterUserScramCredentialsResult")
+    users = dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
+    return cls(
+        throttle_time=datetime.timedelta(0),
+        results=tuple(result(user=u, error_code=kerr(code), error_message=message) for u in users),
+    )
 
 
 def fetch_error_response(request: FetchRequestData, code: ErrorCode) -> FetchResponseData:
