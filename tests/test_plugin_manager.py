@@ -243,11 +243,11 @@ def test_the_builtin_transport_keeps_its_protocol_unless_named() -> None:
 
 
 def test_two_third_party_transports_for_one_protocol_is_an_error_naming_both() -> None:
-    plugins = _plugins(_transport_plugin("a", "SSL"), _transport_plugin("b", "SSL"), TCP)
-    with pytest.raises(PluginError, match=r"'SSL' is served by both transport 'a' \(plugin 'a_plugin'\).*'b'"):
-        plugins.transport_for("SSL")
-    assert plugins.transport_for("SSL", "b").name == "b"
-    assert any("'SSL'" in c for c in plugins.conflicts())
+    plugins = _plugins(_transport_plugin("a", "SASL_SSL"), _transport_plugin("b", "SASL_SSL"), TCP)
+    with pytest.raises(PluginError, match=r"'SASL_SSL' is served by both transport 'a' \(plugin 'a_plugin'\).*'b'"):
+        plugins.transport_for("SASL_SSL")
+    assert plugins.transport_for("SASL_SSL", "b").name == "b"
+    assert any("'SASL_SSL'" in c for c in plugins.conflicts())
 
 
 def test_the_broker_connects_to_other_brokers_through_its_listeners_transport(tmp_path: Path) -> None:

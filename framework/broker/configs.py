@@ -166,14 +166,18 @@ class ConfigManager:
                 continue
             value = self.config[name]
             source = self._broker_source(name)
+            # a password or private key (``ConfigKey.extra["sensitive"]``) is described, never
+            # shown: Kafka's PASSWORD type, value null and is_sensitive
+            sensitive = bool(self.config.key(name).extra.get("sensitive"))
             out.append(
                 ConfigEntry(
                     name,
-                    render(value),
+                    None if sensitive else render(value),
                     read_only=True,
                     is_default=source is ConfigSource.DEFAULT_CONFIG,
                     source=source,
-                    synonyms=tuple(self._broker_synonyms(name)) if include_synonyms else (),
+                    is_sensitive=sensitive,
+                    synonyms=tuple(self._broker_synonyms(name)) if include_synonyms and not sensitive else (),
                     config_type=config_type(name, value),
                     documentation=self.config.key(name).doc if include_documentation else None,
                 )

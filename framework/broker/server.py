@@ -247,6 +247,8 @@ class BrokerServer:
                     core.metadata_cache.local_endpoints = {
                         e.name: (e.host, e.port, e.security_protocol) for e in advertised
                     }
+                    inter_broker = config.inter_broker_listener
+                    core.metadata_cache.inter_broker_listener = inter_broker.name if inter_broker else None
                     info = registration_json([(e.name, e.host, e.port, e.security_protocol) for e in advertised], None)
                     self.broker_epoch = await self._register(store, info)
                     registered = True
@@ -464,11 +466,15 @@ class BrokerServer:
 
     def _connector(self) -> Any:
         """How this broker reaches the others (replica fetchers, the transaction marker channel):
-        the first listener's security protocol, through the transport its listeners use (the
+        the inter-broker listener's security protocol (``inter.broker.listener.name``, else the
+        first listener) and, over TLS, its keystore and truststore, through the transport its listeners use (the
         ``transport`` setting, else the one serving that protocol), so a broker never serves one
         transport and fetches over another."""
-        protocol = self.config.listeners[0].security_protocol if self.config.listeners else "PLAINTEXT"
-        return self.plugins.transport_for(protocol, self.config["transport"]).connector({})
+        listener = self.config.inter_broker_listener
+        protocol = listener.security_protocol if listener is not None else "PLAINTEXT"
+        return self.plugins.transport_for(protocol, self.config["transport"]).connector(
+            self.config.inter_broker_client_config()
+        )
 
     @staticmethod
     def _spawn(nursery: trio.Nursery, scopes: list[trio.CancelScope], fn: Any) -> None:

@@ -31,8 +31,10 @@ def run_show(args: argparse.Namespace) -> int:
     sets = parse_sets(args.set)
     config = load_config(args.config, overrides=sets, plugins=configured_plugins(args.config, overrides=sets))
     names = [n for n in sorted(config) if not args.changed or config.source(n) != "default"]
+    # passwords and private keys (``extra["sensitive"]``) are never printed
+    hidden = {n for n in names if config.key(n).extra.get("sensitive") and config[n]}
     if args.json:
-        print(json.dumps({n: config[n] for n in names}, indent=2))
+        print(json.dumps({n: "[hidden]" if n in hidden else config[n] for n in names}, indent=2))
         return 0
     table = Table(title="odradek config")
     table.add_column("key")
@@ -40,7 +42,7 @@ def run_show(args: argparse.Namespace) -> int:
     table.add_column("source")
     for n in names:
         v = config[n]
-        table.add_row(n, render(v), config.source(n))
+        table.add_row(n, "[hidden]" if n in hidden else render(v), config.source(n))
     Console(width=160).print(table)
     return 0
 

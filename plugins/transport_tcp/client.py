@@ -11,25 +11,30 @@ from collections.abc import Mapping
 
 import trio
 
-from .framing import FrameError, FrameReader, send_frame
+from .framing import FrameError, FrameReader
+from .transport_layer import PlaintextTransportLayer, TransportLayer, write_frame
 
 #: librdkafka's default receive.message.max.bytes
 DEFAULT_MAX_RESPONSE_BYTES = 100_000_000
 
 
 class TcpConnection:
-    """One TCP connection to a broker. Sends are serialised so frames never interleave."""
+    """One TCP connection to a broker. Sends are serialised so frames never interleave.
 
-    def __init__(self, stream: trio.SocketStream, max_response_bytes: int) -> None:
+    ``layer`` moves the bytes (PLAINTEXT's when not given; an SSL connection passes its
+    ``SslTransportLayer``, whose handshake is done already)."""
+
+    def __init__(self, stream: trio.SocketStream, max_response_bytes: int, layer: TransportLayer | None = None) -> None:
         self._stream = stream
         self._sock = stream.socket
-        self._reader = FrameReader(self._sock, max_response_bytes)
+        self._layer: TransportLayer = layer if layer is not None else PlaintextTransportLayer(self._sock)
+        self._reader = FrameReader(self._sock, max_response_bytes, layer=self._layer)
         self._send_lock = trio.StrictFIFOLock()
         self._receive_lock = trio.StrictFIFOLock()
 
     async def send_frame(self, frame: bytes) -> None:
         async with self._send_lock:
-            await send_frame(self._sock, frame)
+            await write_frame(self._layer, frame)
 
     async def receive_frame(self) -> bytes:
         """The next response frame; raises ``ConnectionError`` when the broker closed the connection."""
