@@ -125,11 +125,23 @@ def _load_cert_chain(
         reason = str(getattr(exc, "reason", "") or "")
         if reason == "KEY_VALUES_MISMATCH":
             what = "the private key does not belong to the certificate"
-        elif reason in {"BAD_DECRYPT", "BAD_PASSWORD_READ"} or "bad decrypt" in str(exc):
+        elif reason in {"BAD_DECRYPT", "BAD_PASSWORD_READ"} or _encrypted_key(certfile, keyfile):
             what = "the private key cannot be decrypted: wrong or missing ssl.key.password"
         else:
             what = f"no private key and certificate chain in it ({reason or exc})"
         raise ConfigError(f"invalid value for {key_names}: {what}") from None
+
+
+def _encrypted_key(*paths: str | None) -> bool:
+    """Whether one of the PEM files holds an encrypted private key (a load failure then means a
+    wrong or missing password: OpenSSL only says "PEM lib")."""
+    for path in paths:
+        try:
+            if path and b"ENCRYPTED" in Path(path).read_bytes():
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def load_keystore(context: ssl.SSLContext, settings: Mapping[str, Any], *, required: bool) -> bool:
