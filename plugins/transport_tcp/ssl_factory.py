@@ -297,7 +297,8 @@ def client_context(settings: Mapping[str, Any]) -> ssl.SSLContext:
     ``ssl.certificate.location`` + ``ssl.key.location`` or from a Kafka keystore."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.options |= ssl.OP_NO_RENEGOTIATION
-    algorithm = _text(settings, "ssl.endpoint.identification.algorithm").lower()
+    # not given: https, Kafka's default since 2.0; given empty: off (how Kafka users turn it off)
+    algorithm = str(settings.get("ssl.endpoint.identification.algorithm", "https") or "").strip().lower()
     if algorithm not in ("", "https", "none"):
         raise _problem("ssl.endpoint.identification.algorithm", f"{algorithm!r}; expected https or none")
     context.check_hostname = algorithm == "https"
