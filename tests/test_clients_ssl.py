@@ -239,6 +239,10 @@ def test_odradek_cli_over_mutual_tls(mtls_broker: BrokerProcess, pki: Pki) -> No
             {"ssl.keystore.password": "wrong", "ssl.keystore.type": "PKCS12"},
             "ssl.keystore.password is not its password",
         ),
+        (  # read only by the broker's own connections to other brokers: checked at start too
+            {"ssl.keystore.password": "s3cret", "ssl.truststore.location": "/nonexistent/ca.pem"},
+            "invalid value for 'ssl.truststore.location': /nonexistent/ca.pem: no such file",
+        ),
     ],
 )
 def test_a_bad_tls_config_stops_the_start_naming_the_key(

@@ -25,11 +25,13 @@ from tls_helpers import make_pki
 
 from odradek.config import Config, load_config
 from odradek.interfaces import FileRange
+from odradek.plugins.transport_tcp.apis import Dispatcher
 from odradek.plugins.transport_tcp.connection import write_envelope
+from odradek.plugins.transport_tcp.framing import FrameReader
 from odradek.plugins.transport_tcp.plugin import odradek_register_transports
 from odradek.plugins.transport_tcp.ssl_principal import SslPrincipalMapper
 from odradek.plugins.transport_tcp.ssl_transport import SslConnector, SslListener
-from odradek.plugins.transport_tcp.transport_layer import SslHandshakeError, SslTransportLayer
+from odradek.plugins.transport_tcp.transport_layer import SslHandshakeError, SslTransportLayer, write_frame
 from odradek.principal import ANONYMOUS, KafkaPrincipal
 from odradek.protocol import FetchEnvelope
 from odradek.testing import TransportConformance
@@ -286,6 +288,32 @@ async def test_the_principal_of_a_client_certificate() -> None:
     server, client = await _handshake_pair({}, (PKI.client_crt, PKI.client_key))  # not asked for: anonymous
     assert server.principal == ANONYMOUS
     server.close(), client.close()
+
+
+async def test_the_connection_takes_the_certificates_principal() -> None:
+    """What handlers see (``KafkaConnection.principal``, handed to each as
+    ``RequestContext.principal``) is the principal of the handshake's certificate."""
+    config = broker_config(**{"ssl.client.auth": "required", "ssl.truststore.location": str(PKI.ca_pem)})
+    endpoint = Endpoint("SSL", "127.0.0.1", 0, "SSL")
+    listener = SslListener(config, FakeBrokerCore(), endpoint)
+    a, b = trio.socket.socketpair()
+    conn = listener.connection(a, Dispatcher(listener.broker, config, endpoint), "pair")
+    assert conn.principal == ANONYMOUS
+    client = SslTransportLayer(
+        b, client_context((PKI.client_crt, PKI.client_key)), server_side=False, server_hostname="localhost"
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        with trio.fail_after(WAIT_S):
+            await client.handshake()
+            await write_frame(client, api_versions_frame(3, 9))
+            reader = FrameReader(b, 1 << 20, layer=client)
+            frame = await reader.read_frame()
+        assert frame is not None
+        check_api_versions(bytes(frame), 3, 9)
+        assert conn.principal == KafkaPrincipal("User", "CN=alice,OU=eng,O=Example")
+        conn.stop_reading()
+    client.close()
 
 
 async def test_a_certificate_no_rule_maps_is_refused() -> None:

@@ -165,6 +165,11 @@ class BrokerServer:
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run the broker until cancelled; reports the bound endpoints when it is serving."""
         config = self.config
+        inter_broker = config.inter_broker_listener
+        if inter_broker is not None and "SSL" in inter_broker.security_protocol:
+            # built now so a bad inter-broker TLS setting (a truststore that does not exist)
+            # stops the start naming its key, instead of failing every replica fetch later
+            self._connector()
         storage = self.plugins.storage(config["storage"]).create(config)
         store = self.plugins.metadata(config["metadata"]).create(config)
         self.storage, self.store = storage, store
