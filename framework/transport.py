@@ -30,6 +30,12 @@ Both sides need a trio *socket* stream (``trio.SocketStream`` for clients, an ac
 ``trio.socket`` socket for servers) of any family: the data path reads with ``recv_into`` and
 sends record slices with ``os.sendfile``. docs/plugins.md has a complete example over a Unix
 socket.
+
+How a connection's bytes move is its *transport layer* (Kafka's ``TransportLayer``):
+:class:`PlaintextTransportLayer` by default, :class:`SslTransportLayer` for TLS (the built-in
+``ssl`` transport, docs/tls.md). ``KafkaConnection(..., transport=layer)`` runs the layer's
+handshake before the first request and takes its ``principal``; a security layer that speaks
+Kafka requests (SASL) works over either.
 """
 
 from __future__ import annotations
@@ -45,6 +51,12 @@ from .plugins.transport_tcp.apis import Dispatcher, Handler, RequestContext, loa
 from .plugins.transport_tcp.client import DEFAULT_MAX_RESPONSE_BYTES, TcpConnection
 from .plugins.transport_tcp.connection import KafkaConnection
 from .plugins.transport_tcp.framing import FrameError, FrameReader, FrameTooLarge, send_frame
+from .plugins.transport_tcp.transport_layer import (
+    PlaintextTransportLayer,
+    SslHandshakeError,
+    SslTransportLayer,
+    TransportLayer,
+)
 
 #: What :func:`client_connection` returns: frames over any connected ``trio.SocketStream``
 #: (the tcp transport's client connection works for every socket family).
@@ -124,9 +136,13 @@ __all__ = [
     "Handler",
     "KafkaConnection",
     "Listener",
+    "PlaintextTransportLayer",
     "RequestContext",
+    "SslHandshakeError",
+    "SslTransportLayer",
     "StreamConnection",
     "TransportFactory",
+    "TransportLayer",
     "client_connection",
     "connection_for",
     "load_handlers",

@@ -78,31 +78,6 @@ class TestSslTransportConformance(TransportConformance):
         tcp = await trio.open_tcp_stream(endpoint.host, endpoint.port)
         return trio.SSLStream(tcp, client_context(), server_hostname=endpoint.host)
 
-    async def test_at_max_connections_the_listener_waits_for_a_slot(self) -> None:
-        """As the suite's, except that a TLS client's first write is its handshake, which a
-        listener holding ``max.connections`` does not answer yet: the request goes from a task."""
-        from odradek.connection_quotas import ConnectionQuotas
-
-        quotas = ConnectionQuotas(max_connections=1)
-        async with self.serving(quotas) as bound:
-            first = await self.open_stream(bound)
-            await self.request(first, 3, 1)
-            with trio.fail_after(self.wait_s):
-                assert await receive_frame(first) is not None
-            waiting = await self.open_stream(bound)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.request, waiting, 3, 2)
-                with trio.fail_after(self.wait_s):
-                    while not quotas.waiting:
-                        await trio.sleep(0.01)
-                assert quotas.total == 1
-                await first.aclose()
-            with trio.fail_after(self.wait_s):
-                frame = await receive_frame(waiting)
-            assert frame is not None, "the waiting connection was closed instead of served"
-            check_api_versions(frame, 3, 2)
-            await waiting.aclose()
-
 
 # -- a listener in this process -----------------------------------------------------------------
 
