@@ -20,7 +20,7 @@ from aiokafka import TopicPartition as AioTopicPartition
 from aiokafka.helpers import create_ssl_context
 from client_helpers import consume, kafka_python_read, produce
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource
 from kafka import KafkaConsumer, KafkaProducer
 from tls_helpers import Pki, make_pki
 
@@ -91,6 +91,13 @@ def test_confluent_kafka_mutual_tls(mtls_broker: BrokerProcess, pki: Pki) -> Non
     records = [(b"k%d" % i, b"v%d" % i) for i in range(10)]
     produce(mtls_broker, topic, records, **conf)
     assert [(m.key(), m.value()) for m in consume(mtls_broker, topic, 10, **conf)] == records
+    # DescribeConfigs names the keystore password as sensitive and never shows it (Kafka's PASSWORD)
+    admin = AdminClient({"bootstrap.servers": mtls_broker.bootstrap, **conf})
+    resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+    entries = admin.describe_configs([resource])[resource].result(TIMEOUT_S)
+    password = entries["ssl.keystore.password"]
+    assert password.is_sensitive and password.value is None
+    assert entries["ssl.client.auth"].value == "required" and not entries["ssl.client.auth"].is_sensitive
 
 
 def test_a_client_without_a_certificate_is_refused(mtls_broker: BrokerProcess, pki: Pki) -> None:

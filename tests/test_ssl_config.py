@@ -4,6 +4,7 @@ RFC 2253 subject of a client certificate and ``ssl.principal.mapping.rules`` (KI
 
 from __future__ import annotations
 
+import json
 import ssl
 from pathlib import Path
 from typing import Any
@@ -272,3 +273,13 @@ def test_no_matching_rule_and_bad_rules() -> None:
     for bad in ("", "RULE:abc", "RULE:a/b", "NOPE", "RULE:(/x/", "RULE:a/b/X"):
         with pytest.raises(ValueError):
             parse_rules(bad)
+
+
+def test_passwords_and_keys_are_not_shown(capsys: pytest.CaptureFixture[str]) -> None:
+    from odradek.cli import main
+
+    sets = ["ssl.keystore.password=abc", "listener.name.ssl.ssl.key.password=xyz", "ssl.keystore.location=/k.p12"]
+    assert main(["config", "show", "--json", "--changed", *(x for s in sets for x in ("--set", s))]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["ssl.keystore.password"] == shown["listener.name.ssl.ssl.key.password"] == "(hidden)"
+    assert shown["ssl.keystore.location"] == "/k.p12"

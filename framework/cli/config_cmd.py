@@ -34,7 +34,7 @@ def run_show(args: argparse.Namespace) -> int:
     # passwords and private keys (``extra["sensitive"]``) are never printed
     hidden = {n for n in names if config.key(n).extra.get("sensitive") and config[n]}
     if args.json:
-        print(json.dumps({n: "[hidden]" if n in hidden else config[n] for n in names}, indent=2))
+        print(json.dumps({n: "(hidden)" if n in hidden else config[n] for n in names}, indent=2))
         return 0
     table = Table(title="odradek config")
     table.add_column("key")
@@ -42,7 +42,7 @@ def run_show(args: argparse.Namespace) -> int:
     table.add_column("source")
     for n in names:
         v = config[n]
-        table.add_row(n, "[hidden]" if n in hidden else render(v), config.source(n))
+        table.add_row(n, "(hidden)" if n in hidden else render(v), config.source(n))
     Console(width=160).print(table)
     return 0
 
