@@ -138,6 +138,20 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "Each listener name's security protocol, NAME:PROTOCOL comma separated (PROTOCOL one of PLAINTEXT, "
         "SSL, SASL_PLAINTEXT, SASL_SSL), as Kafka's; a listener whose name is not mapped is refused.",
     ),
+    _k(
+        "inter.broker.listener.name",
+        str,
+        "",
+        "The listener other brokers reach this one on, and this broker reaches them on (replication, "
+        "transaction markers); empty: the first listener with security.inter.broker.protocol, else the first.",
+    ),
+    _k(
+        "security.inter.broker.protocol",
+        str,
+        "",
+        "Security protocol of the inter-broker listener (PLAINTEXT, SSL, ...): the first listener using it; "
+        "only one of this and inter.broker.listener.name may be set.",
+    ),
     _k("log.dirs", list, ["./data"], "Directories holding partition logs (the first also holds metadata)."),
     # -- network
     _k("socket.request.max.bytes", int, 104857600, "Largest request frame accepted.", minimum=1024),
@@ -838,6 +852,11 @@ class Config(Mapping[str, Any]):
         _check_cross_keys(values)
         return Config(self._keys, values, sources, self.plugins)
 
+    def for_listener(self, listener: str, name: str) -> Any:
+        """``name`` on ``listener``: ``listener.name.<listener>.<name>`` (the listener name in lower
+        case, as Kafka spells the prefix) when set, else ``name`` itself."""
+        return self.listener_setting(listener, name)
+
     # -- typed views of keys many modules need ------------------------------------------------
     @property
     def broker_id(self) -> int:
@@ -866,6 +885,29 @@ class Config(Mapping[str, Any]):
         if override in self._values:
             return self._values[override]
         return self[name]
+
+    @property
+    def inter_broker_listener(self) -> Endpoint | None:
+        """The listener brokers reach each other on: ``inter.broker.listener.name``, else the first
+        listener using ``security.inter.broker.protocol``, else the first listener (odradek's
+        default: Kafka's is the PLAINTEXT listener, which must then exist)."""
+        listeners = self.listeners
+        name = str(self["inter.broker.listener.name"]).upper()
+        protocol = str(self["security.inter.broker.protocol"]).upper()
+        for ep in listeners:
+            if (name and ep.name == name) or (not name and protocol and ep.security_protocol == protocol):
+                return ep
+        return listeners[0] if listeners else None
+
+    def inter_broker_client_config(self) -> dict[str, Any]:
+        """What this broker's own connections to other brokers are configured with: for a TLS
+        inter-broker listener, its ``ssl.*`` settings (``listener.name.<listener>.ssl.*`` over
+        ``ssl.*``; its keystore is the client certificate, its truststore checks the other
+        broker's), in the Java client's names, which the TLS connector takes."""
+        ep = self.inter_broker_listener
+        if ep is None or "SSL" not in ep.security_protocol:
+            return {}
+        return {name: self.for_listener(ep.name, name) for name in self._keys if name.startswith("ssl.")}
 
     def topic_defaults(self) -> dict[str, Any]:
         """Topic-level config names with the broker's defaults for them."""
@@ -1068,6 +1110,23 @@ def _check_listeners(values: Mapping[str, Any]) -> None:
                 )
             if key == "listeners":
                 names.append(name)
+    inter_name = str(values.get("inter.broker.listener.name") or "").upper()
+    inter_protocol = str(values.get("security.inter.broker.protocol") or "").upper()
+    if inter_name and inter_protocol:
+        raise ConfigError(
+            "only one of 'inter.broker.listener.name' and 'security.inter.broker.protocol' may be set (Kafka's rule)"
+        )
+    if inter_name and names and inter_name not in names:
+        raise ConfigError(
+            f"invalid value for 'inter.broker.listener.name': {inter_name} is not one of the listeners "
+            f"({', '.join(names)})"
+        )
+    used = [parse_listener(spec, protocol_map=protocols).security_protocol for spec in values.get("listeners", [])]
+    if inter_protocol and used and inter_protocol not in used:
+        raise ConfigError(
+            f"invalid value for 'security.inter.broker.protocol': no listener uses {inter_protocol} "
+            f"(listeners: {', '.join(names)})"
+        )
 
 
 def _offered_by(plugins: Plugins, key: ConfigKey) -> str:
@@ -1185,9 +1244,10 @@ def load_config(
             name = "log.dirs"
         if name not in keys:
             derived = listener_override_key(name, keys)
-            if derived is None:
+            if derived is not None:
+                keys[name] = derived
+            elif not _listener_override(keys, name):  # listener.name.<listener>.ssl.*
                 raise ConfigError(f"unknown config key {name!r} (from {source})")
-            keys[name] = derived
         values[name] = _parse_value(keys[name], raw)
         sources[name] = source
     _check_cross_keys(values)
@@ -1195,6 +1255,24 @@ def load_config(
     if problem is not None:
         raise ConfigError(f"invalid value for 'compression.type': {problem}")
     return Config(keys, values, sources, plugins)
+
+
+#: Kafka's per-listener prefix: ``listener.name.<listener>.<key>`` overrides ``<key>`` on one listener.
+LISTENER_PREFIX = "listener.name."
+#: Keys a listener may override (Kafka allows its security configs per listener).
+LISTENER_OVERRIDABLE = ("ssl.",)
+
+
+def _listener_override(keys: dict[str, ConfigKey], name: str) -> bool:
+    """Whether ``name`` is ``listener.name.<listener>.<key>`` for an overridable ``<key>``; if so
+    it is added to ``keys`` (typed and checked as ``<key>``)."""
+    if not name.startswith(LISTENER_PREFIX):
+        return False
+    listener, dot, base = name[len(LISTENER_PREFIX) :].partition(".")
+    if not listener or not dot or base not in keys or not base.startswith(LISTENER_OVERRIDABLE):
+        return False
+    keys[name] = dataclasses.replace(keys[base], name=name, doc=f"{keys[base].doc} (listener {listener.upper()})")
+    return True
 
 
 #: ODRADEK_* variables that are switches of the process, not config keys.

@@ -100,14 +100,23 @@ def _confluent() -> Any:
     return confluent_kafka
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int, *, create: bool = True) -> None:
+#: client properties the topic check's admin client shares with the measured client: how to
+#: reach the broker (a TLS listener), not how to produce or consume
+CONNECTION_PROPERTY_PREFIXES = ("security.", "ssl.", "sasl.")
+
+
+def ensure_topic(
+    bootstrap: str, topic: str, partitions: int, *, create: bool = True, properties: dict[str, str] | None = None
+) -> None:
     """Create ``topic`` with ``partitions`` partitions unless it exists (CreateTopics); with
-    ``create=False`` a missing topic is an error instead."""
+    ``create=False`` a missing topic is an error instead. ``properties``' connection settings
+    (``security.protocol``, ``ssl.*``, ``sasl.*``) go to the admin client too."""
     ck = _confluent()
     # confluent_kafka.admin re-exports these without __all__, which strict mypy reports
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    connection = {k: v for k, v in (properties or {}).items() if k.startswith(CONNECTION_PROPERTY_PREFIXES)}
+    admin = AdminClient({"bootstrap.servers": bootstrap, **connection})
     try:
         if topic in admin.list_topics(timeout=10).topics:
             return

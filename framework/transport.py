@@ -37,6 +37,12 @@ Both sides need a trio *socket* stream (``trio.SocketStream`` for clients, an ac
 ``trio.socket`` socket for servers) of any family: the data path reads with ``recv_into`` and
 sends record slices with ``os.sendfile``. docs/plugins.md has a complete example over a Unix
 socket.
+
+How a connection's bytes move is its *transport layer* (Kafka's ``TransportLayer``):
+:class:`PlaintextTransportLayer` by default, :class:`SslTransportLayer` for TLS (the built-in
+``ssl`` transport, docs/tls.md). ``KafkaConnection(..., transport=layer)`` runs the layer's
+handshake before the first request and takes its ``principal``; a security layer that speaks
+Kafka requests (SASL) works over either.
 """
 
 from __future__ import annotations
@@ -52,6 +58,12 @@ from .plugins.transport_tcp.apis import Dispatcher, Handler, RequestContext, loa
 from .plugins.transport_tcp.client import DEFAULT_MAX_RESPONSE_BYTES, TcpConnection
 from .plugins.transport_tcp.connection import KafkaConnection
 from .plugins.transport_tcp.framing import FrameError, FrameReader, FrameTooLarge, send_frame
+from .plugins.transport_tcp.transport_layer import (
+    PlaintextTransportLayer,
+    SslHandshakeError,
+    SslTransportLayer,
+    TransportLayer,
+)
 from .security.client import SaslClientSettings
 from .security.client import authenticate as authenticate_client
 from .security.settings import SaslListenerSettings, is_sasl, listener_sasl_settings
@@ -150,11 +162,15 @@ __all__ = [
     "Handler",
     "KafkaConnection",
     "Listener",
+    "PlaintextTransportLayer",
     "RequestContext",
     "SaslClientSettings",
     "SaslListenerSettings",
+    "SslHandshakeError",
+    "SslTransportLayer",
     "StreamConnection",
     "TransportFactory",
+    "TransportLayer",
     "authenticate_client",
     "client_connection",
     "connection_for",

@@ -57,6 +57,25 @@ def consume(
         consumer.close()
 
 
+def kafka_python_read(consumer: Any, topic: str, count: int) -> list[Any]:
+    """With a kafka-python ``KafkaConsumer``: assign partition 0 of ``topic``, seek to the
+    beginning and read ``count`` records (fewer if ``consumer_timeout_ms`` passes); closes it."""
+    from kafka import TopicPartition as KpTopicPartition
+
+    try:
+        tp = KpTopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        got: list[Any] = []
+        for record in consumer:
+            got.append(record)
+            if len(got) == count:
+                break
+        return got
+    finally:
+        consumer.close()
+
+
 def fetch_v11_frame(
     correlation_id: int,
     partitions: list[tuple[str, int, int]],

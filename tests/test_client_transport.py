@@ -130,9 +130,12 @@ async def test_a_stale_socket_file_does_not_stop_a_restart(tmp_path: Path, socke
 
 def test_an_unknown_transport_or_security_protocol_is_named(socket_dir: Path) -> None:
     plugins = _plugins(unix_transport(socket_dir))
-    with pytest.raises(PluginError, match=r"no transport plugin named 'pigeon' is loaded \(available: tcp, unix\)"):
+    with pytest.raises(
+        PluginError, match=r"no transport plugin named 'pigeon' is loaded \(available: ssl, tcp, unix\)"
+    ):
         AsyncProducer({"bootstrap.servers": "b:9092", "transport": "pigeon"}, plugins=plugins)
     with pytest.raises(
-        PluginError, match=r"security protocol 'SSL' \(loaded transports: tcp, unix\); set 'transport' to one of them"
+        PluginError,
+        match=r"security protocol 'QUIC' \(loaded transports: ssl, tcp, unix\); set 'transport' to one of them",
     ):
-        AsyncProducer({"bootstrap.servers": "b:9092", "security.protocol": "SSL"}, plugins=plugins)
+        AsyncProducer({"bootstrap.servers": "b:9092", "security.protocol": "QUIC"}, plugins=plugins)

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as AioTopicPartition
+from client_helpers import kafka_python_read
 from kafka import KafkaConsumer, KafkaProducer
-from kafka import TopicPartition as KpTopicPartition
 
 from odradek.testing import BrokerProcess, unique_topic
 
@@ -32,17 +32,7 @@ def test_kafka_python_defaults_produce_and_consume(odradek_broker: BrokerProcess
     consumer = KafkaConsumer(
         bootstrap_servers=odradek_broker.bootstrap, enable_auto_commit=False, consumer_timeout_ms=TIMEOUT_S * 1000
     )
-    try:
-        tp = KpTopicPartition(topic, 0)
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        got = []
-        for record in consumer:
-            got.append((record.offset, record.key, record.value))
-            if len(got) == 25:
-                break
-    finally:
-        consumer.close()
+    got = [(r.offset, r.key, r.value) for r in kafka_python_read(consumer, topic, 25)]
     assert got == [(i, b"k%d" % i, b"v%d" % i) for i in range(25)]
 
 

@@ -166,7 +166,8 @@ class ConfigManager:
                 continue
             value = self.config[name]
             source = self._broker_source(name)
-            # a password (sasl.jaas.config) is never sent: Kafka answers null, is_sensitive
+            # a password or private key (``ConfigKey.extra["sensitive"]``) is described, never
+            # shown: Kafka's PASSWORD type, value null and is_sensitive
             sensitive = bool(self.config.key(name).extra.get("sensitive"))
             out.append(
                 ConfigEntry(

@@ -198,6 +198,8 @@ class MetadataCache:
         self.topics: dict[str, TopicState] = {}
         self.brokers: dict[int, BrokerRegistration] = {}
         self.local_endpoints: dict[str, tuple[str, int, str]] = {}
+        #: the listener brokers reach each other on (``inter.broker.listener.name``); None: the first
+        self.inter_broker_listener: str | None = None
         self.controller_id = -1
         #: set once any broker is known to be the controller
         self.controller_known = trio.Event()
@@ -822,11 +824,14 @@ class MetadataCache:
         return name in self.topics
 
     def endpoint_for(self, broker_id: int, listener_name: str | None) -> tuple[str, int] | None:
-        """(host, port) of ``broker_id`` on ``listener_name`` (its first listener when None)."""
+        """(host, port) of ``broker_id`` on ``listener_name``; None names the inter-broker listener
+        (its first listener when that is not set or the broker does not have it)."""
         reg = self.brokers.get(broker_id)
         endpoints = reg.endpoints if reg is not None else (self.local_endpoints if broker_id == self.broker_id else {})
         if not endpoints:
             return None
+        if listener_name is None and self.inter_broker_listener in endpoints:
+            listener_name = self.inter_broker_listener
         if listener_name is None:
             host, port, _ = next(iter(endpoints.values()))
             return host, port

@@ -167,6 +167,11 @@ class BrokerServer:
         """Run the broker until cancelled; reports the bound endpoints when it is serving."""
         config = self.config
         check_security_config(config)  # a SASL listener that cannot work stops the broker here
+        inter_broker = config.inter_broker_listener
+        if inter_broker is not None and "SSL" in inter_broker.security_protocol:
+            # built now so a bad inter-broker TLS setting (a truststore that does not exist)
+            # stops the start naming its key, instead of failing every replica fetch later
+            self._connector()
         storage = self.plugins.storage(config["storage"]).create(config)
         store = self.plugins.metadata(config["metadata"]).create(config)
         self.storage, self.store = storage, store
@@ -249,6 +254,8 @@ class BrokerServer:
                     core.metadata_cache.local_endpoints = {
                         e.name: (e.host, e.port, e.security_protocol) for e in advertised
                     }
+                    inter_broker = config.inter_broker_listener
+                    core.metadata_cache.inter_broker_listener = inter_broker.name if inter_broker else None
                     info = registration_json([(e.name, e.host, e.port, e.security_protocol) for e in advertised], None)
                     self.broker_epoch = await self._register(store, info)
                     registered = True
@@ -466,16 +473,21 @@ class BrokerServer:
 
     def _connector(self) -> Any:
         """How this broker reaches the others (replica fetchers, the transaction marker channel):
-        the first listener's security protocol, through the transport its listeners use (the
+        the inter-broker listener's security protocol (``inter.broker.listener.name``, else the
+        first listener) and, over TLS, its keystore and truststore, through the transport its listeners use (the
         ``transport`` setting, else the one serving that protocol), so a broker never serves one
         transport and fetches over another."""
-        if not self.config.listeners:
+        listener = self.config.inter_broker_listener
+        if listener is None:
             return self.plugins.transport_for("PLAINTEXT", self.config["transport"]).connector({})
-        first = self.config.listeners[0]
-        # a SASL listener: the broker authenticates as sasl.mechanism.inter.broker.protocol with
-        # the username/password of that mechanism's JAAS config (checked at start-up)
-        client_config = inter_broker_client_config(self.config, first, self.plugins.sasl_mechanisms())
-        return self.plugins.transport_for(first.security_protocol, self.config["transport"]).connector(client_config)
+        # over TLS the listener's keystore and truststore; over SASL the broker authenticates as
+        # sasl.mechanism.inter.broker.protocol with the username/password of that mechanism's
+        # JAAS config (both checked at start-up); SASL_SSL takes both
+        client_config = {
+            **self.config.inter_broker_client_config(),
+            **inter_broker_client_config(self.config, listener, self.plugins.sasl_mechanisms()),
+        }
+        return self.plugins.transport_for(listener.security_protocol, self.config["transport"]).connector(client_config)
 
     @staticmethod
     def _spawn(nursery: trio.Nursery, scopes: list[trio.CancelScope], fn: Any) -> None:

@@ -34,7 +34,8 @@ def run_show(args: argparse.Namespace) -> int:
     sets = parse_sets(args.set)
     config = load_config(args.config, overrides=sets, plugins=configured_plugins(args.config, overrides=sets))
     names = [n for n in sorted(config) if not args.changed or config.source(n) != "default"]
-    # passwords (sasl.jaas.config) are never printed (Kafka shows [hidden])
+    # passwords and private keys (``extra["sensitive"]``: sasl.jaas.config, ssl.*.password,
+    # ssl.keystore.key) are never printed
     shown = {n: HIDDEN if config.key(n).extra.get("sensitive") and config[n] else config[n] for n in names}
     if args.json:
         print(json.dumps(shown, indent=2))

@@ -99,7 +99,13 @@ def run(args: argparse.Namespace) -> int:
     producer_extra = _properties(getattr(args, "producer_property", []))
     consumer_extra = _properties(getattr(args, "consumer_property", []))
     # consume reads what is there: creating the topic would only wait --timeout-s for nothing
-    perf.ensure_topic(args.bootstrap_server, args.topic, args.partitions, create=args.perf_command != "consume")
+    perf.ensure_topic(
+        args.bootstrap_server,
+        args.topic,
+        args.partitions,
+        create=args.perf_command != "consume",
+        properties={**consumer_extra, **producer_extra},
+    )
     own = args.client == "odradek"
     with _progress(console, args) as report:
         if args.perf_command == "produce":

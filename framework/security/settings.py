@@ -138,8 +138,9 @@ def check_security_config(config: Config) -> None:
         if is_sasl(endpoint):
             available = available if available is not None else available_mechanisms(config)
             build_listener_settings(config, endpoint, available, no_credentials)
-    if listeners and is_sasl(listeners[0]):
-        inter_broker_client_config(config, listeners[0], available or available_mechanisms(config))
+    inter_broker = config.inter_broker_listener
+    if inter_broker is not None and is_sasl(inter_broker):
+        inter_broker_client_config(config, inter_broker, available or available_mechanisms(config))
 
 
 def _factory(mechanism: SaslMechanism, context: SaslServerContext) -> Callable[[], SaslServer]:

@@ -16,25 +16,30 @@ import trio
 
 from odradek.security.client import SaslClientSettings, authenticate
 
-from .framing import FrameError, FrameReader, send_frame
+from .framing import FrameError, FrameReader
+from .transport_layer import PlaintextTransportLayer, TransportLayer, write_frame
 
 #: librdkafka's default receive.message.max.bytes
 DEFAULT_MAX_RESPONSE_BYTES = 100_000_000
 
 
 class TcpConnection:
-    """One TCP connection to a broker. Sends are serialised so frames never interleave."""
+    """One TCP connection to a broker. Sends are serialised so frames never interleave.
 
-    def __init__(self, stream: trio.SocketStream, max_response_bytes: int) -> None:
+    ``layer`` moves the bytes (PLAINTEXT's when not given; an SSL connection passes its
+    ``SslTransportLayer``, whose handshake is done already)."""
+
+    def __init__(self, stream: trio.SocketStream, max_response_bytes: int, layer: TransportLayer | None = None) -> None:
         self._stream = stream
         self._sock = stream.socket
-        self._reader = FrameReader(self._sock, max_response_bytes)
+        self._layer: TransportLayer = layer if layer is not None else PlaintextTransportLayer(self._sock)
+        self._reader = FrameReader(self._sock, max_response_bytes, layer=self._layer)
         self._send_lock = trio.StrictFIFOLock()
         self._receive_lock = trio.StrictFIFOLock()
 
     async def send_frame(self, frame: bytes) -> None:
         async with self._send_lock:
-            await send_frame(self._sock, frame)
+            await write_frame(self._layer, frame)
 
     async def receive_frame(self) -> bytes:
         """The next response frame; raises ``ConnectionError`` when the broker closed the connection."""
@@ -65,14 +70,23 @@ class TcpConnector:
         with trio.fail_after(timeout_s):
             stream = await trio.open_tcp_stream(host, port)
         connection = TcpConnection(stream, self.max_response_bytes)
-        if self.sasl is not None:
-            try:
-                with trio.fail_after(timeout_s):
-                    await authenticate(connection, self.sasl, _mechanisms(), client_id=self.client_id)
-            except BaseException:
-                await connection.aclose()
-                raise
+        await sasl_login(connection, self.sasl, client_id=self.client_id, timeout_s=timeout_s)
         return connection
+
+
+async def sasl_login(
+    connection: TcpConnection, sasl: SaslClientSettings | None, *, client_id: str, timeout_s: float
+) -> None:
+    """Authenticate a new connection with ``sasl`` (``security.protocol`` SASL_PLAINTEXT or
+    SASL_SSL; None: nothing to do) within ``timeout_s``; a failed login closes it and raises."""
+    if sasl is None:
+        return
+    try:
+        with trio.fail_after(timeout_s):
+            await authenticate(connection, sasl, _mechanisms(), client_id=client_id)
+    except BaseException:
+        await connection.aclose()
+        raise
 
 
 def _mechanisms() -> dict[str, Any]:
@@ -82,4 +96,4 @@ def _mechanisms() -> dict[str, Any]:
     return dict(default_plugins().sasl_mechanisms())
 
 
-__all__ = ["TcpConnection", "TcpConnector"]
+__all__ = ["TcpConnection", "TcpConnector", "sasl_login"]

@@ -47,7 +47,8 @@ from odradek.security.authenticator import SaslServerAuthenticator
 from odradek.security.settings import SaslListenerSettings
 
 from .apis import CloseConnection, Dispatcher, Outcome
-from .framing import FrameError, FrameReader, FrameTooLarge, OnBlock, PeerClosed, send_all, send_frame, sendfile
+from .framing import FrameError, FrameReader, FrameTooLarge, OnBlock, PeerClosed
+from .transport_layer import PlaintextTransportLayer, SslHandshakeError, TransportLayer, write_frame
 
 log = logging.getLogger("odradek.transport.tcp")
 
@@ -101,15 +102,21 @@ class KafkaConnection:
         max_read_ahead_bytes: int = MAX_READ_AHEAD_BYTES,
         memory: RequestMemoryPool | None = None,
         sasl: SaslListenerSettings | None = None,
+        transport: TransportLayer | None = None,
+        handshake_timeout_s: float = math.inf,
     ) -> None:
         self.sock = sock
+        #: how the bytes move (PLAINTEXT, TLS); its handshake runs before the first request is
+        #: read, within ``handshake_timeout_s``
+        self.transport: TransportLayer = transport if transport is not None else PlaintextTransportLayer(sock)
+        self.handshake_timeout_s = handshake_timeout_s
         self.dispatcher = dispatcher
         self.peer = peer
         #: the broker's request memory (``queued.max.request.bytes``), shared by every
         #: connection: a frame's size is taken before its body is read and given back once the
         #: request is decoded (a Produce: appended), or at the latest when its handler is done
         self.memory = memory if memory is not None and memory.limit is not None else None
-        self.reader = FrameReader(sock, max_request_bytes, memory=self.memory)
+        self.reader = FrameReader(sock, max_request_bytes, memory=self.memory, layer=self.transport)
         self.idle_timeout_s = idle_timeout_s
         self._slots = trio.Semaphore(max_in_flight)
         self.max_read_ahead_bytes = max_read_ahead_bytes
@@ -148,6 +155,8 @@ class KafkaConnection:
 
     async def run(self) -> None:
         try:
+            if not await self._handshake():
+                return
             if self.authenticator is not None and not await self._authenticate(self.authenticator):
                 return
             async with trio.open_nursery() as nursery:
@@ -167,8 +176,30 @@ class KafkaConnection:
             for pending in self._queued:
                 _release(pending.outcome)
             self._queued.clear()
-            self.sock.close()
+            self.transport.close()
             self.closed.set()
+
+    async def _handshake(self) -> bool:
+        """The transport layer's handshake (TLS), within ``handshake_timeout_s``; False when it
+        failed, logged once: a client that does not speak TLS, or whose certificate is refused,
+        costs one line and its socket. On success the layer's principal (a client certificate's)
+        becomes the connection's."""
+        with trio.move_on_after(self.handshake_timeout_s) as scope:
+            try:
+                await self.transport.handshake()
+            except SslHandshakeError as exc:
+                log.info("closing connection %s: TLS handshake failed: %s", self.peer, exc)
+                return False
+            except _GONE as exc:
+                log.debug("closing connection %s: gone during the TLS handshake: %r", self.peer, exc)
+                return False
+        if scope.cancelled_caught:
+            log.info("closing connection %s: TLS handshake not done within %.0f s", self.peer, self.handshake_timeout_s)
+            return False
+        principal = getattr(self.transport, "principal", None)
+        if principal is not None:
+            self.principal = principal
+        return True
 
     # -- authenticating -----------------------------------------------------------------------
     async def _authenticate(self, auth: SaslServerAuthenticator) -> bool:
@@ -195,7 +226,7 @@ class KafkaConnection:
                     if step.delay_s > 0:
                         await trio.sleep(step.delay_s)
                     if step.response is not None:
-                        await send_frame(self.sock, step.response)
+                        await write_frame(self.transport, step.response)
                     if step.close:
                         log.info("closing connection %s: %s", self.peer, step.reason)
                         return False
@@ -450,7 +481,7 @@ class KafkaConnection:
                     wire, joined = self._coalesce(outcome)
                 try:
                     if joined:
-                        await send_all(self.sock, wire, self._arm_stall_deadline)  # size prefixes included
+                        await self.transport.write(wire, self._arm_stall_deadline)  # size prefixes included
                     else:
                         await self._write(outcome)
                     if stalled.deadline != math.inf:
@@ -511,23 +542,28 @@ class KafkaConnection:
         if outcome is None:
             return
         if isinstance(outcome, FetchEnvelope):
-            await write_envelope(self.sock, outcome, self._arm_stall_deadline)
+            await write_envelope(self.transport, outcome, self._arm_stall_deadline)
         else:
-            await send_frame(self.sock, outcome, self._arm_stall_deadline)
+            await write_frame(self.transport, outcome, self._arm_stall_deadline)
 
 
-async def write_envelope(sock: trio.socket.SocketType, envelope: FetchEnvelope, on_block: OnBlock = None) -> None:
-    """Write a Fetch envelope: memory parts as they are, record slices by sendfile when possible."""
+async def write_envelope(
+    transport: TransportLayer | trio.socket.SocketType, envelope: FetchEnvelope, on_block: OnBlock = None
+) -> None:
+    """Write a Fetch envelope: memory parts as they are, record slices from their files
+    (``os.sendfile`` on PLAINTEXT; read and encrypted in bounded chunks on TLS). A bare socket
+    is written as PLAINTEXT."""
+    layer = PlaintextTransportLayer(transport) if isinstance(transport, trio.socket.SocketType) else transport
     for part in envelope.parts:
         if isinstance(part, bytes):
-            await send_all(sock, part, on_block)
+            await layer.write(part, on_block)
             continue
         file_range = getattr(part, "file_range", None)
         rng = file_range() if file_range is not None else None
         if rng is None or rng.length != part.size:
-            await send_all(sock, part.to_bytes(), on_block)
+            await layer.write(part.to_bytes(), on_block)
         else:
-            await sendfile(sock, rng.fd, rng.position, rng.length, on_block)
+            await layer.write_file(rng.fd, rng.position, rng.length, on_block)
 
 
 _Inline = tuple[_Pending, bytearray, None, None]

@@ -17,10 +17,14 @@ import ctypes
 import os
 import struct
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
 from odradek.request_memory import RequestMemoryPool
+
+if TYPE_CHECKING:
+    from .transport_layer import TransportLayer
 
 _SIZE = struct.Struct(">i")
 #: Bytes a big frame's reader takes from a socket that always has data before letting others run.
@@ -55,7 +59,8 @@ class FrameTooLarge(FrameError):
 
 
 class FrameReader:
-    """Reads whole frames (without their size prefix) from a trio socket."""
+    """Reads whole frames (without their size prefix) from a trio socket, through its transport
+    layer (``layer``: PLAINTEXT's when not given, TLS's for an SSL connection)."""
 
     def __init__(
         self,
@@ -64,8 +69,16 @@ class FrameReader:
         buffer_size: int = 64 * 1024,
         *,
         memory: RequestMemoryPool | None = None,
+        layer: TransportLayer | None = None,
     ) -> None:
+        if layer is None:
+            from .transport_layer import PlaintextTransportLayer  # it builds on this module's writers
+
+            layer = PlaintextTransportLayer(sock)
         self.sock = sock
+        #: non-blocking read into a buffer (``BlockingIOError`` when nothing is there), and the wait
+        self._read = layer.read_into
+        self._wait_readable = layer.wait_readable
         self.max_frame = max_frame
         #: the broker's request memory (``queued.max.request.bytes``): each frame takes its size
         #: before its body is read; the caller gives it back when the request is done
@@ -96,9 +109,9 @@ class FrameReader:
             try:
                 # straight from the non-blocking socket: trio's recv_into takes two scheduler
                 # passes even when the bytes are there (pipelined requests usually are)
-                got = os.readv(self.sock.fileno(), [self._view[self._end :]])
+                got = self._read(self._view[self._end :])
             except BlockingIOError:
-                await trio.lowlevel.wait_readable(self.sock)
+                await self._wait_readable()
                 continue
             if got == 0:
                 return False
@@ -206,7 +219,7 @@ class FrameReader:
         broker's CPU at 1 KiB records went there). Every ``_YIELD_BYTES`` it lets other tasks
         run, so a fast sender of a big frame (up to ``socket.request.max.bytes``) cannot hold
         the event loop for the whole frame."""
-        fd = self.sock.fileno()
+        read = self._read
         since_yield = 0
         while have < size:
             if have == len(frame):
@@ -214,9 +227,9 @@ class FrameReader:
                 # so the bytearray may resize
                 _grow(frame, min(size, 2 * have), size)
             try:
-                got = os.readv(fd, [memoryview(frame)[have:]])
+                got = read(memoryview(frame)[have:])
             except BlockingIOError:
-                await trio.lowlevel.wait_readable(fd)
+                await self._wait_readable()
                 since_yield = 0
                 continue
             if got == 0:
@@ -268,12 +281,10 @@ async def send_all(
 
 
 async def send_frame(sock: trio.socket.SocketType, frame: bytes | bytearray, on_block: OnBlock = None) -> None:
-    """Write a frame with its size prefix (small frames in one write)."""
-    if len(frame) <= 64 * 1024:
-        await send_all(sock, _SIZE.pack(len(frame)) + frame, on_block)
-    else:
-        await send_all(sock, _SIZE.pack(len(frame)), on_block)
-        await send_all(sock, frame, on_block)
+    """Write a frame with its size prefix (small frames in one write) to a PLAINTEXT socket."""
+    from .transport_layer import PlaintextTransportLayer, write_frame  # it builds on this module's writers
+
+    await write_frame(PlaintextTransportLayer(sock), frame, on_block)
 
 
 async def sendfile(sock: trio.socket.SocketType, fd: int, offset: int, count: int, on_block: OnBlock = None) -> None:

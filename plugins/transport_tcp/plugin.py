@@ -1,10 +1,11 @@
-"""The transport_tcp plugin: Kafka's protocol over plain TCP (security protocols PLAINTEXT and
-SASL_PLAINTEXT, whose connections authenticate with SASL first: see odradek.security).
+"""The transport_tcp plugin: Kafka's protocol over TCP (PLAINTEXT, and SASL_PLAINTEXT, whose
+connections authenticate with SASL first: see odradek.security) and over TLS (SSL, SASL_SSL).
 
 ``listener(config, broker, endpoint)`` builds a :class:`~.server.TcpListener` for one configured
 listener; ``connector(client_config)`` builds the :class:`~.client.TcpConnector` odradek's own
-client uses. A TLS transport would register another ``TransportFactory`` for ``SSL`` (and fall
-back from sendfile to ``to_bytes()`` for record slices).
+client uses. The ``ssl`` transport is the same listener and connection over an
+``SslTransportLayer`` (:mod:`.ssl_transport`): record slices are encrypted from the file in
+bounded chunks instead of sent with sendfile.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from odradek.interfaces import ConfigKey, TransportFactory
 
 from .client import TcpConnector
 from .server import DEFAULT_GRACE_MS, GRACE_KEY, TcpListener
+from .ssl_transport import SSL_KEYS, SslConnector, SslListener
 
 
 @hookimpl
 def odradek_register_transports() -> Sequence[TransportFactory]:
-    """The ``tcp`` transport for PLAINTEXT and SASL_PLAINTEXT listeners."""
+    """The ``tcp`` transport for PLAINTEXT and SASL_PLAINTEXT listeners, the ``ssl`` transport for
+    SSL and SASL_SSL ones."""
     return [
         TransportFactory(
             name="tcp",
@@ -28,13 +31,21 @@ def odradek_register_transports() -> Sequence[TransportFactory]:
             listener=TcpListener,
             connector=TcpConnector,
             description="Kafka protocol over TCP; Fetch records sent with os.sendfile",
-        )
+        ),
+        TransportFactory(
+            name="ssl",
+            security_protocols=("SSL", "SASL_SSL"),
+            listener=SslListener,
+            connector=SslConnector,
+            description="Kafka protocol over TLS; Fetch records read and encrypted in 64 KiB chunks",
+        ),
     ]
 
 
 @hookimpl
 def odradek_config_keys() -> Sequence[ConfigKey]:
-    """How long a stopping broker lets in-flight requests finish before closing connections."""
+    """How long a stopping broker lets in-flight requests finish before closing connections;
+    Kafka's ``ssl.*`` keys of SSL listeners."""
     return [
         ConfigKey(
             GRACE_KEY,
@@ -42,5 +53,6 @@ def odradek_config_keys() -> Sequence[ConfigKey]:
             DEFAULT_GRACE_MS,
             "On shutdown, let in-flight requests finish for this long before closing connections.",
             minimum=0,
-        )
+        ),
+        *SSL_KEYS,
     ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import socket as stdlib_socket
 from typing import Any
 
@@ -34,6 +35,7 @@ from odradek.security.settings import SaslListenerSettings, is_sasl, listener_sa
 
 from .apis import Dispatcher
 from .connection import KafkaConnection
+from .transport_layer import TransportLayer
 
 log = logging.getLogger("odradek.transport.tcp")
 
@@ -57,10 +59,12 @@ class TcpListener:
         #: accept failures, logged once when they start, then at most once a minute
         self.accept_failures = StorageFailureLog(log, "accepts", clock=trio.current_time)
         self.quotas: ConnectionQuotas = broker.connection_quotas
-        #: SASL_PLAINTEXT: how its connections authenticate (a config error stops the broker here)
+        #: SASL_PLAINTEXT and SASL_SSL: how its connections authenticate (a config error stops the broker here)
         self.sasl: SaslListenerSettings | None = (
             listener_sasl_settings(config, broker, endpoint) if is_sasl(endpoint) else None
         )
+        #: how long a connection's handshake (TLS) may take; PLAINTEXT has none
+        self.handshake_timeout_s = math.inf
 
     def _setting(self, name: str, default: Any) -> Any:
         try:
@@ -124,17 +128,27 @@ class TcpListener:
             if not await self.quotas.admit(client, host, peer=peer, where=where):
                 continue
             self._tune(client)
-            conn = KafkaConnection(
-                client,
-                dispatcher,
-                peer=peer,
-                max_request_bytes=int(self.config["socket.request.max.bytes"]),
-                max_in_flight=int(self.config["queued.max.requests"]),
-                idle_timeout_s=int(self.config["connections.max.idle.ms"]) / 1000,
-                memory=self.broker.request_memory,
-                sasl=self.sasl,
-            )
-            connections.start_soon(self._run_connection, conn, host)
+            connections.start_soon(self._run_connection, self.connection(client, dispatcher, peer), host)
+
+    def connection(self, client: trio.socket.SocketType, dispatcher: Dispatcher, peer: str) -> KafkaConnection:
+        """The connection serving an accepted socket, over :meth:`transport_layer`'s bytes."""
+        return KafkaConnection(
+            client,
+            dispatcher,
+            peer=peer,
+            max_request_bytes=int(self.config["socket.request.max.bytes"]),
+            max_in_flight=int(self.config["queued.max.requests"]),
+            idle_timeout_s=int(self.config["connections.max.idle.ms"]) / 1000,
+            memory=self.broker.request_memory,
+            transport=self.transport_layer(client),
+            handshake_timeout_s=self.handshake_timeout_s,
+            sasl=self.sasl,
+        )
+
+    def transport_layer(self, client: trio.socket.SocketType) -> TransportLayer | None:
+        """How an accepted socket's bytes move: None is PLAINTEXT's; a TLS listener
+        (:class:`~.ssl_transport.SslListener`) returns its ``SslTransportLayer``."""
+        return None
 
     async def _run_connection(self, conn: KafkaConnection, host: str) -> None:
         self.connections.add(conn)
