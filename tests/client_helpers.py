@@ -128,3 +128,38 @@ def read_response(sock: Any) -> bytes:
 
     (size,) = struct.unpack(">i", exactly(4))
     return exactly(size)
+
+
+def aiokafka_round_trip(
+    bootstrap: str, topic: str, values: list[bytes], timeout_s: float = 20, **conf: Any
+) -> list[Any]:
+    """With aiokafka: produce ``values`` to partition 0 of ``topic`` one by one, then read that
+    many records back from the beginning; ``conf`` goes to both clients (security settings)."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as AioTopicPartition
+
+    async def main() -> list[Any]:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **conf)
+        await producer.start()
+        try:
+            for value in values:
+                await producer.send_and_wait(topic, value, partition=0)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **conf)
+        await consumer.start()
+        try:
+            tp = AioTopicPartition(topic, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            got: list[Any] = []
+            while len(got) < len(values):
+                batches = await asyncio.wait_for(consumer.getmany(tp, timeout_ms=1000), timeout_s)
+                got += [r.value for r in batches.get(tp, [])]
+            return got
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(main())

@@ -117,3 +117,23 @@ class WireClient:
     def closed_by_broker(self) -> bool:
         """True once the broker has closed its side (waits up to the socket timeout)."""
         return self.receive_raw() is None
+
+
+def librdkafka_login_errors(bootstrap: str, conf: dict[str, Any], timeout_s: float = 20) -> list[Any]:
+    """The errors (``error_cb``) of a confluent-kafka producer configured with ``conf`` once one
+    of them is an authentication failure (or ``timeout_s`` passed): what a refused login shows."""
+    import time
+
+    from confluent_kafka import KafkaError, Producer
+
+    from odradek.testing import unique_topic
+
+    errors: list[Any] = []
+    producer = Producer({"bootstrap.servers": bootstrap, **conf, "error_cb": errors.append, "message.timeout.ms": 5000})
+    producer.produce(unique_topic("nope"), b"v")
+    deadline = time.monotonic() + timeout_s
+    while not any(e.code() == KafkaError._AUTHENTICATION for e in errors) and time.monotonic() < deadline:
+        producer.poll(0.2)
+    producer.purge()
+    producer.flush(5)
+    return errors

@@ -5,7 +5,6 @@ refused; a bad TLS config stops the broker's start with one line naming the key.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -15,10 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka import TopicPartition as AioTopicPartition
 from aiokafka.helpers import create_ssl_context
-from client_helpers import consume, kafka_python_read, produce
+from client_helpers import aiokafka_round_trip, consume, kafka_python_read, produce
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 from kafka import KafkaConsumer, KafkaProducer
@@ -135,39 +132,12 @@ def test_kafka_python_over_tls(tls_broker: BrokerProcess, pki: Pki) -> None:
 
 
 def test_aiokafka_mutual_tls(mtls_broker: BrokerProcess, pki: Pki) -> None:
-    topic = unique_topic("mtls-aio")
-
-    async def main() -> list[bytes | None]:
-        context = create_ssl_context(cafile=str(pki.ca_pem), certfile=str(pki.client_crt), keyfile=str(pki.client_key))
-        producer = AIOKafkaProducer(
-            bootstrap_servers=mtls_broker.bootstrap, security_protocol="SSL", ssl_context=context
-        )
-        await producer.start()
-        try:
-            for i in range(10):
-                await producer.send_and_wait(topic, b"v%d" % i, partition=0)
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=mtls_broker.bootstrap,
-            security_protocol="SSL",
-            ssl_context=context,
-            enable_auto_commit=False,
-        )
-        await consumer.start()
-        try:
-            tp = AioTopicPartition(topic, 0)
-            consumer.assign([tp])
-            await consumer.seek_to_beginning(tp)
-            got: list[bytes | None] = []
-            while len(got) < 10:
-                batches = await asyncio.wait_for(consumer.getmany(tp, timeout_ms=1000), TIMEOUT_S)
-                got += [r.value for r in batches.get(tp, [])]
-            return got
-        finally:
-            await consumer.stop()
-
-    assert asyncio.run(main()) == [b"v%d" % i for i in range(10)]
+    context = create_ssl_context(cafile=str(pki.ca_pem), certfile=str(pki.client_crt), keyfile=str(pki.client_key))
+    values = [b"v%d" % i for i in range(10)]
+    got = aiokafka_round_trip(
+        mtls_broker.bootstrap, unique_topic("mtls-aio"), values, TIMEOUT_S, security_protocol="SSL", ssl_context=context
+    )
+    assert got == values
 
 
 # -- kcat ----------------------------------------------------------------------------------------

@@ -65,18 +65,26 @@ def two_tls_brokers(tmp_path: Path, zk: Any, pki: Pki) -> Iterator[dict[int, Bro
         yield {i: stack.enter_context(start_broker(tmp_path / f"b{i}", {**settings, "broker.id": i})) for i in (1, 2)}
 
 
+def replicate_a_topic(brokers: dict[int, BrokerProcess], prefix: str) -> int:
+    """Through the brokers' client listeners: a topic of one partition on both brokers with
+    min.insync.replicas 2, 200 records produced with acks=all (so both replicas hold them, which
+    only replication between the brokers can do) and read back; returns the leader's id."""
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wait_for("two live brokers", lambda: len(admin.list_topics(timeout=2).brokers) == 2)
+    topic = unique_topic(prefix)
+    admin.create_topics([NewTopic(topic, 1, 2, config={"min.insync.replicas": "2"})])[topic].result(15)
+    leader, _ = wait_for("a full ISR", lambda: (s := partition_state(admin, topic)) and len(s[1]) == 2 and s)
+    acked = produce(bootstrap, topic, [b"v%d" % i for i in range(200)])
+    assert len(acked) == 200
+    assert set(consume_all(bootstrap, topic, 200)) == acked
+    return int(leader)
+
+
 def test_replication_over_an_ssl_inter_broker_listener(tmp_path: Path, zookeeper_server: Any) -> None:
     pki = make_pki(tmp_path / "pki")
     with two_tls_brokers(tmp_path, zookeeper_server, pki) as brokers:
-        bootstrap = ",".join(b.bootstrap for b in brokers.values())
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        wait_for("two live brokers", lambda: len(admin.list_topics(timeout=2).brokers) == 2)
-        topic = unique_topic("tls-repl")
-        admin.create_topics([NewTopic(topic, 1, 2, config={"min.insync.replicas": "2"})])[topic].result(15)
-        leader, _ = wait_for("a full ISR", lambda: (s := partition_state(admin, topic)) and len(s[1]) == 2 and s)
-        acked = produce(bootstrap, topic, [b"v%d" % i for i in range(200)])  # acks=all: both replicas have them
-        assert len(acked) == 200
-        assert set(consume_all(bootstrap, topic, 200)) == acked
+        leader = replicate_a_topic(brokers, "tls-repl")
         follower = 2 if leader == 1 else 1
         process = brokers[follower].process
         assert process is not None
