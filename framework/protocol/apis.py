@@ -58,6 +58,8 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
@@ -117,6 +119,8 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 2),  # v2 include_fenced_brokers: none in ZooKeeper mode
         ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),  # kio has no v0 (Kafka 4 dropped it); v4 volume bytes
         ApiKey.ELECT_LEADERS: VersionRange(0, 2),  # v1 election type (KIP-460), v2 flexible
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: VersionRange(0, 1),  # KIP-455; v1 KIP-860
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: VersionRange(0, 0),  # KIP-455
         # No authorizer: answered SECURITY_DISABLED, as Kafka without one. kio has no v0 (Kafka 4 dropped it).
         ApiKey.DESCRIBE_ACLS: VersionRange(1, 3),
         ApiKey.CREATE_ACLS: VersionRange(1, 3),
