@@ -1,0 +1,194 @@
+"""Partition reassignment (KIP-455) in one process: a real broker 0 on meta_local and a second
+broker, 7, simulated by a metadata session of its own (its follower fetches made by hand), as in
+test_replication_unit.py; then kafka-python against one broker process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+from broker_harness import batch, produce, running_broker
+from kafka import TopicPartition as KTopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import InvalidReplicationAssignmentError, NoReassignmentInProgressError, UnknownTopicOrPartitionError
+from test_replication_unit import TP, _broker_7, _follower_fetch, _led_with_broker_7, _state_in_store
+
+from odradek.broker.api import CreatableTopic, CreatePartitionsTopic, OngoingReassignment, ReassignmentResult
+from odradek.broker.core import BrokerCore
+from odradek.broker.partition_reassignments import list_partition_reassignments, require_controller
+from odradek.errors import ErrorCode, KafkaError
+from odradek.interfaces import TopicPartition
+from odradek.testing.broker import BrokerProcess, unique_topic
+
+DONE = ReassignmentResult(ErrorCode.NONE)
+
+
+async def _assignment_doc(core: BrokerCore) -> dict[str, object]:
+    v = await core.store.get("/brokers/topics/t")
+    assert v is not None
+    doc: dict[str, object] = json.loads(v.value)
+    return doc
+
+
+async def _until_done(core: BrokerCore) -> None:
+    """Wait until the controller completed the reassignments (and this broker's cache has it)."""
+    with trio.fail_after(10):
+        while await core.list_partition_reassignments(None):
+            await trio.sleep(0.02)
+
+
+async def _replicas_in_metadata(core: BrokerCore) -> tuple[int, ...]:
+    answer = await core.metadata(["t"], False)
+    return answer.topics[0].partitions[0].replicas
+
+
+async def test_a_new_replica_catches_up_and_joins_the_assignment(tmp_path: Path) -> None:
+    """[0] -> [0, 7]: broker 7 is an adding replica (Metadata shows the full replica set) until
+    its fetches catch up and the leader takes it into the ISR; then the controller writes the
+    target assignment. Nothing is removed, so the leader epoch stays."""
+    async with running_broker(tmp_path, **{"replica.lag.time.max.ms": 30000}) as core, _broker_7(core, tmp_path):
+        created = await core.create_topics([CreatableTopic("t", assignments={0: [0]})], 1000, False)
+        assert created["t"].error == ErrorCode.NONE
+        assert (await produce(core, TP, batch([b"a", b"b", b"c"]), acks=1)).error == ErrorCode.NONE
+        epoch = (await _state_in_store(core)).leader_epoch
+
+        assert await core.alter_partition_reassignments({TP: [0, 7]}) == {TP: DONE}
+        ongoing = OngoingReassignment((0, 7), (7,), ())
+        assert await core.list_partition_reassignments(None) == {TP: ongoing}
+        assert await core.list_partition_reassignments({"t": [0, 1], "nope": [0]}) == {TP: ongoing}
+        assert await core.list_partition_reassignments({"t": [1]}) == {}
+        assert await _replicas_in_metadata(core) == (0, 7)
+        doc = await _assignment_doc(core)
+        assert doc["adding_replicas"] == {"0": [7]} and "removing_replicas" not in doc
+        # growing the topic waits for the reassignment, as Kafka's controller refuses it
+        grown = await core.create_partitions([CreatePartitionsTopic("t", 2)], 1000, False)
+        assert grown["t"].error == ErrorCode.REASSIGNMENT_IN_PROGRESS
+
+        # the leader accepts broker 7's fetches now: it catches up and joins the ISR
+        partition = core.replica_manager.get_partition(TP)
+        assert partition is not None and 7 in partition.remote_replicas
+        assert await _follower_fetch(core, 0, epoch) == ErrorCode.NONE
+        assert await _follower_fetch(core, 3, epoch) == ErrorCode.NONE
+        await _until_done(core)
+        final = await _assignment_doc(core)
+        assert final == {"version": doc["version"], "topic_id": doc["topic_id"], "partitions": {"0": [0, 7]}}
+        state = await _state_in_store(core)
+        assert (state.leader, state.leader_epoch, state.isr) == (0, epoch, (0, 7))
+        assert await _replicas_in_metadata(core) == (0, 7)
+
+
+async def test_moving_the_leader_away_elects_a_target_replica_and_deletes_the_log(tmp_path: Path) -> None:
+    """[0, 7] -> [7] with both in sync: complete at once. The leader being removed hands over
+    to broker 7 (leader epoch + 1, ISR [7]), and broker 0 stops hosting the partition and
+    deletes its log (Kafka's StopReplica with deletePartition)."""
+    async with _led_with_broker_7(tmp_path) as (core, _other, p):
+        assert (await produce(core, TP, batch([b"a", b"b"]), acks=1)).error == ErrorCode.NONE
+        epoch = p.leader_epoch
+        assert await _follower_fetch(core, 2, epoch) == ErrorCode.NONE
+        assert any(d.is_dir() for d in tmp_path.rglob("t-0")), "no log directory named t-0"
+        assert await core.alter_partition_reassignments({TP: [7]}) == {TP: DONE}
+        await _until_done(core)
+        state = await _state_in_store(core)
+        assert (state.leader, state.leader_epoch, state.isr) == (7, epoch + 1, (7,))
+        assert (await _assignment_doc(core))["partitions"] == {"0": [7]}
+        with trio.fail_after(5):
+            while core.replica_manager.get_partition(TP) is not None:
+                await trio.sleep(0.02)
+        assert core.replica_manager.storage.get_log(TP) is None
+        assert not any(d.is_dir() for d in tmp_path.rglob("t-0")), "the log directory is still there"
+
+
+async def test_cancelling_a_pending_reassignment_reverts_it(tmp_path: Path) -> None:
+    """[0] -> [0, 7] with broker 7 never fetching stays pending; a null target cancels it: the
+    original replicas come back (the adding one leaves, the leader epoch goes up); a second
+    cancel has nothing to cancel."""
+    async with running_broker(tmp_path) as core, _broker_7(core, tmp_path):
+        created = await core.create_topics([CreatableTopic("t", assignments={0: [0]})], 1000, False)
+        assert created["t"].error == ErrorCode.NONE
+        epoch = (await _state_in_store(core)).leader_epoch
+        assert await core.alter_partition_reassignments({TP: [0, 7]}) == {TP: DONE}
+        await trio.sleep(0.2)  # a pass or two: nothing completes it
+        assert await core.list_partition_reassignments(None) == {TP: OngoingReassignment((0, 7), (7,), ())}
+
+        assert await core.alter_partition_reassignments({TP: None}) == {TP: DONE}
+        assert await core.list_partition_reassignments(None) == {}
+        assert (await _assignment_doc(core))["partitions"] == {"0": [0]}
+        assert "adding_replicas" not in await _assignment_doc(core)
+        state = await _state_in_store(core)
+        assert (state.leader, state.leader_epoch, state.isr) == (0, epoch + 1, (0,))
+        again = await core.alter_partition_reassignments({TP: None})
+        assert again[TP].error is ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+        with trio.fail_after(5):
+            while (p := core.replica_manager.get_partition(TP)) is None or p.replicas != (0,):
+                await trio.sleep(0.02)
+        assert await _replicas_in_metadata(core) == (0,)
+
+
+async def test_a_new_target_replaces_a_running_reassignment(tmp_path: Path) -> None:
+    """[0] -> [7] pending (7 never fetches); then [0, 7]: the original replicas stay [0], and
+    the running reassignment's removal of 0 is dropped."""
+    async with running_broker(tmp_path) as core, _broker_7(core, tmp_path):
+        await core.create_topics([CreatableTopic("t", assignments={0: [0]})], 1000, False)
+        assert await core.alter_partition_reassignments({TP: [7]}) == {TP: DONE}
+        assert await core.list_partition_reassignments(None) == {TP: OngoingReassignment((7, 0), (7,), (0,))}
+        assert await core.alter_partition_reassignments({TP: [0, 7]}) == {TP: DONE}
+        assert await core.list_partition_reassignments(None) == {TP: OngoingReassignment((0, 7), (7,), ())}
+        # back to the original replicas by target: no reassignment left
+        assert await core.alter_partition_reassignments({TP: [0]}) == {TP: DONE}
+        assert await core.list_partition_reassignments(None) == {}
+
+
+async def test_a_single_broker_answers_as_kafka(tmp_path: Path) -> None:
+    """meta_local, one broker: a reassignment to itself is a no-op, anything else an error."""
+    async with running_broker(tmp_path) as core:
+        await core.create_topics([CreatableTopic("t", 2, 1)], 1000, False)
+        t1 = TopicPartition("t", 1)
+        answers = await core.alter_partition_reassignments(
+            {TP: [0], t1: [5], TopicPartition("t", 2): [0], TopicPartition("nope", 0): [0]}
+        )
+        assert answers[TP] == DONE
+        assert answers[t1].error is ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        assert "not alive" in (answers[t1].error_message or "")
+        assert answers[TopicPartition("t", 2)].error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert answers[TopicPartition("nope", 0)].error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        for bad in ([], [0, 0], [-1]):
+            assert (await core.alter_partition_reassignments({TP: bad}))[TP].error is (
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT
+            )
+        assert (await core.alter_partition_reassignments({TP: None}))[TP].error is ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+        rf = await core.alter_partition_reassignments({TP: [0]}, allow_replication_factor_change=False)
+        assert rf == {TP: DONE}
+        assert await core.list_partition_reassignments(None) == {}
+
+
+def test_a_broker_that_is_not_the_controller_refuses_both_requests() -> None:
+    with pytest.raises(KafkaError) as refused:
+        require_controller(None)
+    assert refused.value.code is ErrorCode.NOT_CONTROLLER
+    with pytest.raises(KafkaError):
+        list_partition_reassignments(None, None, None)  # type: ignore[arg-type]
+
+
+def test_kafka_python_on_a_single_broker(odradek_broker: BrokerProcess) -> None:
+    """kafka-python's admin client (sends both to the controller): a reassignment to the only
+    broker is accepted, to an unknown one refused, a cancel without one answered; nothing is
+    listed."""
+    topic = unique_topic("reassign")
+    client = KafkaAdminClient(bootstrap_servers=odradek_broker.bootstrap)
+    try:
+        client.create_topics([NewTopic(topic, 1, 1)])
+        tp = KTopicPartition(topic, 0)
+        broker_id = int(odradek_broker.settings.get("broker.id", "0"))
+        assert client.alter_partition_reassignments({tp: [broker_id]}) == {tp: None}
+        refused = client.alter_partition_reassignments({tp: [broker_id + 100]})
+        assert refused == {tp: InvalidReplicationAssignmentError}
+        assert client.alter_partition_reassignments({tp: None}) == {tp: NoReassignmentInProgressError}
+        unknown = KTopicPartition(topic + "-nope", 0)
+        assert client.alter_partition_reassignments({unknown: [broker_id]}) == {unknown: UnknownTopicOrPartitionError}
+        assert client.list_partition_reassignments() == {}
+        assert client.list_partition_reassignments([tp]) == {}
+    finally:
+        client.close()
+    assert not odradek_broker.log_problems(), odradek_broker.log_problems()
