@@ -18,6 +18,8 @@ from test_replication_unit import TP, _broker_7, _follower_fetch, _led_with_brok
 from odradek.broker.api import CreatableTopic, CreatePartitionsTopic, OngoingReassignment, ReassignmentResult
 from odradek.broker.core import BrokerCore
 from odradek.broker.partition_reassignments import list_partition_reassignments, require_controller
+from odradek.cli import main
+from odradek.client import Admin
 from odradek.errors import ErrorCode, KafkaError
 from odradek.interfaces import TopicPartition
 from odradek.testing.broker import BrokerProcess, unique_topic
@@ -192,3 +194,35 @@ def test_kafka_python_on_a_single_broker(odradek_broker: BrokerProcess) -> None:
     finally:
         client.close()
     assert not odradek_broker.log_problems(), odradek_broker.log_problems()
+
+
+def test_the_cli_and_odradeks_admin_client_on_a_single_broker(
+    odradek_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``odradek partitions reassign|reassignments`` (through odradek's own admin client): a
+    move to the only broker completes at once, an unknown broker and a cancel without a
+    reassignment fail with Kafka's error names."""
+    topic = unique_topic("reassign-cli")
+    boot = ["--bootstrap-server", odradek_broker.bootstrap]
+    assert main(["topics", "create", *boot, "--topic", topic, "--partitions", "2", "--replication-factor", "1"]) == 0
+    broker_id = odradek_broker.settings.get("broker.id", "0")
+    reassign = ["partitions", "reassign", *boot, "--topic", topic, "--partition", "0"]
+    assert main([*reassign, "--partition", "1", "--replicas", broker_id, "--wait"]) == 0
+    out = capsys.readouterr().out
+    assert f"Reassignment of partition {topic}-1 started to {broker_id}." in out
+    assert f"Reassignment of partition {topic}-0 is completed." in out
+    assert main([*reassign, "--replicas", "100"]) == 1
+    assert "INVALID_REPLICA_ASSIGNMENT" in capsys.readouterr().err
+    assert main([*reassign, "--cancel"]) == 1
+    assert "NO_REASSIGNMENT_IN_PROGRESS" in capsys.readouterr().err
+    assert main(["partitions", "reassignments", *boot]) == 0
+    assert capsys.readouterr().out == "No partition reassignments found.\n"
+    assert main(["partitions", "reassignments", *boot, "--topic", topic]) == 0
+    assert capsys.readouterr().out == "No partition reassignments found.\n"
+    for usage_error in (["--replicas", "1", "--cancel"], ["--replicas", "a,b"], []):
+        with pytest.raises(SystemExit):
+            main([*reassign, *usage_error])
+    with Admin({"bootstrap.servers": odradek_broker.bootstrap}) as admin:
+        answers = admin.alter_partition_reassignments({TopicPartition(topic, 0): [int(broker_id)]})
+        assert answers == {TopicPartition(topic, 0): None}
+        assert admin.list_partition_reassignments() == {}

@@ -9,7 +9,8 @@ in the assignment) is removed, broker c catches up, the reassignment completes, 
 Second, broker c paused (SIGSTOP, still registered for a moment) is added to two partitions:
 both reassignments stay pending; the controller is killed and the new one lists them (they live
 in the metadata store); one is cancelled and goes back to its original replicas; once c runs
-again the other completes under the new controller, and c never hosts the cancelled one.
+again the other completes under the new controller, and c never hosts the cancelled one. The
+``odradek partitions reassignments`` command lists the pending ones as the controller does.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.admin import KafkaAdminClient
 from test_replication_cluster import all_brokers_seen, consume_all, metadata_settings, three_brokers, wait_for
 
+from odradek.cli import main
 from odradek.testing.broker import BrokerProcess, sample, unique_topic
 
 
@@ -90,7 +92,7 @@ def _controller(admin: AdminClient) -> int:
     return int(wait_for("a controller", lambda: (c := admin.list_topics(timeout=2).controller_id) >= 0 and c + 1) - 1)
 
 
-def run_reassignment(tmp_path: Path, metadata: dict[str, str]) -> None:
+def run_reassignment(tmp_path: Path, metadata: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     with three_brokers(tmp_path, metadata) as brokers:
         bootstrap = ",".join(b.bootstrap for b in brokers.values())
         admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -146,6 +148,10 @@ def run_reassignment(tmp_path: Path, metadata: dict[str, str]) -> None:
                     cancelled_tp: {"replicas": [first, b, c], "adding_replicas": [c], "removing_replicas": []},
                 }
                 assert client.list_partition_reassignments() == pending
+                running = ",".join(brokers[i].bootstrap for i in (first, b))
+                assert main(["partitions", "reassignments", "--bootstrap-server", running, "--topic", kept]) == 0
+                listed = capsys.readouterr().out
+                assert f"{kept}-0: replicas: {first},{b},{c}. adding: {c}. removing: ." in listed, listed
                 brokers[first].kill()  # the controller
                 survivor = AdminClient({"bootstrap.servers": brokers[b].bootstrap})
                 wait_for("broker b to be the controller", lambda: survivor.list_topics(timeout=2).controller_id == b)
@@ -180,5 +186,7 @@ def run_reassignment(tmp_path: Path, metadata: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
-def test_reassignment(tmp_path: Path, kind: str, request: pytest.FixtureRequest) -> None:
-    run_reassignment(tmp_path, metadata_settings(kind, request, "reassign"))
+def test_reassignment(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_reassignment(tmp_path, metadata_settings(kind, request, "reassign"), capsys)

@@ -22,6 +22,7 @@ COMMANDS: tuple[str, ...] = (
     "odradek.cli.perf",
     "odradek.cli.groups",
     "odradek.cli.topics",
+    "odradek.cli.partitions",
     "odradek.cli.produce",
     "odradek.cli.consume",
 )
