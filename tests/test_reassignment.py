@@ -22,6 +22,7 @@ from odradek.cli import main
 from odradek.client import Admin
 from odradek.errors import ErrorCode, KafkaError
 from odradek.interfaces import TopicPartition
+from odradek.metrics import BrokerCollector
 from odradek.testing.broker import BrokerProcess, unique_topic
 
 DONE = ReassignmentResult(ErrorCode.NONE)
@@ -39,6 +40,11 @@ async def _until_done(core: BrokerCore) -> None:
     with trio.fail_after(10):
         while await core.list_partition_reassignments(None):
             await trio.sleep(0.02)
+
+
+def _gauge(core: BrokerCore, name: str) -> int:
+    """A ``kafka_server_replicamanager_<name>`` gauge of ``core``."""
+    return next(v for n, v, _ in BrokerCollector(core).snapshot().replica_manager if n == name)
 
 
 async def _replicas_in_metadata(core: BrokerCore) -> tuple[int, ...]:
@@ -62,6 +68,9 @@ async def test_a_new_replica_catches_up_and_joins_the_assignment(tmp_path: Path)
         assert await core.list_partition_reassignments({"t": [0, 1], "nope": [0]}) == {TP: ongoing}
         assert await core.list_partition_reassignments({"t": [1]}) == {}
         assert await _replicas_in_metadata(core) == (0, 7)
+        # the leader's gauges: one partition reassigning, under-replicated against its target
+        assert _gauge(core, "reassigningpartitions") == 1
+        assert _gauge(core, "underreplicatedpartitions") == 1
         doc = await _assignment_doc(core)
         assert doc["adding_replicas"] == {"0": [7]} and "removing_replicas" not in doc
         # growing the topic waits for the reassignment, as Kafka's controller refuses it
@@ -79,6 +88,8 @@ async def test_a_new_replica_catches_up_and_joins_the_assignment(tmp_path: Path)
         state = await _state_in_store(core)
         assert (state.leader, state.leader_epoch, state.isr) == (0, epoch, (0, 7))
         assert await _replicas_in_metadata(core) == (0, 7)
+        assert _gauge(core, "reassigningpartitions") == 0
+        assert _gauge(core, "underreplicatedpartitions") == 0
 
 
 async def test_moving_the_leader_away_elects_a_target_replica_and_deletes_the_log(tmp_path: Path) -> None:
@@ -135,6 +146,8 @@ async def test_a_new_target_replaces_a_running_reassignment(tmp_path: Path) -> N
         await core.create_topics([CreatableTopic("t", assignments={0: [0]})], 1000, False)
         assert await core.alter_partition_reassignments({TP: [7]}) == {TP: DONE}
         assert await core.list_partition_reassignments(None) == {TP: OngoingReassignment((7, 0), (7,), (0,))}
+        # Kafka compares sizes: a target of one replica, an ISR of one, not under-replicated
+        assert (_gauge(core, "reassigningpartitions"), _gauge(core, "underreplicatedpartitions")) == (1, 0)
         assert await core.alter_partition_reassignments({TP: [0, 7]}) == {TP: DONE}
         assert await core.list_partition_reassignments(None) == {TP: OngoingReassignment((0, 7), (7,), ())}
         # back to the original replicas by target: no reassignment left

@@ -486,6 +486,17 @@ class MetadataCache:
             self._notify_refreshed()
         return True
 
+    def reassigning_partitions(self) -> set[TopicPartition]:
+        """The partitions being reassigned (KIP-455), of every topic."""
+        return {TopicPartition(name, p) for name, topic in self.topics.items() for p in topic.reassigning}
+
+    def removing_replicas(self, tp: TopicPartition) -> tuple[int, ...]:
+        """The replicas a running reassignment of ``tp`` is removing (none when it is not being
+        reassigned)."""
+        topic = self.topics.get(tp.topic)
+        moving = topic.reassigning.get(tp.partition) if topic is not None else None
+        return moving[1] if moving is not None else ()
+
     def partition_state(self, tp: TopicPartition) -> PartitionState | None:
         """The cached state of ``tp`` (None for a partition this cache does not know)."""
         topic = self.topics.get(tp.topic)
