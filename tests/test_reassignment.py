@@ -5,7 +5,9 @@ test_replication_unit.py; then kafka-python against one broker process."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -17,11 +19,12 @@ from test_replication_unit import TP, _broker_7, _follower_fetch, _led_with_brok
 
 from odradek.broker.api import CreatableTopic, CreatePartitionsTopic, OngoingReassignment, ReassignmentResult
 from odradek.broker.core import BrokerCore
+from odradek.broker.metadata_cache import PartitionState, partition_state_key
 from odradek.broker.partition_reassignments import list_partition_reassignments, require_controller
 from odradek.cli import main
 from odradek.client import Admin
 from odradek.errors import ErrorCode, KafkaError
-from odradek.interfaces import TopicPartition
+from odradek.interfaces import Check, Delete, MetadataStore, Put, TopicPartition
 from odradek.metrics import BrokerCollector
 from odradek.testing.broker import BrokerProcess, unique_topic
 
@@ -239,3 +242,50 @@ def test_the_cli_and_odradeks_admin_client_on_a_single_broker(
         answers = admin.alter_partition_reassignments({TopicPartition(topic, 0): [int(broker_id)]})
         assert answers == {TopicPartition(topic, 0): None}
         assert admin.list_partition_reassignments() == {}
+
+
+class _RacingStore:
+    """The controller's metadata session, where the leader takes broker 7 out of partition 1's
+    ISR just before the first transaction that writes several keys (a completion of both
+    partitions), which then loses its compare-and-set."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+        self.raced = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def txn(self, checks: Sequence[Check], ops: Sequence[Put | Delete]) -> None:
+        if not self.raced and len(ops) > 1:
+            self.raced = True
+            key = partition_state_key("t", 1)
+            current = await self._store.get(key)
+            assert current is not None
+            state = PartitionState.decode(current)
+            shrunk = PartitionState(state.leader, state.leader_epoch, (0,), state.version)
+            await self._store.put(key, shrunk.to_json(), expect=current.version)
+        await self._store.txn(checks, ops)
+
+
+async def test_a_completion_that_lost_its_write_is_decided_again_for_every_partition(tmp_path: Path) -> None:
+    """Both partitions of t complete in one pass (0: [0, 7] -> [0]; 1: [0, 7] -> [7]), written in
+    one transaction that loses to an ISR shrink of partition 1, which then cannot complete. The
+    pass that change brings would decide partition 1 only; the topic whose completion was lost
+    is decided whole again, so partition 0 completes (it stayed reassigning until some other
+    change touched it)."""
+    async with running_broker(tmp_path) as core, _broker_7(core, tmp_path):
+        created = await core.create_topics([CreatableTopic("t", assignments={0: [0, 7], 1: [0, 7]})], 1000, False)
+        assert created["t"].error == ErrorCode.NONE
+        controller = core.controller
+        assert controller is not None
+        racing = _RacingStore(controller.store)
+        controller.store = racing  # type: ignore[assignment]
+        t1 = TopicPartition("t", 1)
+        assert await core.alter_partition_reassignments({TP: [0], t1: [7]}) == {TP: DONE, t1: DONE}
+        with trio.fail_after(10):
+            while TP in await core.list_partition_reassignments(None):
+                await trio.sleep(0.02)
+        assert racing.raced
+        assert (await _assignment_doc(core))["partitions"] == {"0": [0], "1": [7, 0]}
+        assert await core.list_partition_reassignments(None) == {t1: OngoingReassignment((7, 0), (), (0,))}
