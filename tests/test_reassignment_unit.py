@@ -130,8 +130,9 @@ def test_starting_and_replacing_a_reassignment() -> None:
     in_sync = PartitionState(1, 2, (1, 2, 3), 6)
     replaced = alter(started[0], [2, 4], in_sync, live)
     assert replaced == (ReplicaAssignment((2, 4, 1), (4,), (1,)), PartitionState(1, 3, (1, 2), 6))
-    # the current replicas, not being reassigned: nothing to do
+    # the current replicas, not being reassigned, or the running target again: nothing to do
     assert alter(ReplicaAssignment((1, 2)), [1, 2], state, live) == ReassignmentResult(ErrorCode.NONE)
+    assert alter(started[0], [3, 4], state, live) == ReassignmentResult(ErrorCode.NONE)
     # KIP-860: a changed replication factor refused when the request does not allow it
     rf = alter(ReplicaAssignment((1, 2)), [3], state, live, allow_replication_factor_change=False)
     assert isinstance(rf, ReassignmentResult) and rf.error is ErrorCode.INVALID_REPLICA_ASSIGNMENT

@@ -210,8 +210,8 @@ def alter(
 
     ``target`` None cancels: NO_REASSIGNMENT_IN_PROGRESS when none runs, else the original
     replicas come back at once (the adding ones leave the ISR; one that led hands over).
-    Otherwise :func:`validate_target`, then the new full replica set; a target equal to the
-    current replicas of a partition not being reassigned changes nothing. A change that would
+    Otherwise :func:`validate_target`, then the new full replica set; a target that changes
+    nothing (the current replicas, or the target of the reassignment running) writes nothing. A change that would
     leave no replica alive in the ISR to lead is refused (INVALID_REPLICA_ASSIGNMENT): odradek's
     choice, where KRaft falls back to an unclean election. Without
     ``allow_replication_factor_change`` (KIP-860) a target of another size than the original
@@ -232,9 +232,9 @@ def alter(
                 f"The replication factor is changed from {len(current.original)} to {len(target)} "
                 "but allowReplicationFactorChange is false",
             )
-        if not current.is_reassigning and tuple(target) == current.replicas:
-            return ReassignmentResult(ErrorCode.NONE)
         new = current.reassign_to(target)
+        if new == current:  # the current replicas, or the running reassignment's own target
+            return ReassignmentResult(ErrorCode.NONE)
     new_state = change_replicas(state, current.replicas, new.replicas, live)
     if new_state is None:
         return ReassignmentResult(
