@@ -289,3 +289,41 @@ async def test_a_completion_that_lost_its_write_is_decided_again_for_every_parti
         assert racing.raced
         assert (await _assignment_doc(core))["partitions"] == {"0": [0], "1": [7, 0]}
         assert await core.list_partition_reassignments(None) == {t1: OngoingReassignment((7, 0), (), (0,))}
+
+
+class _SmallTxnStore:
+    """The controller's metadata session with etcd's limit on a transaction's writes and checks
+    (``max_txn_ops``), refusing any transaction past it as etcd does."""
+
+    def __init__(self, store: MetadataStore, max_txn_ops: int) -> None:
+        self._store = store
+        self.max_txn_ops = max_txn_ops
+        self.largest = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def txn(self, checks: Sequence[Check], ops: Sequence[Put | Delete]) -> None:
+        self.largest = max(self.largest, len(checks), len(ops))
+        assert max(len(checks), len(ops)) <= self.max_txn_ops, (checks, ops)
+        await self._store.txn(checks, ops)
+
+
+async def test_reassignments_of_many_partitions_fit_the_stores_transactions(tmp_path: Path) -> None:
+    """A store that takes few operations per transaction (etcd's --max-txn-ops): a request for
+    three partitions of a topic is written a partition at a time, and so are their completions,
+    instead of one transaction the store refuses (which ended the controller's term for good)."""
+    async with running_broker(tmp_path) as core, _broker_7(core, tmp_path):
+        created = await core.create_topics(
+            [CreatableTopic("t", assignments={p: [0, 7] for p in range(3)})], 1000, False
+        )
+        assert created["t"].error == ErrorCode.NONE
+        controller = core.controller
+        assert controller is not None
+        small = _SmallTxnStore(controller.store, 3)
+        controller.store = small  # type: ignore[assignment]
+        tps = [TopicPartition("t", p) for p in range(3)]
+        assert await core.alter_partition_reassignments({tp: [0] for tp in tps}) == {tp: DONE for tp in tps}
+        await _until_done(core)
+        assert (await _assignment_doc(core))["partitions"] == {"0": [0], "1": [0], "2": [0]}
+        assert small.largest == 3

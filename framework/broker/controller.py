@@ -271,7 +271,11 @@ class Controller:
             assigned = items.get(topic_key(name))
             if assigned is None or self.leadership is not leadership:
                 continue
-            written = await self._write_topic(leadership, name, assigned, changes)
+            room = self._partitions_per_txn()
+            if room is not None and len(changes) > room:  # the rest on the pass this write brings
+                changes = dict(sorted(changes.items())[:room])
+                self._reassign_again.add(name)
+            written = await self._write_topic(leadership, name, assigned, changes, check_all_states=True)
             if written is _Write.STALE:
                 self._reassign_again.add(name)
             elif written is _Write.WRITTEN:
@@ -474,12 +478,16 @@ class Controller:
         results: dict[TopicPartition, ReassignmentResult],
         allow_replication_factor_change: bool,
     ) -> None:
-        """:meth:`alter_reassignments`' rounds: fill ``results``."""
-        for _ in range(REQUESTED_ELECTION_ROUNDS):
+        """:meth:`alter_reassignments`' rounds, each on a fresh listing: fill ``results``. A
+        round writes at most :meth:`_partitions_per_txn` partitions of a topic (the rest wait
+        for the next round); only rounds that lost a compare-and-set count against
+        :data:`REQUESTED_ELECTION_ROUNDS`."""
+        lost_rounds = 0
+        while lost_rounds < REQUESTED_ELECTION_ROUNDS:
             leadership = self.leadership
             pending = [tp for tp in requested if tp not in results]
             if not pending or leadership is None or self.cache.halted is not None:
-                break
+                return
             items, _ = await self.store.list(WATCHED_PREFIX)
             live, _, offline = _cluster_view(items)
             live -= shutting_down_ids(items)
@@ -487,36 +495,18 @@ class Controller:
             for tp in pending:
                 by_topic.setdefault(tp.topic, []).append(tp)
             written: set[str] = set()
+            lost = False
             for name, tps in sorted(by_topic.items()):
                 assigned = items.get(topic_key(name))
-                current = assignments_of(json.loads(assigned.value)) if assigned is not None else {}
-                changes: dict[int, tuple[ReplicaAssignment, PartitionState, PartitionState]] = {}
-                for tp in tps:
-                    sv = items.get(partition_state_key(name, tp.partition))
-                    if tp.partition not in current or sv is None:
-                        results[tp] = ReassignmentResult(
-                            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
-                        )
-                        continue
-                    state = PartitionState.decode(sv)
-                    target = requested[tp]
-                    usable = live - offline.get(tp, set())
-                    decided = alter(
-                        current[tp.partition],
-                        None if target is None else tuple(target),
-                        state,
-                        usable,
-                        allow_replication_factor_change=allow_replication_factor_change,
-                    )
-                    if isinstance(decided, ReassignmentResult):
-                        results[tp] = decided
-                    else:
-                        changes[tp.partition] = (*decided, state)
+                changes = self._decide_alter(
+                    name, tps, items, live, offline, requested, results, allow_replication_factor_change
+                )
                 if not changes or assigned is None:
                     continue
-                outcome = await self._write_topic(leadership, name, assigned, changes)
+                outcome = await self._write_topic(leadership, name, assigned, changes, check_all_states=False)
                 if outcome is _Write.DEPOSED:
                     return
+                lost = lost or outcome is _Write.STALE
                 if outcome is _Write.WRITTEN:
                     written.add(name)
                     for p, (a, _, _) in sorted(changes.items()):
@@ -527,6 +517,57 @@ class Controller:
                         )  # fmt: skip
             for name in sorted(written):
                 await self.cache.refresh_topic(name)
+            if lost:
+                lost_rounds += 1
+            elif not written:
+                return  # every partition left is answered (or the controller is gone)
+
+    def _decide_alter(
+        self,
+        name: str,
+        tps: Sequence[TopicPartition],
+        items: Mapping[str, Versioned],
+        live: set[int],
+        offline: Mapping[TopicPartition, set[int]],
+        requested: Mapping[TopicPartition, Sequence[int] | None],
+        results: dict[TopicPartition, ReassignmentResult],
+        allow_replication_factor_change: bool,
+    ) -> dict[int, tuple[ReplicaAssignment, PartitionState, PartitionState]]:
+        """One topic's partitions of an AlterPartitionReassignments round, decided from the
+        listing ``items``: the answers that need no write go into ``results``; returns the
+        changes to write (at most :meth:`_partitions_per_txn` of them)."""
+        assigned = items.get(topic_key(name))
+        current = assignments_of(json.loads(assigned.value)) if assigned is not None else {}
+        changes: dict[int, tuple[ReplicaAssignment, PartitionState, PartitionState]] = {}
+        room = self._partitions_per_txn()
+        for tp in tps:
+            sv = items.get(partition_state_key(name, tp.partition))
+            if tp.partition not in current or sv is None:
+                results[tp] = ReassignmentResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                continue
+            if room is not None and len(changes) >= room:
+                continue  # the next round writes it
+            state = PartitionState.decode(sv)
+            target = requested[tp]
+            decided = alter(
+                current[tp.partition],
+                None if target is None else tuple(target),
+                state,
+                live - offline.get(tp, set()),
+                allow_replication_factor_change=allow_replication_factor_change,
+            )
+            if isinstance(decided, ReassignmentResult):
+                results[tp] = decided
+            else:
+                changes[tp.partition] = (*decided, state)
+        return changes
+
+    def _partitions_per_txn(self) -> int | None:
+        """How many partitions' changes one of :meth:`_write_topic`'s transactions may carry:
+        the store's limit on a transaction's writes and checks (etcd's ``--max-txn-ops``) less
+        the assignment and the fence; None when the store has none."""
+        limit = getattr(self.store, "max_txn_ops", None)
+        return max(1, limit - 2) if isinstance(limit, int) and limit > 0 else None
 
     async def _write_topic(
         self,
@@ -534,20 +575,23 @@ class Controller:
         topic: str,
         assigned: Versioned,
         changes: Mapping[int, tuple[ReplicaAssignment, PartitionState, PartitionState]],
+        *,
+        check_all_states: bool,
     ) -> _Write:
         """Write ``topic``'s new assignment (``assigned`` with each changed partition's
         :class:`ReplicaAssignment`) and the partition states that change with it, in one
         transaction fenced by this controller's epoch: a compare-and-set on the assignment's
         version and on each changed partition's state version (``changes``: partition ->
         (assignment, new state, the state it was decided from; the same object when the state
-        stays)). A reassignment's end is decided on its ISR, so that state is checked even when
-        it is not written."""
+        stays)). A reassignment's end is decided on its ISR, so with ``check_all_states`` the
+        state is checked even when it is not written (a start is not decided on it)."""
         doc = with_assignments(json.loads(assigned.value), {p: a for p, (a, _, _) in changes.items()})
         checks = [leadership.fence, Check(topic_key(topic), assigned.version)]
         ops = [Put(topic_key(topic), doc)]
         for p, (_, new, old) in sorted(changes.items()):
             key = partition_state_key(topic, p)
-            checks.append(Check(key, old.version))
+            if new is not old or check_all_states:
+                checks.append(Check(key, old.version))
             if new is not old:
                 ops.append(Put(key, new.to_json(leadership.epoch)))
         outcome = await self._fenced_txn(leadership, checks, ops)
