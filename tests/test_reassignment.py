@@ -4,6 +4,7 @@ test_replication_unit.py; then kafka-python against one broker process."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,16 +17,27 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import InvalidReplicationAssignmentError, NoReassignmentInProgressError, UnknownTopicOrPartitionError
 from test_replication_unit import TP, _broker_7, _follower_fetch, _led_with_broker_7, _state_in_store
+from test_transport_tcp import ScriptedBroker, serving
 
-from odradek.broker.api import CreatableTopic, CreatePartitionsTopic, OngoingReassignment, ReassignmentResult
+from odradek.broker.api import (
+    BrokerNode,
+    CreatableTopic,
+    CreatePartitionsTopic,
+    OngoingReassignment,
+    ReassignmentResult,
+)
 from odradek.broker.core import BrokerCore
 from odradek.broker.metadata_cache import PartitionState, partition_state_key
 from odradek.broker.partition_reassignments import list_partition_reassignments, require_controller
 from odradek.cli import main
 from odradek.client import Admin
+from odradek.client.aio import AsyncAdmin, PartitionReassignment
+from odradek.config import default_config
 from odradek.errors import ErrorCode, KafkaError
 from odradek.interfaces import Check, Delete, MetadataStore, Put, TopicPartition
 from odradek.metrics import BrokerCollector
+from odradek.plugins.transport_tcp.client import TcpConnector
+from odradek.protocol import ApiKey, decode_response, encode_request, request_type
 from odradek.testing.broker import BrokerProcess, unique_topic
 
 DONE = ReassignmentResult(ErrorCode.NONE)
@@ -327,3 +339,57 @@ async def test_reassignments_of_many_partitions_fit_the_stores_transactions(tmp_
         await _until_done(core)
         assert (await _assignment_doc(core))["partitions"] == {"0": [0], "1": [0], "2": [0]}
         assert small.largest == 3
+
+
+class _MovingController(ScriptedBroker):
+    """A broker that answers both reassignment requests NOT_CONTROLLER (the request's error)
+    the first ``refusals`` times, as a broker does right after the controllership moved."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__(default_config())
+        self.refusals = refusals
+        self.asked = 0
+        self.port = 0  #: where Metadata says broker 1 (the controller) listens
+
+    async def metadata(self, topics, allow_auto_create, *, listener_name=None):  # type: ignore[no-untyped-def]
+        answer = await super().metadata(topics, allow_auto_create, listener_name=listener_name)
+        return dataclasses.replace(answer, brokers=(BrokerNode(1, "127.0.0.1", self.port),))
+
+    def _refuse(self) -> None:
+        self.asked += 1
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise KafkaError("this broker is not the controller", code=ErrorCode.NOT_CONTROLLER)
+
+    async def alter_partition_reassignments(self, reassignments, *, allow_replication_factor_change=True):  # type: ignore[no-untyped-def]
+        self._refuse()
+        return await super().alter_partition_reassignments(reassignments)
+
+    async def list_partition_reassignments(self, partitions):  # type: ignore[no-untyped-def]
+        self._refuse()
+        return {TP: OngoingReassignment((1, 2), (2,), ())}
+
+
+async def test_not_controller_is_the_requests_error_and_odradeks_client_asks_again() -> None:
+    """On the wire, NOT_CONTROLLER is the request's error with no partitions (Kafka's answer in
+    ZooKeeper mode); odradek's admin client re-reads the metadata and asks again, as Kafka's
+    admin client retries a NotControllerException."""
+    broker = _MovingController(refusals=1)
+    async with serving(broker) as (_, bound):
+        broker.port = bound.port
+        conn = await TcpConnector().connect(bound.host, bound.port, timeout_s=5)
+        try:
+            request = request_type(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0)
+            await conn.send_frame(encode_request(request(topics=()), correlation_id=1, client_id="t"))
+            _, answer = decode_response(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, await conn.receive_frame())
+        finally:
+            await conn.aclose()
+        assert (int(answer.error_code), answer.responses) == (ErrorCode.NOT_CONTROLLER, ())
+
+        broker.refusals = 1
+        async with AsyncAdmin({"bootstrap.servers": f"{bound.host}:{bound.port}"}) as admin:
+            assert await admin.alter_partition_reassignments({TP: [1, 2]}) == {TP: None}
+            broker.refusals = 1
+            listed = await admin.list_partition_reassignments()
+        assert listed == {TP: PartitionReassignment([1, 2], [2], [])}
+        assert broker.asked == 5
