@@ -25,7 +25,8 @@ With ``auto.leader.rebalance.enable`` the controller also runs Kafka's auto lead
 5 s into its term and then every ``leader.imbalance.check.interval.seconds`` it groups the
 partitions by preferred (first assigned) replica, and for each broker whose share of them led
 elsewhere is over ``leader.imbalance.per.broker.percentage`` it moves back those whose preferred
-replica is alive and in the ISR (:func:`leader_imbalance_moves`). Not at once when a broker
+replica is alive and in the ISR (:func:`leader_imbalance_moves`); none while a partition is being
+reassigned, as in Kafka. Not at once when a broker
 rejoins an ISR: a broker that restarts or flaps is not handed leadership (and its clients'
 traffic) again until it has stayed, and a small imbalance is left alone, as in Kafka.
 
@@ -354,6 +355,11 @@ class Controller:
                 live, topics, offline = _cluster_view(items, self._parsed)
                 percentage = int(self.config["leader.imbalance.per.broker.percentage"])
                 moves = leader_imbalance_moves(topics, live - shutting_down_ids(items), offline, percentage)
+                if moves and any_reassigning(items):
+                    # as Kafka's controller: no automatic preferred elections while partitions
+                    # move (the target's first replica may lead before the move completes)
+                    log.info("leader imbalance: %d moves left for after the reassignments in progress", len(moves))
+                    moves = []
                 outcomes = await self._write_states(leadership, moves)
                 moved = sum(1 for o in outcomes.values() if o is _Write.WRITTEN)
             self.imbalance_checks += 1
@@ -807,6 +813,15 @@ def _cluster_view(
         else:
             entry[1][int(parts[2])] = value
     return live, topics, offline_replicas_of(items, live)
+
+
+def any_reassigning(items: Mapping[str, Versioned]) -> bool:
+    """Whether a ``/brokers/`` listing has a partition being reassigned."""
+    return any(
+        reassignments_in(v.value)
+        for key, v in items.items()
+        if key.startswith(TOPICS_PREFIX) and "/" not in key[len(TOPICS_PREFIX) :]
+    )
 
 
 def broker_epochs(items: Mapping[str, Versioned]) -> dict[int, int]:
