@@ -155,6 +155,9 @@ def run_reassignment(tmp_path: Path, metadata: dict[str, str], capsys: pytest.Ca
                 brokers[first].kill()  # the controller
                 survivor = AdminClient({"bootstrap.servers": brokers[b].bootstrap})
                 wait_for("broker b to be the controller", lambda: survivor.list_topics(timeout=2).controller_id == b)
+                # the paused broker's session expires too: a client that picked it for its
+                # metadata would wait out its request timeout
+                wait_for("broker b alone registered", lambda: list(survivor.list_topics(timeout=2).brokers) == [b])
                 new_client = KafkaAdminClient(bootstrap_servers=brokers[b].bootstrap, request_timeout_ms=15000)
                 try:
                     assert new_client.list_partition_reassignments() == pending
