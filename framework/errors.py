@@ -144,6 +144,7 @@ _RETRIABLE = frozenset(
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.LEADER_NOT_AVAILABLE,
         ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.NOT_CONTROLLER,  # Kafka's NotControllerException is retriable
         ErrorCode.REQUEST_TIMED_OUT,
         ErrorCode.NETWORK_EXCEPTION,
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,

@@ -264,6 +264,12 @@ class BrokerCollector:
         rm = core.replica_manager
         partitions = list(rm.partitions.values())
         leaders = [p for p in partitions if p.is_leader]
+        # a partition being reassigned (KIP-455) counts its target replicas, not the full set
+        # of target and original ones, as Kafka's ReplicaManager does
+        removing = core.metadata_cache.removing_replicas
+        moving = core.metadata_cache.reassigning_partitions()
+        reassigning = [p for p in leaders if p.topic_partition in moving]
+        replication_factor = {id(p): len(p.replicas) - len(removing(p.topic_partition)) for p in leaders}
         rows = []
         for tp, partition in rm.partitions.items():
             log = partition.log
@@ -332,9 +338,10 @@ class BrokerCollector:
                 ("leadercount", len(leaders), "Partitions this broker leads."),
                 (
                     "underreplicatedpartitions",
-                    sum(1 for p in leaders if len(p.isr) < len(p.replicas)),
+                    sum(1 for p in leaders if len(p.isr) < replication_factor[id(p)]),
                     "Led partitions whose ISR lacks a replica.",
                 ),
+                ("reassigningpartitions", len(reassigning), "Led partitions being reassigned (KIP-455)."),
                 (
                     "underminisrpartitioncount",
                     sum(1 for p in leaders if len(p.isr) < p.effective_min_isr),

@@ -249,3 +249,23 @@ async def test_the_controller_writes_elections_several_at_once(tmp_path: Path) -
         assert await twin(slow).balance_leaders() == partitions - 4
         assert slow.most_in_flight == STATE_WRITES_IN_FLIGHT
         await _until(lambda: all(core.metadata_cache.leader_of(tp) == 0 for tp in everything), "all back")
+
+
+async def test_no_moves_while_a_partition_is_being_reassigned(tmp_path: Path) -> None:
+    """As Kafka's controller, the leader-imbalance check moves nothing while a reassignment is
+    in progress (the target's first replica would lead before the move completes); once it is
+    cancelled, the next check moves the leader back."""
+    settings = {"auto.leader.rebalance.enable": False}  # the checks below are the only ones
+    async with _broker_0_and_7(tmp_path, **settings) as (server, other):
+        core, controller = server.core, server.controller
+        assert core is not None and controller is not None
+        t0 = TopicPartition("t", 0)
+        await _take_over(server, other, t0)
+        created = await core.create_topics([CreatableTopic("u", assignments={0: [0]})], 1000, False)
+        assert created["u"].error == ErrorCode.NONE
+        u0 = TopicPartition("u", 0)
+        assert (await core.alter_partition_reassignments({u0: [0, 7]}))[u0].error is ErrorCode.NONE
+        assert await controller.balance_leaders() == 0  # broker 7 never catches up on u-0
+        assert (await core.alter_partition_reassignments({u0: None}))[u0].error is ErrorCode.NONE
+        assert await controller.balance_leaders() == 1
+        await _until(lambda: core.metadata_cache.leader_of(t0) == 0, "t-0 back with broker 0")

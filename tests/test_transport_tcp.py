@@ -33,8 +33,10 @@ from odradek.broker.api import (
     FetchPartitionResult,
     InitProducerIdResult,
     ListOffsetsPartitionResult,
+    OngoingReassignment,
     PartitionMetadata,
     PartitionProduceResult,
+    ReassignmentResult,
     TopicMetadata,
     TopicResult,
 )
@@ -176,6 +178,16 @@ class ScriptedBroker:
 
     async def elect_leaders(self, election_type, partitions, timeout_ms):
         return {tp: ElectLeadersResult(ErrorCode.NONE) for tp in partitions or ()}
+
+    async def alter_partition_reassignments(self, reassignments, *, allow_replication_factor_change=True):
+        return {tp: ReassignmentResult(ErrorCode.NONE) for tp in reassignments}
+
+    async def list_partition_reassignments(self, partitions):
+        return {
+            TopicPartition(t, p): OngoingReassignment((1, 2), (2,), ())
+            for t, ps in (partitions or {}).items()
+            for p in ps
+        }
 
 
 ENDPOINT = Endpoint("PLAINTEXT", "127.0.0.1", 0)

@@ -401,6 +401,13 @@ class AdminManager:
         topic = self.cache.topics.get(t.name)
         if topic is None:
             raise UnknownTopicOrPartition(f"topic {t.name!r} does not exist")
+        if topic.reassigning:
+            # the assignment's replication factor is unsettled while replicas move (Kafka's
+            # controller refuses the same)
+            raise KafkaError(
+                f"topic {t.name!r} has partition reassignments in progress: {sorted(topic.reassigning)}",
+                code=ErrorCode.REASSIGNMENT_IN_PROGRESS,
+            )
         current = topic.num_partitions
         if t.count < current:
             raise InvalidPartitions(

@@ -441,6 +441,29 @@ class ElectLeadersResult:
 
 
 # --------------------------------------------------------------------------------------------
+# Partition reassignment (KIP-455)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignmentResult:
+    """One partition's answer to AlterPartitionReassignments."""
+
+    error: ErrorCode
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OngoingReassignment:
+    """A partition being reassigned, as ListPartitionReassignments answers it: its full replica
+    set (target and original replicas), the replicas being added and those being removed."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+
+
+# --------------------------------------------------------------------------------------------
 # The facade
 # --------------------------------------------------------------------------------------------
 
@@ -622,6 +645,26 @@ class Broker(Protocol):
         ELECTION_NOT_NEEDED. A broker that is not the controller answers NOT_CONTROLLER."""
         ...
 
+    async def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        allow_replication_factor_change: bool = True,
+    ) -> dict[TopicPartition, ReassignmentResult]:
+        """Start, replace or (None) cancel partition reassignments as the controller (KIP-455);
+        answers once each is written, not when it completes. ``allow_replication_factor_change``
+        False (KIP-860) refuses a target whose size is not the original replicas'. Raises ``KafkaError``
+        NOT_CONTROLLER on a broker that is not the controller (the whole request's error)."""
+        ...
+
+    async def list_partition_reassignments(
+        self, partitions: Mapping[str, Sequence[int]] | None
+    ) -> dict[TopicPartition, OngoingReassignment]:
+        """The reassignments in progress among ``partitions`` (topic -> partitions; None: all),
+        as the controller knows them. Raises ``KafkaError`` NOT_CONTROLLER on a broker that is
+        not the controller."""
+        ...
+
 
 __all__ = [
     "CONSUMER_REPLICA_ID",
@@ -662,8 +705,10 @@ __all__ = [
     "LogDirPartition",
     "LogDirResult",
     "OffsetForLeaderEpochPartition",
+    "OngoingReassignment",
     "PartitionMetadata",
     "PartitionProduceResult",
+    "ReassignmentResult",
     "TopicMetadata",
     "TopicResult",
 ]

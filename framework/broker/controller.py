@@ -16,13 +16,17 @@ it loses the leadership, leaves the ISR and is not elected.
 The same pass also takes dead brokers out of the ISRs of partitions whose leader is alive (so
 acks=all produce does not wait ``replica.lag.time.max.ms`` for them). ISR changes themselves are
 written by leaders (:mod:`~odradek.broker.alter_partition`), controlled shutdown by the stopping
-broker; reassignment is not built.
+broker. Partition reassignments (KIP-455, :mod:`~odradek.broker.reassignment`) are started,
+replaced and cancelled here (:meth:`Controller.alter_reassignments`) and completed by the
+decision passes: a pass that finds every target replica of a partition being reassigned in its
+ISR writes the target assignment and the new state together (:meth:`Controller._write_topic`).
 
 With ``auto.leader.rebalance.enable`` the controller also runs Kafka's auto leader rebalance task:
 5 s into its term and then every ``leader.imbalance.check.interval.seconds`` it groups the
 partitions by preferred (first assigned) replica, and for each broker whose share of them led
 elsewhere is over ``leader.imbalance.per.broker.percentage`` it moves back those whose preferred
-replica is alive and in the ISR (:func:`leader_imbalance_moves`). Not at once when a broker
+replica is alive and in the ISR (:func:`leader_imbalance_moves`); none while a partition is being
+reassigned, as in Kafka. Not at once when a broker
 rejoins an ISR: a broker that restarts or flaps is not handed leadership (and its clients'
 traffic) again until it has stayed, and a small imbalance is left alone, as in Kafka.
 
@@ -55,7 +59,7 @@ from ..interfaces import (
 )
 from ..pacing import paced
 from ..sessions import MetadataUnavailable
-from .api import ElectionType, ElectLeadersResult
+from .api import ElectionType, ElectLeadersResult, ReassignmentResult
 from .in_flight import each_in_flight
 from .log_dir_failures import offline_replicas_of
 from .metadata_cache import (
@@ -66,7 +70,9 @@ from .metadata_cache import (
     PartitionState,
     partition_state_key,
     shutting_down_ids,
+    topic_key,
 )
+from .reassignment import ReplicaAssignment, alter, assignments_of, completion, reassignments_in, with_assignments
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +120,9 @@ class Controller:
         self._returned: dict[TopicPartition, tuple[int, frozenset[int]]] = {}
         #: leader-imbalance checks completed (all terms): what a test or an operator waits on
         self.imbalance_checks = 0
+        #: topics whose reassignment completion lost its compare-and-set: decided whole by the
+        #: next pass (which a partial pass would not do for a change of another partition)
+        self._reassign_again: set[str] = set()
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Campaign (blocks while another broker controls), then elect on every broker change;
@@ -210,6 +219,9 @@ class Controller:
             return 0
         if items is None:
             items, _ = await self.store.list(WATCHED_PREFIX)
+        if only is not None and self._reassign_again:
+            only = {**only, **dict.fromkeys(self._reassign_again)}
+        self._reassign_again = set()
         if only is None or brokers is None:
             live, topics, offline = _cluster_view(items, self._parsed)
             self._note_returns(items, topics)
@@ -221,8 +233,11 @@ class Controller:
         stopping = shutting_down_ids(brokers if brokers is not None else items)
         decided: list[tuple[TopicPartition, PartitionState]] = []
         leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        completed: dict[str, dict[int, tuple[ReplicaAssignment, PartitionState, PartitionState]]] = {}
         for name, (assignment, states) in sorted(topics.items()):
             unclean = bool(self._topic_setting(name, "unclean.leader.election.enable"))
+            assigned = items.get(topic_key(name))
+            moving = reassignments_in(assigned.value) if assigned is not None else {}
             for p, state in sorted(states.items()):
                 replicas = assignment.get(p)
                 if replicas is None:
@@ -236,6 +251,10 @@ class Controller:
                     new = shrink_dead_from_isr(state, usable - returned)
                     if new is None:
                         self._returned.pop(tp, None)
+                        if p in moving:  # a reassignment ends once its target is in the ISR
+                            done = completion(moving[p], state, usable - stopping - returned)
+                            if done is not None:
+                                completed.setdefault(name, {})[p] = (*done, state)
                         continue
                 else:
                     new = elect_leader(replicas, state, usable - stopping, unclean, returned)
@@ -249,6 +268,20 @@ class Controller:
         for tp, outcome in outcomes.items():
             if outcome is _Write.WRITTEN:
                 self._returned.pop(tp, None)
+        for name, changes in sorted(completed.items()):
+            assigned = items.get(topic_key(name))
+            if assigned is None or self.leadership is not leadership:
+                continue
+            room = self._partitions_per_txn()
+            if room is not None and len(changes) > room:  # the rest on the pass this write brings
+                changes = dict(sorted(changes.items())[:room])
+                self._reassign_again.add(name)
+            written = await self._write_topic(leadership, name, assigned, changes, check_all_states=True)
+            if written is _Write.STALE:
+                self._reassign_again.add(name)
+            elif written is _Write.WRITTEN:
+                for p, (a, _, _) in sorted(changes.items()):
+                    log.info("%s-%d: reassignment completed; replicas %s", name, p, list(a.replicas))
         if only is not None and brokers is not None:  # the other partitions' entries still hold
             kept = {tp: e for tp, e in self._leaderless.items() if not _names(only, tp)}
             leaderless = kept | leaderless
@@ -322,6 +355,11 @@ class Controller:
                 live, topics, offline = _cluster_view(items, self._parsed)
                 percentage = int(self.config["leader.imbalance.per.broker.percentage"])
                 moves = leader_imbalance_moves(topics, live - shutting_down_ids(items), offline, percentage)
+                if moves and any_reassigning(items):
+                    # as Kafka's controller: no automatic preferred elections while partitions
+                    # move (the target's first replica may lead before the move completes)
+                    log.info("leader imbalance: %d moves left for after the reassignments in progress", len(moves))
+                    moves = []
                 outcomes = await self._write_states(leadership, moves)
                 moved = sum(1 for o in outcomes.values() if o is _Write.WRITTEN)
             self.imbalance_checks += 1
@@ -405,6 +443,171 @@ class Controller:
             if pending and stale:
                 log.info("elections of %s lost to concurrent changes; deciding again", ", ".join(map(str, stale)))
 
+    async def alter_reassignments(
+        self, requested: Mapping[TopicPartition, Sequence[int] | None], *, allow_replication_factor_change: bool = True
+    ) -> dict[TopicPartition, ReassignmentResult]:
+        """An AlterPartitionReassignments request (Kafka's ``onPartitionReassignment`` start,
+        KIP-455): per partition, the target replicas to move to, or None to cancel. Decided
+        from one consistent listing of ``/brokers/`` (:func:`~odradek.broker.reassignment.alter`)
+        and written per topic as one fenced compare-and-set of its assignment and the states
+        that change (a cancel or a replaced target takes replicas out of the ISR). The answer
+        comes once the change is written (and this broker's cache has it, so a
+        ListPartitionReassignments that follows sees it), not when the reassignment completes:
+        the decision passes complete it. A write that loses to a concurrent change is decided
+        again on a fresh listing, up to :data:`REQUESTED_ELECTION_ROUNDS` times (then
+        REQUEST_TIMED_OUT); NOT_CONTROLLER once this broker is deposed."""
+        results: dict[TopicPartition, ReassignmentResult] = {}
+        unreachable: str | None = None
+        async with self._deciding:
+            try:
+                await self._alter_rounds(requested, results, allow_replication_factor_change)
+            except MetadataUnavailable as exc:
+                unreachable = str(exc)
+                log.warning("AlterPartitionReassignments: the metadata store is unreachable: %s", exc)
+        for tp in requested:
+            if tp in results:
+                continue
+            if unreachable is not None:
+                why = f"the metadata store is unreachable: {unreachable}"
+                results[tp] = ReassignmentResult(ErrorCode.REQUEST_TIMED_OUT, why)
+            elif self.leadership is None or self.cache.halted is not None:
+                why = f"broker {self.config.broker_id} is not the controller"
+                results[tp] = ReassignmentResult(ErrorCode.NOT_CONTROLLER, why)
+            else:
+                why = "the partition kept changing during the reassignment; try again"
+                results[tp] = ReassignmentResult(ErrorCode.REQUEST_TIMED_OUT, why)
+        return results
+
+    async def _alter_rounds(
+        self,
+        requested: Mapping[TopicPartition, Sequence[int] | None],
+        results: dict[TopicPartition, ReassignmentResult],
+        allow_replication_factor_change: bool,
+    ) -> None:
+        """:meth:`alter_reassignments`' rounds, each on a fresh listing: fill ``results``. A
+        round writes at most :meth:`_partitions_per_txn` partitions of a topic (the rest wait
+        for the next round); only rounds that lost a compare-and-set count against
+        :data:`REQUESTED_ELECTION_ROUNDS`."""
+        lost_rounds = 0
+        while lost_rounds < REQUESTED_ELECTION_ROUNDS:
+            leadership = self.leadership
+            pending = [tp for tp in requested if tp not in results]
+            if not pending or leadership is None or self.cache.halted is not None:
+                return
+            items, _ = await self.store.list(WATCHED_PREFIX)
+            live, _, offline = _cluster_view(items)
+            live -= shutting_down_ids(items)
+            by_topic: dict[str, list[TopicPartition]] = {}
+            for tp in pending:
+                by_topic.setdefault(tp.topic, []).append(tp)
+            written: set[str] = set()
+            lost = False
+            for name, tps in sorted(by_topic.items()):
+                assigned = items.get(topic_key(name))
+                changes = self._decide_alter(
+                    name, tps, items, live, offline, requested, results, allow_replication_factor_change
+                )
+                if not changes or assigned is None:
+                    continue
+                outcome = await self._write_topic(leadership, name, assigned, changes, check_all_states=False)
+                if outcome is _Write.DEPOSED:
+                    return
+                lost = lost or outcome is _Write.STALE
+                if outcome is _Write.WRITTEN:
+                    written.add(name)
+                    for p, (a, _, _) in sorted(changes.items()):
+                        results[TopicPartition(name, p)] = ReassignmentResult(ErrorCode.NONE)
+                        log.info(
+                            "%s-%d: replicas %s (adding %s, removing %s)",
+                            name, p, list(a.replicas), list(a.adding), list(a.removing),
+                        )  # fmt: skip
+            for name in sorted(written):
+                await self.cache.refresh_topic(name)
+            if lost:
+                lost_rounds += 1
+            elif not written:
+                return  # every partition left is answered (or the controller is gone)
+
+    def _decide_alter(
+        self,
+        name: str,
+        tps: Sequence[TopicPartition],
+        items: Mapping[str, Versioned],
+        live: set[int],
+        offline: Mapping[TopicPartition, set[int]],
+        requested: Mapping[TopicPartition, Sequence[int] | None],
+        results: dict[TopicPartition, ReassignmentResult],
+        allow_replication_factor_change: bool,
+    ) -> dict[int, tuple[ReplicaAssignment, PartitionState, PartitionState]]:
+        """One topic's partitions of an AlterPartitionReassignments round, decided from the
+        listing ``items``: the answers that need no write go into ``results``; returns the
+        changes to write (at most :meth:`_partitions_per_txn` of them)."""
+        assigned = items.get(topic_key(name))
+        current = assignments_of(json.loads(assigned.value)) if assigned is not None else {}
+        changes: dict[int, tuple[ReplicaAssignment, PartitionState, PartitionState]] = {}
+        room = self._partitions_per_txn()
+        for tp in tps:
+            sv = items.get(partition_state_key(name, tp.partition))
+            if tp.partition not in current or sv is None:
+                results[tp] = ReassignmentResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                continue
+            if room is not None and len(changes) >= room:
+                continue  # the next round writes it
+            state = PartitionState.decode(sv)
+            target = requested[tp]
+            decided = alter(
+                current[tp.partition],
+                None if target is None else tuple(target),
+                state,
+                live - offline.get(tp, set()),
+                allow_replication_factor_change=allow_replication_factor_change,
+            )
+            if isinstance(decided, ReassignmentResult):
+                results[tp] = decided
+            else:
+                changes[tp.partition] = (*decided, state)
+        return changes
+
+    def _partitions_per_txn(self) -> int | None:
+        """How many partitions' changes one of :meth:`_write_topic`'s transactions may carry:
+        the store's limit on a transaction's writes and checks (etcd's ``--max-txn-ops``) less
+        the assignment and the fence; None when the store has none."""
+        limit = getattr(self.store, "max_txn_ops", None)
+        return max(1, limit - 2) if isinstance(limit, int) and limit > 0 else None
+
+    async def _write_topic(
+        self,
+        leadership: Leadership,
+        topic: str,
+        assigned: Versioned,
+        changes: Mapping[int, tuple[ReplicaAssignment, PartitionState, PartitionState]],
+        *,
+        check_all_states: bool,
+    ) -> _Write:
+        """Write ``topic``'s new assignment (``assigned`` with each changed partition's
+        :class:`ReplicaAssignment`) and the partition states that change with it, in one
+        transaction fenced by this controller's epoch: a compare-and-set on the assignment's
+        version and on each changed partition's state version (``changes``: partition ->
+        (assignment, new state, the state it was decided from; the same object when the state
+        stays)). A reassignment's end is decided on its ISR, so with ``check_all_states`` the
+        state is checked even when it is not written (a start is not decided on it)."""
+        doc = with_assignments(json.loads(assigned.value), {p: a for p, (a, _, _) in changes.items()})
+        checks = [leadership.fence, Check(topic_key(topic), assigned.version)]
+        ops = [Put(topic_key(topic), doc)]
+        for p, (_, new, old) in sorted(changes.items()):
+            key = partition_state_key(topic, p)
+            if new is not old or check_all_states:
+                checks.append(Check(key, old.version))
+            if new is not old:
+                ops.append(Put(key, new.to_json(leadership.epoch)))
+        outcome = await self._fenced_txn(leadership, checks, ops)
+        if outcome is not _Write.WRITTEN:
+            return outcome
+        for p, (_, new, old) in sorted(changes.items()):
+            if new is not old:
+                log.info("%s-%d: leader %d at epoch %d, isr %s", topic, p, new.leader, new.leader_epoch, list(new.isr))
+        return _Write.WRITTEN
+
     async def _write_states(
         self, leadership: Leadership, decided: Sequence[tuple[TopicPartition, PartitionState]]
     ) -> dict[TopicPartition, _Write]:
@@ -428,15 +631,24 @@ class Controller:
         from (``new.version``), fenced by this controller's epoch. STALE when the state changed
         meanwhile; DEPOSED (and leadership dropped) when another broker controls by now."""
         key = partition_state_key(topic, partition)
+        checks = [leadership.fence, Check(key, new.version)]
+        outcome = await self._fenced_txn(leadership, checks, [Put(key, new.to_json(leadership.epoch))])
+        if outcome is not _Write.WRITTEN:
+            return outcome
+        log.info("%s-%d: leader %d at epoch %d, isr %s", topic, partition, new.leader, new.leader_epoch, list(new.isr))
+        return _Write.WRITTEN
+
+    async def _fenced_txn(self, leadership: Leadership, checks: Sequence[Check], ops: Sequence[Put]) -> _Write:
+        """One of this controller's writes (``checks`` start with its fence): STALE when another
+        check failed, DEPOSED (and leadership dropped) when another broker controls by now."""
         try:
-            await self.store.txn([leadership.fence, Check(key, new.version)], [Put(key, new.to_json(leadership.epoch))])
+            await self.store.txn(checks, ops)
         except MetadataConflict as exc:
             if exc.key == leadership.fence.key:
                 log.warning("lost controllership; stopping elections")
                 self.leadership = None
                 return _Write.DEPOSED
             return _Write.STALE
-        log.info("%s-%d: leader %d at epoch %d, isr %s", topic, partition, new.leader, new.leader_epoch, list(new.isr))
         return _Write.WRITTEN
 
     def _topic_setting(self, topic: str, name: str) -> object:
@@ -601,6 +813,15 @@ def _cluster_view(
         else:
             entry[1][int(parts[2])] = value
     return live, topics, offline_replicas_of(items, live)
+
+
+def any_reassigning(items: Mapping[str, Versioned]) -> bool:
+    """Whether a ``/brokers/`` listing has a partition being reassigned."""
+    return any(
+        reassignments_in(v.value)
+        for key, v in items.items()
+        if key.startswith(TOPICS_PREFIX) and "/" not in key[len(TOPICS_PREFIX) :]
+    )
 
 
 def broker_epochs(items: Mapping[str, Versioned]) -> dict[int, int]:

@@ -54,8 +54,10 @@ from .api import (
     ListOffsetsPartitionResult,
     LogDirResult,
     OffsetForLeaderEpochPartition,
+    OngoingReassignment,
     PartitionMetadata,
     PartitionProduceResult,
+    ReassignmentResult,
     TopicMetadata,
     TopicResult,
 )
@@ -64,6 +66,7 @@ from .controller import Controller
 from .elect_leaders import elect_leaders
 from .fetch_session import FetchSessionCache
 from .metadata_cache import INTERNAL_TOPICS, MetadataCache, TopicState
+from .partition_reassignments import alter_partition_reassignments, list_partition_reassignments
 from .producer_ids import ProducerIdManager
 from .producer_state import AppendOrigin
 from .replica_manager import ReplicaManager
@@ -406,3 +409,18 @@ class BrokerCore:
         self, election_type: ElectionType, partitions: Sequence[TopicPartition] | None, timeout_ms: int
     ) -> dict[TopicPartition, ElectLeadersResult]:
         return await elect_leaders(self.controller, self.metadata_cache, election_type, partitions, timeout_ms)
+
+    async def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        allow_replication_factor_change: bool = True,
+    ) -> dict[TopicPartition, ReassignmentResult]:
+        return await alter_partition_reassignments(
+            self.controller, reassignments, allow_replication_factor_change=allow_replication_factor_change
+        )
+
+    async def list_partition_reassignments(
+        self, partitions: Mapping[str, Sequence[int]] | None
+    ) -> dict[TopicPartition, OngoingReassignment]:
+        return list_partition_reassignments(self.controller, self.metadata_cache, partitions)

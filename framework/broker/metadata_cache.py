@@ -167,6 +167,10 @@ class TopicState:
     #: counts the partition states changed in place since the topic was read (a leader or ISR
     #: change): what was derived from ``states`` (a Metadata answer) is stale when it moved
     state_changes: int = 0
+    #: partition -> (adding replicas, removing replicas) of each partition being reassigned
+    #: (KIP-455, :mod:`~odradek.broker.reassignment`); its ``assignment`` is then the full
+    #: replica set, target and original replicas together
+    reassigning: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
 
     @property
     def num_partitions(self) -> int:
@@ -484,6 +488,17 @@ class MetadataCache:
             self._notify_refreshed()
         return True
 
+    def reassigning_partitions(self) -> set[TopicPartition]:
+        """The partitions being reassigned (KIP-455), of every topic."""
+        return {TopicPartition(name, p) for name, topic in self.topics.items() for p in topic.reassigning}
+
+    def removing_replicas(self, tp: TopicPartition) -> tuple[int, ...]:
+        """The replicas a running reassignment of ``tp`` is removing (none when it is not being
+        reassigned)."""
+        topic = self.topics.get(tp.topic)
+        moving = topic.reassigning.get(tp.partition) if topic is not None else None
+        return moving[1] if moving is not None else ()
+
     def partition_state(self, tp: TopicPartition) -> PartitionState | None:
         """The cached state of ``tp`` (None for a partition this cache does not know)."""
         topic = self.topics.get(tp.topic)
@@ -551,6 +566,9 @@ class MetadataCache:
             {int(p): tuple(int(r) for r in reps) for p, reps in doc["partitions"].items()},
             assignment.version,
         )
+        adding, removing = doc.get("adding_replicas") or {}, doc.get("removing_replicas") or {}
+        for p in sorted({*adding, *removing}, key=int):
+            topic.reassigning[int(p)] = (tuple(adding.get(p, ())), tuple(removing.get(p, ())))
         previous = self.topics.get(name)
         if previous is not None and previous.topic_id and topic.topic_id and previous.topic_id != topic.topic_id:
             # deleted and created again between two re-reads (ZooKeeper's watch merges the
@@ -629,11 +647,17 @@ class MetadataCache:
                     or current.leader_epoch != state.leader_epoch
                     or (current.isr != frozenset(state.isr))
                     or current.partition_epoch != state.version  # its ISR writes expect it
+                    or current.replicas != replicas  # a reassignment adds followers
                 ):
                     self.replica_manager.become_leader(
                         tp, config, state.leader_epoch, replicas, state.isr, state.version
                     )
-            elif current is None or current.leader_id != state.leader or current.leader_epoch != state.leader_epoch:
+            elif (
+                current is None
+                or current.leader_id != state.leader
+                or current.leader_epoch != state.leader_epoch
+                or current.replicas != replicas
+            ):
                 self.replica_manager.become_follower(
                     tp, config, state.leader, state.leader_epoch, replicas, state.isr, state.version
                 )

@@ -27,7 +27,7 @@ from .base import AsyncClient
 from .cluster import BrokerInfo, PartitionInfo
 from .group_ops import CoordinatorLookup, OffsetAndMetadata, commit_offsets, fetch_committed
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, OffsetAndTimestamp, list_offsets
-from .requests import RequestBuilder, error_code, request_builder
+from .requests import RequestBuilder, error_code, raise_for, request_builder
 
 
 class ConfigResourceType(enum.IntEnum):
@@ -121,6 +121,16 @@ class UserScramCredentialUpsertion:
     salt: bytes | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """A reassignment in progress (ListPartitionReassignments): the partition's full replica
+    set, and which of those replicas are being added and removed (KIP-455)."""
+
+    replicas: Sequence[int]
+    adding_replicas: Sequence[int]
+    removing_replicas: Sequence[int]
+
+
 OffsetSpec = str | int  # "earliest" | "latest" | "max-timestamp" | a timestamp in ms
 
 _SPECS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP, "max-timestamp": MAX_TIMESTAMP}
@@ -157,8 +167,14 @@ class AsyncAdmin(AsyncClient):
             if cluster.controller_id not in cluster.brokers:
                 cluster = await self.network.refresh_metadata([])
             if cluster.controller_id in cluster.brokers:
-                return await self.network.send(cluster.controller_id, build)
-            return await self.network.send_any(build)
+                response = await self.network.send(cluster.controller_id, build)
+            else:
+                response = await self.network.send_any(build)
+            if error_code(getattr(response, "error_code", 0)) is ErrorCode.NOT_CONTROLLER:
+                # the request's error (reassignments): the controller moved; ask again there
+                await self.network.refresh_metadata([])
+                raise KafkaError("the broker asked is not the controller", code=ErrorCode.NOT_CONTROLLER)
+            return response
 
         return await self.network.call_with_retries(attempt, timeout_s=self._default_timeout(timeout), what="admin")
 
@@ -267,6 +283,62 @@ class AsyncAdmin(AsyncClient):
         response = await self._to_controller(build, timeout)
         self.network.request_update()
         return _errors_by_topic(response.results, "create partitions of")
+
+    # -- partition reassignment (KIP-455) ----------------------------------------------------------
+    async def alter_partition_reassignments(
+        self, reassignments: Mapping[TopicPartition, Sequence[int] | None], timeout: float | None = None
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Move each partition to the replicas given (the first one its preferred leader), or
+        cancel its running reassignment (None). The answer comes when the controller has
+        started (or cancelled) each one, not when the replicas have moved: watch
+        :meth:`list_partition_reassignments` for that. Per partition: ``None`` or the error
+        (INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS, UNKNOWN_TOPIC_OR_PARTITION)."""
+        self._check_open()
+        timeout_ms = int(self._default_timeout(timeout) * 1000)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, replicas in reassignments.items():
+            entry = {"partition_index": tp.partition, "replicas": None if replicas is None else list(replicas)}
+            by_topic.setdefault(tp.topic, []).append(entry)
+        build = request_builder(
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+            max_version=0,
+            topics=[{"name": t, "partitions": parts} for t, parts in by_topic.items()],
+            timeout=timeout_ms,
+        )
+        response = await self._to_controller(build, timeout)
+        raise_for(response.error_code, "alter partition reassignments", response.error_message)
+        self.network.request_update()
+        return {
+            TopicPartition(t.name, p.partition_index): _error(
+                p.error_code, f"reassignment of {t.name}-{p.partition_index}", p.error_message
+            )
+            for t in response.responses
+            for p in t.partitions
+        }
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None, timeout: float | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """The reassignments in progress among ``partitions`` (all of them when None); a
+        partition not being reassigned is left out."""
+        self._check_open()
+        timeout_ms = int(self._default_timeout(timeout) * 1000)
+        topics: list[dict[str, Any]] | None = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
+        build = request_builder(ApiKey.LIST_PARTITION_REASSIGNMENTS, max_version=0, topics=topics, timeout=timeout_ms)
+        response = await self._to_controller(build, timeout)
+        raise_for(response.error_code, "list partition reassignments", response.error_message)
+        return {
+            TopicPartition(t.name, p.partition_index): PartitionReassignment(
+                list(p.replicas), list(p.adding_replicas), list(p.removing_replicas)
+            )
+            for t in response.topics
+            for p in t.partitions
+        }
 
     # -- configs -----------------------------------------------------------------------------------
     async def _to_config_owner(

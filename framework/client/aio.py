@@ -21,6 +21,7 @@ from .admin import (
     ListedGroup,
     MemberDescription,
     NewTopic,
+    PartitionReassignment,
     TopicDescription,
 )
 from .base import ClientClosedError
@@ -50,6 +51,7 @@ __all__ = [
     "NoOffsetForPartition",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
+    "PartitionReassignment",
     "RecordFuture",
     "RecordMetadata",
     "TopicDescription",

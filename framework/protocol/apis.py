@@ -58,6 +58,8 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
@@ -119,6 +121,8 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 2),  # v2 include_fenced_brokers: none in ZooKeeper mode
         ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),  # kio has no v0 (Kafka 4 dropped it); v4 volume bytes
         ApiKey.ELECT_LEADERS: VersionRange(0, 2),  # v1 election type (KIP-460), v2 flexible
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: VersionRange(0, 1),  # KIP-455; v1 KIP-860
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: VersionRange(0, 0),  # KIP-455
         # No authorizer: answered SECURITY_DISABLED, as Kafka without one. kio has no v0 (Kafka 4 dropped it).
         ApiKey.DESCRIBE_ACLS: VersionRange(1, 3),
         ApiKey.CREATE_ACLS: VersionRange(1, 3),
@@ -167,6 +171,7 @@ _FIRST_FLEXIBLE: dict[int, int | None] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 16: 3, 18: 3,
     19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 32: 4, 33: 2, 37: 2, 42: 2, 44: 1, 47: None,
     17: None, 36: 2, 35: 2, 60: 0, 43: 2, 61: 0, 65: 0, 66: 0, 29: 2, 30: 2, 31: 2, 50: 0, 51: 0,
+    45: 0, 46: 0,
 }  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """Handlers for topic administration: CreateTopics, DeleteTopics, CreatePartitions,
-DescribeConfigs, IncrementalAlterConfigs, DeleteRecords, ElectLeaders.
+DescribeConfigs, IncrementalAlterConfigs, DeleteRecords, ElectLeaders, AlterPartitionReassignments,
+ListPartitionReassignments.
 
 All of them are ``ordered``: they change (or must observe) cluster state in the order a client
 sent them. Per-topic and per-resource failures come back from the core as error codes; a
@@ -378,6 +379,76 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> Any:
     )
 
 
+# -- AlterPartitionReassignments, ListPartitionReassignments (KIP-455) --------------------------
+
+
+async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    """AlterPartitionReassignments v0-1 (v1: KIP-860's allow_replication_factor_change, echoed
+    back; False refuses a target of another size than the original replicas): each partition
+    answered once, grouped by topic in request order (a partition named twice: the last entry
+    counts, as the controller's map keeps it). A broker that is not the controller answers
+    NOT_CONTROLLER as the request's error with no partitions, as Kafka's ZooKeeper-mode broker
+    does."""
+    version = ctx.api_version
+    response_cls = response_class(ApiKey.ALTER_PARTITION_REASSIGNMENTS, version)
+    wanted: dict[TopicPartition, tuple[int, ...] | None] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            wanted[TopicPartition(t.name, p.partition_index)] = None if p.replicas is None else tuple(p.replicas)
+    allow_rf_change = bool(getattr(request, "allow_replication_factor_change", True))
+    try:
+        results = await ctx.broker.alter_partition_reassignments(
+            wanted, allow_replication_factor_change=allow_rf_change
+        )
+    except KafkaError as exc:
+        return make(response_cls, throttle_time=NO_THROTTLE, error_code=kerr(exc.code), error_message=str(exc),
+                    responses=(), allow_replication_factor_change=allow_rf_change)  # fmt: skip
+    partition_cls = response_class(ApiKey.ALTER_PARTITION_REASSIGNMENTS, version, "ReassignablePartitionResponse")
+    by_topic: dict[str, list[Any]] = {}
+    for tp, r in results.items():
+        by_topic.setdefault(tp.topic, []).append(
+            make(partition_cls, partition_index=tp.partition, error_code=kerr(r.error), error_message=r.error_message)
+        )
+    topic_cls = response_class(ApiKey.ALTER_PARTITION_REASSIGNMENTS, version, "ReassignableTopicResponse")
+    rows = tuple(make(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+    return make(response_cls, throttle_time=NO_THROTTLE, error_code=kerr(ErrorCode.NONE), error_message=None,
+                responses=rows, allow_replication_factor_change=allow_rf_change)  # fmt: skip
+
+
+async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    """ListPartitionReassignments v0: the reassignments in progress (all of them when the
+    request names no topics), by topic; partitions not being reassigned are left out.
+    NOT_CONTROLLER as the request's error on a broker that is not the controller."""
+    version = ctx.api_version
+    response_cls = response_class(ApiKey.LIST_PARTITION_REASSIGNMENTS, version)
+    asked: dict[str, list[int]] | None = None
+    if request.topics is not None:
+        asked = {}
+        for t in request.topics:
+            asked.setdefault(t.name, []).extend(int(p) for p in t.partition_indexes)
+    try:
+        ongoing = await ctx.broker.list_partition_reassignments(asked)
+    except KafkaError as exc:
+        return make(response_cls, throttle_time=NO_THROTTLE, error_code=kerr(exc.code), error_message=str(exc),
+                    topics=())  # fmt: skip
+    partition_cls = response_class(ApiKey.LIST_PARTITION_REASSIGNMENTS, version, "OngoingPartitionReassignment")
+    by_topic: dict[str, list[Any]] = {}
+    for tp, o in ongoing.items():
+        by_topic.setdefault(tp.topic, []).append(
+            make(
+                partition_cls,
+                partition_index=tp.partition,
+                replicas=o.replicas,
+                adding_replicas=o.adding_replicas,
+                removing_replicas=o.removing_replicas,
+            )
+        )
+    topic_cls = response_class(ApiKey.LIST_PARTITION_REASSIGNMENTS, version, "OngoingTopicReassignment")
+    rows = tuple(make(topic_cls, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
+    return make(response_cls, throttle_time=NO_THROTTLE, error_code=kerr(ErrorCode.NONE), error_message=None,
+                topics=rows)  # fmt: skip
+
+
 HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_TOPICS: Handler(ApiKey.CREATE_TOPICS, handle_create_topics),
     ApiKey.DELETE_TOPICS: Handler(ApiKey.DELETE_TOPICS, handle_delete_topics),
@@ -387,6 +458,12 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.ALTER_CONFIGS: Handler(ApiKey.ALTER_CONFIGS, handle_alter_configs),
     ApiKey.DELETE_RECORDS: Handler(ApiKey.DELETE_RECORDS, handle_delete_records),
     ApiKey.ELECT_LEADERS: Handler(ApiKey.ELECT_LEADERS, handle_elect_leaders),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: Handler(
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS, handle_alter_partition_reassignments
+    ),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: Handler(
+        ApiKey.LIST_PARTITION_REASSIGNMENTS, handle_list_partition_reassignments
+    ),
 }
 
 __all__ = ["HANDLERS"]
