@@ -4,6 +4,7 @@ authenticated, failures, v0 raw tokens, oversized frames; odradek's own client a
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from typing import Any
@@ -72,6 +73,27 @@ def test_failed_authentication_is_answered_then_closed(
         answer = wire.request(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=token)
         assert int(answer.error_code) == ErrorCode.SASL_AUTHENTICATION_FAILED
         assert answer.error_message.startswith(message)
+        assert wire.closed_by_broker()
+    finally:
+        wire.close()
+    sasl_broker.check_alive()
+
+
+def test_a_failed_login_answer_goes_out_before_the_close(sasl_broker: BrokerProcess) -> None:
+    """The answer to a failed login reaches the client alone; the broker closes once the client
+    has closed its side (or a second later). Closed at once, the answer and the FIN reached a busy
+    kafka-python together, and it dropped the answer: it reads until EOF and then discards what
+    it read, reporting a lost connection instead of the broker's reason."""
+    wire = _wire(sasl_broker)
+    try:
+        assert int(wire.request(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN").error_code) == 0
+        answer = wire.request(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\x00alice\x00wrong")
+        assert int(answer.error_code) == ErrorCode.SASL_AUTHENTICATION_FAILED
+        wire.sock.settimeout(0.3)
+        with pytest.raises(TimeoutError):  # still open: no EOF right behind the answer
+            wire.sock.recv(1)
+        wire.sock.settimeout(15)
+        wire.sock.shutdown(socket.SHUT_WR)  # the client is done: the broker closes too
         assert wire.closed_by_broker()
     finally:
         wire.close()

@@ -29,6 +29,7 @@ connection closes and cancels what is left (see ``_peer_closed``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import struct
@@ -61,6 +62,9 @@ _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError, OS
 #: the wait ended. The grace lets a client that only half-closed (``shutdown(SHUT_WR)``) after
 #: its requests still get the answers that are ready at once.
 EOF_GRACE_S = 0.5
+#: How long a connection that sent its last answer (a failed login's) waits for the client to
+#: close first (see ``KafkaConnection._linger``).
+LINGER_S = 1.0
 #: The bytes of request frames (and of their answers not written yet) one connection may hold
 #: before its reader stops reading the socket. ``queued.max.requests`` alone let one connection pile up 500 frames
 #: of up to ``socket.request.max.bytes`` each behind a slow ordered request (500 MB at 1 MB
@@ -229,6 +233,8 @@ class KafkaConnection:
                         await write_frame(self.transport, step.response)
                     if step.close:
                         log.info("closing connection %s: %s", self.peer, step.reason)
+                        if step.response is not None:
+                            await self._linger()
                         return False
             if self._auth_scope.cancelled_caught:
                 why = (
@@ -243,6 +249,17 @@ class KafkaConnection:
         assert auth.principal is not None
         self.principal = auth.principal
         return True
+
+    async def _linger(self) -> None:
+        """After a last answer (a failed login's): wait for the client to close its side, reading
+        and dropping what it sends, for at most ``LINGER_S``, and only then close. Closed at
+        once, the answer and the close can reach a busy client together, and a client that reads
+        until EOF before handing bytes on drops the answer with them (kafka-python 3 does: it
+        then reports a lost connection instead of the broker's reason)."""
+        scratch = bytearray(4096)
+        with trio.move_on_after(LINGER_S), contextlib.suppress(OSError):
+            while await self.sock.recv_into(scratch):
+                pass
 
     async def _process_unauthenticated(self, header: RequestHeader, frame: bytearray) -> Outcome:
         """The requests a peer may send before authenticating (ApiVersions) go to the dispatcher."""
