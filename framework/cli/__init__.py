@@ -23,6 +23,7 @@ COMMANDS: tuple[str, ...] = (
     "odradek.cli.groups",
     "odradek.cli.topics",
     "odradek.cli.users",
+    "odradek.cli.quotas",
     "odradek.cli.produce",
     "odradek.cli.consume",
 )

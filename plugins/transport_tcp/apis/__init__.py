@@ -56,6 +56,7 @@ HANDLER_MODULES: tuple[str, ...] = (
     "odradek.plugins.transport_tcp.apis.cluster",
     "odradek.plugins.transport_tcp.apis.acls",
     "odradek.plugins.transport_tcp.apis.scram",
+    "odradek.plugins.transport_tcp.apis.quotas",
 )
 
 
@@ -76,6 +77,9 @@ class RequestContext:
     #: who sent it: the connection's principal (``User:ANONYMOUS`` until a security layer
     #: authenticates the peer)
     principal: KafkaPrincipal = ANONYMOUS
+    #: mutes the connection for this many ms once its response is on its way (KIP-219): a
+    #: handler whose client exceeded its quota calls it; None when the transport cannot mute
+    throttle: Callable[[int], None] | None = None
 
     @property
     def api_version(self) -> int:
@@ -181,6 +185,7 @@ class Dispatcher:
         *,
         release_frame: Callable[[], None] | None = None,
         principal: KafkaPrincipal = ANONYMOUS,
+        throttle: Callable[[int], None] | None = None,
     ) -> Outcome:
         """The wire response to one request. Raises on requests that must close the connection.
 
@@ -190,7 +195,8 @@ class Dispatcher:
         for acks). A request parked in a purgatory or a group rebalance then holds no request
         memory, which would otherwise keep out the very requests it waits for (a follower's
         Fetch that moves the high watermark). ``principal`` is the connection's, handed to the
-        handler in its context. Counted in the broker's request metrics with the time it took,
+        handler in its context, as is ``throttle`` (the connection's mute, see
+        :attr:`RequestContext.throttle`). Counted in the broker's request metrics with the time it took,
         whatever its outcome."""
         start = time.perf_counter()
         key, version = header.api_key, header.api_version
@@ -206,8 +212,9 @@ class Dispatcher:
             if release_frame is not None and key != ApiKey.PRODUCE:
                 release_frame()
             ctx = RequestContext(
-                header, self.broker, self.config, self.listener, peer, self.advertised, release_frame, principal
-            )
+                header, self.broker, self.config, self.listener, peer, self.advertised, release_frame, principal,
+                throttle,
+            )  # fmt: skip
             try:
                 response = await self.handlers[key].handle(ctx, request)
             except CloseConnection:
