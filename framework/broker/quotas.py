@@ -241,6 +241,8 @@ class ClientQuotaManager:
         return max(1, int(quota.bound * max(1, self.samples - 1) * self.window_ms / 1000.0))
 
     def samples_for_metrics(self) -> list[QuotaSample]:
+        if not self.sensors:
+            return []
         now_ms = self.clock() * 1000.0
         out = []
         for tags, s in sorted(self.sensors.items()):
