@@ -30,6 +30,7 @@ from .quota_configs import (
     IP,
     QUOTA_KEYS,
     USER,
+    ClientQuotaConfigs,
     DefaultName,
     EntityName,
     QuotaEntity,
@@ -125,8 +126,16 @@ def format_value(key: str, value: float) -> str:
 
 
 async def alter_client_quotas(
-    store: MetadataStore, alterations: Sequence[QuotaAlteration], *, validate_only: bool
+    store: MetadataStore,
+    alterations: Sequence[QuotaAlteration],
+    *,
+    validate_only: bool,
+    cache: ClientQuotaConfigs | None = None,
 ) -> list[QuotaAlterResult]:
+    """Apply each valid alteration; ``cache`` (the broker's own) takes each new entity config at
+    once, so the broker that answered enforces it before its watch brings the change (the other
+    brokers enforce it once theirs does; a watch event older than the write that arrives later
+    is corrected by the write's own event)."""
     configs = EntityConfigs(store)
     results = []
     for alteration in alterations:
@@ -145,11 +154,13 @@ async def alter_client_quotas(
             continue
         if validate_only:
             continue
-        await configs.alter_key(
+        altered = await configs.alter_key(
             entity.key(),
             set={op.key: format_value(op.key, op.value) for op in alteration.ops if not op.remove},
             delete=tuple(op.key for op in alteration.ops if op.remove),
         )
+        if cache is not None:
+            cache.set_entity(entity, {k: float(v) for k, v in altered.items() if k in QUOTA_KEYS})
     return results
 
 

@@ -62,7 +62,13 @@ async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
         )
         for entry in request.entries
     ]
-    results = await alter_client_quotas(ctx.broker.store, alterations, validate_only=bool(request.validate_only))
+    quotas = getattr(ctx.broker, "quotas", None)
+    results = await alter_client_quotas(
+        ctx.broker.store,
+        alterations,
+        validate_only=bool(request.validate_only),
+        cache=None if quotas is None else quotas.configs,
+    )
     entry_cls = response_class(ApiKey.ALTER_CLIENT_QUOTAS, version, "EntryData")
     entity_cls = response_class(ApiKey.ALTER_CLIENT_QUOTAS, version, "EntityData")
     return make(
