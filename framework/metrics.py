@@ -432,19 +432,21 @@ class BrokerCollector:
 
 
 def quota_families(rows: list[Any]) -> list[Metric]:
-    """Kafka's per-entity quota metrics (``kafka.server:type=Produce|Fetch,user=..,client-id=..``):
-    the byte rate over the quota window, the average throttle time of the window's throttled
+    """Kafka's per-entity quota metrics (``kafka.server:type=Produce|Fetch|Request,user=..,client-id=..``):
+    the byte rate (request time) over the quota window, the average throttle time of the window's throttled
     requests (ms), and, odradek's own, how many were throttled since the broker started. Only
     entities with a quota appear (Kafka also lists clients without one)."""
     out: list[Metric] = []
     labels = ["user", "client_id"]
-    for quota_type in ("produce", "fetch"):
+    for quota_type, measured, doc in (
+        ("produce", "byte_rate", "Bytes per second over the quota window."),
+        ("fetch", "byte_rate", "Bytes per second over the quota window."),
+        ("request", "request_time", "Request thread time, percent of one thread, over the quota window."),
+    ):
         mine = [r for r in rows if r.quota_type == quota_type]
         if not mine:
             continue
-        rate = GaugeMetricFamily(
-            f"kafka_server_{quota_type}_byte_rate", "Bytes per second over the quota window.", labels=labels
-        )
+        rate = GaugeMetricFamily(f"kafka_server_{quota_type}_{measured}", doc, labels=labels)
         throttle = GaugeMetricFamily(
             f"kafka_server_{quota_type}_throttle_time", "Average throttle time (ms) in the quota window.", labels=labels
         )

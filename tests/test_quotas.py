@@ -488,3 +488,36 @@ async def test_a_throttled_fetch_is_answered_without_records(
         assert response.throttle_time.total_seconds() == 0 and response.responses != ()
         nursery.cancel_scope.cancel()
     client.close()
+
+
+async def test_a_request_quota_throttles_by_thread_time_for_one_window_at_most(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    from test_transport_tcp import _paired, api_versions_request, metadata_request
+
+    broker = _scripted_with_quotas(tmp_path, {})
+    assert broker.quotas.meter is None  # nothing timed without a request quota
+    # a vanishing share of a thread: any request is over it
+    broker.quotas.configs.set_entity(QuotaEntity(None, "r"), {REQUEST_PERCENTAGE: 1e-9})
+    assert broker.quotas.meter is not None
+    conn, client = _paired(broker)
+    free_conn, free_client = _paired(broker)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        nursery.start_soon(free_conn.run)
+        start = trio.current_time()
+        await _send(client, metadata_request(), 1, "r")
+        await _send(client, api_versions_request(), 2, "r")
+        _, response = decode_response(ApiKey.METADATA, 8, await _receive(client))
+        assert response.throttle_time.total_seconds() == 1.0  # bounded by quota.window.size.seconds
+        _, response = decode_response(ApiKey.API_VERSIONS, 3, await _receive(client))
+        assert response.throttle_time.total_seconds() == 0  # exempt, but read after the mute
+        assert trio.current_time() - start >= 1.0
+        await _send(free_client, metadata_request(), 1, "free")
+        _, response = decode_response(ApiKey.METADATA, 8, await _receive(free_client))
+        assert response.throttle_time.total_seconds() == 0
+        nursery.cancel_scope.cancel()
+    client.close()
+    free_client.close()
+    broker.quotas.configs.set_entity(QuotaEntity(None, "r"), None)
+    assert broker.quotas.meter is None

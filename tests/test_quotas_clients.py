@@ -254,3 +254,18 @@ def test_a_sasl_users_quota_applies_to_that_user_only(tmp_path: Path) -> None:
         assert _metric(broker, "kafka_server_produce_throttled_requests_total", user="alice") == 0
         problems = broker.log_problems()
         assert not problems, "\n".join(problems)
+
+
+def test_a_confluent_producer_over_its_request_quota_is_throttled(broker: BrokerProcess) -> None:
+    topic, client_id = unique_topic("qr"), unique_topic("requests")
+    # a millionth of a thread: every request is over it, and each throttle is one window at most
+    done = _quotas_cli(broker, "alter", "--client-id", client_id, "--add", "request_percentage=0.000001")
+    assert done.returncode == 0, done.stderr
+    throttles: list[float] = []
+    # few, large requests: each one is throttled (up to a second)
+    _produce(broker.bootstrap, topic, {"client.id": client_id, "batch.size": 200_000, "linger.ms": 100}, throttles)
+    assert throttles and 0 < max(throttles) <= 1.0, throttles
+    assert _consume_all(broker.bootstrap, topic, {"client.id": unique_topic("reader")}, []) == RECORDS
+    assert _metric(broker, "kafka_server_request_throttled_requests_total", client_id=client_id) > 0
+    done = _quotas_cli(broker, "alter", "--client-id", client_id, "--delete", "request_percentage")
+    assert done.returncode == 0, done.stderr

@@ -1,4 +1,5 @@
-"""Client quota enforcement: Kafka's ``ClientQuotaManager`` for produce and fetch bytes.
+"""Client quota enforcement: Kafka's ``ClientQuotaManager`` for produce and fetch bytes, and its
+``ClientRequestQuotaManager`` for request time (KIP-124).
 
 Each quota entity's clients share a rate (:class:`Rate`): Kafka's ``Rate`` over a ``WindowedSum``,
 ``quota.window.num`` samples of ``quota.window.size.seconds`` each. A sample starts when the first
@@ -24,6 +25,7 @@ Everything runs on the broker's trio thread, with trio's clock: a test under
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -32,6 +34,7 @@ import trio
 from .quota_configs import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
     ClientQuotaConfigs,
     MetricTags,
 )
@@ -260,6 +263,42 @@ class ClientQuotaManager:
         return out
 
 
+class RequestTimeMeter(trio.abc.Instrument):
+    """The time each trio task spends running (between its scheduling points): what a request
+    costs the broker's one event-loop thread, Kafka's "request thread time" for KIP-124. The
+    broker installs it only while some entity has a ``request_percentage`` quota: timing every
+    task step costs a little on every request."""
+
+    def __init__(self) -> None:
+        self.by_task: dict[trio.lowlevel.Task, float] = {}
+        self._task: trio.lowlevel.Task | None = None
+        self._step_start = 0.0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._task = task
+        self._step_start = time.perf_counter()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.by_task[task] = self.by_task.get(task, 0.0) + time.perf_counter() - self._step_start
+        self._task = None
+
+    def task_exited(self, task: trio.lowlevel.Task) -> None:
+        self.by_task.pop(task, None)
+
+    def task_time(self, task: trio.lowlevel.Task) -> float:
+        """Seconds ``task`` has run so far, its current step included."""
+        spent = self.by_task.get(task, 0.0)
+        if task is self._task:
+            spent += time.perf_counter() - self._step_start
+        return spent
+
+
+#: APIs exempt from the request quota, as in Kafka's ClientRequestQuotaManager: the handshake
+#: and SASL (a client must be able to connect), and inter-broker requests
+#: (WriteTxnMarkers); a follower's Fetch is exempt too (see the dispatcher)
+REQUEST_QUOTA_EXEMPT = frozenset({17, 18, 27, 36})
+
+
 @dataclass
 class QuotaManagers:
     """The broker's quota managers (Kafka's ``QuotaFactory.QuotaManagers``) and their configs."""
@@ -267,31 +306,65 @@ class QuotaManagers:
     configs: ClientQuotaConfigs
     produce: ClientQuotaManager
     fetch: ClientQuotaManager
+    request: ClientQuotaManager
     managers: list[ClientQuotaManager] = field(default_factory=list)
+    #: installed while a request quota exists (see :class:`RequestTimeMeter`)
+    meter: RequestTimeMeter | None = None
 
     @classmethod
     def build(
         cls, configs: ClientQuotaConfigs, *, samples: int, window_s: float, clock: Callable[[], float] | None = None
     ) -> QuotaManagers:
-        def manager(quota_type: str, key: str) -> ClientQuotaManager:
+        def manager(quota_type: str, key: str, max_throttle_ms: int | None = None) -> ClientQuotaManager:
             return ClientQuotaManager(
-                quota_type, key, configs, samples=samples, window_s=window_s, clock=clock or trio.current_time
+                quota_type,
+                key,
+                configs,
+                samples=samples,
+                window_s=window_s,
+                max_throttle_ms=max_throttle_ms,
+                clock=clock or trio.current_time,
             )
 
         produce = manager("produce", PRODUCER_BYTE_RATE)
         fetch = manager("fetch", CONSUMER_BYTE_RATE)
-        return cls(configs, produce, fetch, [produce, fetch])
+        # Kafka caps a request-quota throttle to one window (``boundedThrottleTime``)
+        request = manager("request", REQUEST_PERCENTAGE, max_throttle_ms=int(window_s * 1000))
+        managers = cls(configs, produce, fetch, request, [produce, fetch, request])
+        configs.listeners.append(managers._on_quota_change)
+        return managers
+
+    def _on_quota_change(self, quota_key: str) -> None:
+        """Install the request-time meter while a request quota exists, and only then."""
+        if quota_key != REQUEST_PERCENTAGE:
+            return
+        try:
+            if self.configs.enabled(REQUEST_PERCENTAGE) and self.meter is None:
+                self.meter = RequestTimeMeter()
+                trio.lowlevel.add_instrument(self.meter)
+            elif not self.configs.enabled(REQUEST_PERCENTAGE) and self.meter is not None:
+                meter, self.meter = self.meter, None
+                trio.lowlevel.remove_instrument(meter)
+        except RuntimeError:  # not in trio (a unit test's cache): nothing to time
+            self.meter = None
+
+    def record_request_time(self, user: str, client_id: str, seconds: float) -> int:
+        """Count a request's thread time against the client's ``request_percentage`` (percent of
+        one thread: KIP-124); the throttle time it earned, at most one window."""
+        return self.request.record(user, client_id, seconds * 100.0)
 
     def metric_samples(self) -> list[QuotaSample]:
         return [row for m in self.managers for row in m.samples_for_metrics()]
 
 
 __all__ = [
+    "REQUEST_QUOTA_EXEMPT",
     "ClientQuotaManager",
     "ClientSensors",
     "QuotaManagers",
     "QuotaSample",
     "Rate",
+    "RequestTimeMeter",
     "SampledStat",
     "throttle_time_ms",
 ]

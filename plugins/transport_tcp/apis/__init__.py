@@ -21,6 +21,7 @@ from typing import Any, TypeAlias
 
 import trio
 
+from odradek.broker.quotas import REQUEST_QUOTA_EXEMPT
 from odradek.config import Config
 from odradek.errors import ErrorCode, InvalidRequest, KafkaError, OdradekError, UnsupportedVersion
 from odradek.interfaces import Endpoint
@@ -42,7 +43,7 @@ from odradek.protocol import (
 )
 from odradek.sessions import MetadataUnavailable
 
-from ._kio import error_of
+from ._kio import error_of, with_throttle_time
 from .error_responses import error_response
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,8 @@ class Dispatcher:
         metrics = getattr(broker, "metrics", None)
         self.metrics: BrokerMetrics = metrics if isinstance(metrics, BrokerMetrics) else BrokerMetrics()
         self.advertised = advertised_versions(self.handlers)
+        #: the broker's client quotas (None for a stand-in without them): the request quota
+        self.quotas = getattr(broker, "quotas", None)
 
     def handler_for(self, header: RequestHeader) -> Handler | None:
         """The handler for a request; None for ApiVersions fallbacks, which need no handler."""
@@ -200,6 +203,8 @@ class Dispatcher:
         whatever its outcome."""
         start = time.perf_counter()
         key, version = header.api_key, header.api_version
+        meter = None if self.quotas is None else self.quotas.meter
+        thread_start = 0.0 if meter is None else meter.task_time(trio.lowlevel.current_task())
         try:
             if key == ApiKey.API_VERSIONS and not is_supported(key, version):
                 return api_versions_fallback(header.correlation_id, self.advertised)
@@ -223,6 +228,10 @@ class Dispatcher:
                 response = self._answer_failure(header, request, exc, peer)
             if response is None:
                 return None
+            if meter is not None and key not in REQUEST_QUOTA_EXEMPT:
+                response = self._request_quota(
+                    ctx, request, response, meter.task_time(trio.lowlevel.current_task()) - thread_start
+                )
             try:
                 if offload:
                     return await trio.to_thread.run_sync(_encode, header, response)
@@ -232,6 +241,19 @@ class Dispatcher:
             return _encode(header, answer)
         finally:
             self.metrics.request_done(key, version, time.perf_counter() - start)
+
+    def _request_quota(self, ctx: RequestContext, request: Any, response: Any, seconds: float) -> Any:
+        """Count the request's thread time against the client's ``request_percentage`` (KIP-124);
+        over it, the response carries the throttle time and the connection is muted for it. A
+        follower's Fetch is replication, exempt as in Kafka."""
+        if ctx.header.api_key == ApiKey.FETCH and getattr(request, "replica_id", -1) >= 0:
+            return response
+        throttle_ms = self.quotas.record_request_time(ctx.principal.name, ctx.header.client_id or "", seconds)
+        if throttle_ms <= 0:
+            return response
+        if ctx.throttle is not None:
+            ctx.throttle(throttle_ms)
+        return with_throttle_time(response, throttle_ms)
 
     def _answer_unencodable(self, header: RequestHeader, request: Any, exc: Exception, peer: str) -> Any:
         """The error response in place of a response that cannot be encoded (a value the core
