@@ -161,7 +161,7 @@ class Dispatcher:
         self.metrics: BrokerMetrics = metrics if isinstance(metrics, BrokerMetrics) else BrokerMetrics()
         self.advertised = advertised_versions(self.handlers)
         #: the broker's client quotas (None for a stand-in without them): the request quota
-        self.quotas = getattr(broker, "quotas", None)
+        self.quotas: Any = getattr(broker, "quotas", None)
 
     def handler_for(self, header: RequestHeader) -> Handler | None:
         """The handler for a request; None for ApiVersions fallbacks, which need no handler."""

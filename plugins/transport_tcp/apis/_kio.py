@@ -54,8 +54,8 @@ def with_throttle_time(response: Any, throttle_ms: int) -> Any:
     current = getattr(response, "throttle_time_ms", None)
     if isinstance(current, int):  # odradek's own Produce, Fetch and Metadata responses
         return replace(response, throttle_time_ms=max(current, throttle_ms))
-    if is_dataclass(response) and has_field(type(response), "throttle_time"):
-        old = response.throttle_time
+    if is_dataclass(response) and not isinstance(response, type) and has_field(type(response), "throttle_time"):
+        old = getattr(response, "throttle_time", None)
         old_ms = int(old.total_seconds() * 1000) if old is not None else 0
         return replace(response, throttle_time=timedelta_ms(max(old_ms, throttle_ms)))
     return response
