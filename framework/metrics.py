@@ -432,9 +432,10 @@ class BrokerCollector:
 
 
 def quota_families(rows: list[Any]) -> list[Metric]:
-    """Kafka's per-entity quota metrics (``kafka.server:type=Produce|Fetch|Request,user=..,client-id=..``):
-    the byte rate (request time) over the quota window, the average throttle time of the window's throttled
-    requests (ms), and, odradek's own, how many were throttled since the broker started. Only
+    """Kafka's per-entity quota metrics (``kafka.server:type=Produce|Fetch|Request,user=..,
+    client-id=..``): the byte rate (request time) over the quota window, the average throttle time
+    of the window's throttled requests (ms), and, odradek's own, how many were throttled since the
+    broker started. Only
     entities with a quota appear (Kafka also lists clients without one)."""
     out: list[Metric] = []
     labels = ["user", "client_id"]

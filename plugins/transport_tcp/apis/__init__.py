@@ -199,8 +199,8 @@ class Dispatcher:
         memory, which would otherwise keep out the very requests it waits for (a follower's
         Fetch that moves the high watermark). ``principal`` is the connection's, handed to the
         handler in its context, as is ``throttle`` (the connection's mute, see
-        :attr:`RequestContext.throttle`). Counted in the broker's request metrics with the time it took,
-        whatever its outcome."""
+        :attr:`RequestContext.throttle`). Counted in the broker's request metrics with the time
+        it took, whatever its outcome."""
         start = time.perf_counter()
         key, version = header.api_key, header.api_version
         meter = None if self.quotas is None else self.quotas.meter
