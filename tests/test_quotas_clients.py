@@ -274,37 +274,46 @@ def test_a_confluent_producer_over_its_request_quota_is_throttled(broker: Broker
 # -- a cluster: a quota altered through one broker is enforced by every broker ----------------------
 
 
-@pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
-def test_a_quota_altered_through_one_broker_is_enforced_by_every_broker(
-    tmp_path: Path, request: pytest.FixtureRequest, kind: str
-) -> None:
-    import contextlib
-
-    from confluent_kafka.admin import AdminClient, NewTopic
+@pytest.fixture(params=["zookeeper", "etcd"])
+def two_brokers(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
+    """Brokers 1 and 2 sharing the session's ZooKeeper or etcd, both in the metadata."""
     from test_replication_cluster import metadata_settings, wait_for
 
-    settings = {**QUOTA_SETTINGS, **metadata_settings(kind, request, "quotas")}
-    with contextlib.ExitStack() as stack:
-        b1, b2 = (stack.enter_context(start_broker(tmp_path / f"b{i}", {**settings, "broker.id": i})) for i in (1, 2))
-        admin = AdminClient({"bootstrap.servers": b1.bootstrap})
-        wait_for("both brokers in the metadata", lambda: len(admin.list_topics(timeout=10).brokers) == 2)
-        topic, client_id = unique_topic("qcluster"), unique_topic("everywhere")
-        # one partition led by each broker: the producer writes to both
-        admin.create_topics([NewTopic(topic, num_partitions=2, replica_assignment=[[1], [2]])])[topic].result(30)
-        with Admin({"bootstrap.servers": b1.bootstrap}) as odradek_admin:
-            entity = (("client-id", client_id),)
-            assert odradek_admin.alter_client_quotas([ClientQuotaAlteration(entity, {"producer_byte_rate": RATE})]) == {
-                entity: None
-            }
-
-        def throttled_by_both() -> bool:
-            # whichever broker took the alter, the other one learnt the quota from its watch
-            _produce(b1.bootstrap, topic, {"client.id": client_id}, [])
-            return all(
-                _metric(b, "kafka_server_produce_throttled_requests_total", client_id=client_id) > 0 for b in (b1, b2)
-            )
-
-        wait_for("both brokers throttling the client", throttled_by_both, timeout_s=TIMEOUT_S)
+    settings = {**QUOTA_SETTINGS, **metadata_settings(request.param, request, "quotas")}
+    with (
+        start_broker(tmp_path / "b1", {**settings, "broker.id": 1}) as b1,
+        start_broker(tmp_path / "b2", {**settings, "broker.id": 2}) as b2,
+    ):
+        with Admin({"bootstrap.servers": b1.bootstrap}) as admin:
+            wait_for("both brokers in the metadata", lambda: len(admin.describe_cluster().brokers) == 2)
+        yield b1, b2
         for b in (b1, b2):
             problems = b.log_problems()
             assert not problems, "\n".join(problems)
+
+
+def test_a_quota_altered_through_one_broker_is_enforced_by_every_broker(
+    two_brokers: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    from test_replication_cluster import wait_for
+
+    from odradek.client import NewTopic
+
+    topic, client_id = unique_topic("qcluster"), unique_topic("everywhere")
+    with Admin({"bootstrap.servers": two_brokers[0].bootstrap}) as admin:
+        # one partition led by each broker: the producer writes to both
+        created = admin.create_topics([NewTopic(topic, replica_assignment={0: [1], 1: [2]})], timeout=30)
+        assert created == {topic: None}
+        entity = (("client-id", client_id),)
+        assert admin.alter_client_quotas([ClientQuotaAlteration(entity, {"producer_byte_rate": RATE})]) == {
+            entity: None
+        }
+
+    def throttled_by_both() -> bool:
+        # whichever broker took the alter, the other one learnt the quota from its watch
+        _produce(two_brokers[0].bootstrap, topic, {"client.id": client_id}, [])
+        return all(
+            _metric(b, "kafka_server_produce_throttled_requests_total", client_id=client_id) > 0 for b in two_brokers
+        )
+
+    wait_for("both brokers throttling the client", throttled_by_both, timeout_s=TIMEOUT_S)
