@@ -262,9 +262,9 @@ class KafkaConnection:
             self.throttled_until = max(self.throttled_until, trio.current_time() + throttle_ms / 1000.0)
 
     async def _wait_throttled(self) -> None:
-        await trio.sleep_until(self.throttled_until)
-        if trio.current_time() >= self.throttled_until:
-            self.throttled_until = 0.0
+        while trio.current_time() < self.throttled_until:  # a later throttle may extend it meanwhile
+            await trio.sleep_until(self.throttled_until)
+        self.throttled_until = 0.0
 
     async def _next_frame(self) -> bytearray | None:
         """The next request frame; None when the connection should stop reading.
