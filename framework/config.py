@@ -60,6 +60,7 @@ KAFKA_INT_KEYS = frozenset(
         "transactional.id.expiration.ms", "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
         "transaction.state.log.min.isr", "leader.imbalance.per.broker.percentage", "max.connections",
         "max.connections.per.ip", "max.incremental.fetch.session.cache.slots",
+        "quota.window.num", "quota.window.size.seconds",
     }
 )  # fmt: skip
 KAFKA_SHORT_KEYS = frozenset({"offsets.topic.replication.factor", "transaction.state.log.replication.factor"})
@@ -216,6 +217,21 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         1000,
         "Incremental fetch sessions (KIP-227) the broker keeps; 0: every fetch is a full fetch.",
         minimum=0,
+    ),
+    # -- client quotas (KIP-13, KIP-55)
+    _k(
+        "quota.window.num",
+        int,
+        11,
+        "Samples a client quota's rate is measured over (Kafka's quota.window.num).",
+        minimum=1,
+    ),
+    _k(
+        "quota.window.size.seconds",
+        int,
+        1,
+        "Length of each sample of a client quota's rate (Kafka's quota.window.size.seconds).",
+        minimum=1,
     ),
     # -- topics
     _k("num.partitions", int, 1, "Partitions of auto-created topics.", minimum=1),

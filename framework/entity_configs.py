@@ -78,7 +78,13 @@ class EntityConfigs:
         self, entity_type: str, name: str, *, set: Mapping[str, str] | None = None, delete: tuple[str, ...] = ()
     ) -> dict[str, str]:
         """Set and delete properties of one entity atomically; returns its new properties."""
-        key = entity_key(entity_type, name)
+        return await self.alter_key(entity_key(entity_type, name), set=set, delete=delete)
+
+    async def alter_key(
+        self, key: str, *, set: Mapping[str, str] | None = None, delete: tuple[str, ...] = ()
+    ) -> dict[str, str]:
+        """:meth:`alter` of the entity config at ``key`` (a nested quota entity such as
+        ``/config/users/<user>/clients/<client-id>``, or a ``<default>`` one)."""
         for _ in range(_MAX_ATTEMPTS):
             got = await self.store.get(key)
             config = {} if got is None else _decode(got.value)

@@ -245,6 +245,8 @@ class Snapshot:
     #: (topic, partition, log size, log start offset, log end offset, high watermark)
     partitions: list[tuple[str, int, int, int, int, int]]
     broker: list[tuple[str, float, str]]
+    #: client quota rows (``odradek.broker.quotas.QuotaSample``): entities recorded lately
+    quotas: list[Any] = field(default_factory=list)
 
 
 class BrokerCollector:
@@ -361,6 +363,7 @@ class BrokerCollector:
             ],
             partitions=rows,
             broker=broker,
+            quotas=core.quotas.metric_samples() if getattr(core, "quotas", None) is not None else [],
         )
 
     def families(self, snap: Snapshot) -> list[Metric]:
@@ -431,7 +434,40 @@ class BrokerCollector:
             hw.add_metric(key, high_watermark)
         out += (size, start, end, hw)
         out += (_gauge(name, doc, v) for name, v, doc in snap.broker)
+        out += quota_families(snap.quotas)
         return out
+
+
+def quota_families(rows: list[Any]) -> list[Metric]:
+    """Kafka's per-entity quota metrics (``kafka.server:type=Produce|Fetch|Request,user=..,
+    client-id=..``): the byte rate (request time) over the quota window, the average throttle time
+    of the window's throttled requests (ms), and, odradek's own, how many were throttled since the
+    broker started. Only
+    entities with a quota appear (Kafka also lists clients without one)."""
+    out: list[Metric] = []
+    labels = ["user", "client_id"]
+    for quota_type, measured, doc in (
+        ("produce", "byte_rate", "Bytes per second over the quota window."),
+        ("fetch", "byte_rate", "Bytes per second over the quota window."),
+        ("request", "request_time", "Request thread time, percent of one thread, over the quota window."),
+    ):
+        mine = [r for r in rows if r.quota_type == quota_type]
+        if not mine:
+            continue
+        rate = GaugeMetricFamily(f"kafka_server_{quota_type}_{measured}", doc, labels=labels)
+        throttle = GaugeMetricFamily(
+            f"kafka_server_{quota_type}_throttle_time", "Average throttle time (ms) in the quota window.", labels=labels
+        )
+        throttled = CounterMetricFamily(
+            f"kafka_server_{quota_type}_throttled_requests", "Requests throttled for this quota entity.", labels=labels
+        )
+        for r in mine:
+            key = [r.tags.user, r.tags.client_id]
+            rate.add_metric(key, r.rate)
+            throttle.add_metric(key, r.throttle_time_avg_ms)
+            throttled.add_metric(key, r.throttled)
+        out += (rate, throttle, throttled)
+    return out
 
 
 def _copy(counters: TopicCounters) -> TopicCounters:

@@ -950,6 +950,7 @@ class FailingBroker:
         self.node_id = 1
         self.cluster_id = "failing"
         self.metrics = BrokerMetrics()
+        self.quotas = None  # no client quotas: the handlers' core calls are what fails
         self.touched = 0
 
     def __getattr__(self, name: str) -> Any:

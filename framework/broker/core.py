@@ -69,6 +69,8 @@ from .metadata_cache import INTERNAL_TOPICS, MetadataCache, TopicState
 from .partition_reassignments import alter_partition_reassignments, list_partition_reassignments
 from .producer_ids import ProducerIdManager
 from .producer_state import AppendOrigin
+from .quota_configs import ClientQuotaConfigs
+from .quotas import QuotaManagers
 from .replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,12 @@ class BrokerCore:
         self.store = store
         #: users' SCRAM credentials (``/config/users/<user>``): SASL listeners and the KIP-554 APIs
         self.scram_credentials = ScramCredentialStore(store)
+        #: client quotas (``/config/users``, ``/config/clients``) and their rates: Produce and Fetch
+        self.quotas = QuotaManagers.build(
+            ClientQuotaConfigs(store),
+            samples=int(config["quota.window.num"]),
+            window_s=float(config["quota.window.size.seconds"]),
+        )
         self.replica_manager = ReplicaManager(
             config.broker_id,
             storage,
@@ -142,6 +150,7 @@ class BrokerCore:
         """Load the metadata and host this broker's partitions (the watch runs separately:
         ``metadata_cache.run`` and ``replica_manager.run`` belong in the owner's nursery)."""
         await self.metadata_cache.load()
+        await self.quotas.configs.load()
 
     async def shutdown(self) -> None:
         """Answer parked requests, snapshot producer state, checkpoint HWs, flush logs."""

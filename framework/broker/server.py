@@ -216,6 +216,7 @@ class BrokerServer:
             self._spawn(background, scopes, core.replica_manager.run)
             self._spawn(background, scopes, core.metadata_cache.run)
             self._spawn(background, scopes, core.metadata_cache.retry_unhosted_forever)
+            self._spawn(background, scopes, core.quotas.configs.run)
             dir_failures = LogDirFailureHandler(
                 config.broker_id, storage, store, core.replica_manager, metadata_dir=self._metadata_dir(config)
             )

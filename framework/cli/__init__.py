@@ -24,6 +24,7 @@ COMMANDS: tuple[str, ...] = (
     "odradek.cli.topics",
     "odradek.cli.users",
     "odradek.cli.partitions",
+    "odradek.cli.quotas",
     "odradek.cli.produce",
     "odradek.cli.consume",
 )

@@ -16,7 +16,14 @@ from __future__ import annotations
 from ..errors import KafkaError
 from ..interfaces import TopicPartition
 from .accumulator import RecordMetadata
-from .admin import AlterConfigOp, ConfigResourceType, NewTopic, UserScramCredentialUpsertion
+from .admin import (
+    AlterConfigOp,
+    ClientQuotaAlteration,
+    ClientQuotaFilterComponent,
+    ConfigResourceType,
+    NewTopic,
+    UserScramCredentialUpsertion,
+)
 from .base import ClientClosedError
 from .coordinator import CommitFailedError
 from .decoding import ConsumerRecord
@@ -29,6 +36,8 @@ __all__ = [
     "Admin",
     "AlterConfigOp",
     "ClientClosedError",
+    "ClientQuotaAlteration",
+    "ClientQuotaFilterComponent",
     "CommitFailedError",
     "ConfigResourceType",
     "Consumer",

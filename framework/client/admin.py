@@ -131,6 +131,41 @@ class PartitionReassignment:
     removing_replicas: Sequence[int]
 
 
+#: a client quota entity (Java's ``ClientQuotaEntity``): ((entity type, name), ...), ``user``
+#: and/or ``client-id``, a None name for the ``<default>`` entity
+ClientQuotaEntity = tuple[tuple[str, str | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaFilterComponent:
+    """One component of a DescribeClientQuotas filter (Java's ``ClientQuotaFilterComponent``):
+    ``match_type`` 0 is that name, 1 the ``<default>`` entity, 2 any name but the default."""
+
+    entity_type: str
+    match: str | None = None
+    match_type: int = 0
+
+    @classmethod
+    def of_entity(cls, entity_type: str, name: str) -> ClientQuotaFilterComponent:
+        return cls(entity_type, name, 0)
+
+    @classmethod
+    def of_default_entity(cls, entity_type: str) -> ClientQuotaFilterComponent:
+        return cls(entity_type, None, 1)
+
+    @classmethod
+    def of_entity_type(cls, entity_type: str) -> ClientQuotaFilterComponent:
+        return cls(entity_type, None, 2)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaAlteration:
+    """Quotas to set (a number) or remove (None) on one entity (Java's ``ClientQuotaAlteration``)."""
+
+    entity: ClientQuotaEntity
+    ops: Mapping[str, float | None]
+
+
 OffsetSpec = str | int  # "earliest" | "latest" | "max-timestamp" | a timestamp in ms
 
 _SPECS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP, "max-timestamp": MAX_TIMESTAMP}
@@ -701,6 +736,57 @@ class AsyncAdmin(AsyncClient):
             await commit_offsets(lookup, wanted)
 
         await self.network.call_with_retries(attempt, timeout_s=self._default_timeout(timeout), what="OffsetCommit")
+
+    # -- client quotas (KIP-546) -------------------------------------------------------------------
+    async def describe_client_quotas(
+        self,
+        components: Sequence[ClientQuotaFilterComponent] = (),
+        strict: bool = False,
+        timeout: float | None = None,
+    ) -> dict[ClientQuotaEntity, dict[str, float]]:
+        """The quotas of every entity the filter matches (all entities for an empty, non-strict
+        filter), by entity."""
+        self._check_open()
+        build = request_builder(
+            ApiKey.DESCRIBE_CLIENT_QUOTAS,
+            max_version=1,
+            components=[
+                {"entity_type": c.entity_type, "match_type": c.match_type, "match": c.match} for c in components
+            ],
+            strict=strict,
+        )
+        response = await self._to_controller(build, timeout)
+        top = _error(response.error_code, "describe client quotas", response.error_message)
+        if top is not None:
+            raise top
+        return {
+            tuple((e.entity_type, e.entity_name) for e in entry.entity): {v.key: float(v.value) for v in entry.values}
+            for entry in response.entries or ()
+        }
+
+    async def alter_client_quotas(
+        self, alterations: Sequence[ClientQuotaAlteration], validate_only: bool = False, timeout: float | None = None
+    ) -> dict[ClientQuotaEntity, KafkaError | None]:
+        """Set and remove quotas of entities; the outcome by entity (INVALID_REQUEST for an unknown
+        quota key or a value that is not positive)."""
+        self._check_open()
+        entries = [
+            {
+                "entity": [{"entity_type": t, "entity_name": n} for t, n in a.entity],
+                "ops": [
+                    {"key": k, "value": 0.0 if v is None else float(v), "remove": v is None} for k, v in a.ops.items()
+                ],
+            }
+            for a in alterations
+        ]
+        build = request_builder(ApiKey.ALTER_CLIENT_QUOTAS, max_version=1, entries=entries, validate_only=validate_only)
+        response = await self._to_controller(build, timeout)
+        return {
+            tuple((e.entity_type, e.entity_name) for e in r.entity): _error(
+                r.error_code, "alter client quotas", r.error_message
+            )
+            for r in response.entries
+        }
 
     # -- SCRAM users (KIP-554) -----------------------------------------------------------------------
     async def describe_user_scram_credentials(

@@ -14,6 +14,8 @@ from .accumulator import RecordMetadata
 from .admin import (
     AlterConfigOp,
     AsyncAdmin,
+    ClientQuotaAlteration,
+    ClientQuotaFilterComponent,
     ClusterDescription,
     ConfigEntry,
     ConfigResourceType,
@@ -39,6 +41,8 @@ __all__ = [
     "AsyncConsumer",
     "AsyncProducer",
     "ClientClosedError",
+    "ClientQuotaAlteration",
+    "ClientQuotaFilterComponent",
     "ClusterDescription",
     "CommitFailedError",
     "ConfigEntry",

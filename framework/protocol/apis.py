@@ -61,6 +61,8 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
@@ -133,6 +135,9 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         # KIP-554: SCRAM users in the metadata store (Kafka has only v0 of both)
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: VersionRange(0, 0),
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: VersionRange(0, 0),
+        # KIP-546: client quotas in the metadata store (v1 is flexible; Kafka also has only v0-1)
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: VersionRange(0, 1),
+        ApiKey.ALTER_CLIENT_QUOTAS: VersionRange(0, 1),
     }
 )
 
@@ -172,6 +177,7 @@ _FIRST_FLEXIBLE: dict[int, int | None] = {
     19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 32: 4, 33: 2, 37: 2, 42: 2, 44: 1, 47: None,
     17: None, 36: 2, 35: 2, 60: 0, 43: 2, 61: 0, 65: 0, 66: 0, 29: 2, 30: 2, 31: 2, 50: 0, 51: 0,
     45: 0, 46: 0,
+    48: 1, 49: 1,
 }  # fmt: skip
 
 

@@ -150,6 +150,8 @@ class KafkaConnection:
         )  # fmt: skip
         self._sasl_max_frame = sasl.max_receive_size if sasl is not None else max_request_bytes
         self._auth_scope = trio.CancelScope()
+        #: trio time until which no further request is read: a client over its quota (KIP-219)
+        self.throttled_until = 0.0
         self.closed = trio.Event()
 
     def stop_reading(self) -> None:
@@ -275,11 +277,15 @@ class KafkaConnection:
                         while self._held >= self.max_read_ahead_bytes:
                             self._room = trio.Event()
                             await self._room.wait()
+                        if self.throttled_until:
+                            await self._wait_throttled()
                         frame = await self._next_frame()
                         if frame is None:
                             if self._eof:
                                 self._peer_closed(nursery)
                             return
+                        if self.throttled_until:  # throttled while this frame was being read
+                            await self._wait_throttled()
                         started = self._start_request(nursery, frame)
                         if started is None:
                             return
@@ -295,6 +301,18 @@ class KafkaConnection:
                     # the peer reset the connection: answers to earlier requests cannot arrive
                     log.debug("connection %s: read failed: %r", self.peer, exc)
                     nursery.cancel_scope.cancel()
+
+    def throttle(self, throttle_ms: int) -> None:
+        """Mute the connection for ``throttle_ms`` from now (Kafka's ``ThrottledChannel``): its
+        response goes out at once, carrying the time; requests already read are answered, the
+        next one is not read (nor a read one started) before the time is up."""
+        if throttle_ms > 0:
+            self.throttled_until = max(self.throttled_until, trio.current_time() + throttle_ms / 1000.0)
+
+    async def _wait_throttled(self) -> None:
+        while trio.current_time() < self.throttled_until:  # a later throttle may extend it meanwhile
+            await trio.sleep_until(self.throttled_until)
+        self.throttled_until = 0.0
 
     async def _next_frame(self) -> bytearray | None:
         """The next request frame; None when the connection should stop reading.
@@ -407,7 +425,7 @@ class KafkaConnection:
                 pending.failed = True
                 return
             outcome = pending.outcome = await self.dispatcher.process(
-                header, frame, self.peer, release_frame=release_frame, principal=self.principal
+                header, frame, self.peer, release_frame=release_frame, principal=self.principal, throttle=self.throttle
             )
             if isinstance(outcome, bytes):
                 # an answer waiting to be written counts against the read-ahead bound too: a

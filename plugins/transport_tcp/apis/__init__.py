@@ -21,6 +21,7 @@ from typing import Any, TypeAlias
 
 import trio
 
+from odradek.broker.quotas import REQUEST_QUOTA_EXEMPT
 from odradek.config import Config
 from odradek.errors import ErrorCode, InvalidRequest, KafkaError, OdradekError, UnsupportedVersion
 from odradek.interfaces import Endpoint
@@ -42,7 +43,7 @@ from odradek.protocol import (
 )
 from odradek.sessions import MetadataUnavailable
 
-from ._kio import error_of
+from ._kio import error_of, with_throttle_time
 from .error_responses import error_response
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ HANDLER_MODULES: tuple[str, ...] = (
     "odradek.plugins.transport_tcp.apis.cluster",
     "odradek.plugins.transport_tcp.apis.acls",
     "odradek.plugins.transport_tcp.apis.scram",
+    "odradek.plugins.transport_tcp.apis.quotas",
 )
 
 
@@ -76,6 +78,9 @@ class RequestContext:
     #: who sent it: the connection's principal (``User:ANONYMOUS`` until a security layer
     #: authenticates the peer)
     principal: KafkaPrincipal = ANONYMOUS
+    #: mutes the connection for this many ms once its response is on its way (KIP-219): a
+    #: handler whose client exceeded its quota calls it; None when the transport cannot mute
+    throttle: Callable[[int], None] | None = None
 
     @property
     def api_version(self) -> int:
@@ -155,6 +160,8 @@ class Dispatcher:
         metrics = getattr(broker, "metrics", None)
         self.metrics: BrokerMetrics = metrics if isinstance(metrics, BrokerMetrics) else BrokerMetrics()
         self.advertised = advertised_versions(self.handlers)
+        #: the broker's client quotas (None for a stand-in without them): the request quota
+        self.quotas: Any = getattr(broker, "quotas", None)
 
     def handler_for(self, header: RequestHeader) -> Handler | None:
         """The handler for a request; None for ApiVersions fallbacks, which need no handler."""
@@ -181,6 +188,7 @@ class Dispatcher:
         *,
         release_frame: Callable[[], None] | None = None,
         principal: KafkaPrincipal = ANONYMOUS,
+        throttle: Callable[[int], None] | None = None,
     ) -> Outcome:
         """The wire response to one request. Raises on requests that must close the connection.
 
@@ -190,10 +198,13 @@ class Dispatcher:
         for acks). A request parked in a purgatory or a group rebalance then holds no request
         memory, which would otherwise keep out the very requests it waits for (a follower's
         Fetch that moves the high watermark). ``principal`` is the connection's, handed to the
-        handler in its context. Counted in the broker's request metrics with the time it took,
-        whatever its outcome."""
+        handler in its context, as is ``throttle`` (the connection's mute, see
+        :attr:`RequestContext.throttle`). Counted in the broker's request metrics with the time
+        it took, whatever its outcome."""
         start = time.perf_counter()
         key, version = header.api_key, header.api_version
+        meter = None if self.quotas is None else self.quotas.meter
+        thread_start = 0.0 if meter is None else meter.task_time(trio.lowlevel.current_task())
         try:
             if key == ApiKey.API_VERSIONS and not is_supported(key, version):
                 return api_versions_fallback(header.correlation_id, self.advertised)
@@ -206,8 +217,9 @@ class Dispatcher:
             if release_frame is not None and key != ApiKey.PRODUCE:
                 release_frame()
             ctx = RequestContext(
-                header, self.broker, self.config, self.listener, peer, self.advertised, release_frame, principal
-            )
+                header, self.broker, self.config, self.listener, peer, self.advertised, release_frame, principal,
+                throttle,
+            )  # fmt: skip
             try:
                 response = await self.handlers[key].handle(ctx, request)
             except CloseConnection:
@@ -216,6 +228,10 @@ class Dispatcher:
                 response = self._answer_failure(header, request, exc, peer)
             if response is None:
                 return None
+            if meter is not None and key not in REQUEST_QUOTA_EXEMPT:
+                response = self._request_quota(
+                    ctx, request, response, meter.task_time(trio.lowlevel.current_task()) - thread_start
+                )
             try:
                 if offload:
                     return await trio.to_thread.run_sync(_encode, header, response)
@@ -225,6 +241,19 @@ class Dispatcher:
             return _encode(header, answer)
         finally:
             self.metrics.request_done(key, version, time.perf_counter() - start)
+
+    def _request_quota(self, ctx: RequestContext, request: Any, response: Any, seconds: float) -> Any:
+        """Count the request's thread time against the client's ``request_percentage`` (KIP-124);
+        over it, the response carries the throttle time and the connection is muted for it. A
+        follower's Fetch is replication, exempt as in Kafka."""
+        if ctx.header.api_key == ApiKey.FETCH and getattr(request, "replica_id", -1) >= 0:
+            return response
+        throttle_ms = self.quotas.record_request_time(ctx.principal.name, ctx.header.client_id or "", seconds)
+        if throttle_ms <= 0:
+            return response
+        if ctx.throttle is not None:
+            ctx.throttle(throttle_ms)
+        return with_throttle_time(response, throttle_ms)
 
     def _answer_unencodable(self, header: RequestHeader, request: Any, exc: Exception, peer: str) -> Any:
         """The error response in place of a response that cannot be encoded (a value the core

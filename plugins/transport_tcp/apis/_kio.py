@@ -8,7 +8,7 @@ fields a version lacks are dropped, so one handler serves every version.
 from __future__ import annotations
 
 import sys
-from dataclasses import fields
+from dataclasses import fields, is_dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -47,6 +47,20 @@ def response_class(api_key: int, api_version: int, name: str | None = None) -> t
 NO_THROTTLE = timedelta_ms(0)
 
 
+def with_throttle_time(response: Any, throttle_ms: int) -> Any:
+    """``response`` carrying at least ``throttle_ms`` as its throttle time (a request quota's
+    throttle on top of whatever the handler put there, as Kafka takes the larger one); a
+    response without the field (an old version) as it is."""
+    current = getattr(response, "throttle_time_ms", None)
+    if isinstance(current, int):  # odradek's own Produce, Fetch and Metadata responses
+        return replace(response, throttle_time_ms=max(current, throttle_ms))
+    if is_dataclass(response) and not isinstance(response, type) and has_field(type(response), "throttle_time"):
+        old = getattr(response, "throttle_time", None)
+        old_ms = int(old.total_seconds() * 1000) if old is not None else 0
+        return replace(response, throttle_time=timedelta_ms(max(old_ms, throttle_ms)))
+    return response
+
+
 def error_of(exc: BaseException) -> ErrorCode:
     """The Kafka error code for an exception raised by the core (unknown ones: UNKNOWN_SERVER_ERROR).
 
@@ -64,4 +78,4 @@ def kerr(code: int) -> Any:
     return kio_error(int(code))
 
 
-__all__ = ["NO_THROTTLE", "error_of", "has_field", "kerr", "make", "response_class"]
+__all__ = ["NO_THROTTLE", "error_of", "has_field", "kerr", "make", "response_class", "with_throttle_time"]

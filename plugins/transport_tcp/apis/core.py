@@ -145,6 +145,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Pr
             )
         except KafkaError as exc:
             results.update({tp: PartitionProduceResult(exc.code, error_message=str(exc)) for tp in partitions})
+    throttle_ms = _record_produce_quota(ctx, partitions)
     if request.acks == 0:
         failed = {tp: r.error for tp, r in results.items() if r.error != ErrorCode.NONE}
         if failed:
@@ -164,8 +165,30 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Pr
                 [_partition_produce_response(tp.partition, results.get(tp, missing)) for tp in tps],
             )
             for topic, tps in _group_by_topic(order)
-        ]
+        ],
+        throttle_ms,
     )
+
+
+def _quotas(ctx: RequestContext) -> Any:
+    """The broker's quota managers (None for a broker stand-in without them)."""
+    return getattr(ctx.broker, "quotas", None)
+
+
+def _record_produce_quota(ctx: RequestContext, partitions: dict[TopicPartition, bytearray | memoryview]) -> int:
+    """Count the request's record bytes against the client's ``producer_byte_rate``; a client
+    over it is throttled: the time goes into the response and the connection is muted for it,
+    acks=0 too (no response carries it, but the mute still slows the client), as Kafka does.
+    The bytes counted are the record batches' (Kafka counts the whole request's size: the
+    difference is the request's header and topic names)."""
+    quotas = _quotas(ctx)
+    if quotas is None or not quotas.produce.enabled():
+        return 0
+    size = sum(len(records) for records in partitions.values())
+    throttle_ms: int = quotas.produce.record(ctx.principal.name, ctx.header.client_id or "", size)
+    if throttle_ms > 0 and ctx.throttle is not None:
+        ctx.throttle(throttle_ms)
+    return throttle_ms
 
 
 def _partition_produce_response(index: int, r: PartitionProduceResult) -> PartitionProduceResponse:
@@ -205,6 +228,13 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
         return FetchResponseData([], error_code=context.error, session_id=INVALID_SESSION_ID)
     partitions = context.partitions
     max_bytes = min(request.max_bytes, int(ctx.config["fetch.max.bytes"]))
+    quotas = _quotas(ctx)
+    if request.replica_id >= 0 or quotas is None or not quotas.fetch.enabled():
+        quotas = None  # a follower's fetch (replication) is not a client's: no quota
+    else:
+        window_bytes = quotas.fetch.max_value_in_window(ctx.principal.name, ctx.header.client_id or "")
+        if window_bytes is not None:
+            max_bytes = min(max_bytes, window_bytes)  # Kafka's getMaxValueInQuotaWindow
     results: dict[TopicPartition, FetchPartitionResult] = await ctx.broker.fetch(
         # Kafka's FetchRequest.isConsumer: a negative replica id (-2 too) reads as a consumer,
         # up to the HW or LSO; reading to the log end is the broker's own (its coordinators')
@@ -215,6 +245,10 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
         _isolation(request.isolation_level),
         partitions,
     )
+    if quotas is not None:
+        throttled = _throttle_fetch(ctx, quotas, context, results)
+        if throttled is not None:
+            return throttled
     try:
         order, session_id, error = sessions.respond(context, results)
     except BaseException:
@@ -236,6 +270,32 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
     except BaseException:
         _release_all(r for tp, r in results.items() if tp in answered)
         raise
+
+
+def _throttle_fetch(
+    ctx: RequestContext, quotas: Any, context: Any, results: dict[TopicPartition, FetchPartitionResult]
+) -> FetchResponseData | None:
+    """Count the records read against the client's ``consumer_byte_rate``. A client over it
+    gets, as from Kafka, an answer without records that carries the throttle time (the bytes
+    are taken back off its rate: they were not sent), and its connection is muted for that time;
+    a fetch session stays where it was, so the next fetch asks for the same records."""
+    user, client_id = ctx.principal.name, ctx.header.client_id or ""
+    size = sum(r.records.size for r in results.values() if r.records is not None)
+    throttle_ms: int = quotas.fetch.record(user, client_id, size)
+    if throttle_ms <= 0:
+        return None
+    quotas.fetch.unrecord(user, client_id, size)
+    _release_all(results.values())
+    if ctx.throttle is not None:
+        ctx.throttle(throttle_ms)
+    session = context.session
+    if session is None:  # a full fetch: no session is created (Kafka's FullFetchContext)
+        return FetchResponseData([], session_id=INVALID_SESSION_ID, throttle_time_ms=throttle_ms)
+    if session.epoch != context.expected_epoch:
+        return FetchResponseData(
+            [], error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH, session_id=session.id, throttle_time_ms=throttle_ms
+        )
+    return FetchResponseData([], session_id=session.id, throttle_time_ms=throttle_ms)
 
 
 def _fetch_partition(index: int, r: FetchPartitionResult) -> FetchPartitionData:

@@ -110,6 +110,8 @@ def error_response(api_key: int, api_version: int, request: Any, code: ErrorCode
         return fetch_error_response(request, code)
     if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         return alter_user_scram_credentials_error_response(api_version, request, code, message)
+    if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+        return alter_client_quotas_error_response(api_version, request, code, message)
     return _entry(response_type(api_key, api_version), request, code, message, top=True)
 
 
@@ -122,6 +124,25 @@ def alter_user_scram_credentials_error_response(api_version: int, request: Any, 
     return cls(
         throttle_time=datetime.timedelta(0),
         results=tuple(result(user=u, error_code=kerr(code), error_message=message) for u in users),
+    )
+
+
+def alter_client_quotas_error_response(api_version: int, request: Any, code: ErrorCode, message: str) -> Any:
+    """Kafka's ``AlterClientQuotasRequest.getErrorResponse``: one entry per entity the request
+    names, with its components, each carrying ``code``."""
+    cls = response_type(ApiKey.ALTER_CLIENT_QUOTAS, api_version)
+    entry = response_class(ApiKey.ALTER_CLIENT_QUOTAS, api_version, "EntryData")
+    entity = response_class(ApiKey.ALTER_CLIENT_QUOTAS, api_version, "EntityData")
+    return cls(
+        throttle_time=datetime.timedelta(0),
+        entries=tuple(
+            entry(
+                error_code=kerr(code),
+                error_message=message,
+                entity=tuple(entity(entity_type=e.entity_type, entity_name=e.entity_name) for e in r.entity),
+            )
+            for r in request.entries
+        ),
     )
 
 
