@@ -247,6 +247,8 @@ class Snapshot:
     broker: list[tuple[str, float, str]]
     #: client quota rows (``odradek.broker.quotas.QuotaSample``): entities recorded lately
     quotas: list[Any] = field(default_factory=list)
+    #: controller mutation quota rows (``odradek.broker.mutation_quota.MutationSample``)
+    mutation_quotas: list[Any] = field(default_factory=list)
 
 
 class BrokerCollector:
@@ -364,6 +366,7 @@ class BrokerCollector:
             partitions=rows,
             broker=broker,
             quotas=core.quotas.metric_samples() if getattr(core, "quotas", None) is not None else [],
+            mutation_quotas=core.quotas.mutation_samples() if getattr(core, "quotas", None) is not None else [],
         )
 
     def families(self, snap: Snapshot) -> list[Metric]:
@@ -435,6 +438,7 @@ class BrokerCollector:
         out += (size, start, end, hw)
         out += (_gauge(name, doc, v) for name, v, doc in snap.broker)
         out += quota_families(snap.quotas)
+        out += mutation_quota_families(snap.mutation_quotas)
         return out
 
 
@@ -468,6 +472,37 @@ def quota_families(rows: list[Any]) -> list[Metric]:
             throttled.add_metric(key, r.throttled)
         out += (rate, throttle, throttled)
     return out
+
+
+def mutation_quota_families(rows: list[Any]) -> list[Metric]:
+    """Kafka's ``kafka.server:type=ControllerMutation,user=..,client-id=..`` metrics: the tokens
+    left in the entity's bucket (below zero: throttled), and, odradek's own, the partitions it
+    created, deleted or added and how often and how long it was throttled since the broker
+    started. Only entities with a ``controller_mutation_rate`` appear."""
+    if not rows:
+        return []
+    labels = ["user", "client_id"]
+    tokens = GaugeMetricFamily(
+        "kafka_server_controller_mutation_tokens", "Partition mutations the bucket holds now.", labels=labels
+    )
+    mutations = CounterMetricFamily(
+        "kafka_server_controller_mutation_partitions",
+        "Partitions created, deleted or added under the quota.",
+        labels=labels,
+    )
+    throttled = CounterMetricFamily(
+        "kafka_server_controller_mutation_throttled_requests", "Requests throttled for this entity.", labels=labels
+    )
+    throttle_ms = CounterMetricFamily(
+        "kafka_server_controller_mutation_throttle_time_ms", "Throttle time given to this entity (ms).", labels=labels
+    )
+    for r in rows:
+        key = [r.tags.user, r.tags.client_id]
+        tokens.add_metric(key, r.tokens)
+        mutations.add_metric(key, r.mutations)
+        throttled.add_metric(key, r.throttled)
+        throttle_ms.add_metric(key, r.throttle_ms_total)
+    return [tokens, mutations, throttled, throttle_ms]
 
 
 def _copy(counters: TopicCounters) -> TopicCounters:

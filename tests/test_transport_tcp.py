@@ -147,14 +147,14 @@ class ScriptedBroker:
             ),
         )
 
-    async def create_topics(self, topics, timeout_ms, validate_only):
+    async def create_topics(self, topics, timeout_ms, validate_only, quota=None):
         entry = ConfigEntry("retention.ms", "1000", False, False, ConfigSource.DYNAMIC_TOPIC_CONFIG)
         return {t.name: CreateTopicResult(ErrorCode.NONE, None, 3, 1, (entry,)) for t in topics}
 
-    async def delete_topics(self, names, timeout_ms):
+    async def delete_topics(self, names, timeout_ms, quota=None):
         return {n: TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no") for n in names}
 
-    async def create_partitions(self, topics, timeout_ms, validate_only):
+    async def create_partitions(self, topics, timeout_ms, validate_only, quota=None):
         return {t.name: TopicResult(ErrorCode.NONE) for t in topics}
 
     async def describe_configs(self, resources, *, include_synonyms=False, include_documentation=False):

@@ -41,6 +41,7 @@ from .metadata_cache import (
     partition_state_key,
     topic_key,
 )
+from .mutation_quota import UNBOUNDED, ControllerMutationQuota
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +134,10 @@ class AdminManager:
 
     # -- CreateTopics ----------------------------------------------------------------------------
     async def create_topics(
-        self, topics: Sequence[CreatableTopic], validate_only: bool
+        self, topics: Sequence[CreatableTopic], validate_only: bool, quota: ControllerMutationQuota = UNBOUNDED
     ) -> dict[str, CreateTopicResult]:
+        """Create each topic that passes its checks; ``quota`` (the client's
+        ``controller_mutation_rate``) is charged a topic's partitions just before it is written."""
         results: dict[str, CreateTopicResult] = {}
         repeated = _repeated(t.name for t in topics)
         default = int(self.config["num.partitions"])
@@ -154,14 +157,16 @@ class AdminManager:
                 results[t.name] = CreateTopicResult(ErrorCode.POLICY_VIOLATION, _too_many_partitions(total))
                 continue
             try:
-                results[t.name] = await self._create_topic(t, validate_only)
+                results[t.name] = await self._create_topic(t, validate_only, quota)
             except KafkaError as exc:
                 results[t.name] = CreateTopicResult(exc.code, str(exc))
             except MetadataStoreError as exc:
                 results[t.name] = CreateTopicResult(ErrorCode.UNKNOWN_SERVER_ERROR, _refused("creating", t.name, exc))
         return results
 
-    async def _create_topic(self, t: CreatableTopic, validate_only: bool) -> CreateTopicResult:
+    async def _create_topic(
+        self, t: CreatableTopic, validate_only: bool, quota: ControllerMutationQuota
+    ) -> CreateTopicResult:
         validate_topic_name(t.name)
         if self.cache.contains_topic(t.name):
             raise TopicAlreadyExists(f"topic {t.name!r} already exists")
@@ -179,6 +184,7 @@ class AdminManager:
         self._check_txn_room(t.name, len(assignment) + 2, len(assignment))
         if validate_only:
             return self._created(t.name, assignment, overrides, config, "")
+        quota.record(len(assignment))
         live = set(self.cache.live_broker_ids())
         topic_id = uuid.uuid4().hex
         ops: list[Put | Delete] = [
@@ -286,7 +292,9 @@ class AdminManager:
         return out
 
     # -- DeleteTopics ----------------------------------------------------------------------------
-    async def delete_topics(self, names: Sequence[str]) -> dict[str, TopicResult]:
+    async def delete_topics(
+        self, names: Sequence[str], quota: ControllerMutationQuota = UNBOUNDED
+    ) -> dict[str, TopicResult]:
         results: dict[str, TopicResult] = {}
         repeated = _repeated(names)
         for name in names:
@@ -294,7 +302,7 @@ class AdminManager:
                 results[name] = TopicResult(ErrorCode.INVALID_REQUEST, DUPLICATE_TOPIC)
                 continue
             try:
-                await self._delete_topic(name)
+                await self._delete_topic(name, quota)
                 results[name] = TopicResult(ErrorCode.NONE)
             except KafkaError as exc:
                 results[name] = TopicResult(exc.code, str(exc))
@@ -302,7 +310,7 @@ class AdminManager:
                 results[name] = TopicResult(ErrorCode.UNKNOWN_SERVER_ERROR, _refused("deleting", name, exc))
         return results
 
-    async def _delete_topic(self, name: str) -> None:
+    async def _delete_topic(self, name: str, quota: ControllerMutationQuota) -> None:
         if not self.config["delete.topic.enable"]:
             raise KafkaError(
                 "topic deletion is disabled (delete.topic.enable=false)", code=ErrorCode.TOPIC_DELETION_DISABLED
@@ -312,6 +320,7 @@ class AdminManager:
         topic = self.cache.topics.get(name)
         if topic is None:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        quota.record(topic.num_partitions)
         children, _ = await self.store.list(topic_key(name) + "/")
         ops: list[Put | Delete] = [Delete(k) for k in children]
         ops.append(Delete(topic_key(name)))
@@ -372,7 +381,10 @@ class AdminManager:
 
     # -- CreatePartitions ------------------------------------------------------------------------
     async def create_partitions(
-        self, topics: Sequence[CreatePartitionsTopic], validate_only: bool
+        self,
+        topics: Sequence[CreatePartitionsTopic],
+        validate_only: bool,
+        quota: ControllerMutationQuota = UNBOUNDED,
     ) -> dict[str, TopicResult]:
         results: dict[str, TopicResult] = {}
         repeated = _repeated(t.name for t in topics)
@@ -389,7 +401,7 @@ class AdminManager:
                 results[t.name] = TopicResult(ErrorCode.POLICY_VIOLATION, _too_many_partitions(total))
                 continue
             try:
-                await self._create_partitions(t, validate_only)
+                await self._create_partitions(t, validate_only, quota)
                 results[t.name] = TopicResult(ErrorCode.NONE)
             except KafkaError as exc:
                 results[t.name] = TopicResult(exc.code, str(exc))
@@ -397,7 +409,9 @@ class AdminManager:
                 results[t.name] = TopicResult(ErrorCode.UNKNOWN_SERVER_ERROR, _refused("growing", t.name, exc))
         return results
 
-    async def _create_partitions(self, t: CreatePartitionsTopic, validate_only: bool) -> None:
+    async def _create_partitions(
+        self, t: CreatePartitionsTopic, validate_only: bool, quota: ControllerMutationQuota
+    ) -> None:
         topic = self.cache.topics.get(t.name)
         if topic is None:
             raise UnknownTopicOrPartition(f"topic {t.name!r} does not exist")
@@ -435,6 +449,7 @@ class AdminManager:
         self._check_txn_room(t.name, len(added) + 1, t.count)
         if validate_only:
             return
+        quota.record(len(added))
         assignment = {p: list(r) for p, r in topic.assignment.items()}
         live_set = set(live)
         ops: list[Put | Delete] = []

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..metrics import BrokerMetrics
     from ..request_memory import RequestMemoryPool
     from .fetch_session import FetchSessionCache
+    from .mutation_quota import ControllerMutationQuota
 
 # --------------------------------------------------------------------------------------------
 # Shared enums and constants
@@ -563,15 +564,22 @@ class Broker(Protocol):
         topics: Sequence[CreatableTopic],
         timeout_ms: int,
         validate_only: bool,
-    ) -> dict[str, CreateTopicResult]: ...
+        quota: ControllerMutationQuota = ...,
+    ) -> dict[str, CreateTopicResult]:
+        """CreateTopics; ``quota`` is the client's ``controller_mutation_rate`` (KIP-599), charged
+        each topic's partitions as it is written (default: unbounded)."""
+        ...
 
-    async def delete_topics(self, names: Sequence[str], timeout_ms: int) -> dict[str, TopicResult]: ...
+    async def delete_topics(
+        self, names: Sequence[str], timeout_ms: int, quota: ControllerMutationQuota = ...
+    ) -> dict[str, TopicResult]: ...
 
     async def create_partitions(
         self,
         topics: Sequence[CreatePartitionsTopic],
         timeout_ms: int,
         validate_only: bool,
+        quota: ControllerMutationQuota = ...,
     ) -> dict[str, TopicResult]: ...
 
     async def describe_configs(

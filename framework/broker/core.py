@@ -66,6 +66,7 @@ from .controller import Controller
 from .elect_leaders import elect_leaders
 from .fetch_session import FetchSessionCache
 from .metadata_cache import INTERNAL_TOPICS, MetadataCache, TopicState
+from .mutation_quota import UNBOUNDED, ControllerMutationQuota
 from .partition_reassignments import alter_partition_reassignments, list_partition_reassignments
 from .producer_ids import ProducerIdManager
 from .producer_state import AppendOrigin
@@ -381,17 +382,27 @@ class BrokerCore:
 
     # -- administration --------------------------------------------------------------------------
     async def create_topics(
-        self, topics: Sequence[CreatableTopic], timeout_ms: int, validate_only: bool
+        self,
+        topics: Sequence[CreatableTopic],
+        timeout_ms: int,
+        validate_only: bool,
+        quota: ControllerMutationQuota = UNBOUNDED,
     ) -> dict[str, CreateTopicResult]:
-        return await self.admin.create_topics(topics, validate_only)
+        return await self.admin.create_topics(topics, validate_only, quota)
 
-    async def delete_topics(self, names: Sequence[str], timeout_ms: int) -> dict[str, TopicResult]:
-        return await self.admin.delete_topics(names)
+    async def delete_topics(
+        self, names: Sequence[str], timeout_ms: int, quota: ControllerMutationQuota = UNBOUNDED
+    ) -> dict[str, TopicResult]:
+        return await self.admin.delete_topics(names, quota)
 
     async def create_partitions(
-        self, topics: Sequence[CreatePartitionsTopic], timeout_ms: int, validate_only: bool
+        self,
+        topics: Sequence[CreatePartitionsTopic],
+        timeout_ms: int,
+        validate_only: bool,
+        quota: ControllerMutationQuota = UNBOUNDED,
     ) -> dict[str, TopicResult]:
-        return await self.admin.create_partitions(topics, validate_only)
+        return await self.admin.create_partitions(topics, validate_only, quota)
 
     async def describe_configs(
         self,

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from .mutation_quota import ControllerMutationQuotaManager, MutationSample
 from .quota_configs import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
@@ -307,6 +308,8 @@ class QuotaManagers:
     produce: ClientQuotaManager
     fetch: ClientQuotaManager
     request: ClientQuotaManager
+    #: ``controller_mutation_rate`` (KIP-599): partitions created, deleted or added per second
+    controller_mutation: ControllerMutationQuotaManager
     managers: list[ClientQuotaManager] = field(default_factory=list)
     #: installed while a request quota exists (see :class:`RequestTimeMeter`)
     meter: RequestTimeMeter | None = None
@@ -330,7 +333,10 @@ class QuotaManagers:
         fetch = manager("fetch", CONSUMER_BYTE_RATE)
         # Kafka caps a request-quota throttle to one window (``boundedThrottleTime``)
         request = manager("request", REQUEST_PERCENTAGE, max_throttle_ms=int(window_s * 1000))
-        managers = cls(configs, produce, fetch, request, [produce, fetch, request])
+        mutation = ControllerMutationQuotaManager(
+            configs, samples=samples, window_s=window_s, clock=clock or trio.current_time
+        )
+        managers = cls(configs, produce, fetch, request, mutation, [produce, fetch, request])
         configs.listeners.append(managers._on_quota_change)
         return managers
 
@@ -355,6 +361,9 @@ class QuotaManagers:
 
     def metric_samples(self) -> list[QuotaSample]:
         return [row for m in self.managers for row in m.samples_for_metrics()]
+
+    def mutation_samples(self) -> list[MutationSample]:
+        return self.controller_mutation.samples_for_metrics()
 
 
 __all__ = [

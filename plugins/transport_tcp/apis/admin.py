@@ -25,13 +25,44 @@ from odradek.broker.api import (
     ElectionType,
 )
 from odradek.broker.configs import DUPLICATE_RESOURCE, repeated_resources
+from odradek.broker.mutation_quota import UNBOUNDED, ControllerMutationQuota
 from odradek.errors import ErrorCode, InvalidRequest, KafkaError
 from odradek.interfaces import TopicPartition
 from odradek.pacing import paced
-from odradek.protocol import ApiKey, ms
+from odradek.protocol import ApiKey, ms, timedelta_ms
 
 from . import Handler, RequestContext
 from ._kio import NO_THROTTLE, kerr, make, response_class
+
+# -- controller mutation quota (KIP-599) ------------------------------------------------------
+
+#: the first version of each mutating API whose clients know THROTTLING_QUOTA_EXCEEDED: from it on
+#: the quota is strict (an over-quota topic is refused), before it permissive (accepted, throttled)
+_STRICT_FROM = {ApiKey.CREATE_TOPICS: 6, ApiKey.DELETE_TOPICS: 5, ApiKey.CREATE_PARTITIONS: 3}
+
+
+def _mutation_quota(ctx: RequestContext) -> ControllerMutationQuota:
+    """The client's ``controller_mutation_rate`` for this request (unbounded without one)."""
+    quotas = getattr(ctx.broker, "quotas", None)
+    if quotas is None or not quotas.controller_mutation.enabled():
+        return UNBOUNDED
+    strict = ctx.api_version >= _STRICT_FROM[ApiKey(ctx.header.api_key)]
+    quota: ControllerMutationQuota = quotas.controller_mutation.new_quota(
+        ctx.principal.name, ctx.header.client_id or "", strict=strict
+    )
+    return quota
+
+
+def _throttle(ctx: RequestContext, quota: ControllerMutationQuota) -> Any:
+    """The response's throttle time for the request's mutations; a throttled client's
+    connection is muted for it (KIP-219), as for the other quotas."""
+    throttle_ms = quota.finish()
+    if throttle_ms <= 0:
+        return NO_THROTTLE
+    if ctx.throttle is not None:
+        ctx.throttle(throttle_ms)
+    return timedelta_ms(throttle_ms)
+
 
 # -- CreateTopics -----------------------------------------------------------------------------
 
@@ -61,7 +92,12 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
         )
         for t in request.topics
     ]
-    results = await ctx.broker.create_topics(topics, ms(request.timeout), bool(request.validate_only)) if topics else {}
+    quota = _mutation_quota(ctx)
+    results = (
+        await ctx.broker.create_topics(topics, ms(request.timeout), bool(request.validate_only), quota=quota)
+        if topics
+        else {}
+    )
     result_cls = response_class(ApiKey.CREATE_TOPICS, version, "CreatableTopicResult")
     config_cls = response_class(ApiKey.CREATE_TOPICS, version, "CreatableTopicConfigs") if version >= 5 else None
     rows = []
@@ -95,7 +131,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 configs=configs,
             )
         )
-    return make(response_class(ApiKey.CREATE_TOPICS, version), throttle_time=NO_THROTTLE, topics=tuple(rows))
+    return make(response_class(ApiKey.CREATE_TOPICS, version), throttle_time=_throttle(ctx, quota), topics=tuple(rows))
 
 
 # -- DeleteTopics -----------------------------------------------------------------------------
@@ -104,7 +140,8 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
 async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     names = list(request.topic_names)
-    results = await ctx.broker.delete_topics(names, ms(request.timeout))
+    quota = _mutation_quota(ctx)
+    results = await ctx.broker.delete_topics(names, ms(request.timeout), quota=quota)
     result_cls = response_class(ApiKey.DELETE_TOPICS, version, "DeletableTopicResult")
     rows = []
     for name in names:
@@ -122,7 +159,9 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
                 error_message=r.error_message if r is not None else None,
             )
         )
-    return make(response_class(ApiKey.DELETE_TOPICS, version), throttle_time=NO_THROTTLE, responses=tuple(rows))
+    return make(
+        response_class(ApiKey.DELETE_TOPICS, version), throttle_time=_throttle(ctx, quota), responses=tuple(rows)
+    )
 
 
 # -- CreatePartitions -------------------------------------------------------------------------
@@ -138,7 +177,8 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
         )
         for t in request.topics
     ]
-    results = await ctx.broker.create_partitions(topics, ms(request.timeout), bool(request.validate_only))
+    quota = _mutation_quota(ctx)
+    results = await ctx.broker.create_partitions(topics, ms(request.timeout), bool(request.validate_only), quota=quota)
     result_cls = response_class(ApiKey.CREATE_PARTITIONS, version, "CreatePartitionsTopicResult")
     rows = []
     for t in topics:
@@ -151,7 +191,9 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
                 error_message=r.error_message if r is not None else None,
             )
         )
-    return make(response_class(ApiKey.CREATE_PARTITIONS, version), throttle_time=NO_THROTTLE, results=tuple(rows))
+    return make(
+        response_class(ApiKey.CREATE_PARTITIONS, version), throttle_time=_throttle(ctx, quota), results=tuple(rows)
+    )
 
 
 # -- DescribeConfigs --------------------------------------------------------------------------
