@@ -61,6 +61,7 @@ KAFKA_INT_KEYS = frozenset(
         "transaction.state.log.min.isr", "leader.imbalance.per.broker.percentage", "max.connections",
         "max.connections.per.ip", "max.incremental.fetch.session.cache.slots",
         "quota.window.num", "quota.window.size.seconds",
+        "replication.quota.window.num", "replication.quota.window.size.seconds",
     }
 )  # fmt: skip
 KAFKA_SHORT_KEYS = frozenset({"offsets.topic.replication.factor", "transaction.state.log.replication.factor"})
@@ -231,6 +232,40 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         int,
         1,
         "Length of each sample of a client quota's rate (Kafka's quota.window.size.seconds).",
+        minimum=1,
+    ),
+    # -- replication quotas (KIP-73): dynamic, see odradek.broker.dynamic_config
+    _k(
+        "leader.replication.throttled.rate",
+        int,
+        LONG_MAX,
+        "Bytes per second this broker, as a leader, sends to followers of the partitions a topic's "
+        "leader.replication.throttled.replicas names, while they are out of the ISR (Kafka's, KIP-73; "
+        "kafka-reassign-partitions --throttle sets it). The default is no limit. Dynamic: alter it "
+        "for a broker, or for every broker as the cluster default, with IncrementalAlterConfigs.",
+        minimum=0,
+    ),
+    _k(
+        "follower.replication.throttled.rate",
+        int,
+        LONG_MAX,
+        "Bytes per second this broker, as a follower, fetches for the partitions a topic's "
+        "follower.replication.throttled.replicas names, while they are out of the ISR (Kafka's, "
+        "KIP-73). The default is no limit. Dynamic, as leader.replication.throttled.rate.",
+        minimum=0,
+    ),
+    _k(
+        "replication.quota.window.num",
+        int,
+        11,
+        "Samples a replication quota's rate is measured over (Kafka's replication.quota.window.num).",
+        minimum=1,
+    ),
+    _k(
+        "replication.quota.window.size.seconds",
+        int,
+        1,
+        "Length of each sample of a replication quota's rate (Kafka's replication.quota.window.size.seconds).",
         minimum=1,
     ),
     # -- topics
@@ -583,14 +618,16 @@ def _throttled_replicas(name: str) -> ConfigKey:
         name,
         list,
         [],
-        f"{_NO_EFFECT} Kafka throttles the replication traffic of these replicas on the {side} side "
-        "(kafka-reassign-partitions --throttle sets it): '*' or partitionId:brokerId pairs. odradek has no "
-        "replication quotas.",
+        f"Replicas whose replication is throttled on the {side} side (KIP-73): '*' or partitionId:brokerId "
+        f"pairs, the broker being the {side}. While such a replica is out of the ISR, its traffic counts "
+        f"against {side}.replication.throttled.rate of that broker and waits once the rate is over it "
+        "(kafka-reassign-partitions --throttle and odradek partitions reassign --throttle set it).",
     )
 
 
-#: Topic-level keys of Kafka that have no broker-level default key here. Each is accepted with
-#: Kafka's type, default and validation (LogConfig) and has no effect: tools set them on topics
+#: Topic-level keys of Kafka that have no broker-level default key here. The replication
+#: throttles (KIP-73) are in force (:mod:`odradek.broker.replication_quota`); every other one is
+#: accepted with Kafka's type, default and validation (LogConfig) and has no effect: tools set them on topics
 #: as a matter of course (kafka-reassign-partitions its throttles, MirrorMaker 2 copies every
 #: config of a source topic), and refusing them as unknown failed those tools' requests whole.
 #: ``remote.storage.enable=true`` is refused: a topic that asks for tiered storage must not be
@@ -729,6 +766,11 @@ def _resolve_unit_synonyms(
                 derived[name] = syn
                 break
     return derived
+
+
+def parse_value(key: ConfigKey, raw: Any) -> Any:
+    """The value of ``raw`` for ``key`` as the config file would give it; ValueError if it is not one."""
+    return _parse_value(key, raw)
 
 
 def _parse_value(key: ConfigKey, raw: Any) -> Any:

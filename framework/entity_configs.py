@@ -18,10 +18,14 @@ credential changed on one broker is in force on every broker for the next login.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
+from typing import Protocol
 from urllib.parse import quote, unquote
 
-from .interfaces import ABSENT, MetadataConflict, MetadataStore
+from .interfaces import ABSENT, MetadataCompacted, MetadataConflict, MetadataStore, WatchEvent
+
+log = logging.getLogger(__name__)
 
 USERS = "users"
 CLIENTS = "clients"
@@ -105,4 +109,38 @@ class EntityConfigs:
         raise MetadataConflict(key)  # it kept changing while being altered
 
 
-__all__ = ["CLIENTS", "USERS", "EntityConfigs", "desanitize", "entity_key", "sanitize"]
+class ConfigCache(Protocol):
+    """A cache of configs under a prefix that :func:`follow_changes` keeps current."""
+
+    revision: int
+
+    async def load(self) -> None: ...
+
+
+async def follow_changes(
+    store: MetadataStore, prefix: str, cache: ConfigCache, apply: Callable[[WatchEvent], None], what: str
+) -> None:
+    """Follow the store's changes under ``prefix`` from ``cache.revision``, calling ``apply`` for
+    each, until cancelled or the session ends (as Kafka's ``DynamicConfigManager`` follows its
+    change notifications); a watch that fell behind the store's history reloads ``cache``."""
+    while True:
+        try:
+            async for ev in store.watch(prefix, after_revision=cache.revision):
+                cache.revision = max(cache.revision, ev.revision)
+                apply(ev)
+            return  # the session ended: the broker is stopping
+        except MetadataCompacted:
+            log.warning("the %s watch fell behind; re-reading it", what)
+            await cache.load()
+
+
+__all__ = [
+    "CLIENTS",
+    "USERS",
+    "ConfigCache",
+    "EntityConfigs",
+    "desanitize",
+    "entity_key",
+    "follow_changes",
+    "sanitize",
+]

@@ -321,6 +321,23 @@ class BrokerCollector:
                 "Partitions the open fetch sessions hold.",
             ),
         ]
+        for side in ("leader", "follower"):
+            quota = getattr(core, f"{side}_replication_quota", None)
+            if quota is None:
+                continue
+            broker += [
+                (
+                    f"kafka_server_{side}replication_byte_rate",
+                    quota.byte_rate() if quota.enabled else 0.0,
+                    f"Bytes per second of throttled replicas' traffic on the {side} side (KIP-73), over the "
+                    "replication quota window.",
+                ),
+                (
+                    f"odradek_replication_{side}_held_back",
+                    quota.held_back,
+                    f"Times a throttled replica was held back on the {side} side since the broker started.",
+                ),
+            ]
         groups = _group_count(core.group_coordinator)
         if groups is not None:
             broker.append(

@@ -413,6 +413,7 @@ def _fetcher_from_7(core: BrokerCore, p: Partition, response_max_bytes: int = 1 
         fetch_max_bytes=1 << 20,
         fetch_response_max_bytes=response_max_bytes,
         fetch_wait_max_ms=0,
+        quota=core.follower_replication_quota,
     )
     fetcher = ReplicaFetcher(manager, 7)  # type: ignore[arg-type]
     fetcher.set_partitions({TP: p.leader_epoch})

@@ -39,9 +39,13 @@ from .api import (
     ConfigType,
     DescribeConfigsResult,
 )
+from .dynamic_config import CLUSTER_DEFAULT, DEFAULT_ENTITY, DYNAMIC_KEYS, PER_BROKER, DynamicBrokerConfig
 from .metadata_cache import MetadataCache, config_key, encode
 
-_LIST_CONFIGS = frozenset({"cleanup.policy"})
+#: Kafka's topic configs of LIST type, the ones APPEND and SUBTRACT apply to
+_LIST_CONFIGS = frozenset(
+    {"cleanup.policy", "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
+)
 
 #: Kafka's answer (INVALID_REQUEST, ConfigAdminManager.preprocess) for every copy of a resource named
 #: twice in one IncrementalAlterConfigs or AlterConfigs request: none of them is applied, so the
@@ -80,10 +84,18 @@ def config_type(name: str, value: Any, broker_name: str | None = None) -> Config
 class ConfigManager:
     """Describes and alters configs; topic changes go through the store and the cache."""
 
-    def __init__(self, config: Config, store: MetadataStore | None = None, cache: MetadataCache | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        store: MetadataStore | None = None,
+        cache: MetadataCache | None = None,
+        dynamic: DynamicBrokerConfig | None = None,
+    ) -> None:
         self.config = config
         self.store = store
         self.cache = cache
+        #: the broker keys alterable at run time (None: every broker key is static)
+        self.dynamic = dynamic
         # topic-level name -> the broker key that provides its default
         self._broker_key_for = {k.topic_key: k for k in (config.key(n) for n in config) if k.topic_key}
         # the documentation of a topic key without a broker default is its own
@@ -157,12 +169,60 @@ class ConfigManager:
         out.append((coarsest, render(self.config.key(coarsest).default), ConfigSource.DEFAULT_CONFIG))
         return out
 
+    def _dynamic_entry(
+        self, name: str, include_synonyms: bool, include_documentation: bool, *, default_only: bool = False
+    ) -> ConfigEntry | None:
+        """A dynamic key as it is in force (its dynamic layers first among its synonyms), or, for
+        the cluster-default resource (``default_only``), as the default entity sets it."""
+        assert self.dynamic is not None
+        layers = self.dynamic.synonyms(name)
+        if default_only:
+            layers = [(where, v) for where, v in layers if where == CLUSTER_DEFAULT]
+            if not layers:
+                return None
+        sources = {
+            PER_BROKER: ConfigSource.DYNAMIC_BROKER_CONFIG,
+            CLUSTER_DEFAULT: ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+        }
+        value = layers[0][1] if layers else self.config[name]
+        source = sources[layers[0][0]] if layers else self._broker_source(name)
+        synonyms: list[tuple[str, str | None, ConfigSource]] = []
+        if include_synonyms:
+            synonyms = [(name, render(v), sources[where]) for where, v in layers]
+            if not default_only:
+                synonyms += self._broker_synonyms(name)
+        return ConfigEntry(
+            name,
+            render(value),
+            read_only=False,
+            is_default=source is ConfigSource.DEFAULT_CONFIG,
+            source=source,
+            synonyms=tuple(synonyms),
+            config_type=config_type(name, value),
+            documentation=self.config.key(name).doc if include_documentation else None,
+        )
+
     def broker_entries(
-        self, *, include_synonyms: bool, include_documentation: bool, names: Sequence[str] | None = None
+        self,
+        *,
+        include_synonyms: bool,
+        include_documentation: bool,
+        names: Sequence[str] | None = None,
+        default_only: bool = False,
     ) -> list[ConfigEntry]:
+        """This broker's configs; ``default_only``: the cluster-default resource (the empty
+        broker name), which holds only the dynamic defaults set (Kafka describes it so)."""
         out = []
+        dynamic = DYNAMIC_KEYS if self.dynamic is not None else ()
         for name in sorted(self.config):
             if names is not None and name not in names:
+                continue
+            if name in dynamic:
+                entry = self._dynamic_entry(name, include_synonyms, include_documentation, default_only=default_only)
+                if entry is not None:
+                    out.append(entry)
+                continue
+            if default_only:
                 continue
             value = self.config[name]
             source = self._broker_source(name)
@@ -198,7 +258,10 @@ class ConfigManager:
                 elif r.resource_type == ConfigResourceType.BROKER:
                     self._check_broker_name(r.name)
                     entries = self.broker_entries(
-                        include_synonyms=include_synonyms, include_documentation=include_documentation, names=names
+                        include_synonyms=include_synonyms,
+                        include_documentation=include_documentation,
+                        names=names,
+                        default_only=not r.name and self.dynamic is not None,
                     )
                 elif r.resource_type == ConfigResourceType.BROKER_LOGGER:
                     if not r.name:
@@ -270,9 +333,12 @@ class ConfigManager:
                     await self._alter_topic(r, validate_only, replace=replace)
                 elif r.resource_type == ConfigResourceType.BROKER:
                     self._check_broker_name(r.name)
-                    raise InvalidConfig(
-                        "broker configs are static in odradek: set them in the config file or with --set and restart"
-                    )
+                    if self.dynamic is None:
+                        raise InvalidConfig(
+                            "broker configs are static here: set them in the config file or with --set and restart"
+                        )
+                    entity = r.name or DEFAULT_ENTITY
+                    await self.dynamic.alter(entity, r.configs, validate_only, replace=replace)
                 elif r.resource_type == ConfigResourceType.BROKER_LOGGER and not replace:
                     self._check_logger_broker(r.name, "node id")
                     alter_loggers(r.configs, validate_only)

@@ -63,6 +63,7 @@ from .api import (
 )
 from .configs import ConfigManager
 from .controller import Controller
+from .dynamic_config import DynamicBrokerConfig
 from .elect_leaders import elect_leaders
 from .fetch_session import FetchSessionCache
 from .metadata_cache import INTERNAL_TOPICS, MetadataCache, TopicState
@@ -73,6 +74,7 @@ from .producer_state import AppendOrigin
 from .quota_configs import ClientQuotaConfigs
 from .quotas import QuotaManagers
 from .replica_manager import ReplicaManager
+from .replication_quota import FOLLOWER, LEADER, ReplicationQuotaManager
 
 log = logging.getLogger(__name__)
 #: Topics whose Metadata answers are kept (one entry per topic asked about).
@@ -132,7 +134,20 @@ class BrokerCore:
         #: listed brokers, the answer): the cache replaces a TopicState when the topic is re-read
         #: and counts partition states it changes in place, so both say the answer is current
         self._topic_answers: dict[str, tuple[TopicState, int, tuple[int, ...], frozenset[int], TopicMetadata]] = {}
-        self.configs = ConfigManager(config, store, self.metadata_cache)
+        #: the broker keys that change at run time (``/config/brokers/``), and the replication
+        #: quotas (KIP-73) that take their rates from them
+        self.dynamic_config = DynamicBrokerConfig(config, store)
+        samples = int(config["replication.quota.window.num"])
+        window_s = float(config["replication.quota.window.size.seconds"])
+        throttles = self.metadata_cache.topic_throttles
+        self.leader_replication_quota, self.follower_replication_quota = (
+            ReplicationQuotaManager(side, config.broker_id, throttles, samples=samples, window_s=window_s)
+            for side in (LEADER, FOLLOWER)
+        )
+        self.replica_manager.leader_quota = self.leader_replication_quota
+        self.dynamic_config.listeners.append(self._apply_replication_rates)
+        self._apply_replication_rates()
+        self.configs = ConfigManager(config, store, self.metadata_cache, self.dynamic_config)
         self.admin = AdminManager(config, store, self.metadata_cache, self.configs)
         self.producer_ids = ProducerIdManager(store, int(config["transaction.max.timeout.ms"]))
         #: the consumer-group coordinator, attached by BrokerServer (``odradek.broker.group``)
@@ -152,6 +167,12 @@ class BrokerCore:
         ``metadata_cache.run`` and ``replica_manager.run`` belong in the owner's nursery)."""
         await self.metadata_cache.load()
         await self.quotas.configs.load()
+        await self.dynamic_config.load()
+
+    def _apply_replication_rates(self) -> None:
+        """The replication quotas' rates from the dynamic configs (at start and on each change)."""
+        for quota in (self.leader_replication_quota, self.follower_replication_quota):
+            quota.update_quota(int(self.dynamic_config.value(f"{quota.side}.replication.throttled.rate")))
 
     async def shutdown(self) -> None:
         """Answer parked requests, snapshot producer state, checkpoint HWs, flush logs."""

@@ -839,6 +839,12 @@ class MetadataCache:
     def topic_config(self, name: str) -> TopicConfig | None:
         return self._topic_configs.get(name)
 
+    def topic_throttles(self, name: str, key: str) -> list[str]:
+        """A topic's ``leader.`` or ``follower.replication.throttled.replicas`` (empty for a topic
+        not known here)."""
+        config = self._topic_configs.get(name)
+        return [] if config is None else list(config[key])
+
     def contains_partition(self, tp: TopicPartition) -> bool:
         """Whether ``tp`` exists in the cluster (not whether this broker hosts it)."""
         topic = self.topics.get(tp.topic)

@@ -29,8 +29,8 @@ from typing import NamedTuple
 
 import trio
 
-from ..entity_configs import desanitize, sanitize
-from ..interfaces import MetadataCompacted, MetadataStore
+from ..entity_configs import desanitize, follow_changes, sanitize
+from ..interfaces import MetadataStore, WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -251,17 +251,12 @@ class ClientQuotaConfigs:
         """Follow the store's changes under ``/config/`` until cancelled or the session ends."""
         if not self.loaded.is_set():
             await self.load()
-        while True:
-            try:
-                async for ev in self.store.watch(CONFIG_ROOT, after_revision=self.revision):
-                    self.revision = max(self.revision, ev.revision)
-                    entity = parse_entity_key(ev.key)
-                    if entity is not None:
-                        self.set_entity(entity, None if ev.value is None else quota_values(ev.value))
-                return  # the session ended: the broker is stopping
-            except MetadataCompacted:
-                log.warning("the quota config watch fell behind; re-reading every quota")
-                await self.load()
+        await follow_changes(self.store, CONFIG_ROOT, self, self._apply, "quota config")
+
+    def _apply(self, ev: WatchEvent) -> None:
+        entity = parse_entity_key(ev.key)
+        if entity is not None:
+            self.set_entity(entity, None if ev.value is None else quota_values(ev.value))
 
 
 __all__ = [

@@ -41,6 +41,7 @@ from ..protocol import ApiKey
 from .metadata_cache import MetadataCache
 from .partition import Partition
 from .replica_manager import ReplicaManager
+from .replication_quota import FOLLOWER, ReplicationQuotaManager
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,9 @@ class FetchState:
     leader_epoch: int
     truncating: bool = True
     delayed_until: float = 0.0
+    #: caught up with the leader's high watermark at the last fetch (Kafka's
+    #: ``isReplicaInSync``): a replica in sync is never held back by the replication quota
+    in_sync: bool = False
 
 
 class ReplicaFetcher:
@@ -209,12 +213,15 @@ class ReplicaFetcher:
         now = trio.current_time()
         states: dict[TopicPartition, FetchState] = {}
         wanted: dict[TopicPartition, PartitionData] = {}
+        quota = manager.quota if manager.quota.enabled else None
         for tp, state in self.partitions.items():
             if state.truncating or state.delayed_until > now:
                 continue
             p = self._partition(tp, state)
             if p is None:
                 continue
+            if quota is not None and quota.should_throttle(tp, state.in_sync):
+                continue  # Kafka's shouldFollowerThrottle: left out until the rate is under the quota
             states[tp] = state
             wanted[tp] = PartitionData(
                 p.log_end_offset, p.log_start_offset, manager.fetch_max_bytes, state.leader_epoch
@@ -302,6 +309,9 @@ class ReplicaFetcher:
                 self._restart_before_straddling_batch(tp, p, payload)
                 p.append_records_as_follower(payload, batches)
                 self.manager.replica_manager.metrics.replicated(tp.topic, len(payload))
+                quota = self.manager.quota
+                if quota.enabled and quota.is_throttled(tp):
+                    quota.record(len(payload))
             except (KafkaError, OSError) as exc:
                 if isinstance(exc, KafkaError) and exc.code is not ErrorCode.KAFKA_STORAGE_ERROR:
                     # bytes this replica cannot take (a corrupt batch, an offset it does not
@@ -315,6 +325,7 @@ class ReplicaFetcher:
                     self.manager.replica_manager.follower_append_failed(tp, exc)
                 state.delayed_until = trio.current_time() + FETCH_BACKOFF_S
                 return False
+        state.in_sync = p.log_end_offset >= int(pd.high_watermark)
         moved = p.update_follower_high_watermark(int(pd.high_watermark))
         # the leader's log start (DeleteRecords, retention): records gone there go here too, or
         # they came back when this replica took over
@@ -378,6 +389,8 @@ class ReplicaFetcherManager:
         replica_manager: ReplicaManager,
         cache: MetadataCache,
         connector_factory: Callable[[], Connector],
+        *,
+        quota: ReplicationQuotaManager | None = None,
     ) -> None:
         self.broker_id = config.broker_id
         self.replica_manager = replica_manager
@@ -388,6 +401,9 @@ class ReplicaFetcherManager:
         self.fetch_response_max_bytes = max(self.fetch_max_bytes, 10 * 1024 * 1024)
         self.fetch_wait_max_ms = int(config["replica.fetch.wait.max.ms"])
         self.request_timeout_s = 30.0
+        #: the follower side's replication quota (KIP-73; the broker core's, whose rate follows
+        #: the dynamic configs): without one given, one with no rate
+        self.quota = quota or ReplicationQuotaManager(FOLLOWER, config.broker_id, cache.topic_throttles)
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._changed = trio.Event()
         replica_manager.on_partitions_changed = self.partitions_changed

@@ -53,6 +53,7 @@ from .log_validator import DEFAULT_MAX_DECOMPRESSED_BYTES, validate_records
 from .partition import Partition, ReadResult
 from .producer_state import SNAPSHOT_NAME, AppendOrigin
 from .purgatory import DelayedOperationPurgatory
+from .replication_quota import ReplicationQuotaManager
 from .storage_failures import StorageFailureLog, one_line
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,9 @@ class ReplicaManager:
         #: Set by a transaction coordinator; without one every transactional batch is refused, so
         #: no transaction can be left open forever, stalling the last stable offset.
         self.verify_transaction: Callable[[str | None, int, int, TopicPartition], ErrorCode] | None = None
+        #: the leader side's replication quota (KIP-73), set by the broker core: a follower out
+        #: of the ISR fetching a throttled partition gets no records while the rate is over it
+        self.leader_quota: ReplicationQuotaManager | None = None
         #: replication hooks (set by the replica fetcher manager and the ISR manager): partition
         #: roles changed; a follower of a led partition may rejoin its ISR
         self.on_partitions_changed: Callable[[], None] = _nothing
@@ -545,13 +549,20 @@ class ReplicaManager:
         metrics = self.metrics
         follower = replica_id >= 0
         hosted = self.partitions
+        quota = self.leader_quota if follower and self.leader_quota is not None and self.leader_quota.enabled else None
+        throttled_bytes = 0
         for tp, result in results.items():
             if result.error != ErrorCode.NONE:
                 if tp in hosted or self.partition_known(tp):
                     metrics.fetch_refused(tp.topic, result.error)
                 continue
             info = result.records
-            metrics.fetched(tp.topic, info.size if info is not None else 0, follower=follower)
+            size = info.size if info is not None else 0
+            metrics.fetched(tp.topic, size, follower=follower)
+            if quota is not None and size and quota.is_throttled(tp):
+                throttled_bytes += size
+        if quota is not None:
+            quota.record(throttled_bytes)
 
     def _update_follower_fetch_states(
         self,
@@ -597,9 +608,22 @@ class ReplicaManager:
         min_one_batch = True
         total = 0
         errored = False
+        quota = self.leader_quota if replica_id >= 0 and self.leader_quota is not None else None
+        if quota is not None and not quota.enabled:
+            quota = None
         for p in partitions:
             try:
                 partition = self._leader_partition(p.tp, p.current_leader_epoch)
+                if quota is not None and quota.should_throttle(p.tp, replica_id in partition.isr):
+                    # held back (Kafka's shouldLeaderThrottle): no records, nor bytes counted
+                    # towards min_bytes, until the throttled replicas' rate is under the quota
+                    results[p.tp] = FetchPartitionResult(
+                        ErrorCode.NONE,
+                        partition.high_watermark,
+                        partition.last_stable_offset,
+                        partition.log_start_offset,
+                    )
+                    continue
                 limit = min(p.partition_max_bytes, remaining)
                 read = partition.read_records(
                     p.fetch_offset,

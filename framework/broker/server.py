@@ -217,6 +217,7 @@ class BrokerServer:
             self._spawn(background, scopes, core.metadata_cache.run)
             self._spawn(background, scopes, core.metadata_cache.retry_unhosted_forever)
             self._spawn(background, scopes, core.quotas.configs.run)
+            self._spawn(background, scopes, core.dynamic_config.run)
             dir_failures = LogDirFailureHandler(
                 config.broker_id, storage, store, core.replica_manager, metadata_dir=self._metadata_dir(config)
             )
@@ -224,7 +225,13 @@ class BrokerServer:
             self._spawn(background, scopes, lambda: self._stop_when_log_dirs_failed(dir_failures))
             alter_partition = AlterPartitionManager(config, store, core.metadata_cache, core.replica_manager)
             self._spawn(background, scopes, alter_partition.run)
-            fetchers = ReplicaFetcherManager(config, core.replica_manager, core.metadata_cache, self._connector)
+            fetchers = ReplicaFetcherManager(
+                config,
+                core.replica_manager,
+                core.metadata_cache,
+                self._connector,
+                quota=core.follower_replication_quota,
+            )
             self._spawn(background, scopes, fetchers.run)
             fetcher_scope = scopes[-1]
             try:
