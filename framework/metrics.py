@@ -123,6 +123,12 @@ class BrokerMetrics:
         #: the controller's removal of a dead broker is not one, as in Kafka)
         self.isr_shrinks = 0
         self.isr_expands = 0
+        #: SASL sessions renewed on their connection, renewals refused, and connections closed for
+        #: a session that expired unrenewed (KIP-368; Kafka's ``successful-reauthentication-total``,
+        #: ``failed-reauthentication-total``, ``expired-connections-killed-count``)
+        self.reauthentications = 0
+        self.failed_reauthentications = 0
+        self.expired_sessions_closed = 0
         #: what deleted topics had counted, kept in the all-topics totals
         self._retired = TopicCounters()
 
@@ -338,6 +344,23 @@ class BrokerCollector:
                     f"Times a throttled replica was held back on the {side} side since the broker started.",
                 ),
             ]
+        broker += [
+            (
+                "kafka_server_socket_server_metrics_successful_reauthentication_total",
+                metrics.reauthentications,
+                "SASL sessions renewed on their connection (KIP-368).",
+            ),
+            (
+                "kafka_server_socket_server_metrics_failed_reauthentication_total",
+                metrics.failed_reauthentications,
+                "SASL re-authentications refused (the connection was closed).",
+            ),
+            (
+                "kafka_server_socket_server_metrics_expired_connections_killed_count",
+                metrics.expired_sessions_closed,
+                "Connections closed because their SASL session expired unrenewed (connections.max.reauth.ms).",
+            ),
+        ]
         groups = _group_count(core.group_coordinator)
         if groups is not None:
             broker.append(

@@ -44,11 +44,12 @@ def internal_port(broker: BrokerProcess) -> int:
     return int(found.group(1))
 
 
-def sasl_broker_fixture(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """Start the SASL broker in ``tmp_path`` and create the SCRAM user; stopped afterwards."""
+def sasl_broker_fixture(tmp_path: Path, settings: dict[str, Any] | None = None) -> Iterator[BrokerProcess]:
+    """Start the SASL broker (``settings``: :data:`SETTINGS` unless given) in ``tmp_path`` and
+    create the SCRAM user; stopped afterwards."""
     from odradek.client import Admin, UserScramCredentialUpsertion
 
-    with start_broker(tmp_path, SETTINGS) as broker:
+    with start_broker(tmp_path, settings or SETTINGS) as broker:
         with Admin({"bootstrap.servers": broker.bootstrap, **ADMIN}) as admin:
             results = admin.alter_user_scram_credentials(
                 [

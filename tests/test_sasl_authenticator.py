@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from odradek.errors import ErrorCode
+from odradek.principal import KafkaPrincipal
 from odradek.protocol import ApiKey, decode_response, parse_request_header
 from odradek.security.authenticator import SaslState, generic_failure
 from odradek.security.plain import PlainSaslClient, PlainSaslServer
@@ -149,6 +150,63 @@ async def test_success_reports_no_session_lifetime() -> None:
     _, answer = decode_response(ApiKey.SASL_AUTHENTICATE, 2, step.response)
     assert int(answer.error_code) == ErrorCode.NONE and answer.session_lifetime.total_seconds() == 0
     assert auth.complete
+
+
+async def test_the_final_answer_carries_the_session_lifetime() -> None:
+    """connections.max.reauth.ms for the mechanism (KIP-368): only the last answer says it."""
+    auth = _auth(reauth_ms={"SCRAM-SHA-256": 60000})
+    _, answer = await run_exchange(auth, _Scram(ScramSaslClient(SCRAM_SHA_256, "bob", "bob-secret")), "SCRAM-SHA-256")
+    assert auth.complete and answer.session_lifetime.total_seconds() == 60
+    assert auth.session_lifetime_ms == 60000 and auth.mechanism == "SCRAM-SHA-256"
+    auth = _auth(reauth_ms={"SCRAM-SHA-256": 60000})
+    await run_exchange(auth, PlainSaslClient("alice", "alice-secret"), "PLAIN")
+    assert auth.complete and auth.session_lifetime_ms == 0  # another mechanism's lifetime
+
+
+async def test_a_reauthentication_as_the_same_principal_renews_the_session() -> None:
+    alice = KafkaPrincipal("User", "alice")
+    auth = _auth(reauth_ms={"PLAIN": 5000}, reauthenticating=(alice, "PLAIN"))
+    assert auth.state is SaslState.HANDSHAKE_REQUEST  # no ApiVersions in between requests
+    step, answer = await run_exchange(auth, PlainSaslClient("alice", "alice-secret"), "PLAIN")
+    assert not step.close and auth.complete and auth.principal == alice
+    assert answer.session_lifetime.total_seconds() == 5
+
+
+@pytest.mark.parametrize(
+    ("user", "mechanism", "previous", "message"),
+    [
+        (
+            "bob",
+            "SCRAM-SHA-256",
+            "SCRAM-SHA-256",
+            "Cannot change principals during re-authentication from User.alice: User.bob",
+        ),
+        (
+            "alice",
+            "PLAIN",
+            "SCRAM-SHA-256",
+            "SASL mechanism 'PLAIN' requested by client is not supported for re-authentication of mechanism "
+            "'SCRAM-SHA-256'",
+        ),
+    ],
+)
+async def test_a_reauthentication_may_not_change_principal_or_mechanism(
+    user: str, mechanism: str, previous: str, message: str
+) -> None:
+    auth = _auth(reauth_ms={"PLAIN": 5000}, reauthenticating=(KafkaPrincipal("User", "alice"), previous))
+    if mechanism == "PLAIN":
+        client = PlainSaslClient(user, USERS[user])
+    else:
+        client = _Scram(ScramSaslClient(SCRAM_SHA_256, user, "bob-secret"))
+    step, answer = await run_exchange(auth, client, mechanism)
+    assert step.close and not auth.complete
+    assert int(answer.error_code) == ErrorCode.SASL_AUTHENTICATION_FAILED and answer.error_message == message
+
+
+async def test_a_reauthentication_needs_handshake_v1() -> None:
+    auth = _auth(reauthenticating=(KafkaPrincipal("User", "alice"), "PLAIN"))
+    step = await auth.receive(request_frame(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN"))
+    assert step.close and "needs SaslHandshake v1" in step.reason
 
 
 async def test_v0_raw_tokens_failure_closes_without_an_answer() -> None:

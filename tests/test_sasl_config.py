@@ -99,10 +99,6 @@ PLAIN_ONLY = {"sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS}
             "defines no user",
         ),
         ({"sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": f"{PLAIN} required user_a=;"}, "'sasl.jaas.config'"),
-        (
-            {"sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS, "connections.max.reauth.ms": "3600000"},
-            "re-authentication .KIP-368. is not supported",
-        ),
         ({"sasl.enabled.mechanisms": "SCRAM-SHA-256"}, "needs username=.* and password=.* in"),
         (
             {**PLAIN_ONLY, "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512"},

@@ -18,6 +18,8 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import random
+from dataclasses import replace
 from typing import Any
 
 import trio
@@ -71,6 +73,10 @@ class BrokerConnection:
         self._close_reason: BaseException | None = None
         self.api_versions: dict[int, VersionRange] = {}
         self.last_used = trio.current_time()
+        #: the SASL session renewal's scope, cancelled when the connection closes
+        self._renewal_scope = trio.CancelScope()
+        #: sessions renewed on this connection (KIP-368)
+        self.reauthentications = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     @classmethod
@@ -98,7 +104,30 @@ class BrokerConnection:
         except BaseException:
             await self.close(NetworkError(f"ApiVersions with broker {node_id} failed"))
             raise
+        session = getattr(conn, "sasl_session", None)
+        if session is not None and session.lifetime_ms > 0:
+            nursery.start_soon(self._renew_sasl_session, session, request_timeout_s)
         return self
+
+    async def _renew_sasl_session(self, session: Any, timeout_s: float) -> None:
+        """Re-authenticate (KIP-368) at a random point between 85% and 95% of each session's
+        lifetime, as the Java client does, until the connection closes; a refusal closes it
+        (the broker does too), so the next request reconnects and logs in afresh."""
+        from ..security.client import reauthenticate
+
+        async def call(api_key: int, version: int, **fields: Any) -> Any:
+            return await self.request(make_request(api_key, version, **fields), timeout_s=timeout_s)
+
+        lifetime_ms = session.lifetime_ms
+        with self._renewal_scope:
+            while lifetime_ms > 0 and not self._closed:
+                await trio.sleep(lifetime_ms / 1000 * random.uniform(0.85, 0.95))
+                try:
+                    lifetime_ms = await reauthenticate(call, replace(session, lifetime_ms=lifetime_ms))
+                except KafkaError as exc:
+                    await self.close(NetworkError(f"re-authentication with broker {self.node_id} failed: {exc}"))
+                    return
+                self.reauthentications += 1
 
     @property
     def closed(self) -> bool:
@@ -113,6 +142,7 @@ class BrokerConnection:
         if self._closed:
             return
         self._closed = True
+        self._renewal_scope.cancel()
         self._close_reason = reason or NetworkError(f"connection to broker {self.node_id} closed")
         pending, self._pending = self._pending, {}
         for p in pending.values():

@@ -14,6 +14,16 @@ The states, as Kafka's:
 - ``COMPLETE``: the connection serves Kafka requests as ``User:<authorization id>``;
 - ``FAILED``: closed.
 
+**Re-authentication** (KIP-368). With ``connections.max.reauth.ms`` > 0 for the mechanism, the
+final SaslAuthenticate answer carries that session lifetime; the client re-authenticates on the
+same connection before it ends (SaslHandshake v1 and SaslAuthenticate between its requests),
+through a fresh authenticator built with ``reauthenticating`` = the connection's principal and
+mechanism. It starts in ``HANDSHAKE_REQUEST``; the mechanism must be the same (Kafka: "SASL
+mechanism 'X' requested by client is not supported for re-authentication of mechanism 'Y'") and
+so must the principal ("Cannot change principals during re-authentication from User.a:
+User.b"); either failure closes the connection. The connection closes a session that expired
+without being renewed (:mod:`odradek.plugins.transport_tcp.connection`).
+
 Any other request before authentication closes the connection (Kafka: "Unexpected Kafka request
 of type X during SASL handshake"); an unknown mechanism gets UNSUPPORTED_SASL_MECHANISM with the
 enabled list, a failed exchange SASL_AUTHENTICATION_FAILED with Kafka's message (nothing, in raw
@@ -98,6 +108,8 @@ class SaslServerAuthenticator:
         peer: str,
         listener: str,
         failed_delay_s: float = 0.1,
+        reauth_ms: Mapping[str, int] | None = None,
+        reauthenticating: tuple[KafkaPrincipal, str] | None = None,
     ) -> None:
         #: enabled mechanisms, in ``sasl.enabled.mechanisms`` order: a new server for each exchange
         self.mechanisms = dict(mechanisms)
@@ -105,9 +117,23 @@ class SaslServerAuthenticator:
         self.peer = peer
         self.listener = listener
         self.failed_delay_s = failed_delay_s
-        self.state = SaslState.HANDSHAKE_OR_VERSIONS_REQUEST
+        #: ``connections.max.reauth.ms`` per mechanism (0 or absent: sessions never expire)
+        self.reauth_ms = dict(reauth_ms or {})
+        #: the principal and mechanism of the session being renewed (None: a first login)
+        self.reauthenticating = reauthenticating
+        self.state = (
+            SaslState.HANDSHAKE_REQUEST if reauthenticating is not None else SaslState.HANDSHAKE_OR_VERSIONS_REQUEST
+        )
         self.server: SaslServer | None = None
         self.principal: KafkaPrincipal | None = None
+        self.mechanism: str | None = None
+        self._refused_mechanism: str | None = None
+
+    @property
+    def session_lifetime_ms(self) -> int:
+        """How long the authenticated session lasts before the client must re-authenticate
+        (0: for ever), as its final SaslAuthenticate answer says."""
+        return self.reauth_ms.get(self.mechanism or "", 0)
 
     @property
     def complete(self) -> bool:
@@ -163,7 +189,17 @@ class SaslServerAuthenticator:
                 encode_response(ApiKey.SASL_HANDSHAKE, header.api_version, header.correlation_id, answer),
                 f"Unsupported SASL mechanism {mechanism}",
             )
+        if self.reauthenticating is not None:
+            if header.api_version == 0:  # raw tokens cannot follow Kafka requests on a connection
+                return self._close("re-authentication needs SaslHandshake v1 or later")
+            previous = self.reauthenticating[1]
+            if mechanism != previous:  # refused at the first token, as Kafka does
+                self._refused_mechanism = (
+                    f"SASL mechanism '{mechanism}' requested by client is not supported for re-authentication "
+                    f"of mechanism '{previous}'"
+                )
         self.server = self.mechanisms[mechanism]()
+        self.mechanism = mechanism
         self.state = SaslState.RAW_TOKENS if header.api_version == 0 else SaslState.AUTHENTICATE
         answer = _response(
             ApiKey.SASL_HANDSHAKE, header.api_version, error_code=kio_error(ErrorCode.NONE), mechanisms=enabled
@@ -176,7 +212,10 @@ class SaslServerAuthenticator:
         server = self.server
         assert server is not None
         try:
+            if self._refused_mechanism is not None:
+                raise SaslAuthenticationError(self._refused_mechanism)
             challenge = await server.evaluate_response(bytes(request.auth_bytes))
+            self._check_same_principal(server)
         except SaslError as exc:
             message = self._failure_message(server, exc)
             answer = _response(
@@ -197,7 +236,8 @@ class SaslServerAuthenticator:
             error_code=kio_error(ErrorCode.NONE),
             error_message=None,
             auth_bytes=challenge,
-            session_lifetime=timedelta_ms(0),  # connections.max.reauth.ms = 0: no reauthentication
+            # on the final answer: when the client must re-authenticate (0: never; KIP-368)
+            session_lifetime=timedelta_ms(self.session_lifetime_ms if self.complete else 0),
         )
         return SaslStep(encode_response(ApiKey.SASL_AUTHENTICATE, version, header.correlation_id, answer))
 
@@ -214,6 +254,18 @@ class SaslServerAuthenticator:
         return SaslStep(challenge)
 
     # -- outcomes -----------------------------------------------------------------------------
+    def _check_same_principal(self, server: SaslServer) -> None:
+        """A re-authentication must end as the principal the session had (Kafka's message)."""
+        if self.reauthenticating is None or not server.complete:
+            return
+        before = self.reauthenticating[0]
+        after = KafkaPrincipal(USER_TYPE, server.authorization_id or "")
+        if after != before:
+            raise SaslAuthenticationError(
+                f"Cannot change principals during re-authentication from {before.principal_type}.{before.name}: "
+                f"{after.principal_type}.{after.name}"
+            )
+
     def _maybe_complete(self, server: SaslServer) -> None:
         if server.complete:
             user = server.authorization_id or ""

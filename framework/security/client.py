@@ -8,12 +8,19 @@ broker's own connections to other brokers. A refusal raises :class:`Authenticati
 a non-retriable :class:`~odradek.client.connection.NetworkError`: the connect fails, and a
 producer or admin call fails with SASL_AUTHENTICATION_FAILED instead of retrying a password
 that will not get better.
+
+**Re-authentication** (KIP-368): a broker with ``connections.max.reauth.ms`` says in its last
+SaslAuthenticate answer how long the session lasts. :func:`authenticate` returns that lifetime,
+and the connection (:class:`~odradek.client.connection.BrokerConnection`) runs the same
+exchange again as ordinary requests between its others, at a random point between 85% and 95%
+of it (the Java client's window), so the broker never has to close it; :func:`reauthenticate`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 
@@ -60,11 +67,25 @@ class SaslClientSettings:
         return mechanism.client(self.username, self.password)
 
 
+#: sends one request of the exchange and returns its decoded response
+Call = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class SaslSession:
+    """An authenticated connection's session: how to log in again, and for how long it lasts
+    (``lifetime_ms`` 0: for ever)."""
+
+    settings: SaslClientSettings
+    available: Mapping[str, SaslMechanism]
+    lifetime_ms: int
+
+
 async def authenticate(
     connection: Connection, settings: SaslClientSettings, available: Mapping[str, SaslMechanism], *, client_id: str
-) -> None:
-    """Run the SASL exchange on a fresh ``connection``; raises AuthenticationFailed."""
-    client = settings.new_client(available)
+) -> int:
+    """Run the SASL exchange on a fresh ``connection``; the session lifetime the broker gave
+    (ms, 0: no limit). Raises AuthenticationFailed."""
     correlation = 0
 
     async def call(api_key: int, version: int, **fields: object) -> object:
@@ -79,27 +100,52 @@ async def authenticate(
         _, response = decode_response(api_key, version, frame)
         return response
 
+    return await exchange(call, settings, available)
+
+
+async def reauthenticate(call: Call, session: SaslSession) -> int:
+    """Renew ``session`` on a connection already serving requests (KIP-368): the same
+    exchange, through ``call`` (the connection's request method); the new lifetime."""
+    return await exchange(call, session.settings, session.available)
+
+
+async def exchange(call: Call, settings: SaslClientSettings, available: Mapping[str, SaslMechanism]) -> int:
+    """SaslHandshake v1 then SaslAuthenticate until the mechanism is done; the session lifetime
+    of the last answer (ms)."""
+    client = settings.new_client(available)
     handshake = await call(ApiKey.SASL_HANDSHAKE, HANDSHAKE_VERSION, mechanism=settings.mechanism)
-    code = ErrorCode(int(handshake.error_code))  # type: ignore[attr-defined]
+    code = ErrorCode(int(handshake.error_code))
     if code != ErrorCode.NONE:
-        offered = ", ".join(handshake.mechanisms)  # type: ignore[attr-defined]
+        offered = ", ".join(handshake.mechanisms)
         raise AuthenticationFailed(
             f"the broker does not enable SASL mechanism {settings.mechanism} (it enables: {offered or 'none'})",
             code=ErrorCode.UNSUPPORTED_SASL_MECHANISM if code == ErrorCode.UNSUPPORTED_SASL_MECHANISM else code,
         )
     token: bytes | None = client.initial_response()
+    lifetime_ms = 0
     while token is not None:
         answer = await call(ApiKey.SASL_AUTHENTICATE, AUTHENTICATE_VERSION, auth_bytes=token)
-        code = ErrorCode(int(answer.error_code))  # type: ignore[attr-defined]
+        code = ErrorCode(int(answer.error_code))
         if code != ErrorCode.NONE:
             raise AuthenticationFailed(
-                answer.error_message or code.name,  # type: ignore[attr-defined]
+                answer.error_message or code.name,
                 code=code,
             )
+        lifetime = answer.session_lifetime
+        lifetime_ms = int(lifetime.total_seconds() * 1000) if lifetime is not None else 0
         try:
-            token = client.evaluate_challenge(bytes(answer.auth_bytes))  # type: ignore[attr-defined]
+            token = client.evaluate_challenge(bytes(answer.auth_bytes))
         except SaslError as exc:
             raise AuthenticationFailed(f"SASL/{settings.mechanism}: {exc}") from exc
+    return max(0, lifetime_ms)
 
 
-__all__ = ["AuthenticationFailed", "SaslClientSettings", "authenticate"]
+__all__ = [
+    "AuthenticationFailed",
+    "Call",
+    "SaslClientSettings",
+    "SaslSession",
+    "authenticate",
+    "exchange",
+    "reauthenticate",
+]

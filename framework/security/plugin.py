@@ -137,8 +137,11 @@ def odradek_config_keys() -> Sequence[ConfigKey]:
             "connections.max.reauth.ms",
             int,
             0,
-            "KIP-368 re-authentication: only 0 (sessions never expire) is supported; any other value "
-            "is refused at start-up.",
+            "KIP-368: how long a SASL session lasts (0: for ever). The client is told in its last "
+            "SaslAuthenticate answer and re-authenticates on the same connection before then; a "
+            "connection that sends another request after its session expired is closed (clients "
+            "without KIP-368 reconnect). Per listener and mechanism as "
+            "listener.name.<l>.<mechanism>.connections.max.reauth.ms.",
             minimum=0,
             extra={"per_listener": "mechanism"},
         ),

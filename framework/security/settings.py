@@ -5,15 +5,16 @@ For each SASL listener (``SASL_PLAINTEXT``, ``SASL_SSL``): the enabled mechanism
 JAAS config Kafka would give it (``listener.name.<l>.<mechanism>.sasl.jaas.config``, else
 ``sasl.jaas.config``), the failed-authentication delay and the pre-authentication frame bound.
 Everything a client could trip over later is refused here with a :class:`ConfigError`: an
-unknown mechanism, JAAS text that does not parse, PLAIN without users, a non-zero
-``connections.max.reauth.ms``. :func:`inter_broker_client_config` is the client side the broker
+unknown mechanism, JAAS text that does not parse, PLAIN without users. ``connections.max.reauth.ms``
+(per mechanism, as Kafka's ``listener.name.<l>.<mechanism>.connections.max.reauth.ms``) is the
+session lifetime re-authentication (KIP-368) renews. :func:`inter_broker_client_config` is the client side the broker
 itself uses towards a SASL listener.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Config, ConfigError
@@ -37,6 +38,8 @@ class SaslListenerSettings:
     mechanisms: Mapping[str, Callable[[], SaslServer]]
     failed_delay_s: float
     max_receive_size: int
+    #: ``connections.max.reauth.ms`` per mechanism: the session lifetime (0: never expires)
+    reauth_ms: Mapping[str, int] = field(default_factory=dict)
 
 
 def _setting(config: Config, listener: str, name: str, default: Any, prefix: str = "") -> Any:
@@ -78,6 +81,7 @@ def build_listener_settings(
             f"invalid value for 'sasl.enabled.mechanisms': listener {listener} is SASL but enables no mechanism"
         )
     factories: dict[str, Callable[[], SaslServer]] = {}
+    reauth_ms: dict[str, int] = {}
     for name in enabled:
         mechanism = available.get(name)
         if mechanism is None:
@@ -85,12 +89,7 @@ def build_listener_settings(
                 f"invalid value for 'sasl.enabled.mechanisms': no plugin offers SASL mechanism {name} "
                 f"(available: {', '.join(sorted(available)) or 'none'})"
             )
-        reauth = int(_setting(config, listener, "connections.max.reauth.ms", 0, f"{name.lower()}."))
-        if reauth != 0:
-            raise ConfigError(
-                f"invalid value for 'connections.max.reauth.ms': {reauth}: re-authentication (KIP-368) is not "
-                "supported by odradek; only 0 (sessions never expire) is accepted"
-            )
+        reauth_ms[name] = int(_setting(config, listener, "connections.max.reauth.ms", 0, f"{name.lower()}."))
         context = SaslServerContext(listener, name, jaas_for(config, listener, name), credential_for, config)
         if mechanism.check is not None:
             mechanism.check(context)
@@ -100,6 +99,7 @@ def build_listener_settings(
         factories,
         int(_setting(config, listener, "connection.failed.authentication.delay.ms", 100)) / 1000,
         int(_setting(config, listener, "sasl.server.max.receive.size", 524288)),
+        reauth_ms,
     )
 
 

@@ -48,9 +48,13 @@ def authenticator_for(
     process: Callable[[Any, Any], Awaitable[Any]] = _no_api_versions,
     *,
     failed_delay_s: float = 0.1,
+    **options: Any,
 ) -> SaslServerAuthenticator:
-    """An authenticator for ``mechanisms`` (name -> server factory), with no connection."""
-    return SaslServerAuthenticator(mechanisms, process, peer="test", listener="TEST", failed_delay_s=failed_delay_s)
+    """An authenticator for ``mechanisms`` (name -> server factory), with no connection;
+    ``options`` are the authenticator's others (``reauth_ms``, ``reauthenticating``)."""
+    return SaslServerAuthenticator(
+        mechanisms, process, peer="test", listener="TEST", failed_delay_s=failed_delay_s, **options
+    )
 
 
 def request_frame(api_key: int, version: int, correlation_id: int = 1, **fields: Any) -> bytearray:

@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-from odradek.security.client import SaslClientSettings, authenticate
+from odradek.security.client import SaslClientSettings, SaslSession, authenticate
 
 from .framing import FrameError, FrameReader
 from .transport_layer import PlaintextTransportLayer, TransportLayer, write_frame
@@ -36,6 +36,9 @@ class TcpConnection:
         self._reader = FrameReader(self._sock, max_response_bytes, layer=self._layer)
         self._send_lock = trio.StrictFIFOLock()
         self._receive_lock = trio.StrictFIFOLock()
+        #: the SASL session of an authenticated connection (None: not SASL), which the
+        #: connection renews before it expires (KIP-368)
+        self.sasl_session: SaslSession | None = None
 
     async def send_frame(self, frame: bytes) -> None:
         async with self._send_lock:
@@ -81,12 +84,15 @@ async def sasl_login(
     SASL_SSL; None: nothing to do) within ``timeout_s``; a failed login closes it and raises."""
     if sasl is None:
         return
+    available = _mechanisms()
     try:
         with trio.fail_after(timeout_s):
-            await authenticate(connection, sasl, _mechanisms(), client_id=client_id)
+            lifetime_ms = await authenticate(connection, sasl, available, client_id=client_id)
     except BaseException:
         await connection.aclose()
         raise
+    # what the connection needs to renew the session before the broker ends it (KIP-368)
+    connection.sasl_session = SaslSession(sasl, available, lifetime_ms)
 
 
 def _mechanisms() -> dict[str, Any]:

@@ -145,9 +145,14 @@ class KafkaConnection:
             if sasl is None
             else SaslServerAuthenticator(
                 sasl.mechanisms, self._process_unauthenticated, peer=peer, listener=sasl.listener,
-                failed_delay_s=sasl.failed_delay_s,
+                failed_delay_s=sasl.failed_delay_s, reauth_ms=sasl.reauth_ms,
             )
         )  # fmt: skip
+        self._sasl = sasl
+        #: trio time the SASL session ends unless renewed (KIP-368); None: it never does
+        self.session_expires_at: float | None = None
+        #: the re-authentication under way (SaslHandshake received on an authenticated connection)
+        self._reauth: SaslServerAuthenticator | None = None
         self._sasl_max_frame = sasl.max_receive_size if sasl is not None else max_request_bytes
         self._auth_scope = trio.CancelScope()
         #: trio time until which no further request is read: a client over its quota (KIP-219)
@@ -250,7 +255,63 @@ class KafkaConnection:
             self.reader.max_frame = limit
         assert auth.principal is not None
         self.principal = auth.principal
+        self._start_session(auth)
         return True
+
+    def _start_session(self, auth: SaslServerAuthenticator) -> None:
+        lifetime_ms = auth.session_lifetime_ms
+        self.session_expires_at = trio.current_time() + lifetime_ms / 1000 if lifetime_ms > 0 else None
+
+    # -- re-authenticating (KIP-368) ------------------------------------------------------------
+    def _reauth_request(self, header: RequestHeader) -> bool:
+        """Whether ``header`` is part of a re-authentication, starting one on a SaslHandshake of a
+        connection whose session expires (otherwise such a request goes to the dispatcher, which
+        answers ILLEGAL_SASL_STATE, as Kafka does without re-authentication)."""
+        key = header.api_key
+        if key == ApiKey.SASL_HANDSHAKE and self.session_expires_at is not None and self._reauth is None:
+            assert self._sasl is not None and self.authenticator is not None
+            self._reauth = SaslServerAuthenticator(
+                self._sasl.mechanisms, self._process_unauthenticated, peer=self.peer, listener=self._sasl.listener,
+                failed_delay_s=self._sasl.failed_delay_s, reauth_ms=self._sasl.reauth_ms,
+                reauthenticating=(self.principal, self.authenticator.mechanism or ""),
+            )  # fmt: skip
+            return True
+        return self._reauth is not None and key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
+
+    def _session_expired(self) -> bool:
+        """Kafka's ``serverAuthenticationSessionExpired``: a request (other than one renewing the
+        session) after the session's end closes the connection."""
+        return (
+            self.session_expires_at is not None
+            and self._reauth is None
+            and trio.current_time() >= self.session_expires_at
+        )
+
+    async def _reauthenticate(self, pending: _Pending, frame: bytearray) -> Outcome:
+        """One frame of a re-authentication, in request order: its answer; on failure the answer
+        is written (after ``connection.failed.authentication.delay.ms``) and the connection closes."""
+        auth = self._reauth
+        assert auth is not None
+        step = await auth.receive(frame)
+        if step.delay_s > 0:
+            await trio.sleep(step.delay_s)
+        if step.close:
+            self._reauth = None
+            self.dispatcher.metrics.failed_reauthentications += 1
+            log.info("closing connection %s: re-authentication failed: %s", self.peer, step.reason)
+            # answered, then closed: no later request is read or processed
+            if self._closing_at is None or pending.seq < self._closing_at:
+                self._closing_at = pending.seq
+            self._read_scope.cancel()
+            if step.response is None:
+                pending.failed = True
+            return step.response if isinstance(step.response, bytes) else None
+        if auth.complete:
+            self._reauth = None
+            self._start_session(auth)
+            self.dispatcher.metrics.reauthentications += 1
+            log.debug("connection %s re-authenticated as %s with %s", self.peer, self.principal, auth.mechanism)
+        return step.response if isinstance(step.response, bytes) else None
 
     async def _linger(self) -> None:
         """After a last answer (a failed login's): wait for the client to close its side, reading
@@ -390,6 +451,19 @@ class KafkaConnection:
             if self.memory is not None:
                 self.memory.release(len(frame))
             return None
+        reauth = self.session_expires_at is not None and self._reauth_request(header)
+        if not reauth and self._session_expired():
+            log.info(
+                "closing connection %s: its SASL session expired before it re-authenticated "
+                "(connections.max.reauth.ms); %s is not served",
+                self.peer,
+                api_name(header.api_key),
+            )
+            self.dispatcher.metrics.expired_sessions_closed += 1
+            self._slots.release()
+            if self.memory is not None:
+                self.memory.release(len(frame))
+            return None
         pending = _Pending(header, self._arrived, len(frame))
         self._arrived += 1
         self._held += pending.size
@@ -400,16 +474,21 @@ class KafkaConnection:
             after = self._last_ordered_done = None
         if after is None and _produce_without_wait(header, frame):
             return (pending, frame, None, None)
-        ordered = handler is None or handler.ordered
+        ordered = handler is None or handler.ordered or reauth
         mine = trio.Event() if ordered else None
         if mine is not None:
             self._last_ordered_done = mine
-        nursery.start_soon(self._handle, pending, frame, after, mine)
+        nursery.start_soon(self._handle, pending, frame, after, mine, reauth)
         return True
 
     # -- processing ---------------------------------------------------------------------------
     async def _handle(
-        self, pending: _Pending, frame: bytearray, after: trio.Event | None, mine: trio.Event | None
+        self,
+        pending: _Pending,
+        frame: bytearray,
+        after: trio.Event | None,
+        mine: trio.Event | None,
+        reauth: bool = False,
     ) -> None:
         header = pending.header
         release_frame = None if self.memory is None else _frame_releaser(self.memory, len(frame))
@@ -424,9 +503,13 @@ class KafkaConnection:
                 # woken tasks in either order).
                 pending.failed = True
                 return
-            outcome = pending.outcome = await self.dispatcher.process(
-                header, frame, self.peer, release_frame=release_frame, principal=self.principal, throttle=self.throttle
-            )
+            if reauth:
+                outcome = pending.outcome = await self._reauthenticate(pending, frame)
+            else:
+                outcome = pending.outcome = await self.dispatcher.process(
+                    header, frame, self.peer, release_frame=release_frame, principal=self.principal,
+                    throttle=self.throttle,
+                )  # fmt: skip
             if isinstance(outcome, bytes):
                 # an answer waiting to be written counts against the read-ahead bound too: a
                 # client that sends requests and never reads the answers stops being read, as
