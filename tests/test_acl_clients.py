@@ -237,3 +237,62 @@ def test_kcat_produces_and_consumes_when_allowed_and_fails_when_not(acl_broker: 
     denied = _kcat(acl_broker, "bob", "-C", "-t", topic, "-o", "beginning", "-e")
     assert denied.returncode != 0
     assert b"authoriz" in denied.stderr.lower(), denied.stderr
+
+
+def _grant(broker: BrokerProcess, resource_type: Any, name: str, operation: Any, *, prefixed: bool = True) -> None:
+    """admin lets alice do ``operation`` on the resources named (or prefixed) ``name``."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, **ADMIN})
+    pattern = ResourcePatternType.PREFIXED if prefixed else ResourcePatternType.LITERAL
+    binding = AclBinding(resource_type, name, pattern, "User:alice", "*", operation, AclPermissionType.ALLOW)
+    assert admin.create_acls([binding])[binding].result(30) is None
+
+
+def test_create_topics_is_decided_per_topic(acl_broker: BrokerProcess) -> None:
+    prefix = unique_topic("alice-new") + "-"
+    _grant(acl_broker, ResourceType.TOPIC, prefix, AclOperation.CREATE)
+    alice = AdminClient({"bootstrap.servers": acl_broker.bootstrap, **ALICE})
+    mine, other = prefix + "t", unique_topic("bob-new")
+    futures = alice.create_topics([NewTopic(mine, 1, 1), NewTopic(other, 1, 1)])
+    assert futures[mine].result(30) is None
+    with pytest.raises(KafkaException) as refused:
+        futures[other].result(30)
+    assert refused.value.args[0].code() == CKError.TOPIC_AUTHORIZATION_FAILED
+    admin = AdminClient({"bootstrap.servers": acl_broker.bootstrap, **ADMIN})
+    assert other not in admin.list_topics(timeout=10).topics
+
+
+def test_idempotent_and_transactional_producers(acl_broker: BrokerProcess) -> None:
+    topic = unique_topic(ALICE_TOPICS)
+    _create_topic(acl_broker, topic)
+    # idempotent: WRITE on some topic is enough (Kafka 3), no IDEMPOTENT_WRITE on the cluster
+    produce(acl_broker, topic, [(b"k", b"idempotent")], **ALICE, **{"enable.idempotence": True})
+    # transactional: WRITE on the transactional id is needed
+    txn_id = unique_topic("alice-tx")
+    producer = Producer({"bootstrap.servers": acl_broker.bootstrap, "transactional.id": txn_id, **ALICE})
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(20)
+    assert refused.value.args[0].code() == CKError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    _grant(acl_broker, ResourceType.TRANSACTIONAL_ID, txn_id, AclOperation.WRITE, prefixed=False)
+    producer = Producer({"bootstrap.servers": acl_broker.bootstrap, "transactional.id": txn_id, **ALICE})
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    producer.produce(topic, b"transactional")
+    producer.commit_transaction(20)
+    got = consume(acl_broker, topic, 2, **ALICE, **{"group.id": unique_topic(ALICE_GROUPS)})
+    assert [m.value() for m in got] == [b"idempotent", b"transactional"]
+
+
+def test_authorized_operations_come_from_the_acls(acl_broker: BrokerProcess) -> None:
+    topic = unique_topic(ALICE_TOPICS)
+    _create_topic(acl_broker, topic)
+    group = unique_topic(ALICE_GROUPS)
+    consume(acl_broker, topic, 0, **ALICE, **{"group.id": group})
+    admin = AdminClient({"bootstrap.servers": acl_broker.bootstrap, **ADMIN})
+    alice = AdminClient({"bootstrap.servers": acl_broker.bootstrap, **ALICE})
+    assert set(admin.describe_cluster(include_authorized_operations=True).result(30).authorized_operations) == {
+        AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER, AclOperation.DESCRIBE,
+    }  # fmt: skip
+    assert not alice.describe_cluster(include_authorized_operations=True).result(30).authorized_operations
+    described = alice.describe_consumer_groups([group], include_authorized_operations=True)[group].result(30)
+    assert set(described.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
