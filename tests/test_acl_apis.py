@@ -1,0 +1,270 @@
+"""KafkaApis' authorization checks, API by API, on an in-process broker (BrokerServer with the
+``acl`` authorizer, no sockets): the dispatcher gets each request with a principal, as a SASL
+connection hands it over, and the answers carry Kafka's error codes where the ACLs refuse --
+for the whole request, per item, or by leaving items out -- and the ACL APIs' validation errors."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from broker_harness import FAKE_TRANSPORT, create, serving
+
+from odradek.broker.core import BrokerCore
+from odradek.broker.server import BrokerServer
+from odradek.config import load_config
+from odradek.errors import ErrorCode
+from odradek.interfaces import Endpoint
+from odradek.manager import Plugins, build_plugin_manager
+from odradek.plugins.transport_tcp.apis import Dispatcher
+from odradek.principal import KafkaPrincipal
+from odradek.protocol import ApiKey, FetchEnvelope, decode_response, encode_request, parse_request_header, request_type
+from odradek.security.acl import AclOperation, PatternType, ResourceType
+from odradek.testing.authorizer import acl, as_user
+
+Op = AclOperation
+MS = datetime.timedelta(milliseconds=1).__mul__
+TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
+T29, T30, T31 = (
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+)
+
+
+def nested(api_key: int, version: int, class_name: str, /, **fields: Any) -> Any:
+    """An entity of a request's schema, from the fields its version has."""
+    cls = getattr(sys.modules[request_type(api_key, version).__module__], class_name)
+    return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
+
+
+class Wire:
+    """Requests through the broker's dispatcher as ``principal``."""
+
+    def __init__(self, core: BrokerCore) -> None:
+        self.dispatcher = Dispatcher(core, core.config, Endpoint("PLAINTEXT", "127.0.0.1", 9092))
+        self.correlation = 0
+
+    async def call(self, user: str, api_key: int, version: int, **fields: Any) -> Any:
+        self.correlation += 1
+        request = request_type(api_key, version)(**fields)
+        frame = bytearray(encode_request(request, correlation_id=self.correlation, client_id="acl-test"))
+        out = await self.dispatcher.process(
+            parse_request_header(frame), frame, "10.0.0.1:5555", principal=KafkaPrincipal("User", user)
+        )
+        if isinstance(out, FetchEnvelope):
+            data = out.to_bytes()[4:]  # without the size prefix, as the other responses
+            out.release()
+            out = data
+        assert isinstance(out, bytes)
+        return decode_response(api_key, version, out)[1]
+
+
+@pytest.fixture
+async def wire(tmp_path: Path) -> AsyncIterator[Wire]:
+    plugins = Plugins(
+        build_plugin_manager(
+            entry_points_enabled=False,
+            extra=[
+                "odradek.plugins.compress.plugin",
+                "odradek.plugins.storage_segment.plugin",
+                "odradek.plugins.meta_local.plugin",
+                "odradek.security.plugin",
+                FAKE_TRANSPORT,
+            ],
+        )
+    )
+    config = load_config(
+        env={},
+        overrides={
+            "log.dirs": str(tmp_path),
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin",
+            "group.initial.rebalance.delay.ms": 0,
+        },
+        plugins=plugins,
+    )
+    async with serving(BrokerServer(config, plugins)) as core:
+        for name in ("alice-1", "alice-2", "other"):
+            await create(core, name)
+        assert core.authorizer is not None
+        results = await core.authorizer.create_acls(
+            as_user("admin"),
+            [
+                acl(TOPIC, "alice-", "User:alice", Op.ALL, pattern_type=PatternType.PREFIXED),
+                acl(GROUP, "alice-g", "User:alice", Op.READ),
+            ],
+        )
+        assert [r.error for r in results] == [None, None]
+        yield Wire(core)
+
+
+#: what a group coordinator answers until it has loaded its partitions
+_LOADING = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+
+def _code(value: Any) -> int:
+    return int(value)
+
+
+async def test_metadata_leaves_out_and_refuses_topics_without_describe(wire: Wire) -> None:
+    everything = await wire.call("alice", ApiKey.METADATA, 8, topics=None, allow_auto_topic_creation=False,
+                                 include_cluster_authorized_operations=True, include_topic_authorized_operations=True)  # fmt: skip
+    assert sorted(t.name for t in everything.topics) == ["alice-1", "alice-2"]
+    assert everything.cluster_authorized_operations == 0
+    read_describe = (1 << Op.READ) | (1 << Op.DESCRIBE)
+    assert all(t.topic_authorized_operations & read_describe == read_describe for t in everything.topics)
+    topic_cls = nested(ApiKey.METADATA, 8, "MetadataRequestTopic", name="other").__class__
+    named = await wire.call(
+        "alice", ApiKey.METADATA, 8, topics=(topic_cls(name="other"), topic_cls(name="alice-1"),
+                                              topic_cls(name="alice-new"), topic_cls(name="nope")),
+        allow_auto_topic_creation=True, include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )  # fmt: skip
+    codes = {t.name: _code(t.error_code) for t in named.topics}
+    # alice may create alice-* (ALL): auto-created; "nope" she may not even describe
+    assert codes["other"] == T29 and codes["nope"] == T29 and codes["alice-1"] == 0
+    assert codes["alice-new"] in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE)
+
+
+async def test_group_apis_need_the_group(wire: Wire) -> None:
+    protocol = nested(ApiKey.JOIN_GROUP, 5, "JoinGroupRequestProtocol", name="range", metadata=b"")
+    join = {
+        "session_timeout": MS(10000), "rebalance_timeout": MS(10000), "member_id": "", "group_instance_id": None,
+        "protocol_type": "consumer", "protocols": (protocol,),
+    }  # fmt: skip
+    refused = await wire.call("alice", ApiKey.JOIN_GROUP, 5, group_id="bobs-group", **join)
+    assert _code(refused.error_code) == T30
+    # FindCoordinator needs DESCRIBE on the group (READ implies it); it creates the offsets topic
+    denied = await wire.call("alice", ApiKey.FIND_COORDINATOR, 3, key="bobs-group", key_type=0)
+    assert _code(denied.error_code) == T30
+    with trio.fail_after(10):  # until the group coordinator has loaded its partitions
+        while _code((await wire.call("alice", ApiKey.FIND_COORDINATOR, 3, key="alice-g", key_type=0)).error_code):
+            await trio.sleep(0.05)
+        while True:
+            described = await wire.call(
+                "alice", ApiKey.DESCRIBE_GROUPS, 5, groups=("alice-g", "bobs-group"), include_authorized_operations=True
+            )
+            if _code(described.groups[0].error_code) not in _LOADING:
+                break
+            await trio.sleep(0.05)
+    codes = {g.group_id: _code(g.error_code) for g in described.groups}
+    assert codes == {"alice-g": 0, "bobs-group": T30}
+    (mine,) = [g for g in described.groups if g.group_id == "alice-g"]
+    assert mine.authorized_operations == (1 << Op.READ) | (1 << Op.DESCRIBE)
+    deleted = await wire.call("alice", ApiKey.DELETE_GROUPS, 2, groups_names=("alice-g",))
+    assert [_code(r.error_code) for r in deleted.results] == [T30]  # READ does not allow DELETE
+
+
+async def test_offset_commit_refuses_topics_without_read(wire: Wire) -> None:
+    part = nested(ApiKey.OFFSET_COMMIT, 7, "OffsetCommitRequestPartition", partition_index=0, committed_offset=0,
+                  committed_leader_epoch=-1, committed_metadata="")  # fmt: skip
+    topic_cls = nested(ApiKey.OFFSET_COMMIT, 7, "OffsetCommitRequestTopic", name="x", partitions=()).__class__
+    response = await wire.call(
+        "alice", ApiKey.OFFSET_COMMIT, 7, group_id="alice-g", generation_id_or_member_epoch=-1, member_id="",
+        group_instance_id=None, topics=(topic_cls(name="alice-1", partitions=(part,)), topic_cls(name="other", partitions=(part,))),
+    )  # fmt: skip
+    codes = {t.name: [_code(p.error_code) for p in t.partitions] for t in response.topics}
+    assert codes["other"] == [T29]
+    # allowed: the coordinator answers (it may still be loading its partition)
+    assert codes["alice-1"][0] in (ErrorCode.NONE, *_LOADING)
+
+
+async def test_per_item_admin_apis(wire: Wire) -> None:
+    deleted = await wire.call("alice", ApiKey.DELETE_TOPICS, 5, topic_names=("other", "alice-2"), timeout=MS(5000))
+    assert {r.name: _code(r.error_code) for r in deleted.responses} == {"other": T29, "alice-2": 0}
+    resource = nested(ApiKey.DESCRIBE_CONFIGS, 4, "DescribeConfigsResource", resource_type=2, resource_name="x",
+                      configuration_keys=None).__class__  # fmt: skip
+    configs = await wire.call(
+        "alice", ApiKey.DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False,
+        resources=(resource(resource_type=2, resource_name="alice-1", configuration_keys=None),
+                   resource(resource_type=2, resource_name="other", configuration_keys=None),
+                   resource(resource_type=4, resource_name="0", configuration_keys=None)),
+    )  # fmt: skip
+    assert {r.resource_name: _code(r.error_code) for r in configs.results} == {"alice-1": 0, "other": T29, "0": T31}
+    topic = nested(ApiKey.LIST_OFFSETS, 8, "ListOffsetsTopic", name="x", partitions=()).__class__
+    partition = nested(ApiKey.LIST_OFFSETS, 8, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1,
+                       timestamp=-1)  # fmt: skip
+    offsets = await wire.call(
+        "alice", ApiKey.LIST_OFFSETS, 8, replica_id=-1, isolation_level=0,
+        topics=(topic(name="other", partitions=(partition,)), topic(name="alice-1", partitions=(partition,))),
+    )  # fmt: skip
+    assert {t.name: _code(t.partitions[0].error_code) for t in offsets.topics} == {"other": T29, "alice-1": 0}
+
+
+async def test_cluster_apis_need_the_cluster(wire: Wire) -> None:
+    for api_key, version, fields in (
+        (ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None}),
+        (ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None}),
+        (ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, {"timeout": MS(5000), "topics": None}),
+        (ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, {"components": (), "strict": False}),
+    ):
+        response = await wire.call("alice", api_key, version, **fields)
+        assert _code(response.error_code) == T31, api_key
+        admin = await wire.call("admin", api_key, version, **fields)
+        assert _code(admin.error_code) == 0, api_key
+    idempotent = await wire.call("bob", ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout=MS(60000),
+                                 producer_id=-1, producer_epoch=-1)  # fmt: skip
+    assert _code(idempotent.error_code) == T31
+    allowed = await wire.call("alice", ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout=MS(60000),
+                              producer_id=-1, producer_epoch=-1)  # fmt: skip
+    assert _code(allowed.error_code) == 0  # WRITE on her topics is enough
+
+
+async def test_acl_apis_refuse_bad_bindings_and_filters(wire: Wire) -> None:
+    creation = nested(ApiKey.CREATE_ACLS, 3, "AclCreation", resource_type=2, resource_name="t",
+                      resource_pattern_type=3, principal="User:bob", host="*", operation=3, permission_type=3).__class__  # fmt: skip
+    fields = {"resource_type": 2, "resource_name": "t", "principal": "User:bob", "host": "*", "operation": 3}
+    response = await wire.call(
+        "admin", ApiKey.CREATE_ACLS, 3,
+        creations=(creation(**fields, resource_pattern_type=2, permission_type=3),  # MATCH
+                   creation(**fields, resource_pattern_type=3, permission_type=1),  # ANY permission
+                   creation(**{**fields, "operation": 99}, resource_pattern_type=3, permission_type=3),  # no such code
+                   creation(**fields, resource_pattern_type=3, permission_type=3)),
+    )  # fmt: skip
+    assert [_code(r.error_code) for r in response.results] == [ErrorCode.INVALID_REQUEST] * 3 + [0]
+    assert "MATCH" in response.results[0].error_message
+    bad_filter = await wire.call("admin", ApiKey.DESCRIBE_ACLS, 3, resource_type_filter=2, resource_name_filter=None,
+                                 pattern_type_filter=1, principal_filter=None, host_filter=None, operation=0,
+                                 permission_type=1)  # fmt: skip
+    assert _code(bad_filter.error_code) == ErrorCode.INVALID_REQUEST
+    found = await wire.call("admin", ApiKey.DESCRIBE_ACLS, 3, resource_type_filter=2, resource_name_filter="t",
+                            pattern_type_filter=2, principal_filter=None, host_filter=None, operation=1,
+                            permission_type=1)  # fmt: skip
+    assert [(r.resource_name, [a.principal for a in r.acls]) for r in found.resources] == [("t", ["User:bob"])]
+    refused = await wire.call("alice", ApiKey.CREATE_ACLS, 3, creations=(creation(**fields, resource_pattern_type=3,
+                              permission_type=3),))  # fmt: skip
+    assert [_code(r.error_code) for r in refused.results] == [T31]
+
+
+async def test_fetch_needs_read_and_a_follower_cluster_action(wire: Wire) -> None:
+    partition = nested(ApiKey.FETCH, 11, "FetchPartition", partition=0, current_leader_epoch=-1, fetch_offset=0,
+                       last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1024)  # fmt: skip
+    topics = tuple(
+        nested(ApiKey.FETCH, 11, "FetchTopic", topic=t, partitions=(partition,)) for t in ("alice-1", "other")
+    )
+
+    async def fetch(user: str, replica_id: int) -> dict[str, int]:
+        response = await wire.call(
+            user, ApiKey.FETCH, 11, replica_id=replica_id, max_wait=MS(0), min_bytes=0,
+            max_bytes=4096, isolation_level=0, session_id=0, session_epoch=-1, topics=topics,
+            forgotten_topics_data=(), rack_id="",
+        )  # fmt: skip
+        return {t.topic: _code(t.partitions[0].error_code) for t in response.responses}
+
+    assert await fetch("alice", -1) == {"alice-1": 0, "other": T29}
+    assert await fetch("alice", 1) == {"alice-1": T29, "other": T29}  # a follower without CLUSTER_ACTION
+    asked = nested(ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, "OffsetForLeaderPartition", partition=0,
+                   current_leader_epoch=-1, leader_epoch=0)  # fmt: skip
+    epoch_topics = (
+        nested(ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, "OffsetForLeaderTopic", topic="alice-1", partitions=(asked,)),
+    )
+    for replica_id, expected in ((1, T31), (-1, ErrorCode.NONE)):
+        epochs = await wire.call("alice", ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, replica_id=replica_id, topics=epoch_topics)
+        assert _code(epochs.topics[0].partitions[0].error_code) == expected
