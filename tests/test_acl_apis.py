@@ -114,19 +114,34 @@ def _code(value: Any) -> int:
 
 
 async def test_metadata_leaves_out_and_refuses_topics_without_describe(wire: Wire) -> None:
-    everything = await wire.call("alice", ApiKey.METADATA, 8, topics=None, allow_auto_topic_creation=False,
-                                 include_cluster_authorized_operations=True, include_topic_authorized_operations=True)  # fmt: skip
+    everything = await wire.call(
+        "alice",
+        ApiKey.METADATA,
+        8,
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=True,
+        include_topic_authorized_operations=True,
+    )
     assert sorted(t.name for t in everything.topics) == ["alice-1", "alice-2"]
     assert everything.cluster_authorized_operations == 0
     read_describe = (1 << Op.READ) | (1 << Op.DESCRIBE)
     assert all(t.topic_authorized_operations & read_describe == read_describe for t in everything.topics)
     topic_cls = nested(ApiKey.METADATA, 8, "MetadataRequestTopic", name="other").__class__
     named = await wire.call(
-        "alice", ApiKey.METADATA, 8, topics=(topic_cls(name="other"), topic_cls(name="alice-1"),
-                                              topic_cls(name="alice-new"), topic_cls(name="nope")),
-        allow_auto_topic_creation=True, include_cluster_authorized_operations=False,
+        "alice",
+        ApiKey.METADATA,
+        8,
+        topics=(
+            topic_cls(name="other"),
+            topic_cls(name="alice-1"),
+            topic_cls(name="alice-new"),
+            topic_cls(name="nope"),
+        ),
+        allow_auto_topic_creation=True,
+        include_cluster_authorized_operations=False,
         include_topic_authorized_operations=False,
-    )  # fmt: skip
+    )
     codes = {t.name: _code(t.error_code) for t in named.topics}
     # alice may create alice-* (ALL): auto-created; "nope" she may not even describe
     assert codes["other"] == T29 and codes["nope"] == T29 and codes["alice-1"] == 0
@@ -136,9 +151,13 @@ async def test_metadata_leaves_out_and_refuses_topics_without_describe(wire: Wir
 async def test_group_apis_need_the_group(wire: Wire) -> None:
     protocol = nested(ApiKey.JOIN_GROUP, 5, "JoinGroupRequestProtocol", name="range", metadata=b"")
     join = {
-        "session_timeout": MS(10000), "rebalance_timeout": MS(10000), "member_id": "", "group_instance_id": None,
-        "protocol_type": "consumer", "protocols": (protocol,),
-    }  # fmt: skip
+        "session_timeout": MS(10000),
+        "rebalance_timeout": MS(10000),
+        "member_id": "",
+        "group_instance_id": None,
+        "protocol_type": "consumer",
+        "protocols": (protocol,),
+    }
     refused = await wire.call("alice", ApiKey.JOIN_GROUP, 5, group_id="bobs-group", **join)
     assert _code(refused.error_code) == T30
     # FindCoordinator needs DESCRIBE on the group (READ implies it); it creates the offsets topic
@@ -163,13 +182,26 @@ async def test_group_apis_need_the_group(wire: Wire) -> None:
 
 
 async def test_offset_commit_refuses_topics_without_read(wire: Wire) -> None:
-    part = nested(ApiKey.OFFSET_COMMIT, 7, "OffsetCommitRequestPartition", partition_index=0, committed_offset=0,
-                  committed_leader_epoch=-1, committed_metadata="")  # fmt: skip
+    part = nested(
+        ApiKey.OFFSET_COMMIT,
+        7,
+        "OffsetCommitRequestPartition",
+        partition_index=0,
+        committed_offset=0,
+        committed_leader_epoch=-1,
+        committed_metadata="",
+    )
     topic_cls = nested(ApiKey.OFFSET_COMMIT, 7, "OffsetCommitRequestTopic", name="x", partitions=()).__class__
     response = await wire.call(
-        "alice", ApiKey.OFFSET_COMMIT, 7, group_id="alice-g", generation_id_or_member_epoch=-1, member_id="",
-        group_instance_id=None, topics=(topic_cls(name="alice-1", partitions=(part,)), topic_cls(name="other", partitions=(part,))),
-    )  # fmt: skip
+        "alice",
+        ApiKey.OFFSET_COMMIT,
+        7,
+        group_id="alice-g",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(topic_cls(name="alice-1", partitions=(part,)), topic_cls(name="other", partitions=(part,))),
+    )
     codes = {t.name: [_code(p.error_code) for p in t.partitions] for t in response.topics}
     assert codes["other"] == [T29]
     # allowed: the coordinator answers (it may still be loading its partition)
@@ -179,22 +211,39 @@ async def test_offset_commit_refuses_topics_without_read(wire: Wire) -> None:
 async def test_per_item_admin_apis(wire: Wire) -> None:
     deleted = await wire.call("alice", ApiKey.DELETE_TOPICS, 5, topic_names=("other", "alice-2"), timeout=MS(5000))
     assert {r.name: _code(r.error_code) for r in deleted.responses} == {"other": T29, "alice-2": 0}
-    resource = nested(ApiKey.DESCRIBE_CONFIGS, 4, "DescribeConfigsResource", resource_type=2, resource_name="x",
-                      configuration_keys=None).__class__  # fmt: skip
+    resource = nested(
+        ApiKey.DESCRIBE_CONFIGS,
+        4,
+        "DescribeConfigsResource",
+        resource_type=2,
+        resource_name="x",
+        configuration_keys=None,
+    ).__class__
     configs = await wire.call(
-        "alice", ApiKey.DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False,
-        resources=(resource(resource_type=2, resource_name="alice-1", configuration_keys=None),
-                   resource(resource_type=2, resource_name="other", configuration_keys=None),
-                   resource(resource_type=4, resource_name="0", configuration_keys=None)),
-    )  # fmt: skip
+        "alice",
+        ApiKey.DESCRIBE_CONFIGS,
+        4,
+        include_synonyms=False,
+        include_documentation=False,
+        resources=(
+            resource(resource_type=2, resource_name="alice-1", configuration_keys=None),
+            resource(resource_type=2, resource_name="other", configuration_keys=None),
+            resource(resource_type=4, resource_name="0", configuration_keys=None),
+        ),
+    )
     assert {r.resource_name: _code(r.error_code) for r in configs.results} == {"alice-1": 0, "other": T29, "0": T31}
     topic = nested(ApiKey.LIST_OFFSETS, 8, "ListOffsetsTopic", name="x", partitions=()).__class__
-    partition = nested(ApiKey.LIST_OFFSETS, 8, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1,
-                       timestamp=-1)  # fmt: skip
+    partition = nested(
+        ApiKey.LIST_OFFSETS, 8, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1, timestamp=-1
+    )
     offsets = await wire.call(
-        "alice", ApiKey.LIST_OFFSETS, 8, replica_id=-1, isolation_level=0,
+        "alice",
+        ApiKey.LIST_OFFSETS,
+        8,
+        replica_id=-1,
+        isolation_level=0,
         topics=(topic(name="other", partitions=(partition,)), topic(name="alice-1", partitions=(partition,))),
-    )  # fmt: skip
+    )
     assert {t.name: _code(t.partitions[0].error_code) for t in offsets.topics} == {"other": T29, "alice-1": 0}
 
 
@@ -209,59 +258,131 @@ async def test_cluster_apis_need_the_cluster(wire: Wire) -> None:
         assert _code(response.error_code) == T31, api_key
         admin = await wire.call("admin", api_key, version, **fields)
         assert _code(admin.error_code) == 0, api_key
-    idempotent = await wire.call("bob", ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout=MS(60000),
-                                 producer_id=-1, producer_epoch=-1)  # fmt: skip
+    idempotent = await wire.call(
+        "bob",
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        transactional_id=None,
+        transaction_timeout=MS(60000),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
     assert _code(idempotent.error_code) == T31
-    allowed = await wire.call("alice", ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout=MS(60000),
-                              producer_id=-1, producer_epoch=-1)  # fmt: skip
+    allowed = await wire.call(
+        "alice",
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        transactional_id=None,
+        transaction_timeout=MS(60000),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
     assert _code(allowed.error_code) == 0  # WRITE on her topics is enough
 
 
 async def test_acl_apis_refuse_bad_bindings_and_filters(wire: Wire) -> None:
-    creation = nested(ApiKey.CREATE_ACLS, 3, "AclCreation", resource_type=2, resource_name="t",
-                      resource_pattern_type=3, principal="User:bob", host="*", operation=3, permission_type=3).__class__  # fmt: skip
+    creation = nested(
+        ApiKey.CREATE_ACLS,
+        3,
+        "AclCreation",
+        resource_type=2,
+        resource_name="t",
+        resource_pattern_type=3,
+        principal="User:bob",
+        host="*",
+        operation=3,
+        permission_type=3,
+    ).__class__
     fields = {"resource_type": 2, "resource_name": "t", "principal": "User:bob", "host": "*", "operation": 3}
     response = await wire.call(
-        "admin", ApiKey.CREATE_ACLS, 3,
-        creations=(creation(**fields, resource_pattern_type=2, permission_type=3),  # MATCH
-                   creation(**fields, resource_pattern_type=3, permission_type=1),  # ANY permission
-                   creation(**{**fields, "operation": 99}, resource_pattern_type=3, permission_type=3),  # no such code
-                   creation(**fields, resource_pattern_type=3, permission_type=3)),
-    )  # fmt: skip
+        "admin",
+        ApiKey.CREATE_ACLS,
+        3,
+        creations=(
+            creation(**fields, resource_pattern_type=2, permission_type=3),  # MATCH
+            creation(**fields, resource_pattern_type=3, permission_type=1),  # ANY permission
+            creation(**{**fields, "operation": 99}, resource_pattern_type=3, permission_type=3),  # no such code
+            creation(**fields, resource_pattern_type=3, permission_type=3),
+        ),
+    )
     assert [_code(r.error_code) for r in response.results] == [ErrorCode.INVALID_REQUEST] * 3 + [0]
     assert "MATCH" in response.results[0].error_message
-    bad_filter = await wire.call("admin", ApiKey.DESCRIBE_ACLS, 3, resource_type_filter=2, resource_name_filter=None,
-                                 pattern_type_filter=1, principal_filter=None, host_filter=None, operation=0,
-                                 permission_type=1)  # fmt: skip
+    bad_filter = await wire.call(
+        "admin",
+        ApiKey.DESCRIBE_ACLS,
+        3,
+        resource_type_filter=2,
+        resource_name_filter=None,
+        pattern_type_filter=1,
+        principal_filter=None,
+        host_filter=None,
+        operation=0,
+        permission_type=1,
+    )
     assert _code(bad_filter.error_code) == ErrorCode.INVALID_REQUEST
-    found = await wire.call("admin", ApiKey.DESCRIBE_ACLS, 3, resource_type_filter=2, resource_name_filter="t",
-                            pattern_type_filter=2, principal_filter=None, host_filter=None, operation=1,
-                            permission_type=1)  # fmt: skip
+    found = await wire.call(
+        "admin",
+        ApiKey.DESCRIBE_ACLS,
+        3,
+        resource_type_filter=2,
+        resource_name_filter="t",
+        pattern_type_filter=2,
+        principal_filter=None,
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    )
     assert [(r.resource_name, [a.principal for a in r.acls]) for r in found.resources] == [("t", ["User:bob"])]
-    refused = await wire.call("alice", ApiKey.CREATE_ACLS, 3, creations=(creation(**fields, resource_pattern_type=3,
-                              permission_type=3),))  # fmt: skip
+    refused = await wire.call(
+        "alice", ApiKey.CREATE_ACLS, 3, creations=(creation(**fields, resource_pattern_type=3, permission_type=3),)
+    )
     assert [_code(r.error_code) for r in refused.results] == [T31]
 
 
 async def test_fetch_needs_read_and_a_follower_cluster_action(wire: Wire) -> None:
-    partition = nested(ApiKey.FETCH, 11, "FetchPartition", partition=0, current_leader_epoch=-1, fetch_offset=0,
-                       last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1024)  # fmt: skip
+    partition = nested(
+        ApiKey.FETCH,
+        11,
+        "FetchPartition",
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=0,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=1024,
+    )
     topics = tuple(
         nested(ApiKey.FETCH, 11, "FetchTopic", topic=t, partitions=(partition,)) for t in ("alice-1", "other")
     )
 
     async def fetch(user: str, replica_id: int) -> dict[str, int]:
         response = await wire.call(
-            user, ApiKey.FETCH, 11, replica_id=replica_id, max_wait=MS(0), min_bytes=0,
-            max_bytes=4096, isolation_level=0, session_id=0, session_epoch=-1, topics=topics,
-            forgotten_topics_data=(), rack_id="",
-        )  # fmt: skip
+            user,
+            ApiKey.FETCH,
+            11,
+            replica_id=replica_id,
+            max_wait=MS(0),
+            min_bytes=0,
+            max_bytes=4096,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=topics,
+            forgotten_topics_data=(),
+            rack_id="",
+        )
         return {t.topic: _code(t.partitions[0].error_code) for t in response.responses}
 
     assert await fetch("alice", -1) == {"alice-1": 0, "other": T29}
     assert await fetch("alice", 1) == {"alice-1": T29, "other": T29}  # a follower without CLUSTER_ACTION
-    asked = nested(ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, "OffsetForLeaderPartition", partition=0,
-                   current_leader_epoch=-1, leader_epoch=0)  # fmt: skip
+    asked = nested(
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        3,
+        "OffsetForLeaderPartition",
+        partition=0,
+        current_leader_epoch=-1,
+        leader_epoch=0,
+    )
     epoch_topics = (
         nested(ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, "OffsetForLeaderTopic", topic="alice-1", partitions=(asked,)),
     )
