@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from acl_helpers import ADMIN, ALICE, BOB, SETTINGS, kafka_python
+from acl_helpers import ADMIN, ALICE, BOB, SETTINGS, kafka_python, librdkafka
 from client_helpers import consume, produce
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import KafkaError as CKError
@@ -27,11 +28,13 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from odradek.security.acl import AclOperation as OdradekOperation
 from odradek.testing import BrokerProcess, start_broker, unique_topic
 
 pytestmark = pytest.mark.integration
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
+ACL_READ = OdradekOperation.READ
 #: alice's topics and group (prefixes: each test names its own under them)
 ALICE_TOPICS, ALICE_GROUPS = "alice-", "alice-g"
 
@@ -296,3 +299,65 @@ def test_authorized_operations_come_from_the_acls(acl_broker: BrokerProcess) -> 
     assert not alice.describe_cluster(include_authorized_operations=True).result(30).authorized_operations
     described = alice.describe_consumer_groups([group], include_authorized_operations=True)[group].result(30)
     assert set(described.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+
+
+def test_odradek_admin_client_manages_acls(acl_broker: BrokerProcess) -> None:
+    from odradek.client import Admin, KafkaError
+    from odradek.security.acl import AclBindingFilter as Filter
+    from odradek.security.acl import ResourcePatternFilter
+    from odradek.security.acl import ResourceType as Type
+    from odradek.testing.authorizer import acl
+
+    group = unique_topic("odradek-g")
+    binding = acl(Type.GROUP, group, "User:bob", ACL_READ)
+    by_group = Filter(ResourcePatternFilter(Type.GROUP, group))
+    with Admin({"bootstrap.servers": acl_broker.bootstrap, **ADMIN}) as admin:
+        assert admin.create_acls([binding], timeout=30) == {binding: None}
+        assert admin.describe_acls(by_group, timeout=30) == [binding]
+        assert admin.delete_acls([by_group], timeout=30) == {by_group: [binding]}
+        assert admin.describe_acls(by_group, timeout=30) == []
+    with Admin({"bootstrap.servers": acl_broker.bootstrap, **BOB}) as bob:
+        with pytest.raises(KafkaError) as refused:
+            bob.describe_acls(timeout=30)
+        assert refused.value.code == CKError.CLUSTER_AUTHORIZATION_FAILED
+        (error,) = bob.create_acls([binding], timeout=30).values()
+        assert error is not None and error.code == CKError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def _acls_cli(broker: BrokerProcess, user: str, *args: str) -> subprocess.CompletedProcess[str]:
+    sasl = [f"{k}={v}" for k, v in librdkafka(user).items()]
+    return subprocess.run(
+        [sys.executable, "-m", "odradek", "acls", *args, "--bootstrap-server", broker.bootstrap,
+         *(arg for kv in sasl for arg in ("--command-config", kv))],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_odradek_acls_cli(acl_broker: BrokerProcess) -> None:
+    topic = unique_topic("cli-acl")
+    added = _acls_cli(
+        acl_broker, "admin", "add", "--allow-principal", "User:bob", "--operation", "Read",
+        "--operation", "describe_configs", "--topic", topic,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert f"Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name={topic}, patternType=LITERAL)`:" in (
+        added.stdout
+    )
+    listed = _acls_cli(acl_broker, "admin", "list", "--topic", topic)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[:3] == [
+        f"Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name={topic}, patternType=LITERAL)`:",
+        " \t(principal=User:bob, host=*, operation=READ, permissionType=ALLOW)",
+        " \t(principal=User:bob, host=*, operation=DESCRIBE_CONFIGS, permissionType=ALLOW)",
+    ]
+    assert "User:alice" in _acls_cli(acl_broker, "admin", "list", "--principal", "User:alice").stdout
+    removed = _acls_cli(acl_broker, "admin", "remove", "--topic", topic, "--operation", "Read")
+    assert removed.returncode == 0 and "operation=READ" in removed.stdout, removed.stderr
+    left = _acls_cli(acl_broker, "admin", "list", "--topic", topic)
+    assert "READ" not in left.stdout and "DESCRIBE_CONFIGS" in left.stdout
+    bad = _acls_cli(acl_broker, "admin", "add", "--allow-principal", "User:bob", "--operation", "Fly", "--topic", topic)
+    assert bad.returncode == 1 and "unknown operation 'Fly'" in bad.stderr
+    refused = _acls_cli(
+        acl_broker, "alice", "add", "--allow-principal", "User:alice", "--operation", "All", "--cluster"
+    )
+    assert refused.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
