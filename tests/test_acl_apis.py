@@ -109,6 +109,14 @@ async def wire(tmp_path: Path) -> AsyncIterator[Wire]:
 _LOADING = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
 
+async def _coordinator_ready(wire: Wire) -> None:
+    """Ask for the groups' coordinator until it answers: the first FindCoordinator creates the
+    offsets topic, whose partitions the coordinator then loads."""
+    with trio.fail_after(10):
+        while _code((await wire.call("admin", ApiKey.FIND_COORDINATOR, 3, key="alice-g", key_type=0)).error_code):
+            await trio.sleep(0.05)
+
+
 def _code(value: Any) -> int:
     return int(value)
 
@@ -163,9 +171,8 @@ async def test_group_apis_need_the_group(wire: Wire) -> None:
     # FindCoordinator needs DESCRIBE on the group (READ implies it); it creates the offsets topic
     denied = await wire.call("alice", ApiKey.FIND_COORDINATOR, 3, key="bobs-group", key_type=0)
     assert _code(denied.error_code) == T30
-    with trio.fail_after(10):  # until the group coordinator has loaded its partitions
-        while _code((await wire.call("alice", ApiKey.FIND_COORDINATOR, 3, key="alice-g", key_type=0)).error_code):
-            await trio.sleep(0.05)
+    await _coordinator_ready(wire)
+    with trio.fail_after(10):
         while True:
             described = await wire.call(
                 "alice", ApiKey.DESCRIBE_GROUPS, 5, groups=("alice-g", "bobs-group"), include_authorized_operations=True
@@ -389,3 +396,62 @@ async def test_fetch_needs_read_and_a_follower_cluster_action(wire: Wire) -> Non
     for replica_id, expected in ((1, T31), (-1, ErrorCode.NONE)):
         epochs = await wire.call("alice", ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, replica_id=replica_id, topics=epoch_topics)
         assert _code(epochs.topics[0].partitions[0].error_code) == expected
+
+
+async def test_offset_fetch_and_list_groups_show_only_what_may_be_described(wire: Wire) -> None:
+    part = nested(
+        ApiKey.OFFSET_COMMIT,
+        7,
+        "OffsetCommitRequestPartition",
+        partition_index=0,
+        committed_offset=5,
+        committed_leader_epoch=-1,
+        committed_metadata="",
+    )
+    commit_topic = nested(ApiKey.OFFSET_COMMIT, 7, "OffsetCommitRequestTopic", name="x", partitions=()).__class__
+    await _coordinator_ready(wire)
+    for user, group, topics in (
+        ("alice", "alice-g", ("alice-1",)),
+        ("admin", "alice-g", ("other",)),
+        ("admin", "bobs-group", ("other",)),
+    ):
+        with trio.fail_after(10):  # until the group coordinator has loaded its partitions
+            while True:
+                committed = await wire.call(
+                    user,
+                    ApiKey.OFFSET_COMMIT,
+                    7,
+                    group_id=group,
+                    generation_id_or_member_epoch=-1,
+                    member_id="",
+                    group_instance_id=None,
+                    topics=tuple(commit_topic(name=t, partitions=(part,)) for t in topics),
+                )
+                if _code(committed.topics[0].partitions[0].error_code) not in _LOADING:
+                    break
+                await trio.sleep(0.05)
+        assert _code(committed.topics[0].partitions[0].error_code) == 0
+    # all of alice-g's topics: "other" (committed by admin) is left out for alice
+    everything = await wire.call("alice", ApiKey.OFFSET_FETCH, 7, group_id="alice-g", topics=None, require_stable=False)
+    assert [t.name for t in everything.topics] == ["alice-1"]
+    assert [
+        t.name
+        for t in (
+            await wire.call("admin", ApiKey.OFFSET_FETCH, 7, group_id="alice-g", topics=None, require_stable=False)
+        ).topics
+    ] == ["alice-1", "other"]
+    group_cls = nested(ApiKey.OFFSET_FETCH, 8, "OffsetFetchRequestGroup", group_id="x", topics=None).__class__
+    several = await wire.call(
+        "alice",
+        ApiKey.OFFSET_FETCH,
+        8,
+        require_stable=False,
+        groups=(group_cls(group_id="alice-g", topics=None), group_cls(group_id="bobs-group", topics=None)),
+    )
+    assert {g.group_id: _code(g.error_code) for g in several.groups} == {"alice-g": 0, "bobs-group": T30}
+    listed = await wire.call("alice", ApiKey.LIST_GROUPS, 4, states_filter=())
+    assert [g.group_id for g in listed.groups] == ["alice-g"]
+    assert sorted(g.group_id for g in (await wire.call("admin", ApiKey.LIST_GROUPS, 4, states_filter=())).groups) == [
+        "alice-g",
+        "bobs-group",
+    ]

@@ -12,7 +12,8 @@ the way Kafka's ``KafkaApis`` checks them, in three shapes:
   topics, DescribeGroups' groups, DescribeConfigs' resources); the handler gets the request with
   the allowed items only and the denied ones are answered with their error, merged into the
   handler's response;
-- a *response filter* (``filter``): ListGroups keeps the groups the principal may DESCRIBE.
+- a *response filter* (``filter``): ListGroups keeps the groups the principal may DESCRIBE, an
+  OffsetFetch for all of a group's topics the topics it may DESCRIBE.
 
 Produce, Fetch and Metadata check in their handlers (``core``), which build their own responses.
 Denials are logged on ``odradek.authorizer`` (Kafka's ``kafka.authorizer.logger``).
@@ -135,7 +136,8 @@ class ItemRule:
 class Rule:
     check: Callable[[Any, Authorizer, Any], Denial | None] | None = None
     items: ItemRule | None = None
-    filter: Callable[[Any, Authorizer, Any], Any] | None = None
+    #: ``filter(ctx, authorizer, request, response)``: the response without what may not be seen
+    filter: Callable[[Any, Authorizer, Any, Any], Any] | None = None
 
 
 def _cluster(operation: AclOperation) -> Callable[[Any, Authorizer, Any], Denial | None]:
@@ -241,7 +243,7 @@ def _create_topics_denied(ctx: Any, authorizer: Authorizer, request: Any, item: 
 
 
 def _delete_topics_field(request: Any) -> str:
-    return "topic_names" if request.topic_names else "topics"
+    return "topic_names" if getattr(request, "topic_names", None) else "topics"
 
 
 def _delete_topics_denied(ctx: Any, authorizer: Authorizer, request: Any, item: Any) -> ErrorCode | None:
@@ -296,7 +298,7 @@ def _find_coordinator_keys_denied(ctx: Any, authorizer: Authorizer, request: Any
     return None if allowed(ctx, authorizer, operation, resource_type, item) else code
 
 
-def _list_groups(ctx: Any, authorizer: Authorizer, response: Any) -> Any:
+def _list_groups(ctx: Any, authorizer: Authorizer, request: Any, response: Any) -> Any:
     """Kafka: CLUSTER DESCRIBE lists every group, else those the principal may DESCRIBE."""
     if cluster_allowed(ctx, authorizer, Op.DESCRIBE, log=False):
         return response
@@ -304,8 +306,29 @@ def _list_groups(ctx: Any, authorizer: Authorizer, response: Any) -> Any:
     return replace(response, groups=tuple(g for g in response.groups if g.group_id in names))
 
 
-def _offset_fetch_topics(request: Any) -> str | None:
-    return "topics" if getattr(request, "group_id", None) is not None and request.topics is not None else None
+def _offset_fetch_items(request: Any) -> str | None:
+    """v8+ names several groups (each needs DESCRIBE); before, one group (checked whole) and
+    its topics (each needs DESCRIBE; null: all, not filtered)."""
+    if getattr(request, "groups", None) is not None:
+        return "groups"
+    return "topics" if request.topics is not None else None
+
+
+def _offset_fetch_all_topics(ctx: Any, authorizer: Authorizer, request: Any, response: Any) -> Any:
+    """Asked for all its topics (null), a group's committed offsets leave out the topics the
+    principal may not DESCRIBE, as Kafka's ``handleOffsetFetchRequest`` does."""
+    if getattr(request, "groups", None) is not None or request.topics is not None:
+        return response
+    names = allowed_names(ctx, authorizer, Op.DESCRIBE, RT.TOPIC, [t.name for t in response.topics])
+    return replace(response, topics=tuple(t for t in response.topics if t.name in names))
+
+
+def _offset_fetch_denied(ctx: Any, authorizer: Authorizer, request: Any, item: Any) -> ErrorCode | None:
+    if hasattr(item, "group_id"):  # a v8+ group
+        ok = allowed(ctx, authorizer, Op.DESCRIBE, RT.GROUP, item.group_id)
+        return None if ok else ErrorCode.GROUP_AUTHORIZATION_FAILED
+    ok = allowed(ctx, authorizer, Op.DESCRIBE, RT.TOPIC, item.name)
+    return None if ok else ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
 def _txn_id_describe_denied(ctx: Any, authorizer: Authorizer, request: Any, item: Any) -> ErrorCode | None:
@@ -318,8 +341,7 @@ REQUEST_RULES: dict[int, Rule] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: Rule(_offset_for_leader_epoch, _topic_item(Op.DESCRIBE, "topic")),
     ApiKey.OFFSET_COMMIT: Rule(_group(Op.READ), _topic_item(Op.READ)),
     ApiKey.OFFSET_FETCH: Rule(
-        _group(Op.DESCRIBE),
-        ItemRule(_offset_fetch_topics, _topic_item(Op.DESCRIBE).denied),
+        _group(Op.DESCRIBE), ItemRule(_offset_fetch_items, _offset_fetch_denied), _offset_fetch_all_topics
     ),
     ApiKey.OFFSET_DELETE: Rule(_group(Op.DELETE), _topic_item(Op.READ)),
     ApiKey.FIND_COORDINATOR: Rule(
@@ -398,7 +420,7 @@ async def authorized_call(ctx: Any, authorizer: Authorizer, handle: Any, request
                 denied = replace(request, **{field: tuple(items)})
                 response = _merged(response, error_response(key, version, denied, code, _MESSAGES[code]))
     if rule.filter is not None and response is not None:
-        response = rule.filter(ctx, authorizer, response)
+        response = rule.filter(ctx, authorizer, request, response)
     return response
 
 
