@@ -154,6 +154,20 @@ async def test_metadata_leaves_out_and_refuses_topics_without_describe(wire: Wir
     # alice may create alice-* (ALL): auto-created; "nope" she may not even describe
     assert codes["other"] == T29 and codes["nope"] == T29 and codes["alice-1"] == 0
     assert codes["alice-new"] in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE)
+    # bob may describe bob-x but not create it: refused, and not created
+    core = wire.dispatcher.broker
+    await core.authorizer.create_acls(as_user("admin"), [acl(TOPIC, "bob-x", "User:bob", Op.DESCRIBE)])
+    bobs = await wire.call(
+        "bob",
+        ApiKey.METADATA,
+        8,
+        topics=(topic_cls(name="bob-x"),),
+        allow_auto_topic_creation=True,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+    assert [(t.name, _code(t.error_code)) for t in bobs.topics] == [("bob-x", T29)]
+    assert "bob-x" not in core.metadata_cache.topics and "alice-new" in core.metadata_cache.topics
 
 
 async def test_group_apis_need_the_group(wire: Wire) -> None:

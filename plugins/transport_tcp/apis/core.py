@@ -120,7 +120,8 @@ async def _authorized_metadata(
         described = allowed_names(ctx, authorizer, AclOperation.DESCRIBE, ResourceType.TOPIC, topics)
         denied = {t for t in topics if t not in described}
         missing = [t for t in topics if t in described and t not in ctx.broker.metadata_cache.topics]
-        if missing and allow_auto_create and not cluster_allowed(ctx, authorizer, AclOperation.CREATE, log=False):
+        auto_create = allow_auto_create and bool(ctx.config["auto.create.topics.enable"])
+        if missing and auto_create and not cluster_allowed(ctx, authorizer, AclOperation.CREATE, log=False):
             creatable = allowed_names(ctx, authorizer, AclOperation.CREATE, ResourceType.TOPIC, missing)
             denied.update(t for t in missing if t not in creatable)
     asked = None if topics is None else [t for t in topics if t not in denied]
