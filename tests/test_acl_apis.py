@@ -469,3 +469,109 @@ async def test_offset_fetch_and_list_groups_show_only_what_may_be_described(wire
         "alice-g",
         "bobs-group",
     ]
+
+
+HOSTILE_NAMES = ("", "a/b", "%2F", "\x00", "*", "é" * 300, "x" * 5000, "../..", "kafka-cluster")
+HOSTILE_CODES = (-128, -1, 0, 1, 2, 3, 4, 5, 8, 15, 127)
+
+
+async def test_acl_apis_answer_hostile_input_without_failing(wire: Wire) -> None:
+    """Whatever codes and names a client sends, every creation and filter gets NONE or
+    INVALID_REQUEST (never UNKNOWN_SERVER_ERROR), and odd names come back as they were stored."""
+    creation = nested(
+        ApiKey.CREATE_ACLS,
+        3,
+        "AclCreation",
+        resource_type=2,
+        resource_name="t",
+        resource_pattern_type=3,
+        principal="User:x",
+        host="*",
+        operation=3,
+        permission_type=3,
+    ).__class__
+    creations = tuple(
+        creation(
+            resource_type=code,
+            resource_name=name,
+            resource_pattern_type=(code % 5),
+            principal=principal,
+            host=host,
+            operation=(code + 3) % 15,
+            permission_type=(code % 4),
+        )
+        for code in HOSTILE_CODES
+        for name in HOSTILE_NAMES
+        for principal, host in (("User:x", "*"), ("x", ""), ("User:", "10.0.0.1"), (":y", "*"))
+    )
+    created = await wire.call("admin", ApiKey.CREATE_ACLS, 3, creations=creations)
+    codes = [_code(r.error_code) for r in created.results]
+    assert len(codes) == len(creations) and set(codes) <= {ErrorCode.NONE, ErrorCode.INVALID_REQUEST}
+    stored = [c for c, code in zip(creations, codes, strict=True) if code == ErrorCode.NONE]
+    assert stored, "some hostile-looking creations are valid ACLs"
+    for code in HOSTILE_CODES:
+        for name in (None, *HOSTILE_NAMES):
+            fields = {
+                "resource_type_filter": code,
+                "resource_name_filter": name,
+                "pattern_type_filter": code % 5,
+                "principal_filter": None,
+                "host_filter": None,
+                "operation": 1,
+                "permission_type": 1,
+            }
+            described = await wire.call("admin", ApiKey.DESCRIBE_ACLS, 3, **fields)
+            assert _code(described.error_code) in (ErrorCode.NONE, ErrorCode.INVALID_REQUEST)
+    everything = await wire.call(
+        "admin",
+        ApiKey.DESCRIBE_ACLS,
+        3,
+        resource_type_filter=1,
+        resource_name_filter=None,
+        pattern_type_filter=1,
+        principal_filter=None,
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    )
+    names = {r.resource_name for r in everything.resources}
+    assert {c.resource_name for c in stored} <= names
+    filter_cls = nested(
+        ApiKey.DELETE_ACLS,
+        3,
+        "DeleteAclsFilter",
+        resource_type_filter=1,
+        resource_name_filter=None,
+        pattern_type_filter=1,
+        principal_filter="User:x",
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    ).__class__
+    deleted = await wire.call(
+        "admin",
+        ApiKey.DELETE_ACLS,
+        3,
+        filters=(
+            filter_cls(
+                resource_type_filter=1,
+                resource_name_filter=None,
+                pattern_type_filter=1,
+                principal_filter="User:x",
+                host_filter=None,
+                operation=1,
+                permission_type=1,
+            ),
+            filter_cls(
+                resource_type_filter=0,
+                resource_name_filter=None,
+                pattern_type_filter=1,
+                principal_filter=None,
+                host_filter=None,
+                operation=1,
+                permission_type=1,
+            ),
+        ),
+    )
+    assert [_code(r.error_code) for r in deleted.filter_results] == [0, ErrorCode.INVALID_REQUEST]
+    assert {m.principal for m in deleted.filter_results[0].matching_acls} == {"User:x"}

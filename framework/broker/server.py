@@ -308,6 +308,8 @@ class BrokerServer:
                                     )
                         fetcher_scope.cancel()
                         await core.shutdown()
+                        if core.authorizer is not None:
+                            await core.authorizer.close()
                 finally:
                     for scope in scopes:
                         scope.cancel()
