@@ -575,3 +575,41 @@ async def test_acl_apis_answer_hostile_input_without_failing(wire: Wire) -> None
     )
     assert [_code(r.error_code) for r in deleted.filter_results] == [0, ErrorCode.INVALID_REQUEST]
     assert {m.principal for m in deleted.filter_results[0].matching_acls} == {"User:x"}
+
+
+async def test_transactions_need_the_transactional_id(wire: Wire) -> None:
+    core = wire.dispatcher.broker
+    await core.authorizer.create_acls(
+        as_user("admin"), [acl(ResourceType.TRANSACTIONAL_ID, "alice-tx", "User:alice", Op.WRITE)]
+    )
+    with trio.fail_after(10):  # the transaction coordinator answers once its topic is loaded
+        while True:
+            init = {"transaction_timeout": MS(60000), "producer_id": -1, "producer_epoch": -1}
+            ids = [
+                await wire.call(u, ApiKey.INIT_PRODUCER_ID, 4, transactional_id=t, **init)
+                for u, t in (("alice", "alice-tx"), ("admin", "admins-tx"))
+            ]
+            if all(_code(r.error_code) == 0 for r in ids):
+                break
+            await trio.sleep(0.05)
+    refused = await wire.call("alice", ApiKey.INIT_PRODUCER_ID, 4, transactional_id="admins-tx", **init)
+    assert _code(refused.error_code) == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    topic = nested(ApiKey.ADD_PARTITIONS_TO_TXN, 2, "AddPartitionsToTxnTopic", name="x", partitions=()).__class__
+    added = await wire.call(
+        "alice",
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        2,
+        v3_and_below_transactional_id="alice-tx",
+        v3_and_below_producer_id=ids[0].producer_id,
+        v3_and_below_producer_epoch=ids[0].producer_epoch,
+        v3_and_below_topics=(topic(name="alice-1", partitions=(0,)), topic(name="other", partitions=(0,))),
+    )
+    codes = {
+        t.name: [_code(p.partition_error_code) for p in t.results_by_partition]
+        for t in added.results_by_topic_v3_and_below
+    }
+    assert codes == {"alice-1": [ErrorCode.OPERATION_NOT_ATTEMPTED], "other": [T29]}
+    listed = await wire.call("alice", ApiKey.LIST_TRANSACTIONS, 0, state_filters=(), producer_id_filters=())
+    assert [t.transactional_id for t in listed.transaction_states] == ["alice-tx"]
+    everything = await wire.call("admin", ApiKey.LIST_TRANSACTIONS, 0, state_filters=(), producer_id_filters=())
+    assert sorted(t.transactional_id for t in everything.transaction_states) == ["admins-tx", "alice-tx"]

@@ -12,8 +12,8 @@ the way Kafka's ``KafkaApis`` checks them, in three shapes:
   topics, DescribeGroups' groups, DescribeConfigs' resources); the handler gets the request with
   the allowed items only and the denied ones are answered with their error, merged into the
   handler's response;
-- a *response filter* (``filter``): ListGroups keeps the groups the principal may DESCRIBE, an
-  OffsetFetch for all of a group's topics the topics it may DESCRIBE.
+- a *response filter* (``filter``): ListGroups keeps the groups the principal may DESCRIBE,
+  ListTransactions the transactional ids, an OffsetFetch for all of a group's topics the topics.
 
 Produce, Fetch and Metadata check in their handlers (``core``), which build their own responses.
 Denials are logged on ``odradek.authorizer`` (Kafka's ``kafka.authorizer.logger``).
@@ -126,10 +126,13 @@ def operations_field(ctx: Any, asked: bool, resource_type: ResourceType, name: s
 @dataclass(frozen=True, slots=True)
 class ItemRule:
     """Per-item checks of one request list: ``field`` names it (None: nothing to check) and
-    ``denied(ctx, authorizer, request, item)`` says an item's error code, None if allowed."""
+    ``denied(ctx, authorizer, request, item)`` says an item's error code, None if allowed.
+    ``all_or_nothing``: the request acts on all its items or none (AddPartitionsToTxn), so one
+    refused item stops it and the allowed ones are answered with this code."""
 
     field: Callable[[Any], str | None]
     denied: Callable[[Any, Authorizer, Any, Any], ErrorCode | None]
+    all_or_nothing: ErrorCode | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,18 +207,6 @@ def _init_producer_id(ctx: Any, authorizer: Authorizer, request: Any) -> Denial 
         return None
     cluster_allowed(ctx, authorizer, Op.IDEMPOTENT_WRITE)  # logs the denial
     return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "IDEMPOTENT_WRITE on CLUSTER (or WRITE on a topic) is required"
-
-
-def _add_partitions_to_txn(ctx: Any, authorizer: Authorizer, request: Any) -> Denial | None:
-    denial = _txn_write(ctx, authorizer, request)
-    if denial is not None:
-        return denial
-    topics = [t.name for t in request.v3_and_below_topics]
-    refused = set(topics) - allowed_names(ctx, authorizer, Op.WRITE, RT.TOPIC, topics)
-    if refused:
-        name = sorted(refused)[0]
-        return _denial(ErrorCode.TOPIC_AUTHORIZATION_FAILED, Op.WRITE, RT.TOPIC, name)
-    return None
 
 
 def _offset_for_leader_epoch(ctx: Any, authorizer: Authorizer, request: Any) -> Denial | None:
@@ -314,6 +305,13 @@ def _offset_fetch_items(request: Any) -> str | None:
     return "topics" if request.topics is not None else None
 
 
+def _list_transactions(ctx: Any, authorizer: Authorizer, request: Any, response: Any) -> Any:
+    """Kafka lists only the transactional ids the principal may DESCRIBE."""
+    states = response.transaction_states
+    names = allowed_names(ctx, authorizer, Op.DESCRIBE, RT.TRANSACTIONAL_ID, [t.transactional_id for t in states])
+    return replace(response, transaction_states=tuple(t for t in states if t.transactional_id in names))
+
+
 def _offset_fetch_all_topics(ctx: Any, authorizer: Authorizer, request: Any, response: Any) -> Any:
     """Asked for all its topics (null), a group's committed offsets leave out the topics the
     principal may not DESCRIBE, as Kafka's ``handleOffsetFetchRequest`` does."""
@@ -366,12 +364,21 @@ REQUEST_RULES: dict[int, Rule] = {
     ApiKey.ALTER_CONFIGS: Rule(items=_configs_item(Op.ALTER_CONFIGS)),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: Rule(items=_configs_item(Op.ALTER_CONFIGS)),
     ApiKey.INIT_PRODUCER_ID: Rule(_init_producer_id),
-    ApiKey.ADD_PARTITIONS_TO_TXN: Rule(_add_partitions_to_txn),
+    # Kafka: the refused topics TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED
+    ApiKey.ADD_PARTITIONS_TO_TXN: Rule(
+        _txn_write,
+        ItemRule(
+            lambda r: "v3_and_below_topics",
+            _topic_item(Op.WRITE).denied,
+            all_or_nothing=ErrorCode.OPERATION_NOT_ATTEMPTED,
+        ),
+    ),
     ApiKey.ADD_OFFSETS_TO_TXN: Rule(_all(_txn_write, _group(Op.READ))),
     ApiKey.END_TXN: Rule(_txn_write),
     ApiKey.TXN_OFFSET_COMMIT: Rule(_all(_txn_write, _group(Op.READ)), _topic_item(Op.READ)),
     ApiKey.WRITE_TXN_MARKERS: Rule(_cluster(Op.CLUSTER_ACTION)),
     ApiKey.DESCRIBE_PRODUCERS: Rule(items=_topic_item(Op.READ)),
+    ApiKey.LIST_TRANSACTIONS: Rule(filter=_list_transactions),
     ApiKey.DESCRIBE_TRANSACTIONS: Rule(items=ItemRule(lambda r: "transactional_ids", _txn_id_describe_denied)),
     ApiKey.ELECT_LEADERS: Rule(_cluster(Op.ALTER)),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: Rule(_cluster(Op.ALTER)),
@@ -415,7 +422,11 @@ async def authorized_call(ctx: Any, authorizer: Authorizer, handle: Any, request
         if not refused:
             response = await handle(ctx, request)
         else:
-            response = await handle(ctx, replace(request, **{field: tuple(kept)}))
+            if rule.items.all_or_nothing is None:
+                response = await handle(ctx, replace(request, **{field: tuple(kept)}))
+            else:
+                code = rule.items.all_or_nothing
+                response = error_response(key, version, replace(request, **{field: tuple(kept)}), code, code.name)
             for code, items in refused.items():
                 denied = replace(request, **{field: tuple(items)})
                 response = _merged(response, error_response(key, version, denied, code, _MESSAGES[code]))
