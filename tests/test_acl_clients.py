@@ -361,3 +361,29 @@ def test_odradek_acls_cli(acl_broker: BrokerProcess) -> None:
         acl_broker, "alice", "add", "--allow-principal", "User:alice", "--operation", "All", "--cluster"
     )
     assert refused.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+
+
+def test_odradek_acls_cli_consumer_and_producer_shortcuts(acl_broker: BrokerProcess) -> None:
+    """--consumer: READ and DESCRIBE on the topic, READ on the group (bob then consumes in the
+    group); --producer --idempotent: WRITE, DESCRIBE, CREATE and IDEMPOTENT_WRITE on the cluster."""
+    topic, group = unique_topic("cli-consumer"), unique_topic("cli-group")
+    consumer = _acls_cli(
+        acl_broker, "admin", "add", "--allow-principal", "User:bob", "--consumer", "--topic", topic, "--group", group
+    )
+    assert consumer.returncode == 0, consumer.stderr
+    on_group = _acls_cli(acl_broker, "admin", "list", "--group", group).stdout
+    assert " \t(principal=User:bob, host=*, operation=READ, permissionType=ALLOW)" in on_group.splitlines()
+    _create_topic(acl_broker, topic)
+    produce(acl_broker, topic, [(b"k", b"for bob")], **ADMIN)
+    got = consume(acl_broker, topic, 1, **BOB, **{"group.id": group, "enable.auto.commit": True})
+    assert [m.value() for m in got] == [b"for bob"]
+    producer = _acls_cli(
+        acl_broker, "admin", "add", "--allow-principal", "User:bob", "--producer", "--idempotent", "--topic", topic
+    )
+    assert producer.returncode == 0, producer.stderr
+    listed = _acls_cli(acl_broker, "admin", "list", "--topic", topic, "--cluster").stdout
+    for op in ("READ", "DESCRIBE", "WRITE", "CREATE", "IDEMPOTENT_WRITE"):
+        assert f"operation={op}, permissionType=ALLOW" in listed, listed
+    produce(acl_broker, topic, [(b"k", b"from bob")], **BOB, **{"enable.idempotence": True})
+    no_group = _acls_cli(acl_broker, "admin", "add", "--allow-principal", "User:bob", "--consumer", "--topic", topic)
+    assert no_group.returncode == 1 and "--consumer needs --group" in no_group.stderr

@@ -7,12 +7,15 @@ odradek's or Kafka's::
         --operation Read --operation Describe --topic orders --group billing
     odradek acls add --bootstrap-server HOST:PORT --allow-principal User:alice --operation Write \\
         --topic sales- --resource-pattern-type prefixed
+    odradek acls add --bootstrap-server HOST:PORT --allow-principal User:alice --consumer --topic orders --group billing
     odradek acls list --bootstrap-server HOST:PORT [--topic orders] [--principal User:alice]
     odradek acls remove --bootstrap-server HOST:PORT --topic orders [--deny-principal User:bob ...]
 
 Resources are ``--topic``, ``--group``, ``--transactional-id`` (each repeatable) and
 ``--cluster``. ``add`` creates every combination of its principals, hosts (``--allow-host`` /
-``--deny-host``, default ``*``), operations and resources. ``remove`` without principals or
+``--deny-host``, default ``*``), operations and resources; ``--producer`` (with
+``--idempotent``) and ``--consumer`` stand for the operations a producer or consumer needs, as in
+kafka-acls.sh. ``remove`` without principals or
 operations removes every ACL of the resources named. ``list`` without a resource lists every
 ACL; ``--resource-pattern-type`` is ``literal`` by default, ``prefixed``, or for list and remove
 also ``any`` and ``match`` (the ACLs that apply to the name). Lines are kafka-acls.sh's::
@@ -67,6 +70,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             parser.add_argument("--principal", help="only the ACLs of this principal (User:alice)")
         else:
             _add_entry_arguments(parser)
+        if name == "add":
+            _add_convenience_arguments(parser)
         parser.set_defaults(func=func)
 
 
@@ -96,6 +101,52 @@ def _add_entry_arguments(parser: argparse.ArgumentParser) -> None:
         help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, AlterConfigs, "
         "IdempotentWrite, All (repeatable)",
     )
+
+
+def _add_convenience_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--producer",
+        action="store_true",
+        help="what a producer needs: WRITE, DESCRIBE, CREATE on the topics; WRITE, DESCRIBE on the transactional ids",
+    )
+    parser.add_argument(
+        "--idempotent", action="store_true", help="with --producer: IDEMPOTENT_WRITE on the cluster as well"
+    )
+    parser.add_argument(
+        "--consumer",
+        action="store_true",
+        help="what a consumer needs: READ, DESCRIBE on the topics; READ on the groups",
+    )
+
+
+#: kafka-acls.sh's --producer and --consumer: the operations each resource type gets
+PRODUCER_OPERATIONS = {
+    ResourceType.TOPIC: (AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.CREATE),
+    ResourceType.TRANSACTIONAL_ID: (AclOperation.WRITE, AclOperation.DESCRIBE),
+}
+CONSUMER_OPERATIONS = {
+    ResourceType.TOPIC: (AclOperation.READ, AclOperation.DESCRIBE),
+    ResourceType.GROUP: (AclOperation.READ,),
+}
+
+
+def _convenience(args: argparse.Namespace) -> list[tuple[ResourceType, str, AclOperation]]:
+    """The (resource, operation) pairs ``--producer``/``--consumer`` stand for (kafka-acls.sh's)."""
+    if (args.producer or args.consumer) and not args.topic:
+        raise AclsCommandError("--producer and --consumer need --topic")
+    if args.consumer and not args.group:
+        raise AclsCommandError("--consumer needs --group")
+    if args.idempotent and not args.producer:
+        raise AclsCommandError("--idempotent goes with --producer")
+    if (args.producer or args.consumer) and (args.operation or args.cluster):
+        raise AclsCommandError("--producer/--consumer choose the operations: no --operation or --cluster with them")
+    out: list[tuple[ResourceType, str, AclOperation]] = []
+    for wanted, table in ((args.producer, PRODUCER_OPERATIONS), (args.consumer, CONSUMER_OPERATIONS)):
+        if wanted:
+            out += [(t, n, op) for t, n in _resources(args) for op in table.get(t, ())]
+    if args.idempotent:
+        out.append((ResourceType.CLUSTER, CLUSTER_NAME, AclOperation.IDEMPOTENT_WRITE))
+    return list(dict.fromkeys(out))
 
 
 class AclsCommandError(ValueError):
@@ -160,16 +211,26 @@ def _print_grouped(bindings: Iterable[AclBinding], heading: str) -> None:
 
 def run_add(args: argparse.Namespace) -> int:
     try:
-        resources, operations = _resources(args), _operations(args)
+        resources, operations, convenience = _resources(args), _operations(args), _convenience(args)
     except AclsCommandError as exc:
         return _fail(str(exc))
     if not resources:
         return _fail("name a resource: --topic, --group, --transactional-id or --cluster")
-    entries = _entries(args, operations)
-    if not entries:
-        return _fail("name principals (--allow-principal/--deny-principal) and operations (--operation)")
     pattern_type = _pattern_type(args)
-    bindings = [AclBinding(ResourcePattern(t, n, pattern_type), e) for t, n in resources for e in entries]
+    if convenience:
+        bindings = [
+            AclBinding(ResourcePattern(t, n, PatternType.LITERAL if t == ResourceType.CLUSTER else pattern_type), e)
+            for t, n, op in convenience
+            for e in _entries(args, [op])
+        ]
+    else:
+        bindings = [
+            AclBinding(ResourcePattern(t, n, pattern_type), e) for t, n in resources for e in _entries(args, operations)
+        ]
+    if not bindings:
+        return _fail(
+            "name principals (--allow-principal/--deny-principal) and operations (--operation, --producer, --consumer)"
+        )
     _print_grouped(bindings, "Adding ACLs for resource")
     with _admin(args) as admin:
         results: dict[AclBinding, KafkaError | None] = admin.create_acls(bindings, timeout=args.timeout)
