@@ -36,9 +36,14 @@ T29, T30, T31 = (
 )
 
 
+def request_class(api_key: int, version: int, class_name: str) -> Any:
+    """A class of a request's schema (``AclCreation`` of CreateAcls v3)."""
+    return getattr(sys.modules[request_type(api_key, version).__module__], class_name)
+
+
 def nested(api_key: int, version: int, class_name: str, /, **fields: Any) -> Any:
     """An entity of a request's schema, from the fields its version has."""
-    cls = getattr(sys.modules[request_type(api_key, version).__module__], class_name)
+    cls = request_class(api_key, version, class_name)
     return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
 
 
@@ -103,6 +108,20 @@ async def _coordinator_ready(wire: Wire) -> None:
     with trio.fail_after(10):
         while _code((await wire.call("admin", ApiKey.FIND_COORDINATOR, 3, key="alice-g", key_type=0)).error_code):
             await trio.sleep(0.05)
+
+
+def any_acl(**changes: Any) -> dict[str, Any]:
+    """The fields of a DescribeAcls request / DeleteAcls filter matching every ACL, with ``changes``."""
+    return {
+        "resource_type_filter": 1,
+        "resource_name_filter": None,
+        "pattern_type_filter": 1,
+        "principal_filter": None,
+        "host_filter": None,
+        "operation": 1,
+        "permission_type": 1,
+        **changes,
+    }
 
 
 def _code(value: Any) -> int:
@@ -194,14 +213,25 @@ async def _commit(wire: Wire, user: str, group: str, topics: tuple[str, ...]) ->
     """Commit offset 5 of partition 0 of ``topics`` for ``group`` as ``user`` (outside any
     generation, as an admin tool does); each topic's error code."""
     part = nested(
-        ApiKey.OFFSET_COMMIT, 7, "OffsetCommitRequestPartition", partition_index=0, committed_offset=5,
-        committed_leader_epoch=-1, committed_metadata="",
-    )  # fmt: skip
+        ApiKey.OFFSET_COMMIT,
+        7,
+        "OffsetCommitRequestPartition",
+        partition_index=0,
+        committed_offset=5,
+        committed_leader_epoch=-1,
+        committed_metadata="",
+    )
     topic_cls = nested(ApiKey.OFFSET_COMMIT, 7, "OffsetCommitRequestTopic", name="x", partitions=()).__class__
     response = await wire.call(
-        user, ApiKey.OFFSET_COMMIT, 7, group_id=group, generation_id_or_member_epoch=-1, member_id="",
-        group_instance_id=None, topics=tuple(topic_cls(name=t, partitions=(part,)) for t in topics),
-    )  # fmt: skip
+        user,
+        ApiKey.OFFSET_COMMIT,
+        7,
+        group_id=group,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=tuple(topic_cls(name=t, partitions=(part,)) for t in topics),
+    )
     return {t.name: _code(t.partitions[0].error_code) for t in response.topics}
 
 
@@ -285,18 +315,7 @@ async def test_cluster_apis_need_the_cluster(wire: Wire) -> None:
 
 
 async def test_acl_apis_refuse_bad_bindings_and_filters(wire: Wire) -> None:
-    creation = nested(
-        ApiKey.CREATE_ACLS,
-        3,
-        "AclCreation",
-        resource_type=2,
-        resource_name="t",
-        resource_pattern_type=3,
-        principal="User:bob",
-        host="*",
-        operation=3,
-        permission_type=3,
-    ).__class__
+    creation = request_class(ApiKey.CREATE_ACLS, 3, "AclCreation")
     fields = {"resource_type": 2, "resource_name": "t", "principal": "User:bob", "host": "*", "operation": 3}
     response = await wire.call(
         "admin",
@@ -311,30 +330,13 @@ async def test_acl_apis_refuse_bad_bindings_and_filters(wire: Wire) -> None:
     )
     assert [_code(r.error_code) for r in response.results] == [ErrorCode.INVALID_REQUEST] * 3 + [0]
     assert "MATCH" in response.results[0].error_message
-    bad_filter = await wire.call(
-        "admin",
-        ApiKey.DESCRIBE_ACLS,
-        3,
-        resource_type_filter=2,
-        resource_name_filter=None,
-        pattern_type_filter=1,
-        principal_filter=None,
-        host_filter=None,
-        operation=0,
-        permission_type=1,
-    )
+    bad_filter = await wire.call("admin", ApiKey.DESCRIBE_ACLS, 3, **any_acl(resource_type_filter=2, operation=0))
     assert _code(bad_filter.error_code) == ErrorCode.INVALID_REQUEST
     found = await wire.call(
         "admin",
         ApiKey.DESCRIBE_ACLS,
         3,
-        resource_type_filter=2,
-        resource_name_filter="t",
-        pattern_type_filter=2,
-        principal_filter=None,
-        host_filter=None,
-        operation=1,
-        permission_type=1,
+        **any_acl(resource_type_filter=2, resource_name_filter="t", pattern_type_filter=2),
     )
     assert [(r.resource_name, [a.principal for a in r.acls]) for r in found.resources] == [("t", ["User:bob"])]
     refused = await wire.call(
@@ -439,18 +441,7 @@ HOSTILE_CODES = (-128, -1, 0, 1, 2, 3, 4, 5, 8, 15, 127)
 async def test_acl_apis_answer_hostile_input_without_failing(wire: Wire) -> None:
     """Whatever codes and names a client sends, every creation and filter gets NONE or
     INVALID_REQUEST (never UNKNOWN_SERVER_ERROR), and odd names come back as they were stored."""
-    creation = nested(
-        ApiKey.CREATE_ACLS,
-        3,
-        "AclCreation",
-        resource_type=2,
-        resource_name="t",
-        resource_pattern_type=3,
-        principal="User:x",
-        host="*",
-        operation=3,
-        permission_type=3,
-    ).__class__
+    creation = request_class(ApiKey.CREATE_ACLS, 3, "AclCreation")
     creations = tuple(
         creation(
             resource_type=code,
@@ -472,67 +463,18 @@ async def test_acl_apis_answer_hostile_input_without_failing(wire: Wire) -> None
     assert stored, "some hostile-looking creations are valid ACLs"
     for code in HOSTILE_CODES:
         for name in (None, *HOSTILE_NAMES):
-            fields = {
-                "resource_type_filter": code,
-                "resource_name_filter": name,
-                "pattern_type_filter": code % 5,
-                "principal_filter": None,
-                "host_filter": None,
-                "operation": 1,
-                "permission_type": 1,
-            }
+            fields = any_acl(resource_type_filter=code, resource_name_filter=name, pattern_type_filter=code % 5)
             described = await wire.call("admin", ApiKey.DESCRIBE_ACLS, 3, **fields)
             assert _code(described.error_code) in (ErrorCode.NONE, ErrorCode.INVALID_REQUEST)
-    everything = await wire.call(
-        "admin",
-        ApiKey.DESCRIBE_ACLS,
-        3,
-        resource_type_filter=1,
-        resource_name_filter=None,
-        pattern_type_filter=1,
-        principal_filter=None,
-        host_filter=None,
-        operation=1,
-        permission_type=1,
-    )
+    everything = await wire.call("admin", ApiKey.DESCRIBE_ACLS, 3, **any_acl())
     names = {r.resource_name for r in everything.resources}
     assert {c.resource_name for c in stored} <= names
-    filter_cls = nested(
-        ApiKey.DELETE_ACLS,
-        3,
-        "DeleteAclsFilter",
-        resource_type_filter=1,
-        resource_name_filter=None,
-        pattern_type_filter=1,
-        principal_filter="User:x",
-        host_filter=None,
-        operation=1,
-        permission_type=1,
-    ).__class__
+    filter_cls = request_class(ApiKey.DELETE_ACLS, 3, "DeleteAclsFilter")
     deleted = await wire.call(
         "admin",
         ApiKey.DELETE_ACLS,
         3,
-        filters=(
-            filter_cls(
-                resource_type_filter=1,
-                resource_name_filter=None,
-                pattern_type_filter=1,
-                principal_filter="User:x",
-                host_filter=None,
-                operation=1,
-                permission_type=1,
-            ),
-            filter_cls(
-                resource_type_filter=0,
-                resource_name_filter=None,
-                pattern_type_filter=1,
-                principal_filter=None,
-                host_filter=None,
-                operation=1,
-                permission_type=1,
-            ),
-        ),
+        filters=(filter_cls(**any_acl(principal_filter="User:x")), filter_cls(**any_acl(resource_type_filter=0))),
     )
     assert [_code(r.error_code) for r in deleted.filter_results] == [0, ErrorCode.INVALID_REQUEST]
     assert {m.principal for m in deleted.filter_results[0].matching_acls} == {"User:x"}
