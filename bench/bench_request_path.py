@@ -13,7 +13,10 @@ BrokerServer (segment storage, meta_local) behind a listener that serves nothing
 
 Each for a one-record batch (per-request overhead) and a ~1 MB batch (per-byte cost), in CPU
 microseconds of this process (user + system), so other load on the machine does not count.
-Run: ``.venv/bin/python bench/bench_request_path.py [--runs 5]``.
+With ``--acl`` the broker runs the built-in ACL authorizer and the requests come from
+``User:bench``, whom ACLs allow to write and read the topic: the difference is what
+authorization costs a request.
+Run: ``.venv/bin/python bench/bench_request_path.py [--runs 5] [--acl]``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import trio
 from odradek import records
 from odradek.broker.api import CreatableTopic, FetchPartition, IsolationLevel
 from odradek.broker.server import BrokerServer
-from odradek.config import default_config
+from odradek.config import load_config
 from odradek.hookspecs import hookimpl
 from odradek.interfaces import Endpoint, TopicPartition, TransportFactory
 from odradek.manager import Plugins, build_plugin_manager
@@ -88,29 +91,37 @@ async def _time(fn: Callable[[], Awaitable[object]], min_time: float) -> float:
     return elapsed / calls * 1e6
 
 
-async def run(runs: int, min_time: float) -> list[tuple[str, float, float, float]]:
+async def run(runs: int, min_time: float, acl: bool = False) -> list[tuple[str, float, float, float]]:
     from odradek.plugins.transport_tcp.apis import Dispatcher
+    from odradek.principal import ANONYMOUS, KafkaPrincipal
+    from odradek.security.acl import AclOperation, ResourceType
+    from odradek.testing.authorizer import acl as binding
 
     out: list[tuple[str, float, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="odradek-bench-path-") as tmp:
-        config = default_config(log_dirs=tmp, listeners="PLAINTEXT://127.0.0.1:0")
-        plugins = Plugins(
-            build_plugin_manager(
-                entry_points_enabled=False,
-                extra=[
-                    "odradek.plugins.compress.plugin",
-                    "odradek.plugins.storage_segment.plugin",
-                    "odradek.plugins.meta_local.plugin",
-                    _TRANSPORT,
-                ],
-            )
-        )
+        extra: list[Any] = [
+            "odradek.plugins.compress.plugin",
+            "odradek.plugins.storage_segment.plugin",
+            "odradek.plugins.meta_local.plugin",
+            _TRANSPORT,
+        ]
+        if acl:
+            extra.append("odradek.security.plugin")
+        plugins = Plugins(build_plugin_manager(entry_points_enabled=False, extra=extra))
+        overrides = {"log.dirs": tmp, "listeners": "PLAINTEXT://127.0.0.1:0"}
+        if acl:
+            overrides["authorizer.class.name"] = "acl"
+        config = load_config(env={}, overrides=overrides, plugins=plugins)
+        principal = KafkaPrincipal("User", "bench") if acl else ANONYMOUS
         server = BrokerServer(config, plugins)
         async with trio.open_nursery() as nursery:
             await nursery.start(server.serve)
             core = server.core
             assert core is not None
             await core.create_topics([CreatableTopic("bench", 1, 1)], 5000, False)
+            if core.authorizer is not None:
+                allowed = [binding(ResourceType.TOPIC, "bench", "User:bench", op) for op in (AclOperation.ALL,)]
+                await core.authorizer.create_acls(principal_context(principal), allowed)
             tp = TopicPartition("bench", 0)
             dispatcher = Dispatcher(core, config, Endpoint("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT"))
             for label, batch in (("1 record", _batch(1, 100)), ("~1 MB", _batch(9000, 100))):
@@ -125,7 +136,7 @@ async def run(runs: int, min_time: float) -> list[tuple[str, float, float, float
                     return await core.produce(1, 30_000, {tp: bytearray(batch)})
 
                 async def dispatch_produce(frame: bytearray = frame, header: Any = header) -> object:
-                    return await dispatcher.process(header, bytearray(frame), "bench")
+                    return await dispatcher.process(header, bytearray(frame), "bench", principal=principal)
 
                 for name, fn in (
                     (f"header+decode, {label}", header_decode),
@@ -151,7 +162,7 @@ async def run(runs: int, min_time: float) -> list[tuple[str, float, float, float
                 out.append((f"core.fetch, {label}", statistics.median(times), min(times), max(times)))
 
                 async def dispatch_fetch(frame: bytearray = frame, header: Any = header) -> object:
-                    envelope = await dispatcher.process(header, frame, "bench")
+                    envelope = await dispatcher.process(header, frame, "bench", principal=principal)
                     envelope.release()  # type: ignore[union-attr]
                     return envelope
 
@@ -161,12 +172,19 @@ async def run(runs: int, min_time: float) -> list[tuple[str, float, float, float
     return out
 
 
+def principal_context(principal: Any) -> Any:
+    from odradek.security.authorizer import RequestContext
+
+    return RequestContext(principal)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--min-time", type=float, default=0.3)
+    parser.add_argument("--acl", action="store_true", help="with the ACL authorizer (requests as User:bench)")
     args = parser.parse_args(argv)
-    results = trio.run(run, args.runs, args.min_time)
+    results = trio.run(run, args.runs, args.min_time, args.acl)
     print(f"{'stage':36} {'median us':>10} {'min..max':>18}")
     for name, med, lo, hi in results:
         print(f"{name:36} {med:10.1f} {lo:8.1f}..{hi:<8.1f}")

@@ -104,6 +104,15 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "the transport serving each listener's security protocol (the built-in one when several do).",
     ),
     _k(
+        "authorizer.class.name",
+        str,
+        "",
+        "Authorizer plugin (odradek_register_authorizers name) deciding every request against ACLs; empty: "
+        "none, everything is allowed and the ACL APIs answer SECURITY_DISABLED. Kafka's "
+        "kafka.security.authorizer.AclAuthorizer and org.apache.kafka.metadata.authorizer.StandardAuthorizer "
+        "select the built-in acl one; a name no plugin offers stops the broker.",
+    ),
+    _k(
         "plugins",
         list,
         [],

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         StorageFactory,
         TransportFactory,
     )
+    from .security.authorizer import AuthorizerFactory
     from .security.mechanism import SaslMechanism
 
 PROJECT = "odradek"
@@ -97,6 +98,20 @@ def odradek_register_sasl_mechanisms() -> Sequence[SaslMechanism]:
     ``sasl.enabled.mechanisms`` (an enabled name no plugin offers stops the broker); and by
     odradek's client for ``sasl.mechanism``. The built-in ``sasl`` plugin offers PLAIN,
     SCRAM-SHA-256 and SCRAM-SHA-512.
+    Result: collected and merged by name.
+    """
+
+
+@hookspec
+def odradek_register_authorizers() -> Sequence[AuthorizerFactory]:
+    """Authorizers this plugin offers (``odradek.security.authorizer.AuthorizerFactory``: a name
+    and ``create(config, store)`` building an ``Authorizer``, Kafka's interface: batch
+    ``authorize``, ``create_acls``, ``delete_acls``, ``acls``, start/run/close).
+
+    Called by: the broker at start-up, to resolve ``authorizer.class.name`` (empty: none, every
+    request allowed; Kafka's ``AclAuthorizer`` and ``StandardAuthorizer`` class names select the
+    built-in ``acl``; a name no plugin offers stops the broker). The built-in ``sasl`` plugin
+    (odradek's security plugin) offers ``acl``.
     Result: collected and merged by name.
     """
 

@@ -51,6 +51,7 @@ from .interfaces import (
     TransportFactory,
 )
 from .records import takes_max_size
+from .security.authorizer import AuthorizerFactory, authorizer_name
 from .security.mechanism import SaslMechanism
 
 ENTRY_POINT_GROUP = "odradek"
@@ -88,6 +89,7 @@ _HOOK_ROLES = {
     "odradek_register_partitioners": "partitioner",
     "odradek_register_assignors": "assignor",
     "odradek_register_sasl_mechanisms": "SASL mechanism",
+    "odradek_register_authorizers": "authorizer",
 }
 
 
@@ -351,6 +353,7 @@ _ITEM_CHECKS: dict[str, tuple[str, Callable[[Any], str | None]]] = {
     "odradek_register_partitioners": ("a partitioner class", _class_problem("partition", "on_new_batch")),
     "odradek_register_assignors": ("an assignor class", _class_problem("assign")),
     "odradek_register_sasl_mechanisms": ("a SaslMechanism", _sasl_mechanism_problem),
+    "odradek_register_authorizers": ("an AuthorizerFactory", _factory_problem),
 }
 
 
@@ -485,6 +488,21 @@ class Plugins:
         """Every SASL mechanism by name (``PLAIN``, ``SCRAM-SHA-256`` ...); a name offered by
         two plugins is an error naming both."""
         return {k: v for k, (_, v) in self._by_name("odradek_register_sasl_mechanisms", lambda m: m.name).items()}
+
+    def authorizer(self, name: str) -> AuthorizerFactory:
+        """The authorizer ``authorizer.class.name`` selects (a Kafka class name of its ACL
+        authorizers is the built-in ``acl``)."""
+        merged = self._by_name("odradek_register_authorizers", lambda a: a.name)
+        chosen = merged.get(authorizer_name(name))
+        if chosen is None:
+            choices = ", ".join(sorted(merged)) or "none"
+            raise PluginError(
+                f"authorizer.class.name = {name!r}: no authorizer plugin offers it (available: {choices}, or "
+                "Kafka's kafka.security.authorizer.AclAuthorizer / org.apache.kafka.metadata.authorizer."
+                "StandardAuthorizer for acl; empty for none)"
+            )
+        result: AuthorizerFactory = chosen[1]
+        return result
 
     def transports(self) -> list[TransportFactory]:
         return [i for _, i in self._by_name("odradek_register_transports", lambda t: t.name).values()]

@@ -128,6 +128,12 @@ _LOAD_FACTOR_ERROR = "odradek: error: invalid value for 'log.cleaner.io.buffer.l
         # a value only its plugin checks, when the storage is built: a config error
         ("log.cleaner.io.buffer.load.factor=2", 2, _LOAD_FACTOR_ERROR),
         ("storage=nosuch", 2, "odradek: error: no storage plugin named 'nosuch'"),
+        (
+            "authorizer.class.name=com.example.Nope",
+            2,
+            "odradek: error: authorizer.class.name = 'com.example.Nope': no authorizer plugin offers it "
+            "(available: acl",
+        ),
         # the configured metadata service is not there: the start fails, saying why
         ("metadata=zookeeper", 1, "broker failed to start: no ZooKeeper answered at 127.0.0.1:1 within 1000 ms"),
     ],

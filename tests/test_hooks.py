@@ -159,6 +159,28 @@ def test_hook_odradek_register_sasl_mechanisms() -> None:
         _plugins(lower).sasl_mechanisms()
 
 
+def test_hook_odradek_register_authorizers() -> None:
+    """A third-party authorizer is selected by its name next to the built-in ``acl`` (which
+    Kafka's class names select too); it may not take the built-in name, and an item that is no
+    factory is refused naming the plugin."""
+    from odradek.security.authorizer import AuthorizerFactory
+    from odradek.security.plugin import odradek_register_authorizers as builtin
+
+    toy = AuthorizerFactory("toy", lambda config, store: None)
+    both = _plugins(
+        _module("builtin_acl", odradek_register_authorizers=builtin),
+        _module("toy", odradek_register_authorizers=lambda: [toy]),
+    )
+    assert both.authorizer("toy") is toy
+    assert both.authorizer("org.apache.kafka.metadata.authorizer.StandardAuthorizer").name == "acl"
+    fake = _module("fake_acl", odradek_register_authorizers=lambda: [AuthorizerFactory("acl", lambda c, s: None)])
+    with pytest.raises(PluginError, match="'acl'"):
+        _plugins(_module("builtin_acl", odradek_register_authorizers=builtin), fake).authorizer("acl")
+    broken = _module("broken", odradek_register_authorizers=lambda: [object()])
+    with pytest.raises(PluginError, match="not an AuthorizerFactory"):
+        _plugins(broken).authorizer("toy")
+
+
 class _ToyServer:
     """Accepts ``<user>:<password>`` when the password is the user name reversed."""
 

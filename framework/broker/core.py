@@ -27,6 +27,7 @@ from ..interfaces import Codec, LogDirDescription, LogStorage, MetadataStore, To
 from ..metrics import BrokerMetrics
 from ..pacing import paced
 from ..request_memory import RequestMemoryPool
+from ..security.authorizer import Authorizer
 from ..security.credentials import ScramCredentialStore
 from .admin import AdminManager, validate_topic_name
 from .api import (
@@ -161,6 +162,9 @@ class BrokerCore:
         #: this broker's controller (campaigns; elects while it holds the election), attached by
         #: BrokerServer once the broker is registered
         self.controller: Controller | None = None
+        #: the authorizer ``authorizer.class.name`` selects, attached and started by BrokerServer;
+        #: None: no authorizer, every request is allowed (handlers check nothing)
+        self.authorizer: Authorizer | None = None
 
     async def start(self) -> None:
         """Load the metadata and host this broker's partitions (the watch runs separately:

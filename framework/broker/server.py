@@ -41,6 +41,7 @@ from ..errors import OdradekError
 from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, SessionState
 from ..manager import Plugins, load_plugins
 from ..metrics_exporter import serve_metrics
+from ..security.authorizer import AuthorizerFactory
 from ..security.settings import check_security_config, inter_broker_client_config
 from ..sessions import MetadataUnavailable
 from . import meta_properties
@@ -153,6 +154,7 @@ class BrokerServer:
         self.storage: LogStorage | None = None
         self.store: MetadataStore | None = None
         self.core: BrokerCore | None = None
+        self._authorizer_factory: AuthorizerFactory | None = None
         self.controller: Controller | None = None
         self.endpoints: list[Endpoint] = []
         #: where ``metrics.prometheus.listener`` serves metrics (the bound port), once serving
@@ -172,6 +174,9 @@ class BrokerServer:
             # built now so a bad inter-broker TLS setting (a truststore that does not exist)
             # stops the start naming its key, instead of failing every replica fetch later
             self._connector()
+        # an authorizer no plugin offers stops the broker before it opens anything
+        authorizer_class = str(config["authorizer.class.name"]).strip()
+        self._authorizer_factory = self.plugins.authorizer(authorizer_class) if authorizer_class else None
         storage = self.plugins.storage(config["storage"]).create(config)
         store = self.plugins.metadata(config["metadata"]).create(config)
         self.storage, self.store = storage, store
@@ -207,6 +212,9 @@ class BrokerServer:
         core.metadata_cache.delete_stray_logs = known_store and recorded == cluster_id
         self.core = core
         await core.start()
+        if self._authorizer_factory is not None:
+            core.authorizer = self._authorizer_factory.create(config, store)
+            await core.authorizer.start()  # every ACL is loaded before the first request
         async with trio.open_nursery() as background:
             # background work outlives the listeners: while they drain in-flight requests after a
             # cancel, the metadata watch, the storage's flushes and the group coordinator must
@@ -218,6 +226,8 @@ class BrokerServer:
             self._spawn(background, scopes, core.metadata_cache.retry_unhosted_forever)
             self._spawn(background, scopes, core.quotas.configs.run)
             self._spawn(background, scopes, core.dynamic_config.run)
+            if core.authorizer is not None:
+                self._spawn(background, scopes, core.authorizer.run)
             dir_failures = LogDirFailureHandler(
                 config.broker_id, storage, store, core.replica_manager, metadata_dir=self._metadata_dir(config)
             )
@@ -305,6 +315,8 @@ class BrokerServer:
                                     )
                         fetcher_scope.cancel()
                         await core.shutdown()
+                        if core.authorizer is not None:
+                            await core.authorizer.close()
                 finally:
                     for scope in scopes:
                         scope.cancel()

@@ -25,6 +25,7 @@ COMMANDS: tuple[str, ...] = (
     "odradek.cli.users",
     "odradek.cli.partitions",
     "odradek.cli.quotas",
+    "odradek.cli.acls",
     "odradek.cli.produce",
     "odradek.cli.consume",
 )

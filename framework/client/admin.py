@@ -1,4 +1,4 @@
-"""The trio-native admin client: topics, configs, groups, offsets, records.
+"""The trio-native admin client: topics, configs, groups, offsets, records (ACLs: ``acl_admin``).
 
 Each call goes where Kafka wants it: topic creation, deletion and partition changes to the
 controller, group calls to the group's coordinator (ListGroups to every broker), DeleteRecords to
@@ -23,11 +23,12 @@ from ..errors import ErrorCode, KafkaError
 from ..interfaces import TopicPartition
 from ..protocol import ApiKey
 from ..security.scram import SCRAM_BY_TYPE, SCRAM_MECHANISMS, salted_password
+from .acl_admin import AclAdminMixin
 from .base import AsyncClient
 from .cluster import BrokerInfo, PartitionInfo
 from .group_ops import CoordinatorLookup, OffsetAndMetadata, commit_offsets, fetch_committed
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, OffsetAndTimestamp, list_offsets
-from .requests import RequestBuilder, error_code, raise_for, request_builder
+from .requests import RequestBuilder, error_code, error_or_none, raise_for, request_builder
 
 
 class ConfigResourceType(enum.IntEnum):
@@ -171,11 +172,7 @@ OffsetSpec = str | int  # "earliest" | "latest" | "max-timestamp" | a timestamp 
 _SPECS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP, "max-timestamp": MAX_TIMESTAMP}
 
 
-def _error(code: Any, what: str, message: str | None = None) -> KafkaError | None:
-    c = error_code(code)
-    if c is ErrorCode.NONE:
-        return None
-    return KafkaError(f"{what}: {c.name}" + (f" ({message})" if message else ""), code=c)
+_error = error_or_none
 
 
 def _errors_by_topic(results: Iterable[Any], what: str) -> dict[str, KafkaError | None]:
@@ -183,7 +180,7 @@ def _errors_by_topic(results: Iterable[Any], what: str) -> dict[str, KafkaError 
     return {r.name: _error(r.error_code, f"{what} {r.name!r}", getattr(r, "error_message", None)) for r in results}
 
 
-class AsyncAdmin(AsyncClient):
+class AsyncAdmin(AsyncClient, AclAdminMixin):
     """Kafka admin client for trio (see module doc)."""
 
     role = "admin"

@@ -127,6 +127,15 @@ def error_code(value: Any) -> ErrorCode:
         return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
+def error_or_none(value: Any, what: str, message: str | None = None) -> KafkaError | None:
+    """The KafkaError of a response's error code field, named ``<what>: <CODE> (<message>)``;
+    None for NONE (a per-item result of a batch call)."""
+    code = error_code(value)
+    if code is ErrorCode.NONE:
+        return None
+    return KafkaError(f"{what}: {code.name}" + (f" ({message})" if message else ""), code=code)
+
+
 def raise_for(value: Any, what: str, message: str | None = None) -> None:
     """Raise the KafkaError for a non-zero error code field (``what`` says where it came from)."""
     code = error_code(value)

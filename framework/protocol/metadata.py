@@ -19,7 +19,7 @@ the Protocols below), so the codec stays independent of the broker.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -94,6 +94,9 @@ class MetadataResponseData:
     #: v8+: every topic's and the cluster's ``authorized_operations`` (INT32_MIN: not asked for)
     topic_authorized_operations: int = AUTHORIZED_OPERATIONS_OMITTED
     cluster_authorized_operations: int = AUTHORIZED_OPERATIONS_OMITTED
+    #: with an authorizer, each topic's own operations (a topic not in it gets
+    #: ``topic_authorized_operations``)
+    topic_operations: Mapping[str, int] | None = None
 
 
 def _string(value: str | None) -> bytes:
@@ -155,7 +158,8 @@ def encode_metadata_response(response: MetadataResponseData) -> bytes:
         add(_INT32.pack(len(t.partitions)))
         _partitions(version, t.partitions, add)
         if version >= 8:
-            add(topic_ops)
+            ops = response.topic_operations
+            add(topic_ops if ops is None or t.name not in ops else _INT32.pack(ops[t.name]))
     if version >= 8:
         add(_INT32.pack(response.cluster_authorized_operations))
     return b"".join(parts)

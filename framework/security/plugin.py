@@ -1,7 +1,10 @@
-"""The built-in ``sasl`` plugin: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, and the SASL config keys.
+"""The built-in ``sasl`` plugin, odradek's security plugin: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512,
+the ``acl`` authorizer, and their config keys.
 
-Registered through the same hooks a third-party mechanism uses
-(``odradek_register_sasl_mechanisms``, ``odradek_config_keys``).
+Registered through the same hooks a third-party mechanism or authorizer uses
+(``odradek_register_sasl_mechanisms``, ``odradek_register_authorizers``, ``odradek_config_keys``).
+The authorizer lives here rather than in a plugin of its own because an entry point is only
+seen once the distribution is reinstalled; it is disabled with the plugin.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from collections.abc import Sequence
 from ..config import ConfigError
 from ..hookspecs import hookimpl
 from ..interfaces import ConfigKey
+from .acl_authorizer import AclAuthorizer
+from .authorizer import AuthorizerFactory
 from .jaas import PLAIN_LOGIN_MODULE
 from .mechanism import SaslClient, SaslMechanism, SaslServer, SaslServerContext
 from .plain import PlainSaslClient, PlainSaslServer
@@ -95,6 +100,18 @@ def odradek_register_sasl_mechanisms() -> Sequence[SaslMechanism]:
 
 
 @hookimpl
+def odradek_register_authorizers() -> Sequence[AuthorizerFactory]:
+    """``acl``: Kafka's ACL authorizer over ACLs in the metadata store."""
+    return [
+        AuthorizerFactory(
+            "acl",
+            AclAuthorizer.from_config,
+            description="Kafka's AclAuthorizer/StandardAuthorizer rules; ACLs in the metadata store (/kafka-acl)",
+        )
+    ]
+
+
+@hookimpl
 def odradek_config_keys() -> Sequence[ConfigKey]:
     """Kafka's SASL keys for SASL_PLAINTEXT / SASL_SSL listeners."""
     return [
@@ -144,6 +161,19 @@ def odradek_config_keys() -> Sequence[ConfigKey]:
             "listener.name.<l>.<mechanism>.connections.max.reauth.ms.",
             minimum=0,
             extra={"per_listener": "mechanism"},
+        ),
+        ConfigKey(
+            "super.users",
+            str,
+            "",
+            "Principals the acl authorizer allows everything, separated by semicolons (User:admin;User:broker); "
+            "the brokers' own principal belongs here when they authenticate to each other.",
+        ),
+        ConfigKey(
+            "allow.everyone.if.no.acl.found",
+            bool,
+            False,
+            "acl authorizer: allow an operation on a resource no ACL applies to (else only super users may).",
         ),
         ConfigKey(
             "sasl.server.max.receive.size",

@@ -3,7 +3,7 @@
 It gives plugin authors -- ours and third parties' -- a conformance suite per plugin role to run
 against their own implementations (``check_storage``, ``MetadataStoreConformance``,
 ``check_transport``, ``check_codec``, ``check_partitioner``, ``check_assignor``,
-``SaslMechanismConformance``) and fixtures that
+``SaslMechanismConformance``, ``AuthorizerConformance``) and fixtures that
 start real servers for integration tests (a broker subprocess, ZooKeeper, etcd, a Spark session).
 Each concern lives in its own module; this module only re-exports, and imports nothing heavy:
 fixtures import pyspark, kazoo or etcd3 lazily, when a test asks for them.
@@ -20,6 +20,7 @@ check then shows what the plugin returned and what was expected instead of a bar
 from . import _assert_rewrite as _assert_rewrite
 from .assignor import AssignorConformance as AssignorConformance
 from .assignor import check_assignor as check_assignor
+from .authorizer import AuthorizerConformance as AuthorizerConformance
 from .broker import BrokerProcess as BrokerProcess
 from .broker import odradek_broker as odradek_broker
 from .broker import start_broker as start_broker

@@ -16,6 +16,7 @@ REWRITTEN_MODULES: tuple[str, ...] = tuple(
     f"{_PACKAGE}.{name}"
     for name in (
         "assignor",
+        "authorizer",
         "broker",
         "codec",
         "metadata",

@@ -44,6 +44,7 @@ from odradek.protocol import (
 from odradek.sessions import MetadataUnavailable
 
 from ._kio import error_of, with_throttle_time
+from .authz import authorized_call
 from .error_responses import error_response
 
 log = logging.getLogger(__name__)
@@ -221,7 +222,11 @@ class Dispatcher:
                 throttle,
             )  # fmt: skip
             try:
-                response = await self.handlers[key].handle(ctx, request)
+                authorizer = getattr(self.broker, "authorizer", None)
+                if authorizer is None:
+                    response = await self.handlers[key].handle(ctx, request)
+                else:  # Kafka's KafkaApis checks (.authz): a denied request never reaches its handler
+                    response = await authorized_call(ctx, authorizer, self.handlers[key].handle, request)
             except CloseConnection:
                 raise
             except Exception as exc:

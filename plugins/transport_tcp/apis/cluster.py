@@ -17,11 +17,12 @@ from odradek.protocol import ApiKey
 from odradek.protocol.authorized_operations import (
     AUTHORIZED_OPERATIONS_OMITTED,
     CLUSTER_OPERATIONS,
-    authorized_operations,
 )
+from odradek.security.acl import CLUSTER_NAME, ResourceType
 
 from . import Handler, RequestContext
 from ._kio import NO_THROTTLE, kerr, make, response_class
+from .authz import operations_field
 
 #: DescribeCluster v1+ endpoint types (Kafka's ``EndpointType``): a broker answers only BROKER
 ENDPOINT_BROKER = 1
@@ -50,9 +51,10 @@ def _endpoint_error(version: int, endpoint_type: int) -> tuple[ErrorCode, str] |
 
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     """Cluster id, the live brokers on this listener and the controller (-1 when it is not one
-    of them). ``cluster_authorized_operations`` is every cluster operation when asked for (no
-    authorizer allows all), else INT32_MIN. v2's ``include_fenced_brokers`` changes nothing: a
-    ZooKeeper-mode cluster has no fenced brokers, so every broker is ``is_fenced`` false."""
+    of them). ``cluster_authorized_operations`` is, when asked for, the cluster operations
+    the authorizer allows the principal (every one without an authorizer), else INT32_MIN.
+    v2's ``include_fenced_brokers`` changes nothing: a ZooKeeper-mode cluster has no fenced
+    brokers, so every broker is ``is_fenced`` false."""
     version = ctx.api_version
     cls = response_class(ApiKey.DESCRIBE_CLUSTER, version)
     failed = _endpoint_error(version, int(getattr(request, "endpoint_type", ENDPOINT_BROKER)))
@@ -74,7 +76,9 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         make(broker_cls, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack, is_fenced=False)
         for b in md.brokers
     )
-    ops = authorized_operations(bool(request.include_cluster_authorized_operations), CLUSTER_OPERATIONS)
+    ops = operations_field(
+        ctx, bool(request.include_cluster_authorized_operations), ResourceType.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS
+    )
     return make(
         cls,
         throttle_time=NO_THROTTLE,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from odradek.broker.api import (
@@ -20,6 +21,7 @@ from odradek.broker.api import (
     ListOffsetsPartition,
     OffsetForLeaderEpochPartition,
     PartitionProduceResult,
+    TopicMetadata,
 )
 from odradek.broker.fetch_session import INVALID_SESSION_ID, FetchSessionCache
 from odradek.errors import ErrorCode, InvalidRequest, KafkaError
@@ -37,14 +39,17 @@ from odradek.protocol import (
     TopicProduceResponse,
     api_versions_response,
     ms,
+    produce_error_response,
     produce_unsupported_response,
     produce_version_implemented,
     timedelta_ms,
 )
 from odradek.protocol.authorized_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
+from odradek.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 from . import CloseConnection, Handler, RequestContext
 from ._kio import NO_THROTTLE, kerr, make, response_class
+from .authz import allowed, allowed_names, authorized_operations_bits, authorizer_of, cluster_allowed, operations_field
 
 
 def _isolation(value: int) -> IsolationLevel:
@@ -85,6 +90,9 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> MetadataResponse
     all_topics = request.topics is None or (version == 0 and not request.topics)
     topics = None if all_topics else [t.name for t in request.topics]
     allow_auto_create = bool(getattr(request, "allow_auto_topic_creation", True))
+    authorizer = authorizer_of(ctx)
+    if authorizer is not None:
+        return await _authorized_metadata(ctx, authorizer, request, topics, allow_auto_create)
     md = await ctx.broker.metadata(topics, allow_auto_create, listener_name=ctx.listener.name)
     # written by odradek.protocol.metadata, not kio; v8+ may ask for the authorized operations
     return MetadataResponseData(
@@ -96,6 +104,54 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> MetadataResponse
         cluster_authorized_operations=authorized_operations(
             bool(getattr(request, "include_cluster_authorized_operations", False)), CLUSTER_OPERATIONS
         ),
+    )
+
+
+async def _authorized_metadata(
+    ctx: RequestContext, authorizer: Any, request: Any, topics: list[str] | None, allow_auto_create: bool
+) -> MetadataResponseData:
+    """Kafka's ``handleTopicMetadataRequest`` with an authorizer: topics the principal may not
+    DESCRIBE are left out of an all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when
+    named (without saying whether they exist); a missing topic is auto-created only with CREATE
+    on the cluster or on it, else it too is TOPIC_AUTHORIZATION_FAILED."""
+    version = ctx.api_version
+    denied: set[str] = set()
+    if topics is not None:
+        described = allowed_names(ctx, authorizer, AclOperation.DESCRIBE, ResourceType.TOPIC, topics)
+        denied = {t for t in topics if t not in described}
+        missing = [t for t in topics if t in described and t not in ctx.broker.metadata_cache.topics]
+        auto_create = allow_auto_create and bool(ctx.config["auto.create.topics.enable"])
+        if missing and auto_create and not cluster_allowed(ctx, authorizer, AclOperation.CREATE, log=False):
+            creatable = allowed_names(ctx, authorizer, AclOperation.CREATE, ResourceType.TOPIC, missing)
+            denied.update(t for t in missing if t not in creatable)
+    asked = None if topics is None else [t for t in topics if t not in denied]
+    md = await ctx.broker.metadata(asked, allow_auto_create, listener_name=ctx.listener.name)
+    answered = list(md.topics)
+    if topics is None:
+        visible = allowed_names(ctx, authorizer, AclOperation.DESCRIBE, ResourceType.TOPIC, [t.name for t in answered])
+        answered = [t for t in answered if t.name in visible]
+    else:
+        by_name = {t.name: t for t in answered}
+        failed = TopicMetadata(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "")
+        answered = [by_name[t] if t in by_name else replace(failed, name=t) for t in dict.fromkeys(topics)]
+    include_topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
+    topic_ops = {
+        t.name: authorized_operations_bits(ctx, authorizer, ResourceType.TOPIC, t.name)
+        for t in answered
+        if include_topic_ops and t.error != ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    }
+    return MetadataResponseData(
+        version,
+        replace(md, topics=tuple(answered)),
+        topic_authorized_operations=authorized_operations(include_topic_ops, 0),
+        cluster_authorized_operations=operations_field(
+            ctx,
+            bool(getattr(request, "include_cluster_authorized_operations", False)),
+            ResourceType.CLUSTER,
+            CLUSTER_NAME,
+            CLUSTER_OPERATIONS,
+        ),
+        topic_operations=topic_ops or None,
     )
 
 
@@ -131,6 +187,17 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Pr
             # A partition named twice is one entry, as in Kafka's map: the last batch is appended
             # and the response has one entry for it.
             partitions[tp] = p.records if p.records is not None else bytearray()
+    authorizer = authorizer_of(ctx)
+    if authorizer is not None:
+        refused = _refused_produce(ctx, authorizer, request, partitions)
+        if refused is not None:
+            return refused
+        writable = allowed_names(ctx, authorizer, AclOperation.WRITE, ResourceType.TOPIC, (tp.topic for tp in order))
+        for tp in [tp for tp in partitions if tp.topic not in writable]:
+            results[tp] = PartitionProduceResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            del partitions[tp]
+        if not partitions and ctx.release_frame is not None:
+            ctx.release_frame()  # nothing to append: the frame is not needed any longer
     if partitions:
         try:
             results.update(
@@ -168,6 +235,21 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Pr
         ],
         throttle_ms,
     )
+
+
+def _refused_produce(
+    ctx: RequestContext, authorizer: Any, request: ProduceRequestData, partitions: dict[TopicPartition, Any]
+) -> ProduceResponseData | None:
+    """The answer to a transactional Produce whose principal may not WRITE its transactional id
+    (Kafka: TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition); None when allowed."""
+    txn_id = request.transactional_id
+    if txn_id is None or allowed(ctx, authorizer, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+        return None
+    if request.acks == 0:
+        raise CloseConnection(f"Produce with acks=0: transactional id {txn_id!r} is not authorized")
+    if ctx.release_frame is not None:
+        ctx.release_frame()
+    return produce_error_response(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
 
 def _quotas(ctx: RequestContext) -> Any:
@@ -227,6 +309,10 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
     if context.error != ErrorCode.NONE:
         return FetchResponseData([], error_code=context.error, session_id=INVALID_SESSION_ID)
     partitions = context.partitions
+    refused: dict[TopicPartition, FetchPartitionResult] = {}
+    authorizer = authorizer_of(ctx)
+    if authorizer is not None:
+        partitions, refused = _authorized_fetch(ctx, authorizer, request.replica_id, partitions)
     max_bytes = min(request.max_bytes, int(ctx.config["fetch.max.bytes"]))
     quotas = _quotas(ctx)
     if request.replica_id >= 0 or quotas is None or not quotas.fetch.enabled():
@@ -245,6 +331,8 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
         _isolation(request.isolation_level),
         partitions,
     )
+    if refused:
+        results.update(refused)
     if quotas is not None:
         throttled = _throttle_fetch(ctx, quotas, context, results)
         if throttled is not None:
@@ -270,6 +358,27 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
     except BaseException:
         _release_all(r for tp, r in results.items() if tp in answered)
         raise
+
+
+def _authorized_fetch(
+    ctx: RequestContext, authorizer: Any, replica_id: int, partitions: Sequence[FetchPartition]
+) -> tuple[list[FetchPartition], dict[TopicPartition, FetchPartitionResult]]:
+    """The partitions a Fetch may read, and the refused ones' answers: a consumer needs READ on
+    each topic, a follower CLUSTER_ACTION on the cluster (Kafka answers every partition of an
+    unauthorized follower TOPIC_AUTHORIZATION_FAILED)."""
+    if replica_id >= 0:
+        readable = (
+            {p.tp.topic for p in partitions} if cluster_allowed(ctx, authorizer, AclOperation.CLUSTER_ACTION) else set()
+        )
+    else:
+        readable = allowed_names(
+            ctx, authorizer, AclOperation.READ, ResourceType.TOPIC, (p.tp.topic for p in partitions)
+        )
+    refused = FetchPartitionResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    return (
+        [p for p in partitions if p.tp.topic in readable],
+        {p.tp: refused for p in partitions if p.tp.topic not in readable},
+    )
 
 
 def _throttle_fetch(

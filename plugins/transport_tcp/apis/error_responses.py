@@ -112,7 +112,29 @@ def error_response(api_key: int, api_version: int, request: Any, code: ErrorCode
         return alter_user_scram_credentials_error_response(api_version, request, code, message)
     if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
         return alter_client_quotas_error_response(api_version, request, code, message)
+    if api_key in _ONE_PER_ITEM:
+        return one_result_per_item_error_response(api_key, api_version, request, code, message)
     return _entry(response_type(api_key, api_version), request, code, message, top=True)
+
+
+#: APIs whose results pair with the request's items by position only (no identity field to
+#: match them by): the request list, the response list and its entry class
+_ONE_PER_ITEM = {
+    ApiKey.CREATE_ACLS: ("creations", "results", "AclCreationResult"),
+    ApiKey.DELETE_ACLS: ("filters", "filter_results", "DeleteAclsFilterResult"),
+}
+
+
+def one_result_per_item_error_response(
+    api_key: int, api_version: int, request: Any, code: ErrorCode, message: str
+) -> Any:
+    """Kafka's ``CreateAclsRequest``/``DeleteAclsRequest.getErrorResponse``: one result per
+    creation or filter, in order, each carrying ``code`` (clients pair them by position:
+    librdkafka aborts on a count that differs)."""
+    items, results, entry = _ONE_PER_ITEM[api_key]
+    entry_cls = response_class(api_key, api_version, entry)
+    answers = tuple(_entry(entry_cls, None, code, message) for _ in getattr(request, items))
+    return response_type(api_key, api_version)(throttle_time=datetime.timedelta(0), **{results: answers})
 
 
 def alter_user_scram_credentials_error_response(api_version: int, request: Any, code: ErrorCode, message: str) -> Any:

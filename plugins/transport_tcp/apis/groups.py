@@ -30,11 +30,12 @@ from odradek.protocol import ApiKey, ms
 from odradek.protocol.authorized_operations import (
     AUTHORIZED_OPERATIONS_OMITTED,
     GROUP_OPERATIONS,
-    authorized_operations,
 )
+from odradek.security.acl import ResourceType
 
 from . import Handler, RequestContext
 from ._kio import NO_THROTTLE, kerr, make, response_class
+from .authz import operations_field
 
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
@@ -420,8 +421,12 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                 protocol_data=described.protocol,
                 members=members,
                 # Kafka fills them in only for a group described without error
-                authorized_operations=authorized_operations(
-                    include_ops and described.error == ErrorCode.NONE, GROUP_OPERATIONS
+                authorized_operations=operations_field(
+                    ctx,
+                    include_ops and described.error == ErrorCode.NONE,
+                    ResourceType.GROUP,
+                    group_id,
+                    GROUP_OPERATIONS,
                 ),
             )
         )
