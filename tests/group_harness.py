@@ -15,6 +15,7 @@ from odradek.broker.group import (
     InMemoryOffsetsLog,
     JoinGroupResult,
 )
+from odradek.broker.group.consumer_coordinator import TopicLookup
 from odradek.config import default_config
 from odradek.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
 from odradek.errors import ErrorCode
@@ -42,10 +43,11 @@ def make_config(**overrides: Any) -> Any:
 
 @asynccontextmanager
 async def running(
-    log: InMemoryOffsetsLog | None = None, **config: Any
+    log: InMemoryOffsetsLog | None = None, *, topics: TopicLookup | None = None, **config: Any
 ) -> AsyncIterator[tuple[GroupCoordinator, trio.Nursery]]:
+    """A running coordinator; ``topics`` resolves KIP-848 groups' subscribed topic names."""
     offsets_log = log if log is not None else InMemoryOffsetsLog(num_partitions=4)
-    coordinator = GroupCoordinator(offsets_log, make_config(**config), now_ms=clock_ms)
+    coordinator = GroupCoordinator(offsets_log, make_config(**config), now_ms=clock_ms, topics=topics)
     async with trio.open_nursery() as nursery:
         await nursery.start(coordinator.run)
         await coordinator.wait_for_loads()  # a restarted coordinator's partitions load in the background

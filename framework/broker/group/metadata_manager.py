@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ...errors import CorruptMessage, ErrorCode
 from ...interfaces import TopicPartition
 from ...records import ControlRecordType
+from .consumer_group import ConsumerGroup
 from .hashing import partition_for
 from .schema import (
     GroupKey,
@@ -104,6 +105,9 @@ class GroupMetadataManager:
         self.log = offsets_log
         self.now_ms = now_ms
         self.groups: dict[str, GroupMetadata] = {}
+        #: KIP-848 consumer groups (their committed offsets stay in :attr:`groups`, under an Empty
+        #: classic group of the same id)
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.owned: set[int] = set()
         self.loading: set[int] = set()
         self.max_metadata_bytes = int(config["offset.metadata.max.bytes"])
@@ -508,8 +512,15 @@ class GroupMetadataManager:
         after it became empty; a stable consumer group's offsets of topics it no longer subscribes
         to expire a retention period after their commit; a simple consumer's (no protocol) too;
         a commit with an explicit expire timestamp (OffsetCommit v2-v4) expires then."""
-        if group.protocol_type is not None and group.state is GroupState.EMPTY:
-            subscribed: set[str] = set()
+        consumer_group = self.consumer_groups.get(group.group_id)
+        if consumer_group is not None and consumer_group.members:
+            # a KIP-848 group with members: the offsets of topics it subscribes to stay
+            subscribed: set[str] = consumer_group.subscribed_topic_names()
+
+            def base(v: OffsetAndMetadata) -> int:
+                return v.commit_timestamp
+        elif group.protocol_type is not None and group.state is GroupState.EMPTY:
+            subscribed = set()
 
             def base(v: OffsetAndMetadata) -> int:
                 ts = group.current_state_timestamp
