@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
+import uuid
 from typing import Any
 
 import pytest
@@ -58,7 +59,8 @@ def _kio(version: int, md: ClusterMetadata, topic_ops: int = OMITTED, cluster_op
             make(
                 module.MetadataResponseTopic,
                 error_code=kio_error(t.error),
-                name=t.name,
+                name=None if version >= 12 and not t.name else t.name,
+                topic_id=uuid.UUID(hex=t.topic_id) if t.topic_id else uuid.UUID(int=0),
                 is_internal=t.is_internal,
                 partitions=tuple(
                     make(
@@ -95,7 +97,12 @@ partitions = st.builds(
     _nodes,
 )
 topics = st.builds(
-    TopicMetadata, st.sampled_from(_ERRORS), _text, st.booleans(), st.lists(partitions, max_size=5).map(tuple)
+    TopicMetadata,
+    st.sampled_from(_ERRORS),
+    _text,
+    st.booleans(),
+    st.lists(partitions, max_size=5).map(tuple),
+    st.just("") | st.uuids().map(lambda u: u.hex),
 )
 brokers = st.builds(BrokerNode, st.integers(0, 2**31 - 1), _text, st.integers(0, 65535), st.none() | _text)
 clusters = st.builds(
@@ -144,8 +151,8 @@ def test_many_partitions_round_trip_through_kio_reader(version: int) -> None:
 
 def test_advertised_versions_are_all_written() -> None:
     assert max(VERSIONS) <= MAX_VERSION
-    with pytest.raises(ValueError, match="v9"):
-        encode_metadata_response(MetadataResponseData(9, _many(1)))
+    with pytest.raises(ValueError, match="v13"):
+        encode_metadata_response(MetadataResponseData(13, _many(1)))
 
 
 def test_body_for_another_api_is_refused() -> None:

@@ -519,7 +519,17 @@ class BrokerServer:
         """The consumer-group coordinator over ``__consumer_offsets`` through the core."""
         from .group import BrokerOffsetsLog, GroupCoordinator
 
-        coordinator = GroupCoordinator(BrokerOffsetsLog(core, self.config), self.config)
+        cache = core.metadata_cache
+
+        def topic(name: str) -> tuple[str, int] | None:
+            """A KIP-848 subscription's topic: (id, partition count), None when it does not exist."""
+            state = cache.topics.get(name)
+            return (state.topic_id, len(state.assignment)) if state is not None and state.topic_id else None
+
+        assignors = {name: self.plugins.server_assignor(name) for name in self.config["group.consumer.assignors"]}
+        coordinator = GroupCoordinator(
+            BrokerOffsetsLog(core, self.config), self.config, server_assignors=assignors, topics=topic
+        )
         await self._start(nursery, scopes, coordinator.run)
         core.group_coordinator = coordinator
         core.metadata_cache.topic_deleted_listeners.append(coordinator.on_topic_deleted)

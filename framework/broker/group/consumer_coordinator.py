@@ -168,6 +168,8 @@ class ConsumerGroupCoordinator:
                 return self._leave(request)
             return self._heartbeat(request)
         except HeartbeatError as exc:
+            log.debug("ConsumerGroupHeartbeat of %s in group %s refused: %s %s", request.member_id, request.group_id,
+                      exc.code.name, exc.message)  # fmt: skip
             return HeartbeatResult(exc.code, exc.message, member_epoch=0)
 
     def _validate(self, r: HeartbeatRequest) -> None:
@@ -190,7 +192,7 @@ class ConsumerGroupCoordinator:
                 raise HeartbeatError(ErrorCode.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
             if r.owned is None or any(r.owned.values()):
                 raise HeartbeatError(ErrorCode.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
-            if r.subscribed_topic_names is None and r.subscribed_topic_regex is None:
+            if r.subscribed_topic_names is None and not r.subscribed_topic_regex:
                 raise HeartbeatError(
                     ErrorCode.INVALID_REQUEST,
                     "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
@@ -200,7 +202,7 @@ class ConsumerGroupCoordinator:
                 raise HeartbeatError(ErrorCode.INVALID_REQUEST, "InstanceId can't be null.")
         elif r.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, f"MemberEpoch is invalid: {r.member_epoch}.")
-        if r.subscribed_topic_regex is not None:
+        if r.subscribed_topic_regex:  # librdkafka sends "" for "no regex"
             # Kafka resolves RE2J regexes against the topics asynchronously (Kafka 4.0); odradek
             # does not yet: say so rather than assign nothing
             raise HeartbeatError(

@@ -9,6 +9,7 @@ Fetch response that leaves one out).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from odradek.broker.api import (
     ListOffsetsPartition,
     OffsetForLeaderEpochPartition,
     PartitionProduceResult,
+    TopicMetadata,
 )
 from odradek.broker.fetch_session import INVALID_SESSION_ID, FetchSessionCache
 from odradek.errors import ErrorCode, InvalidRequest, KafkaError
@@ -83,9 +85,28 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> MetadataResponse
     """Brokers on this listener, controller, cluster id and topics (v0: empty list = all)."""
     version = ctx.api_version
     all_topics = request.topics is None or (version == 0 and not request.topics)
-    topics = None if all_topics else [t.name for t in request.topics]
+    unknown_ids: list[str] = []
+    if all_topics:
+        topics = None
+    else:
+        # v10+ may name a topic by id alone (v12+ in practice: KIP-848 consumers resolving the
+        # ids of their assignments); an id no topic has is answered UNKNOWN_TOPIC_ID
+        names = topic_names_by_id(ctx)
+        topics = []
+        for t in request.topics:
+            if t.name is not None:
+                topics.append(t.name)
+            else:
+                topic_id = t.topic_id.hex if getattr(t, "topic_id", None) is not None else ""
+                if topic_id in names:
+                    topics.append(names[topic_id])
+                else:
+                    unknown_ids.append(topic_id)
     allow_auto_create = bool(getattr(request, "allow_auto_topic_creation", True))
     md = await ctx.broker.metadata(topics, allow_auto_create, listener_name=ctx.listener.name)
+    if unknown_ids:
+        unknown = tuple(TopicMetadata(ErrorCode.UNKNOWN_TOPIC_ID, "", topic_id=i) for i in unknown_ids)
+        md = dataclasses.replace(md, topics=md.topics + unknown)
     # written by odradek.protocol.metadata, not kio; v8+ may ask for the authorized operations
     return MetadataResponseData(
         version,
@@ -97,6 +118,13 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> MetadataResponse
             bool(getattr(request, "include_cluster_authorized_operations", False)), CLUSTER_OPERATIONS
         ),
     )
+
+
+def topic_names_by_id(ctx: RequestContext) -> dict[str, str]:
+    """Topic id (32 hex digits) -> name, from the broker's metadata cache."""
+    cache = getattr(ctx.broker, "metadata_cache", None)
+    topics = getattr(cache, "topics", None) or {}
+    return {t.topic_id: name for name, t in topics.items() if getattr(t, "topic_id", "")}
 
 
 # -- Produce ----------------------------------------------------------------------------------
