@@ -38,8 +38,8 @@ import trio
 from ..config import WILDCARD_HOSTS, Config, parse_host_port
 from ..coordination import broker_key
 from ..errors import OdradekError
-from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, SessionState
-from ..manager import Plugins, load_plugins
+from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, ServerAssignor, SessionState
+from ..manager import PluginError, Plugins, load_plugins
 from ..metrics_exporter import serve_metrics
 from ..security.settings import check_security_config, inter_broker_client_config
 from ..sessions import MetadataUnavailable
@@ -513,6 +513,20 @@ class BrokerServer:
 
         return await nursery.start(run_shielded)
 
+    def _server_assignor(self, name: str) -> ServerAssignor:
+        """A ``group.consumer.assignors`` entry from the plugins; ``uniform`` and ``range`` are
+        the broker's own too, so a broker whose plugin set leaves out ``default_assignors`` (a
+        client-side plugin for most) still serves KIP-848 groups. Any other unknown name fails
+        the start, naming what is loaded."""
+        from .group.consumer_coordinator import builtin_server_assignors
+
+        try:
+            return self.plugins.server_assignor(name)
+        except PluginError:
+            if name in ("uniform", "range"):
+                return builtin_server_assignors([name])[name]
+            raise
+
     async def _start_group_coordinator(
         self, core: BrokerCore, nursery: trio.Nursery, scopes: list[trio.CancelScope]
     ) -> None:
@@ -526,7 +540,7 @@ class BrokerServer:
             state = cache.topics.get(name)
             return (state.topic_id, len(state.assignment)) if state is not None and state.topic_id else None
 
-        assignors = {name: self.plugins.server_assignor(name) for name in self.config["group.consumer.assignors"]}
+        assignors = {name: self._server_assignor(name) for name in self.config["group.consumer.assignors"]}
         coordinator = GroupCoordinator(
             BrokerOffsetsLog(core, self.config), self.config, server_assignors=assignors, topics=topic
         )
