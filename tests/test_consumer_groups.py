@@ -11,9 +11,17 @@ import trio
 import trio.testing
 from group_harness import GROUP, clock_ms, running
 
-from odradek.broker.group import GroupCoordinator, OffsetAndMetadata
+from odradek.broker.group import GroupCoordinator, InMemoryOffsetsLog, OffsetAndMetadata
 from odradek.broker.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult
-from odradek.broker.group.consumer_group import ConsumerGroupState
+from odradek.broker.group.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupMember,
+    ConsumerGroupState,
+    MemberState,
+    SubscribedTopic,
+)
+from odradek.broker.group.consumer_schema import ConsumerGroupKey, group_from_records, group_records
+from odradek.broker.group.schema import decode_key
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 
@@ -294,3 +302,62 @@ async def test_preferred_assignor_is_the_members_choice(autojump_clock: trio.tes
         assert coordinator.consumer.preferred_assignor(group) == "range"
         # range co-partitions: the first member by id gets partitions 0-2 of orders and 0 of visits
         assert group.target["m1"] == {ORDERS: frozenset({0, 1, 2}), VISITS: frozenset({0})}
+
+
+async def test_the_group_survives_a_coordinator_restart(autojump_clock: trio.testing.MockClock) -> None:
+    """The group's records in __consumer_offsets (Kafka's types 3-8) bring back epochs,
+    subscriptions, target and current assignments: members carry on at their epochs, and one
+    that never comes back is fenced after its session timeout."""
+    reset_topics()
+    log = InMemoryOffsetsLog(num_partitions=4)
+    async with running(log, topics=lookup) as (coordinator, _):
+        await settle_two(coordinator)
+        before = coordinator.manager.consumer_groups[GROUP]
+        snapshot = (before.group_epoch, before.assignment_epoch, dict(before.target),
+                    {m: (x.member_epoch, x.assigned) for m, x in before.members.items()})  # fmt: skip
+        tp = TopicPartition("orders", 0)
+        offsets = {tp: OffsetAndMetadata(7, -1, "", clock_ms())}
+        assert await coordinator.commit_offsets(GROUP, "m1", None, 2, offsets, api_version=9) == {tp: ErrorCode.NONE}
+        await trio.sleep(0.1)  # the writer task appends
+    async with running(log, topics=lookup) as (restarted, _):
+        group = restarted.manager.consumer_groups[GROUP]
+        loaded = (group.group_epoch, group.assignment_epoch, dict(group.target),
+                  {m: (x.member_epoch, x.assigned) for m, x in group.members.items()})  # fmt: skip
+        assert loaded == snapshot
+        assert group.state is ConsumerGroupState.STABLE
+        assert hb(restarted, "m2", 2).error == ErrorCode.NONE
+        assert restarted.fetch_offsets(GROUP, [tp])[1][tp].offset == 7
+        for _ in range(10):  # m1 never returns: fenced after its session timeout
+            await trio.sleep(5)
+            hb(restarted, "m2", group.members["m2"].member_epoch)
+        assert set(group.members) == {"m2"} and count(group.members["m2"].assigned) == 6
+        await trio.sleep(0.1)
+    async with running(log, topics=lookup) as (again, _):
+        assert set(again.manager.consumer_groups[GROUP].members) == {"m2"}  # m1's tombstones were read
+        hb(again, "m2", -1)
+        assert (await again.delete_groups([GROUP]))[GROUP] == ErrorCode.NONE
+        await trio.sleep(0.1)
+    async with running(log, topics=lookup) as (last, _):
+        assert GROUP not in last.manager.consumer_groups
+
+
+def test_consumer_group_records_round_trip() -> None:
+    group = ConsumerGroup("g", group_epoch=5, assignment_epoch=4)
+    group.subscription_metadata = {"orders": SubscribedTopic(ORDERS, 6)}
+    group.target = {"m1": {ORDERS: frozenset({0, 1})}}
+    group.put_member(
+        ConsumerGroupMember("m1", "i-1", "rack-a", "client", "/127.0.0.1", 30000, frozenset({"orders"}), "range",
+                            4, 3, MemberState.UNREVOKED_PARTITIONS, {ORDERS: frozenset({0})}, {ORDERS: frozenset({2})})
+    )  # fmt: skip
+    records = group_records(group)
+    keys = {decode_key(k): v for k, v in records.items()}
+    assert {k.kind for k in keys if isinstance(k, ConsumerGroupKey)} == {3, 4, 5, 6, 7, 8}
+    back = group_from_records("g", keys)  # type: ignore[arg-type]
+    assert back is not None
+    assert (back.group_epoch, back.assignment_epoch, back.target, back.subscription_metadata) == (
+        5,
+        4,
+        group.target,
+        group.subscription_metadata,
+    )
+    assert back.members == group.members and back.owners == group.owners

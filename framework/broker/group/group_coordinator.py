@@ -15,6 +15,7 @@ Transports hold it as ``broker.group_coordinator`` and call it with decoded requ
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -126,6 +127,14 @@ class GroupCoordinator(MembershipProtocol):
             else builtin_server_assignors(list(config["group.consumer.assignors"])),
             topics if topics is not None else (lambda name: None),
         )
+        self.consumer.on_change = self._persist_consumer_group
+        self.consumer.on_delete = lambda group: self._persist_consumer_group(group, deleted=True)
+        #: consumer group records to append, in the order the changes happened (one writer)
+        self._consumer_writes: tuple[
+            trio.MemorySendChannel[tuple[str, list[tuple[bytes, bytes | None]]]],
+            trio.MemoryReceiveChannel[tuple[str, list[tuple[bytes, bytes | None]]]],
+        ]
+        self._consumer_writes = trio.open_memory_channel(math.inf)
         self.log = offsets_log
         self.node_id = config.broker_id if node_id is None else node_id
         self.retention_check_interval_ms = int(config["offsets.retention.check.interval.ms"])
@@ -161,9 +170,24 @@ class GroupCoordinator(MembershipProtocol):
                     self._start_load(partition)  # a read that fails is retried, not fatal
                 nursery.start_soon(self._expire_offsets_loop)
                 nursery.start_soon(self._ownership_loop)
+                nursery.start_soon(self._write_consumer_groups)
         finally:
             self.active = False
             self._nursery = None
+
+    def _persist_consumer_group(self, group: ConsumerGroup, *, deleted: bool = False) -> None:
+        """Queue what changed in a KIP-848 group for ``__consumer_offsets`` (the heartbeat is
+        answered without waiting for it: a write lost in a crash makes members rejoin, which
+        the protocol handles, where Kafka would have delayed the answer)."""
+        if not self.manager.is_local(group.group_id):
+            return
+        records = self.manager.consumer_group_delta(group, deleted=deleted)
+        if records:
+            self._consumer_writes[0].send_nowait((group.group_id, records))
+
+    async def _write_consumer_groups(self) -> None:
+        async for group_id, records in self._consumer_writes[1]:
+            await self.manager.append_consumer_group_records(group_id, records)
 
     async def _partitions_to_own(self) -> dict[int, int]:
         """The partitions this broker leads, with their leader epochs."""
@@ -172,7 +196,7 @@ class GroupCoordinator(MembershipProtocol):
 
     async def _load(self, partition: int) -> None:
         started = trio.current_time()
-        count = await self.manager.load_partition(partition, self.on_group_loaded)
+        count = await self.manager.load_partition(partition, self.on_group_loaded, self.consumer.on_group_loaded)
         if count:
             log.info(
                 "loaded %d groups from %s-%d in %.0f ms",
@@ -255,6 +279,7 @@ class GroupCoordinator(MembershipProtocol):
                 self._store_failures.pop(group.group_id, None)  # a later load starts without backoff
         for group_id in [g for g in self.manager.consumer_groups if self.manager.partition_for(g) == partition]:
             self.consumer.forget(group_id)
+            self.manager.consumer_written.pop(group_id, None)
 
     async def _ownership_loop(self) -> None:
         """Follow leadership of ``__consumer_offsets``: at start this broker leads nothing until it
