@@ -10,9 +10,10 @@ and a message comes back only if its offset was never committed.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from group_client_helpers import TIMEOUT_S, Group, Produced, create_topic, wait_for
 
@@ -153,3 +154,31 @@ def test_a_classic_member_cannot_join_a_consumer_group(broker: BrokerProcess) ->
     finally:
         classic.close()
         modern.close()
+
+
+def test_broker_restart_keeps_the_group_and_its_offsets(tmp_path: Path) -> None:
+    """The group's records in __consumer_offsets survive a broker restart: the members carry on
+    (at their epochs, or rejoining when fenced), and nothing committed is consumed again."""
+    with start_broker(tmp_path / "restart", KIP848_BROKER_SETTINGS) as restarting:
+        topic = unique_topic("kip848-restart")
+        create_topic(restarting, topic, 4)
+        produced = Produced(restarting, topic, 4)
+        produced.batch(5)
+        group = Group(restarting, topic, 4, "uniform")
+        try:
+            group.add("m1", protocol="consumer")
+            group.add("m2", protocol="consumer")
+            group.settle_and_drain(produced, "before the restart")
+            restarting.restart()
+            produced.producer = Producer({"bootstrap.servers": restarting.bootstrap, "linger.ms": 2})
+            produced.batch(5)
+            wait_for(lambda: group.consumed(produced), "records consumed after the broker restart")
+            wait_for(group.settled, "the group to settle after the restart")
+            assert all(m.alive for m in group.members)
+            description = describe(restarting, group.group)
+            assert description.type == ConsumerGroupType.CONSUMER and len(description.members) == 2
+        finally:
+            group.close()
+        redelivered = group.check(produced)
+        assert redelivered == {}, f"committed records were consumed again: {redelivered}"
+        assert not restarting.log_problems(), "\n".join(restarting.log_problems())
