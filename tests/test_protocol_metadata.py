@@ -13,16 +13,20 @@ from hypothesis import strategies as st
 from kio.serial import entity_writer
 
 from odradek.broker.api import BrokerNode, ClusterMetadata, PartitionMetadata, TopicMetadata
-from odradek.errors import ErrorCode
+from odradek.errors import ErrorCode, InvalidRequest
 from odradek.protocol import (
     SUPPORTED_VERSIONS,
     ApiKey,
     MetadataResponseData,
+    decode_request,
     decode_response,
     encode_metadata_response,
+    encode_request,
     encode_response,
     encode_response_header,
     kio_error,
+    parse_request_header,
+    request_type,
     response_type,
     timedelta_ms,
 )
@@ -158,3 +162,22 @@ def test_advertised_versions_are_all_written() -> None:
 def test_body_for_another_api_is_refused() -> None:
     with pytest.raises(TypeError):
         encode_response(ApiKey.METADATA, 5, 1, MetadataResponseData(4, _many(1)))
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v >= 9])
+def test_librdkafka_all_topics_placeholder_is_read_as_meant(version: int) -> None:
+    """librdkafka asks flexible Metadata for all topics with a 4-byte zero placeholder where the
+    compact null array belongs: it reads as all topics with the flags librdkafka wrote."""
+    cls = request_type(ApiKey.METADATA, version)
+    flags = {"allow_auto_topic_creation": True, "include_topic_authorized_operations": True}
+    if "include_cluster_authorized_operations" in cls.__dataclass_fields__:  # v9-10
+        flags["include_cluster_authorized_operations"] = False
+    request = cls(topics=None, **flags)
+    frame = encode_request(request, correlation_id=3, client_id="rdkafka")
+    offset = parse_request_header(frame).body_offset
+    assert frame[offset] == 0  # the compact null array
+    quirky = frame[: offset + 1] + b"\x00\x00\x00" + frame[offset + 1 :]
+    decoded = decode_request(ApiKey.METADATA, version, quirky, offset)
+    assert decoded.topics is None and decoded.allow_auto_topic_creation and decoded.include_topic_authorized_operations
+    with pytest.raises(InvalidRequest):  # other stray bytes stay an error
+        decode_request(ApiKey.METADATA, version, frame + b"\x00\x00", offset)
