@@ -27,6 +27,13 @@ HERE = Path(__file__).resolve().parent
 TIMEOUT_S = 30.0
 SESSION_MS = 3000
 
+#: what the group tests' broker changes: fast first rebalance, short sessions allowed
+GROUP_BROKER_SETTINGS = {
+    "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 1000,
+    "offsets.topic.num.partitions": 10,
+}
+
 
 def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s

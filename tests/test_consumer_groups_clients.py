@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from group_client_helpers import TIMEOUT_S, Group, Produced, create_topic, wait_for
+from group_client_helpers import GROUP_BROKER_SETTINGS, TIMEOUT_S, Group, Produced, create_topic, wait_for
 
 from odradek.testing import BrokerProcess, start_broker, unique_topic
 
@@ -23,9 +23,7 @@ pytestmark = pytest.mark.integration
 
 #: fast heartbeats, and a session short enough that a killed member's partitions move in seconds
 KIP848_BROKER_SETTINGS = {
-    "group.initial.rebalance.delay.ms": 0,
-    "group.min.session.timeout.ms": 1000,
-    "offsets.topic.num.partitions": 10,
+    **GROUP_BROKER_SETTINGS,
     "group.consumer.heartbeat.interval.ms": 500,
     "group.consumer.session.timeout.ms": 6000,
 }

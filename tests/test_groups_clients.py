@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from group_client_helpers import (
+    GROUP_BROKER_SETTINGS,
     TIMEOUT_S,
     AioKafkaMember,
     Group,
@@ -31,13 +32,6 @@ from group_client_helpers import (
 from odradek.testing import BrokerProcess, start_broker, unique_topic
 
 pytestmark = pytest.mark.integration
-
-#: what the group tests' broker changes: fast first rebalance, short sessions allowed
-GROUP_BROKER_SETTINGS = {
-    "group.initial.rebalance.delay.ms": 0,
-    "group.min.session.timeout.ms": 1000,
-    "offsets.topic.num.partitions": 10,
-}
 
 
 @pytest.fixture(scope="module")

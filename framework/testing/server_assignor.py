@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..interfaces import AssignmentMember, AssignmentTopic
-from ._suite import registered_class, suite_for
+from ._suite import random_groups, registered_class, suite_for
 
 __all__ = ["ServerAssignorConformance", "ServerGroupSimulation", "check_server_assignor"]
 
@@ -203,14 +203,10 @@ class ServerAssignorConformance:
             previous = result
 
     def test_different_subscriptions(self) -> None:
-        rng = random.Random(20241129)
-        for _ in range(30):
-            partitions = {f"t{i}": rng.randint(0, 9) for i in range(rng.randint(1, 5))}
-            names = [*partitions, "missing"]
+        for partitions, members in random_groups(20241129):
             group = self.group()
-            for i in range(rng.randint(1, 8)):
-                static = f"static-{i}" if rng.random() < 0.3 else None
-                group.join(f"member-{rng.randrange(1000)}-{i}", rng.sample(names, rng.randint(1, len(names))), static)
+            for member_id, topics, static in members:
+                group.join(member_id, topics, static)
             group.rebalance(partitions)
             group.leave(next(iter(group.members)))
             group.rebalance(partitions)
