@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaExcept
 from confluent_kafka.admin import AdminClient
 from group_client_helpers import GROUP_BROKER_SETTINGS, TIMEOUT_S, Group, Produced, create_topic, wait_for
 
+from odradek.cli import main
 from odradek.testing import BrokerProcess, start_broker, unique_topic
 
 pytestmark = pytest.mark.integration
@@ -180,3 +181,26 @@ def test_broker_restart_keeps_the_group_and_its_offsets(tmp_path: Path) -> None:
         redelivered = group.check(produced)
         assert redelivered == {}, f"committed records were consumed again: {redelivered}"
         assert not restarting.log_problems(), "\n".join(restarting.log_problems())
+
+
+def test_odradek_groups_shows_a_consumer_group(broker: BrokerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    """``odradek groups list`` types the group ``consumer``; ``describe`` shows its assignor,
+    epochs, and each member's epoch with its assignment and target."""
+    topic = unique_topic("kip848-cli")
+    create_topic(broker, topic, 3)
+    group_id = unique_topic("kip848-cli-g")
+    member = consumer(broker, group_id, **{"group.remote.assignor": "range"})
+    member.subscribe([topic])
+    try:
+        wait_for(lambda: member.poll(0.1) is None and len(member.assignment()) == 3, "the member's assignment")
+        boot = ["--bootstrap-server", broker.bootstrap]
+        assert main(["groups", "list", *boot]) == 0
+        listed = capsys.readouterr().out
+        assert any(line.split()[0] == group_id and line.split()[-1] == "consumer" for line in listed.splitlines())
+        assert main(["groups", "describe", group_id, *boot]) == 0
+        described = capsys.readouterr().out
+        assert f"GROUP {group_id}  TYPE consumer  STATE Stable  ASSIGNOR range" in described
+        members = described[described.index("EPOCH  ASSIGNMENT") :].splitlines()[1:]
+        assert [line.split()[1:] for line in members if line.strip()] == [["1", f"{topic}:0,1,2", f"{topic}:0,1,2"]]
+    finally:
+        member.close()
