@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import trio
 import trio.testing
-from group_harness import GROUP, clock_ms, running
+from group_harness import GROUP, clock_ms, make_config, running
 
 from odradek.broker.group import GroupCoordinator, InMemoryOffsetsLog, OffsetAndMetadata
 from odradek.broker.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult
@@ -23,7 +23,7 @@ from odradek.broker.group.consumer_group import (
 from odradek.broker.group.consumer_schema import ConsumerGroupKey, group_from_records, group_records
 from odradek.broker.group.schema import decode_key
 from odradek.errors import ErrorCode
-from odradek.interfaces import TopicPartition
+from odradek.interfaces import AssignmentMember, AssignmentTopic, TopicPartition
 
 ORDERS = "0" * 31 + "1"
 VISITS = "0" * 31 + "2"
@@ -361,3 +361,50 @@ def test_consumer_group_records_round_trip() -> None:
         group.subscription_metadata,
     )
     assert back.members == group.members and back.owners == group.owners
+
+
+async def test_an_empty_consumer_group_gives_way_to_a_classic_one(autojump_clock: trio.testing.MockClock) -> None:
+    reset_topics()
+    async with running(topics=lookup) as (coordinator, _):
+        hb(coordinator, "m1", 0)
+        hb(coordinator, "m1", -1)
+        assert coordinator.manager.consumer_groups[GROUP].state is ConsumerGroupState.EMPTY
+        joined = await coordinator.join_group(GROUP, "", None, False, "c", "/h", 30_000, 10_000, "consumer",
+                                              [("range", b"")])  # fmt: skip
+        assert joined.error == ErrorCode.NONE
+        assert GROUP not in coordinator.manager.consumer_groups
+        _, listed = coordinator.list_groups()
+        assert [(g.group_id, g.group_type) for g in listed] == [(GROUP, "classic")]
+
+
+class _TwiceAssignor:
+    """Gives every partition to every member: the coordinator must not hand that out."""
+
+    name = "twice"
+
+    def assign(
+        self, members: Mapping[str, AssignmentMember], topics: Mapping[str, AssignmentTopic]
+    ) -> dict[str, dict[str, frozenset[int]]]:
+        everything = {t: frozenset(range(topic.num_partitions)) for t, topic in topics.items()}
+        return {m: dict(everything) for m in members}
+
+
+async def test_a_broken_assignor_result_is_refused(autojump_clock: trio.testing.MockClock) -> None:
+    reset_topics()
+    coordinator = GroupCoordinator(
+        InMemoryOffsetsLog(4),
+        make_config(),
+        now_ms=clock_ms,
+        topics=lookup,
+        server_assignors={"twice": _TwiceAssignor()},
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(coordinator.run)
+        await coordinator.find_coordinator(GROUP)
+        assert hb(coordinator, "m1", 0).error == ErrorCode.NONE  # one member: nothing given twice
+        epoch = coordinator.manager.consumer_groups[GROUP].group_epoch
+        refused = hb(coordinator, "m2", 0)
+        assert refused.error == ErrorCode.UNKNOWN_SERVER_ERROR and "twice" in (refused.error_message or "")
+        group = coordinator.manager.consumer_groups[GROUP]  # as it was before the refused join
+        assert set(group.members) == {"m1"} and group.group_epoch == epoch
+        nursery.cancel_scope.cancel()

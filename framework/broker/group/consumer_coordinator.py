@@ -162,12 +162,23 @@ class ConsumerGroupCoordinator:
     # -- the request -----------------------------------------------------------------------------
     def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
         """Answer one ConsumerGroupHeartbeat (the group's coordinator was checked by the caller)."""
+        before = self.groups.get(request.group_id)
+        saved = before.copy() if before is not None else None
         try:
             self._validate(request)
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 return self._leave(request)
             return self._heartbeat(request)
         except HeartbeatError as exc:
+            # a refused heartbeat changes nothing (Kafka applies a request's records only when
+            # it succeeds): the group as it was, or none if this request created it
+            if saved is not None:
+                self.groups[request.group_id] = saved
+                for member_id in saved.members:  # timers a static member's replacement cancelled
+                    if ("cg-session", saved.group_id, member_id) not in self.timers:
+                        self._schedule_session_timeout(saved.group_id, member_id)
+            else:
+                self.groups.pop(request.group_id, None)
             log.debug("ConsumerGroupHeartbeat of %s in group %s refused: %s %s", request.member_id, request.group_id,
                       exc.code.name, exc.message)  # fmt: skip
             return HeartbeatResult(exc.code, exc.message, member_epoch=0)

@@ -115,6 +115,14 @@ class ConsumerGroup:
             return ConsumerGroupState.RECONCILING
         return ConsumerGroupState.STABLE
 
+    def copy(self) -> ConsumerGroup:
+        """A copy to go back to when a heartbeat fails half-way (members are immutable, so
+        copying the mappings is enough)."""
+        return ConsumerGroup(
+            self.group_id, self.group_epoch, self.assignment_epoch, dict(self.members), dict(self.target),
+            dict(self.subscription_metadata), dict(self.static_members), dict(self.owners), self.dead,
+        )  # fmt: skip
+
     def subscribed_topic_names(self) -> set[str]:
         return {t for m in self.members.values() for t in m.subscribed_topic_names}
 

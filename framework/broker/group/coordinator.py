@@ -80,9 +80,9 @@ class MembershipProtocol:
         self._store_failures: dict[str, tuple[int, float]] = {}
 
     # -- plumbing ------------------------------------------------------------------------------------
-    def is_consumer_group(self, group_id: str) -> bool:
-        """Whether ``group_id`` is a KIP-848 consumer group with members (classic joins are
-        refused); the coordinator with consumer groups overrides it."""
+    def consumer_group_blocks_join(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a KIP-848 consumer group with members, so a classic JoinGroup
+        is refused; the coordinator with consumer groups overrides it."""
         return False
 
     def _spawn(self, fn: Callable[..., object], *args: object) -> None:
@@ -171,7 +171,7 @@ class MembershipProtocol:
         error = self.validate_group(group_id)
         if error is not None:
             return JoinGroupResult(error, member_id)
-        if self.is_consumer_group(group_id):
+        if self.consumer_group_blocks_join(group_id):
             # a KIP-848 group of this id has members: Kafka (without online migration) refuses
             return JoinGroupResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:

@@ -352,8 +352,15 @@ class GroupCoordinator(MembershipProtocol):
         return ErrorCode.NONE, self.manager.get_offsets(group_id, partitions, require_stable)
 
     # -- KIP-848 consumer groups -------------------------------------------------------------------------
-    def is_consumer_group(self, group_id: str) -> bool:
-        return self.consumer.has_active_group(group_id)
+    def consumer_group_blocks_join(self, group_id: str) -> bool:
+        """A consumer group with members blocks a classic JoinGroup; an Empty one gives way (it
+        is deleted, records and all, as Kafka turns an empty consumer group into a classic one
+        when a classic member joins; its committed offsets stay with the classic group)."""
+        if self.consumer.has_active_group(group_id):
+            return True
+        if group_id in self.manager.consumer_groups:
+            self.consumer.delete(group_id)
+        return False
 
     def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
         """ConsumerGroupHeartbeat: placement checks (NOT_COORDINATOR, ...), then the protocol."""
