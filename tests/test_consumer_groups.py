@@ -188,9 +188,9 @@ async def test_epochs_and_request_errors(autojump_clock: trio.testing.MockClock)
         )
         assert no_topics.error == ErrorCode.INVALID_REQUEST
         regex = coordinator.consumer_group_heartbeat(
-            HeartbeatRequest(GROUP, "m4", 0, rebalance_timeout_ms=1, owned={}, subscribed_topic_regex="ord.*")
+            HeartbeatRequest(GROUP, "m4", 0, rebalance_timeout_ms=1, owned={}, subscribed_topic_regex="ord(")
         )
-        assert regex.error == ErrorCode.INVALID_REQUEST and "Regex" in (regex.error_message or "")
+        assert regex.error == ErrorCode.INVALID_REGULAR_EXPRESSION and "Regex" in (regex.error_message or "")
         owning = hb(coordinator, "m5", 0, owned={ORDERS: frozenset({1})})
         assert owning.error == ErrorCode.INVALID_REQUEST
         assert hb(coordinator, "x", 1, group="unknown-group").error == ErrorCode.GROUP_ID_NOT_FOUND
@@ -347,7 +347,8 @@ def test_consumer_group_records_round_trip() -> None:
     group.target = {"m1": {ORDERS: frozenset({0, 1})}}
     group.put_member(
         ConsumerGroupMember("m1", "i-1", "rack-a", "client", "/127.0.0.1", 30000, frozenset({"orders"}), "range",
-                            4, 3, MemberState.UNREVOKED_PARTITIONS, {ORDERS: frozenset({0})}, {ORDERS: frozenset({2})})
+                            4, 3, MemberState.UNREVOKED_PARTITIONS, {ORDERS: frozenset({0})}, {ORDERS: frozenset({2})},
+                            subscribed_topic_regex="ord.*")
     )  # fmt: skip
     records = group_records(group)
     keys = {decode_key(k): v for k, v in records.items()}
@@ -408,3 +409,28 @@ async def test_a_broken_assignor_result_is_refused(autojump_clock: trio.testing.
         group = coordinator.manager.consumer_groups[GROUP]  # as it was before the refused join
         assert set(group.members) == {"m1"} and group.group_epoch == epoch
         nursery.cancel_scope.cancel()
+
+
+async def test_regex_subscriptions_follow_the_topics(autojump_clock: trio.testing.MockClock) -> None:
+    """A regex matches whole topic names; a topic created later that matches bumps the group
+    epoch and is assigned; clearing the regex (an empty one) drops its topics."""
+    reset_topics()
+    async with running(topics=lookup, all_topics=lambda: list(TOPICS)) as (coordinator, _):
+        joined = coordinator.consumer_group_heartbeat(
+            HeartbeatRequest(GROUP, "m1", 0, rebalance_timeout_ms=REBALANCE_MS, owned={}, subscribed_topic_regex="or.*")
+        )
+        assert joined.error == ErrorCode.NONE and joined.assignment == {ORDERS: frozenset(range(6))}
+        TOPICS["orbit"] = ("0" * 31 + "4", 1)
+        TOPICS["xorders"] = ("0" * 31 + "5", 1)  # not a whole-name match
+        grown = hb(coordinator, "m1", 1)
+        assert grown.member_epoch == 2 and grown.assignment == {
+            ORDERS: frozenset(range(6)),
+            "0" * 31 + "4": frozenset({0}),
+        }
+        group = coordinator.manager.consumer_groups[GROUP]
+        assert group.subscribed_topic_names() == {"orders", "orbit"}
+        cleared = coordinator.consumer_group_heartbeat(
+            HeartbeatRequest(GROUP, "m1", 2, subscribed_topic_names=["visits"], subscribed_topic_regex="")
+        )
+        assert cleared.member_epoch == 2 and cleared.assignment == {}  # it must revoke first
+        assert group.subscribed_topic_names() == {"visits"}

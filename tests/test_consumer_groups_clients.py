@@ -204,3 +204,25 @@ def test_odradek_groups_shows_a_consumer_group(broker: BrokerProcess, capsys: py
         assert [line.split()[1:] for line in members if line.strip()] == [["1", f"{topic}:0,1,2", f"{topic}:0,1,2"]]
     finally:
         member.close()
+
+
+def test_regex_subscription_picks_up_new_topics(broker: BrokerProcess) -> None:
+    """librdkafka sends a ``^...`` subscription as the heartbeat's regex: the broker assigns
+    every matching topic, and a matching topic created later joins the assignment."""
+    prefix = unique_topic("kip848rx")
+    first, later, other = f"{prefix}-a", f"{prefix}-b", unique_topic("kip848other")
+    create_topic(broker, first, 2)
+    create_topic(broker, other, 1)
+    member = consumer(broker, unique_topic("kip848-rx-g"))
+    member.subscribe([f"^{prefix}-.*"])
+    try:
+
+        def assigned() -> set[tuple[str, int]]:
+            member.poll(0.1)
+            return {(tp.topic, tp.partition) for tp in member.assignment()}
+
+        wait_for(lambda: assigned() == {(first, 0), (first, 1)}, "the matching topic's partitions")
+        create_topic(broker, later, 1)
+        wait_for(lambda: assigned() == {(first, 0), (first, 1), (later, 0)}, "the topic created later")
+    finally:
+        member.close()

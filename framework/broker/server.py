@@ -49,7 +49,7 @@ from .controller import Controller
 from .core import BrokerCore
 from .log_dir_failures import LogDirFailureHandler, LogDirsFailed
 from .meta_properties import InconsistentClusterId
-from .metadata_cache import CLUSTER_ID_KEY, MetadataCache, MetadataStoreReset, registration_json
+from .metadata_cache import CLUSTER_ID_KEY, INTERNAL_TOPICS, MetadataCache, MetadataStoreReset, registration_json
 from .replica_fetcher import ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
@@ -541,8 +541,17 @@ class BrokerServer:
             return (state.topic_id, len(state.assignment)) if state is not None and state.topic_id else None
 
         assignors = {name: self._server_assignor(name) for name in self.config["group.consumer.assignors"]}
+
+        def all_topics() -> list[str]:
+            """What a KIP-848 regex subscription may match: every topic but the internal ones."""
+            return [name for name in cache.topics if name not in INTERNAL_TOPICS]
+
         coordinator = GroupCoordinator(
-            BrokerOffsetsLog(core, self.config), self.config, server_assignors=assignors, topics=topic
+            BrokerOffsetsLog(core, self.config),
+            self.config,
+            server_assignors=assignors,
+            topics=topic,
+            all_topics=all_topics,
         )
         await self._start(nursery, scopes, coordinator.run)
         core.group_coordinator = coordinator

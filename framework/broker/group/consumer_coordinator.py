@@ -6,8 +6,9 @@ and LeaveGroup: a member joins with epoch 0, heartbeats with its current epoch e
 static member with -2, keeping its partitions for its session timeout). Each heartbeat follows
 Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``:
 
-1. the member is created or updated; a changed subscription, or subscribed topics whose
-   partition counts changed, bump the group epoch;
+1. the member is created or updated; a changed subscription (topic names, a regex matched
+   against whole topic names, the assignor), or subscribed topics that appeared or gained
+   partitions, bump the group epoch;
 2. when the group epoch is past the target assignment's, the server-side assignor computes a
    new target (the member's ``group.remote.assignor``, else the first of
    ``group.consumer.assignors``);
@@ -30,8 +31,9 @@ so OffsetCommit/OffsetFetch/OffsetDelete and expiry work unchanged.
 from __future__ import annotations
 
 import logging
+import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -129,6 +131,7 @@ class ConsumerGroupCoordinator:
         now_ms: Callable[[], int],
         assignors: Mapping[str, ServerAssignor],
         topics: TopicLookup,
+        all_topics: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self.manager = manager
         self.timers = timers
@@ -138,6 +141,8 @@ class ConsumerGroupCoordinator:
             raise ValueError("group.consumer.assignors names no assignor")
         self.default_assignor = next(iter(self.assignors))
         self.topics = topics
+        #: every topic a regex subscription may match (not the internal ones)
+        self.all_topics = all_topics
         self.session_timeout_ms = int(config["group.consumer.session.timeout.ms"])
         self.heartbeat_interval_ms = int(config["group.consumer.heartbeat.interval.ms"])
         self.max_size = int(config["group.consumer.max.size"])
@@ -213,13 +218,13 @@ class ConsumerGroupCoordinator:
                 raise HeartbeatError(ErrorCode.INVALID_REQUEST, "InstanceId can't be null.")
         elif r.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, f"MemberEpoch is invalid: {r.member_epoch}.")
-        if r.subscribed_topic_regex:  # librdkafka sends "" for "no regex"
-            # Kafka resolves RE2J regexes against the topics asynchronously (Kafka 4.0); odradek
-            # does not yet: say so rather than assign nothing
-            raise HeartbeatError(
-                ErrorCode.INVALID_REQUEST,
-                "SubscribedTopicRegex is not supported by this broker: subscribe to topic names",
-            )
+        if r.subscribed_topic_regex:  # "" clears a regex (librdkafka sends it with topic names)
+            try:
+                re.compile(r.subscribed_topic_regex)
+            except re.error as exc:
+                raise HeartbeatError(
+                    ErrorCode.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex is invalid: {exc}."
+                ) from None
         if r.server_assignor is not None and r.server_assignor not in self.assignors:
             raise HeartbeatError(
                 ErrorCode.UNSUPPORTED_ASSIGNOR,
@@ -338,13 +343,20 @@ class ConsumerGroupCoordinator:
                 if r.subscribed_topic_names is not None
                 else member.subscribed_topic_names
             ),
+            subscribed_topic_regex=(
+                (r.subscribed_topic_regex or None)
+                if r.subscribed_topic_regex is not None
+                else member.subscribed_topic_regex
+            ),
             client_id=r.client_id,
             client_host=r.client_host,
         )
         changed = updated != member
         group.put_member(updated)
-        bump = updated.subscribed_topic_names != member.subscribed_topic_names or (
-            updated.server_assignor != member.server_assignor
+        bump = (
+            updated.subscribed_topic_names != member.subscribed_topic_names
+            or updated.subscribed_topic_regex != member.subscribed_topic_regex
+            or updated.server_assignor != member.server_assignor
         )
         metadata = self._subscription_metadata(group)
         if metadata != group.subscription_metadata:
@@ -428,12 +440,23 @@ class ConsumerGroupCoordinator:
             rebalance_timeout_ms=old.rebalance_timeout_ms,
             subscribed_topic_names=old.subscribed_topic_names,
             server_assignor=old.server_assignor,
+            subscribed_topic_regex=old.subscribed_topic_regex,
             assigned=old.assigned,
         )
         return fresh, old
 
     # -- the target assignment ---------------------------------------------------------------------
     def _subscription_metadata(self, group: ConsumerGroup) -> dict[str, SubscribedTopic]:
+        """What the subscriptions resolve to now (regexes matched against the existing topics,
+        internal ones left out, as Kafka's); a change bumps the group epoch."""
+        regexes = group.regexes()
+        if regexes:
+            names = list(self.all_topics())
+            group.resolved_regexes = {
+                regex: frozenset(n for n in names if re.fullmatch(regex, n)) for regex in sorted(regexes)
+            }
+        else:
+            group.resolved_regexes = {}
         out: dict[str, SubscribedTopic] = {}
         for name in sorted(group.subscribed_topic_names()):
             found = self.topics(name)
@@ -464,7 +487,7 @@ class ConsumerGroupCoordinator:
                 m.member_id,
                 m.instance_id,
                 m.rack_id,
-                frozenset(ids[t] for t in m.subscribed_topic_names if t in ids),
+                frozenset(ids[t] for t in group.member_topics(m) if t in ids),
                 group.target.get(m.member_id, {}),
             )
             for m in group.members.values()

@@ -70,6 +70,8 @@ class ConsumerGroupMember:
     state: MemberState = MemberState.STABLE
     assigned: TopicIdPartitions = field(default_factory=dict)
     pending_revocation: TopicIdPartitions = field(default_factory=dict)
+    #: a regular expression subscription (KIP-848; Python's ``re``, matched against whole names)
+    subscribed_topic_regex: str | None = None
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
@@ -100,6 +102,8 @@ class ConsumerGroup:
     #: (topic id, partition) -> the member owning it (assigned, or pending revocation)
     owners: dict[tuple[str, int], str] = field(default_factory=dict)
     dead: bool = False
+    #: regex -> the topic names it matched when the subscriptions were last resolved
+    resolved_regexes: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -121,10 +125,20 @@ class ConsumerGroup:
         return ConsumerGroup(
             self.group_id, self.group_epoch, self.assignment_epoch, dict(self.members), dict(self.target),
             dict(self.subscription_metadata), dict(self.static_members), dict(self.owners), self.dead,
+            dict(self.resolved_regexes),
         )  # fmt: skip
 
+    def member_topics(self, member: ConsumerGroupMember) -> frozenset[str]:
+        """The topic names a member subscribes to: its names and what its regex matched."""
+        if member.subscribed_topic_regex is None:
+            return member.subscribed_topic_names
+        return member.subscribed_topic_names | self.resolved_regexes.get(member.subscribed_topic_regex, frozenset())
+
     def subscribed_topic_names(self) -> set[str]:
-        return {t for m in self.members.values() for t in m.subscribed_topic_names}
+        return {t for m in self.members.values() for t in self.member_topics(m)}
+
+    def regexes(self) -> set[str]:
+        return {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex is not None}
 
     def owner(self, topic_id: str, partition: int) -> str | None:
         return self.owners.get((topic_id, partition))

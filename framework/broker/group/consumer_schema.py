@@ -27,7 +27,7 @@ Tagged fields Kafka added later (MetadataHash, AssignmentEpochs, ...) are skippe
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...errors import CorruptMessage, record_decoder
 from ...kafka_types import Reader, Writer
@@ -110,7 +110,8 @@ def group_records(group: ConsumerGroup) -> dict[bytes, bytes]:
         w.compact_array_length(len(m.subscribed_topic_names))
         for name in sorted(m.subscribed_topic_names):
             w.compact_string(name)
-        w.compact_nullable_string(None).int32(m.rebalance_timeout_ms).compact_nullable_string(m.server_assignor)
+        w.compact_nullable_string(m.subscribed_topic_regex).int32(m.rebalance_timeout_ms)
+        w.compact_nullable_string(m.server_assignor)
         put(ConsumerGroupKey(MEMBER_METADATA, gid, member_id), w)
         w = _value()
         _topic_partitions(w, group.target.get(member_id, {}))
@@ -193,21 +194,22 @@ def group_from_records(group_id: str, records: Mapping[ConsumerGroupKey, bytes])
         instance_id, rack_id = _string(r), _string(r)
         client_id, client_host = _required(r), _required(r)
         topics = frozenset(_required(r) for _ in range(max(_len(r), 0)))
-        _string(r)  # regex: never written by odradek
+        regex = _string(r)
         rebalance_timeout_ms = r.int32()
         assignor = _string(r)
         member = ConsumerGroupMember(
-            member_id, instance_id, rack_id, client_id, client_host, rebalance_timeout_ms, topics, assignor
-        )
+            member_id, instance_id, rack_id, client_id, client_host, rebalance_timeout_ms, topics, assignor,
+            subscribed_topic_regex=regex,
+        )  # fmt: skip
         current = records.get(ConsumerGroupKey(CURRENT_MEMBER_ASSIGNMENT, group_id, member_id))
         if current is not None:
             r = _reader(current)
             epoch, previous = r.int32(), r.int32()
             state = _STATES.get(int.from_bytes(r.raw(1), "big", signed=True), MemberState.STABLE)
             assigned, revoking = _read_topic_partitions(r), _read_topic_partitions(r)
-            member = ConsumerGroupMember(
-                member_id, instance_id, rack_id, client_id, client_host, rebalance_timeout_ms, topics, assignor,
-                epoch, previous, state, assigned, revoking,
+            member = replace(
+                member, member_epoch=epoch, previous_member_epoch=previous, state=state, assigned=assigned,
+                pending_revocation=revoking,
             )  # fmt: skip
         target_member = records.get(ConsumerGroupKey(TARGET_ASSIGNMENT_MEMBER, group_id, member_id))
         if target_member is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -112,10 +112,12 @@ class GroupCoordinator(MembershipProtocol):
         now_ms: Callable[[], int] | None = None,
         server_assignors: Mapping[str, ServerAssignor] | None = None,
         topics: TopicLookup | None = None,
+        all_topics: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         super().__init__(GroupMetadataManager(offsets_log, config, self._now), config, now_ms)
         #: KIP-848 consumer groups (ConsumerGroupHeartbeat); ``topics`` resolves subscribed topic
-        #: names (the broker passes its metadata cache), ``server_assignors`` are the
+        #: names and ``all_topics`` lists what regexes may match (the broker passes its metadata
+        #: cache), ``server_assignors`` are the
         #: ``group.consumer.assignors`` (the built-ins when not given)
         self.consumer = ConsumerGroupCoordinator(
             self.manager,
@@ -126,6 +128,7 @@ class GroupCoordinator(MembershipProtocol):
             if server_assignors is not None
             else builtin_server_assignors(list(config["group.consumer.assignors"])),
             topics if topics is not None else (lambda name: None),
+            all_topics,
         )
         self.consumer.on_change = self._persist_consumer_group
         self.consumer.on_delete = lambda group: self._persist_consumer_group(group, deleted=True)

@@ -614,7 +614,7 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> A
                     client_id=m.client_id,
                     client_host=m.client_host,
                     subscribed_topic_names=tuple(sorted(m.subscribed_topic_names)),
-                    subscribed_topic_regex=None,
+                    subscribed_topic_regex=m.subscribed_topic_regex,
                     assignment=wire(m.assigned),
                     target_assignment=wire(group.target.get(m.member_id, {})),
                     member_type=i8(1),  # v1: a consumer (KIP-848) member
