@@ -547,8 +547,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "group.coordinator.rebalance.protocols",
         list,
         ["classic", "consumer"],
-        "Group protocols the coordinator serves: classic (JoinGroup/SyncGroup) and consumer (KIP-848, "
-        "ConsumerGroupHeartbeat); without consumer, ConsumerGroupHeartbeat answers UNSUPPORTED_VERSION.",
+        "Group protocols the coordinator serves: classic (JoinGroup/SyncGroup, required) and consumer "
+        "(KIP-848, ConsumerGroupHeartbeat); without consumer, ApiVersions leaves out the KIP-848 APIs.",
     ),
     _k(
         "group.consumer.session.timeout.ms",

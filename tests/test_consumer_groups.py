@@ -23,7 +23,9 @@ from odradek.broker.group.consumer_group import (
 from odradek.broker.group.consumer_schema import ConsumerGroupKey, group_from_records, group_records
 from odradek.broker.group.schema import decode_key
 from odradek.errors import ErrorCode
-from odradek.interfaces import AssignmentMember, AssignmentTopic, TopicPartition
+from odradek.interfaces import AssignmentMember, AssignmentTopic, Endpoint, TopicPartition
+from odradek.plugins.transport_tcp.apis import Dispatcher, load_handlers
+from odradek.protocol import ApiKey
 
 ORDERS = "0" * 31 + "1"
 VISITS = "0" * 31 + "2"
@@ -434,3 +436,16 @@ async def test_regex_subscriptions_follow_the_topics(autojump_clock: trio.testin
         )
         assert cleared.member_epoch == 2 and cleared.assignment == {}  # it must revoke first
         assert group.subscribed_topic_names() == {"visits"}
+
+
+def test_apis_are_not_advertised_when_the_protocol_is_off() -> None:
+    """group.coordinator.rebalance.protocols without consumer: ApiVersions leaves out
+    ConsumerGroupHeartbeat and ConsumerGroupDescribe, as Kafka's does."""
+    endpoint = Endpoint("PLAINTEXT", "127.0.0.1", 0)
+    on = Dispatcher(object(), make_config(), endpoint, load_handlers())
+    off = Dispatcher(
+        object(), make_config(group_coordinator_rebalance_protocols=["classic"]), endpoint, load_handlers()
+    )
+    kip848 = {ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE}
+    assert kip848 <= set(on.advertised) and not kip848 & set(off.advertised)
+    assert ApiKey.JOIN_GROUP in off.advertised
