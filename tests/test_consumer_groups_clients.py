@@ -226,3 +226,28 @@ def test_regex_subscription_picks_up_new_topics(broker: BrokerProcess) -> None:
         wait_for(lambda: assigned() == {(first, 0), (first, 1), (later, 0)}, "the topic created later")
     finally:
         member.close()
+
+
+def test_static_member_restart_gets_its_partitions_back(broker: BrokerProcess) -> None:
+    """A static member (group.instance.id) that closes leaves with epoch -2: its partitions wait
+    for it, and the instance restarted under a new member id takes them back while the other
+    member sees no rebalance."""
+    topic = unique_topic("kip848-static")
+    create_topic(broker, topic, 4)
+    produced = Produced(broker, topic, 4)
+    group = Group(broker, topic, 4, "uniform")
+    try:
+        s1 = group.add("s1", protocol="consumer", instance_id="static-1")
+        s2 = group.add("s2", protocol="consumer", instance_id="static-2")
+        group.settle_and_drain(produced, "two static members")
+        before = s1.owned
+        s2_events = len([e for e in s2.events if e["ev"] in ("assign", "revoke")])
+        s1.stop()
+        s1_again = group.add("s1-restarted", protocol="consumer", instance_id="static-1")
+        wait_for(lambda: s1_again.owned == before, "the restarted static member to get its partitions back")
+        produced.batch(5)
+        wait_for(lambda: group.consumed(produced), "records consumed after the restart")
+        assert len([e for e in s2.events if e["ev"] in ("assign", "revoke")]) == s2_events, "s2 saw a rebalance"
+    finally:
+        group.close()
+    group.check(produced)
