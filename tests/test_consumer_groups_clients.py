@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from group_client_helpers import GROUP_BROKER_SETTINGS, TIMEOUT_S, Group, Produced, create_topic, wait_for
+from group_client_helpers import (
+    GROUP_BROKER_SETTINGS,
+    TIMEOUT_S,
+    Group,
+    Produced,
+    check_static_restart,
+    create_topic,
+    wait_for,
+)
 
 from odradek.cli import main
 from odradek.testing import BrokerProcess, start_broker, unique_topic
@@ -237,17 +245,7 @@ def test_static_member_restart_gets_its_partitions_back(broker: BrokerProcess) -
     produced = Produced(broker, topic, 4)
     group = Group(broker, topic, 4, "uniform")
     try:
-        s1 = group.add("s1", protocol="consumer", instance_id="static-1")
-        s2 = group.add("s2", protocol="consumer", instance_id="static-2")
-        group.settle_and_drain(produced, "two static members")
-        before = s1.owned
-        s2_events = len([e for e in s2.events if e["ev"] in ("assign", "revoke")])
-        s1.stop()
-        s1_again = group.add("s1-restarted", protocol="consumer", instance_id="static-1")
-        wait_for(lambda: s1_again.owned == before, "the restarted static member to get its partitions back")
-        produced.batch(5)
-        wait_for(lambda: group.consumed(produced), "records consumed after the restart")
-        assert len([e for e in s2.events if e["ev"] in ("assign", "revoke")]) == s2_events, "s2 saw a rebalance"
+        check_static_restart(group, produced, kill=False, protocol="consumer")
     finally:
         group.close()
     group.check(produced)

@@ -25,6 +25,7 @@ from group_client_helpers import (
     Group,
     KafkaPythonMember,
     Produced,
+    check_static_restart,
     create_topic,
     wait_for,
 )
@@ -79,18 +80,7 @@ def test_static_member_restart_gets_its_partitions_back_without_rebalance(group_
     produced = Produced(group_broker, topic, 4)
     group = Group(group_broker, topic, 4, "range")
     try:
-        s1 = group.add("s1", instance_id="static-1", session_ms="20000")
-        s2 = group.add("s2", instance_id="static-2", session_ms="20000")
-        group.settle_and_drain(produced, "two static members")
-        before = s1.owned
-        s2_events = len([e for e in s2.events if e["ev"] in ("assign", "revoke")])
-        s1.kill()
-        s1_again = group.add("s1-restarted", instance_id="static-1", session_ms="20000")
-        wait_for(lambda: s1_again.owned == before, "the restarted static member to get its partitions back")
-        produced.batch(5)
-        wait_for(lambda: group.consumed(produced), "records consumed after the restart")
-        s2_after = len([e for e in s2.events if e["ev"] in ("assign", "revoke")])
-        assert s2_after == s2_events, "the other member saw a rebalance"
+        check_static_restart(group, produced, kill=True, session_ms="20000")
     finally:
         group.close()
     group.check(produced)
