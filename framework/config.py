@@ -56,7 +56,8 @@ KAFKA_INT_KEYS = frozenset(
         "replica.fetch.max.bytes", "replica.fetch.wait.max.ms", "offsets.topic.num.partitions",
         "offsets.topic.segment.bytes", "offsets.retention.minutes", "offset.metadata.max.bytes",
         "group.min.session.timeout.ms", "group.max.session.timeout.ms", "group.initial.rebalance.delay.ms",
-        "group.max.size", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
+        "group.max.size", "group.consumer.session.timeout.ms", "group.consumer.heartbeat.interval.ms",
+        "group.consumer.max.size", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
         "transactional.id.expiration.ms", "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
         "transaction.state.log.min.isr", "leader.imbalance.per.broker.percentage", "max.connections",
         "max.connections.per.ip", "max.incremental.fetch.session.cache.slots",
@@ -586,6 +587,35 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("group.max.session.timeout.ms", int, 1800000, "Largest session timeout a member may ask for.", minimum=0),
     _k("group.initial.rebalance.delay.ms", int, 3000, "Wait for more members before the first rebalance.", minimum=0),
     _k("group.max.size", int, 2147483647, "Most members of one group.", minimum=1),
+    _k(
+        "group.coordinator.rebalance.protocols",
+        list,
+        ["classic", "consumer"],
+        "Group protocols the coordinator serves: classic (JoinGroup/SyncGroup, required) and consumer "
+        "(KIP-848, ConsumerGroupHeartbeat); without consumer, ApiVersions leaves out the KIP-848 APIs.",
+    ),
+    _k(
+        "group.consumer.session.timeout.ms",
+        int,
+        45000,
+        "A KIP-848 consumer group member not heard from for this long is fenced (its partitions move on).",
+        minimum=1,
+    ),
+    _k(
+        "group.consumer.heartbeat.interval.ms",
+        int,
+        5000,
+        "How often KIP-848 consumer group members heartbeat (told to them in every response).",
+        minimum=1,
+    ),
+    _k(
+        "group.consumer.assignors",
+        list,
+        ["uniform", "range"],
+        "Server-side assignors (odradek_register_server_assignors names) KIP-848 consumer groups may use; "
+        "the first is the default, a client picks another with group.remote.assignor.",
+    ),
+    _k("group.consumer.max.size", int, 2147483647, "Most members of one KIP-848 consumer group.", minimum=1),
     # -- producers and transactions
     _k("producer.id.expiration.ms", int, 86400000, "Forget idle producer ids after this.", minimum=1),
     _k("producer.id.expiration.check.interval.ms", int, 600000, "How often idle producer ids are removed.", minimum=1),
@@ -1096,6 +1126,14 @@ def _check_cross_keys(values: Mapping[str, Any]) -> None:
         )
     if values.get("group.min.session.timeout.ms", 0) > values.get("group.max.session.timeout.ms", 1):
         raise ConfigError("invalid value for 'group.min.session.timeout.ms': above group.max.session.timeout.ms")
+    protocols = {str(p).lower() for p in values.get("group.coordinator.rebalance.protocols", ["classic"])}
+    if not protocols <= {"classic", "consumer"} or "classic" not in protocols:
+        raise ConfigError(
+            "invalid value for 'group.coordinator.rebalance.protocols': a list of classic and consumer, "
+            "with classic (Kafka requires it)"
+        )
+    if not values.get("group.consumer.assignors", ["uniform"]):
+        raise ConfigError("invalid value for 'group.consumer.assignors': it names no assignor")
     _check_listeners(values)
     _check_log_dirs(values)
     _check_connection_limits(values)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         ConfigKey,
         MetadataFactory,
         Partitioner,
+        ServerAssignor,
         StorageFactory,
         TransportFactory,
     )
@@ -175,5 +176,22 @@ def odradek_register_assignors() -> Sequence[type[Assignor]]:
 
     Called by: odradek's consumer when it joins a group, to list the protocols it supports in
     JoinGroup and, as group leader, to compute the assignment.
+    Result: collected and merged by name.
+    """
+
+
+# ============================================================================================
+# Server assignor role (broker side, KIP-848 consumer groups)
+# ============================================================================================
+
+
+@hookspec
+def odradek_register_server_assignors() -> Sequence[type[ServerAssignor]]:
+    """Server-side assignor classes (instantiated with no arguments, once per group coordinator)
+    for KIP-848 consumer groups: ``group.consumer.assignors`` names the ones a broker offers
+    ("uniform", "range"), and a consumer picks one of them with ``group.remote.assignor``.
+
+    Called by: the broker when it starts its group coordinator, to resolve
+    ``group.consumer.assignors`` (an unknown name fails the start, naming what is loaded).
     Result: collected and merged by name.
     """

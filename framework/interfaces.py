@@ -450,6 +450,54 @@ class Assignor(Protocol):
 
 
 # --------------------------------------------------------------------------------------------
+# Server assignor role (broker side, KIP-848 consumer groups)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentTopic:
+    """A subscribed topic as a server-side assignor sees it (Kafka's ``TopicMetadata``)."""
+
+    topic_id: str  # 32 hex digits, as odradek keeps topic ids
+    name: str
+    num_partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentMember:
+    """One member of a KIP-848 consumer group as a server-side assignor sees it (Kafka's
+    ``MemberSubscriptionAndAssignment``): what it subscribes to (topic ids) and what the group's
+    previous target assignment gave it (the input stickiness is measured against)."""
+
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    subscribed_topic_ids: frozenset[str]
+    assigned: Mapping[str, frozenset[int]] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ServerAssignor(Protocol):
+    """A broker-side partition assignor for KIP-848 consumer groups (``group.consumer.assignors``,
+    a client's ``group.remote.assignor``). The group coordinator calls ``assign`` whenever the
+    group epoch moves past the target assignment's epoch (a member joined, left or changed its
+    subscription, a subscribed topic gained partitions); it must be quick, synchronous and
+    deterministic, and give each partition of a subscribed topic to exactly one member
+    subscribed to that topic. The result is the new target assignment: member id -> topic id ->
+    partitions; the coordinator then moves members towards it (revocation before reassignment).
+    """
+
+    name: str
+
+    def assign(
+        self, members: Mapping[str, AssignmentMember], topics: Mapping[str, AssignmentTopic]
+    ) -> dict[str, dict[str, frozenset[int]]]:
+        """The target assignment of every member (an empty mapping for a member given nothing).
+        ``topics`` holds the subscribed topics that exist, by topic id."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
 # Metadata role (meta_local, meta_zk, meta_etcd) -- see ../shared/design/CLUSTER.md
 # --------------------------------------------------------------------------------------------
 
@@ -727,6 +775,8 @@ __all__ = [
     "ANY",
     "Absent",
     "AnyVersion",
+    "AssignmentMember",
+    "AssignmentTopic",
     "Assignor",
     "BatchMeta",
     "Check",
@@ -754,6 +804,7 @@ __all__ = [
     "PartitionLog",
     "Partitioner",
     "Put",
+    "ServerAssignor",
     "SessionState",
     "StorageFactory",
     "TopicPartition",

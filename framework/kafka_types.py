@@ -142,6 +142,42 @@ class Writer:
     def array_length(self, n: int) -> Writer:
         return self.int32(n)
 
+    # -- flexible versions (KIP-482): compact strings and arrays, tag buffers --------------------
+    def int8(self, value: int) -> Writer:
+        self._buf += value.to_bytes(1, "big", signed=True)
+        return self
+
+    def uvarint(self, value: int) -> Writer:
+        while value >= 0x80:
+            self._buf.append((value & 0x7F) | 0x80)
+            value >>= 7
+        self._buf.append(value)
+        return self
+
+    def compact_nullable_string(self, value: str | None) -> Writer:
+        if value is None:
+            return self.uvarint(0)
+        data = value.encode("utf-8")
+        self.uvarint(len(data) + 1)
+        self._buf += data
+        return self
+
+    def compact_string(self, value: str) -> Writer:
+        return self.compact_nullable_string(value)
+
+    def compact_array_length(self, n: int) -> Writer:
+        return self.uvarint(n + 1)
+
+    def uuid(self, raw16: bytes) -> Writer:
+        """A UUID's 16 bytes."""
+        if len(raw16) != 16:
+            raise ValueError("a UUID is 16 bytes")
+        self._buf += raw16
+        return self
+
+    def empty_tagged_fields(self) -> Writer:
+        return self.uvarint(0)
+
 
 _MASK32 = 0xFFFFFFFF
 

@@ -47,6 +47,7 @@ from .interfaces import (
     ConfigKey,
     MetadataFactory,
     Partitioner,
+    ServerAssignor,
     StorageFactory,
     TransportFactory,
 )
@@ -88,6 +89,7 @@ _HOOK_ROLES = {
     "odradek_register_codecs": "compression",
     "odradek_register_partitioners": "partitioner",
     "odradek_register_assignors": "assignor",
+    "odradek_register_server_assignors": "server assignor",
     "odradek_register_sasl_mechanisms": "SASL mechanism",
     "odradek_register_authorizers": "authorizer",
 }
@@ -352,6 +354,7 @@ _ITEM_CHECKS: dict[str, tuple[str, Callable[[Any], str | None]]] = {
     "odradek_register_codecs": ("a codec", _codec_problem),
     "odradek_register_partitioners": ("a partitioner class", _class_problem("partition", "on_new_batch")),
     "odradek_register_assignors": ("an assignor class", _class_problem("assign")),
+    "odradek_register_server_assignors": ("a server assignor class", _class_problem("assign")),
     "odradek_register_sasl_mechanisms": ("a SaslMechanism", _sasl_mechanism_problem),
     "odradek_register_authorizers": ("an AuthorizerFactory", _factory_problem),
 }
@@ -572,6 +575,12 @@ class Plugins:
 
     def assignor_names(self) -> list[str]:
         return sorted(self._by_name("odradek_register_assignors", lambda a: a.name))
+
+    def server_assignor(self, name: str) -> ServerAssignor:
+        """A KIP-848 server-side assignor by name (``group.consumer.assignors``)."""
+        cls = self._select("odradek_register_server_assignors", name)
+        instance: ServerAssignor = cls()
+        return instance
 
     # -- introspection -------------------------------------------------------------------------
     def describe(self) -> list[PluginInfo]:

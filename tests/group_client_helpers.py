@@ -27,6 +27,13 @@ HERE = Path(__file__).resolve().parent
 TIMEOUT_S = 30.0
 SESSION_MS = 3000
 
+#: what the group tests' broker changes: fast first rebalance, short sessions allowed
+GROUP_BROKER_SETTINGS = {
+    "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 1000,
+    "offsets.topic.num.partitions": 10,
+}
+
 
 def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s
@@ -375,3 +382,27 @@ class Group:
     def close(self) -> None:
         for m in self.live():
             m.stop()
+
+
+def check_static_restart(group: Group, produced: Produced, *, kill: bool, **extra: str) -> None:
+    """Two static members settle; ``s1`` goes (killed, or closed: a KIP-848 member then leaves
+    with epoch -2) and its instance comes back under a new member id: it gets its partitions
+    back, and ``s2`` sees no rebalance."""
+    s1 = group.add("s1", instance_id="static-1", **extra)
+    s2 = group.add("s2", instance_id="static-2", **extra)
+    group.settle_and_drain(produced, "two static members")
+    before = s1.owned
+
+    def rebalances() -> int:
+        return len([e for e in s2.events if e["ev"] in ("assign", "revoke")])
+
+    seen = rebalances()
+    if kill:
+        s1.kill()
+    else:
+        s1.stop()
+    s1_again = group.add("s1-restarted", instance_id="static-1", **extra)
+    wait_for(lambda: s1_again.owned == before, "the restarted static member to get its partitions back")
+    produced.batch(5)
+    wait_for(lambda: group.consumed(produced), "records consumed after the restart")
+    assert rebalances() == seen, "the other member saw a rebalance"

@@ -4,7 +4,8 @@ It prints one JSON line per event, flushed at once, with a wall-clock time so ev
 processes on one host can be ordered: ``assign``/``revoke`` (the partitions and what it owns after),
 ``msg`` (partition, offset), ``commit`` (partition, next offset) after each synchronous commit,
 ``commit_failed``, and ``closed``. SIGTERM closes the consumer cleanly (LeaveGroup unless static);
-the tests also SIGKILL it to exercise session expiry.
+the tests also SIGKILL it to exercise session expiry. ``--protocol consumer`` makes it a KIP-848
+member (``group.protocol=consumer``, ``--strategy`` naming the broker's assignor).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def main() -> int:
     parser.add_argument("--strategy", default="range")
     parser.add_argument("--instance-id")
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    # "consumer": KIP-848 (group.protocol=consumer); --strategy then names the server-side assignor
+    parser.add_argument("--protocol", default="classic")
     args = parser.parse_args()
 
     owned: set[tuple[str, int]] = set()
@@ -61,6 +64,13 @@ def main() -> int:
         "partition.assignment.strategy": args.strategy,
         "topic.metadata.refresh.interval.ms": 2000,
     }
+    if args.protocol == "consumer":
+        # the broker owns session timeout, heartbeat interval and assignor under KIP-848:
+        # librdkafka refuses the classic settings for them
+        for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
+            del config[key]
+        config["group.protocol"] = "consumer"
+        config["group.remote.assignor"] = args.strategy
     if args.instance_id:
         config["group.instance.id"] = args.instance_id
     consumer = Consumer(config)

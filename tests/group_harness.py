@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -15,6 +15,7 @@ from odradek.broker.group import (
     InMemoryOffsetsLog,
     JoinGroupResult,
 )
+from odradek.broker.group.consumer_coordinator import TopicLookup
 from odradek.config import default_config
 from odradek.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
 from odradek.errors import ErrorCode
@@ -42,10 +43,18 @@ def make_config(**overrides: Any) -> Any:
 
 @asynccontextmanager
 async def running(
-    log: InMemoryOffsetsLog | None = None, **config: Any
+    log: InMemoryOffsetsLog | None = None,
+    *,
+    topics: TopicLookup | None = None,
+    all_topics: Callable[[], Iterable[str]] = tuple,
+    **config: Any,
 ) -> AsyncIterator[tuple[GroupCoordinator, trio.Nursery]]:
+    """A running coordinator; ``topics`` resolves KIP-848 groups' subscribed topic names and
+    ``all_topics`` lists what their regexes may match."""
     offsets_log = log if log is not None else InMemoryOffsetsLog(num_partitions=4)
-    coordinator = GroupCoordinator(offsets_log, make_config(**config), now_ms=clock_ms)
+    coordinator = GroupCoordinator(
+        offsets_log, make_config(**config), now_ms=clock_ms, topics=topics, all_topics=all_topics
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(coordinator.run)
         await coordinator.wait_for_loads()  # a restarted coordinator's partitions load in the background

@@ -75,7 +75,10 @@ class _StaleOffsetsAdmin:
         return None
 
     async def describe_groups(self, groups: list[str], timeout: float | None = None) -> dict[str, object]:
-        return {g: SimpleNamespace(state="Empty", protocol="", members=[], coordinator=0) for g in groups}
+        return {
+            g: SimpleNamespace(state="Empty", protocol="", members=[], coordinator=0, group_type="classic")
+            for g in groups
+        }
 
     async def list_consumer_group_offsets(
         self, group: str, timeout: float | None = None

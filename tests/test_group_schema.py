@@ -7,6 +7,7 @@ import struct
 import pytest
 
 from odradek.broker.group import OffsetAndMetadata, java_string_hash, partition_for
+from odradek.broker.group.consumer_schema import ConsumerGroupKey
 from odradek.broker.group.schema import (
     GroupKey,
     GroupRecord,
@@ -98,7 +99,11 @@ def test_group_metadata_value_old_versions() -> None:
 
 
 def test_unknown_key_versions_are_skipped() -> None:
-    assert decode_key(struct.pack(">h", 3) + s16("x")) is None
+    """Kinds this coordinator does not own (share groups, streams groups: 9 and up) are skipped;
+    3-8 are KIP-848 consumer group records."""
+    assert decode_key(struct.pack(">h", 9) + s16("x")) is None
+    assert decode_key(struct.pack(">h", 3) + s16("x")) == ConsumerGroupKey(3, "x")
+    assert decode_key(struct.pack(">h", 8) + s16("x") + s16("m")) == ConsumerGroupKey(8, "x", "m")
 
 
 def test_unreadable_values_are_corrupt_messages() -> None:

@@ -19,11 +19,13 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from group_client_helpers import (
+    GROUP_BROKER_SETTINGS,
     TIMEOUT_S,
     AioKafkaMember,
     Group,
     KafkaPythonMember,
     Produced,
+    check_static_restart,
     create_topic,
     wait_for,
 )
@@ -31,13 +33,6 @@ from group_client_helpers import (
 from odradek.testing import BrokerProcess, start_broker, unique_topic
 
 pytestmark = pytest.mark.integration
-
-#: what the group tests' broker changes: fast first rebalance, short sessions allowed
-GROUP_BROKER_SETTINGS = {
-    "group.initial.rebalance.delay.ms": 0,
-    "group.min.session.timeout.ms": 1000,
-    "offsets.topic.num.partitions": 10,
-}
 
 
 @pytest.fixture(scope="module")
@@ -85,18 +80,7 @@ def test_static_member_restart_gets_its_partitions_back_without_rebalance(group_
     produced = Produced(group_broker, topic, 4)
     group = Group(group_broker, topic, 4, "range")
     try:
-        s1 = group.add("s1", instance_id="static-1", session_ms="20000")
-        s2 = group.add("s2", instance_id="static-2", session_ms="20000")
-        group.settle_and_drain(produced, "two static members")
-        before = s1.owned
-        s2_events = len([e for e in s2.events if e["ev"] in ("assign", "revoke")])
-        s1.kill()
-        s1_again = group.add("s1-restarted", instance_id="static-1", session_ms="20000")
-        wait_for(lambda: s1_again.owned == before, "the restarted static member to get its partitions back")
-        produced.batch(5)
-        wait_for(lambda: group.consumed(produced), "records consumed after the restart")
-        s2_after = len([e for e in s2.events if e["ev"] in ("assign", "revoke")])
-        assert s2_after == s2_events, "the other member saw a rebalance"
+        check_static_restart(group, produced, kill=True, session_ms="20000")
     finally:
         group.close()
     group.check(produced)

@@ -10,6 +10,7 @@ import inspect
 import re
 import sys
 import types
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,14 @@ import pytest
 from odradek import hookspecs
 from odradek.config import load_config
 from odradek.hookspecs import hookimpl
-from odradek.interfaces import ConfigKey, MetadataFactory, StorageFactory, TransportFactory
+from odradek.interfaces import (
+    AssignmentMember,
+    AssignmentTopic,
+    ConfigKey,
+    MetadataFactory,
+    StorageFactory,
+    TransportFactory,
+)
 from odradek.manager import PluginError, Plugins, build_plugin_manager
 from odradek.security.mechanism import SaslError, SaslMechanism
 from odradek.testing import SaslMechanismConformance
@@ -139,6 +147,31 @@ def test_hook_odradek_register_assignors() -> None:
     plugins = _plugins(_module("greedy", odradek_register_assignors=lambda: [_Everything]))
     assert plugins.assignor_names() == ["everything-to-first"]
     assert plugins.assignor("everything-to-first").rebalance_protocol == "eager"
+
+
+class _AllToFirst:
+    """A server assignor giving every partition to the first member by id."""
+
+    name = "all-to-first"
+
+    def assign(
+        self, members: Mapping[str, AssignmentMember], topics: Mapping[str, AssignmentTopic]
+    ) -> dict[str, dict[str, frozenset[int]]]:
+        first = min(members, default=None)
+        out: dict[str, dict[str, frozenset[int]]] = {m: {} for m in members}
+        if first is not None:
+            out[first] = {t: frozenset(range(topic.num_partitions)) for t, topic in topics.items()}
+        return out
+
+
+def test_hook_odradek_register_server_assignors() -> None:
+    plugins = _plugins(_module("greedy_server", odradek_register_server_assignors=lambda: [_AllToFirst]))
+    assignor = plugins.server_assignor("all-to-first")
+    topics = {"a" * 32: AssignmentTopic("a" * 32, "orders", 2)}
+    members = {m: AssignmentMember(m, None, None, frozenset(topics)) for m in ("m2", "m1")}
+    assert assignor.assign(members, topics) == {"m1": {"a" * 32: frozenset({0, 1})}, "m2": {}}
+    with pytest.raises(PluginError, match="no server assignor plugin named 'uniform'"):
+        plugins.server_assignor("uniform")
 
 
 def test_hook_odradek_register_sasl_mechanisms() -> None:

@@ -115,9 +115,9 @@ def test_version_table_matches_protocol_md() -> None:
         0: (0, 7),
         1: (4, 11),
         2: (1, 8),
-        3: (0, 8),
-        8: (2, 7),
-        9: (1, 8),
+        3: (0, 12),
+        8: (2, 9),
+        9: (1, 9),
         10: (0, 4),
         11: (0, 5),
         12: (0, 3),
@@ -134,6 +134,8 @@ def test_version_table_matches_protocol_md() -> None:
         36: (0, 2),
         35: (1, 4),
         60: (0, 2),
+        68: (0, 1),
+        69: (0, 1),
     }
     for key, rng in expected.items():
         assert tuple(SUPPORTED_VERSIONS[key]) == rng, ApiKey(key).name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
+import uuid
 from typing import Any
 
 import pytest
@@ -12,16 +13,20 @@ from hypothesis import strategies as st
 from kio.serial import entity_writer
 
 from odradek.broker.api import BrokerNode, ClusterMetadata, PartitionMetadata, TopicMetadata
-from odradek.errors import ErrorCode
+from odradek.errors import ErrorCode, InvalidRequest
 from odradek.protocol import (
     SUPPORTED_VERSIONS,
     ApiKey,
     MetadataResponseData,
+    decode_request,
     decode_response,
     encode_metadata_response,
+    encode_request,
     encode_response,
     encode_response_header,
     kio_error,
+    parse_request_header,
+    request_type,
     response_type,
     timedelta_ms,
 )
@@ -58,7 +63,8 @@ def _kio(version: int, md: ClusterMetadata, topic_ops: int = OMITTED, cluster_op
             make(
                 module.MetadataResponseTopic,
                 error_code=kio_error(t.error),
-                name=t.name,
+                name=None if version >= 12 and not t.name else t.name,
+                topic_id=uuid.UUID(hex=t.topic_id) if t.topic_id else uuid.UUID(int=0),
                 is_internal=t.is_internal,
                 partitions=tuple(
                     make(
@@ -95,7 +101,12 @@ partitions = st.builds(
     _nodes,
 )
 topics = st.builds(
-    TopicMetadata, st.sampled_from(_ERRORS), _text, st.booleans(), st.lists(partitions, max_size=5).map(tuple)
+    TopicMetadata,
+    st.sampled_from(_ERRORS),
+    _text,
+    st.booleans(),
+    st.lists(partitions, max_size=5).map(tuple),
+    st.just("") | st.uuids().map(lambda u: u.hex),
 )
 brokers = st.builds(BrokerNode, st.integers(0, 2**31 - 1), _text, st.integers(0, 65535), st.none() | _text)
 clusters = st.builds(
@@ -144,10 +155,29 @@ def test_many_partitions_round_trip_through_kio_reader(version: int) -> None:
 
 def test_advertised_versions_are_all_written() -> None:
     assert max(VERSIONS) <= MAX_VERSION
-    with pytest.raises(ValueError, match="v9"):
-        encode_metadata_response(MetadataResponseData(9, _many(1)))
+    with pytest.raises(ValueError, match="v13"):
+        encode_metadata_response(MetadataResponseData(13, _many(1)))
 
 
 def test_body_for_another_api_is_refused() -> None:
     with pytest.raises(TypeError):
         encode_response(ApiKey.METADATA, 5, 1, MetadataResponseData(4, _many(1)))
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v >= 9])
+def test_librdkafka_all_topics_placeholder_is_read_as_meant(version: int) -> None:
+    """librdkafka asks flexible Metadata for all topics with a 4-byte zero placeholder where the
+    compact null array belongs: it reads as all topics with the flags librdkafka wrote."""
+    cls = request_type(ApiKey.METADATA, version)
+    flags = {"allow_auto_topic_creation": True, "include_topic_authorized_operations": True}
+    if "include_cluster_authorized_operations" in cls.__dataclass_fields__:  # v9-10
+        flags["include_cluster_authorized_operations"] = False
+    request = cls(topics=None, **flags)
+    frame = encode_request(request, correlation_id=3, client_id="rdkafka")
+    offset = parse_request_header(frame).body_offset
+    assert frame[offset] == 0  # the compact null array
+    quirky = frame[: offset + 1] + b"\x00\x00\x00" + frame[offset + 1 :]
+    decoded = decode_request(ApiKey.METADATA, version, quirky, offset)
+    assert decoded.topics is None and decoded.allow_auto_topic_creation and decoded.include_topic_authorized_operations
+    with pytest.raises(InvalidRequest):  # other stray bytes stay an error
+        decode_request(ApiKey.METADATA, version, frame + b"\x00\x00", offset)

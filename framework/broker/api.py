@@ -220,6 +220,8 @@ class TopicMetadata:
     name: str
     is_internal: bool = False
     partitions: tuple[PartitionMetadata, ...] = ()
+    #: 32 hex digits ("" when the topic has none, e.g. an error answer); Metadata v10+ sends it
+    topic_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

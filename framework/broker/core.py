@@ -399,7 +399,7 @@ class BrokerCore:
                     tuple(r for r in replicas if r not in alive),
                 )
             )
-        answer = TopicMetadata(ErrorCode.NONE, topic.name, topic.name in INTERNAL_TOPICS, tuple(parts))
+        answer = TopicMetadata(ErrorCode.NONE, topic.name, topic.name in INTERNAL_TOPICS, tuple(parts), topic.topic_id)
         if len(self._topic_answers) >= _TOPIC_ANSWERS_MAX and topic.name not in self._topic_answers:
             self._topic_answers.clear()  # deleted topics' answers go with the rest; rebuilt on demand
         self._topic_answers[topic.name] = (topic, topic.state_changes, live, listed, answer)

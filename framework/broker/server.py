@@ -38,8 +38,8 @@ import trio
 from ..config import WILDCARD_HOSTS, Config, parse_host_port
 from ..coordination import broker_key
 from ..errors import OdradekError
-from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, SessionState
-from ..manager import Plugins, load_plugins
+from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, ServerAssignor, SessionState
+from ..manager import PluginError, Plugins, load_plugins
 from ..metrics_exporter import serve_metrics
 from ..security.authorizer import AuthorizerFactory
 from ..security.settings import check_security_config, inter_broker_client_config
@@ -50,7 +50,7 @@ from .controller import Controller
 from .core import BrokerCore
 from .log_dir_failures import LogDirFailureHandler, LogDirsFailed
 from .meta_properties import InconsistentClusterId
-from .metadata_cache import CLUSTER_ID_KEY, MetadataCache, MetadataStoreReset, registration_json
+from .metadata_cache import CLUSTER_ID_KEY, INTERNAL_TOPICS, MetadataCache, MetadataStoreReset, registration_json
 from .replica_fetcher import ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
@@ -532,13 +532,46 @@ class BrokerServer:
 
         return await nursery.start(run_shielded)
 
+    def _server_assignor(self, name: str) -> ServerAssignor:
+        """A ``group.consumer.assignors`` entry from the plugins; ``uniform`` and ``range`` are
+        the broker's own too, so a broker whose plugin set leaves out ``default_assignors`` (a
+        client-side plugin for most) still serves KIP-848 groups. Any other unknown name fails
+        the start, naming what is loaded."""
+        from .group.consumer_coordinator import builtin_server_assignors
+
+        try:
+            return self.plugins.server_assignor(name)
+        except PluginError:
+            if name in ("uniform", "range"):
+                return builtin_server_assignors([name])[name]
+            raise
+
     async def _start_group_coordinator(
         self, core: BrokerCore, nursery: trio.Nursery, scopes: list[trio.CancelScope]
     ) -> None:
         """The consumer-group coordinator over ``__consumer_offsets`` through the core."""
         from .group import BrokerOffsetsLog, GroupCoordinator
 
-        coordinator = GroupCoordinator(BrokerOffsetsLog(core, self.config), self.config)
+        cache = core.metadata_cache
+
+        def topic(name: str) -> tuple[str, int] | None:
+            """A KIP-848 subscription's topic: (id, partition count), None when it does not exist."""
+            state = cache.topics.get(name)
+            return (state.topic_id, len(state.assignment)) if state is not None and state.topic_id else None
+
+        assignors = {name: self._server_assignor(name) for name in self.config["group.consumer.assignors"]}
+
+        def all_topics() -> list[str]:
+            """What a KIP-848 regex subscription may match: every topic but the internal ones."""
+            return [name for name in cache.topics if name not in INTERNAL_TOPICS]
+
+        coordinator = GroupCoordinator(
+            BrokerOffsetsLog(core, self.config),
+            self.config,
+            server_assignors=assignors,
+            topics=topic,
+            all_topics=all_topics,
+        )
         await self._start(nursery, scopes, coordinator.run)
         core.group_coordinator = coordinator
         core.metadata_cache.topic_deleted_listeners.append(coordinator.on_topic_deleted)

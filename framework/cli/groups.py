@@ -13,7 +13,9 @@ client (:class:`odradek.client.aio.AsyncAdmin`)::
 
 ``describe`` prints the group's state and, per partition, the committed offset, the log end offset,
 the lag and the member owning it (``-`` for the log end and lag of a partition whose topic no
-longer exists). ``reset-offsets`` only changes the offsets of an inactive group (Empty or Dead)
+longer exists); a KIP-848 consumer group (``list`` shows its TYPE ``consumer``) also shows its
+group and assignment epochs, its server-side assignor, and each member's epoch, current and
+target assignment. ``reset-offsets`` only changes the offsets of an inactive group (Empty or Dead)
 and, as in Kafka, only prints the plan unless ``--execute`` is given. ``delete-offsets``
 (Kafka's ``--delete-offsets``) removes committed offsets and keeps the group.
 """
@@ -235,8 +237,10 @@ async def _list(args: argparse.Namespace, out: TextIO) -> int:
     async with _admin(args) as admin:
         groups = await admin.list_groups(timeout=args.timeout)
     wanted = {s.lower() for s in args.state}
-    rows = [(g.group_id, g.state, g.protocol_type) for g in groups if not wanted or g.state.lower() in wanted]
-    print(format_table(("GROUP", "STATE", "PROTOCOL-TYPE"), rows), file=out)
+    rows = [
+        (g.group_id, g.state, g.protocol_type, g.group_type) for g in groups if not wanted or g.state.lower() in wanted
+    ]
+    print(format_table(("GROUP", "STATE", "PROTOCOL-TYPE", "TYPE"), rows), file=out)
     return 0
 
 
@@ -268,11 +272,19 @@ async def _describe(args: argparse.Namespace, out: TextIO) -> int:
             # group, or on another Kafka): no log end to ask for, so "-" rather than a timeout
             live = await _existing(admin, partitions, args.timeout)
             ends = await admin.list_offsets(dict.fromkeys(live, "latest"), timeout=args.timeout) if live else {}
-            print(
-                f"GROUP {group_id}  STATE {desc.state}  PROTOCOL {desc.protocol or '-'}  "
-                f"MEMBERS {len(desc.members)}  COORDINATOR {desc.coordinator}",
-                file=out,
-            )
+            if desc.group_type == "consumer":  # KIP-848: epochs and the server-side assignor
+                print(
+                    f"GROUP {group_id}  TYPE consumer  STATE {desc.state}  ASSIGNOR {desc.protocol or '-'}  "
+                    f"EPOCH {desc.group_epoch}  ASSIGNMENT-EPOCH {desc.assignment_epoch}  "
+                    f"MEMBERS {len(desc.members)}  COORDINATOR {desc.coordinator}",
+                    file=out,
+                )
+            else:
+                print(
+                    f"GROUP {group_id}  STATE {desc.state}  PROTOCOL {desc.protocol or '-'}  "
+                    f"MEMBERS {len(desc.members)}  COORDINATOR {desc.coordinator}",
+                    file=out,
+                )
             rows = []
             for tp in partitions:
                 current = committed[tp].offset if tp in committed else None
@@ -290,8 +302,21 @@ async def _describe(args: argparse.Namespace, out: TextIO) -> int:
             idle = [m for m in desc.members if not m.assignment]
             for m in idle:
                 print(f"{group_id}  (no partitions)  {m.member_id}  {m.host}  {m.client_id}", file=out)
+            if desc.group_type == "consumer":
+                print(format_table(("CONSUMER-ID", "EPOCH", "ASSIGNMENT", "TARGET-ASSIGNMENT"), [
+                    (m.member_id, m.member_epoch, _partitions_text(m.assignment), _partitions_text(m.target_assignment))
+                    for m in desc.members
+                ]), file=out)  # fmt: skip
             print(file=out)
     return status
+
+
+def _partitions_text(partitions: Iterable[TopicPartition]) -> str:
+    """``topic:0,1 other:3`` (``-`` for none)."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return " ".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items())) or "-"
 
 
 def run_reset_offsets(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 from ..consumer_protocol import decode_assignment
-from ..errors import ErrorCode, KafkaError
+from ..errors import ErrorCode, KafkaError, UnsupportedVersion
 from ..interfaces import TopicPartition
 from ..protocol import ApiKey
 from ..security.scram import SCRAM_BY_TYPE, SCRAM_MECHANISMS, salted_password
@@ -89,6 +89,8 @@ class ListedGroup:
     group_id: str
     protocol_type: str
     state: str = ""
+    #: "classic" or "consumer" (KIP-848), as ListGroups v5 reports it
+    group_type: str = "classic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,9 @@ class MemberDescription:
     client_id: str
     host: str
     assignment: Sequence[TopicPartition]
+    #: KIP-848 consumer groups only: the member's epoch and its target assignment
+    member_epoch: int = -1
+    target_assignment: Sequence[TopicPartition] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,10 @@ class GroupDescription:
     protocol: str
     members: Sequence[MemberDescription]
     coordinator: int = -1
+    #: "classic", or "consumer" for a KIP-848 group (``protocol`` is then its server assignor)
+    group_type: str = "classic"
+    group_epoch: int = -1
+    assignment_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -566,7 +575,7 @@ class AsyncAdmin(AsyncClient, AclAdminMixin):
         found: dict[str, ListedGroup] = {}
         errors: list[KafkaError] = []
 
-        build = request_builder(ApiKey.LIST_GROUPS, max_version=4, states_filter=[], types_filter=[])
+        build = request_builder(ApiKey.LIST_GROUPS, max_version=5, states_filter=[], types_filter=[])
 
         async def ask(node: int) -> None:
             try:
@@ -579,7 +588,9 @@ class AsyncAdmin(AsyncClient, AclAdminMixin):
                 errors.append(err)
                 return
             for g in response.groups:
-                found[g.group_id] = ListedGroup(g.group_id, g.protocol_type, getattr(g, "group_state", ""))
+                found[g.group_id] = ListedGroup(
+                    g.group_id, g.protocol_type, getattr(g, "group_state", ""), getattr(g, "group_type", "classic")
+                )
 
         async with trio.open_nursery() as nursery:
             for node in cluster.brokers:
@@ -591,10 +602,16 @@ class AsyncAdmin(AsyncClient, AclAdminMixin):
     async def describe_groups(
         self, group_ids: Sequence[str], timeout: float | None = None
     ) -> dict[str, GroupDescription | KafkaError]:
+        """Each group as ConsumerGroupDescribe (KIP-848 groups) or, for a classic group (or a
+        broker without it), DescribeGroups describes it, as librdkafka's admin client does."""
         self._check_open()
         out: dict[str, GroupDescription | KafkaError] = {}
         for gid in group_ids:
             lookup = CoordinatorLookup(self.network, gid)
+            modern = await self._describe_consumer_group(lookup, timeout)
+            if modern is not None:
+                out[gid] = modern
+                continue
             build = request_builder(
                 ApiKey.DESCRIBE_GROUPS, max_version=5, groups=[gid], include_authorized_operations=False
             )
@@ -634,6 +651,60 @@ class AsyncAdmin(AsyncClient, AclAdminMixin):
                     lookup.node if lookup.node is not None else -1,
                 )
         return out
+
+    async def _describe_consumer_group(
+        self, lookup: CoordinatorLookup, timeout: float | None
+    ) -> GroupDescription | KafkaError | None:
+        """ConsumerGroupDescribe of one group; None when it is not a KIP-848 group
+        (GROUP_ID_NOT_FOUND) or the broker does not have the API."""
+        build = request_builder(
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            max_version=1,
+            group_ids=[lookup.group_id],
+            include_authorized_operations=False,
+        )
+        try:
+            response = await self._to_coordinator(
+                lookup, build, "groups", "describe group", "ConsumerGroupDescribe", timeout
+            )
+        except UnsupportedVersion:
+            return None
+        except KafkaError as exc:
+            return exc
+        (g,) = response.groups
+        code = error_code(g.error_code)
+        if code is ErrorCode.GROUP_ID_NOT_FOUND:
+            return None
+        err = _error(g.error_code, f"describe group {g.group_id!r}")
+        if err is not None:
+            return err
+
+        def partitions(assignment: Any) -> list[TopicPartition]:
+            return [TopicPartition(t.topic_name, int(p)) for t in assignment.topic_partitions for p in t.partitions]
+
+        members = [
+            MemberDescription(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                partitions(m.assignment),
+                int(m.member_epoch),
+                partitions(m.target_assignment),
+            )
+            for m in g.members
+        ]
+        return GroupDescription(
+            g.group_id,
+            g.group_state,
+            "consumer",
+            g.assignor_name,
+            members,
+            lookup.node if lookup.node is not None else -1,
+            "consumer",
+            int(g.group_epoch),
+            int(g.assignment_epoch),
+        )
 
     async def delete_groups(
         self, group_ids: Sequence[str], timeout: float | None = None

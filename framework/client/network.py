@@ -342,7 +342,8 @@ class NetworkClient:
         auto = self.allow_auto_create if allow_auto_create is None else allow_auto_create
 
         def build(conn: BrokerConnection) -> Any:
-            version = conn.version(ApiKey.METADATA)
+            # v8 at most: odradek's client names topics, never ids, and needs no topic ids
+            version = conn.version(ApiKey.METADATA, max_version=8)
             # "every topic" is an empty list in v0 and null later
             names = ([] if version == 0 else None) if wanted is None else [{"name": t} for t in wanted]
             return make_request(

@@ -69,6 +69,8 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 class VersionRange(NamedTuple):
@@ -88,14 +90,19 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.PRODUCE: VersionRange(0, 7),  # v0-2 advertised for old librdkafka, answered UNSUPPORTED_VERSION
         ApiKey.FETCH: VersionRange(4, 11),  # v12+ is flexible, v13+ uses topic ids
         ApiKey.LIST_OFFSETS: VersionRange(1, 8),  # v7 MAX_TIMESTAMP (KIP-734), v8 EARLIEST_LOCAL (KIP-405)
-        ApiKey.METADATA: VersionRange(0, 8),
-        ApiKey.OFFSET_COMMIT: VersionRange(2, 7),
-        ApiKey.OFFSET_FETCH: VersionRange(1, 8),  # v7 require_stable (KIP-447), v8 batched groups (KIP-709)
+        ApiKey.METADATA: VersionRange(0, 12),  # v10 topic ids (KIP-848 consumers need them), v12 asks by id
+        # v9 (KIP-848): a consumer group member commits with its member epoch (v10 names topics by id)
+        ApiKey.OFFSET_COMMIT: VersionRange(2, 9),
+        # v7 require_stable (KIP-447), v8 batched groups (KIP-709), v9 member id and epoch (KIP-848)
+        ApiKey.OFFSET_FETCH: VersionRange(1, 9),
         ApiKey.FIND_COORDINATOR: VersionRange(0, 4),  # v4 batched keys (KIP-699)
         ApiKey.JOIN_GROUP: VersionRange(0, 5),
         ApiKey.HEARTBEAT: VersionRange(0, 3),
         ApiKey.LEAVE_GROUP: VersionRange(0, 3),
         ApiKey.SYNC_GROUP: VersionRange(0, 3),
+        # KIP-848's consumer group protocol (v1: the client makes its member id; librdkafka needs v1)
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: VersionRange(0, 1),
+        ApiKey.CONSUMER_GROUP_DESCRIBE: VersionRange(0, 1),  # v1 member type
         ApiKey.API_VERSIONS: VersionRange(0, 4),
         ApiKey.INIT_PRODUCER_ID: VersionRange(0, 4),  # v3 KIP-360 epoch bumps, v4 PRODUCER_FENCED (KIP-588)
         ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 3),
@@ -177,7 +184,7 @@ _FIRST_FLEXIBLE: dict[int, int | None] = {
     19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 32: 4, 33: 2, 37: 2, 42: 2, 44: 1, 47: None,
     17: None, 36: 2, 35: 2, 60: 0, 43: 2, 61: 0, 65: 0, 66: 0, 29: 2, 30: 2, 31: 2, 50: 0, 51: 0,
     45: 0, 46: 0,
-    48: 1, 49: 1,
+    48: 1, 49: 1, 68: 0, 69: 0,
 }  # fmt: skip
 
 

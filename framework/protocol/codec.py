@@ -214,7 +214,29 @@ def decode_request(api_key: int, api_version: int, frame: Buffer, offset: int) -
         return decode_fetch_request(api_version, frame, offset)
     if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         frame = _without_trailing_zero(frame, offset)
+    elif api_key == ApiKey.METADATA and api_version >= 9:
+        frame = _librdkafka_all_topics(api_version, frame, offset)
     return _kio_decode(request_type(api_key, api_version), frame, offset, f"api {api_key} v{api_version} request")
+
+
+def _librdkafka_all_topics(api_version: int, frame: Buffer, offset: int) -> Buffer:
+    """librdkafka (2.x) asks a flexible Metadata (v9+) for all topics with the topic array's
+    placeholder left as it reserved it, a 4-byte int32 0, where a one-byte compact null belongs.
+    Kafka's parser reads the first zero as the null array and the next three as the two flags
+    and an empty tag buffer, and never looks at the real ones that follow. Here the three
+    surplus zeros are dropped when the message does not parse as it is and parses without them,
+    so the request means what librdkafka meant: every topic, with its own flags. A message
+    that parses without them can only be that: a genuine one starting with four zeros (null
+    topics, false flags, no tags) ends there or carries tagged fields after its tag count."""
+    view = memoryview(frame)
+    if bytes(view[offset : offset + 4]) != b"\x00\x00\x00\x00":
+        return frame
+    repaired = bytes(view[: offset + 1]) + bytes(view[offset + 4 :])
+    try:
+        check_message(request_type(ApiKey.METADATA, api_version), repaired, offset)
+    except InvalidRequest:
+        return frame
+    return repaired
 
 
 def _without_trailing_zero(frame: Buffer, offset: int) -> Buffer:

@@ -3,7 +3,7 @@
 It gives plugin authors -- ours and third parties' -- a conformance suite per plugin role to run
 against their own implementations (``check_storage``, ``MetadataStoreConformance``,
 ``check_transport``, ``check_codec``, ``check_partitioner``, ``check_assignor``,
-``SaslMechanismConformance``, ``AuthorizerConformance``) and fixtures that
+``check_server_assignor``, ``SaslMechanismConformance``, ``AuthorizerConformance``) and fixtures that
 start real servers for integration tests (a broker subprocess, ZooKeeper, etcd, a Spark session).
 Each concern lives in its own module; this module only re-exports, and imports nothing heavy:
 fixtures import pyspark, kazoo or etcd3 lazily, when a test asks for them.
@@ -31,6 +31,8 @@ from .metadata import MetadataStoreConformance as MetadataStoreConformance
 from .partitioner import PartitionerConformance as PartitionerConformance
 from .partitioner import check_partitioner as check_partitioner
 from .sasl import SaslMechanismConformance as SaslMechanismConformance
+from .server_assignor import ServerAssignorConformance as ServerAssignorConformance
+from .server_assignor import check_server_assignor as check_server_assignor
 from .servers import EtcdServer as EtcdServer
 from .servers import ZooKeeperServer as ZooKeeperServer
 from .servers import etcd_server as etcd_server

@@ -22,6 +22,7 @@ REWRITTEN_MODULES: tuple[str, ...] = tuple(
         "metadata",
         "partitioner",
         "sasl",
+        "server_assignor",
         "servers",
         "spark",
         "storage",

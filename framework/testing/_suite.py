@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import sys
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -27,3 +29,21 @@ def registered_class(suite: object, attribute: str) -> type[Any]:
     if not isinstance(cls, type):
         pytest.fail(f"{type(suite).__name__} must set `{attribute}` to the class the hook registers, not {cls!r}")
     return cls
+
+
+#: one random group: partition count per topic, and members as (member id, topics, instance id)
+RandomGroup = tuple[dict[str, int], list[tuple[str, list[str], str | None]]]
+
+
+def random_groups(seed: int, count: int = 30) -> Iterator[RandomGroup]:
+    """Random groups for the assignor suites: 1-5 topics of 0-9 partitions, 1-8 members each
+    subscribed to some of them and to a topic that does not exist, a few of them static."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        partitions = {f"t{i}": rng.randint(0, 9) for i in range(rng.randint(1, 5))}
+        names = [*partitions, "missing"]
+        members = []
+        for i in range(rng.randint(1, 8)):
+            static = f"static-{i}" if rng.random() < 0.3 else None
+            members.append((f"member-{rng.randrange(1000)}-{i}", rng.sample(names, rng.randint(1, len(names))), static))
+        yield partitions, members

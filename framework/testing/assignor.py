@@ -47,7 +47,7 @@ from ..consumer_protocol import (
     encode_subscription,
 )
 from ..interfaces import Assignor, GroupMember, MemberAssignment, TopicPartition
-from ._suite import registered_class, suite_for
+from ._suite import random_groups, registered_class, suite_for
 
 __all__ = ["AssignorConformance", "GroupSimulation", "check_assignor"]
 
@@ -260,14 +260,10 @@ class AssignorConformance:
             self.settle(group, partitions)
 
     def test_random_groups(self) -> None:
-        rng = random.Random(20240917)
-        for _ in range(30):
-            partitions = {f"t{i}": rng.randint(0, 9) for i in range(rng.randint(1, 5))}
-            topics = [*partitions, "missing"]
+        for partitions, members in random_groups(20240917):
             group = self.group()
-            for i in range(rng.randint(1, 8)):
-                static = f"static-{i}" if rng.random() < 0.3 else None
-                group.join(f"member-{rng.randrange(1000)}-{i}", rng.sample(topics, rng.randint(1, len(topics))), static)
+            for member_id, topics, static in members:
+                group.join(member_id, topics, static)
             self.settle(group, partitions)
 
     def test_same_input_same_result(self) -> None:

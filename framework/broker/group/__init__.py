@@ -2,6 +2,8 @@
 
 - :mod:`.group_coordinator` -- :class:`GroupCoordinator`, what transports call;
 - :mod:`.coordinator` -- the classic rebalance protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup);
+- :mod:`.consumer_coordinator`, :mod:`.consumer_group`, :mod:`.consumer_schema` -- KIP-848's
+  consumer group protocol (ConsumerGroupHeartbeat): heartbeats, state and reconciliation, records;
 - :mod:`.state` -- group and member state, the group state machine;
 - :mod:`.metadata_manager` -- the group cache, loading, offset commits, expiry;
 - :mod:`.schema` -- Kafka's ``__consumer_offsets`` key/value schemas;

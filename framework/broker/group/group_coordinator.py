@@ -15,7 +15,8 @@ Transports hold it as ``broker.group_coordinator`` and call it with decoded requ
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,13 +26,22 @@ from ...errors import ErrorCode
 from ...interfaces import TopicPartition
 from ..internal_topic import PartitionLeader
 from ..load_failures import FailedLoads
+from .consumer_coordinator import (
+    ConsumerGroupCoordinator,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicLookup,
+    builtin_server_assignors,
+)
+from .consumer_group import ConsumerGroup
 from .coordinator import MembershipProtocol
 from .metadata_manager import GroupMetadataManager, PartitionOffset
 from .offsets_log import OFFSETS_TOPIC
-from .state import GroupMetadata, GroupState, JoinGroupResult, SyncGroupResult
+from .state import GroupMetadata, GroupState, JoinGroupResult, OffsetAndMetadata, SyncGroupResult
 
 if TYPE_CHECKING:
     from ...config import Config
+    from ...interfaces import ServerAssignor
     from .offsets_log import OffsetsLog
 
 log = logging.getLogger(__name__)
@@ -76,9 +86,10 @@ class GroupDescription:
     members: tuple[MemberDescription, ...] = ()
 
 
-#: Kafka's name of a group joined with JoinGroup/SyncGroup (KIP-848's ``GroupType.CLASSIC``), the
-#: only kind odradek's coordinator has; ListGroups v5 reports and filters by it
+#: Kafka's names of a group joined with JoinGroup/SyncGroup and of a KIP-848 group
+#: (``GroupType.CLASSIC``, ``GroupType.CONSUMER``); ListGroups v5 reports and filters by them
 CLASSIC_GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +110,34 @@ class GroupCoordinator(MembershipProtocol):
         *,
         node_id: int | None = None,
         now_ms: Callable[[], int] | None = None,
+        server_assignors: Mapping[str, ServerAssignor] | None = None,
+        topics: TopicLookup | None = None,
+        all_topics: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         super().__init__(GroupMetadataManager(offsets_log, config, self._now), config, now_ms)
+        #: KIP-848 consumer groups (ConsumerGroupHeartbeat); ``topics`` resolves subscribed topic
+        #: names and ``all_topics`` lists what regexes may match (the broker passes its metadata
+        #: cache), ``server_assignors`` are the
+        #: ``group.consumer.assignors`` (the built-ins when not given)
+        self.consumer = ConsumerGroupCoordinator(
+            self.manager,
+            self.timers,
+            config,
+            self.now_ms,
+            server_assignors
+            if server_assignors is not None
+            else builtin_server_assignors(list(config["group.consumer.assignors"])),
+            topics if topics is not None else (lambda name: None),
+            all_topics,
+        )
+        self.consumer.on_change = self._persist_consumer_group
+        self.consumer.on_delete = lambda group: self._persist_consumer_group(group, deleted=True)
+        #: consumer group records to append, in the order the changes happened (one writer)
+        self._consumer_writes: tuple[
+            trio.MemorySendChannel[tuple[str, list[tuple[bytes, bytes | None]]]],
+            trio.MemoryReceiveChannel[tuple[str, list[tuple[bytes, bytes | None]]]],
+        ]
+        self._consumer_writes = trio.open_memory_channel(math.inf)
         self.log = offsets_log
         self.node_id = config.broker_id if node_id is None else node_id
         self.retention_check_interval_ms = int(config["offsets.retention.check.interval.ms"])
@@ -136,9 +173,24 @@ class GroupCoordinator(MembershipProtocol):
                     self._start_load(partition)  # a read that fails is retried, not fatal
                 nursery.start_soon(self._expire_offsets_loop)
                 nursery.start_soon(self._ownership_loop)
+                nursery.start_soon(self._write_consumer_groups)
         finally:
             self.active = False
             self._nursery = None
+
+    def _persist_consumer_group(self, group: ConsumerGroup, *, deleted: bool = False) -> None:
+        """Queue what changed in a KIP-848 group for ``__consumer_offsets`` (the heartbeat is
+        answered without waiting for it: a write lost in a crash makes members rejoin, which
+        the protocol handles, where Kafka would have delayed the answer)."""
+        if not self.manager.is_local(group.group_id):
+            return
+        records = self.manager.consumer_group_delta(group, deleted=deleted)
+        if records:
+            self._consumer_writes[0].send_nowait((group.group_id, records))
+
+    async def _write_consumer_groups(self) -> None:
+        async for group_id, records in self._consumer_writes[1]:
+            await self.manager.append_consumer_group_records(group_id, records)
 
     async def _partitions_to_own(self) -> dict[int, int]:
         """The partitions this broker leads, with their leader epochs."""
@@ -147,7 +199,7 @@ class GroupCoordinator(MembershipProtocol):
 
     async def _load(self, partition: int) -> None:
         started = trio.current_time()
-        count = await self.manager.load_partition(partition, self.on_group_loaded)
+        count = await self.manager.load_partition(partition, self.on_group_loaded, self.consumer.on_group_loaded)
         if count:
             log.info(
                 "loaded %d groups from %s-%d in %.0f ms",
@@ -228,6 +280,9 @@ class GroupCoordinator(MembershipProtocol):
                     group.invoke_join(member, JoinGroupResult(ErrorCode.NOT_COORDINATOR, member.member_id))
                 del self.manager.groups[group.group_id]
                 self._store_failures.pop(group.group_id, None)  # a later load starts without backoff
+        for group_id in [g for g in self.manager.consumer_groups if self.manager.partition_for(g) == partition]:
+            self.consumer.forget(group_id)
+            self.manager.consumer_written.pop(group_id, None)
 
     async def _ownership_loop(self) -> None:
         """Follow leadership of ``__consumer_offsets``: at start this broker leads nothing until it
@@ -277,19 +332,129 @@ class GroupCoordinator(MembershipProtocol):
 
     # -- OffsetFetch -----------------------------------------------------------------------------------
     def fetch_offsets(
-        self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool = False
+        self,
+        group_id: str,
+        partitions: Sequence[TopicPartition] | None,
+        require_stable: bool = False,
+        *,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[ErrorCode, dict[TopicPartition, PartitionOffset]]:
-        """Committed offsets of ``partitions`` (all the group has when None)."""
+        """Committed offsets of ``partitions`` (all the group has when None). OffsetFetch v9
+        names the member (KIP-848): a consumer group's member must be known and at its epoch
+        (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH), as Kafka's ``validateOffsetFetch`` checks."""
         error = self.validate_group(group_id, allow_empty=True)
+        if error is None and member_id is not None and member_epoch >= 0:
+            consumer_group = self.manager.consumer_groups.get(group_id)
+            if consumer_group is not None:
+                error = self._check_consumer_member(
+                    consumer_group, member_id, member_epoch, ErrorCode.STALE_MEMBER_EPOCH
+                )
         if error is not None:
             return error, {tp: PartitionOffset(error=error) for tp in partitions or ()}
         return ErrorCode.NONE, self.manager.get_offsets(group_id, partitions, require_stable)
+
+    # -- KIP-848 consumer groups -------------------------------------------------------------------------
+    def consumer_group_blocks_join(self, group_id: str) -> bool:
+        """A consumer group with members blocks a classic JoinGroup; an Empty one gives way (it
+        is deleted, records and all, as Kafka turns an empty consumer group into a classic one
+        when a classic member joins; its committed offsets stay with the classic group)."""
+        if self.consumer.has_active_group(group_id):
+            return True
+        if group_id in self.manager.consumer_groups:
+            self.consumer.delete(group_id)
+        return False
+
+    def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat: placement checks (NOT_COORDINATOR, ...), then the protocol."""
+        error = self.validate_group(request.group_id)
+        if error is not None and request.group_id:
+            return HeartbeatResult(error)
+        return self.consumer.heartbeat(request)
+
+    def describe_consumer_group(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
+        """ConsumerGroupDescribe: (error, message, the group); a classic group or none at all
+        is GROUP_ID_NOT_FOUND, as Kafka answers (clients then fall back to DescribeGroups)."""
+        error = self.validate_group(group_id, allow_empty=True)
+        if error is not None:
+            return error, None, None
+        group = self.manager.consumer_groups.get(group_id)
+        if group is None:
+            classic = self.manager.get_group(group_id)
+            message = f"Group {group_id} is not a consumer group." if classic is not None else None
+            return ErrorCode.GROUP_ID_NOT_FOUND, message or f"Group {group_id} not found.", None
+        return ErrorCode.NONE, None, group
+
+    @staticmethod
+    def _check_consumer_member(
+        group: ConsumerGroup, member_id: str, member_epoch: int, stale: ErrorCode
+    ) -> ErrorCode | None:
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return stale
+        return None
+
+    def _validate_consumer_commit(
+        self, group: ConsumerGroup, member_id: str, member_epoch: int, *, transactional: bool, api_version: int | None
+    ) -> ErrorCode | None:
+        """Kafka's ``ConsumerGroup.validateOffsetCommit``: without a member epoch only into a
+        group without members (admin tools, ``assign()`` users); a member's commit needs
+        OffsetCommit v9+ and its current epoch (STALE_MEMBER_EPOCH; ILLEGAL_GENERATION for
+        TxnOffsetCommit, which older producers understand)."""
+        if member_epoch < 0 and not group.members:
+            return None
+        if member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if not transactional and api_version is not None and api_version < 9:
+            return ErrorCode.UNSUPPORTED_VERSION
+        stale = ErrorCode.ILLEGAL_GENERATION if transactional else ErrorCode.STALE_MEMBER_EPOCH
+        return self._check_consumer_member(group, member_id, member_epoch, stale)
+
+    def validate_offset_commit(
+        self, group: GroupMetadata, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode | None:
+        """TxnOffsetCommit's check (OffsetCommit goes through :meth:`commit_offsets`)."""
+        consumer_group = self.manager.consumer_groups.get(group.group_id)
+        if consumer_group is not None:
+            return self._validate_consumer_commit(
+                consumer_group, member_id, generation_id, transactional=True, api_version=None
+            )
+        return super().validate_offset_commit(group, generation_id, member_id, group_instance_id)
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        *,
+        api_version: int | None = None,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit; for a KIP-848 group ``generation_id`` is the member epoch (v9+)."""
+        consumer_group = self.manager.consumer_groups.get(group_id)
+        if consumer_group is None or self.validate_group(group_id, allow_empty=True) is not None:
+            return await super().commit_offsets(group_id, member_id, group_instance_id, generation_id, offsets)
+        error = self._validate_consumer_commit(
+            consumer_group, member_id, generation_id, transactional=False, api_version=api_version
+        )
+        if error is not None:
+            return dict.fromkeys(offsets, error)
+        holder = self.manager.get_group(group_id) or self.manager.add_group(
+            GroupMetadata(group_id, current_state_timestamp=self.now_ms())
+        )
+        return await self.manager.store_offsets(holder, offsets)
 
     # -- admin APIs ------------------------------------------------------------------------------------
     def describe_group(self, group_id: str) -> GroupDescription:
         error = self.validate_group(group_id, allow_empty=True)
         if error is not None:
             return GroupDescription(group_id, error)
+        if group_id in self.manager.consumer_groups:
+            # Kafka: "Group X is not a classic group" (clients then use ConsumerGroupDescribe)
+            return GroupDescription(group_id, ErrorCode.GROUP_ID_NOT_FOUND)
         group = self.manager.get_group(group_id)
         if group is None:
             return GroupDescription(group_id, ErrorCode.NONE)
@@ -315,20 +480,26 @@ class GroupCoordinator(MembershipProtocol):
         )
 
     def list_groups(self, states: Sequence[str] = (), types: Sequence[str] = ()) -> tuple[ErrorCode, list[ListedGroup]]:
-        """Groups of the owned partitions; ``states`` (ListGroups v4) and ``types`` (v5, KIP-848)
-        filter, case-insensitively. Every group here is a classic one, so a types filter keeps
-        them all when it names ``classic`` and none otherwise (a ``consumer`` filter asks for
-        KIP-848 groups, which odradek does not have)."""
+        """Groups of the owned partitions, classic and KIP-848 ``consumer`` ones; ``states``
+        (ListGroups v4) and ``types`` (v5, KIP-848) filter, case-insensitively."""
         if not self.active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
         wanted = {s.lower() for s in states}
-        if types and CLASSIC_GROUP_TYPE not in {t.lower() for t in types}:
-            return self._list_error(), []
-        groups = [
-            ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
-            for g in self.manager.local_groups()
-            if not wanted or g.state.value.lower() in wanted
-        ]
+        kinds = {t.lower() for t in types} or {CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE}
+        consumer_groups = self.manager.consumer_groups
+        groups = []
+        if CLASSIC_GROUP_TYPE in kinds:
+            groups += [
+                ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
+                for g in self.manager.local_groups()
+                if g.group_id not in consumer_groups and (not wanted or g.state.value.lower() in wanted)
+            ]
+        if CONSUMER_GROUP_TYPE in kinds:
+            groups += [
+                ListedGroup(g.group_id, CONSUMER_PROTOCOL_TYPE, g.state.value, CONSUMER_GROUP_TYPE)
+                for g in consumer_groups.values()
+                if self.manager.is_local(g.group_id) and (not wanted or g.state.value.lower() in wanted)
+            ]
         return self._list_error(), groups
 
     def _list_error(self) -> ErrorCode:
@@ -344,8 +515,16 @@ class GroupCoordinator(MembershipProtocol):
             if error is not None:
                 result[group_id] = error
                 continue
+            consumer_group = self.manager.consumer_groups.get(group_id)
+            if consumer_group is not None:
+                if consumer_group.members:
+                    result[group_id] = ErrorCode.NON_EMPTY_GROUP
+                    continue
+                self.consumer.delete(group_id)
             group = self.manager.get_group(group_id)
-            if group is None or group.is_state(GroupState.DEAD):
+            if consumer_group is not None and (group is None or group.is_state(GroupState.DEAD)):
+                result[group_id] = ErrorCode.NONE  # an empty consumer group without offsets
+            elif group is None or group.is_state(GroupState.DEAD):
                 result[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
             elif group.is_state(GroupState.EMPTY):
                 group.transition_to(GroupState.DEAD, self.now_ms())
@@ -373,7 +552,12 @@ class GroupCoordinator(MembershipProtocol):
         if group is None or group.is_state(GroupState.DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND, {}
         result: dict[TopicPartition, ErrorCode] = {}
-        if group.is_state(GroupState.EMPTY):
+        consumer_group = self.manager.consumer_groups.get(group_id)
+        if consumer_group is not None and consumer_group.members:
+            subscribed_names = consumer_group.subscribed_topic_names()
+            result = {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if tp.topic in subscribed_names}
+            deletable = {tp for tp in partitions if tp not in result}
+        elif group.is_state(GroupState.EMPTY):
             deletable = set(partitions)
         elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
             subscribed = group.subscribed_topics  # None: not known, so every topic counts as subscribed

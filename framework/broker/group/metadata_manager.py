@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, NamedTuple
 from ...errors import CorruptMessage, ErrorCode
 from ...interfaces import TopicPartition
 from ...records import ControlRecordType
+from .consumer_group import ConsumerGroup
+from .consumer_schema import ConsumerGroupKey, group_from_records, group_records
 from .hashing import partition_for
 from .schema import (
     GroupKey,
@@ -104,6 +106,11 @@ class GroupMetadataManager:
         self.log = offsets_log
         self.now_ms = now_ms
         self.groups: dict[str, GroupMetadata] = {}
+        #: KIP-848 consumer groups (their committed offsets stay in :attr:`groups`, under an Empty
+        #: classic group of the same id)
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        #: group -> the consumer group records last appended (encoded key -> value)
+        self.consumer_written: dict[str, dict[bytes, bytes]] = {}
         self.owned: set[int] = set()
         self.loading: set[int] = set()
         self.max_metadata_bytes = int(config["offset.metadata.max.bytes"])
@@ -151,13 +158,21 @@ class GroupMetadataManager:
         return [g for g in self.groups.values() if self.partition_for(g.group_id) in self.owned]
 
     # -- loading -----------------------------------------------------------------------------------
-    async def load_partition(self, partition: int, on_loaded: Callable[[GroupMetadata], None]) -> int:
-        """Read ``partition`` from its log start and install its groups; returns how many groups.
+    async def load_partition(
+        self,
+        partition: int,
+        on_loaded: Callable[[GroupMetadata], None],
+        on_consumer_group_loaded: Callable[[ConsumerGroup], None] = lambda group: None,
+    ) -> int:
+        """Read ``partition`` from its log start and install its groups (classic and KIP-848
+        consumer groups); returns how many groups.
 
         The partition answers COORDINATOR_LOAD_IN_PROGRESS until this returns.
         """
         self.loading.add(partition)
         try:
+            #: KIP-848 groups: group -> key -> the last value (None: a tombstone)
+            consumer_records: dict[str, dict[ConsumerGroupKey, bytes | None]] = defaultdict(dict)
             offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = defaultdict(dict)
             applied: dict[tuple[str, TopicPartition], int] = {}  # the record behind each offset
             records: dict[str, GroupRecord | None] = {}
@@ -203,6 +218,8 @@ class GroupMetadataManager:
                             applied[key.group, key.tp] = seq
                     elif isinstance(key, GroupKey):
                         records[key.group] = decode_group_value(entry.value) if entry.value is not None else None
+                    elif isinstance(key, ConsumerGroupKey):
+                        consumer_records[key.group][key] = entry.value
                 except CorruptMessage as exc:
                     log.warning("skipping unreadable __consumer_offsets-%d record: %s", partition, exc)
             for pid, commit in self._settled_while_loading.pop(partition, []):
@@ -214,7 +231,7 @@ class GroupMetadataManager:
                 for group_id, values in by_group.items():
                     mine.setdefault(group_id, {}).update(values)
                     self._pending_txn_producers.setdefault(group_id, set()).add(pid)
-            loaded = 0
+            loaded = self._install_consumer_groups(partition, consumer_records, on_consumer_group_loaded)
             for group_id in set(offsets) | set(records):
                 record = records.get(group_id)
                 group_offsets = offsets.get(group_id, {})
@@ -232,6 +249,50 @@ class GroupMetadataManager:
         finally:
             self.loading.discard(partition)
             self._settled_while_loading.pop(partition, None)
+
+    def _install_consumer_groups(
+        self,
+        partition: int,
+        by_group: Mapping[str, Mapping[ConsumerGroupKey, bytes | None]],
+        on_loaded: Callable[[ConsumerGroup], None],
+    ) -> int:
+        """Rebuild the KIP-848 groups of a loaded partition from the last value of each key."""
+        loaded = 0
+        for group_id, latest in by_group.items():
+            live = {k: v for k, v in latest.items() if v is not None}
+            try:
+                group = group_from_records(group_id, live)
+            except CorruptMessage as exc:
+                log.warning("skipping consumer group %s of __consumer_offsets-%d: %s", group_id, partition, exc)
+                continue
+            if group is None:
+                continue
+            self.consumer_groups[group_id] = group
+            self.consumer_written[group_id] = {k.encode(): v for k, v in live.items()}
+            loaded += 1
+            on_loaded(group)
+        return loaded
+
+    def consumer_group_delta(self, group: ConsumerGroup, *, deleted: bool = False) -> list[tuple[bytes, bytes | None]]:
+        """The records to append for a KIP-848 group: what changed since the last write (Kafka's
+        records: group epoch, subscriptions, target and current assignments) and tombstones for
+        what is gone (members that left; everything when ``deleted``). Taken as written: call
+        it in the order the changes happened and append the results in that order."""
+        written = self.consumer_written.get(group.group_id, {})
+        now = {} if deleted else group_records(group)
+        changes: list[tuple[bytes, bytes | None]] = [(k, v) for k, v in now.items() if written.get(k) != v]
+        changes += [(k, None) for k in written if k not in now]
+        if deleted:
+            self.consumer_written.pop(group.group_id, None)
+        else:
+            self.consumer_written[group.group_id] = now
+        return changes
+
+    async def append_consumer_group_records(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        error = await self.log.append(self.partition_for(group_id), records, self.now_ms())
+        if error != ErrorCode.NONE:
+            # the group goes on in memory; a restart would find it as of its last good write
+            log.warning("storing consumer group %s failed: %s", group_id, ErrorCode(error).name)
 
     def _group_from_record(self, group_id: str, record: GroupRecord | None) -> GroupMetadata:
         if record is None:
@@ -508,8 +569,15 @@ class GroupMetadataManager:
         after it became empty; a stable consumer group's offsets of topics it no longer subscribes
         to expire a retention period after their commit; a simple consumer's (no protocol) too;
         a commit with an explicit expire timestamp (OffsetCommit v2-v4) expires then."""
-        if group.protocol_type is not None and group.state is GroupState.EMPTY:
-            subscribed: set[str] = set()
+        consumer_group = self.consumer_groups.get(group.group_id)
+        if consumer_group is not None and consumer_group.members:
+            # a KIP-848 group with members: the offsets of topics it subscribes to stay
+            subscribed: set[str] = consumer_group.subscribed_topic_names()
+
+            def base(v: OffsetAndMetadata) -> int:
+                return v.commit_timestamp
+        elif group.protocol_type is not None and group.state is GroupState.EMPTY:
+            subscribed = set()
 
             def base(v: OffsetAndMetadata) -> int:
                 ts = group.current_state_timestamp

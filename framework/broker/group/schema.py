@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from ...errors import CorruptMessage, record_decoder
 from ...interfaces import TopicPartition
 from ...kafka_types import Reader, Writer
+from .consumer_schema import KINDS as CONSUMER_GROUP_KINDS
+from .consumer_schema import ConsumerGroupKey, read_key
 from .state import OffsetAndMetadata
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -77,15 +79,18 @@ def group_key(group: str) -> bytes:
 
 
 @record_decoder("__consumer_offsets record")
-def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
-    """The key of a ``__consumer_offsets`` record; None for kinds this coordinator does not own
-    (e.g. the consumer-protocol-v2 records of KIP-848, versions >= 3), which are skipped."""
+def decode_key(data: bytes) -> OffsetKey | GroupKey | ConsumerGroupKey | None:
+    """The key of a ``__consumer_offsets`` record: an offset, a classic group, a KIP-848
+    consumer group record (versions 3-8, :mod:`.consumer_schema`); None for kinds this
+    coordinator does not own (share and streams groups), which are skipped."""
     r = Reader(data)
     version = r.int16()
     if version in (0, 1):
         return OffsetKey(r.string(), TopicPartition(r.string(), r.int32()))
     if version == 2:
         return GroupKey(r.string())
+    if version in CONSUMER_GROUP_KINDS:
+        return read_key(version, r)
     if version < 0:
         raise CorruptMessage(f"negative __consumer_offsets key version {version}")
     return None

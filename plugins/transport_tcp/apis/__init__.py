@@ -22,7 +22,7 @@ from typing import Any, TypeAlias
 import trio
 
 from odradek.broker.quotas import REQUEST_QUOTA_EXEMPT
-from odradek.config import Config
+from odradek.config import Config, ConfigError
 from odradek.errors import ErrorCode, InvalidRequest, KafkaError, OdradekError, UnsupportedVersion
 from odradek.interfaces import Endpoint
 from odradek.metrics import BrokerMetrics
@@ -142,6 +142,14 @@ OFFLOAD_FRAME_BYTES = 64 * 1024
 _ON_LOOP = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
 
 
+def _consumer_protocol_enabled(config: Config) -> bool:
+    try:
+        protocols = config["group.coordinator.rebalance.protocols"]
+    except (KeyError, ConfigError):  # a config stand-in without the key
+        return True
+    return "consumer" in {str(p).lower() for p in protocols}
+
+
 class Dispatcher:
     """Decode -> handle -> encode for one listener of one broker."""
 
@@ -156,6 +164,11 @@ class Dispatcher:
         self.config = config
         self.listener = listener
         self.handlers = dict(load_handlers() if handlers is None else handlers)
+        if not _consumer_protocol_enabled(config):
+            # KIP-848 off (group.coordinator.rebalance.protocols): its APIs are not advertised,
+            # as Kafka's ApiVersions leaves them out, so clients keep to the classic protocol
+            for key in (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE):
+                self.handlers.pop(key, None)
         #: the broker's counters: requests per API and version, and their handling time (a
         #: broker stand-in without them, as tests build, gets counters of its own)
         metrics = getattr(broker, "metrics", None)

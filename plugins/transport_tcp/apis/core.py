@@ -88,12 +88,31 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> MetadataResponse
     """Brokers on this listener, controller, cluster id and topics (v0: empty list = all)."""
     version = ctx.api_version
     all_topics = request.topics is None or (version == 0 and not request.topics)
-    topics = None if all_topics else [t.name for t in request.topics]
+    unknown_ids: list[str] = []
+    if all_topics:
+        topics = None
+    else:
+        # v10+ may name a topic by id alone (v12+ in practice: KIP-848 consumers resolving the
+        # ids of their assignments); an id no topic has is answered UNKNOWN_TOPIC_ID
+        names = topic_names_by_id(ctx)
+        topics = []
+        for t in request.topics:
+            if t.name is not None:
+                topics.append(t.name)
+            else:
+                topic_id = t.topic_id.hex if getattr(t, "topic_id", None) is not None else ""
+                if topic_id in names:
+                    topics.append(names[topic_id])
+                else:
+                    unknown_ids.append(topic_id)
     allow_auto_create = bool(getattr(request, "allow_auto_topic_creation", True))
     authorizer = authorizer_of(ctx)
+    unknown = tuple(TopicMetadata(ErrorCode.UNKNOWN_TOPIC_ID, "", topic_id=i) for i in unknown_ids)
     if authorizer is not None:
-        return await _authorized_metadata(ctx, authorizer, request, topics, allow_auto_create)
+        return await _authorized_metadata(ctx, authorizer, request, topics, allow_auto_create, unknown)
     md = await ctx.broker.metadata(topics, allow_auto_create, listener_name=ctx.listener.name)
+    if unknown:
+        md = replace(md, topics=md.topics + unknown)
     # written by odradek.protocol.metadata, not kio; v8+ may ask for the authorized operations
     return MetadataResponseData(
         version,
@@ -108,7 +127,12 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> MetadataResponse
 
 
 async def _authorized_metadata(
-    ctx: RequestContext, authorizer: Any, request: Any, topics: list[str] | None, allow_auto_create: bool
+    ctx: RequestContext,
+    authorizer: Any,
+    request: Any,
+    topics: list[str] | None,
+    allow_auto_create: bool,
+    unknown: tuple[TopicMetadata, ...] = (),
 ) -> MetadataResponseData:
     """Kafka's ``handleTopicMetadataRequest`` with an authorizer: topics the principal may not
     DESCRIBE are left out of an all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when
@@ -134,6 +158,7 @@ async def _authorized_metadata(
         by_name = {t.name: t for t in answered}
         failed = TopicMetadata(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "")
         answered = [by_name[t] if t in by_name else replace(failed, name=t) for t in dict.fromkeys(topics)]
+    answered += unknown  # ids no topic has (v10+): nothing to authorize
     include_topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
     topic_ops = {
         t.name: authorized_operations_bits(ctx, authorizer, ResourceType.TOPIC, t.name)
@@ -153,6 +178,13 @@ async def _authorized_metadata(
         ),
         topic_operations=topic_ops or None,
     )
+
+
+def topic_names_by_id(ctx: RequestContext) -> dict[str, str]:
+    """Topic id (32 hex digits) -> name, from the broker's metadata cache."""
+    cache = getattr(ctx.broker, "metadata_cache", None)
+    topics = getattr(cache, "topics", None) or {}
+    return {t.topic_id: name for name, t in topics.items() if getattr(t, "topic_id", "")}
 
 
 # -- Produce ----------------------------------------------------------------------------------

@@ -69,6 +69,7 @@ _VALUE_LISTS = {
     "partition_indexes": "partition_index",
     "groups": "group_id",
     "groups_names": "group_id",
+    "group_ids": "group_id",  # ConsumerGroupDescribe
     "topic_names": "name",
     "coordinator_keys": "key",  # FindCoordinator v4
     "transactional_ids": "transactional_id",  # DescribeTransactions

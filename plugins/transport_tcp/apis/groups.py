@@ -1,5 +1,6 @@
 """Handlers for consumer groups: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, and KIP-848's
+ConsumerGroupHeartbeat and ConsumerGroupDescribe.
 
 They translate wire requests into calls on the broker's
 :class:`odradek.broker.group.GroupCoordinator` (``broker.group_coordinator``) and its results back,
@@ -12,10 +13,13 @@ top-level error and v2+ reads "all partitions" from a null topic list, OffsetFet
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime
+import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import trio
+from kio.static.primitive import i8, i32
 
 from odradek.broker.group import (
     FIND_COORDINATOR_LOAD_WAIT_S,
@@ -24,6 +28,7 @@ from odradek.broker.group import (
     OffsetAndMetadata,
     PartitionOffset,
 )
+from odradek.broker.group.consumer_coordinator import HeartbeatRequest, HeartbeatResult
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.protocol import ApiKey, ms
@@ -36,6 +41,7 @@ from odradek.security.acl import ResourceType
 from . import Handler, RequestContext
 from ._kio import NO_THROTTLE, kerr, make, response_class
 from .authz import operations_field
+from .core import topic_names_by_id
 
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
@@ -302,6 +308,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
                     getattr(request, "group_instance_id", None),
                     request.generation_id_or_member_epoch,
                     offsets,
+                    api_version=version,
                 )
             )
     topics = _partition_errors(request.topics, errors, topic_cls, partition_cls)
@@ -316,15 +323,22 @@ def _requested(topics: Sequence[Any] | None) -> list[TopicPartition] | None:
 
 
 def _fetch_group(
-    ctx: RequestContext, group_id: str, requested: list[TopicPartition] | None, require_stable: bool
+    ctx: RequestContext,
+    group_id: str,
+    requested: list[TopicPartition] | None,
+    require_stable: bool,
+    member_id: str | None = None,
+    member_epoch: int = -1,
 ) -> tuple[ErrorCode, dict[TopicPartition, PartitionOffset]]:
     """One group's committed offsets, routed as if the group were asked alone (NOT_COORDINATOR,
-    COORDINATOR_LOAD_IN_PROGRESS, ... as the group's error)."""
+    COORDINATOR_LOAD_IN_PROGRESS, ... as the group's error); v9 names the KIP-848 member."""
     coordinator = _coordinator(ctx)
     if coordinator is None:
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE
         return error, {tp: PartitionOffset(error=error) for tp in requested or ()}
-    return coordinator.fetch_offsets(group_id, requested, require_stable)
+    return coordinator.fetch_offsets(
+        group_id, requested, require_stable, member_id=member_id, member_epoch=member_epoch
+    )
 
 
 def _offset_topics(
@@ -359,7 +373,14 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
         partition_cls = response_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponsePartitions")
         groups = []
         for group in request.groups:
-            error, offsets = _fetch_group(ctx, group.group_id, _requested(group.topics), require_stable)
+            error, offsets = _fetch_group(
+                ctx,
+                group.group_id,
+                _requested(group.topics),
+                require_stable,
+                getattr(group, "member_id", None),
+                int(getattr(group, "member_epoch", -1)),
+            )
             topics = _offset_topics(offsets, topic_cls, partition_cls) if error == ErrorCode.NONE else ()
             groups.append(make(group_cls, group_id=group.group_id, topics=topics, error_code=kerr(error)))
         return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
@@ -497,6 +518,131 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     return make(cls, error_code=kerr(ErrorCode.NONE), throttle_time=NO_THROTTLE, topics=topics)
 
 
+# -- ConsumerGroupHeartbeat / ConsumerGroupDescribe (KIP-848) ----------------------------------------
+
+
+def _topic_id_partitions(entries: Sequence[Any] | None) -> dict[str, frozenset[int]] | None:
+    """A request's (topic id, partitions) list as topic id hex -> partitions (None stays None)."""
+    if entries is None:
+        return None
+    out: dict[str, set[int]] = {}
+    for entry in entries:
+        topic_id = entry.topic_id.hex if entry.topic_id is not None else ""
+        out.setdefault(topic_id, set()).update(int(p) for p in entry.partitions)
+    return {topic_id: frozenset(parts) for topic_id, parts in out.items()}
+
+
+def _wire_topic_partitions(cls: type, assignment: Mapping[str, frozenset[int]]) -> tuple[Any, ...]:
+    return tuple(
+        make(cls, topic_id=uuid.UUID(hex=topic_id), partitions=tuple(i32(p) for p in sorted(parts)))
+        for topic_id, parts in sorted(assignment.items())
+    )
+
+
+async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    """ConsumerGroupHeartbeat v0-1: join, heartbeat, reconcile and leave in one request."""
+    version = ctx.api_version
+    cls = response_class(ApiKey.CONSUMER_GROUP_HEARTBEAT, version)
+    coordinator = _coordinator(ctx)
+    rebalance = request.rebalance_timeout
+    if coordinator is None:
+        result = HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    else:
+        result = coordinator.consumer_group_heartbeat(
+            HeartbeatRequest(
+                group_id=request.group_id,
+                member_id=request.member_id,
+                member_epoch=int(request.member_epoch),
+                instance_id=request.instance_id,
+                rack_id=request.rack_id,
+                rebalance_timeout_ms=ms(rebalance) if rebalance is not None else -1,
+                subscribed_topic_names=request.subscribed_topic_names,
+                subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+                server_assignor=request.server_assignor,
+                owned=_topic_id_partitions(request.topic_partitions),
+                client_id=ctx.header.client_id or "",
+                client_host=_client_host(ctx.peer),
+                api_version=version,
+            )
+        )
+    assignment = None
+    if result.assignment is not None:
+        assignment_cls = response_class(ApiKey.CONSUMER_GROUP_HEARTBEAT, version, "Assignment")
+        tp_cls = response_class(ApiKey.CONSUMER_GROUP_HEARTBEAT, version, "TopicPartitions")
+        assignment = make(assignment_cls, topic_partitions=_wire_topic_partitions(tp_cls, result.assignment))
+    return make(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=kerr(result.error),
+        error_message=result.error_message,
+        member_id=result.member_id,
+        member_epoch=i32(result.member_epoch),
+        heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms),
+        assignment=assignment,
+    )
+
+
+async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
+    """ConsumerGroupDescribe v0-1: KIP-848 groups with members, epochs, current and target
+    assignments; a classic group or an unknown one is GROUP_ID_NOT_FOUND."""
+    version = ctx.api_version
+    api = ApiKey.CONSUMER_GROUP_DESCRIBE
+    cls = response_class(api, version)
+    group_cls, member_cls = response_class(api, version, "DescribedGroup"), response_class(api, version, "Member")
+    assignment_cls, tp_cls = response_class(api, version, "Assignment"), response_class(api, version, "TopicPartitions")
+    coordinator = _coordinator(ctx)
+    include_ops = bool(getattr(request, "include_authorized_operations", False))
+    names = topic_names_by_id(ctx)
+
+    def wire(assignment: Mapping[str, frozenset[int]]) -> Any:
+        entries = tuple(
+            make(tp_cls, topic_id=uuid.UUID(hex=tid), topic_name=names.get(tid, ""), partitions=tuple(sorted(parts)))
+            for tid, parts in sorted(assignment.items())
+        )
+        return make(assignment_cls, topic_partitions=entries)
+
+    groups = []
+    for group_id in request.group_ids:
+        if coordinator is None:
+            error, message, group = ErrorCode.COORDINATOR_NOT_AVAILABLE, None, None
+        else:
+            error, message, group = coordinator.describe_consumer_group(group_id)
+        members = ()
+        if group is not None:
+            members = tuple(
+                make(
+                    member_cls,
+                    member_id=m.member_id,
+                    instance_id=m.instance_id,
+                    rack_id=m.rack_id,
+                    member_epoch=i32(m.member_epoch),
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    subscribed_topic_names=tuple(sorted(m.subscribed_topic_names)),
+                    subscribed_topic_regex=m.subscribed_topic_regex,
+                    assignment=wire(m.assigned),
+                    target_assignment=wire(group.target.get(m.member_id, {})),
+                    member_type=i8(1),  # v1: a consumer (KIP-848) member
+                )
+                for m in group.members.values()
+            )
+        groups.append(
+            make(
+                group_cls,
+                error_code=kerr(error),
+                error_message=message,
+                group_id=group_id,
+                group_state=group.state.value if group is not None else "",
+                group_epoch=i32(group.group_epoch if group is not None else -1),
+                assignment_epoch=i32(group.assignment_epoch if group is not None else -1),
+                assignor_name=coordinator.consumer.preferred_assignor(group) if group and coordinator else "",
+                members=members,
+                authorized_operations=authorized_operations(include_ops and group is not None, GROUP_OPERATIONS),
+            )
+        )
+    return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
 HANDLERS: dict[int, Handler] = {
     ApiKey.FIND_COORDINATOR: Handler(ApiKey.FIND_COORDINATOR, handle_find_coordinator, ordered=False),
     # membership and commits change group state: in arrival order on a connection
@@ -510,6 +656,12 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.LIST_GROUPS: Handler(ApiKey.LIST_GROUPS, handle_list_groups, ordered=False),
     ApiKey.DELETE_GROUPS: Handler(ApiKey.DELETE_GROUPS, handle_delete_groups, ordered=True),
     ApiKey.OFFSET_DELETE: Handler(ApiKey.OFFSET_DELETE, handle_offset_delete, ordered=True),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: Handler(
+        ApiKey.CONSUMER_GROUP_HEARTBEAT, handle_consumer_group_heartbeat, ordered=True
+    ),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: Handler(
+        ApiKey.CONSUMER_GROUP_DESCRIBE, handle_consumer_group_describe, ordered=False
+    ),
 }
 
 __all__ = ["HANDLERS"]

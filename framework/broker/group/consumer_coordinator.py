@@ -1,0 +1,600 @@
+"""ConsumerGroupHeartbeat (KIP-848): the consumer group protocol on the group coordinator.
+
+One request does everything the classic protocol spreads over JoinGroup, SyncGroup, Heartbeat
+and LeaveGroup: a member joins with epoch 0, heartbeats with its current epoch every
+``group.consumer.heartbeat.interval.ms`` (what the response tells it) and leaves with -1 (a
+static member with -2, keeping its partitions for its session timeout). Each heartbeat follows
+Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``:
+
+1. the member is created or updated; a changed subscription (topic names, a regex matched
+   against whole topic names, the assignor), or subscribed topics that appeared or gained
+   partitions, bump the group epoch;
+2. when the group epoch is past the target assignment's, the server-side assignor computes a
+   new target (the member's ``group.remote.assignor``, else the first of
+   ``group.consumer.assignors``);
+3. the member's current assignment moves one step towards its target
+   (:func:`.consumer_group.reconcile`), and the response carries it when it changed, when the
+   member joined, or when it reported what it owns.
+
+Timers (trio clock): a member not heard from for ``group.consumer.session.timeout.ms`` is fenced
+(removed, group epoch bumped); a member that does not revoke within its rebalance timeout is
+fenced too, so its partitions can move on.
+
+Group ids are shared with classic groups: a heartbeat for a classic group that has members gets
+GROUP_ID_NOT_FOUND ("not a consumer group", as Kafka answers), and JoinGroup for a consumer group
+with members gets INCONSISTENT_GROUP_PROTOCOL (the classic coordinator checks
+:meth:`ConsumerGroupCoordinator.has_active_group`). Committed offsets of a consumer group live
+where classic groups keep theirs (an Empty classic ``GroupMetadata`` of the same id holds them),
+so OffsetCommit/OffsetFetch/OffsetDelete and expiry work unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from ...errors import ErrorCode
+from ...interfaces import AssignmentMember, AssignmentTopic, ServerAssignor
+from .consumer_group import (
+    JOIN_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    MemberState,
+    SubscribedTopic,
+    TopicIdPartitions,
+    is_subset,
+    reconcile,
+)
+from .state import GroupState
+from .timers import Timers
+
+if TYPE_CHECKING:
+    from ...config import Config
+    from .metadata_manager import GroupMetadataManager
+
+log = logging.getLogger(__name__)
+
+#: name -> (topic id, partition count) of an existing topic, None for a topic that does not exist
+TopicLookup = Callable[[str], "tuple[str, int] | None"]
+
+CONSUMER_PROTOCOL = "consumer"
+CLASSIC_PROTOCOL = "classic"
+
+
+class HeartbeatError(Exception):
+    """A heartbeat refused with a Kafka error code (and the message Kafka would give)."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    """ConsumerGroupHeartbeat's fields, decoded (None: not sent, unchanged since last time)."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: Sequence[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    #: what the member owns (None: not reported in this heartbeat)
+    owned: TopicIdPartitions | None = None
+    client_id: str = ""
+    client_host: str = ""
+    #: v0 lets the coordinator make the member id; from v1 the client makes it
+    api_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error: ErrorCode
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    #: the member's assignment, when the response carries one
+    assignment: TopicIdPartitions | None = None
+
+
+def builtin_server_assignors(names: Sequence[str]) -> dict[str, ServerAssignor]:
+    """The built-in assignors ``names`` picks, in order (what a coordinator made without the
+    broker's plugins uses: embedding, unit tests)."""
+    from ...server_assignors import RangeServerAssignor, UniformServerAssignor
+
+    known: dict[str, type[ServerAssignor]] = {"uniform": UniformServerAssignor, "range": RangeServerAssignor}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown server assignor(s) {unknown} in group.consumer.assignors (built-in: uniform, range)")
+    return {n: known[n]() for n in names}
+
+
+class ConsumerGroupCoordinator:
+    """The consumer groups of one group coordinator (shares its manager, timers and clock)."""
+
+    def __init__(
+        self,
+        manager: GroupMetadataManager,
+        timers: Timers,
+        config: Config,
+        now_ms: Callable[[], int],
+        assignors: Mapping[str, ServerAssignor],
+        topics: TopicLookup,
+        all_topics: Callable[[], Iterable[str]] = tuple,
+    ) -> None:
+        self.manager = manager
+        self.timers = timers
+        self.now_ms = now_ms
+        self.assignors = dict(assignors)
+        if not self.assignors:
+            raise ValueError("group.consumer.assignors names no assignor")
+        self.default_assignor = next(iter(self.assignors))
+        self.topics = topics
+        #: every topic a regex subscription may match (not the internal ones)
+        self.all_topics = all_topics
+        self.session_timeout_ms = int(config["group.consumer.session.timeout.ms"])
+        self.heartbeat_interval_ms = int(config["group.consumer.heartbeat.interval.ms"])
+        self.max_size = int(config["group.consumer.max.size"])
+        self.enabled = CONSUMER_PROTOCOL in {p.lower() for p in config["group.coordinator.rebalance.protocols"]}
+        #: called with a group after every change (persistence hooks in here)
+        self.on_change: Callable[[ConsumerGroup], None] = lambda group: None
+        #: called with a group DeleteGroups removed
+        self.on_delete: Callable[[ConsumerGroup], None] = lambda group: None
+
+    @property
+    def groups(self) -> dict[str, ConsumerGroup]:
+        return self.manager.consumer_groups
+
+    def get(self, group_id: str) -> ConsumerGroup | None:
+        return self.groups.get(group_id)
+
+    def has_active_group(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a consumer group with members (classic requests are refused)."""
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    # -- the request -----------------------------------------------------------------------------
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """Answer one ConsumerGroupHeartbeat (the group's coordinator was checked by the caller)."""
+        before = self.groups.get(request.group_id)
+        saved = before.copy() if before is not None else None
+        try:
+            self._validate(request)
+            if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                return self._leave(request)
+            return self._heartbeat(request)
+        except HeartbeatError as exc:
+            # a refused heartbeat changes nothing (Kafka applies a request's records only when
+            # it succeeds): the group as it was, or none if this request created it
+            if saved is not None:
+                self.groups[request.group_id] = saved
+                for member_id in saved.members:  # timers a static member's replacement cancelled
+                    if ("cg-session", saved.group_id, member_id) not in self.timers:
+                        self._schedule_session_timeout(saved.group_id, member_id)
+            else:
+                self.groups.pop(request.group_id, None)
+            log.debug("ConsumerGroupHeartbeat of %s in group %s refused: %s %s", request.member_id, request.group_id,
+                      exc.code.name, exc.message)  # fmt: skip
+            return HeartbeatResult(exc.code, exc.message, member_epoch=0)
+
+    def _validate(self, r: HeartbeatRequest) -> None:
+        """Kafka's ``throwIfConsumerGroupHeartbeatRequestIsInvalid``."""
+        if not self.enabled:
+            raise HeartbeatError(
+                ErrorCode.UNSUPPORTED_VERSION,
+                "the consumer group protocol is disabled on this broker (group.coordinator.rebalance.protocols)",
+            )
+        if not r.group_id:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+        if r.api_version >= 1 and not r.member_id:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
+        if r.instance_id is not None and not r.instance_id:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "InstanceId can't be empty.")
+        if r.rack_id is not None and not r.rack_id:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
+        if r.member_epoch == JOIN_GROUP_MEMBER_EPOCH:
+            if r.rebalance_timeout_ms == -1:
+                raise HeartbeatError(ErrorCode.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
+            if r.owned is None or any(r.owned.values()):
+                raise HeartbeatError(ErrorCode.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
+            if r.subscribed_topic_names is None and not r.subscribed_topic_regex:
+                raise HeartbeatError(
+                    ErrorCode.INVALID_REQUEST,
+                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
+                )
+        elif r.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if r.instance_id is None:
+                raise HeartbeatError(ErrorCode.INVALID_REQUEST, "InstanceId can't be null.")
+        elif r.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, f"MemberEpoch is invalid: {r.member_epoch}.")
+        if r.subscribed_topic_regex:  # "" clears a regex (librdkafka sends it with topic names)
+            try:
+                re.compile(r.subscribed_topic_regex)
+            except re.error as exc:
+                raise HeartbeatError(
+                    ErrorCode.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex is invalid: {exc}."
+                ) from None
+        if r.server_assignor is not None and r.server_assignor not in self.assignors:
+            raise HeartbeatError(
+                ErrorCode.UNSUPPORTED_ASSIGNOR,
+                f"ServerAssignor {r.server_assignor} is not supported. Supported assignors: "
+                f"{', '.join(self.assignors)}.",
+            )
+
+    # -- leaving ---------------------------------------------------------------------------------
+    def _leave(self, r: HeartbeatRequest) -> HeartbeatResult:
+        group = self._group(r.group_id, create=False)
+        if r.instance_id is None:
+            member = self._member(group, r.member_id)
+            log.info("member %s left consumer group %s", r.member_id, group.group_id)
+            self.fence(group, member.member_id)
+        else:
+            member = self._static_member(group, r.instance_id, r.member_id)
+            if r.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                # it comes back within its session timeout with the same instance id and takes
+                # its partitions back; until then nobody else gets them
+                log.info("static member %s (%s) of group %s left temporarily", member.member_id, r.instance_id,
+                         group.group_id)  # fmt: skip
+                group.put_member(replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={}))
+                self._cancel_rebalance_timeout(group.group_id, member.member_id)
+                self.on_change(group)
+            else:
+                self.fence(group, member.member_id)
+        return HeartbeatResult(ErrorCode.NONE, member_id=r.member_id, member_epoch=r.member_epoch)
+
+    def fence(self, group: ConsumerGroup, member_id: str) -> None:
+        """Remove a member (it left, or its session or rebalance timeout passed): its partitions
+        are free for others, and the group epoch moves so the next heartbeat reassigns."""
+        if group.remove_member(member_id) is None:
+            return
+        self._cancel_timers(group.group_id, member_id)
+        group.subscription_metadata = self._subscription_metadata(group)
+        group.group_epoch += 1
+        log.info("consumer group %s is at epoch %d without member %s", group.group_id, group.group_epoch, member_id)
+        self.on_change(group)
+
+    # -- lookups -----------------------------------------------------------------------------------
+    def _group(self, group_id: str, *, create: bool) -> ConsumerGroup:
+        group = self.groups.get(group_id)
+        if group is not None:
+            return group
+        classic = self.manager.get_group(group_id)
+        if classic is not None and not classic.is_state(GroupState.EMPTY, GroupState.DEAD):
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        if not create:
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+        group = ConsumerGroup(group_id)
+        self.groups[group_id] = group
+        return group
+
+    @staticmethod
+    def _member(group: ConsumerGroup, member_id: str) -> ConsumerGroupMember:
+        member = group.members.get(member_id)
+        if member is None:
+            raise HeartbeatError(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}."
+            )
+        return member
+
+    @staticmethod
+    def _static_member(group: ConsumerGroup, instance_id: str, member_id: str) -> ConsumerGroupMember:
+        current = group.static_members.get(instance_id)
+        if current is None:
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+        if current != member_id:
+            raise HeartbeatError(
+                ErrorCode.FENCED_INSTANCE_ID,
+                f"Static member {member_id} with instance id {instance_id} was fenced by member {current}.",
+            )
+        return group.members[current]
+
+    @staticmethod
+    def _check_epoch(member: ConsumerGroupMember, epoch: int, owned: TopicIdPartitions | None) -> None:
+        """Kafka's ``throwIfMemberEpochIsInvalid``: an epoch ahead is fenced; one behind only
+        when it is the previous epoch and the member owns no more than it is assigned (the
+        response that moved it on was lost)."""
+        if epoch > member.member_epoch:
+            raise HeartbeatError(
+                ErrorCode.FENCED_MEMBER_EPOCH,
+                f"The consumer group member has a greater member epoch ({epoch}) than the one known by the group "
+                f"coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.",
+            )
+        if epoch < member.member_epoch and (
+            epoch != member.previous_member_epoch or not is_subset(owned, member.assigned)
+        ):
+            raise HeartbeatError(
+                ErrorCode.FENCED_MEMBER_EPOCH,
+                f"The consumer group member has a smaller member epoch ({epoch}) than the one known by the group "
+                f"coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.",
+            )
+
+    # -- a regular heartbeat -------------------------------------------------------------------------
+    def _heartbeat(self, r: HeartbeatRequest) -> HeartbeatResult:
+        joining = r.member_epoch == JOIN_GROUP_MEMBER_EPOCH
+        group = self._group(r.group_id, create=joining)
+        member_id = r.member_id or str(uuid.uuid4())  # v0: the coordinator names new members
+        if joining and member_id not in group.members and len(group.members) >= self.max_size:
+            raise HeartbeatError(
+                ErrorCode.GROUP_MAX_SIZE_REACHED,
+                f"The consumer group has reached its maximum capacity of {self.max_size} members.",
+            )
+        member, replaced = self._member_for(group, r, member_id)
+        updated = replace(
+            member,
+            instance_id=r.instance_id if r.instance_id is not None else member.instance_id,
+            rack_id=r.rack_id if r.rack_id is not None else member.rack_id,
+            rebalance_timeout_ms=r.rebalance_timeout_ms
+            if r.rebalance_timeout_ms != -1
+            else member.rebalance_timeout_ms,
+            server_assignor=r.server_assignor if r.server_assignor is not None else member.server_assignor,
+            subscribed_topic_names=(
+                frozenset(r.subscribed_topic_names)
+                if r.subscribed_topic_names is not None
+                else member.subscribed_topic_names
+            ),
+            subscribed_topic_regex=(
+                (r.subscribed_topic_regex or None)
+                if r.subscribed_topic_regex is not None
+                else member.subscribed_topic_regex
+            ),
+            client_id=r.client_id,
+            client_host=r.client_host,
+        )
+        changed = updated != member
+        group.put_member(updated)
+        bump = (
+            updated.subscribed_topic_names != member.subscribed_topic_names
+            or updated.subscribed_topic_regex != member.subscribed_topic_regex
+            or updated.server_assignor != member.server_assignor
+        )
+        metadata = self._subscription_metadata(group)
+        if metadata != group.subscription_metadata:
+            group.subscription_metadata = metadata
+            bump = True
+        if bump:
+            group.group_epoch += 1
+            log.info("consumer group %s bumped to epoch %d (member %s)", group.group_id, group.group_epoch, member_id)
+        if group.group_epoch > group.assignment_epoch or replaced is not None:
+            self._compute_target(group, replaced)
+        before = group.members[member_id]
+        after = reconcile(before, group.assignment_epoch, group.target.get(member_id, {}), group.owner, r.owned)
+        if after != before:
+            group.put_member(after)
+            if after.state is MemberState.UNREVOKED_PARTITIONS:
+                self._schedule_rebalance_timeout(group.group_id, after)
+            else:
+                self._cancel_rebalance_timeout(group.group_id, member_id)
+        self._schedule_session_timeout(group.group_id, member_id)
+        if changed or bump or after != before:
+            self.on_change(group)
+        send_assignment = r.owned is not None or joining or after.assigned != member.assigned
+        return HeartbeatResult(
+            ErrorCode.NONE,
+            member_id=member_id,
+            member_epoch=after.member_epoch,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            assignment=after.assigned if send_assignment else None,
+        )
+
+    def _member_for(
+        self, group: ConsumerGroup, r: HeartbeatRequest, member_id: str
+    ) -> tuple[ConsumerGroupMember, ConsumerGroupMember | None]:
+        """The member this heartbeat is about (created on joining) and, when a static member
+        rejoins under a new member id, the old member it replaces."""
+        joining = r.member_epoch == JOIN_GROUP_MEMBER_EPOCH
+        if r.instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                if not joining:
+                    self._member(group, member_id)  # raises UNKNOWN_MEMBER_ID
+                log.info("member %s joins consumer group %s", member_id, group.group_id)
+                return ConsumerGroupMember(member_id), None
+            if joining and member.member_epoch != JOIN_GROUP_MEMBER_EPOCH:
+                # it lost its state (fenced, restarted) and rejoins under its id: it owns nothing
+                # now, so whatever it held is free, and it reconciles from scratch
+                log.info("member %s rejoins consumer group %s", member_id, group.group_id)
+                return replace(member, member_epoch=0, previous_member_epoch=-1, state=MemberState.STABLE,
+                               assigned={}, pending_revocation={}), None  # fmt: skip
+            self._check_epoch(member, r.member_epoch, r.owned)
+            return member, None
+        current_id = group.static_members.get(r.instance_id)
+        if not joining:
+            member = self._static_member(group, r.instance_id, member_id)
+            self._check_epoch(member, r.member_epoch, r.owned)
+            return member, None
+        if current_id is None:
+            log.info("static member %s (%s) joins consumer group %s", member_id, r.instance_id, group.group_id)
+            return group.members.get(member_id) or ConsumerGroupMember(member_id), None
+        old = group.members[current_id]
+        if current_id == member_id:  # the same member rejoining: as for a dynamic member
+            return replace(old, member_epoch=0, previous_member_epoch=-1, state=MemberState.STABLE,
+                           assigned={}, pending_revocation={}), None  # fmt: skip
+        if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise HeartbeatError(
+                ErrorCode.UNRELEASED_INSTANCE_ID,
+                f"Static member {member_id} with instance id {r.instance_id} cannot join the group because the "
+                f"instance id is owned by {current_id} member.",
+            )
+        # the instance is back under a new member id: it takes over the old member's partitions
+        log.info("static member %s (%s) rejoins consumer group %s, replacing %s",
+                 member_id, r.instance_id, group.group_id, current_id)  # fmt: skip
+        target = group.target.get(current_id, {})
+        group.remove_member(current_id)
+        self._cancel_timers(group.group_id, current_id)
+        group.target[member_id] = target
+        fresh = ConsumerGroupMember(
+            member_id,
+            instance_id=old.instance_id,
+            rack_id=old.rack_id,
+            rebalance_timeout_ms=old.rebalance_timeout_ms,
+            subscribed_topic_names=old.subscribed_topic_names,
+            server_assignor=old.server_assignor,
+            subscribed_topic_regex=old.subscribed_topic_regex,
+            assigned=old.assigned,
+        )
+        return fresh, old
+
+    # -- the target assignment ---------------------------------------------------------------------
+    def _subscription_metadata(self, group: ConsumerGroup) -> dict[str, SubscribedTopic]:
+        """What the subscriptions resolve to now (regexes matched against the existing topics,
+        internal ones left out, as Kafka's); a change bumps the group epoch."""
+        regexes = group.regexes()
+        if regexes:
+            names = list(self.all_topics())
+            group.resolved_regexes = {
+                regex: frozenset(n for n in names if re.fullmatch(regex, n)) for regex in sorted(regexes)
+            }
+        else:
+            group.resolved_regexes = {}
+        out: dict[str, SubscribedTopic] = {}
+        for name in sorted(group.subscribed_topic_names()):
+            found = self.topics(name)
+            if found is not None:
+                out[name] = SubscribedTopic(found[0], found[1])
+        return out
+
+    def preferred_assignor(self, group: ConsumerGroup) -> str:
+        """The assignor most members name (ties: the earlier in ``group.consumer.assignors``),
+        else the default (Kafka's ``computePreferredServerAssignor``)."""
+        votes: dict[str, int] = {}
+        for m in group.members.values():
+            if m.server_assignor is not None:
+                votes[m.server_assignor] = votes.get(m.server_assignor, 0) + 1
+        if not votes:
+            return self.default_assignor
+        order = list(self.assignors)
+        return max(votes, key=lambda name: (votes[name], -order.index(name)))
+
+    def _compute_target(self, group: ConsumerGroup, replaced: ConsumerGroupMember | None) -> None:
+        topics = {
+            t.topic_id: AssignmentTopic(t.topic_id, name, t.num_partitions)
+            for name, t in group.subscription_metadata.items()
+        }
+        ids = {name: t.topic_id for name, t in group.subscription_metadata.items()}
+        members = {
+            m.member_id: AssignmentMember(
+                m.member_id,
+                m.instance_id,
+                m.rack_id,
+                frozenset(ids[t] for t in group.member_topics(m) if t in ids),
+                group.target.get(m.member_id, {}),
+            )
+            for m in group.members.values()
+        }
+        name = self.preferred_assignor(group)
+        try:
+            target = self.assignors[name].assign(members, topics)
+        except Exception as exc:
+            log.exception("server assignor %s failed for group %s", name, group.group_id)
+            raise HeartbeatError(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"Failed to compute a new target assignment for epoch {group.group_epoch}: {exc}",
+            ) from exc
+        problem = _target_problem(target, members, topics)
+        if problem is not None:
+            log.error("server assignor %s gave group %s an invalid assignment: %s", name, group.group_id, problem)
+            raise HeartbeatError(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"Failed to compute a new target assignment for epoch {group.group_epoch}: {problem}",
+            )
+        group.target = {member_id: dict(target.get(member_id, {})) for member_id in group.members}
+        group.assignment_epoch = group.group_epoch
+        log.info("consumer group %s: target assignment for epoch %d by %s", group.group_id, group.group_epoch, name)
+
+    # -- timers ----------------------------------------------------------------------------------------
+    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+        def expire() -> None:
+            group = self.groups.get(group_id)
+            if group is not None and member_id in group.members:
+                log.info("member %s of consumer group %s fenced: its session expired", member_id, group_id)
+                self.fence(group, member_id)
+
+        self.timers.schedule(("cg-session", group_id, member_id), self.session_timeout_ms / 1000, expire)
+
+    def _schedule_rebalance_timeout(self, group_id: str, member: ConsumerGroupMember) -> None:
+        member_id, epoch = member.member_id, member.member_epoch
+
+        def expire() -> None:
+            group = self.groups.get(group_id)
+            current = group.members.get(member_id) if group is not None else None
+            if group is not None and current is not None and current.member_epoch == epoch:
+                log.info("member %s of consumer group %s fenced: it did not revoke within %d ms",
+                         member_id, group_id, member.rebalance_timeout_ms)  # fmt: skip
+                self.fence(group, member_id)
+
+        self.timers.schedule(("cg-rebalance", group_id, member_id), member.rebalance_timeout_ms / 1000, expire)
+
+    def _cancel_rebalance_timeout(self, group_id: str, member_id: str) -> None:
+        self.timers.cancel(("cg-rebalance", group_id, member_id))
+
+    def _cancel_timers(self, group_id: str, member_id: str) -> None:
+        self.timers.cancel(("cg-session", group_id, member_id))
+        self._cancel_rebalance_timeout(group_id, member_id)
+
+    def delete(self, group_id: str) -> None:
+        """DeleteGroups of a consumer group without members."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            self.forget(group_id)
+            self.on_delete(group)
+
+    def forget(self, group_id: str) -> None:
+        """Drop a group (its partition moved away, or it was deleted), cancelling its timers."""
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            group.dead = True
+            for member_id in group.members:
+                self._cancel_timers(group_id, member_id)
+
+    def on_group_loaded(self, group: ConsumerGroup) -> None:
+        """Members of a group loaded from the log must heartbeat within their session timeout."""
+        for member_id in group.members:
+            self._schedule_session_timeout(group.group_id, member_id)
+
+
+def _target_problem(
+    target: object, members: Mapping[str, AssignmentMember], topics: Mapping[str, AssignmentTopic]
+) -> str | None:
+    """Why an assignor's result cannot be used (None: it can); the coordinator never hands out a
+    partition twice, nor one of a topic the member does not subscribe to."""
+    if not isinstance(target, Mapping):
+        return f"it returned {type(target).__name__}, not a mapping"
+    seen: set[tuple[str, int]] = set()
+    for member_id, by_topic in target.items():
+        if member_id not in members:
+            return f"it names {member_id!r}, which is not a member"
+        if not isinstance(by_topic, Mapping):
+            return f"{member_id}'s assignment is {type(by_topic).__name__}, not a mapping"
+        for topic_id, parts in by_topic.items():
+            if topic_id not in members[member_id].subscribed_topic_ids or topic_id not in topics:
+                return f"{member_id} was given topic id {topic_id}, which it does not subscribe to"
+            for p in parts:
+                if not isinstance(p, int) or not 0 <= p < topics[topic_id].num_partitions:
+                    return f"{member_id} was given partition {p!r} of {topics[topic_id].name}, which does not exist"
+                if (topic_id, p) in seen:
+                    return f"partition {p} of {topics[topic_id].name} was given twice"
+                seen.add((topic_id, p))
+    return None
+
+
+__all__ = [
+    "CLASSIC_PROTOCOL",
+    "CONSUMER_PROTOCOL",
+    "ConsumerGroupCoordinator",
+    "HeartbeatError",
+    "HeartbeatRequest",
+    "HeartbeatResult",
+    "TopicLookup",
+    "builtin_server_assignors",
+]
