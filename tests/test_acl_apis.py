@@ -516,3 +516,59 @@ async def test_transactions_need_the_transactional_id(wire: Wire) -> None:
     assert [t.transactional_id for t in listed.transaction_states] == ["alice-tx"]
     everything = await wire.call("admin", ApiKey.LIST_TRANSACTIONS, 0, state_filters=(), producer_id_filters=())
     assert sorted(t.transactional_id for t in everything.transaction_states) == ["admins-tx", "alice-tx"]
+
+
+def test_every_api_is_authorized_by_a_rule_or_its_handler() -> None:
+    """A new API must get a rule (or be listed here on purpose): without one, any principal may
+    call it once an authorizer is configured."""
+    from odradek.plugins.transport_tcp.apis.authz import REQUEST_RULES
+    from odradek.protocol.apis import SUPPORTED_VERSIONS
+
+    checked_by_their_handlers = {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA}
+    # Kafka authorizes none of these: version discovery, the SASL exchange, and DescribeCluster
+    # (whose only guarded part is its authorized_operations field)
+    open_to_all = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.DESCRIBE_CLUSTER}
+    unruled = {ApiKey(k) for k in SUPPORTED_VERSIONS if k not in REQUEST_RULES}
+    assert unruled == checked_by_their_handlers | open_to_all
+
+
+async def test_kip848_apis_need_the_group_and_the_subscribed_topics(wire: Wire) -> None:
+    await _coordinator_ready(wire)
+    heartbeat = {
+        "member_id": "m-1",
+        "member_epoch": 0,
+        "instance_id": None,
+        "rack_id": None,
+        "rebalance_timeout": MS(10000),
+        "subscribed_topic_regex": None,
+        "server_assignor": None,
+        "topic_partitions": (),
+    }
+    refused = await wire.call(
+        "alice", ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id="bobs-group", subscribed_topic_names=("alice-1",),
+        **heartbeat,
+    )  # fmt: skip
+    assert _code(refused.error_code) == T30
+    # the group allowed, a topic it may not DESCRIBE is not subscribed to
+    refused = await wire.call(
+        "alice", ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id="alice-g", subscribed_topic_names=("alice-1", "other"),
+        **heartbeat,
+    )  # fmt: skip
+    assert _code(refused.error_code) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    with trio.fail_after(10):
+        while True:
+            joined = await wire.call(
+                "alice", ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, group_id="alice-g", subscribed_topic_names=("alice-1",),
+                **heartbeat,
+            )  # fmt: skip
+            if _code(joined.error_code) not in _LOADING:
+                break
+            await trio.sleep(0.05)
+    assert _code(joined.error_code) == ErrorCode.NONE and joined.member_epoch > 0
+    described = await wire.call(
+        "alice", ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=("alice-g", "bobs-group"),
+        include_authorized_operations=True,
+    )  # fmt: skip
+    by_id = {g.group_id: g for g in described.groups}
+    assert _code(by_id["alice-g"].error_code) == ErrorCode.NONE
+    assert _code(by_id["bobs-group"].error_code) == T30

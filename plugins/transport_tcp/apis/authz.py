@@ -329,6 +329,19 @@ def _offset_fetch_denied(ctx: Any, authorizer: Authorizer, request: Any, item: A
     return None if ok else ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
+def _subscribed_topics(ctx: Any, authorizer: Authorizer, request: Any) -> Denial | None:
+    """A KIP-848 member may subscribe only to topics it may DESCRIBE (Kafka's
+    ``handleConsumerGroupHeartbeat``: it must not learn of the others through its assignment)."""
+    names = list(getattr(request, "subscribed_topic_names", None) or ())
+    if not names:
+        return None
+    described = allowed_names(ctx, authorizer, Op.DESCRIBE, RT.TOPIC, names)
+    refused = sorted(n for n in names if n not in described)
+    if not refused:
+        return None
+    return ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"Topic authorization failed (DESCRIBE on TOPIC {refused[0]!r})"
+
+
 def _txn_id_describe_denied(ctx: Any, authorizer: Authorizer, request: Any, item: Any) -> ErrorCode | None:
     ok = allowed(ctx, authorizer, Op.DESCRIBE, RT.TRANSACTIONAL_ID, item)
     return None if ok else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -354,6 +367,8 @@ REQUEST_RULES: dict[int, Rule] = {
     ApiKey.HEARTBEAT: Rule(_group(Op.READ)),
     ApiKey.LEAVE_GROUP: Rule(_group(Op.READ)),
     ApiKey.DESCRIBE_GROUPS: Rule(items=_groups_item(Op.DESCRIBE, "groups")),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: Rule(_all(_group(Op.READ), _subscribed_topics)),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: Rule(items=_groups_item(Op.DESCRIBE, "group_ids")),
     ApiKey.LIST_GROUPS: Rule(filter=_list_groups),
     ApiKey.DELETE_GROUPS: Rule(items=_groups_item(Op.DELETE, "groups_names")),
     ApiKey.CREATE_TOPICS: Rule(items=ItemRule(lambda r: "topics", _create_topics_denied)),

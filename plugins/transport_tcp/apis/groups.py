@@ -637,7 +637,9 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> A
                 assignment_epoch=i32(group.assignment_epoch if group is not None else -1),
                 assignor_name=coordinator.consumer.preferred_assignor(group) if group and coordinator else "",
                 members=members,
-                authorized_operations=authorized_operations(include_ops and group is not None, GROUP_OPERATIONS),
+                authorized_operations=operations_field(
+                    ctx, include_ops and group is not None, ResourceType.GROUP, group_id, GROUP_OPERATIONS
+                ),
             )
         )
     return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
