@@ -17,7 +17,7 @@ import pytest
 from odradek import hookspecs
 from odradek.config import load_config
 from odradek.hookspecs import hookimpl
-from odradek.interfaces import ConfigKey, MetadataFactory, StorageFactory, TransportFactory
+from odradek.interfaces import ConfigKey, MetadataFactory, RemoteStorageFactory, StorageFactory, TransportFactory
 from odradek.manager import PluginError, Plugins, build_plugin_manager
 from odradek.security.mechanism import SaslError, SaslMechanism
 from odradek.testing import SaslMechanismConformance
@@ -63,6 +63,18 @@ def test_hook_odradek_register_storage() -> None:
     clash = _module("other_storage", odradek_register_storage=lambda: [factory])
     with pytest.raises(PluginError, match="toy_storage.*other_storage"):
         _plugins(_module("toy_storage", odradek_register_storage=lambda: [factory]), clash).storage("toy")
+
+
+def test_hook_odradek_register_remote_storage() -> None:
+    pair = ("remote storage manager", "remote log metadata manager")
+    factory = RemoteStorageFactory("bucket", create=lambda config: pair)
+    plugins = _plugins(_module("bucket_storage", odradek_register_remote_storage=lambda: [factory]))
+    assert plugins.remote_storage("bucket").create("cfg") == pair
+    with pytest.raises(PluginError, match=r"no remote storage plugin named 'directory'.*available: bucket"):
+        plugins.remote_storage("directory")
+    broken = _module("broken_storage", odradek_register_remote_storage=lambda: [object()])
+    with pytest.raises(PluginError, match="broken_storage"):
+        _plugins(broken).remote_storage("x")
 
 
 def test_hook_odradek_register_transports() -> None:

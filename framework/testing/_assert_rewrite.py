@@ -20,6 +20,7 @@ REWRITTEN_MODULES: tuple[str, ...] = tuple(
         "codec",
         "metadata",
         "partitioner",
+        "remote_storage",
         "sasl",
         "servers",
         "spark",
