@@ -319,6 +319,39 @@ class BrokerCollector:
                 "Partitions the open fetch sessions hold.",
             ),
         ]
+        remote = getattr(rm, "remote_log_manager", None)
+        if remote is not None:
+            m = remote.metrics
+            broker += [
+                (f"kafka_server_brokertopicmetrics_{name}", value, doc)
+                for name, value, doc in (
+                    ("remotecopysegments", m.copy_segments, "Segments copied to remote storage (tiered storage)."),
+                    ("remotecopybytes", m.copy_bytes, "Bytes copied to remote storage (RemoteCopyBytesPerSec)."),
+                    ("remotecopyerrors", m.copy_failures, "Failed copies to remote storage (RemoteCopyErrorsPerSec)."),
+                    (
+                        "remotefetchrequests",
+                        m.fetch_requests,
+                        "Fetches read from remote storage (RemoteFetchRequestsPerSec).",
+                    ),
+                    ("remotefetchbytes", m.fetch_bytes, "Bytes read from remote storage (RemoteFetchBytesPerSec)."),
+                    (
+                        "remotefetcherrors",
+                        m.fetch_failures,
+                        "Failed reads from remote storage (RemoteFetchErrorsPerSec).",
+                    ),
+                    ("remotedeletesegments", m.delete_segments, "Remote segments deleted by retention."),
+                    (
+                        "remotedeleteerrors",
+                        m.delete_failures,
+                        "Failed deletions of remote segments (RemoteDeleteErrorsPerSec).",
+                    ),
+                    (
+                        "remotestoragefailingpartitions",
+                        len(remote.failures.failing),
+                        "Tiered partitions whose last remote storage task failed.",
+                    ),
+                )
+            ]
         groups = _group_count(core.group_coordinator)
         if groups is not None:
             broker.append(
