@@ -149,3 +149,19 @@ async def test_rolled_segments_are_the_inactive_ones_below_the_bound(tmp_path: P
         s.base_offset for s in segments[:2]
     ]
     await storage.close()
+
+
+def test_a_follower_takes_the_producers_below_its_restart_offset_from_the_remote_snapshot() -> None:
+    from odradek.broker.producer_state import ProducerStateManager
+    from odradek.interfaces import BatchMeta
+
+    leader = ProducerStateManager()
+    # producer 7: batches at offsets 0-4 and 20-24; producer 8: only at 30-34 (past the restart)
+    for pid, first_seq, first in ((7, 0, 0), (7, 5, 20), (8, 0, 30)):
+        meta = BatchMeta(0, 100, 4, 5, 1000, producer_id=pid, producer_epoch=0, base_sequence=first_seq)
+        leader.update([meta], [first], {})
+    follower = ProducerStateManager()
+    follower.restore_before(leader.to_bytes(), 20)
+    assert sorted(follower.producers) == [7]
+    assert follower.producers[7].last_seq == 4  # what it had written below offset 20
+    assert follower.map_end_offset == 20

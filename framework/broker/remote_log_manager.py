@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -39,6 +40,7 @@ import trio
 
 from ..errors import OffsetOutOfRange, RemoteStorageError
 from ..interfaces import (
+    EpochEntry,
     LogSegmentData,
     RemoteIndexType,
     RemoteLogMetadataManager,
@@ -111,7 +113,10 @@ class RemoteLogManager:
         self._tasks = trio.CapacityLimiter(1)
         #: remote reads for fetches at once (remote.log.reader.threads)
         self._readers = trio.CapacityLimiter(reader_threads)
+        #: offset indexes of remote segments by segment id, read from worker threads (LRU-less:
+        #: the oldest entry goes first); guarded by a lock as the reader threads share it
         self._indexes: dict[str, bytes] = {}
+        self._indexes_lock = threading.Lock()
         self.failures = StorageFailureLog(log, "remote storage", clock=trio.current_time)
         self._warned_untierable: set[TopicPartition] = set()
         #: one visit at a time (the background task's and a test's or a follower's)
@@ -267,7 +272,8 @@ class RemoteLogManager:
         while segments and segments[0].end_offset < view.log_start_offset:
             out.append(segments.pop(0))
         if config.delete and config.retention_ms >= 0:
-            while segments and now - segments[0].max_timestamp_ms > config.retention_ms:
+            # a segment without timestamps (-1) is kept, as the whole-log rule cannot date it
+            while segments and 0 <= segments[0].max_timestamp_ms < now - config.retention_ms:
                 out.append(segments.pop(0))
         if config.delete and config.retention_bytes >= 0:
             copied_end = view.highest_copied_offset + 1
@@ -293,7 +299,8 @@ class RemoteLogManager:
             if count:
                 self.metrics.delete_failures += 1
             raise
-        self._indexes.pop(metadata.segment_id, None)
+        with self._indexes_lock:
+            self._indexes.pop(metadata.segment_id, None)
         if count:
             self.metrics.delete_segments += 1
             log.info("%s: deleted remote segment [%d, %d]", metadata.topic_partition, metadata.start_offset,
@@ -324,12 +331,14 @@ class RemoteLogManager:
     def _read_sync(
         self, metadata: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int, min_one_batch: bool
     ) -> RemoteFetchData:
-        index = self._indexes.get(metadata.segment_id)
+        with self._indexes_lock:
+            index = self._indexes.get(metadata.segment_id)
         if index is None:
             index = self.storage.fetch_index(metadata, RemoteIndexType.OFFSET)
-            if len(self._indexes) >= INDEX_CACHE_ENTRIES:
-                self._indexes.pop(next(iter(self._indexes)))
-            self._indexes[metadata.segment_id] = index
+            with self._indexes_lock:
+                while len(self._indexes) >= INDEX_CACHE_ENTRIES:
+                    self._indexes.pop(next(iter(self._indexes)))
+                self._indexes[metadata.segment_id] = index
         position = offset_index_position(index, metadata.start_offset, max(fetch_offset, metadata.start_offset))
         with self.storage.fetch_log_segment(metadata, position) as stream:
             batches = read_batches(stream, fetch_offset, max_bytes, min_one_batch=min_one_batch)
@@ -347,6 +356,24 @@ class RemoteLogManager:
         if view is None or not view.segments:
             return None
         return view.highest_copied_offset + 1
+
+    async def follower_restart_state(self, partition: Partition, offset: int) -> tuple[EpochEntry | None, bytes | None]:
+        """What a follower that restarted its log at ``offset`` takes from the remote segment
+        ending just below it (Kafka's buildRemoteLogAuxState): the leader epoch in force there
+        and the producer-state snapshot copied with it (None when it has none)."""
+        view = partition.remote
+        last = view.segment_for(offset - 1) if view is not None else None
+        if last is None or last.end_offset != offset - 1:
+            return None, None
+        before = [e for e in last.leader_epochs if e.start_offset < offset]
+        epoch = EpochEntry(before[-1].epoch, offset) if before else None
+        try:
+            snapshot: bytes = await self._call(self.storage.fetch_index, last, RemoteIndexType.PRODUCER_SNAPSHOT)
+        except (RemoteStorageError, OSError) as exc:
+            log.warning("%s: no producer snapshot in remote storage for offset %d: %s", partition.topic_partition,
+                        offset, exc)  # fmt: skip
+            return epoch, None
+        return epoch, snapshot
 
 
 def _set_copied_end(partition: Partition, end: int | None) -> None:

@@ -347,16 +347,29 @@ class ReplicaFetcher:
         """KIP-405: the leader keeps ``fetch_offset`` only in remote storage. The follower does
         not copy remote segments into its log: it restarts its log after the highest offset
         remote storage holds, which the leader still has locally (it deletes only copied
-        segments, after recording them), and reads the earlier offsets from remote storage
-        when it leads. Kafka asks the leader for its local log start instead; the remote
-        metadata, which every broker shares, gives an offset at or above it."""
+        segments, after recording them), takes the leader epoch in force there and the producer
+        state from the remote segment's copies (Kafka's buildRemoteLogAuxState), and reads the
+        earlier offsets from remote storage when it leads. Kafka asks the leader for its local
+        log start instead; the remote metadata, which every broker shares, gives an offset at or
+        above it."""
         rlm = self.manager.replica_manager.remote_log_manager
         restart = await rlm.follower_restart_offset(p) if rlm is not None else None
-        if restart is None or restart <= fetch_offset or p.log_end_offset != fetch_offset:
+        if rlm is None or restart is None or restart <= fetch_offset or p.log_end_offset != fetch_offset:
             await self._on_partition_error(tp, state, ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE)
             return
         log.info("%s: offset %d is in remote storage only: restarting the log at %d", tp, fetch_offset, restart)
+        epoch, snapshot = await rlm.follower_restart_state(p, restart)
+        if p.log_end_offset != fetch_offset or self.partitions.get(tp) is not state:
+            return  # the partition changed while remote storage was asked
         p.truncate_fully_and_start_at(restart)
+        if epoch is not None:
+            p.log.assign_epoch_start_offset(epoch.epoch, epoch.start_offset)
+        if snapshot is not None:
+            try:
+                p.producer_state.restore_before(snapshot, restart)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("%s: the remote producer snapshot is unreadable, producers start afresh: %s", tp, exc)
+                p.producer_state.truncate_and_reload(p.log)
 
     async def _on_partition_error(self, tp: TopicPartition, state: FetchState, code: ErrorCode) -> None:
         """Back off this partition and re-read its state (not its topic's: a leader moving many
