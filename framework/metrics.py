@@ -276,7 +276,7 @@ class BrokerCollector:
         for tp, partition in rm.partitions.items():
             log = partition.log
             rows.append(
-                (tp.topic, tp.partition, log.size_in_bytes, log.log_start_offset, log.log_end_offset,
+                (tp.topic, tp.partition, log.size_in_bytes, partition.log_start_offset, log.log_end_offset,
                  partition.high_watermark)
             )  # fmt: skip
         controller = core.controller

@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.testing import BrokerProcess, start_broker, unique_topic
+from odradek.testing.broker import sample
 
 pytestmark = pytest.mark.integration
 
@@ -30,6 +31,7 @@ def tiered_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
         "remote.log.storage.dir": str(workdir / "remote"),
         "remote.log.manager.task.interval.ms": "100",
         "log.retention.check.interval.ms": "100",
+        "metrics.prometheus.listener": "127.0.0.1:0",
     }
     with start_broker(workdir, settings) as broker:
         yield broker
@@ -92,6 +94,10 @@ def test_consumers_read_from_the_start_across_tiers_and_a_restart(tiered_broker:
 
     check_confluent()
     check_kafka_python()
+    samples = broker.metrics()
+    assert sample(samples, "kafka_server_brokertopicmetrics_remotecopysegments") >= 2
+    assert sample(samples, "kafka_server_brokertopicmetrics_remotefetchrequests") >= 2  # both clients read remotely
+    assert sample(samples, "kafka_server_brokertopicmetrics_remotefetcherrors") == 0
     broker.restart()
     assert local_segments(broker, topic)[0] != f"{0:020d}.log"
     check_confluent()
