@@ -55,8 +55,9 @@ FAKE_TRANSPORT = types.SimpleNamespace(
 )
 
 
-def broker_plugins(transport: object = FAKE_TRANSPORT) -> Plugins:
-    """The plugins of a unit-test broker: the fake transport unless ``transport`` is given."""
+def broker_plugins(transport: object = FAKE_TRANSPORT, *extra: object) -> Plugins:
+    """The plugins of a unit-test broker: the fake transport unless ``transport`` is given,
+    and the ``extra`` plugins (modules or module paths)."""
     return Plugins(
         build_plugin_manager(
             entry_points_enabled=False,
@@ -65,6 +66,7 @@ def broker_plugins(transport: object = FAKE_TRANSPORT) -> Plugins:
                 "odradek.plugins.storage_segment.plugin",
                 "odradek.plugins.meta_local.plugin",
                 transport,
+                *extra,
             ],
         )
     )

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_harness import FAKE_TRANSPORT, batch, create, fetch_records, produce, serving
+from broker_harness import FAKE_TRANSPORT, batch, broker_plugins, create, fetch_records, produce, serving
 
 from odradek import records
 from odradek.broker.api import (
@@ -36,7 +36,6 @@ from odradek.broker.server import BrokerServer
 from odradek.config import load_config
 from odradek.errors import ErrorCode
 from odradek.interfaces import RemoteSegmentState, TopicPartition
-from odradek.manager import Plugins, build_plugin_manager
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
 
 pytestmark = pytest.mark.trio
@@ -47,24 +46,9 @@ TP = TopicPartition(TOPIC, 0)
 SEGMENT_BYTES = "600"
 
 
-def tiered_plugins() -> Plugins:
-    return Plugins(
-        build_plugin_manager(
-            entry_points_enabled=False,
-            extra=[
-                "odradek.plugins.compress.plugin",
-                "odradek.plugins.storage_segment.plugin",
-                "odradek.plugins.storage_tiered.plugin",
-                "odradek.plugins.meta_local.plugin",
-                FAKE_TRANSPORT,
-            ],
-        )
-    )
-
-
 @asynccontextmanager
 async def tiered_broker(tmp_path: Path, **overrides: Any) -> AsyncIterator[BrokerCore]:
-    plugins = tiered_plugins()
+    plugins = broker_plugins(FAKE_TRANSPORT, "odradek.plugins.storage_tiered.plugin")
     settings = {
         "log.dirs": str(tmp_path / "data"),
         "listeners": "PLAINTEXT://127.0.0.1:0",
@@ -127,6 +111,16 @@ async def tiered_topic(core: BrokerCore, **configs: str) -> None:
     await create(core, TOPIC, 1, **{"remote.storage.enable": "true", "segment.bytes": SEGMENT_BYTES, **configs})
 
 
+async def tiered_and_trimmed(core: BrokerCore, **configs: str) -> list[bytes]:
+    """A tiered topic keeping only its active segment locally, written with 12 batches of 8
+    records, copied and trimmed by local retention; the values written."""
+    await tiered_topic(core, **{"local.retention.bytes": "0", **configs})
+    values = await produce_values(core, 0, 12)
+    await rlm(core).run_once()
+    await storage(core).run_retention()
+    return values
+
+
 async def test_rolled_segments_are_copied_once_in_order(tmp_path: Path) -> None:
     async with tiered_broker(tmp_path) as core:
         await tiered_topic(core)
@@ -173,10 +167,7 @@ async def test_local_retention_deletes_only_copied_segments(tmp_path: Path) -> N
 
 async def test_a_remote_fetch_is_whole_batches_within_max_bytes(tmp_path: Path) -> None:
     async with tiered_broker(tmp_path) as core:
-        await tiered_topic(core, **{"local.retention.bytes": "0"})
-        values = await produce_values(core, 0, 12)
-        await rlm(core).run_once()
-        await storage(core).run_retention()
+        values = await tiered_and_trimmed(core)
         fetched = (await core.fetch(-1, 0, 0, 100, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 3, 100)]))[TP]
         assert fetched.error == ErrorCode.NONE and fetched.records is not None
         data = fetched.records.to_bytes()
@@ -189,10 +180,7 @@ async def test_a_remote_fetch_is_whole_batches_within_max_bytes(tmp_path: Path) 
 
 async def test_a_follower_below_the_local_log_is_told_offset_moved_to_tiered_storage(tmp_path: Path) -> None:
     async with tiered_broker(tmp_path) as core:
-        await tiered_topic(core, **{"local.retention.bytes": "0"})
-        await produce_values(core, 0, 12)
-        await rlm(core).run_once()
-        await storage(core).run_retention()
+        await tiered_and_trimmed(core)
         partition = core.replica_manager.partitions[TP]
         partition.remote_replicas[2] = ReplicaState(2)  # a follower of it
         result = await core.fetch(2, 0, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 0, 1 << 20)])
@@ -204,10 +192,7 @@ async def test_a_follower_below_the_local_log_is_told_offset_moved_to_tiered_sto
 
 async def test_remote_retention_deletes_the_oldest_remote_segments(tmp_path: Path) -> None:
     async with tiered_broker(tmp_path) as core:
-        await tiered_topic(core, **{"local.retention.bytes": "0", "retention.bytes": "1200"})
-        values = await produce_values(core, 0, 12)
-        await rlm(core).run_once()  # copies, then expires the oldest
-        await storage(core).run_retention()
+        values = await tiered_and_trimmed(core, **{"retention.bytes": "1200"})  # copies, then expires the oldest
         remaining = finished(core)
         partition = core.replica_manager.partitions[TP]
         assert remaining and remaining[0][0] > 0
@@ -221,10 +206,7 @@ async def test_remote_retention_deletes_the_oldest_remote_segments(tmp_path: Pat
 
 async def test_delete_records_moves_the_log_start_into_remote_storage(tmp_path: Path) -> None:
     async with tiered_broker(tmp_path) as core:
-        await tiered_topic(core, **{"local.retention.bytes": "0"})
-        values = await produce_values(core, 0, 12)
-        await rlm(core).run_once()
-        await storage(core).run_retention()
+        values = await tiered_and_trimmed(core)
         first_two = finished(core)[1][1] + 1
         result = await core.delete_records({TP: first_two + 1}, 5000)
         assert result[TP].error == ErrorCode.NONE and result[TP].low_watermark == first_two + 1
@@ -236,10 +218,7 @@ async def test_delete_records_moves_the_log_start_into_remote_storage(tmp_path: 
 
 async def test_a_restart_keeps_the_remote_log(tmp_path: Path) -> None:
     async with tiered_broker(tmp_path) as core:
-        await tiered_topic(core, **{"local.retention.bytes": "0"})
-        values = await produce_values(core, 0, 12)
-        await rlm(core).run_once()
-        await storage(core).run_retention()
+        values = await tiered_and_trimmed(core)
         local_start = core.replica_manager.partitions[TP].local_log_start_offset
         assert local_start > 0
     async with tiered_broker(tmp_path) as core:
