@@ -395,6 +395,9 @@ class RemoteLogSegmentMetadata:
     broker_id: int = -1
     event_timestamp_ms: int = -1
     state: RemoteSegmentState = RemoteSegmentState.COPY_SEGMENT_STARTED
+    #: the topic's id (32 hex digits, "" when unknown): a topic deleted and created again under
+    #: its name must not read the earlier topic's segments (Kafka keys remote data by topic id)
+    topic_id: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -409,6 +412,7 @@ class RemoteLogSegmentMetadata:
             "broker_id": self.broker_id,
             "event_timestamp_ms": self.event_timestamp_ms,
             "state": self.state.value,
+            "topic_id": self.topic_id,
         }
 
     @classmethod
@@ -426,6 +430,7 @@ class RemoteLogSegmentMetadata:
                 int(data.get("broker_id", -1)),
                 int(data.get("event_timestamp_ms", -1)),
                 RemoteSegmentState(data["state"]),
+                str(data.get("topic_id", "")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed remote segment metadata: {exc!r}") from exc

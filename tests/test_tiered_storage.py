@@ -266,3 +266,32 @@ async def test_a_topic_that_is_not_tiered_is_left_alone(tmp_path: Path) -> None:
         await rlm(core).run_once()
         assert finished(core) == []
         assert core.replica_manager.partitions[TP].log.remote_copied_end is None
+
+
+def remote_files(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "remote" / str(TP)).rglob("*") if p.is_file())
+
+
+async def test_deleting_a_tiered_topic_deletes_its_remote_segments(tmp_path: Path) -> None:
+    async with tiered_broker(tmp_path) as core:
+        await tiered_and_trimmed(core)
+        assert remote_files(tmp_path)
+        assert (await core.delete_topics([TOPIC], 1000))[TOPIC].error == ErrorCode.NONE
+        assert core.storage.get_log(TP) is None
+        assert remote_files(tmp_path) == []
+
+
+async def test_a_topic_created_again_never_reads_the_earlier_topics_segments(tmp_path: Path) -> None:
+    async with tiered_broker(tmp_path) as core:
+        await tiered_and_trimmed(core)
+        earlier = tmp_path / "earlier"
+        shutil.copytree(tmp_path / "remote", earlier)
+        assert (await core.delete_topics([TOPIC], 1000))[TOPIC].error == ErrorCode.NONE
+        shutil.rmtree(tmp_path / "remote")
+        shutil.copytree(earlier, tmp_path / "remote")  # as if their deletion had failed
+        await tiered_topic(core)
+        new = await produce_values(core, 0, 1)
+        await rlm(core).run_once()
+        assert finished(core) == []  # the earlier topic's segments were deleted, not taken
+        assert await list_offset(core, EARLIEST_TIMESTAMP) == 0
+        assert await read_all(core) == list(enumerate(new))

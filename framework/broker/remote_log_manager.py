@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..errors import OffsetOutOfRange, RemoteStorageError
+from ..errors import KafkaError, OffsetOutOfRange, RemoteStorageError
 from ..interfaces import (
     EpochEntry,
     LogSegmentData,
@@ -50,6 +50,7 @@ from ..interfaces import (
     RolledSegment,
     TopicPartition,
 )
+from .metadata_cache import TOPIC_ID_STATE, parse_topic_id
 from .remote_log import (
     RemoteFetchData,
     RemoteLogView,
@@ -119,6 +120,8 @@ class RemoteLogManager:
         self._indexes_lock = threading.Lock()
         self.failures = StorageFailureLog(log, "remote storage", clock=trio.current_time)
         self._warned_untierable: set[TopicPartition] = set()
+        #: topic ids read from the logs (partition object, id), so each is read once
+        self._topic_ids: dict[TopicPartition, tuple[Partition, str]] = {}
         #: one visit at a time (the background task's and a test's or a follower's)
         self._visit = trio.Lock()
 
@@ -156,16 +159,42 @@ class RemoteLogManager:
 
     async def sync_partition(self, partition: Partition) -> None:
         """Refresh the partition's remote view; as leader, copy and expire."""
-        listed: list[RemoteLogSegmentMetadata] = await self._call(
-            self.metadata.list_remote_log_segments, partition.topic_partition
-        )
+        listed = await self._list(partition)
         self._apply(partition, listed)
         if partition.is_leader:
             await self._copy(partition)
             await self._expire(partition, listed)
 
+    def _topic_id(self, partition: Partition) -> str:
+        """The partition's topic id as its log records it ("" when it records none)."""
+        cached = self._topic_ids.get(partition.topic_partition)
+        if cached is not None and cached[0] is partition:
+            return cached[1]
+        try:
+            stored = partition.log.read_state(TOPIC_ID_STATE)
+        except (OSError, KafkaError):
+            stored = None
+        topic_id = (parse_topic_id(stored) if stored is not None else None) or ""
+        if topic_id:
+            self._topic_ids[partition.topic_partition] = (partition, topic_id)
+        return topic_id
+
+    async def _list(self, partition: Partition) -> list[RemoteLogSegmentMetadata]:
+        """The partition's remote segments in any state (an earlier topic's too: :meth:`_foreign`)."""
+        listed: list[RemoteLogSegmentMetadata] = await self._call(
+            self.metadata.list_remote_log_segments, partition.topic_partition
+        )
+        return listed
+
+    def _foreign(self, partition: Partition, metadata: RemoteLogSegmentMetadata) -> bool:
+        """Whether ``metadata`` is a segment of an earlier topic of this name (another topic id)."""
+        topic_id = self._topic_id(partition)
+        return bool(topic_id and metadata.topic_id and metadata.topic_id != topic_id)
+
     def _apply(self, partition: Partition, listed: list[RemoteLogSegmentMetadata]) -> None:
-        finished = tuple(m for m in listed if m.state is RemoteSegmentState.COPY_SEGMENT_FINISHED)
+        finished = tuple(
+            m for m in listed if m.state is RemoteSegmentState.COPY_SEGMENT_FINISHED and not self._foreign(partition, m)
+        )
         old = partition.remote
         start = finished[0].start_offset if finished else -1
         if old is not None and finished and old.log_start_offset > start:
@@ -206,6 +235,7 @@ class RemoteLogManager:
             self.broker_id,
             self.clock_ms(),
             RemoteSegmentState.COPY_SEGMENT_STARTED,
+            self._topic_id(partition),
         )
         data = LogSegmentData(
             segment.log_path,
@@ -247,8 +277,12 @@ class RemoteLogManager:
         doomed = self.expired_segments(partition, view)
         highest = view.highest_copied_offset
         doomed += [
-            m for m in listed if m.state is not RemoteSegmentState.COPY_SEGMENT_FINISHED and m.end_offset <= highest
-        ]  # copies that never finished (a broker stopped mid-copy, or lost the race to publish)
+            m
+            for m in listed
+            if (m.state is not RemoteSegmentState.COPY_SEGMENT_FINISHED and m.end_offset <= highest)
+            or self._foreign(partition, m)
+        ]  # copies that never finished (a broker stopped mid-copy, or lost the race to publish),
+        # and an earlier topic's segments
         if not doomed:
             return
         for metadata in doomed:
@@ -306,6 +340,22 @@ class RemoteLogManager:
             log.info("%s: deleted remote segment [%d, %d]", metadata.topic_partition, metadata.start_offset,
                      metadata.end_offset)  # fmt: skip
 
+    async def delete_partition(self, tp: TopicPartition) -> None:
+        """DeleteTopics: delete every remote segment of ``tp`` and its metadata (each replica
+        does; deleting what another already deleted succeeds). A failure is logged: what is
+        left belongs to the deleted topic's id, which a new topic of the name never reads."""
+        self._topic_ids.pop(tp, None)
+        try:
+            listed: list[RemoteLogSegmentMetadata] = await self._call(self.metadata.list_remote_log_segments, tp)
+            for metadata in listed:
+                await self._call(self.storage.delete_log_segment_data, metadata)
+                await self._call(self.metadata.remove_remote_log_segment_metadata, metadata)
+        except (RemoteStorageError, OSError) as exc:
+            log.error("%s: deleting the remote segments of the deleted topic failed: %s", tp, exc)
+            return
+        if listed:
+            log.info("%s: deleted %d remote segments of the deleted topic", tp, len(listed))
+
     # -- reads -------------------------------------------------------------------------------
     async def read(
         self, partition: Partition, fetch_offset: int, max_bytes: int, *, min_one_batch: bool
@@ -350,8 +400,7 @@ class RemoteLogManager:
         restarts its log: after the highest offset remote storage holds, which the leader still
         has locally (it deletes only what is copied, and records the copy first). None when
         remote storage holds nothing for it."""
-        listed = await self._call(self.metadata.list_remote_log_segments, partition.topic_partition)
-        self._apply(partition, listed)
+        self._apply(partition, await self._list(partition))
         view = partition.remote
         if view is None or not view.segments:
             return None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -53,8 +54,10 @@ from .log_validator import DEFAULT_MAX_DECOMPRESSED_BYTES, validate_records
 from .partition import Partition, ReadResult
 from .producer_state import SNAPSHOT_NAME, AppendOrigin
 from .purgatory import DelayedOperationPurgatory
-from .remote_log_manager import RemoteLogManager
 from .storage_failures import StorageFailureLog, one_line
+
+if TYPE_CHECKING:
+    from .remote_log_manager import RemoteLogManager
 
 log = logging.getLogger(__name__)
 
@@ -300,6 +303,8 @@ class ReplicaManager:
             if tp.topic not in self._hosted_by_topic:
                 self.metrics.forget_topic(tp.topic)
             await self.storage.delete_log(tp)
+            if self.remote_log_manager is not None and partition.config.remote_storage_enable:
+                await self.remote_log_manager.delete_partition(tp)
 
     def take_offline(self, tps: Collection[TopicPartition], log_dir: str) -> list[TopicPartition]:
         """Stop serving ``tps``, whose log dir failed: they answer KAFKA_STORAGE_ERROR, replica
