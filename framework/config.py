@@ -670,7 +670,8 @@ TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = (
         "remote.log.copy.disable",
         bool,
         False,
-        f"{_NO_EFFECT} Kafka stops copying a tiered topic's segments to remote storage; odradek has none.",
+        "Stop copying a tiered topic's segments to remote storage (KIP-950): retention.ms/bytes then apply "
+        "to the local log, and what remote storage holds is still read and expires.",
     ),
     _k(
         "remote.log.delete.on.disable",

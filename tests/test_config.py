@@ -239,7 +239,6 @@ _KAFKA_ONLY_TOPIC_CONFIGS = {
     "follower.replication.throttled.replicas": ("*", "0:1,*"),
     "message.downconversion.enable": ("false", "no"),
     "message.format.version": ("2.8", "2.9"),
-    "remote.log.copy.disable": ("true", "1"),
     "remote.log.delete.on.disable": ("true", "yes"),
 }
 
@@ -284,6 +283,9 @@ def test_tiered_topic_configs_with_tiered_storage_on() -> None:
     for key in ("local.retention.ms", "local.retention.bytes"):
         with pytest.raises(InvalidConfig, match=key.replace(".", r"\.")):
             c.topic_config({key: "-3"})
+    assert c.topic_config({"remote.log.copy.disable": "true"})["remote.log.copy.disable"] is True
+    with pytest.raises(InvalidConfig, match=r"remote\.log\.copy\.disable"):
+        c.topic_config({"remote.log.copy.disable": "1"})
     with pytest.raises(InvalidConfig, match="cleanup.policy=compact"):
         TopicConfig.build(c, {"remote.storage.enable": "true", "cleanup.policy": "compact"})
 

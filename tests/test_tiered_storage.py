@@ -25,6 +25,10 @@ from odradek.broker.api import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    AlterableConfig,
+    AlterConfigOp,
+    AlterConfigsResource,
+    ConfigResourceType,
     FetchPartition,
     IsolationLevel,
     ListOffsetsPartition,
@@ -295,3 +299,32 @@ async def test_a_topic_created_again_never_reads_the_earlier_topics_segments(tmp
         assert finished(core) == []  # the earlier topic's segments were deleted, not taken
         assert await list_offset(core, EARLIEST_TIMESTAMP) == 0
         assert await read_all(core) == list(enumerate(new))
+
+
+async def test_remote_log_copy_disable_stops_copying_and_keeps_reading(tmp_path: Path) -> None:
+    """KIP-950: with remote.log.copy.disable the leader copies nothing more, retention.ms/bytes
+    apply to the local log again, and what remote storage holds is still read."""
+    async with tiered_broker(tmp_path) as core:
+        values = await tiered_and_trimmed(core)
+        copied = finished(core)
+        disable = AlterableConfig("remote.log.copy.disable", AlterConfigOp.SET, "true")
+        resource = AlterConfigsResource(ConfigResourceType.TOPIC, TOPIC, [disable])
+        assert (await core.incremental_alter_configs([resource], False))[0].error == ErrorCode.NONE
+        more = await produce_values(core, len(values), 12)
+        await rlm(core).run_once()
+        assert finished(core) == copied
+        partition = core.replica_manager.partitions[TP]
+        assert partition.log.remote_copied_end is None
+        local_start = partition.local_log_start_offset
+        await storage(core).run_retention()  # retention.ms/bytes (unlimited) keep the local log
+        assert partition.local_log_start_offset == local_start
+        assert await read_all(core) == list(enumerate(values + more))
+
+
+async def test_a_partition_taken_on_reads_remote_storage_before_the_next_visit(tmp_path: Path) -> None:
+    async with tiered_broker(tmp_path) as core:
+        values = await tiered_and_trimmed(core)
+        partition = core.replica_manager.partitions[TP]
+        partition.remote = None  # as a partition this broker just took on
+        partition.log.remote_copied_end = None
+        assert await read_all(core) == list(enumerate(values))

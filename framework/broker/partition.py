@@ -492,9 +492,12 @@ class Partition:
             max_offset = lso
         else:
             max_offset = hw
-        if fetch_offset < lstart and self.log_start_offset <= fetch_offset:
+        if fetch_offset < lstart and (
+            self.log_start_offset <= fetch_offset or (self.remote is None and self.config.remote_storage_enable)
+        ):
             # below the local log, in remote storage: a consumer's read is served from there
-            # (ReplicaManager), a follower restarts at the local log start (KIP-405)
+            # (ReplicaManager), a follower restarts at the local log start (KIP-405). A tiered
+            # partition whose remote segments were not listed yet asks remote storage too
             raise OffsetMovedToTieredStorage(
                 f"{self.topic_partition}: offset {fetch_offset} is below the local log start {lstart}"
             )

@@ -124,13 +124,22 @@ class RemoteLogManager:
         self._topic_ids: dict[TopicPartition, tuple[Partition, str]] = {}
         #: one visit at a time (the background task's and a test's or a follower's)
         self._visit = trio.Lock()
+        self._woken = trio.Event()
 
     # -- background --------------------------------------------------------------------------
     async def run(self) -> None:
-        """Visit the tiered partitions every interval until cancelled."""
+        """Visit the tiered partitions every interval, and at once when :meth:`wake` is called
+        (a partition became leader or follower here), until cancelled."""
         while True:
+            self._woken = trio.Event()
             await self.run_once()
-            await trio.sleep(self.interval_ms / 1000)
+            with trio.move_on_after(self.interval_ms / 1000):
+                await self._woken.wait()
+
+    def wake(self) -> None:
+        """Visit soon: a tiered partition was taken on here and has no remote view yet (its
+        consumers' reads below the local log need one, and ListOffsets' earliest answer)."""
+        self._woken.set()
 
     async def run_once(self) -> None:
         """One visit of every tiered partition hosted here (copy, expire, refresh)."""
@@ -200,7 +209,17 @@ class RemoteLogManager:
         if old is not None and finished and old.log_start_offset > start:
             start = old.log_start_offset  # DeleteRecords moved it
         partition.remote = RemoteLogView(finished, start)
-        _set_copied_end(partition, partition.remote.highest_copied_offset + 1)
+        _set_copied_end(partition, self._copied_end(partition))
+
+    @staticmethod
+    def _copied_end(partition: Partition) -> int | None:
+        """What the log's local retention may delete below: the offset after the highest copied
+        one; None with ``remote.log.copy.disable`` (KIP-950: copying stops and retention.ms/bytes
+        apply to the local log again, remote segments are still read and expire)."""
+        view = partition.remote
+        if partition.config.get("remote.log.copy.disable", False) or view is None:
+            return None
+        return view.highest_copied_offset + 1
 
     # -- copying -------------------------------------------------------------------------------
     async def _copy(self, partition: Partition) -> None:
@@ -210,6 +229,8 @@ class RemoteLogManager:
             if tp not in self._warned_untierable:
                 self._warned_untierable.add(tp)
                 log.warning("%s: its storage engine offers no rolled segments; it is not tiered", tp)
+            return
+        if partition.config.get("remote.log.copy.disable", False):
             return
         upto = min(partition.high_watermark, partition.last_stable_offset)
         for segment in rolled_segments(upto):
@@ -265,7 +286,7 @@ class RemoteLogManager:
         segments = tuple(sorted((*view.segments, finished), key=lambda m: m.start_offset))
         start = view.log_start_offset if view.segments else finished.start_offset
         partition.remote = RemoteLogView(segments, start)
-        _set_copied_end(partition, partition.remote.highest_copied_offset + 1)
+        _set_copied_end(partition, self._copied_end(partition))
         log.info("%s: copied segment [%d, %d] (%d bytes) to remote storage", tp, segment.base_offset,
                  segment.next_offset - 1, segment.size)  # fmt: skip
 
@@ -293,7 +314,7 @@ class RemoteLogManager:
         start = max(current.log_start_offset, kept[0].start_offset) if kept else -1
         partition.remote = RemoteLogView(kept, start)
         if kept:
-            _set_copied_end(partition, partition.remote.highest_copied_offset + 1)
+            _set_copied_end(partition, self._copied_end(partition))
 
     def expired_segments(self, partition: Partition, view: RemoteLogView) -> list[RemoteLogSegmentMetadata]:
         """The oldest remote segments that the log start offset, ``retention.ms`` or
@@ -361,6 +382,8 @@ class RemoteLogManager:
         self, partition: Partition, fetch_offset: int, max_bytes: int, *, min_one_batch: bool
     ) -> RemoteFetchData:
         """A consumer's read below the local log start, from remote storage, in a worker thread."""
+        if partition.remote is None:  # taken on here since the last visit: list it now
+            self._apply(partition, await self._list(partition))
         view = partition.remote
         metadata = view.segment_for(fetch_offset) if view is not None else None
         if view is None or metadata is None or fetch_offset < view.log_start_offset:

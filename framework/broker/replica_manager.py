@@ -259,6 +259,7 @@ class ReplicaManager:
         partition.make_leader(leader_epoch, replicas, isr, partition_epoch, now_ms=self.clock_ms())
         self._wake(tp)
         self.on_partitions_changed()
+        self._tiered_partition_taken_on(partition)
         return partition
 
     def become_follower(
@@ -277,7 +278,14 @@ class ReplicaManager:
         partition.make_follower(leader_id, leader_epoch, replicas, isr, partition_epoch)
         self._wake(tp)
         self.on_partitions_changed()
+        self._tiered_partition_taken_on(partition)
         return partition
+
+    def _tiered_partition_taken_on(self, partition: Partition) -> None:
+        """A tiered partition led or followed here without a remote view yet: the remote log
+        manager lists its remote segments now rather than at its next interval."""
+        if self.remote_log_manager is not None and partition.remote is None and partition.config.remote_storage_enable:
+            self.remote_log_manager.wake()
 
     def hosted_partitions(self, topic: str) -> list[int]:
         """The partitions of ``topic`` this broker hosts, in order."""

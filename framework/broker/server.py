@@ -217,6 +217,9 @@ class BrokerServer:
             self._spawn(background, scopes, core.replica_manager.run)
             remote_log_manager = self._remote_log_manager(core)
             if remote_log_manager is not None:
+                # the hosted tiered partitions know their remote segments before the listeners
+                # serve: a consumer's earliest offset and reads below the local log need them
+                await remote_log_manager.run_once()
                 self._spawn(background, scopes, remote_log_manager.run)
             self._spawn(background, scopes, core.metadata_cache.run)
             self._spawn(background, scopes, core.metadata_cache.retry_unhosted_forever)
