@@ -218,6 +218,13 @@ async def test_delete_records_moves_the_log_start_into_remote_storage(tmp_path: 
         await rlm(core).run_once()
         assert finished(core)[0][0] == first_two  # the two segments wholly below it are gone
         assert await read_all(core, first_two + 1) == list(enumerate(values))[first_two + 1 :]
+    async with tiered_broker(tmp_path) as core:  # a restart keeps the start inside the segment
+        assert await list_offset(core, EARLIEST_TIMESTAMP) == first_two + 1
+        below = await core.fetch(
+            -1, 0, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, first_two, 1 << 20)]
+        )
+        assert below[TP].error == ErrorCode.OFFSET_OUT_OF_RANGE
+        assert await read_all(core, first_two + 1) == list(enumerate(values))[first_two + 1 :]
 
 
 async def test_a_restart_keeps_the_remote_log(tmp_path: Path) -> None:

@@ -299,6 +299,10 @@ class Partition:
         """Follower: move the log start up to the leader's (Kafka's follower does it on every
         fetch response), never past this replica's HW; whether it moved."""
         target = min(leader_log_start_offset, self._high_watermark)
+        remote = self.remote
+        if remote is not None and remote.segments and remote.log_start_offset < target <= remote.highest_copied_offset:
+            # tiered: the leader's DeleteRecords moved the start inside remote storage
+            self.remote = RemoteLogView(remote.segments, target)
         if target <= self.log.log_start_offset:
             return False
         self.log.delete_records_before(target)

@@ -69,6 +69,8 @@ log = logging.getLogger(__name__)
 
 #: offset indexes of remote segments kept in memory for reads (each a segment's index file)
 INDEX_CACHE_ENTRIES = 256
+#: the state beside a tiered log recording a log start offset inside a remote segment
+REMOTE_LOG_START_STATE = "remote-log-start-offset"
 
 
 def _now_ms() -> int:
@@ -120,6 +122,8 @@ class RemoteLogManager:
         self._indexes_lock = threading.Lock()
         self.failures = StorageFailureLog(log, "remote storage", clock=trio.current_time)
         self._warned_untierable: set[TopicPartition] = set()
+        #: the remote log start offsets last recorded beside each log (-1: none)
+        self._persisted_starts: dict[TopicPartition, int] = {}
         #: topic ids read from the logs (partition object, id), so each is read once
         self._topic_ids: dict[TopicPartition, tuple[Partition, str]] = {}
         #: one visit at a time (the background task's and a test's or a follower's)
@@ -170,6 +174,7 @@ class RemoteLogManager:
         """Refresh the partition's remote view; as leader, copy and expire."""
         listed = await self._list(partition)
         self._apply(partition, listed)
+        await self._persist_start(partition)
         if partition.is_leader:
             await self._copy(partition)
             await self._expire(partition, listed)
@@ -206,10 +211,36 @@ class RemoteLogManager:
         )
         old = partition.remote
         start = finished[0].start_offset if finished else -1
-        if old is not None and finished and old.log_start_offset > start:
-            start = old.log_start_offset  # DeleteRecords moved it
+        floor = old.log_start_offset if old is not None else self._stored_start(partition)
+        if finished and floor > start:
+            start = floor  # DeleteRecords moved it into a remote segment
         partition.remote = RemoteLogView(finished, start)
         _set_copied_end(partition, self._copied_end(partition))
+
+    def _stored_start(self, partition: Partition) -> int:
+        """The log start offset DeleteRecords put inside a remote segment, as the partition's
+        log last recorded it (:meth:`_persist_start`); -1 for none."""
+        try:
+            stored = partition.log.read_state(REMOTE_LOG_START_STATE)
+            value = int(stored) if stored is not None else -1
+        except (OSError, KafkaError, ValueError):
+            value = -1
+        self._persisted_starts[partition.topic_partition] = value
+        return value
+
+    async def _persist_start(self, partition: Partition) -> None:
+        """Record the remote log start offset beside the log when DeleteRecords (here, or on the
+        leader, learnt from its fetch responses) moved it inside a remote segment, so a restart
+        does not bring those records back."""
+        view = partition.remote
+        if view is None or not view.segments:
+            return
+        start = view.log_start_offset if view.log_start_offset > view.segments[0].start_offset else -1
+        tp = partition.topic_partition
+        if self._persisted_starts.get(tp, -1) == start:
+            return
+        await trio.to_thread.run_sync(partition.log.write_state, REMOTE_LOG_START_STATE, str(start).encode())
+        self._persisted_starts[tp] = start
 
     @staticmethod
     def _copied_end(partition: Partition) -> int | None:
