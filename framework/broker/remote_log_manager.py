@@ -159,7 +159,9 @@ class RemoteLogManager:
                 continue
             try:
                 await self.sync_partition(partition)
-            except (RemoteStorageError, OSError) as exc:
+            except (KafkaError, OSError) as exc:  # remote storage, or the local log (a full disk)
+                if self.replica_manager.partitions.get(tp) is not partition:
+                    continue  # deleted or taken offline meanwhile: nothing to retry
                 self.failures.failed(str(tp), exc)
             except Exception as exc:  # a bug must not stop tiering of every other partition
                 log.exception("%s: remote log manager task failed", tp)
