@@ -40,6 +40,7 @@ from odradek.broker.server import BrokerServer
 from odradek.config import load_config
 from odradek.errors import ErrorCode
 from odradek.interfaces import RemoteSegmentState, TopicPartition
+from odradek.metrics import BrokerCollector
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
 
 pytestmark = pytest.mark.trio
@@ -64,6 +65,13 @@ async def tiered_broker(tmp_path: Path, **overrides: Any) -> AsyncIterator[Broke
     }
     async with serving(BrokerServer(load_config(env={}, overrides=settings, plugins=plugins), plugins)) as core:
         yield core
+
+
+def remote_gauge(core: BrokerCore, name: str) -> float:
+    """A tiered storage metric as the broker's Prometheus collector reports it."""
+    families = BrokerCollector(core).collect()
+    (value,) = [s.value for f in families for s in f.samples if s.name == f"kafka_server_brokertopicmetrics_{name}"]
+    return value
 
 
 def rlm(core: BrokerCore) -> RemoteLogManager:
@@ -256,6 +264,7 @@ async def test_a_failing_remote_storage_loses_nothing_and_is_reported(
             await rlm(core).run_once()
         assert any("remote storage in tiered-0 failing" in r.getMessage() for r in caplog.records)
         assert rlm(core).failures.is_failing(str(TP))
+        assert remote_gauge(core, "remotestoragefailingpartitions") == 1
         await storage(core).run_retention()
         partition = core.replica_manager.partitions[TP]
         assert partition.local_log_start_offset == 0  # nothing was copied: nothing deleted locally
@@ -264,6 +273,8 @@ async def test_a_failing_remote_storage_loses_nothing_and_is_reported(
         remote.mkdir()
         await rlm(core).run_once()  # works again
         assert not rlm(core).failures.is_failing(str(TP))
+        assert remote_gauge(core, "remotestoragefailingpartitions") == 0
+        assert remote_gauge(core, "remotecopysegments") == len(finished(core))
         assert finished(core)
         await storage(core).run_retention()
         assert partition.local_log_start_offset > 0
