@@ -1,4 +1,4 @@
-"""Tiered storage across a leadership change: two brokers on ZooKeeper share the directory
+"""Tiered storage across a leadership change: two brokers on ZooKeeper or etcd share the directory
 remote storage; the leader is killed (SIGKILL) while it copies, the new leader continues from
 the remote metadata without a gap or a segment published twice, the restarted broker follows
 from the new leader's local log (OFFSET_MOVED_TO_TIERED_STORAGE) instead of copying remote
@@ -17,20 +17,19 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_replication_cluster import consume_all, partition_state, wait_for
+from test_replication_cluster import consume_all, metadata_settings, partition_state, wait_for
 
 from odradek.testing.broker import BrokerProcess, start_broker, unique_topic
-from odradek.testing.servers import unique_chroot
 
 pytestmark = pytest.mark.integration
 
 
 @contextlib.contextmanager
-def two_tiered_brokers(tmp_path: Path, zookeeper_server: Any) -> Iterator[dict[int, BrokerProcess]]:
+def two_tiered_brokers(tmp_path: Path, metadata: dict[str, str]) -> Iterator[dict[int, BrokerProcess]]:
     settings = {
-        "metadata": "zookeeper",
-        "zookeeper.connect": zookeeper_server.connect_string + unique_chroot("tiered"),
+        **metadata,
         "zookeeper.session.timeout.ms": 2000,
+        "etcd.lease.ttl.ms": 2000,
         "replica.lag.time.max.ms": 3000,
         "replica.fetch.wait.max.ms": 200,
         "remote.log.storage.system.enable": "true",
@@ -66,8 +65,11 @@ def local_start(broker: BrokerProcess, topic: str) -> int:
     return int(names[0].split(".")[0]) if names else -1
 
 
-def test_a_new_leader_continues_tiering_and_a_returning_broker_follows(tmp_path: Path, zookeeper_server: Any) -> None:
-    with two_tiered_brokers(tmp_path, zookeeper_server) as brokers:
+@pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
+def test_a_new_leader_continues_tiering_and_a_returning_broker_follows(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    with two_tiered_brokers(tmp_path, metadata_settings(kind, request, "tiered")) as brokers:
         bootstrap = ",".join(b.bootstrap for b in brokers.values())
         admin = AdminClient({"bootstrap.servers": bootstrap})
         wait_for("two live brokers", lambda: len(admin.list_topics(timeout=2).brokers) == 2)
