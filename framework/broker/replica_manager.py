@@ -524,7 +524,7 @@ class ReplicaManager:
             return self.read_from_local_log(replica_id, max_bytes, isolation_level, partitions)
 
         min_bytes = min(min_bytes, max_bytes)  # as Kafka's handleFetchRequest: never more than it may answer
-        remote: list[tuple[FetchPartition, int]] = []
+        remote: list[tuple[FetchPartition, int, bool]] = []
         results, total, errored = self.read_from_local_log(
             replica_id, max_bytes, isolation_level, partitions, remote_reads=remote
         )
@@ -533,8 +533,7 @@ class ReplicaManager:
         if remote:
             # KIP-405: a read from remote storage answers at once, whatever min_bytes (Kafka's
             # DelayedRemoteFetch completes when the remote read does)
-            # (the remote partition counted 1 in total: nothing else was read when total is 1)
-            await self._read_remote(remote[0], isolation_level, results, min_one_batch=total == 1)
+            await self._read_remote(remote[0], isolation_level, results)
             self._count_fetch(replica_id, results)
             return results
         if max_wait_ms <= 0 or not partitions or total >= min_bytes or errored:
@@ -561,15 +560,13 @@ class ReplicaManager:
 
     async def _read_remote(
         self,
-        wanted: tuple[FetchPartition, int],
+        wanted: tuple[FetchPartition, int, bool],
         isolation_level: IsolationLevel,
         results: dict[TopicPartition, FetchPartitionResult],
-        *,
-        min_one_batch: bool,
     ) -> None:
         """Serve one partition of a fetch from remote storage (Kafka reads one per fetch; the
         other partitions below their local log start answer no records and are fetched again)."""
-        p, limit = wanted
+        p, limit, min_one_batch = wanted  # at least one batch when no partition before it had records
         partition = self.partitions.get(p.tp)
         rlm = self.remote_log_manager
         if partition is None or rlm is None:
@@ -652,7 +649,7 @@ class ReplicaManager:
         isolation_level: IsolationLevel,
         partitions: Sequence[FetchPartition],
         *,
-        remote_reads: list[tuple[FetchPartition, int]] | None = None,
+        remote_reads: list[tuple[FetchPartition, int, bool]] | None = None,
     ) -> tuple[dict[TopicPartition, FetchPartitionResult], int, bool]:
         """One pass over the partitions: (results in request order, bytes readable, any error).
 
@@ -697,8 +694,7 @@ class ReplicaManager:
                 # fetch); a read waiting in purgatory answers it with no records, and the
                 # consumer's next fetch reads it
                 if remote_reads is not None and not remote_reads:
-                    remote_reads.append((p, limit))
-                    total += 1  # something to answer at once
+                    remote_reads.append((p, limit, min_one_batch))
                 results[p.tp] = FetchPartitionResult(
                     ErrorCode.NONE,
                     hosted.high_watermark,
