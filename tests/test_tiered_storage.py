@@ -4,8 +4,9 @@ local log start are read from remote storage, ListOffsets and DeleteRecords see 
 remote retention, a restart, and a failing remote storage that loses nothing.
 
 The remote log manager's background task is started by the broker (its first visit runs at
-start); the tests visit with ``run_once`` (visits are serialised) and run retention with the
-segment engine's ``run_retention``, so nothing depends on timing.
+start, its next an hour later, and waking it is switched off); the tests visit with
+``run_once`` and run retention with the segment engine's ``run_retention``, so nothing depends
+on timing.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ async def tiered_broker(tmp_path: Path, **overrides: Any) -> AsyncIterator[Broke
         **overrides,
     }
     async with serving(BrokerServer(load_config(env={}, overrides=settings, plugins=plugins), plugins)) as core:
+        # the background task visits only at its (hour-long) interval: the tests visit themselves,
+        # so a visit woken by a topic's creation cannot land between a test's steps
+        rlm(core).wake = lambda: None  # type: ignore[method-assign]
         yield core
 
 
@@ -346,3 +350,29 @@ async def test_a_partition_taken_on_reads_remote_storage_before_the_next_visit(t
         partition.remote = None  # as a partition this broker just took on
         partition.log.remote_copied_end = None
         assert await read_all(core) == list(enumerate(values))
+
+
+async def test_remote_retention_moves_the_log_start_and_never_copies_again(tmp_path: Path) -> None:
+    """Every remote segment past retention.ms: the whole log's start moves past them (the local
+    copies of those segments go too), and the leader does not copy them again."""
+    async with tiered_broker(tmp_path) as core:
+        await tiered_topic(core, **{"local.retention.bytes": "-1", "local.retention.ms": "-1"})
+        values = await produce_values(core, 0, 12)
+        await rlm(core).run_once()
+        copied = finished(core)
+        copies = rlm(core).metrics.copy_segments
+        partition = core.replica_manager.partitions[TP]
+        assert partition.local_log_start_offset == 0  # every segment is local too
+        retention = AlterableConfig("retention.ms", AlterConfigOp.SET, "60000")
+        resource = AlterConfigsResource(ConfigResourceType.TOPIC, TOPIC, [retention])
+        assert (await core.incremental_alter_configs([resource], False))[0].error == ErrorCode.NONE
+        clock = rlm(core).clock_ms
+        rlm(core).clock_ms = lambda: clock() + 3_600_000  # an hour later
+        await rlm(core).run_once()
+        await rlm(core).run_once()
+        assert finished(core) == []
+        assert rlm(core).metrics.copy_segments == copies  # nothing copied again
+        start = copied[-1][1] + 1
+        assert partition.log_start_offset == partition.local_log_start_offset == start
+        assert await list_offset(core, EARLIEST_TIMESTAMP) == start
+        assert await read_all(core, start) == list(enumerate(values))[start:]

@@ -269,8 +269,8 @@ class RemoteLogManager:
         for segment in rolled_segments(upto):
             view = partition.remote
             highest = view.highest_copied_offset if view is not None else -1
-            if segment.next_offset - 1 <= highest:
-                continue
+            if segment.next_offset - 1 <= highest or segment.next_offset <= partition.log_start_offset:
+                continue  # copied already, or below the log start (expired, deleted)
             if not partition.is_leader:
                 return
             await self._copy_segment(partition, segment)
@@ -325,12 +325,15 @@ class RemoteLogManager:
 
     # -- remote retention ----------------------------------------------------------------------
     async def _expire(self, partition: Partition, listed: list[RemoteLogSegmentMetadata]) -> None:
+        """Delete what remote retention no longer keeps; the whole log's start moves past it
+        (the local log's too, as Kafka's RLMExpirationTask moves the log start offset), so a
+        segment still kept locally is neither read nor copied again."""
         view = partition.remote
         if view is None:
             return
-        doomed = self.expired_segments(partition, view)
+        expired = self.expired_segments(partition, view)
         highest = view.highest_copied_offset
-        doomed += [
+        doomed = expired + [
             m
             for m in listed
             if (m.state is not RemoteSegmentState.COPY_SEGMENT_FINISHED and m.end_offset <= highest)
@@ -342,12 +345,16 @@ class RemoteLogManager:
         for metadata in doomed:
             await self._forget(metadata)
         gone = {m.segment_id for m in doomed}
-        kept = tuple(m for m in view.segments if m.segment_id not in gone)
         current = partition.remote or view
-        start = max(current.log_start_offset, kept[0].start_offset) if kept else -1
-        partition.remote = RemoteLogView(kept, start)
-        if kept:
-            _set_copied_end(partition, self._copied_end(partition))
+        kept = tuple(m for m in current.segments if m.segment_id not in gone)
+        start = current.log_start_offset
+        if expired:
+            start = max(start, max(m.end_offset for m in expired) + 1)
+        partition.remote = RemoteLogView(kept, max(start, kept[0].start_offset) if kept else -1)
+        if expired and start > partition.log.log_start_offset:
+            partition.log.delete_records_before(start)
+            partition.producer_state.on_log_start_offset_advanced(partition.log.log_start_offset)
+        _set_copied_end(partition, self._copied_end(partition))
 
     def expired_segments(self, partition: Partition, view: RemoteLogView) -> list[RemoteLogSegmentMetadata]:
         """The oldest remote segments that the log start offset, ``retention.ms`` or

@@ -383,7 +383,9 @@ class SegmentLog:
     def rolled_segments(self, upto: int) -> list[RolledSegment]:
         """The rolled segments whose every offset is below ``upto`` (the broker passes its high
         watermark and last stable offset), oldest first: what tiered storage may copy. The
-        active segment is never one (it still takes appends)."""
+        active segment is never one (it still takes appends). Segments wholly below the log
+        start offset (waiting for retention to delete them) are listed too: their bytes are
+        still the log's."""
         self._check_open()
         out: list[RolledSegment] = []
         for seg, successor in zip(self._segments, self._segments[1:], strict=False):
