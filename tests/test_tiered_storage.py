@@ -39,7 +39,7 @@ from odradek.broker.partition import ReplicaState
 from odradek.broker.remote_log_manager import RemoteLogManager
 from odradek.broker.server import BrokerServer
 from odradek.config import load_config
-from odradek.errors import ErrorCode
+from odradek.errors import ErrorCode, RemoteStorageError
 from odradek.interfaces import RemoteSegmentState, TopicPartition
 from odradek.metrics import BrokerCollector
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
@@ -376,3 +376,35 @@ async def test_remote_retention_moves_the_log_start_and_never_copies_again(tmp_p
         assert partition.log_start_offset == partition.local_log_start_offset == start
         assert await list_offset(core, EARLIEST_TIMESTAMP) == start
         assert await read_all(core, start) == list(enumerate(values))[start:]
+
+
+class FailingCopies:
+    """A remote storage whose copies fail (a full bucket); everything else is the real one's."""
+
+    def __init__(self, storage: Any) -> None:
+        self._storage = storage
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+    def copy_log_segment_data(self, metadata: Any, data: Any) -> None:
+        raise RemoteStorageError("the bucket is full")
+
+
+async def test_a_failed_copy_leaves_nothing_behind_and_keeps_the_local_segments(tmp_path: Path) -> None:
+    async with tiered_broker(tmp_path) as core:
+        await tiered_topic(core, **{"local.retention.bytes": "0"})
+        values = await produce_values(core, 0, 12)
+        manager = rlm(core)
+        real = manager.storage
+        manager.storage = FailingCopies(real)  # type: ignore[assignment]
+        await manager.run_once()
+        assert manager.metrics.copy_failures == 1 and manager.failures.is_failing(str(TP))
+        assert manager.metadata.list_remote_log_segments(TP) == []  # the started copy was forgotten
+        await storage(core).run_retention()
+        assert core.replica_manager.partitions[TP].local_log_start_offset == 0
+        manager.storage = real
+        await manager.run_once()
+        await storage(core).run_retention()
+        assert core.replica_manager.partitions[TP].local_log_start_offset > 0
+        assert await read_all(core) == list(enumerate(values))

@@ -28,6 +28,7 @@ tries again.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -303,7 +304,8 @@ class RemoteLogManager:
             await self._call(self.storage.copy_log_segment_data, metadata, data)
         except BaseException:
             self.metrics.copy_failures += 1
-            with trio.CancelScope(shield=True):
+            # what the failed copy left goes now if it can, else with the next leader's clean-up
+            with trio.CancelScope(shield=True), contextlib.suppress(KafkaError, OSError):
                 await self._forget(metadata, count=False)
             raise
         finished = dataclasses.replace(
