@@ -80,6 +80,9 @@ class PluginInfo:
     problems: tuple[str, ...] = ()
 
 
+#: the config key that selects a hook's item, where it is not the role's name
+_HOOK_SETTINGS = {"odradek_register_remote_storage": "remote.log.storage.manager"}
+
 _HOOK_ROLES = {
     "odradek_config_keys": "config",
     "odradek_register_storage": "storage",
@@ -466,7 +469,7 @@ class Plugins:
             choices = ", ".join(sorted(merged)) or "none"
             raise PluginError(
                 f"no {role} plugin named {name!r} is loaded (available: {choices}); "
-                f"install the plugin or fix the {role!r} setting"
+                f"install the plugin or fix the {_HOOK_SETTINGS.get(hook_name, role)!r} setting"
             )
         return merged[name]
 

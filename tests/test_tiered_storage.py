@@ -39,7 +39,7 @@ from odradek.broker.partition import ReplicaState
 from odradek.broker.remote_log_manager import RemoteLogManager
 from odradek.broker.server import BrokerServer
 from odradek.config import load_config
-from odradek.errors import ErrorCode, RemoteStorageError
+from odradek.errors import ErrorCode, OdradekError, RemoteStorageError
 from odradek.interfaces import RemoteSegmentState, TopicPartition
 from odradek.metrics import BrokerCollector
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
@@ -408,3 +408,19 @@ async def test_a_failed_copy_leaves_nothing_behind_and_keeps_the_local_segments(
         await storage(core).run_retention()
         assert core.replica_manager.partitions[TP].local_log_start_offset > 0
         assert await read_all(core) == list(enumerate(values))
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"remote.log.storage.dir": ""}, "'remote.log.storage.dir' must be set"),
+        ({"remote.log.storage.manager": "s3"}, "no remote storage plugin named 's3'.*'remote.log.storage.manager'"),
+    ],
+)
+async def test_a_broker_without_a_usable_remote_storage_stops_with_the_reason(
+    tmp_path: Path, settings: dict[str, str], error: str
+) -> None:
+    expected = pytest.RaisesExc(OdradekError, match=error)
+    with pytest.RaisesGroup(expected, flatten_subgroups=True, allow_unwrapped=True):
+        async with tiered_broker(tmp_path, **settings):
+            pytest.fail("the broker started")

@@ -207,6 +207,9 @@ class BrokerServer:
         core.metadata_cache.cluster_id = cluster_id
         core.metadata_cache.delete_stray_logs = known_store and recorded == cluster_id
         self.core = core
+        # before anything runs: a remote storage that cannot be built (no remote.log.storage.dir)
+        # stops the broker with its error
+        remote_log_manager = self._remote_log_manager(core)
         await core.start()
         async with trio.open_nursery() as background:
             # background work outlives the listeners: while they drain in-flight requests after a
@@ -215,11 +218,7 @@ class BrokerServer:
             scopes: list[trio.CancelScope] = []
             self._spawn(background, scopes, storage.run)
             self._spawn(background, scopes, core.replica_manager.run)
-            remote_log_manager = self._remote_log_manager(core)
             if remote_log_manager is not None:
-                # the hosted tiered partitions know their remote segments before the listeners
-                # serve: a consumer's earliest offset and reads below the local log need them
-                await remote_log_manager.run_once()
                 self._spawn(background, scopes, remote_log_manager.run)
             self._spawn(background, scopes, core.metadata_cache.run)
             self._spawn(background, scopes, core.metadata_cache.retry_unhosted_forever)
@@ -235,6 +234,10 @@ class BrokerServer:
             self._spawn(background, scopes, fetchers.run)
             fetcher_scope = scopes[-1]
             try:
+                if remote_log_manager is not None:
+                    # the hosted tiered partitions know their remote segments before the listeners
+                    # serve: a consumer's earliest offset and reads below the local log need them
+                    await remote_log_manager.run_once()
                 await self._start_group_coordinator(core, background, scopes)
                 from .txn.wiring import start_transaction_coordinator  # after the groups: TxnOffsetCommit needs them
 
