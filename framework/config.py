@@ -503,6 +503,36 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         topic_key="retention.bytes",
     ),
     _k("log.retention.check.interval.ms", int, 300000, "How often retention runs.", minimum=1),
+    # -- tiered storage (KIP-405; see docs/storage.md, "Tiered storage")
+    _k(
+        "remote.log.storage.system.enable",
+        bool,
+        False,
+        "Tiered storage on this broker: topics with remote.storage.enable=true copy rolled segments to the "
+        "remote storage and may then delete them locally (local.retention.ms/bytes).",
+    ),
+    _k(
+        "remote.log.storage.manager",
+        str,
+        "directory",
+        "The remote storage plugin (odradek_register_remote_storage) tiered storage uses: directory (built-in "
+        "storage_tiered, a shared file-system path set by remote.log.storage.dir).",
+    ),
+    _k(
+        "remote.log.manager.task.interval.ms",
+        int,
+        30000,
+        "How often the remote log manager copies rolled segments, applies remote retention and refreshes "
+        "what it knows of remote segments.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.reader.threads",
+        int,
+        10,
+        "Worker threads that may read remote segments for fetches at one time.",
+        minimum=1,
+    ),
     _k("log.cleanup.policy", list, ["delete"], "delete, compact, or both.", topic_key="cleanup.policy"),
     _k("log.cleaner.enable", bool, True, "Run the compaction cleaner."),
     _k("log.cleaner.backoff.ms", int, 15000, "Cleaner sleep when nothing is dirty.", minimum=0),
@@ -692,27 +722,32 @@ TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = (
         "remote.storage.enable",
         bool,
         False,
-        "Tiered storage for the topic; odradek has none, so only false is accepted (true is INVALID_CONFIG).",
+        "Tiered storage for the topic (KIP-405): rolled segments are copied to remote storage. true is "
+        "INVALID_CONFIG unless the broker has remote.log.storage.system.enable=true, and with "
+        "cleanup.policy=compact.",
     ),
     _k(
         "local.retention.ms",
         int,
         -2,
-        f"{_NO_EFFECT} Kafka's local retention of a tiered topic (-2: retention.ms); odradek has no tiered storage.",
+        "How long a tiered topic keeps segments locally once they are in remote storage (-2: retention.ms); "
+        "retention.ms still bounds the whole log, remote part included.",
         minimum=-2,
     ),
     _k(
         "local.retention.bytes",
         int,
         -2,
-        f"{_NO_EFFECT} Kafka's local retention of a tiered topic (-2: retention.bytes); odradek has no tiered storage.",
+        "How many bytes of a tiered topic's partition are kept locally once copied to remote storage "
+        "(-2: retention.bytes); retention.bytes still bounds the whole log.",
         minimum=-2,
     ),
     _k(
         "remote.log.copy.disable",
         bool,
         False,
-        f"{_NO_EFFECT} Kafka stops copying a tiered topic's segments to remote storage; odradek has none.",
+        "Stop copying a tiered topic's segments to remote storage (KIP-950): retention.ms/bytes then apply "
+        "to the local log, and what remote storage holds is still read and expires.",
     ),
     _k(
         "remote.log.delete.on.disable",
@@ -1422,10 +1457,10 @@ def _parse_topic_value(broker: Config, key_for: Mapping[str, ConfigKey], name: s
         )
     if name == "message.format.version" and not message_format_version_known(value):
         raise InvalidConfig(f"invalid value for {name!r}: Version {value} is not a valid version")
-    if name == "remote.storage.enable" and value:
+    if name == "remote.storage.enable" and value and not _tiering_enabled(broker):
         raise InvalidConfig(
             "invalid value for 'remote.storage.enable': true: Tiered Storage functionality is disabled in the "
-            "broker (odradek does not support tiered storage). Topic cannot be configured with remote log storage."
+            "broker (remote.log.storage.system.enable=false). Topic cannot be configured with remote log storage."
         )
     if name == "compression.type":
         problem = compression_type_problem(value, broker.plugins)
@@ -1434,8 +1469,17 @@ def _parse_topic_value(broker: Config, key_for: Mapping[str, ConfigKey], name: s
     return value
 
 
+def _tiering_enabled(broker: Config) -> bool:
+    try:
+        return bool(broker["remote.log.storage.system.enable"])
+    except (KeyError, ConfigError):
+        return False
+
+
 def _topic_conflicts(values: Mapping[str, Any]) -> list[str]:
     """Kafka's cross-key rules of a topic's effective configs (``LogConfig.validateValues``)."""
+    if values.get("remote.storage.enable") and "compact" in values.get("cleanup.policy", ()):
+        return ["remote.storage.enable=true is not allowed with cleanup.policy=compact (KIP-405)"]
     if values["min.compaction.lag.ms"] > values["max.compaction.lag.ms"]:
         return [
             f"min.compaction.lag.ms ({values['min.compaction.lag.ms']}) is above "
@@ -1540,6 +1584,23 @@ class TopicConfig(Mapping[str, Any]):
     @property
     def retention_bytes(self) -> int:
         return int(self["retention.bytes"])
+
+    @property
+    def remote_storage_enable(self) -> bool:
+        """Whether the topic is tiered (KIP-405); False for a config without the key."""
+        return bool(self.get("remote.storage.enable", False))
+
+    @property
+    def local_retention_ms(self) -> int:
+        """``local.retention.ms`` with Kafka's -2 resolved to ``retention.ms``."""
+        value = int(self.get("local.retention.ms", -2))
+        return self.retention_ms if value == -2 else value
+
+    @property
+    def local_retention_bytes(self) -> int:
+        """``local.retention.bytes`` with Kafka's -2 resolved to ``retention.bytes``."""
+        value = int(self.get("local.retention.bytes", -2))
+        return self.retention_bytes if value == -2 else value
 
     @property
     def cleanup_policy(self) -> list[str]:

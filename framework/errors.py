@@ -128,6 +128,7 @@ class ErrorCode(IntEnum):
     FETCH_SESSION_TOPIC_ID_ERROR = 106
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
+    OFFSET_MOVED_TO_TIERED_STORAGE = 109
     FENCED_MEMBER_EPOCH = 110
     UNRELEASED_INSTANCE_ID = 111
     UNSUPPORTED_ASSIGNOR = 112
@@ -253,6 +254,17 @@ InvalidRequest = _error(
 KafkaStorageError = _error(
     "KafkaStorageError", ErrorCode.KAFKA_STORAGE_ERROR, "The storage engine failed (disk full, I/O error)."
 )
+OffsetMovedToTieredStorage = _error(
+    "OffsetMovedToTieredStorage",
+    ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE,
+    "An offset below the local log start that remote storage holds (KIP-405): a consumer's fetch is served "
+    "from remote storage, a follower's is answered with this error and restarts at the local log start.",
+)
+RemoteStorageError = _error(
+    "RemoteStorageError",
+    ErrorCode.KAFKA_STORAGE_ERROR,
+    "Remote storage (tiered storage) failed or holds nothing for what was asked.",
+)
 NotLeaderOrFollower = _error(
     "NotLeaderOrFollower", ErrorCode.NOT_LEADER_OR_FOLLOWER, "This broker does not host the partition as asked."
 )
@@ -315,8 +327,10 @@ __all__ = [
     "NotEnoughReplicas",
     "NotLeaderOrFollower",
     "OdradekError",
+    "OffsetMovedToTieredStorage",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
+    "RemoteStorageError",
     "RequestTimedOut",
     "TopicAlreadyExists",
     "UnknownLeaderEpoch",

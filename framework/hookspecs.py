@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         ConfigKey,
         MetadataFactory,
         Partitioner,
+        RemoteStorageFactory,
         ServerAssignor,
         StorageFactory,
         TransportFactory,
@@ -69,6 +70,18 @@ def odradek_register_storage() -> Sequence[StorageFactory]:
 
     Called by: the broker at start-up, to resolve the ``storage`` config key (default
     ``"segment"``). The chosen factory's ``create(config)`` is called once per broker.
+    Result: collected and merged by name.
+    """
+
+
+@hookspec
+def odradek_register_remote_storage() -> Sequence[RemoteStorageFactory]:
+    """Remote storages for tiered storage (KIP-405) this plugin offers: a ``RemoteStorageFactory``
+    builds a ``(RemoteStorageManager, RemoteLogMetadataManager)`` pair.
+
+    Called by: the broker at start-up when ``remote.log.storage.system.enable`` is true, to
+    resolve ``remote.log.storage.manager`` (default ``"directory"``, the built-in
+    ``storage_tiered`` plugin). The chosen factory's ``create(config)`` is called once per broker.
     Result: collected and merged by name.
     """
 

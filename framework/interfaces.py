@@ -19,7 +19,8 @@ import enum
 import inspect
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from .config import TopicConfig
@@ -347,6 +348,183 @@ async def described_log_dirs(storage: LogStorage) -> list[LogDirDescription] | N
         return None
     answer = describe()
     return list(await answer if inspect.isawaitable(answer) else answer)
+
+
+# --------------------------------------------------------------------------------------------
+# Remote storage role (tiered storage, KIP-405): RemoteStorageManager, RemoteLogMetadataManager
+# --------------------------------------------------------------------------------------------
+
+
+class RemoteSegmentState(enum.Enum):
+    """Kafka's ``RemoteLogSegmentState``: where a remote segment is in its life. Only
+    COPY_SEGMENT_FINISHED segments are read, counted or answered as offsets."""
+
+    COPY_SEGMENT_STARTED = "COPY_SEGMENT_STARTED"
+    COPY_SEGMENT_FINISHED = "COPY_SEGMENT_FINISHED"
+    DELETE_SEGMENT_STARTED = "DELETE_SEGMENT_STARTED"
+    DELETE_SEGMENT_FINISHED = "DELETE_SEGMENT_FINISHED"
+
+
+class RemoteIndexType(enum.Enum):
+    """Kafka's ``RemoteStorageManager.IndexType``: the files copied beside a segment's records."""
+
+    OFFSET = "index"
+    TIMESTAMP = "timeindex"
+    PRODUCER_SNAPSHOT = "snapshot"
+    TRANSACTION = "txnindex"
+    LEADER_EPOCH = "leader-epoch-checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentMetadata:
+    """One segment in remote storage (Kafka's ``RemoteLogSegmentMetadata``).
+
+    ``end_offset`` is the segment's last offset (inclusive, as Kafka's); ``leader_epochs`` the
+    leader-epoch entries that start inside it (or the one in force at its start), so a reader
+    knows each batch's epoch without the local log. ``segment_id`` is unique per copy attempt: a
+    segment copied again (by a new leader, after a failed attempt) gets a new one.
+    """
+
+    topic_partition: TopicPartition
+    segment_id: str
+    start_offset: int
+    end_offset: int
+    max_timestamp_ms: int
+    size_in_bytes: int
+    leader_epochs: tuple[EpochEntry, ...] = ()
+    broker_id: int = -1
+    event_timestamp_ms: int = -1
+    state: RemoteSegmentState = RemoteSegmentState.COPY_SEGMENT_STARTED
+    #: the topic's id (32 hex digits, "" when unknown): a topic deleted and created again under
+    #: its name must not read the earlier topic's segments (Kafka keys remote data by topic id)
+    topic_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic_partition.topic,
+            "partition": self.topic_partition.partition,
+            "segment_id": self.segment_id,
+            "start_offset": self.start_offset,
+            "end_offset": self.end_offset,
+            "max_timestamp_ms": self.max_timestamp_ms,
+            "size_in_bytes": self.size_in_bytes,
+            "leader_epochs": [[e.epoch, e.start_offset] for e in self.leader_epochs],
+            "broker_id": self.broker_id,
+            "event_timestamp_ms": self.event_timestamp_ms,
+            "state": self.state.value,
+            "topic_id": self.topic_id,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RemoteLogSegmentMetadata:
+        """Parse what :meth:`to_json` wrote; a malformed record raises ValueError."""
+        try:
+            return cls(
+                TopicPartition(str(data["topic"]), int(data["partition"])),
+                str(data["segment_id"]),
+                int(data["start_offset"]),
+                int(data["end_offset"]),
+                int(data["max_timestamp_ms"]),
+                int(data["size_in_bytes"]),
+                tuple(EpochEntry(int(e), int(o)) for e, o in data.get("leader_epochs", ())),
+                int(data.get("broker_id", -1)),
+                int(data.get("event_timestamp_ms", -1)),
+                RemoteSegmentState(data["state"]),
+                str(data.get("topic_id", "")),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed remote segment metadata: {exc!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class LogSegmentData:
+    """What is copied for one rolled segment (Kafka's ``LogSegmentData``): its files, the
+    producer-state snapshot and leader-epoch checkpoint as bytes, and the transaction index
+    (None: the engine keeps none; odradek's segment engine keeps aborted transactions in the
+    producer-state snapshot instead)."""
+
+    log_segment: Path
+    offset_index: Path
+    time_index: Path
+    producer_snapshot: bytes
+    leader_epoch_index: bytes
+    transaction_index: Path | None = None
+
+
+class RolledSegment(NamedTuple):
+    """A rolled (inactive) local segment as tiered storage copies it: offsets
+    ``[base_offset, next_offset)``, its files (read from a worker thread), the bytes of records in
+    its log file and its largest record timestamp. A storage engine offers them through an
+    optional ``PartitionLog.rolled_segments(upto)`` method; a log without it is never tiered."""
+
+    base_offset: int
+    next_offset: int
+    log_path: Path
+    offset_index_path: Path
+    time_index_path: Path
+    size: int
+    max_timestamp: int
+
+
+@runtime_checkable
+class RemoteStorageManager(Protocol):
+    """Copies segments to, reads them from and deletes them in remote storage (Kafka's
+    ``RemoteStorageManager``). Every method may block (a network store, a slow mount): the
+    broker calls them from worker threads only, never on the trio thread; errors are raised
+    as :class:`odradek.errors.RemoteStorageError` (or OSError), and the broker retries later."""
+
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> None:
+        """Store the segment and its indexes under ``metadata.segment_id``, all or nothing."""
+        ...
+
+    def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
+    ) -> BinaryIO:
+        """A stream of the segment's bytes from ``start_position`` (to ``end_position``,
+        inclusive, or the end); the caller closes it."""
+        ...
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: RemoteIndexType) -> bytes:
+        """One of the files copied beside the segment (RemoteStorageError if it has none)."""
+        ...
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Delete the segment and its indexes; deleting what is already gone succeeds."""
+        ...
+
+
+@runtime_checkable
+class RemoteLogMetadataManager(Protocol):
+    """Where remote segments' metadata lives, shared by every broker of the cluster (Kafka's
+    ``RemoteLogMetadataManager``). Blocking like :class:`RemoteStorageManager`."""
+
+    def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Record a copy that starts (state COPY_SEGMENT_STARTED)."""
+        ...
+
+    def update_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> bool:
+        """Record a state change of a recorded segment. Publishing COPY_SEGMENT_FINISHED is
+        exclusive per start offset: False when another copy of a segment starting there was
+        finished first (two brokers that both led the partition), so the caller deletes its copy."""
+        ...
+
+    def list_remote_log_segments(self, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
+        """Every recorded segment of ``tp`` in any state, ordered by start offset."""
+        ...
+
+    def remove_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Forget a segment whose data was deleted (DELETE_SEGMENT_FINISHED, or a failed copy)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RemoteStorageFactory:
+    """What the remote storage hook registers: ``create(config)`` builds a
+    ``(RemoteStorageManager, RemoteLogMetadataManager)`` pair for the broker."""
+
+    name: str
+    create: Any  # Callable[[Config], tuple[RemoteStorageManager, RemoteLogMetadataManager]]
+    description: str = ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -795,6 +973,7 @@ __all__ = [
     "Listener",
     "LogAppendInfo",
     "LogDirDescription",
+    "LogSegmentData",
     "LogStorage",
     "MemberAssignment",
     "MetadataCompacted",
@@ -804,6 +983,13 @@ __all__ = [
     "PartitionLog",
     "Partitioner",
     "Put",
+    "RemoteIndexType",
+    "RemoteLogMetadataManager",
+    "RemoteLogSegmentMetadata",
+    "RemoteSegmentState",
+    "RemoteStorageFactory",
+    "RemoteStorageManager",
+    "RolledSegment",
     "ServerAssignor",
     "SessionState",
     "StorageFactory",

@@ -47,6 +47,7 @@ from .interfaces import (
     ConfigKey,
     MetadataFactory,
     Partitioner,
+    RemoteStorageFactory,
     ServerAssignor,
     StorageFactory,
     TransportFactory,
@@ -81,9 +82,13 @@ class PluginInfo:
     problems: tuple[str, ...] = ()
 
 
+#: the config key that selects a hook's item, where it is not the role's name
+_HOOK_SETTINGS = {"odradek_register_remote_storage": "remote.log.storage.manager"}
+
 _HOOK_ROLES = {
     "odradek_config_keys": "config",
     "odradek_register_storage": "storage",
+    "odradek_register_remote_storage": "remote storage",
     "odradek_register_transports": "transport",
     "odradek_register_metadata": "metadata",
     "odradek_register_codecs": "compression",
@@ -349,6 +354,7 @@ def _config_key_problem(item: Any) -> str | None:
 _ITEM_CHECKS: dict[str, tuple[str, Callable[[Any], str | None]]] = {
     "odradek_config_keys": ("a ConfigKey", _config_key_problem),
     "odradek_register_storage": ("a StorageFactory", _factory_problem),
+    "odradek_register_remote_storage": ("a RemoteStorageFactory", _factory_problem),
     "odradek_register_transports": ("a TransportFactory", _transport_problem),
     "odradek_register_metadata": ("a MetadataFactory", _factory_problem),
     "odradek_register_codecs": ("a codec", _codec_problem),
@@ -469,7 +475,7 @@ class Plugins:
             choices = ", ".join(sorted(merged)) or "none"
             raise PluginError(
                 f"no {role} plugin named {name!r} is loaded (available: {choices}); "
-                f"install the plugin or fix the {role!r} setting"
+                f"install the plugin or fix the {_HOOK_SETTINGS.get(hook_name, role)!r} setting"
             )
         return merged[name]
 
@@ -481,6 +487,11 @@ class Plugins:
 
     def storage(self, name: str) -> StorageFactory:
         result: StorageFactory = self._select("odradek_register_storage", name)
+        return result
+
+    def remote_storage(self, name: str) -> RemoteStorageFactory:
+        """The remote storage (tiered storage) named by ``remote.log.storage.manager``."""
+        result: RemoteStorageFactory = self._select("odradek_register_remote_storage", name)
         return result
 
     def metadata(self, name: str) -> MetadataFactory:

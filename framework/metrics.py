@@ -284,7 +284,7 @@ class BrokerCollector:
         for tp, partition in rm.partitions.items():
             log = partition.log
             rows.append(
-                (tp.topic, tp.partition, log.size_in_bytes, log.log_start_offset, log.log_end_offset,
+                (tp.topic, tp.partition, log.size_in_bytes, partition.log_start_offset, log.log_end_offset,
                  partition.high_watermark)
             )  # fmt: skip
         controller = core.controller
@@ -361,6 +361,39 @@ class BrokerCollector:
                 "Connections closed because their SASL session expired unrenewed (connections.max.reauth.ms).",
             ),
         ]
+        remote = getattr(rm, "remote_log_manager", None)
+        if remote is not None:
+            m = remote.metrics
+            broker += [
+                (f"kafka_server_brokertopicmetrics_{name}", value, doc)
+                for name, value, doc in (
+                    ("remotecopysegments", m.copy_segments, "Segments copied to remote storage (tiered storage)."),
+                    ("remotecopybytes", m.copy_bytes, "Bytes copied to remote storage (RemoteCopyBytesPerSec)."),
+                    ("remotecopyerrors", m.copy_failures, "Failed copies to remote storage (RemoteCopyErrorsPerSec)."),
+                    (
+                        "remotefetchrequests",
+                        m.fetch_requests,
+                        "Fetches read from remote storage (RemoteFetchRequestsPerSec).",
+                    ),
+                    ("remotefetchbytes", m.fetch_bytes, "Bytes read from remote storage (RemoteFetchBytesPerSec)."),
+                    (
+                        "remotefetcherrors",
+                        m.fetch_failures,
+                        "Failed reads from remote storage (RemoteFetchErrorsPerSec).",
+                    ),
+                    ("remotedeletesegments", m.delete_segments, "Remote segments deleted by retention."),
+                    (
+                        "remotedeleteerrors",
+                        m.delete_failures,
+                        "Failed deletions of remote segments (RemoteDeleteErrorsPerSec).",
+                    ),
+                    (
+                        "remotestoragefailingpartitions",
+                        len(remote.failures.failing),
+                        "Tiered partitions whose last remote storage task failed.",
+                    ),
+                )
+            ]
         groups = _group_count(core.group_coordinator)
         if groups is not None:
             broker.append(

@@ -724,7 +724,8 @@ async def test_a_resource_named_twice_in_one_alter_is_refused_and_not_applied(tm
 
 async def test_kafkas_topic_configs_without_effect_are_created_altered_and_described(tmp_path: Path) -> None:
     """What kafka-reassign-partitions and MirrorMaker 2 send: accepted by CreateTopics and both
-    alter APIs, described with Kafka's types and defaults; tiered storage is INVALID_CONFIG."""
+    alter APIs, described with Kafka's types and defaults; tiered storage is INVALID_CONFIG while
+    the broker has it off (remote.log.storage.system.enable=false, the default)."""
     async with running_broker(tmp_path) as core:
         await create(core, "t", **{"message.format.version": "2.8", "local.retention.ms": "60000"})
         throttle = AlterableConfig("leader.replication.throttled.replicas", AlterConfigOp.SET, "0:0")
@@ -743,7 +744,7 @@ async def test_kafkas_topic_configs_without_effect_are_created_altered_and_descr
         tiered_topic = CreatableTopic("tiered", configs={"remote.storage.enable": "true"})
         tiered = await core.create_topics([tiered_topic], 1000, False)
         assert tiered["tiered"].error == ErrorCode.INVALID_CONFIG
-        assert "tiered storage" in (tiered["tiered"].error_message or "")
+        assert "remote.log.storage.system.enable=false" in (tiered["tiered"].error_message or "")
         enable = AlterableConfig("remote.storage.enable", AlterConfigOp.SET, "true")
         assert await alter(core, "t", enable) == ErrorCode.INVALID_CONFIG
 

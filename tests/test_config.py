@@ -239,10 +239,6 @@ _KAFKA_ONLY_TOPIC_CONFIGS = {
     "follower.replication.throttled.replicas": ("*", "0:1,*"),
     "message.downconversion.enable": ("false", "no"),
     "message.format.version": ("2.8", "2.9"),
-    "remote.storage.enable": ("false", "maybe"),
-    "local.retention.ms": ("-2", "-3"),
-    "local.retention.bytes": ("1048576", "-3"),
-    "remote.log.copy.disable": ("true", "1"),
     "remote.log.delete.on.disable": ("true", "yes"),
 }
 
@@ -266,15 +262,35 @@ def test_kafkas_topic_configs_without_effect_are_accepted_and_validated(name: st
         assert "no effect" in key.doc or "only false" in key.doc
 
 
-def test_tiered_storage_is_refused_naming_it() -> None:
+def test_tiered_storage_is_refused_while_the_broker_has_it_off() -> None:
     c = default_config()
     assert c.topic_config()["remote.storage.enable"] is False
     assert c.topic_config()["local.retention.ms"] == -2
     assert c.topic_config()["message.format.version"] == "3.0-IV1"
-    with pytest.raises(InvalidConfig, match="does not support tiered storage"):
+    with pytest.raises(InvalidConfig, match=r"remote\.log\.storage\.system\.enable=false"):
         c.topic_config({"remote.storage.enable": "true"})
+    with pytest.raises(InvalidConfig, match="remote.storage.enable"):
+        c.topic_config({"remote.storage.enable": "maybe"})
     assert c.topic_config({"message.format.version": "0.10.0-IV1"})["message.format.version"] == "0.10.0-IV1"
     assert c.topic_config({"message.format.version": "2.8.1"})["message.format.version"] == "2.8.1"
+
+
+def test_tiered_topic_configs_with_tiered_storage_on() -> None:
+    """KIP-405's topic keys: -2 takes retention.ms/bytes; a compacted topic cannot be tiered."""
+    c = default_config(remote_log_storage_system_enable=True)
+    tiered = c.topic_config({"remote.storage.enable": "true", "retention.ms": "5000", "retention.bytes": "900"})
+    assert tiered.remote_storage_enable
+    assert (tiered.local_retention_ms, tiered.local_retention_bytes) == (5000, 900)
+    own = c.topic_config({"remote.storage.enable": "true", "local.retention.ms": "10", "local.retention.bytes": "0"})
+    assert (own.local_retention_ms, own.local_retention_bytes) == (10, 0)
+    for key in ("local.retention.ms", "local.retention.bytes"):
+        with pytest.raises(InvalidConfig, match=key.replace(".", r"\.")):
+            c.topic_config({key: "-3"})
+    assert c.topic_config({"remote.log.copy.disable": "true"})["remote.log.copy.disable"] is True
+    with pytest.raises(InvalidConfig, match=r"remote\.log\.copy\.disable"):
+        c.topic_config({"remote.log.copy.disable": "1"})
+    with pytest.raises(InvalidConfig, match="cleanup.policy=compact"):
+        TopicConfig.build(c, {"remote.storage.enable": "true", "cleanup.policy": "compact"})
 
 
 async def test_a_retention_bytes_below_minus_one_means_no_limit_as_in_kafka(tmp_path: Path) -> None:

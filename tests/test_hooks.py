@@ -23,6 +23,7 @@ from odradek.interfaces import (
     AssignmentTopic,
     ConfigKey,
     MetadataFactory,
+    RemoteStorageFactory,
     StorageFactory,
     TransportFactory,
 )
@@ -71,6 +72,18 @@ def test_hook_odradek_register_storage() -> None:
     clash = _module("other_storage", odradek_register_storage=lambda: [factory])
     with pytest.raises(PluginError, match="toy_storage.*other_storage"):
         _plugins(_module("toy_storage", odradek_register_storage=lambda: [factory]), clash).storage("toy")
+
+
+def test_hook_odradek_register_remote_storage() -> None:
+    pair = ("remote storage manager", "remote log metadata manager")
+    factory = RemoteStorageFactory("bucket", create=lambda config: pair)
+    plugins = _plugins(_module("bucket_storage", odradek_register_remote_storage=lambda: [factory]))
+    assert plugins.remote_storage("bucket").create("cfg") == pair
+    with pytest.raises(PluginError, match=r"no remote storage plugin named 'directory'.*available: bucket"):
+        plugins.remote_storage("directory")
+    broken = _module("broken_storage", odradek_register_remote_storage=lambda: [object()])
+    with pytest.raises(PluginError, match="broken_storage"):
+        _plugins(broken).remote_storage("x")
 
 
 def test_hook_odradek_register_transports() -> None:

@@ -26,6 +26,7 @@ from ..errors import (
     FencedLeaderEpoch,
     KafkaError,
     NotLeaderOrFollower,
+    OffsetMovedToTieredStorage,
     OffsetOutOfRange,
     UnknownLeaderEpoch,
 )
@@ -40,6 +41,7 @@ from .producer_state import (
     ProducerStateManager,
     control_markers,
 )
+from .remote_log import RemoteLogView
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +126,10 @@ class Partition:
         #: the log's compaction_count when the aborted index was last checked against it (-1:
         #: never, so the first read_committed fetch checks a state loaded from a snapshot too)
         self._aborted_checked_at = -1
+        #: tiered storage (KIP-405): the remote segments the remote log manager last saw, None
+        #: while the topic is not tiered. Its start is the log start offset while it lies below
+        #: the local log's (``self.log.log_start_offset``, Kafka's local log start offset)
+        self.remote: RemoteLogView | None = None
 
     # -- state changes from the metadata layer -------------------------------------------------
     @property
@@ -220,6 +226,17 @@ class Partition:
 
     @property
     def log_start_offset(self) -> int:
+        """The first readable offset: in remote storage for a tiered partition that has deleted
+        segments locally, else the local log's first."""
+        local = self.log.log_start_offset
+        remote = self.remote
+        if remote is None or not 0 <= remote.log_start_offset <= remote.highest_copied_offset:
+            return local
+        return min(local, remote.log_start_offset)
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset in the local log (KIP-405's local log start offset)."""
         return self.log.log_start_offset
 
     @property
@@ -282,6 +299,10 @@ class Partition:
         """Follower: move the log start up to the leader's (Kafka's follower does it on every
         fetch response), never past this replica's HW; whether it moved."""
         target = min(leader_log_start_offset, self._high_watermark)
+        remote = self.remote
+        if remote is not None and remote.segments and remote.log_start_offset < target <= remote.highest_copied_offset:
+            # tiered: the leader's DeleteRecords moved the start inside remote storage
+            self.remote = RemoteLogView(remote.segments, target)
         if target <= self.log.log_start_offset:
             return False
         self.log.delete_records_before(target)
@@ -328,7 +349,7 @@ class Partition:
         """Leader: the smallest log start offset among this replica and the followers on live
         brokers (Kafka's ``lowWatermarkIfLeader``): what DeleteRecords answers once it is past
         the new start. A follower reports its log start in each fetch (-1 before its first)."""
-        low = self.log.log_start_offset
+        low = self.log_start_offset
         for r, state in self.remote_replicas.items():
             if r in live_brokers and state.log_start_offset < low:
                 low = state.log_start_offset
@@ -475,12 +496,21 @@ class Partition:
             max_offset = lso
         else:
             max_offset = hw
+        if fetch_offset < lstart and (
+            self.log_start_offset <= fetch_offset or (self.remote is None and self.config.remote_storage_enable)
+        ):
+            # below the local log, in remote storage: a consumer's read is served from there
+            # (ReplicaManager), a follower restarts at the local log start (KIP-405). A tiered
+            # partition whose remote segments were not listed yet asks remote storage too
+            raise OffsetMovedToTieredStorage(
+                f"{self.topic_partition}: offset {fetch_offset} is below the local log start {lstart}"
+            )
         if fetch_offset < lstart or fetch_offset > leo:
             raise OffsetOutOfRange(f"{self.topic_partition}: offset {fetch_offset} is outside [{lstart}, {leo}]")
         info = self.log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
         if replica_id < 0 and 0 < info.size <= _EMPTY_RUN_BYTES and info.size % records.HEADER_SIZE == 0:
             info = self._past_empty_batches(info, max_bytes, max_offset, min_one_batch)
-        return ReadResult(info, hw, lso, lstart, leo)
+        return ReadResult(info, hw, lso, self.log_start_offset, leo)
 
     def _past_empty_batches(
         self, info: FetchDataInfo, max_bytes: int, max_offset: int | None, min_one_batch: bool
@@ -550,9 +580,13 @@ class Partition:
                 f"{self.topic_partition}: cannot delete records before {offset}: high watermark is "
                 f"{self._high_watermark}"
             )
+        remote = self.remote
+        if remote is not None and remote.segments and target > remote.log_start_offset:
+            # the remote log manager deletes the remote segments wholly below it
+            self.remote = RemoteLogView(remote.segments, target)
         new_start = self.log.delete_records_before(target) if target > self.log.log_start_offset else target
         self.producer_state.on_log_start_offset_advanced(self.log.log_start_offset)
-        return max(new_start, self.log.log_start_offset)
+        return max(new_start, self.log_start_offset)
 
 
 def _first_offsets(first_offset: int, batches: Sequence[BatchMeta]) -> list[int]:

@@ -399,6 +399,27 @@ class ProducerStateManager:
         self.map_end_offset = int(doc["offset"])
         self._rebuild_open_txns()
 
+    def restore_before(self, data: bytes, offset: int) -> None:
+        """Tiered storage (KIP-405): a follower that restarted its empty log at ``offset`` (the
+        leader keeps what is below it only in remote storage) takes its producers from the
+        snapshot copied with the remote segment that ends there, as Kafka's follower rebuilds
+        its producer state from the remote snapshot. The snapshot was taken when the segment
+        was copied, so what it says of batches at or past ``offset`` is dropped (the follower
+        replays those as it appends them); a producer with no batch left is dropped."""
+        self._restore(data)
+        for producer_id, entry in list(self.producers.items()):
+            kept = [b for b in entry.batches if b.last_offset < offset]
+            if not kept:
+                del self.producers[producer_id]
+                continue
+            entry.batches = deque(kept, maxlen=NUM_BATCHES_TO_RETAIN)
+            if entry.current_txn_first_offset is not None and entry.current_txn_first_offset >= offset:
+                entry.current_txn_first_offset = None
+        self.aborted = [a for a in self.aborted if a.last_offset < offset]
+        self.map_end_offset = offset
+        self._rebuild_open_txns()
+        self.changes += 1
+
     def snapshot(self, plog: PartitionLog) -> None:
         """Persist the state beside the log (atomic in the storage engine)."""
         plog.write_state(SNAPSHOT_NAME, self.to_bytes())

@@ -293,7 +293,10 @@ class ReplicaFetcher:
                             fetch_offset, leader_start)  # fmt: skip
                 p.truncate_fully_and_start_at(leader_start)
             else:
-                p.truncate_to(max(p.log_start_offset, min(fetch_offset, int(pd.high_watermark))))
+                p.truncate_to(max(p.local_log_start_offset, min(fetch_offset, int(pd.high_watermark))))
+            return False
+        if code is ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
+            await self._restart_after_remote(tp, state, p, fetch_offset)
             return False
         if code is not ErrorCode.NONE:
             await self._on_partition_error(tp, state, code)
@@ -341,13 +344,43 @@ class ReplicaFetcher:
         batch, from its base offset. As in Kafka (``appendRecordsToFollowerOrFutureReplica``),
         the log restarts at that base offset; the leader's log start, which every fetch response
         carries, then moves this log's start back up past the records it deleted."""
-        if p.log_end_offset != p.log_start_offset:
+        if p.log_end_offset != p.local_log_start_offset:
             return
         first = records.parse_header(payload, 0)
         if first.base_offset < p.log_end_offset <= first.last_offset:
             log.info("%s: the leader's first batch starts at %d, below this empty log's start %d: "
                      "restarting the log there", tp, first.base_offset, p.log_end_offset)  # fmt: skip
             p.truncate_fully_and_start_at(first.base_offset)
+
+    async def _restart_after_remote(
+        self, tp: TopicPartition, state: FetchState, p: Partition, fetch_offset: int
+    ) -> None:
+        """KIP-405: the leader keeps ``fetch_offset`` only in remote storage. The follower does
+        not copy remote segments into its log: it restarts its log after the highest offset
+        remote storage holds, which the leader still has locally (it deletes only copied
+        segments, after recording them), takes the leader epoch in force there and the producer
+        state from the remote segment's copies (Kafka's buildRemoteLogAuxState), and reads the
+        earlier offsets from remote storage when it leads. Kafka asks the leader for its local
+        log start instead; the remote metadata, which every broker shares, gives an offset at or
+        above it."""
+        rlm = self.manager.replica_manager.remote_log_manager
+        restart = await rlm.follower_restart_offset(p) if rlm is not None else None
+        if rlm is None or restart is None or restart <= fetch_offset or p.log_end_offset != fetch_offset:
+            await self._on_partition_error(tp, state, ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE)
+            return
+        log.info("%s: offset %d is in remote storage only: restarting the log at %d", tp, fetch_offset, restart)
+        epoch, snapshot = await rlm.follower_restart_state(p, restart)
+        if p.log_end_offset != fetch_offset or self.partitions.get(tp) is not state:
+            return  # the partition changed while remote storage was asked
+        p.truncate_fully_and_start_at(restart)
+        if epoch is not None:
+            p.log.assign_epoch_start_offset(epoch.epoch, epoch.start_offset)
+        if snapshot is not None:
+            try:
+                p.producer_state.restore_before(snapshot, restart)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("%s: the remote producer snapshot is unreadable, producers start afresh: %s", tp, exc)
+                p.producer_state.truncate_and_reload(p.log)
 
     async def _on_partition_error(self, tp: TopicPartition, state: FetchState, code: ErrorCode) -> None:
         """Back off this partition and re-read its state (not its topic's: a leader moving many

@@ -20,11 +20,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import trio
 
 from ..config import TopicConfig
-from ..errors import ErrorCode, KafkaError, UnknownTopicOrPartition
+from ..errors import ErrorCode, KafkaError, OffsetMovedToTieredStorage, UnknownTopicOrPartition
 from ..interfaces import Codec, LogDirDescription, LogStorage, TopicPartition
 from ..metrics import BrokerMetrics
 from .api import (
@@ -55,6 +56,9 @@ from .producer_state import SNAPSHOT_NAME, AppendOrigin
 from .purgatory import DelayedOperationPurgatory
 from .replication_quota import ReplicationQuotaManager
 from .storage_failures import StorageFailureLog, one_line
+
+if TYPE_CHECKING:
+    from .remote_log_manager import RemoteLogManager
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +215,9 @@ class ReplicaManager:
         self.persist_failures = StorageFailureLog(
             log, "checkpoints and producer-state snapshots", clock=trio.current_time
         )
+        #: tiered storage (KIP-405), set by the broker when remote.log.storage.system.enable is
+        #: true: consumers' fetches below a partition's local log start are read through it
+        self.remote_log_manager: RemoteLogManager | None = None
 
     # -- partition registry (driven by the metadata layer) ---------------------------------------
     def get_partition(self, tp: TopicPartition) -> Partition | None:
@@ -256,6 +263,7 @@ class ReplicaManager:
         partition.make_leader(leader_epoch, replicas, isr, partition_epoch, now_ms=self.clock_ms())
         self._wake(tp)
         self.on_partitions_changed()
+        self._tiered_partition_taken_on(partition)
         return partition
 
     def become_follower(
@@ -274,7 +282,14 @@ class ReplicaManager:
         partition.make_follower(leader_id, leader_epoch, replicas, isr, partition_epoch)
         self._wake(tp)
         self.on_partitions_changed()
+        self._tiered_partition_taken_on(partition)
         return partition
+
+    def _tiered_partition_taken_on(self, partition: Partition) -> None:
+        """A tiered partition led or followed here without a remote view yet: the remote log
+        manager lists its remote segments now rather than at its next interval."""
+        if self.remote_log_manager is not None and partition.remote is None and partition.config.remote_storage_enable:
+            self.remote_log_manager.wake()
 
     def hosted_partitions(self, topic: str) -> list[int]:
         """The partitions of ``topic`` this broker hosts, in order."""
@@ -300,6 +315,8 @@ class ReplicaManager:
             if tp.topic not in self._hosted_by_topic:
                 self.metrics.forget_topic(tp.topic)
             await self.storage.delete_log(tp)
+            if self.remote_log_manager is not None and partition.config.remote_storage_enable:
+                await self.remote_log_manager.delete_partition(tp)
 
     def take_offline(self, tps: Collection[TopicPartition], log_dir: str) -> list[TopicPartition]:
         """Stop serving ``tps``, whose log dir failed: they answer KAFKA_STORAGE_ERROR, replica
@@ -511,9 +528,18 @@ class ReplicaManager:
             return self.read_from_local_log(replica_id, max_bytes, isolation_level, partitions)
 
         min_bytes = min(min_bytes, max_bytes)  # as Kafka's handleFetchRequest: never more than it may answer
-        results, total, errored = read()
+        remote: list[tuple[FetchPartition, int, bool]] = []
+        results, total, errored = self.read_from_local_log(
+            replica_id, max_bytes, isolation_level, partitions, remote_reads=remote
+        )
         if replica_id >= 0:
             self._update_follower_fetch_states(replica_id, partitions, results)
+        if remote:
+            # KIP-405: a read from remote storage answers at once, whatever min_bytes (Kafka's
+            # DelayedRemoteFetch completes when the remote read does)
+            await self._read_remote(remote[0], isolation_level, results)
+            self._count_fetch(replica_id, results)
+            return results
         if max_wait_ms <= 0 or not partitions or total >= min_bytes or errored:
             self._count_fetch(replica_id, results)
             return results
@@ -535,6 +561,44 @@ class ReplicaManager:
             raise
         self._count_fetch(replica_id, op.results)
         return op.results
+
+    async def _read_remote(
+        self,
+        wanted: tuple[FetchPartition, int, bool],
+        isolation_level: IsolationLevel,
+        results: dict[TopicPartition, FetchPartitionResult],
+    ) -> None:
+        """Serve one partition of a fetch from remote storage (Kafka reads one per fetch; the
+        other partitions below their local log start answer no records and are fetched again)."""
+        p, limit, min_one_batch = wanted  # at least one batch when no partition before it had records
+        partition = self.partitions.get(p.tp)
+        rlm = self.remote_log_manager
+        if partition is None or rlm is None:
+            return
+        try:
+            info = await rlm.read(partition, p.fetch_offset, limit, min_one_batch=min_one_batch)
+        except KafkaError as exc:
+            log.warning("%s: %s", p.tp, exc)
+            code = exc.code if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE else ErrorCode.KAFKA_STORAGE_ERROR
+            results[p.tp] = FetchPartitionResult(
+                code, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
+            )
+            return
+        aborted: tuple[AbortedTransaction, ...] | None = None
+        if isolation_level is IsolationLevel.READ_COMMITTED:
+            upper = info.next_offset if info.next_offset >= 0 else p.fetch_offset
+            aborted = tuple(
+                AbortedTransaction(a.producer_id, a.first_offset)
+                for a in partition.aborted_transactions(p.fetch_offset, upper)
+            )
+        results[p.tp] = FetchPartitionResult(
+            ErrorCode.NONE,
+            partition.high_watermark,
+            partition.last_stable_offset,
+            partition.log_start_offset,
+            aborted,
+            info if info.size > 0 else None,
+        )
 
     def _count_refused(self, tp: TopicPartition, error: ErrorCode) -> None:
         """A produce partition answered with ``error``, counted only for a topic that exists."""
@@ -595,6 +659,8 @@ class ReplicaManager:
         max_bytes: int,
         isolation_level: IsolationLevel,
         partitions: Sequence[FetchPartition],
+        *,
+        remote_reads: list[tuple[FetchPartition, int, bool]] | None = None,
     ) -> tuple[dict[TopicPartition, FetchPartitionResult], int, bool]:
         """One pass over the partitions: (results in request order, bytes readable, any error).
 
@@ -633,6 +699,34 @@ class ReplicaManager:
                     replica_id=replica_id,
                     current_leader_epoch=p.current_leader_epoch,
                 )
+            except OffsetMovedToTieredStorage:
+                hosted = self.partitions.get(p.tp)
+                if hosted is None:
+                    errored = True
+                    results[p.tp] = FetchPartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                    continue
+                if replica_id >= 0:  # a follower restarts at the local log start (KIP-405)
+                    errored = True
+                    results[p.tp] = FetchPartitionResult(
+                        ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE,
+                        hosted.high_watermark,
+                        hosted.last_stable_offset,
+                        hosted.log_start_offset,
+                    )
+                    continue
+                # a consumer's: read from remote storage by fetch_messages (one partition a
+                # fetch); a read waiting in purgatory answers it with no records, and the
+                # consumer's next fetch reads it
+                if remote_reads is not None and not remote_reads:
+                    remote_reads.append((p, limit, min_one_batch))
+                results[p.tp] = FetchPartitionResult(
+                    ErrorCode.NONE,
+                    hosted.high_watermark,
+                    hosted.last_stable_offset,
+                    hosted.log_start_offset,
+                    () if isolation_level is IsolationLevel.READ_COMMITTED else None,
+                )
+                continue
             except KafkaError as exc:
                 errored = True
                 hosted = self.partitions.get(p.tp)
@@ -702,8 +796,8 @@ class ReplicaManager:
             start = partition.log_start_offset
             return ListOffsetsPartitionResult(ErrorCode.NONE, -1, start, _epoch_for_offset(partition, start))
         if timestamp == EARLIEST_LOCAL_TIMESTAMP:
-            # no tiered storage: every offset is local, so the first is the log start
-            start = partition.log_start_offset
+            # KIP-405: the first offset in the local log (the log start without tiered storage)
+            start = partition.local_log_start_offset
             return ListOffsetsPartitionResult(ErrorCode.NONE, -1, start, _epoch_for_offset(partition, start))
         # Kafka's lastFetchableOffset: what the asker may read
         if replica_id >= 0 or replica_id == DEBUGGING_REPLICA_ID:

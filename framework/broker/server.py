@@ -51,6 +51,7 @@ from .core import BrokerCore
 from .log_dir_failures import LogDirFailureHandler, LogDirsFailed
 from .meta_properties import InconsistentClusterId
 from .metadata_cache import CLUSTER_ID_KEY, INTERNAL_TOPICS, MetadataCache, MetadataStoreReset, registration_json
+from .remote_log_manager import RemoteLogManager
 from .replica_fetcher import ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
@@ -211,6 +212,9 @@ class BrokerServer:
         core.metadata_cache.cluster_id = cluster_id
         core.metadata_cache.delete_stray_logs = known_store and recorded == cluster_id
         self.core = core
+        # before anything runs: a remote storage that cannot be built (no remote.log.storage.dir)
+        # stops the broker with its error
+        remote_log_manager = self._remote_log_manager(core)
         await core.start()
         if self._authorizer_factory is not None:
             core.authorizer = self._authorizer_factory.create(config, store)
@@ -222,6 +226,8 @@ class BrokerServer:
             scopes: list[trio.CancelScope] = []
             self._spawn(background, scopes, storage.run)
             self._spawn(background, scopes, core.replica_manager.run)
+            if remote_log_manager is not None:
+                self._spawn(background, scopes, remote_log_manager.run)
             self._spawn(background, scopes, core.metadata_cache.run)
             self._spawn(background, scopes, core.metadata_cache.retry_unhosted_forever)
             self._spawn(background, scopes, core.quotas.configs.run)
@@ -245,6 +251,10 @@ class BrokerServer:
             self._spawn(background, scopes, fetchers.run)
             fetcher_scope = scopes[-1]
             try:
+                if remote_log_manager is not None:
+                    # the hosted tiered partitions know their remote segments before the listeners
+                    # serve: a consumer's earliest offset and reads below the local log need them
+                    await remote_log_manager.run_once()
                 await self._start_group_coordinator(core, background, scopes)
                 from .txn.wiring import start_transaction_coordinator  # after the groups: TxnOffsetCommit needs them
 
@@ -335,6 +345,26 @@ class BrokerServer:
             )
         except OSError as exc:
             raise ListenerError(f"metrics.prometheus.listener {spec}: {exc}") from exc
+
+    def _remote_log_manager(self, core: BrokerCore) -> RemoteLogManager | None:
+        """Tiered storage (KIP-405) when ``remote.log.storage.system.enable`` is true: the
+        remote storage plugin's pair, wired into the replica manager's fetches."""
+        config = self.config
+        if not config["remote.log.storage.system.enable"]:
+            return None
+        factory = self.plugins.remote_storage(str(config["remote.log.storage.manager"]))
+        storage, metadata = factory.create(config)
+        manager = RemoteLogManager(
+            config.broker_id,
+            core.replica_manager,
+            storage,
+            metadata,
+            interval_ms=int(config["remote.log.manager.task.interval.ms"]),
+            reader_threads=int(config["remote.log.reader.threads"]),
+        )
+        core.replica_manager.remote_log_manager = manager
+        log.info("broker %d: tiered storage on, remote storage %r", config.broker_id, factory.name)
+        return manager
 
     async def _wait_for_earlier_registration(self, store: MetadataStore) -> None:
         """Before anything starts, wait for a registration of this broker id that an earlier

@@ -77,6 +77,11 @@ class StorageFailureLog:
         """Whether any key is failing (cheap: the hot path asks before naming its key)."""
         return bool(self._failing)
 
+    @property
+    def failing(self) -> frozenset[str]:
+        """The keys failing now."""
+        return frozenset(self._failing)
+
     def is_failing(self, key: str) -> bool:
         return key in self._failing
 

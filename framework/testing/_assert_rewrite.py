@@ -21,6 +21,7 @@ REWRITTEN_MODULES: tuple[str, ...] = tuple(
         "codec",
         "metadata",
         "partitioner",
+        "remote_storage",
         "sasl",
         "server_assignor",
         "servers",

@@ -24,7 +24,7 @@ import trio
 from odradek import records
 from odradek.config import TopicConfig
 from odradek.errors import InvalidRecord, KafkaStorageError, OffsetOutOfRange
-from odradek.interfaces import BatchMeta, EpochEntry, FetchDataInfo, LogAppendInfo, TopicPartition
+from odradek.interfaces import BatchMeta, EpochEntry, FetchDataInfo, LogAppendInfo, RolledSegment, TopicPartition
 
 from . import timestamps
 from .batches import check_layout
@@ -99,6 +99,10 @@ class SegmentLog:
         #: set by the broker (see PartitionLog): retention and the cleaner stop below it
         self.high_watermark: int | None = None
         self.compaction_count = 0  # segments replaced by cleaned ones (see PartitionLog)
+        #: tiered storage (set by the broker's remote log manager, None for a log that is not
+        #: tiered): the offset below which every record is in remote storage. Retention then
+        #: applies local.retention.ms/bytes and deletes only segments that end at or below it
+        self.remote_copied_end: int | None = None
         self.closed = False
         self._failure: str | None = None  # set when the log's files could not be kept consistent
         self._dirty = self._leo > self.recovery_point  # anything written since the last fsync
@@ -375,6 +379,25 @@ class SegmentLog:
         except OSError as exc:
             raise KafkaStorageError(f"{self.topic_partition}: read failed: {exc}") from exc
         return SegmentFetchData(fetch_offset, -1, 0, None, 0, -1)
+
+    def rolled_segments(self, upto: int) -> list[RolledSegment]:
+        """The rolled segments whose every offset is below ``upto`` (the broker passes its high
+        watermark and last stable offset), oldest first: what tiered storage may copy. The
+        active segment is never one (it still takes appends). Segments wholly below the log
+        start offset (waiting for retention to delete them) are listed too: their bytes are
+        still the log's."""
+        self._check_open()
+        out: list[RolledSegment] = []
+        for seg, successor in zip(self._segments, self._segments[1:], strict=False):
+            end = successor.base_offset
+            if end > upto:
+                break
+            if seg.size == 0:
+                continue
+            log_path, index_path, time_path = seg.paths
+            ts = seg.max_timestamp_and_offset()[0]
+            out.append(RolledSegment(seg.base_offset, end, log_path, index_path, time_path, seg.size, ts))
+        return out
 
     def segment_for(self, offset: int) -> LogSegment | None:
         """The segment whose range starts at or before ``offset`` (binary search)."""

@@ -51,7 +51,7 @@ def _candidates(log: SegmentLog) -> Sequence[LogSegment]:
 
 
 def _time_breached(log: SegmentLog, now_ms: int) -> list[LogSegment]:
-    retention_ms = log.config.retention_ms
+    retention_ms = log.config.retention_ms if log.remote_copied_end is None else log.config.local_retention_ms
     out: list[LogSegment] = []
     if retention_ms < 0:
         return out
@@ -63,7 +63,7 @@ def _time_breached(log: SegmentLog, now_ms: int) -> list[LogSegment]:
 
 
 def _size_breached(log: SegmentLog) -> list[LogSegment]:
-    retention_bytes = log.config.retention_bytes
+    retention_bytes = log.config.retention_bytes if log.remote_copied_end is None else log.config.local_retention_bytes
     out: list[LogSegment] = []
     if retention_bytes < 0:
         return out
@@ -93,13 +93,34 @@ def _below_high_watermark(log: SegmentLog, prefix: list[LogSegment]) -> list[Log
     return prefix[:n]
 
 
+def _copied_to_remote(log: SegmentLog, prefix: list[LogSegment]) -> list[LogSegment]:
+    """Tiered storage: the part of ``prefix`` that remote storage holds (every successor starts
+    at or below ``remote_copied_end``), so local retention never deletes a record that is not
+    yet copied. A log that is not tiered keeps ``prefix``."""
+    copied = log.remote_copied_end
+    if copied is None:
+        return prefix
+    segs = log.segments
+    n = 0
+    while n < len(prefix) and n + 1 < len(segs) and segs[n + 1].base_offset <= copied:
+        n += 1
+    return prefix[:n]
+
+
 def breached_segments(log: SegmentLog, now_ms: int) -> Iterator[tuple[list[LogSegment], str]]:
-    """(segments, reason) to delete, rule by rule; re-evaluated after each deletion."""
+    """(segments, reason) to delete, rule by rule; re-evaluated after each deletion. A tiered
+    log (``remote_copied_end`` set) applies local.retention.ms/bytes to what remote storage holds."""
     if log.config.delete:
-        older = f"older than retention.ms={log.config.retention_ms}"
-        yield _below_high_watermark(log, _time_breached(log, now_ms)), older
-        above = f"log above retention.bytes={log.config.retention_bytes}"
-        yield _below_high_watermark(log, _size_breached(log)), above
+        tiered = log.remote_copied_end is not None
+        ms_key, bytes_key = (
+            ("local.retention.ms", "local.retention.bytes") if tiered else ("retention.ms", "retention.bytes")
+        )
+        ms = log.config.local_retention_ms if tiered else log.config.retention_ms
+        size = log.config.local_retention_bytes if tiered else log.config.retention_bytes
+        older = f"older than {ms_key}={ms}"
+        yield _copied_to_remote(log, _below_high_watermark(log, _time_breached(log, now_ms))), older
+        above = f"log above {bytes_key}={size}"
+        yield _copied_to_remote(log, _below_high_watermark(log, _size_breached(log))), above
     below = f"below the log start offset {log.log_start_offset}"
     yield _below_high_watermark(log, _log_start_breached(log)), below
 

@@ -1,0 +1,499 @@
+"""Tiered storage on a broker (Kafka's ``RemoteLogManager``, KIP-405).
+
+With ``remote.log.storage.system.enable=true`` the broker builds the remote storage named by
+``remote.log.storage.manager`` (a plugin's ``odradek_register_remote_storage``) and runs
+:meth:`RemoteLogManager.run`: every ``remote.log.manager.task.interval.ms`` it visits each hosted
+partition of a topic with ``remote.storage.enable=true`` and
+
+1. lists the partition's remote segments (the metadata manager is shared by the cluster) and
+   gives the partition its :class:`~.remote_log.RemoteLogView` and the log its
+   ``remote_copied_end``, so local retention (``local.retention.ms/bytes``) deletes only
+   segments remote storage holds;
+2. as leader, copies every rolled segment whose records are all below the high watermark and
+   the last stable offset and past the highest offset already copied, oldest first, each once:
+   the copy is recorded COPY_SEGMENT_STARTED, stored, then published COPY_SEGMENT_FINISHED
+   (exclusively per start offset, so two brokers that both led never publish one segment twice);
+   a new leader continues from the highest copied offset it lists, copying the segment that
+   straddles it whole (as Kafka), so no offset is ever missing;
+3. as leader, deletes remote segments that ``retention.ms``/``retention.bytes`` (over the whole
+   log, remote and local) or the log start offset (DeleteRecords) no longer keep, and copies
+   that never finished below the highest copied offset.
+
+Consumers' fetches below the local log start are read from remote storage through
+:meth:`RemoteLogManager.read` in worker threads (at most ``remote.log.reader.threads`` at once).
+A failing remote storage never stops the broker: each partition's failure is logged once (then
+at most once a minute) and counted, local segments stay until copied, and the next interval
+tries again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..errors import KafkaError, OffsetOutOfRange, RemoteStorageError
+from ..interfaces import (
+    EpochEntry,
+    LogSegmentData,
+    RemoteIndexType,
+    RemoteLogMetadataManager,
+    RemoteLogSegmentMetadata,
+    RemoteSegmentState,
+    RemoteStorageManager,
+    RolledSegment,
+    TopicPartition,
+)
+from .metadata_cache import TOPIC_ID_STATE, parse_topic_id
+from .remote_log import (
+    RemoteFetchData,
+    RemoteLogView,
+    epoch_entries_for,
+    leader_epoch_checkpoint,
+    offset_index_position,
+    read_batches,
+)
+from .storage_failures import StorageFailureLog
+
+if TYPE_CHECKING:
+    from .partition import Partition
+    from .replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+#: offset indexes of remote segments kept in memory for reads (each a segment's index file)
+INDEX_CACHE_ENTRIES = 256
+#: the state beside a tiered log recording a log start offset inside a remote segment
+REMOTE_LOG_START_STATE = "remote-log-start-offset"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclasses.dataclass
+class RemoteLogMetrics:
+    """Kafka's remote storage meters (BrokerTopicMetrics Remote*), broker-wide totals."""
+
+    copy_segments: int = 0
+    copy_bytes: int = 0
+    copy_failures: int = 0
+    fetch_requests: int = 0
+    fetch_bytes: int = 0
+    fetch_failures: int = 0
+    delete_segments: int = 0
+    delete_failures: int = 0
+
+
+class RemoteLogManager:
+    """Copies, expires and reads one broker's tiered partitions (see the module docstring)."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        replica_manager: ReplicaManager,
+        storage: RemoteStorageManager,
+        metadata: RemoteLogMetadataManager,
+        *,
+        interval_ms: int = 30_000,
+        reader_threads: int = 10,
+        clock_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.broker_id = broker_id
+        self.replica_manager = replica_manager
+        self.storage = storage
+        self.metadata = metadata
+        self.interval_ms = interval_ms
+        self.clock_ms = clock_ms
+        self.metrics = RemoteLogMetrics()
+        #: remote storage calls (listing, copying, deleting) from the background task, one at a time
+        self._tasks = trio.CapacityLimiter(1)
+        #: remote reads for fetches at once (remote.log.reader.threads)
+        self._readers = trio.CapacityLimiter(reader_threads)
+        #: offset indexes of remote segments by segment id, read from worker threads (LRU-less:
+        #: the oldest entry goes first); guarded by a lock as the reader threads share it
+        self._indexes: dict[str, bytes] = {}
+        self._indexes_lock = threading.Lock()
+        self.failures = StorageFailureLog(log, "remote storage", clock=trio.current_time)
+        self._warned_untierable: set[TopicPartition] = set()
+        #: the remote log start offsets last recorded beside each log (-1: none)
+        self._persisted_starts: dict[TopicPartition, int] = {}
+        #: topic ids read from the logs (partition object, id), so each is read once
+        self._topic_ids: dict[TopicPartition, tuple[Partition, str]] = {}
+        #: one visit at a time (the background task's and a test's or a follower's)
+        self._visit = trio.Lock()
+        self._woken = trio.Event()
+
+    # -- background --------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Visit the tiered partitions every interval, and at once when :meth:`wake` is called
+        (a partition became leader or follower here), until cancelled."""
+        while True:
+            self._woken = trio.Event()
+            await self.run_once()
+            with trio.move_on_after(self.interval_ms / 1000):
+                await self._woken.wait()
+
+    def wake(self) -> None:
+        """Visit soon: a tiered partition was taken on here and has no remote view yet (its
+        consumers' reads below the local log need one, and ListOffsets' earliest answer)."""
+        self._woken.set()
+
+    async def run_once(self) -> None:
+        """One visit of every tiered partition hosted here (copy, expire, refresh)."""
+        async with self._visit:
+            await self._visit_all()
+
+    async def _visit_all(self) -> None:
+        for tp, partition in list(self.replica_manager.partitions.items()):
+            if not partition.config.remote_storage_enable:
+                if partition.remote is not None:
+                    partition.remote = None
+                    _set_copied_end(partition, None)
+                continue
+            try:
+                await self.sync_partition(partition)
+            except (KafkaError, OSError) as exc:  # remote storage, or the local log (a full disk)
+                if self.replica_manager.partitions.get(tp) is not partition:
+                    continue  # deleted or taken offline meanwhile: nothing to retry
+                self.failures.failed(str(tp), exc)
+            except Exception as exc:  # a bug must not stop tiering of every other partition
+                log.exception("%s: remote log manager task failed", tp)
+                self.failures.failed(str(tp), exc)
+            else:
+                self.failures.succeeded(str(tp))
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._tasks)
+
+    async def sync_partition(self, partition: Partition) -> None:
+        """Refresh the partition's remote view; as leader, copy and expire."""
+        listed = await self._list(partition)
+        self._apply(partition, listed)
+        await self._persist_start(partition)
+        if partition.is_leader:
+            await self._copy(partition)
+            await self._expire(partition, listed)
+
+    def _topic_id(self, partition: Partition) -> str:
+        """The partition's topic id as its log records it ("" when it records none)."""
+        cached = self._topic_ids.get(partition.topic_partition)
+        if cached is not None and cached[0] is partition:
+            return cached[1]
+        try:
+            stored = partition.log.read_state(TOPIC_ID_STATE)
+        except (OSError, KafkaError):
+            stored = None
+        topic_id = (parse_topic_id(stored) if stored is not None else None) or ""
+        if topic_id:
+            self._topic_ids[partition.topic_partition] = (partition, topic_id)
+        return topic_id
+
+    async def _list(self, partition: Partition) -> list[RemoteLogSegmentMetadata]:
+        """The partition's remote segments in any state (an earlier topic's too: :meth:`_foreign`)."""
+        listed: list[RemoteLogSegmentMetadata] = await self._call(
+            self.metadata.list_remote_log_segments, partition.topic_partition
+        )
+        return listed
+
+    def _foreign(self, partition: Partition, metadata: RemoteLogSegmentMetadata) -> bool:
+        """Whether ``metadata`` is a segment of an earlier topic of this name (another topic id)."""
+        topic_id = self._topic_id(partition)
+        return bool(topic_id and metadata.topic_id and metadata.topic_id != topic_id)
+
+    def _apply(self, partition: Partition, listed: list[RemoteLogSegmentMetadata]) -> None:
+        finished = tuple(
+            m for m in listed if m.state is RemoteSegmentState.COPY_SEGMENT_FINISHED and not self._foreign(partition, m)
+        )
+        old = partition.remote
+        start = finished[0].start_offset if finished else -1
+        floor = old.log_start_offset if old is not None else self._stored_start(partition)
+        if finished and floor > start:
+            start = floor  # DeleteRecords moved it into a remote segment
+        partition.remote = RemoteLogView(finished, start)
+        _set_copied_end(partition, self._copied_end(partition))
+
+    def _stored_start(self, partition: Partition) -> int:
+        """The log start offset DeleteRecords put inside a remote segment, as the partition's
+        log last recorded it (:meth:`_persist_start`); -1 for none."""
+        try:
+            stored = partition.log.read_state(REMOTE_LOG_START_STATE)
+            value = int(stored) if stored is not None else -1
+        except (OSError, KafkaError, ValueError):
+            value = -1
+        self._persisted_starts[partition.topic_partition] = value
+        return value
+
+    async def _persist_start(self, partition: Partition) -> None:
+        """Record the remote log start offset beside the log when DeleteRecords (here, or on the
+        leader, learnt from its fetch responses) moved it inside a remote segment, so a restart
+        does not bring those records back."""
+        view = partition.remote
+        if view is None or not view.segments:
+            return
+        start = view.log_start_offset if view.log_start_offset > view.segments[0].start_offset else -1
+        tp = partition.topic_partition
+        if self._persisted_starts.get(tp, -1) == start:
+            return
+        await trio.to_thread.run_sync(partition.log.write_state, REMOTE_LOG_START_STATE, str(start).encode())
+        self._persisted_starts[tp] = start
+
+    @staticmethod
+    def _copied_end(partition: Partition) -> int | None:
+        """What the log's local retention may delete below: the offset after the highest copied
+        one; None with ``remote.log.copy.disable`` (KIP-950: copying stops and retention.ms/bytes
+        apply to the local log again, remote segments are still read and expire)."""
+        view = partition.remote
+        if partition.config.get("remote.log.copy.disable", False) or view is None:
+            return None
+        return view.highest_copied_offset + 1
+
+    # -- copying -------------------------------------------------------------------------------
+    async def _copy(self, partition: Partition) -> None:
+        tp = partition.topic_partition
+        rolled_segments = getattr(partition.log, "rolled_segments", None)
+        if rolled_segments is None:
+            if tp not in self._warned_untierable:
+                self._warned_untierable.add(tp)
+                log.warning("%s: its storage engine offers no rolled segments; it is not tiered", tp)
+            return
+        if partition.config.get("remote.log.copy.disable", False):
+            return
+        upto = min(partition.high_watermark, partition.last_stable_offset)
+        for segment in rolled_segments(upto):
+            view = partition.remote
+            highest = view.highest_copied_offset if view is not None else -1
+            if segment.next_offset - 1 <= highest or segment.next_offset <= partition.log_start_offset:
+                continue  # copied already, or below the log start (expired, deleted)
+            if not partition.is_leader:
+                return
+            await self._copy_segment(partition, segment)
+
+    async def _copy_segment(self, partition: Partition, segment: RolledSegment) -> None:
+        tp = partition.topic_partition
+        epochs = epoch_entries_for(partition.log.epoch_entries(), segment.base_offset, segment.next_offset)
+        metadata = RemoteLogSegmentMetadata(
+            tp,
+            uuid.uuid4().hex,
+            segment.base_offset,
+            segment.next_offset - 1,
+            segment.max_timestamp,
+            segment.size,
+            epochs,
+            self.broker_id,
+            self.clock_ms(),
+            RemoteSegmentState.COPY_SEGMENT_STARTED,
+            self._topic_id(partition),
+        )
+        data = LogSegmentData(
+            segment.log_path,
+            segment.offset_index_path,
+            segment.time_index_path,
+            partition.producer_state.to_bytes(),
+            leader_epoch_checkpoint(epochs),
+        )
+        await self._call(self.metadata.add_remote_log_segment_metadata, metadata)
+        try:
+            await self._call(self.storage.copy_log_segment_data, metadata, data)
+        except BaseException:
+            self.metrics.copy_failures += 1
+            # what the failed copy left goes now if it can, else with the next leader's clean-up
+            with trio.CancelScope(shield=True), contextlib.suppress(KafkaError, OSError):
+                await self._forget(metadata, count=False)
+            raise
+        finished = dataclasses.replace(
+            metadata, state=RemoteSegmentState.COPY_SEGMENT_FINISHED, event_timestamp_ms=self.clock_ms()
+        )
+        if not await self._call(self.metadata.update_remote_log_segment_metadata, finished):
+            log.info("%s: segment %d was copied by another broker first; dropping this copy", tp, metadata.start_offset)
+            await self._forget(metadata, count=False)
+            return
+        self.metrics.copy_segments += 1
+        self.metrics.copy_bytes += segment.size
+        view = partition.remote or RemoteLogView()
+        segments = tuple(sorted((*view.segments, finished), key=lambda m: m.start_offset))
+        start = view.log_start_offset if view.segments else finished.start_offset
+        partition.remote = RemoteLogView(segments, start)
+        _set_copied_end(partition, self._copied_end(partition))
+        log.info("%s: copied segment [%d, %d] (%d bytes) to remote storage", tp, segment.base_offset,
+                 segment.next_offset - 1, segment.size)  # fmt: skip
+
+    # -- remote retention ----------------------------------------------------------------------
+    async def _expire(self, partition: Partition, listed: list[RemoteLogSegmentMetadata]) -> None:
+        """Delete what remote retention no longer keeps; the whole log's start moves past it
+        (the local log's too, as Kafka's RLMExpirationTask moves the log start offset), so a
+        segment still kept locally is neither read nor copied again."""
+        view = partition.remote
+        if view is None:
+            return
+        expired = self.expired_segments(partition, view)
+        highest = view.highest_copied_offset
+        doomed = expired + [
+            m
+            for m in listed
+            if (m.state is not RemoteSegmentState.COPY_SEGMENT_FINISHED and m.end_offset <= highest)
+            or self._foreign(partition, m)
+        ]  # copies that never finished (a broker stopped mid-copy, or lost the race to publish),
+        # and an earlier topic's segments
+        if not doomed:
+            return
+        for metadata in doomed:
+            await self._forget(metadata)
+        gone = {m.segment_id for m in doomed}
+        current = partition.remote or view
+        kept = tuple(m for m in current.segments if m.segment_id not in gone)
+        start = current.log_start_offset
+        if expired:
+            start = max(start, max(m.end_offset for m in expired) + 1)
+        partition.remote = RemoteLogView(kept, max(start, kept[0].start_offset) if kept else -1)
+        if expired and start > partition.log.log_start_offset:
+            partition.log.delete_records_before(start)
+            partition.producer_state.on_log_start_offset_advanced(partition.log.log_start_offset)
+        _set_copied_end(partition, self._copied_end(partition))
+
+    def expired_segments(self, partition: Partition, view: RemoteLogView) -> list[RemoteLogSegmentMetadata]:
+        """The oldest remote segments that the log start offset, ``retention.ms`` or
+        ``retention.bytes`` (the whole log's size: remote segments plus the local bytes not in
+        them) no longer keep, in order, as Kafka's RLMExpirationTask picks them."""
+        config = partition.config
+        now = self.clock_ms()
+        segments = list(view.segments)
+        out: list[RemoteLogSegmentMetadata] = []
+        while segments and segments[0].end_offset < view.log_start_offset:
+            out.append(segments.pop(0))
+        if config.delete and config.retention_ms >= 0:
+            # a segment without timestamps (-1) is kept, as the whole-log rule cannot date it
+            while segments and 0 <= segments[0].max_timestamp_ms < now - config.retention_ms:
+                out.append(segments.pop(0))
+        if config.delete and config.retention_bytes >= 0:
+            copied_end = view.highest_copied_offset + 1
+            local_only = partition.log.size_in_bytes - sum(
+                s.size for s in getattr(partition.log, "rolled_segments", lambda _u: [])(copied_end)
+            )
+            total = sum(m.size_in_bytes for m in segments) + max(local_only, 0)
+            while segments and total - segments[0].size_in_bytes >= config.retention_bytes:
+                total -= segments[0].size_in_bytes
+                out.append(segments.pop(0))
+        return out
+
+    async def _forget(self, metadata: RemoteLogSegmentMetadata, *, count: bool = True) -> None:
+        """Delete a segment's data and then its record (a crash between leaves a record whose
+        data is gone, deleted again by the next leader)."""
+        try:
+            if metadata.state is RemoteSegmentState.COPY_SEGMENT_FINISHED:
+                deleting = dataclasses.replace(metadata, state=RemoteSegmentState.DELETE_SEGMENT_STARTED)
+                await self._call(self.metadata.update_remote_log_segment_metadata, deleting)
+            await self._call(self.storage.delete_log_segment_data, metadata)
+            await self._call(self.metadata.remove_remote_log_segment_metadata, metadata)
+        except (RemoteStorageError, OSError):
+            if count:
+                self.metrics.delete_failures += 1
+            raise
+        with self._indexes_lock:
+            self._indexes.pop(metadata.segment_id, None)
+        if count:
+            self.metrics.delete_segments += 1
+            log.info("%s: deleted remote segment [%d, %d]", metadata.topic_partition, metadata.start_offset,
+                     metadata.end_offset)  # fmt: skip
+
+    async def delete_partition(self, tp: TopicPartition) -> None:
+        """DeleteTopics: delete every remote segment of ``tp`` and its metadata (each replica
+        does; deleting what another already deleted succeeds). A failure is logged: what is
+        left belongs to the deleted topic's id, which a new topic of the name never reads."""
+        self._topic_ids.pop(tp, None)
+        try:
+            listed: list[RemoteLogSegmentMetadata] = await self._call(self.metadata.list_remote_log_segments, tp)
+            for metadata in listed:
+                await self._call(self.storage.delete_log_segment_data, metadata)
+                await self._call(self.metadata.remove_remote_log_segment_metadata, metadata)
+        except (RemoteStorageError, OSError) as exc:
+            log.error("%s: deleting the remote segments of the deleted topic failed: %s", tp, exc)
+            return
+        if listed:
+            log.info("%s: deleted %d remote segments of the deleted topic", tp, len(listed))
+
+    # -- reads -------------------------------------------------------------------------------
+    async def read(
+        self, partition: Partition, fetch_offset: int, max_bytes: int, *, min_one_batch: bool
+    ) -> RemoteFetchData:
+        """A consumer's read below the local log start, from remote storage, in a worker thread."""
+        if partition.remote is None:  # taken on here since the last visit: list it now
+            self._apply(partition, await self._list(partition))
+        view = partition.remote
+        metadata = view.segment_for(fetch_offset) if view is not None else None
+        if view is None or metadata is None or fetch_offset < view.log_start_offset:
+            raise OffsetOutOfRange(f"{partition.topic_partition}: offset {fetch_offset} is not in remote storage")
+        self.metrics.fetch_requests += 1
+        try:
+            found = await trio.to_thread.run_sync(
+                self._read_sync, metadata, fetch_offset, max_bytes, min_one_batch, limiter=self._readers
+            )
+        except (RemoteStorageError, OSError) as exc:
+            self.metrics.fetch_failures += 1
+            raise RemoteStorageError(
+                f"{partition.topic_partition}: remote read at {fetch_offset} failed: {exc}"
+            ) from exc
+        self.metrics.fetch_bytes += found.size
+        return found
+
+    def _read_sync(
+        self, metadata: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int, min_one_batch: bool
+    ) -> RemoteFetchData:
+        with self._indexes_lock:
+            index = self._indexes.get(metadata.segment_id)
+        if index is None:
+            index = self.storage.fetch_index(metadata, RemoteIndexType.OFFSET)
+            with self._indexes_lock:
+                while len(self._indexes) >= INDEX_CACHE_ENTRIES:
+                    self._indexes.pop(next(iter(self._indexes)))
+                self._indexes[metadata.segment_id] = index
+        position = offset_index_position(index, metadata.start_offset, max(fetch_offset, metadata.start_offset))
+        with self.storage.fetch_log_segment(metadata, position) as stream:
+            batches = read_batches(stream, fetch_offset, max_bytes, min_one_batch=min_one_batch)
+        return RemoteFetchData(fetch_offset, batches)
+
+    # -- followers -----------------------------------------------------------------------------
+    async def follower_restart_offset(self, partition: Partition) -> int | None:
+        """Where a follower whose fetch offset the leader answered OFFSET_MOVED_TO_TIERED_STORAGE
+        restarts its log: after the highest offset remote storage holds, which the leader still
+        has locally (it deletes only what is copied, and records the copy first). None when
+        remote storage holds nothing for it."""
+        self._apply(partition, await self._list(partition))
+        view = partition.remote
+        if view is None or not view.segments:
+            return None
+        return view.highest_copied_offset + 1
+
+    async def follower_restart_state(self, partition: Partition, offset: int) -> tuple[EpochEntry | None, bytes | None]:
+        """What a follower that restarted its log at ``offset`` takes from the remote segment
+        ending just below it (Kafka's buildRemoteLogAuxState): the leader epoch in force there
+        and the producer-state snapshot copied with it (None when it has none)."""
+        view = partition.remote
+        last = view.segment_for(offset - 1) if view is not None else None
+        if last is None or last.end_offset != offset - 1:
+            return None, None
+        before = [e for e in last.leader_epochs if e.start_offset < offset]
+        epoch = EpochEntry(before[-1].epoch, offset) if before else None
+        try:
+            snapshot: bytes = await self._call(self.storage.fetch_index, last, RemoteIndexType.PRODUCER_SNAPSHOT)
+        except (RemoteStorageError, OSError) as exc:
+            log.warning("%s: no producer snapshot in remote storage for offset %d: %s", partition.topic_partition,
+                        offset, exc)  # fmt: skip
+            return epoch, None
+        return epoch, snapshot
+
+
+def _set_copied_end(partition: Partition, end: int | None) -> None:
+    """Tell the log what remote storage holds (local retention stays above it); an engine
+    without the attribute keeps every segment locally."""
+    try:
+        partition.log.remote_copied_end = end  # type: ignore[attr-defined]
+    except AttributeError:
+        pass
