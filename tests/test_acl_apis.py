@@ -426,6 +426,36 @@ async def test_offset_fetch_and_list_groups_show_only_what_may_be_described(wire
         groups=(group_cls(group_id="alice-g", topics=None), group_cls(group_id="bobs-group", topics=None)),
     )
     assert {g.group_id: _code(g.error_code) for g in several.groups} == {"alice-g": 0, "bobs-group": T30}
+    # v8+ per group: all topics leaves out "other", naming it answers it refused, without its offset
+    alice_g = next(g for g in several.groups if g.group_id == "alice-g")
+    assert [t.name for t in alice_g.topics] == ["alice-1"]
+    topics_cls = request_class(ApiKey.OFFSET_FETCH, 8, "OffsetFetchRequestTopics")
+    named = await wire.call(
+        "alice",
+        ApiKey.OFFSET_FETCH,
+        8,
+        require_stable=False,
+        groups=(
+            group_cls(
+                group_id="alice-g",
+                topics=(
+                    topics_cls(name="alice-1", partition_indexes=(0,)),
+                    topics_cls(name="other", partition_indexes=(0,)),
+                ),
+            ),
+        ),
+    )
+    by_topic = {t.name: t.partitions[0] for t in named.groups[0].topics}
+    assert _code(by_topic["alice-1"].error_code) == 0 and by_topic["alice-1"].committed_offset >= 0
+    assert _code(by_topic["other"].error_code) == T29 and by_topic["other"].committed_offset == -1
+    admin_view = await wire.call(
+        "admin",
+        ApiKey.OFFSET_FETCH,
+        8,
+        require_stable=False,
+        groups=(group_cls(group_id="alice-g", topics=(topics_cls(name="other", partition_indexes=(0,)),)),),
+    )
+    assert admin_view.groups[0].topics[0].partitions[0].committed_offset >= 0
     listed = await wire.call("alice", ApiKey.LIST_GROUPS, 4, states_filter=())
     assert [g.group_id for g in listed.groups] == ["alice-g"]
     assert sorted(g.group_id for g in (await wire.call("admin", ApiKey.LIST_GROUPS, 4, states_filter=())).groups) == [
@@ -572,3 +602,33 @@ async def test_kip848_apis_need_the_group_and_the_subscribed_topics(wire: Wire) 
     by_id = {g.group_id: g for g in described.groups}
     assert _code(by_id["alice-g"].error_code) == ErrorCode.NONE
     assert _code(by_id["bobs-group"].error_code) == T30
+
+
+async def test_created_topics_configs_need_describe_configs(wire: Wire) -> None:
+    """CreateTopics v5+ shows a created topic's configs, partition count and replication factor
+    only with DESCRIBE_CONFIGS on it (Kafka's handleCreateTopicsRequest)."""
+    creation = request_class(ApiKey.CREATE_ACLS, 3, "AclCreation")
+    create_only = creation(
+        resource_type=2, resource_name="carol-t", resource_pattern_type=3, principal="User:alice", host="*",
+        operation=Op.CREATE, permission_type=3,
+    )  # fmt: skip
+    assert [
+        _code(r.error_code) for r in (await wire.call("admin", ApiKey.CREATE_ACLS, 3, creations=(create_only,))).results
+    ] == [0]
+    topic = request_class(ApiKey.CREATE_TOPICS, 7, "CreatableTopic")
+    created = await wire.call(
+        "alice",
+        ApiKey.CREATE_TOPICS,
+        7,
+        topics=tuple(
+            topic(name=n, num_partitions=2, replication_factor=1, assignments=(), configs=())
+            for n in ("carol-t", "alice-new")
+        ),
+        timeout=MS(5000),
+        validate_only=False,
+    )
+    by_name = {t.name: t for t in created.topics}
+    hidden, shown = by_name["carol-t"], by_name["alice-new"]
+    assert _code(hidden.error_code) == 0 and _code(hidden.topic_config_error_code) == T29
+    assert hidden.configs == () and hidden.num_partitions == -1 and hidden.replication_factor == -1
+    assert _code(shown.topic_config_error_code) == 0 and shown.num_partitions == 2 and shown.configs

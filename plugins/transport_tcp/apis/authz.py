@@ -26,6 +26,8 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+from kio.static.primitive import i16, i32, i64
+
 from odradek.errors import ErrorCode
 from odradek.protocol import ApiKey
 from odradek.protocol.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED
@@ -313,12 +315,57 @@ def _list_transactions(ctx: Any, authorizer: Authorizer, request: Any, response:
 
 
 def _offset_fetch_all_topics(ctx: Any, authorizer: Authorizer, request: Any, response: Any) -> Any:
-    """Asked for all its topics (null), a group's committed offsets leave out the topics the
-    principal may not DESCRIBE, as Kafka's ``handleOffsetFetchRequest`` does."""
-    if getattr(request, "groups", None) is not None or request.topics is not None:
+    """Kafka's ``handleOffsetFetchRequest`` on the topics of a group's committed offsets: asked
+    for all of them (null), the topics the principal may not DESCRIBE are left out; named (v8+,
+    per group), each such topic's partitions are answered TOPIC_AUTHORIZATION_FAILED without an
+    offset. Before v8 named topics are refused per item before the handler runs."""
+    groups = getattr(request, "groups", None)
+    if groups is None:
+        if request.topics is not None:
+            return response
+        names = allowed_names(ctx, authorizer, Op.DESCRIBE, RT.TOPIC, [t.name for t in response.topics])
+        return replace(response, topics=tuple(t for t in response.topics if t.name in names))
+    asked_all = {g.group_id: g.topics is None for g in groups}
+    answered = []
+    for group in response.groups:
+        names = allowed_names(ctx, authorizer, Op.DESCRIBE, RT.TOPIC, [t.name for t in group.topics])
+        if asked_all.get(group.group_id, False):
+            topics = tuple(t for t in group.topics if t.name in names)
+        else:
+            topics = tuple(t if t.name in names else _topic_refused(t) for t in group.topics)
+        answered.append(replace(group, topics=topics))
+    return replace(response, groups=tuple(answered))
+
+
+def _create_topics_configs(ctx: Any, authorizer: Authorizer, request: Any, response: Any) -> Any:
+    """Kafka's ``handleCreateTopicsRequest`` (v5+): a created topic's configs, partition count
+    and replication factor are shown only with DESCRIBE_CONFIGS on it; otherwise its
+    ``topic_config_error_code`` is TOPIC_AUTHORIZATION_FAILED."""
+    if ctx.header.api_version < 5:
         return response
-    names = allowed_names(ctx, authorizer, Op.DESCRIBE, RT.TOPIC, [t.name for t in response.topics])
-    return replace(response, topics=tuple(t for t in response.topics if t.name in names))
+    created = [t.name for t in response.topics if t.error_code == ErrorCode.NONE]
+    described = allowed_names(ctx, authorizer, Op.DESCRIBE_CONFIGS, RT.TOPIC, created)
+    hidden = {
+        "configs": (),
+        "topic_config_error_code": i16(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+        "num_partitions": i32(-1),
+        "replication_factor": i16(-1),
+    }
+    topics = tuple(
+        replace(t, **hidden) if t.error_code == ErrorCode.NONE and t.name not in described else t
+        for t in response.topics
+    )
+    return replace(response, topics=topics)
+
+
+def _topic_refused(topic: Any) -> Any:
+    """An OffsetFetch topic entry whose offsets the principal may not see."""
+    code = i16(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    partitions = tuple(
+        replace(p, committed_offset=i64(-1), committed_leader_epoch=i32(-1), metadata="", error_code=code)
+        for p in topic.partitions
+    )
+    return replace(topic, partitions=partitions)
 
 
 def _offset_fetch_denied(ctx: Any, authorizer: Authorizer, request: Any, item: Any) -> ErrorCode | None:
@@ -371,7 +418,9 @@ REQUEST_RULES: dict[int, Rule] = {
     ApiKey.CONSUMER_GROUP_DESCRIBE: Rule(items=_groups_item(Op.DESCRIBE, "group_ids")),
     ApiKey.LIST_GROUPS: Rule(filter=_list_groups),
     ApiKey.DELETE_GROUPS: Rule(items=_groups_item(Op.DELETE, "groups_names")),
-    ApiKey.CREATE_TOPICS: Rule(items=ItemRule(lambda r: "topics", _create_topics_denied)),
+    ApiKey.CREATE_TOPICS: Rule(
+        items=ItemRule(lambda r: "topics", _create_topics_denied), filter=_create_topics_configs
+    ),
     ApiKey.DELETE_TOPICS: Rule(items=ItemRule(_delete_topics_field, _delete_topics_denied)),
     ApiKey.DELETE_RECORDS: Rule(items=_topic_item(Op.DELETE)),
     ApiKey.CREATE_PARTITIONS: Rule(items=_topic_item(Op.ALTER)),
