@@ -60,6 +60,7 @@ KAFKA_INT_KEYS = frozenset(
         "group.consumer.max.size", "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
         "transactional.id.expiration.ms", "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
         "transaction.state.log.min.isr", "leader.imbalance.per.broker.percentage", "max.connections",
+        "max.connection.creation.rate",
         "max.connections.per.ip", "max.incremental.fetch.session.cache.slots",
         "quota.window.num", "quota.window.size.seconds",
         "replication.quota.window.num", "replication.quota.window.size.seconds",
@@ -174,6 +175,16 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         INT_MAX,
         "Connections the broker holds at once, over all listeners; at the limit, listeners stop accepting "
         "until one closes (new connections wait in the listen backlog, none is refused).",
+        minimum=0,
+    ),
+    _k(
+        "max.connection.creation.rate",
+        int,
+        INT_MAX,
+        "New connections a second the broker accepts, over all listeners (KIP-612); above it the "
+        "listeners pause accepting for the time that brings the rate back. Dynamic (a broker's or "
+        "the cluster default, IncrementalAlterConfigs). Per-address rates are the ip quota "
+        "connection_creation_rate.",
         minimum=0,
     ),
     _k(

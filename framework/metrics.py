@@ -301,6 +301,16 @@ class BrokerCollector:
                 "Client connections open, over every listener.",
             ),
             (
+                "odradek_connections_ip_throttled",
+                core.connection_quotas.ip_throttled,
+                "Connections closed unserved because their address was over its connection_creation_rate (KIP-612).",
+            ),
+            (
+                "odradek_connections_accept_throttled_ms",
+                core.connection_quotas.accept_throttled_ms,
+                "Milliseconds the listeners paused accepting for max.connection.creation.rate (KIP-612).",
+            ),
+            (
                 "kafka_network_socketserver_memorypoolused",
                 memory.used,
                 "Bytes of request frames held (queued.max.request.bytes counts them).",

@@ -128,7 +128,9 @@ async def start_connection(
     counts (one shared name for a family without addresses, such as Unix sockets). False when
     ``address`` already holds ``max.connections.per.ip``: the socket is closed, as Kafka does."""
     quotas = dispatcher.broker.connection_quotas
-    if not await quotas.admit(sock, address, peer=peer, where=f"listener {dispatcher.listener.name}"):
+    if not await quotas.admit(
+        sock, address, peer=peer, where=f"listener {dispatcher.listener.name}", nursery=connections
+    ):
         return False
 
     async def serve() -> None:

@@ -143,6 +143,68 @@ async def test_a_slot_freed_reaches_every_waiting_listener() -> None:
     assert quotas.total == 2
 
 
+# -- connection creation rates (KIP-612) -----------------------------------------------------------
+
+
+class _Socket:
+    def __init__(self) -> None:
+        self.closed_at: float | None = None
+
+    def close(self) -> None:
+        self.closed_at = trio.current_time()
+
+
+def test_an_address_over_its_creation_rate_is_closed_after_its_throttle_time() -> None:
+    """2 connections a second from 10.0.0.7 (a 1 s window): the third at once is not served, not
+    counted, and closed 0.5 s later; another address has the default rate, and one without its
+    own and no default is not limited."""
+    clock = trio.testing.MockClock(autojump_threshold=0)
+
+    async def main() -> None:
+        quotas = ConnectionQuotas(samples=2, window_s=1.0)
+        quotas.set_ip_rates({"10.0.0.7": 2}, None)
+        async with trio.open_nursery() as nursery:
+            admitted = [
+                await quotas.admit(_Socket(), "10.0.0.7", peer="p", where="test", nursery=nursery) for _ in range(2)
+            ]
+            over = _Socket()
+            start = trio.current_time()
+            assert admitted == [True, True]
+            assert not await quotas.admit(over, "::ffff:10.0.0.7", peer="p", where="test", nursery=nursery)
+            assert quotas.count("10.0.0.7") == 2 and quotas.ip_throttled == 1
+        assert over.closed_at is not None and over.closed_at - start == pytest.approx(0.5)
+        for _ in range(5):  # not limited
+            assert await quotas.admit(_Socket(), "10.0.0.9", peer="p", where="test")
+        quotas.set_ip_rates({"10.0.0.7": 2}, 1)
+        assert await quotas.admit(_Socket(), "10.0.0.10", peer="p", where="test")
+        assert not await quotas.admit(_Socket(), "10.0.0.10", peer="p", where="test")  # the default's 1/s
+        await trio.sleep(2)  # the rate falls back under the quota
+        assert await quotas.admit(_Socket(), "10.0.0.7", peer="p", where="test")
+
+    trio.run(main, clock=clock)
+
+
+def test_the_broker_creation_rate_pauses_accepting() -> None:
+    """max.connection.creation.rate: over it, acquire waits the time that brings the rate back,
+    which is what makes the listener stop accepting; nobody is refused."""
+    clock = trio.testing.MockClock(autojump_threshold=0)
+
+    async def main() -> None:
+        quotas = ConnectionQuotas(samples=2, window_s=1.0, max_connection_creation_rate=4)
+        start = trio.current_time()
+        for _ in range(6):
+            assert await quotas.acquire("10.0.0.1")
+        assert trio.current_time() - start > 0  # the fifth and sixth waited
+        assert quotas.accept_throttled_ms > 0 and quotas.total == 6
+        quotas.max_connection_creation_rate = INT_MAX  # a dynamic change: no limit any more
+        before = trio.current_time()
+        for _ in range(10):
+            assert await quotas.acquire("10.0.0.1")
+        assert trio.current_time() == before
+
+    trio.run(main, clock=clock)
+
+
 # -- a broker process -----------------------------------------------------------------------------
 
 
@@ -194,3 +256,41 @@ def test_a_broker_closes_connections_over_the_per_address_limit(tmp_path: Path) 
         log = broker.log_path.read_text()
         assert "rejected connection from 127.0.0.1:" in log
         assert "maximum of 2 connection(s)" in log
+
+
+@pytest.mark.integration
+def test_a_broker_throttles_an_address_over_its_connection_creation_rate(tmp_path: Path) -> None:
+    """An ip quota set through AlterClientQuotas (odradek's CLI) on 127.0.0.1: connections beyond
+    the rate are closed without an answer; the quota deleted, every connection is served."""
+    import subprocess
+    import sys
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "odradek", "quotas", *args, "--bootstrap-server", broker.bootstrap],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    settings = {"quota.window.num": 2, "metrics.prometheus.listener": "127.0.0.1:0"}
+    with start_broker(tmp_path, settings) as broker:
+        done = cli("alter", "--ip", "127.0.0.1", "--add", "connection_creation_rate=2")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "Completed updating config for ip '127.0.0.1'."
+        described = cli("describe", "--ip", "127.0.0.1")
+        assert described.stdout.strip() == "Quota configs for ip '127.0.0.1' are connection_creation_rate=2.0"
+        refused = cli("alter", "--ip", "127.0.0.1", "--add", "producer_byte_rate=5")
+        assert refused.returncode == 1 and "Invalid configuration key producer_byte_rate" in refused.stderr
+        served = 0
+        for attempt in range(8):  # at once: the rate's window holds 2 a second
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+                served += _answers(sock, attempt)
+        assert served < 8
+        throttled = sum(v for (name, _), v in broker.metrics().items() if name == "odradek_connections_ip_throttled")
+        assert throttled >= 8 - served
+        assert cli("alter", "--ip", "127.0.0.1", "--delete", "connection_creation_rate").returncode == 0
+        time.sleep(0.5)  # the other brokers would hear through their watch; this one knows at once
+        for attempt in range(8):
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+                assert _answers(sock, 100 + attempt)

@@ -14,6 +14,7 @@ import pytest
 import trio
 import trio.testing
 
+from odradek.broker.ip_quota_configs import IpConnectionRates
 from odradek.broker.quota_admin import (
     MATCH_DEFAULT,
     MATCH_EXACT,
@@ -341,7 +342,11 @@ async def test_alter_validates_as_kafka_does(tmp_path: Path) -> None:
             QuotaAlteration(user, (QuotaOp(REQUEST_PERCENTAGE, float("nan"), False),)),
             QuotaAlteration((), (QuotaOp(PRODUCER_BYTE_RATE, 1, False),)),
             QuotaAlteration((("user", "a"), ("user", "b")), (QuotaOp(PRODUCER_BYTE_RATE, 1, False),)),
-            QuotaAlteration((("ip", "1.2.3.4"),), (QuotaOp("connection_creation_rate", 1, False),)),
+            QuotaAlteration((("ip", "1.2.3.4"), ("user", "a")), (QuotaOp("connection_creation_rate", 1, False),)),
+            QuotaAlteration((("ip", "not-an-ip"),), (QuotaOp("connection_creation_rate", 1, False),)),
+            QuotaAlteration((("ip", "1.2.3.4"),), (QuotaOp(PRODUCER_BYTE_RATE, 1, False),)),
+            QuotaAlteration((("ip", "1.2.3.4"),), (QuotaOp("connection_creation_rate", 1.5, False),)),
+            QuotaAlteration(user, (QuotaOp("connection_creation_rate", 1, False),)),
             QuotaAlteration((("group", "g"),), (QuotaOp(PRODUCER_BYTE_RATE, 1, False),)),
         ]
         good = QuotaAlteration(user, (QuotaOp(REQUEST_PERCENTAGE, 12.5, False),))
@@ -353,6 +358,51 @@ async def test_alter_validates_as_kafka_does(tmp_path: Path) -> None:
         only = QuotaAlteration(user, (QuotaOp(PRODUCER_BYTE_RATE, 5, False),))
         assert [int(r.error) for r in await alter_client_quotas(store, [only], validate_only=True)] == [0]
         assert await EntityConfigs(store).get("users", "alice") == {REQUEST_PERCENTAGE: "12.5"}
+    finally:
+        await store.close()
+
+
+async def test_ip_entities_hold_connection_creation_rate(tmp_path: Path) -> None:
+    """KIP-612's ip entities: an address or the default, alone, with connection_creation_rate
+    only; kept at /config/ips/<ip>, described by an ip filter (and by an empty one)."""
+    store = _local_factory(tmp_path)()
+    await store.open(6000)
+    try:
+        seen: list[tuple[dict[str, float], float | None]] = []
+        cache = IpConnectionRates(store, lambda rates, default: seen.append((dict(rates), default)))
+        await cache.load()
+        rate = "connection_creation_rate"
+        results = await alter_client_quotas(
+            store,
+            [
+                QuotaAlteration((("ip", "10.0.0.7"),), (QuotaOp(rate, 5, False),)),
+                QuotaAlteration((("ip", None),), (QuotaOp(rate, 50, False),)),
+                QuotaAlteration((("ip", "::ffff:10.0.0.8"),), (QuotaOp(rate, 0, False),)),
+            ],
+            validate_only=False,
+            ip_cache=cache,
+        )
+        assert [int(r.error) for r in results] == [0, 0, 0]
+        assert seen[-1] == ({"10.0.0.7": 5.0, "10.0.0.8": 0.0}, 50.0)
+        stored = await store.get("/config/ips/10.0.0.7")
+        assert stored is not None and json.loads(stored.value) == {"version": 1, "config": {rate: "5"}}
+        exact = await describe_client_quotas(store, [("ip", 0, "10.0.0.7")], strict=False)
+        assert [(d.entity, d.values) for d in exact] == [([("ip", "10.0.0.7")], {rate: 5.0})]
+        default = await describe_client_quotas(store, [("ip", 1, None)], strict=False)
+        assert [d.entity for d in default] == [[("ip", None)]]
+        assert len(await describe_client_quotas(store, [("ip", 2, None)], strict=False)) == 2
+        assert len(await describe_client_quotas(store, [], strict=False)) == 3
+        with pytest.raises(QuotaRequestError, match="IP filter component should not be used"):
+            await describe_client_quotas(store, [("ip", 2, None), ("user", 2, None)], strict=False)
+        removed = await alter_client_quotas(
+            store, [QuotaAlteration((("ip", "10.0.0.7"),), (QuotaOp(rate, 0, True),))], validate_only=False,
+            ip_cache=cache,
+        )  # fmt: skip
+        assert [int(r.error) for r in removed] == [0] and await store.get("/config/ips/10.0.0.7") is None
+        assert seen[-1] == ({"10.0.0.8": 0.0}, 50.0)
+        fresh = IpConnectionRates(store, lambda rates, default: None)
+        await fresh.load()
+        assert (fresh.rates, fresh.default) == ({"10.0.0.8": 0.0}, 50.0)
     finally:
         await store.close()
 

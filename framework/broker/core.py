@@ -67,6 +67,7 @@ from .controller import Controller
 from .dynamic_config import DynamicBrokerConfig
 from .elect_leaders import elect_leaders
 from .fetch_session import FetchSessionCache
+from .ip_quota_configs import IpConnectionRates
 from .metadata_cache import INTERNAL_TOPICS, MetadataCache, TopicState
 from .mutation_quota import UNBOUNDED, ControllerMutationQuota
 from .partition_reassignments import alter_partition_reassignments, list_partition_reassignments
@@ -104,6 +105,8 @@ class BrokerCore:
         self.node_id = config.broker_id
         self.cluster_id = cluster_id
         self.connection_quotas = ConnectionQuotas.from_config(config)
+        #: ip quotas (``/config/ips/``: connection_creation_rate, KIP-612), enforced by the above
+        self.ip_connection_rates = IpConnectionRates(store, self.connection_quotas.set_ip_rates)
         self.request_memory = RequestMemoryPool.from_config(config)
         #: the counters of the broker's metrics (odradek.metrics): the replica manager's and
         #: every listener's requests
@@ -146,8 +149,8 @@ class BrokerCore:
             for side in (LEADER, FOLLOWER)
         )
         self.replica_manager.leader_quota = self.leader_replication_quota
-        self.dynamic_config.listeners.append(self._apply_replication_rates)
-        self._apply_replication_rates()
+        self.dynamic_config.listeners.append(self._apply_dynamic_config)
+        self._apply_dynamic_config()
         self.configs = ConfigManager(config, store, self.metadata_cache, self.dynamic_config)
         self.admin = AdminManager(config, store, self.metadata_cache, self.configs)
         self.producer_ids = ProducerIdManager(store, int(config["transaction.max.timeout.ms"]))
@@ -172,11 +175,15 @@ class BrokerCore:
         await self.metadata_cache.load()
         await self.quotas.configs.load()
         await self.dynamic_config.load()
+        await self.ip_connection_rates.load()
 
-    def _apply_replication_rates(self) -> None:
-        """The replication quotas' rates from the dynamic configs (at start and on each change)."""
+    def _apply_dynamic_config(self) -> None:
+        """The dynamic broker configs in force (at start and on each change): the replication
+        quotas' rates and the connection creation rate."""
         for quota in (self.leader_replication_quota, self.follower_replication_quota):
             quota.update_quota(int(self.dynamic_config.value(f"{quota.side}.replication.throttled.rate")))
+        rate = int(self.dynamic_config.value("max.connection.creation.rate"))
+        self.connection_quotas.max_connection_creation_rate = rate
 
     async def shutdown(self) -> None:
         """Answer parked requests, snapshot producer state, checkpoint HWs, flush logs."""

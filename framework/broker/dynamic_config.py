@@ -14,8 +14,8 @@ Every broker lists ``/config/brokers/`` at start and then follows a watch, so a 
 any broker is in force on every broker it concerns within milliseconds; ``listeners`` are called
 after each change (the replication quotas take their new rates from them).
 
-The dynamic keys today are the replication throttle rates (KIP-73). A key joins the list only
-when every place that reads it reads it live.
+The dynamic keys today are the replication throttle rates (KIP-73) and the broker's connection
+creation rate (KIP-612). A key joins the list only when every place that reads it reads it live.
 """
 
 from __future__ import annotations
@@ -37,7 +37,11 @@ from .api import AlterableConfig, AlterConfigOp
 log = logging.getLogger(__name__)
 
 #: the broker keys that may be altered at run time
-DYNAMIC_KEYS: tuple[str, ...] = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+DYNAMIC_KEYS: tuple[str, ...] = (
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "max.connection.creation.rate",
+)
 BROKERS_ROOT = "/config/brokers/"
 DEFAULT_ENTITY = "<default>"
 

@@ -31,7 +31,7 @@ import trio
 
 from ..config import LONG_MAX
 from ..interfaces import TopicPartition
-from .quotas import Rate
+from ..rates import Rate
 
 LEADER = "leader"
 FOLLOWER = "follower"

@@ -232,6 +232,7 @@ class BrokerServer:
             self._spawn(background, scopes, core.metadata_cache.retry_unhosted_forever)
             self._spawn(background, scopes, core.quotas.configs.run)
             self._spawn(background, scopes, core.dynamic_config.run)
+            self._spawn(background, scopes, core.ip_connection_rates.run)
             if core.authorizer is not None:
                 self._spawn(background, scopes, core.authorizer.run)
             dir_failures = LogDirFailureHandler(

@@ -2,12 +2,14 @@
 
 Through KIP-546's AlterClientQuotas and DescribeClientQuotas, so it works against any broker of a
 cluster, odradek's or Kafka's. An entity is a user, a client id or both; ``--user-defaults`` and
-``--client-defaults`` name the ``<default>`` entities::
+``--client-defaults`` name the ``<default>`` entities. ``--ip ADDRESS`` and ``--ip-defaults`` name
+an ip entity, whose one quota is ``connection_creation_rate`` (KIP-612)::
 
     odradek quotas alter --bootstrap-server HOST:PORT --user alice --add producer_byte_rate=1048576
     odradek quotas alter --bootstrap-server HOST:PORT --client-defaults --add consumer_byte_rate=2097152
     odradek quotas alter --bootstrap-server HOST:PORT --user alice --delete producer_byte_rate
     odradek quotas describe --bootstrap-server HOST:PORT [--user alice] [--client-id app]
+    odradek quotas alter --bootstrap-server HOST:PORT --ip 10.0.0.7 --add connection_creation_rate=10
 
 ``describe`` prints kafka-configs.sh's lines::
 
@@ -27,6 +29,7 @@ from .topics import parse_key_values
 
 USER = "user"
 CLIENT_ID = "client-id"
+IP = "ip"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,7 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=[],
         metavar="KEY=VALUE[,KEY=VALUE]",
         help="quota to set: producer_byte_rate, consumer_byte_rate, request_percentage, "
-        "controller_mutation_rate (repeatable)",
+        "controller_mutation_rate; for an ip, connection_creation_rate (repeatable)",
     )
     alter.add_argument(
         "--delete", action="append", default=[], metavar="KEY[,KEY]", help="quota to remove (repeatable)"
@@ -63,6 +66,9 @@ def _add_entity_arguments(parser: argparse.ArgumentParser) -> None:
     client = parser.add_mutually_exclusive_group()
     client.add_argument("--client-id", help="client id")
     client.add_argument("--client-defaults", action="store_true", help="the default client-id entity (<default>)")
+    ip = parser.add_mutually_exclusive_group()
+    ip.add_argument("--ip", help="a client IP address (its connection_creation_rate)")
+    ip.add_argument("--ip-defaults", action="store_true", help="the default ip entity (<default>)")
 
 
 def _admin(args: argparse.Namespace) -> Any:
@@ -79,6 +85,8 @@ def _entity(args: argparse.Namespace) -> tuple[tuple[str, str | None], ...]:
         out.append((USER, args.user))
     if args.client_id is not None or args.client_defaults:
         out.append((CLIENT_ID, args.client_id))
+    if args.ip is not None or args.ip_defaults:
+        out.append((IP, args.ip))
     return tuple(out)
 
 
@@ -96,7 +104,9 @@ def run_alter(args: argparse.Namespace) -> int:
 
     entity = _entity(args)
     if not entity:
-        return _fail("name an entity: --user/--user-defaults and/or --client-id/--client-defaults")
+        return _fail(
+            "name an entity: --user/--user-defaults and/or --client-id/--client-defaults, or --ip/--ip-defaults"
+        )
     ops: dict[str, float | None] = {}
     try:
         for key, text in parse_key_values(_split(args.add), "--add").items():
@@ -149,7 +159,7 @@ def run_describe(args: argparse.Namespace) -> int:
 def describe_entity(entity: Sequence[tuple[str, str | None]]) -> str:
     """kafka-configs.sh's wording: ``user-principal 'alice', client-id 'app'``, ``the default
     user-principal``."""
-    words = {USER: "user-principal", CLIENT_ID: "client-id"}
+    words = {USER: "user-principal", CLIENT_ID: "client-id", IP: "ip"}
     parts = []
     for entity_type, name in entity:
         word = words.get(entity_type, entity_type)

@@ -125,7 +125,7 @@ class TcpListener:
                 self.accept_failures.succeeded(where)
             host = str(address[0])
             peer = f"{host}:{address[1]}"
-            if not await self.quotas.admit(client, host, peer=peer, where=where):
+            if not await self.quotas.admit(client, host, peer=peer, where=where, nursery=connections):
                 continue
             self._tune(client)
             connections.start_soon(self._run_connection, self.connection(client, dispatcher, peer), host)

@@ -68,6 +68,7 @@ async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
         alterations,
         validate_only=bool(request.validate_only),
         cache=None if quotas is None else quotas.configs,
+        ip_cache=getattr(ctx.broker, "ip_connection_rates", None),
     )
     entry_cls = response_class(ApiKey.ALTER_CLIENT_QUOTAS, version, "EntryData")
     entity_cls = response_class(ApiKey.ALTER_CLIENT_QUOTAS, version, "EntityData")
