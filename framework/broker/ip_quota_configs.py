@@ -79,6 +79,11 @@ class IpConnectionRates:
         self.revision = 0
         self.loaded = trio.Event()
 
+    def set_rate(self, ip: str | None, rate: float | None) -> None:
+        """An address's (None: the default's) rate as just written (None: removed): the broker
+        that wrote it enforces it before its watch brings the change."""
+        self._set(ip, rate)
+
     def _set(self, ip: str | None, rate: float | None) -> None:
         if ip is None:
             self.default = rate

@@ -18,7 +18,6 @@ visible to the next describe through any broker at once. Kafka's rules:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -187,7 +186,7 @@ async def alter_client_quotas(
             if not validate_only:
                 altered = await configs.alter_key(ip_entity_key(ip), set=sets, delete=deletes)
                 if ip_cache is not None:
-                    ip_cache.set_entity(ip, json.dumps({"config": altered}).encode() if altered else None)
+                    ip_cache.set_rate(ip, float(altered[IP_CONNECTION_RATE]) if altered else None)
             continue
         try:
             entity = to_entity(alteration.entity)
