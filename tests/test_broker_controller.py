@@ -21,8 +21,9 @@ from odradek.broker.api import (
     ConfigResourceType,
     CreatableTopic,
 )
-from odradek.broker.controller import WATCHED_PREFIX, elect_leader
+from odradek.broker.controller_view import WATCHED_PREFIX
 from odradek.broker.core import BrokerCore
+from odradek.broker.election import elect_leader
 from odradek.broker.log_dir_failures import encode_offline_replicas, offline_replicas_key
 from odradek.broker.metadata_cache import SHUTTING_DOWN_PREFIX, PartitionState, partition_state_key, registration_json
 from odradek.broker.partition import Partition
@@ -259,13 +260,13 @@ async def test_a_partition_state_change_is_decided_alone(tmp_path: Path, monkeyp
     async with running_broker(tmp_path) as core:
         await create(core, "big", 50)
         asked: list[dict[str, Any]] = []
-        real_view = controller_module._topics_view
+        real_view = controller_module.topics_view
 
         def recording_view(items: Any, names: Any, parsed: Any) -> Any:
             asked.append({name: None if p is None else set(p) for name, p in names.items()})
             return real_view(items, names, parsed)
 
-        monkeypatch.setattr(controller_module, "_topics_view", recording_view)
+        monkeypatch.setattr(controller_module, "topics_view", recording_view)
         manager = AlterPartitionManager(core.config, core.store, core.metadata_cache, core.replica_manager)
         assert await manager.alter_isr(TopicPartition("big", 7), (0,))  # a new version, the same ISR
         with trio.fail_after(5):

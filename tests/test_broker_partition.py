@@ -13,7 +13,7 @@ from broker_harness import batch, broker_plugins
 
 from odradek import records
 from odradek.broker.api import IsolationLevel
-from odradek.broker.controller import elect_leader
+from odradek.broker.election import elect_leader
 from odradek.broker.metadata_cache import PartitionState
 from odradek.broker.partition import Partition
 from odradek.broker.producer_state import AbortedTxn, AppendOrigin, ProducerStateManager

@@ -20,9 +20,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 
 from odradek.broker.api import CreatableTopic, ElectionType, ElectLeadersResult
-from odradek.broker.controller import Controller, decide_election
+from odradek.broker.controller import Controller
 from odradek.broker.core import BrokerCore
 from odradek.broker.elect_leaders import await_leaders, elect_leaders
+from odradek.broker.election import decide_election
 from odradek.broker.metadata_cache import PartitionState, partition_state_key, registration_json
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition

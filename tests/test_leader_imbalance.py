@@ -20,8 +20,8 @@ from odradek.broker.controller import (
     FIRST_IMBALANCE_CHECK_S,
     STATE_WRITES_IN_FLIGHT,
     Controller,
-    leader_imbalance_moves,
 )
+from odradek.broker.election import leader_imbalance_moves
 from odradek.broker.metadata_cache import PartitionState, partition_state_key, registration_json
 from odradek.broker.server import BrokerServer
 from odradek.config import ConfigError, default_config

@@ -19,8 +19,8 @@ from broker_harness import SlowStore, batch, broker_config, produce, running_bro
 from odradek import records
 from odradek.broker.alter_partition import CONTROLLED_SHUTDOWN_ROUNDS, ISR_WRITES_IN_FLIGHT, AlterPartitionManager
 from odradek.broker.api import CreatableTopic, FetchPartition, IsolationLevel
-from odradek.broker.controller import elect_leader, preferred_leader, shrink_dead_from_isr
 from odradek.broker.core import BrokerCore
+from odradek.broker.election import elect_leader, preferred_leader, shrink_dead_from_isr
 from odradek.broker.metadata_cache import PartitionState, registration_json
 from odradek.broker.partition import Partition
 from odradek.broker.replica_fetcher import ReplicaFetcher, truncation_offset

@@ -50,7 +50,6 @@ from ..errors import ErrorCode
 from ..interfaces import (
     Check,
     Leadership,
-    MetadataCompacted,
     MetadataConflict,
     MetadataStore,
     Put,
@@ -60,12 +59,23 @@ from ..interfaces import (
 from ..pacing import paced
 from ..sessions import MetadataUnavailable
 from .api import ElectionType, ElectLeadersResult, ReassignmentResult
+from .controller_view import (
+    WATCHED_PREFIX,
+    Changed,
+    FollowedView,
+    ParsedItems,
+    TopicsView,
+    any_reassigning,
+    broker_epochs,
+    brokers_view,
+    cluster_view,
+    covers,
+    topics_view,
+)
+from .election import decide_election, elect_leader, leader_imbalance_moves, shrink_dead_from_isr
 from .in_flight import each_in_flight
-from .log_dir_failures import offline_replicas_of
 from .metadata_cache import (
-    BROKERS_PREFIX,
     CONTROLLER_ELECTION,
-    TOPICS_PREFIX,
     MetadataCache,
     PartitionState,
     partition_state_key,
@@ -76,8 +86,6 @@ from .reassignment import ReplicaAssignment, alter, assignments_of, completion, 
 
 log = logging.getLogger(__name__)
 
-#: registrations and partition states: the controller's election triggers
-WATCHED_PREFIX = "/brokers/"
 #: pause before campaigning again after leadership (or the session) was lost, or a store error
 CAMPAIGN_BACKOFF_S = 0.5
 #: how long into a term the first leader-imbalance check comes (Kafka's controller schedules
@@ -110,7 +118,7 @@ class Controller:
         #: its replicas or ISR change (a dir that failed under a replication-factor-1 topic
         #: left its partitions so, and logged each of them on every pass)
         self._leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
-        #: what the last decision pass decoded (see :func:`_cluster_view`)
+        #: what the last decision pass decoded (see :func:`cluster_view`)
         self._parsed: ParsedItems = {}
         #: live brokers -> their epochs (registration create revisions) as of this term's last
         #: pass over every partition; None before the term's first
@@ -165,7 +173,7 @@ class Controller:
         await self.cache.refresh_controller()
         while self.leadership is not None:
             items, revision = await self.store.list(WATCHED_PREFIX)
-            view = _FollowedView(self.store, dict(items), revision)
+            view = FollowedView(self.store, dict(items), revision)
             # a topic's config lives outside /brokers/: the cache says when one changed
             self.cache.topic_config_listeners.append(view.topic_config_changed)
             try:
@@ -223,11 +231,11 @@ class Controller:
             only = {**only, **dict.fromkeys(self._reassign_again)}
         self._reassign_again = set()
         if only is None or brokers is None:
-            live, topics, offline = _cluster_view(items, self._parsed)
+            live, topics, offline = cluster_view(items, self._parsed)
             self._note_returns(items, topics)
         else:
-            live, offline = _brokers_view(brokers)
-            topics = _topics_view(items, only, self._parsed)
+            live, offline = brokers_view(brokers)
+            topics = topics_view(items, only, self._parsed)
         # a broker in controlled shutdown keeps what it leads until it hands it over, and is
         # elected to nothing (Kafka's controller leaves shutting-down brokers out of elections)
         stopping = shutting_down_ids(brokers if brokers is not None else items)
@@ -283,7 +291,7 @@ class Controller:
                 for p, (a, _, _) in sorted(changes.items()):
                     log.info("%s-%d: reassignment completed; replicas %s", name, p, list(a.replicas))
         if only is not None and brokers is not None:  # the other partitions' entries still hold
-            kept = {tp: e for tp, e in self._leaderless.items() if not _names(only, tp)}
+            kept = {tp: e for tp, e in self._leaderless.items() if not covers(only, tp)}
             leaderless = kept | leaderless
         self._leaderless = leaderless
         return sum(1 for o in outcomes.values() if o is _Write.WRITTEN)
@@ -323,7 +331,7 @@ class Controller:
             return frozenset()
         return noted[1]
 
-    async def _check_imbalance_forever(self, view: _FollowedView) -> None:
+    async def _check_imbalance_forever(self, view: FollowedView) -> None:
         """Kafka's auto leader rebalance task for one view of a term: the first check
         :data:`FIRST_IMBALANCE_CHECK_S` in, then one every ``leader.imbalance.check.interval.seconds``
         (both read again each time, as is ``auto.leader.rebalance.enable``). A check that finds
@@ -352,7 +360,7 @@ class Controller:
             if leadership is not None and self.cache.halted is None:
                 if items is None:
                     items, _ = await self.store.list(WATCHED_PREFIX)
-                live, topics, offline = _cluster_view(items, self._parsed)
+                live, topics, offline = cluster_view(items, self._parsed)
                 percentage = int(self.config["leader.imbalance.per.broker.percentage"])
                 moves = leader_imbalance_moves(topics, live - shutting_down_ids(items), offline, percentage)
                 if moves and any_reassigning(items):
@@ -414,7 +422,7 @@ class Controller:
             if not pending or leadership is None or self.cache.halted is not None:
                 break
             items, _ = await self.store.list(WATCHED_PREFIX)
-            live, topics, offline = _cluster_view(items)
+            live, topics, offline = cluster_view(items)
             live -= shutting_down_ids(items)
             decisions: list[tuple[TopicPartition, PartitionState]] = []
             async for tp in paced(pending):
@@ -495,7 +503,7 @@ class Controller:
             if not pending or leadership is None or self.cache.halted is not None:
                 return
             items, _ = await self.store.list(WATCHED_PREFIX)
-            live, _, offline = _cluster_view(items)
+            live, _, offline = cluster_view(items)
             live -= shutting_down_ids(items)
             by_topic: dict[str, list[TopicPartition]] = {}
             for tp in pending:
@@ -668,332 +676,3 @@ def one_line(exc: BaseException) -> str:
     """An error for a log line: its type and message on one line (a store's client library
     may raise errors whose text spans lines, such as gRPC's)."""
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-
-
-class _FollowedView:
-    """A ``/brokers/`` listing kept current by a watch from its revision, so each decision pass
-    reads the store's latest state without listing it again: a listing per change made the
-    controller's work grow with the square of the topics (on ZooKeeper a listing walks every
-    znode), and creating a few hundred topics took minutes. Changes that arrive while a pass
-    runs are decided together by the next one."""
-
-    def __init__(self, store: MetadataStore, items: dict[str, Versioned], revision: int) -> None:
-        self.store = store
-        self.items = items
-        #: the keys outside ``/brokers/topics/`` (registrations, offline replicas)
-        self.brokers = {k: v for k, v in items.items() if not k.startswith(TOPICS_PREFIX)}
-        self.revision = revision
-        #: partitions changed since the last :meth:`take_changed`; None: something else did
-        self._changed_partitions: Changed | None = {}
-        #: the watch ended: the session ended, or (``compacted``) the store must be listed again
-        self.ended = False
-        self.compacted = False
-        self._changed = trio.Event()
-
-    async def follow(self) -> None:
-        try:
-            async for ev in self.store.watch(WATCHED_PREFIX, after_revision=self.revision):
-                log.debug("controller: change of %s at %d", ev.key, ev.revision)
-                # a registration's create revision is its broker's epoch (_note_returns)
-                value = None if ev.value is None else Versioned(ev.value, ev.version, ev.create_revision)
-                for into in (self.items, None if ev.key.startswith(TOPICS_PREFIX) else self.brokers):
-                    if into is not None:
-                        if value is None:
-                            into.pop(ev.key, None)
-                        else:
-                            into[ev.key] = value
-                if not ev.key.startswith(TOPICS_PREFIX):
-                    self._changed_partitions = None
-                else:
-                    name, partition = _partition_of(ev.key)
-                    self._note_change(name, partition)
-                self.revision = ev.revision
-                self._changed.set()
-        except MetadataCompacted:
-            self.compacted = True
-        self.ended = True
-        self._changed.set()
-
-    def topic_config_changed(self, topic: str) -> None:
-        """The metadata cache's listener: ``topic``'s config changed, so its partitions are
-        decided again (Kafka's controller elects on ``unclean.leader.election.enable`` being
-        set; a partial pass otherwise never looked at a leaderless partition again until a
-        broker came or went)."""
-        self._note_change(topic, None)
-        self._changed.set()
-
-    def _note_change(self, topic: str, partition: int | None) -> None:
-        """Record a change of ``topic``'s ``partition`` (None: of the whole topic)."""
-        changed = self._changed_partitions
-        if changed is None:
-            return
-        if partition is None:
-            changed[topic] = None
-        elif topic not in changed:
-            changed[topic] = {partition}
-        else:
-            partitions = changed[topic]
-            if partitions is not None:
-                partitions.add(partition)
-
-    async def changed(self) -> None:
-        """Wait for a change since the last call (or for the watch's end)."""
-        await self._changed.wait()
-        self._changed = trio.Event()
-
-    def take_changed(self) -> Changed | None:
-        """The partitions changed since the last call (per topic; None for a topic whose
-        assignment or config changed), or None when a registration or an offline replica
-        changed too (every partition must be decided again)."""
-        changed, self._changed_partitions = self._changed_partitions, {}
-        return changed
-
-
-#: decoded ``/brokers/`` values of the last decision pass: key -> (the Versioned it came from, decoded)
-ParsedItems = dict[str, tuple[Versioned, Any]]
-#: partitions to decide: topic -> its partitions, or None for all of them
-Changed = dict[str, set[int] | None]
-#: per topic: (its assignment: partition -> replicas, its partition states)
-TopicsView = dict[str, tuple[dict[int, tuple[int, ...]], dict[int, PartitionState]]]
-
-
-def _partition_of(key: str) -> tuple[str, int | None]:
-    """(topic, partition) of a key under ``/brokers/topics/``: the partition of a partition
-    state key, None for any other key of the topic (its assignment)."""
-    parts = key[len(TOPICS_PREFIX) :].split("/")
-    if len(parts) == 4 and parts[1] == "partitions" and parts[3] == "state" and parts[2].isdigit():
-        return parts[0], int(parts[2])
-    return parts[0], None
-
-
-def _names(changed: Mapping[str, Collection[int] | None], tp: TopicPartition) -> bool:
-    """Whether ``changed`` covers ``tp``."""
-    if tp.topic not in changed:
-        return False
-    partitions = changed[tp.topic]
-    return partitions is None or tp.partition in partitions
-
-
-def _cluster_view(
-    items: Mapping[str, Versioned], parsed: ParsedItems | None = None
-) -> tuple[set[int], TopicsView, dict[TopicPartition, set[int]]]:
-    """Live broker ids, per topic (assignment, partition states), and the live brokers whose
-    replica of a partition is offline (a failed log dir), from a ``/brokers/`` listing.
-
-    ``parsed`` (the controller's, kept across passes) holds what the last pass decoded; a value
-    still the same object is not decoded again, and the dict is refilled with this pass's
-    values only. Decoding every assignment and state on every pass was most of a pass's time
-    with a thousand topics, and a pass runs on every change."""
-    live: set[int] = set()
-    topics: TopicsView = {}
-    earlier: ParsedItems = dict(parsed) if parsed is not None else {}
-    if parsed is not None:
-        parsed.clear()
-    for key, v in items.items():
-        if key.startswith(BROKERS_PREFIX):
-            if key[len(BROKERS_PREFIX) :].isdigit():
-                live.add(int(key[len(BROKERS_PREFIX) :]))
-            continue
-        if not key.startswith(TOPICS_PREFIX):
-            continue
-        parts = key[len(TOPICS_PREFIX) :].split("/")
-        if len(parts) == 1:
-            decode: Any = _decode_assignment
-        elif len(parts) == 4 and parts[1] == "partitions" and parts[3] == "state":
-            decode = PartitionState.decode
-        else:
-            continue
-        seen = earlier.get(key)
-        value = seen[1] if seen is not None and seen[0] is v else decode(v)
-        if parsed is not None:
-            parsed[key] = (v, value)
-        entry = topics.setdefault(parts[0], ({}, {}))
-        if len(parts) == 1:
-            entry[0].update(value)
-        else:
-            entry[1][int(parts[2])] = value
-    return live, topics, offline_replicas_of(items, live)
-
-
-def any_reassigning(items: Mapping[str, Versioned]) -> bool:
-    """Whether a ``/brokers/`` listing has a partition being reassigned."""
-    return any(
-        reassignments_in(v.value)
-        for key, v in items.items()
-        if key.startswith(TOPICS_PREFIX) and "/" not in key[len(TOPICS_PREFIX) :]
-    )
-
-
-def broker_epochs(items: Mapping[str, Versioned]) -> dict[int, int]:
-    """Registered broker ids -> their broker epochs (registration create revisions), from a
-    ``/brokers/`` listing."""
-    return {
-        int(key[len(BROKERS_PREFIX) :]): v.create_revision
-        for key, v in items.items()
-        if key.startswith(BROKERS_PREFIX) and key[len(BROKERS_PREFIX) :].isdigit()
-    }
-
-
-def _brokers_view(brokers: Mapping[str, Versioned]) -> tuple[set[int], dict[TopicPartition, set[int]]]:
-    """Live broker ids and offline replicas from the keys of ``/brokers/`` that are not topics'."""
-    live = {
-        int(key[len(BROKERS_PREFIX) :])
-        for key in brokers
-        if key.startswith(BROKERS_PREFIX) and key[len(BROKERS_PREFIX) :].isdigit()
-    }
-    return live, offline_replicas_of(brokers, live)
-
-
-def _topics_view(
-    items: Mapping[str, Versioned], names: Mapping[str, Collection[int] | None], parsed: ParsedItems
-) -> TopicsView:
-    """(assignment, partition states) of the topics ``names`` that exist in ``items``, with the
-    states of only the partitions ``names`` lists for each (None: all), decoding only values
-    ``parsed`` does not hold yet (and adding them)."""
-
-    def decoded(key: str, v: Versioned, decode: Any) -> Any:
-        seen = parsed.get(key)
-        if seen is not None and seen[0] is v:
-            return seen[1]
-        value = decode(v)
-        parsed[key] = (v, value)
-        return value
-
-    topics: TopicsView = {}
-    for name in names:
-        key = TOPICS_PREFIX + name
-        v = items.get(key)
-        if v is None:
-            continue  # deleted: nothing left to decide
-        assignment: dict[int, tuple[int, ...]] = decoded(key, v, _decode_assignment)
-        states: dict[int, PartitionState] = {}
-        wanted = names[name]
-        for p in assignment if wanted is None else sorted(wanted):
-            state_key = f"{key}/partitions/{p}/state"
-            sv = items.get(state_key)
-            if sv is not None:
-                states[p] = decoded(state_key, sv, PartitionState.decode)
-        topics[name] = (assignment, states)
-    return topics
-
-
-def _decode_assignment(v: Versioned) -> dict[int, tuple[int, ...]]:
-    doc = json.loads(v.value)
-    return {int(p): tuple(int(r) for r in reps) for p, reps in doc["partitions"].items()}
-
-
-def shrink_dead_from_isr(state: PartitionState, live: set[int]) -> PartitionState | None:
-    """A live leader's state without the dead brokers in its ISR (same leader epoch), or None."""
-    isr = tuple(r for r in state.isr if r in live or r == state.leader)
-    if isr == state.isr:
-        return None
-    return PartitionState(state.leader, state.leader_epoch, isr, state.version)
-
-
-def preferred_leader(replicas: tuple[int, ...], state: PartitionState, live: set[int]) -> PartitionState | None:
-    """Kafka's preferred-replica election: the first assigned replica leads again (epoch + 1)
-    once it is alive and in the ISR; None when it already leads or does not qualify."""
-    if not replicas or replicas[0] == state.leader or replicas[0] not in live or replicas[0] not in state.isr:
-        return None
-    return PartitionState(replicas[0], state.leader_epoch + 1, state.isr, state.version)
-
-
-def leader_imbalance_moves(
-    topics: Mapping[str, tuple[Mapping[int, tuple[int, ...]], Mapping[int, PartitionState]]],
-    live: set[int],
-    offline: Mapping[TopicPartition, set[int]],
-    percentage: int,
-) -> list[tuple[TopicPartition, PartitionState]]:
-    """The preferred-leader elections one leader-imbalance check makes, as Kafka's controller
-    decides them: partitions are grouped by preferred (first assigned) replica; a broker's
-    imbalance is the share of its group whose state names another leader (a partition with no
-    state yet counts in the group only); when that share is over ``percentage`` %, each such
-    partition whose preferred replica is alive, its replica not offline, and in the ISR is moved
-    back to it (:func:`preferred_leader`). Sorted by partition."""
-    groups: dict[int, list[tuple[TopicPartition, tuple[int, ...], PartitionState | None]]] = {}
-    for name, (assignment, states) in topics.items():
-        for p, replicas in assignment.items():
-            if replicas:
-                groups.setdefault(replicas[0], []).append((TopicPartition(name, p), replicas, states.get(p)))
-    moves: list[tuple[TopicPartition, PartitionState]] = []
-    for broker, group in sorted(groups.items()):
-        elsewhere = [(tp, r, s) for tp, r, s in group if s is not None and s.leader != broker]
-        if not elsewhere or len(elsewhere) * 100 <= percentage * len(group):
-            continue
-        found = 0
-        for tp, replicas, state in elsewhere:
-            assert state is not None
-            new = preferred_leader(replicas, state, live - offline.get(tp, set()))
-            if new is not None:
-                moves.append((tp, new))
-                found += 1
-        if found:
-            log.info(
-                "leader imbalance of broker %d: %d of its %d preferred partitions led elsewhere; moving %d back",
-                broker,
-                len(elsewhere),
-                len(group),
-                found,
-            )
-    moves.sort(key=lambda m: (m[0].topic, m[0].partition))
-    return moves
-
-
-def elect_leader(
-    replicas: tuple[int, ...],
-    state: PartitionState,
-    live: set[int],
-    unclean: bool,
-    returned: Collection[int] = (),
-) -> PartitionState | None:
-    """Kafka's ``offlinePartitionLeaderElection``: the new state, or None when nobody qualifies.
-
-    ``returned`` are brokers that came back since ``state`` was written (restarted): Kafka's
-    controller takes them for dead first, so another live ISR member leads if there is one,
-    without them in its ISR (they rejoin it by catching up); only when none is left is one of
-    them elected, before any unclean election."""
-    in_sync_live = [r for r in replicas if r in live and r in state.isr]
-    others = [r for r in in_sync_live if r not in returned] if returned else in_sync_live
-    if others:
-        return PartitionState(others[0], state.leader_epoch + 1, tuple(others), state.version)
-    if in_sync_live:
-        return PartitionState(in_sync_live[0], state.leader_epoch + 1, tuple(in_sync_live), state.version)
-    if unclean:
-        live_replicas = [r for r in replicas if r in live]
-        if live_replicas:
-            return PartitionState(live_replicas[0], state.leader_epoch + 1, (live_replicas[0],), state.version)
-    return None
-
-
-def decide_election(
-    election_type: ElectionType, replicas: tuple[int, ...], state: PartitionState, live: set[int]
-) -> PartitionState | ElectLeadersResult:
-    """An ElectLeaders election for one partition, as Kafka's controller decides it: the new
-    state to write, or the answer when there is nothing to write.
-
-    PREFERRED: ELECTION_NOT_NEEDED when the first assigned replica already leads (and is
-    alive); otherwise it leads (epoch + 1, same ISR) if it is alive and in the ISR, else
-    PREFERRED_LEADER_NOT_AVAILABLE. UNCLEAN: ELECTION_NOT_NEEDED while the leader is alive;
-    otherwise the offline-partition election with unclean election allowed whatever the topic
-    says (a live ISR member, else the first live replica with the ISR just itself), else
-    ELIGIBLE_LEADERS_NOT_AVAILABLE."""
-    leader_alive = state.leader in live
-    if election_type is ElectionType.PREFERRED:
-        if leader_alive and replicas and replicas[0] == state.leader:
-            return ElectLeadersResult(ErrorCode.ELECTION_NOT_NEEDED)
-        new = preferred_leader(replicas, state, live)
-        if new is None:
-            if not replicas:
-                why = "the partition has no assigned replicas"
-            elif replicas[0] not in live:
-                why = f"the preferred replica {replicas[0]} is not alive"
-            else:
-                why = f"the preferred replica {replicas[0]} is not in the ISR {list(state.isr)}"
-            return ElectLeadersResult(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, why)
-        return new
-    if leader_alive:
-        return ElectLeadersResult(ErrorCode.ELECTION_NOT_NEEDED)
-    new = elect_leader(replicas, state, live, unclean=True)
-    if new is None:
-        return ElectLeadersResult(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, f"no replica of {list(replicas)} is alive")
-    return new
