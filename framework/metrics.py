@@ -308,7 +308,13 @@ class BrokerCollector:
             (
                 "odradek_connections_accept_throttled_ms",
                 core.connection_quotas.accept_throttled_ms,
-                "Milliseconds the listeners paused accepting for max.connection.creation.rate (KIP-612).",
+                "Milliseconds the listeners paused accepting for the broker's and the listeners' "
+                "max.connection.creation.rate (KIP-612).",
+            ),
+            (
+                "odradek_connections_evicted",
+                core.connection_quotas.evicted,
+                "Connections closed to make room for inter-broker ones over max.connections (KIP-402).",
             ),
             (
                 "kafka_network_socketserver_memorypoolused",
