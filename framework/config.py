@@ -179,8 +179,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "until one closes (new connections wait in the listen backlog, none is refused). The inter-broker "
         "listener, when there are others, is never held back by it: its connection over the limit closes the "
         "least recently used connection of another listener. Per listener (KIP-402): "
-        "listener.name.<listener>.max.connections, that listener's own limit (default: this value). Dynamic "
-        "(a broker's or the cluster default, IncrementalAlterConfigs).",
+        "listener.name.<listener>.max.connections, that listener's own limit (default: this value). Both "
+        "dynamic (a broker's or the cluster default, IncrementalAlterConfigs).",
         minimum=0,
         extra={"per_listener": True},
     ),
@@ -192,7 +192,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "listeners pause accepting for the time that brings the rate back. Dynamic (a broker's or "
         "the cluster default, IncrementalAlterConfigs). Not applied to the inter-broker listener when "
         "there are others. Per listener: listener.name.<listener>.max.connection.creation.rate, recorded "
-        "next to this one (default: this value, static). Per-address rates are the ip quota "
+        "next to this one (default: this value; dynamic too). Per-address rates are the ip quota "
         "connection_creation_rate.",
         minimum=0,
         extra={"per_listener": True},

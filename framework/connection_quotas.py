@@ -294,6 +294,15 @@ class ConnectionQuotas:
         self._slot_freed.unpark_all()
         self._make_room()
 
+    def set_listener_limits(self, max_connections: Mapping[str, int], creation_rates: Mapping[str, int]) -> None:
+        """The listeners' own ``max.connections`` and ``max.connection.creation.rate`` (the
+        dynamic broker config), by listener name; a listener left out takes the broker-wide
+        value. A listener over a lowered limit keeps its connections (Kafka closes connections
+        only for the broker-wide limit) and accepts again below it."""
+        self.listener_max_connections = {k.upper(): v for k, v in max_connections.items()}
+        self.listener_creation_rates = {k.upper(): v for k, v in creation_rates.items()}
+        self._slot_freed.unpark_all()
+
     async def acquire(self, address: str, listener: str | None = None) -> bool:
         """Count a new connection from ``address`` on ``listener`` (None: a transport that does
         not name it; only the broker-wide limits hold), first waiting while the listener or the

@@ -10,13 +10,15 @@ import socket
 import struct
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 from broker_harness import running_broker
+from test_replication_quota import _alter, _describe
 
-from odradek.broker.api import AlterableConfig, AlterConfigOp, AlterConfigsResource, ConfigResourceType
+from odradek.broker.api import AlterConfigOp, ConfigSource
 from odradek.config import INT_MAX, ConfigError, default_config, parse_connection_overrides
 from odradek.connection_quotas import ConnectionQuotas, normalize_address, resolve_overrides
 from odradek.errors import ErrorCode
@@ -352,14 +354,52 @@ async def test_max_connections_is_a_dynamic_broker_config(tmp_path: Path) -> Non
         for conn in served:
             assert await quotas.acquire("10.0.0.1", "PLAINTEXT")
             quotas.track("PLAINTEXT", conn)
-        ops = [AlterableConfig("max.connections", AlterConfigOp.SET, "2")]
-        [done] = await core.incremental_alter_configs([AlterConfigsResource(ConfigResourceType.BROKER, "", ops)], False)
+        [done] = await core.incremental_alter_configs([_alter("", ("max.connections", AlterConfigOp.SET, "2"))], False)
         assert done.error == ErrorCode.NONE, done.error_message
         assert quotas.max_connections == 2
         assert [conn.evicted for conn in served] == [True, False, False]
-        ops = [AlterableConfig("max.connections", AlterConfigOp.DELETE, None)]
-        [done] = await core.incremental_alter_configs([AlterConfigsResource(ConfigResourceType.BROKER, "", ops)], False)
+        ops = _alter("", ("max.connections", AlterConfigOp.DELETE, None))
+        [done] = await core.incremental_alter_configs([ops], False)
         assert quotas.max_connections == INT_MAX
+
+
+async def test_listener_limits_are_dynamic_broker_configs(tmp_path: Path) -> None:
+    """listener.name.<listener>.max.connections and .max.connection.creation.rate (Kafka's
+    ListenerReconfigurableConfigs): set on a broker or the cluster default, described, deleted."""
+    key, rate_key = "listener.name.plaintext.max.connections", "listener.name.plaintext.max.connection.creation.rate"
+
+    async def alter(broker: str, *ops: tuple[str, AlterConfigOp, str | None]) -> Any:
+        [done] = await core.incremental_alter_configs([_alter(broker, *ops)], False)
+        return done
+
+    async with running_broker(tmp_path) as core:
+        quotas = core.connection_quotas
+        assert quotas.listener_limit("PLAINTEXT") == INT_MAX
+        done = await alter("", (key, AlterConfigOp.SET, "9"))
+        assert done.error == ErrorCode.NONE, done.error_message
+        done = await alter("0", (key, AlterConfigOp.SET, "4"), (rate_key, AlterConfigOp.SET, "7"))
+        assert done.error == ErrorCode.NONE, done.error_message
+        assert (quotas.listener_limit("PLAINTEXT"), quotas.listener_creation_rates) == (4, {"PLAINTEXT": 7})
+        entry = await _describe(core, "0", key)
+        assert (entry.name, entry.value, entry.source, entry.read_only) == (
+            key,
+            "4",
+            ConfigSource.DYNAMIC_BROKER_CONFIG,
+            False,
+        )
+        assert [(s[1], s[2]) for s in entry.synonyms] == [
+            ("4", ConfigSource.DYNAMIC_BROKER_CONFIG),
+            ("9", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ]
+        await alter("0", (key, AlterConfigOp.DELETE, None))
+        assert quotas.listener_limit("PLAINTEXT") == 9  # the cluster default's
+        await alter("", (key, AlterConfigOp.DELETE, None))
+        assert quotas.listener_limit("PLAINTEXT") == INT_MAX
+        for refused in ("listener.name.plaintext.ssl.keystore.location", "listener.name.plaintext.num.io.threads"):
+            done = await alter("0", (refused, AlterConfigOp.SET, "x"))
+            assert done.error == ErrorCode.INVALID_CONFIG and refused in (done.error_message or ""), done
+        done = await alter("0", (key, AlterConfigOp.SET, "-1"))
+        assert done.error == ErrorCode.INVALID_CONFIG and "below the minimum" in (done.error_message or "")
 
 
 # -- a broker process -----------------------------------------------------------------------------
