@@ -274,6 +274,11 @@ class ConnectionQuotas:
         """How many connections ``listener`` holds now."""
         return self._per_listener.get(listener.upper(), 0)
 
+    def listener_rows(self) -> list[tuple[str, int, int]]:
+        """(listener, connections it holds, its limit) for every listener that took one, for the
+        metrics."""
+        return [(name, count, self.listener_limit(name)) for name, count in sorted(self._per_listener.items())]
+
     def listener_limit(self, listener: str) -> int:
         """How many connections ``listener`` may hold (its own limit, else ``max.connections``)."""
         return self.listener_max_connections.get(listener.upper(), self.max_connections)

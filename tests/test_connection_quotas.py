@@ -22,7 +22,7 @@ from odradek.broker.api import AlterConfigOp, ConfigSource
 from odradek.config import INT_MAX, ConfigError, default_config, parse_connection_overrides
 from odradek.connection_quotas import ConnectionQuotas, normalize_address, resolve_overrides
 from odradek.errors import ErrorCode
-from odradek.testing.broker import start_broker
+from odradek.testing.broker import sample, start_broker
 from odradek.testing.transport import api_versions_frame
 
 # -- config ---------------------------------------------------------------------------------------
@@ -563,8 +563,12 @@ def test_a_broker_holds_listener_limits_and_keeps_room_for_inter_broker_connecti
                 assert _answers(inter, 20 + attempt), "an inter-broker connection was not served"
             assert _closed_by_broker(second), "the least recently used PLAINTEXT connection stayed open"
             assert _answers(third, 10)
-            evicted = sum(v for (name, _), v in broker.metrics().items() if name == "odradek_connections_evicted")
-            assert evicted == 1
+            metrics = broker.metrics()
+            assert sample(metrics, "odradek_connections_evicted") == 1
+            count = "kafka_server_socket_server_metrics_listener_connection_count"
+            held = {listener: sample(metrics, count, listener=listener) for listener in ("PLAINTEXT", "REPLICATION")}
+            assert held == {"PLAINTEXT": 1, "REPLICATION": 2}
+            assert sample(metrics, "odradek_listener_max_connections", listener="PLAINTEXT") == 2
         finally:
             for sock in opened:
                 sock.close()
