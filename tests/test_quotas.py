@@ -668,5 +668,31 @@ async def test_a_fetch_over_the_request_quota_alone_is_answered_without_records(
         await _send(client, produce, 3, "r")
         _, response = decode_response(ApiKey.PRODUCE, 7, await _receive(client))
         assert response.throttle_time_ms == 1000 and len(broker.produced) == 1  # throttled, appended
+        assert request_sensors.throttled == 2
+        nursery.cancel_scope.cancel()
+    client.close()
+
+
+async def test_a_request_over_both_quotas_waits_the_longer_time_counted_on_that_quota_alone(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Kafka's maxThrottleTimeMs: a Produce over producer_byte_rate (tens of seconds) and over
+    request_percentage (one window at most) is throttled for the byte rate's time, and only the
+    byte rate's throttle metrics count it (requestHelper.throttle)."""
+    from test_transport_tcp import _paired
+
+    broker = _scripted_with_quotas(tmp_path, {})
+    quotas = broker.quotas
+    quotas.configs.set_entity(QuotaEntity(None, "b"), {REQUEST_PERCENTAGE: 1e-9, PRODUCER_BYTE_RATE: 1.0})
+    conn, client = _paired(broker)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        partitions = [TopicProduceData("t", [PartitionProduceData(0, bytearray(100))])]
+        await _send(client, ProduceRequestData(1, 1000, partitions, None, 7), 1, "b")
+        _, response = decode_response(ApiKey.PRODUCE, 7, await _receive(client))
+        assert response.throttle_time_ms > 1000
+        ((tags, produce),) = quotas.produce.sensors.items()
+        assert (produce.throttled, produce.throttle_ms_total) == (1, response.throttle_time_ms)
+        assert quotas.request.sensors[tags].throttled == 0  # recorded, but not the time waited
         nursery.cancel_scope.cancel()
     client.close()

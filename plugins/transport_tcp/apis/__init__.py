@@ -111,14 +111,16 @@ class RequestTime:
         self._start: float = meter.task_time(self.task)
         self.recorded = False
 
-    def record(self) -> int:
+    def record(self, *, count: bool = True) -> int:
         """Count the thread time so far (nothing on a second call); the throttle time in ms it
-        earned, which the caller applies (the response's ``throttle_time_ms``, the mute)."""
+        earned, which the caller applies (the response's ``throttle_time_ms``, the mute). With
+        ``count`` False the throttle is left out of the request quota's throttle metrics: the
+        caller counts it only if it is the time the client waits."""
         if self.recorded:
             return 0
         self.recorded = True
         seconds = self.meter.task_time(self.task) - self._start
-        throttle_ms: int = self.quotas.record_request_time(self.user, self.client_id, seconds)
+        throttle_ms: int = self.quotas.record_request_time(self.user, self.client_id, seconds, count=count)
         return throttle_ms
 
 

@@ -245,7 +245,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Pr
             )
         except KafkaError as exc:
             results.update({tp: PartitionProduceResult(exc.code, error_message=str(exc)) for tp in partitions})
-    throttle_ms = _record_produce_quota(ctx)
+    throttle_ms = _record_produce_quota(ctx, request.acks)
     if request.acks == 0:
         failed = {tp: r.error for tp, r in results.items() if r.error != ErrorCode.NONE}
         if failed:
@@ -290,18 +290,36 @@ def _quotas(ctx: RequestContext) -> Any:
     return getattr(ctx.broker, "quotas", None)
 
 
-def _record_produce_quota(ctx: RequestContext) -> int:
-    """Count the whole request's size (header and body: Kafka's ``request.sizeInBytes``) against
-    the client's ``producer_byte_rate``, whatever became of its partitions; a client over it is
-    throttled: the time goes into the response and the connection is muted for it, acks=0 too
-    (no response carries it, but the mute still slows the client), as Kafka does. The request
-    quota is the dispatcher's (after this handler; Kafka records both and mutes for the larger
-    time, which is what the two together come to)."""
+def _record_produce_quota(ctx: RequestContext, acks: int) -> int:
+    """Kafka's Produce under quotas: the whole request's size (header and body: Kafka's
+    ``request.sizeInBytes``) is counted against the client's ``producer_byte_rate``, whatever
+    became of its partitions, and, unless acks=0, the request's thread time so far against its
+    ``request_percentage``; the client waits the larger throttle time (see :func:`_throttle`),
+    acks=0 too (no response carries it, but the mute still slows the client). The records stay
+    appended either way."""
     quotas = _quotas(ctx)
-    if quotas is None or not quotas.produce.enabled():
+    request_ms = ctx.request_time.record(count=False) if ctx.request_time is not None and acks != 0 else 0
+    bandwidth_ms = 0
+    if quotas is not None and quotas.produce.enabled():
+        user, client_id = ctx.principal.name, ctx.header.client_id or ""
+        bandwidth_ms = quotas.produce.record(user, client_id, ctx.request_size, count=False)
+    return _throttle(ctx, quotas, quotas.produce if quotas is not None else None, bandwidth_ms, request_ms)
+
+
+def _throttle(ctx: RequestContext, quotas: Any, bandwidth: Any, bandwidth_ms: int, request_ms: int) -> int:
+    """The throttle of a request under a byte-rate quota (``bandwidth``, Produce's or Fetch's)
+    and the request quota (KafkaApis' ``maxThrottleTimeMs``): the larger time, counted in that
+    quota's throttle metrics only (Kafka's ``requestHelper.throttle``), the connection muted for
+    it. 0: not throttled."""
+    throttle_ms = max(bandwidth_ms, request_ms)
+    if throttle_ms <= 0:
         return 0
-    throttle_ms: int = quotas.produce.record(ctx.principal.name, ctx.header.client_id or "", ctx.request_size)
-    if throttle_ms > 0 and ctx.throttle is not None:
+    user, client_id = ctx.principal.name, ctx.header.client_id or ""
+    if bandwidth_ms > request_ms:
+        bandwidth.count_throttle(user, client_id, bandwidth_ms)
+    else:
+        quotas.request.count_throttle(user, client_id, request_ms)
+    if ctx.throttle is not None:
         ctx.throttle(throttle_ms)
     return throttle_ms
 
@@ -420,24 +438,22 @@ def _throttle_fetch(
     ``FetchResponse.sizeOf`` of the partitions it would carry) is counted against the client's
     ``consumer_byte_rate``, and the request's thread time so far against its
     ``request_percentage``. When either throttles, the answer has no records and carries the
-    larger time, the connection is muted for it, and the bytes are taken back off the byte rate
-    (they were not sent); a fetch session stays where it was, so the next fetch asks for the
-    same records. None: answer normally."""
+    larger time (counted in that quota's throttle metrics), the connection is muted for it, and
+    the bytes are taken back off the byte rate (they were not sent); a fetch session stays where
+    it was, so the next fetch asks for the same records. None: answer normally."""
     user, client_id = ctx.principal.name, ctx.header.client_id or ""
-    request_ms = ctx.request_time.record() if ctx.request_time is not None else 0
+    request_ms = ctx.request_time.record(count=False) if ctx.request_time is not None else 0
     size = 0
     bandwidth_ms = 0
     if quotas is not None and quotas.fetch.enabled():
         size = _fetch_response_size(ctx, context, results)
-        bandwidth_ms = quotas.fetch.record(user, client_id, size)
-    throttle_ms = max(request_ms, bandwidth_ms)
+        bandwidth_ms = quotas.fetch.record(user, client_id, size, count=False)
+    throttle_ms = _throttle(ctx, quotas, quotas.fetch if quotas is not None else None, bandwidth_ms, request_ms)
     if throttle_ms <= 0:
         return None
     if size:
         quotas.fetch.unrecord(user, client_id, size)
     _release_all(results.values())
-    if ctx.throttle is not None:
-        ctx.throttle(throttle_ms)
     session = context.session
     if session is None:  # a full fetch: no session is created (Kafka's FullFetchContext)
         return FetchResponseData([], session_id=INVALID_SESSION_ID, throttle_time_ms=throttle_ms)
