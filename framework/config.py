@@ -82,10 +82,12 @@ def _k(
     minimum: float | None = None,
     maximum: float | None = None,
     topic_key: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> ConfigKey:
     if maximum is None and type_ is int:
         maximum = INT_MAX if name in KAFKA_INT_KEYS else SHORT_MAX if name in KAFKA_SHORT_KEYS else None
-    return ConfigKey(name, type_, default, doc, choices=choices, minimum=minimum, topic_key=topic_key, maximum=maximum)
+    key = ConfigKey(name, type_, default, doc, choices=choices, minimum=minimum, topic_key=topic_key, maximum=maximum)
+    return dataclasses.replace(key, extra=dict(extra)) if extra else key
 
 
 #: The security protocols a listener may use, and Kafka's default listener map (each standard
@@ -174,8 +176,13 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         int,
         INT_MAX,
         "Connections the broker holds at once, over all listeners; at the limit, listeners stop accepting "
-        "until one closes (new connections wait in the listen backlog, none is refused).",
+        "until one closes (new connections wait in the listen backlog, none is refused). The inter-broker "
+        "listener, when there are others, is never held back by it: its connection over the limit closes the "
+        "least recently used connection of another listener. Per listener (KIP-402): "
+        "listener.name.<listener>.max.connections, that listener's own limit (default: this value). Both "
+        "dynamic (a broker's or the cluster default, IncrementalAlterConfigs).",
         minimum=0,
+        extra={"per_listener": True},
     ),
     _k(
         "max.connection.creation.rate",
@@ -183,9 +190,12 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         INT_MAX,
         "New connections a second the broker accepts, over all listeners (KIP-612); above it the "
         "listeners pause accepting for the time that brings the rate back. Dynamic (a broker's or "
-        "the cluster default, IncrementalAlterConfigs). Per-address rates are the ip quota "
+        "the cluster default, IncrementalAlterConfigs). Not applied to the inter-broker listener when "
+        "there are others. Per listener: listener.name.<listener>.max.connection.creation.rate, recorded "
+        "next to this one (default: this value; dynamic too). Per-address rates are the ip quota "
         "connection_creation_rate.",
         minimum=0,
+        extra={"per_listener": True},
     ),
     _k(
         "max.connections.per.ip",

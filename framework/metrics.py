@@ -255,6 +255,8 @@ class Snapshot:
     quotas: list[Any] = field(default_factory=list)
     #: controller mutation quota rows (``odradek.broker.mutation_quota.MutationSample``)
     mutation_quotas: list[Any] = field(default_factory=list)
+    #: (listener, connections it holds, its limit) for each listener seen (KIP-402)
+    listeners: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 class BrokerCollector:
@@ -308,7 +310,13 @@ class BrokerCollector:
             (
                 "odradek_connections_accept_throttled_ms",
                 core.connection_quotas.accept_throttled_ms,
-                "Milliseconds the listeners paused accepting for max.connection.creation.rate (KIP-612).",
+                "Milliseconds the listeners paused accepting for the broker's and the listeners' "
+                "max.connection.creation.rate (KIP-612).",
+            ),
+            (
+                "odradek_connections_evicted",
+                core.connection_quotas.evicted,
+                "Connections closed to make room for inter-broker ones over max.connections (KIP-402).",
             ),
             (
                 "kafka_network_socketserver_memorypoolused",
@@ -450,6 +458,7 @@ class BrokerCollector:
             broker=broker,
             quotas=core.quotas.metric_samples() if getattr(core, "quotas", None) is not None else [],
             mutation_quotas=core.quotas.mutation_samples() if getattr(core, "quotas", None) is not None else [],
+            listeners=core.connection_quotas.listener_rows(),
         )
 
     def families(self, snap: Snapshot) -> list[Metric]:
@@ -505,6 +514,20 @@ class BrokerCollector:
         for name, watched in snap.purgatories:
             purgatory.add_metric([name], watched)
         out.append(purgatory)
+        per_listener = GaugeMetricFamily(
+            "kafka_server_socket_server_metrics_listener_connection_count",
+            "Connections a listener holds (Kafka's connection-count per listener).",
+            labels=["listener"],
+        )
+        listener_limit = GaugeMetricFamily(
+            "odradek_listener_max_connections",
+            "The connections a listener may hold: listener.name.<listener>.max.connections, else max.connections.",
+            labels=["listener"],
+        )
+        for name, count, limit in snap.listeners:
+            per_listener.add_metric([name], count)
+            listener_limit.add_metric([name], limit)
+        out += [per_listener, listener_limit]
         labels = ["topic", "partition"]
         size = GaugeMetricFamily("kafka_log_log_size", "Bytes of a partition's log.", labels=labels)
         start = GaugeMetricFamily("kafka_log_log_logstartoffset", "A partition's log start offset.", labels=labels)

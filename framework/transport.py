@@ -124,20 +124,25 @@ async def start_connection(
 ) -> bool:
     """Serve the accepted socket ``sock`` in ``connections`` if the broker's connection limits
     let it in (call it from the accept loop: it waits while the broker holds ``max.connections``,
-    which is what stops accepting). ``address`` is the client's address the per-address limit
-    counts (one shared name for a family without addresses, such as Unix sockets). False when
-    ``address`` already holds ``max.connections.per.ip``: the socket is closed, as Kafka does."""
+    which is what stops accepting, and while the listener holds its own). ``address`` is the
+    client's address the per-address limit counts (one shared name for a family without
+    addresses, such as Unix sockets). False when ``address`` already holds
+    ``max.connections.per.ip``: the socket is closed, as Kafka does. A served connection may be
+    closed to make room for an inter-broker one (see ``odradek.connection_quotas``)."""
     quotas = dispatcher.broker.connection_quotas
+    listener = dispatcher.listener.name
     if not await quotas.admit(
-        sock, address, peer=peer, where=f"listener {dispatcher.listener.name}", nursery=connections
+        sock, address, peer=peer, where=f"listener {listener}", nursery=connections, listener=listener
     ):
         return False
 
     async def serve() -> None:
+        connection = connection_for(sock, dispatcher, config, peer=peer, sasl=sasl)
+        quotas.track(listener, connection)
         try:
-            await serve_connection(sock, dispatcher, config, peer=peer, sasl=sasl)
+            await connection.run()
         finally:
-            quotas.release(address)
+            quotas.release(address, listener, connection)
 
     connections.start_soon(serve)
     return True

@@ -1,6 +1,8 @@
 """Connection limits (Kafka's ``ConnectionQuotas``): max.connections, max.connections.per.ip and
-its overrides. The listener side runs in the transport conformance suite (every transport must
-honour them); here the counting, the config rules, and a broker process that enforces them."""
+its overrides, connection creation rates (KIP-612), per-listener limits and the protected
+inter-broker listener (KIP-402). The listener side runs in the transport conformance suite (every
+transport must honour them); here the counting, the config rules, and a broker process that
+enforces them."""
 
 from __future__ import annotations
 
@@ -8,14 +10,19 @@ import socket
 import struct
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from broker_harness import running_broker
+from test_replication_quota import _alter, _describe
 
+from odradek.broker.api import AlterConfigOp, ConfigSource
 from odradek.config import INT_MAX, ConfigError, default_config, parse_connection_overrides
 from odradek.connection_quotas import ConnectionQuotas, normalize_address, resolve_overrides
-from odradek.testing.broker import start_broker
+from odradek.errors import ErrorCode
+from odradek.testing.broker import sample, start_broker
 from odradek.testing.transport import api_versions_frame
 
 # -- config ---------------------------------------------------------------------------------------
@@ -205,6 +212,196 @@ def test_the_broker_creation_rate_pauses_accepting() -> None:
     trio.run(main, clock=clock)
 
 
+# -- per listener (KIP-402, KIP-612) and the protected inter-broker listener -------------------------
+
+
+class _Served:
+    """A served connection as ConnectionQuotas sees it (``Evictable``)."""
+
+    def __init__(self, last_active: float) -> None:
+        self.last_active = last_active
+        self.evicted = False
+
+    def evict(self) -> None:
+        self.evicted = True
+
+
+def test_listener_limits_come_from_listener_name_keys_and_default_to_the_broker_wide_ones() -> None:
+    config = default_config(
+        listeners=["CLIENTS://127.0.0.1:0", "REPLICATION://127.0.0.1:0"],
+        listener_security_protocol_map="CLIENTS:PLAINTEXT,REPLICATION:PLAINTEXT",
+        inter_broker_listener_name="REPLICATION",
+        max_connections=50,
+        **{"listener.name.clients.max.connections": 7, "listener.name.clients.max.connection.creation.rate": 3},
+    )
+    quotas = ConnectionQuotas.from_config(config)
+    assert (quotas.listener_limit("CLIENTS"), quotas.listener_limit("REPLICATION")) == (7, 50)
+    assert quotas.listener_creation_rates == {"CLIENTS": 3}
+    assert quotas.protected_listener == "REPLICATION"
+    alone = default_config(listeners=["PLAINTEXT://127.0.0.1:0"])
+    assert ConnectionQuotas.from_config(alone).protected_listener is None  # only protected among others
+    with pytest.raises(ConfigError, match="below the minimum"):
+        default_config(**{"listener.name.plaintext.max.connections": -1})
+
+
+async def test_a_listener_at_its_limit_waits_while_the_others_accept() -> None:
+    quotas = ConnectionQuotas(listener_max_connections={"clients": 1}, listeners=["CLIENTS", "OTHER"])
+    assert await quotas.acquire("10.0.0.1", "CLIENTS")
+    admitted: list[str] = []
+
+    async def accept(address: str, listener: str) -> None:
+        if await quotas.acquire(address, listener):
+            admitted.append(address)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(accept, "10.0.0.2", "CLIENTS")
+        await trio.testing.wait_all_tasks_blocked()
+        assert (admitted, quotas.waiting) == ([], 1)
+        assert await quotas.acquire("10.0.0.3", "OTHER")  # its own count, no limit of its own
+        assert (quotas.listener_count("CLIENTS"), quotas.listener_count("other"), quotas.total) == (1, 1, 2)
+        quotas.release("10.0.0.1", "CLIENTS")  # the count goes back down: the waiting one gets in
+        await trio.testing.wait_all_tasks_blocked()
+    assert admitted == ["10.0.0.2"] and quotas.listener_count("CLIENTS") == 1
+    with pytest.raises(RuntimeError, match="never acquired"):
+        quotas.release("10.0.0.3", "CLIENTS_2")
+
+
+async def test_the_inter_broker_listener_gets_in_past_max_connections_and_the_lru_client_goes() -> None:
+    """KIP-402: at max.connections a client listener waits, the inter-broker one is accepted and
+    the least recently used connection of another listener is closed to make room."""
+    quotas = ConnectionQuotas(
+        max_connections=2, listeners=["CLIENTS", "REPLICATION"], inter_broker_listener="REPLICATION"
+    )
+    older, newer = _Served(1.0), _Served(5.0)
+    for conn in (newer, older):
+        assert await quotas.acquire("10.0.0.1", "CLIENTS")
+        quotas.track("CLIENTS", conn)
+    with trio.move_on_after(1) as waited:
+        await quotas.acquire("10.0.0.2", "CLIENTS")
+    assert waited.cancelled_caught  # a client connection waits for a slot
+    assert await quotas.acquire("10.0.0.9", "REPLICATION")  # at once
+    replica = _Served(0.0)  # the least recently used of all, but protected
+    quotas.track("REPLICATION", replica)
+    assert (older.evicted, newer.evicted, replica.evicted, quotas.evicted) == (True, False, False, 1)
+    assert quotas.total == 3  # until the evicted connection's release
+    assert await quotas.acquire("10.0.0.9", "REPLICATION")  # older is closing: newer goes too
+    assert newer.evicted and quotas.evicted == 2
+    quotas.release("10.0.0.1", "CLIENTS", older)
+    quotas.release("10.0.0.1", "CLIENTS", newer)
+    assert (quotas.total, quotas.listener_count("CLIENTS"), quotas.listener_count("REPLICATION")) == (2, 0, 2)
+    # lowering max.connections (dynamic) closes the unprotected listeners' excess only
+    client = _Served(9.0)
+    quotas.set_max_connections(5)
+    assert await quotas.acquire("10.0.0.3", "CLIENTS")
+    quotas.track("CLIENTS", client)
+    quotas.set_max_connections(1)
+    assert client.evicted and not replica.evicted
+
+
+async def test_without_other_listeners_the_inter_broker_one_is_not_protected() -> None:
+    quotas = ConnectionQuotas(max_connections=1, listeners=["REPLICATION"], inter_broker_listener="REPLICATION")
+    assert await quotas.acquire("10.0.0.1", "REPLICATION")
+    with trio.move_on_after(1) as waited:
+        await quotas.acquire("10.0.0.2", "REPLICATION")
+    assert waited.cancelled_caught
+
+
+def test_listener_creation_rates_pause_their_listener_and_spare_the_inter_broker_one() -> None:
+    """listener.name.<l>.max.connection.creation.rate (KIP-612): a listener over its own rate
+    pauses; the broker-wide rate does not count the protected inter-broker listener, which has
+    only its own (by default the broker-wide value, as Kafka's prefix override)."""
+    clock = trio.testing.MockClock(autojump_threshold=0)
+
+    async def main() -> None:
+        quotas = ConnectionQuotas(
+            samples=2,
+            window_s=1.0,
+            max_connection_creation_rate=4,
+            listener_creation_rates={"CLIENTS": 2, "REPLICATION": 100},
+            listeners=["CLIENTS", "OTHER", "REPLICATION"],
+            inter_broker_listener="REPLICATION",
+        )
+        start = trio.current_time()
+        for _ in range(2):
+            assert await quotas.acquire("10.0.0.1", "CLIENTS")
+        assert trio.current_time() == start
+        for _ in range(2):
+            assert await quotas.acquire("10.0.0.1", "OTHER")  # the broker's rate: 4 so far
+        assert trio.current_time() == start
+        for _ in range(20):
+            assert await quotas.acquire("10.0.0.9", "REPLICATION")  # not in the broker's rate
+        assert trio.current_time() == start and quotas.accept_throttled_ms == 0
+        assert await quotas.acquire("10.0.0.1", "CLIENTS")  # over both: waits the longer time
+        waited = trio.current_time() - start
+        assert waited > 0 and quotas.accept_throttled_ms == round(waited * 1000)
+        quotas.listener_creation_rates["CLIENTS"] = INT_MAX
+        quotas.max_connection_creation_rate = INT_MAX
+        before = trio.current_time()
+        for _ in range(10):
+            assert await quotas.acquire("10.0.0.1", "CLIENTS")
+        assert trio.current_time() == before
+
+    trio.run(main, clock=clock)
+
+
+async def test_max_connections_is_a_dynamic_broker_config(tmp_path: Path) -> None:
+    """IncrementalAlterConfigs on the broker (or the cluster default) changes max.connections at
+    once: a lowered limit closes the unprotected listeners' least recently used connections."""
+    async with running_broker(tmp_path) as core:
+        quotas = core.connection_quotas
+        assert quotas.max_connections == INT_MAX
+        served = [_Served(float(i)) for i in range(3)]
+        for conn in served:
+            assert await quotas.acquire("10.0.0.1", "PLAINTEXT")
+            quotas.track("PLAINTEXT", conn)
+        [done] = await core.incremental_alter_configs([_alter("", ("max.connections", AlterConfigOp.SET, "2"))], False)
+        assert done.error == ErrorCode.NONE, done.error_message
+        assert quotas.max_connections == 2
+        assert [conn.evicted for conn in served] == [True, False, False]
+        ops = _alter("", ("max.connections", AlterConfigOp.DELETE, None))
+        [done] = await core.incremental_alter_configs([ops], False)
+        assert quotas.max_connections == INT_MAX
+
+
+async def test_listener_limits_are_dynamic_broker_configs(tmp_path: Path) -> None:
+    """listener.name.<listener>.max.connections and .max.connection.creation.rate (Kafka's
+    ListenerReconfigurableConfigs): set on a broker or the cluster default, described, deleted."""
+    key, rate_key = "listener.name.plaintext.max.connections", "listener.name.plaintext.max.connection.creation.rate"
+
+    async def alter(broker: str, *ops: tuple[str, AlterConfigOp, str | None]) -> Any:
+        [done] = await core.incremental_alter_configs([_alter(broker, *ops)], False)
+        return done
+
+    async with running_broker(tmp_path) as core:
+        quotas = core.connection_quotas
+        assert quotas.listener_limit("PLAINTEXT") == INT_MAX
+        done = await alter("", (key, AlterConfigOp.SET, "9"))
+        assert done.error == ErrorCode.NONE, done.error_message
+        done = await alter("0", (key, AlterConfigOp.SET, "4"), (rate_key, AlterConfigOp.SET, "7"))
+        assert done.error == ErrorCode.NONE, done.error_message
+        assert (quotas.listener_limit("PLAINTEXT"), quotas.listener_creation_rates) == (4, {"PLAINTEXT": 7})
+        entry = await _describe(core, "0", key)
+        assert (entry.name, entry.value, entry.source, entry.read_only) == (
+            key,
+            "4",
+            ConfigSource.DYNAMIC_BROKER_CONFIG,
+            False,
+        )
+        assert [(s[1], s[2]) for s in entry.synonyms] == [
+            ("4", ConfigSource.DYNAMIC_BROKER_CONFIG),
+            ("9", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ]
+        await alter("0", (key, AlterConfigOp.DELETE, None))
+        assert quotas.listener_limit("PLAINTEXT") == 9  # the cluster default's
+        await alter("", (key, AlterConfigOp.DELETE, None))
+        assert quotas.listener_limit("PLAINTEXT") == INT_MAX
+        for refused in ("listener.name.plaintext.ssl.keystore.location", "listener.name.plaintext.num.io.threads"):
+            done = await alter("0", (refused, AlterConfigOp.SET, "x"))
+            assert done.error == ErrorCode.INVALID_CONFIG and refused in (done.error_message or ""), done
+        done = await alter("0", (key, AlterConfigOp.SET, "-1"))
+        assert done.error == ErrorCode.INVALID_CONFIG and "below the minimum" in (done.error_message or "")
+
+
 # -- a broker process -----------------------------------------------------------------------------
 
 
@@ -294,3 +491,85 @@ def test_a_broker_throttles_an_address_over_its_connection_creation_rate(tmp_pat
         for attempt in range(8):
             with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
                 assert _answers(sock, 100 + attempt)
+
+
+def _silent(sock: socket.socket, correlation_id: int, wait_s: float = 1.0) -> bool:
+    """Whether ``sock``'s ApiVersions goes unanswered for ``wait_s`` (the broker has not accepted
+    it yet: it waits in the listen backlog); the request stays sent."""
+    frame = api_versions_frame(3, correlation_id)
+    sock.sendall(struct.pack(">i", len(frame)) + frame)
+    sock.settimeout(wait_s)
+    try:
+        return not sock.recv(4, socket.MSG_PEEK)
+    except TimeoutError:
+        return True
+    finally:
+        sock.settimeout(10)
+
+
+def _answered_later(sock: socket.socket, correlation_id: int) -> bool:
+    """Whether the request :func:`_silent` left pending is answered now."""
+    head = sock.recv(4)
+    if len(head) < 4:
+        return False
+    (size,) = struct.unpack(">i", head)
+    body = b""
+    while len(body) < size:
+        body += sock.recv(size - len(body))
+    return struct.unpack(">i", body[:4])[0] == correlation_id
+
+
+def _closed_by_broker(sock: socket.socket) -> bool:
+    sock.settimeout(10)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionError:
+        return True
+
+
+@pytest.mark.integration
+def test_a_broker_holds_listener_limits_and_keeps_room_for_inter_broker_connections(tmp_path: Path) -> None:
+    """KIP-402 over real sockets: PLAINTEXT holds at most 2 connections (a third waits until one
+    closes); at max.connections=3, inter-broker (REPLICATION) connections still get in and the
+    least recently used PLAINTEXT connection is closed for them."""
+    import re
+
+    settings = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,REPLICATION://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT",
+        "inter.broker.listener.name": "REPLICATION",
+        "max.connections": 3,
+        "listener.name.plaintext.max.connections": 2,
+        "metrics.prometheus.listener": "127.0.0.1:0",
+    }
+    with start_broker(tmp_path, settings) as broker:
+        ports = dict(re.findall(r"listening on (\w+)://127\.0\.0\.1:(\d+)", broker.log_path.read_text()))
+        replication = int(ports["REPLICATION"])
+        first, second = _served_connection(broker.port), _served_connection(broker.port)
+        third = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+        opened = [first, second, third]
+        try:
+            assert _silent(third, 7), "a third PLAINTEXT connection was served over its listener's limit"
+            first.close()  # the listener's count goes back down: the waiting one is accepted
+            assert _answered_later(third, 7)
+            assert _answers(second, 8)
+            time.sleep(0.1)
+            assert _answers(third, 9)  # second is now the least recently used PLAINTEXT connection
+            # the broker holds 2 of its max.connections=3: one inter-broker connection fills it,
+            # the next goes past it, and a PLAINTEXT connection makes room
+            for attempt in range(2):
+                inter = socket.create_connection(("127.0.0.1", replication), timeout=10)
+                opened.append(inter)
+                assert _answers(inter, 20 + attempt), "an inter-broker connection was not served"
+            assert _closed_by_broker(second), "the least recently used PLAINTEXT connection stayed open"
+            assert _answers(third, 10)
+            metrics = broker.metrics()
+            assert sample(metrics, "odradek_connections_evicted") == 1
+            count = "kafka_server_socket_server_metrics_listener_connection_count"
+            held = {listener: sample(metrics, count, listener=listener) for listener in ("PLAINTEXT", "REPLICATION")}
+            assert held == {"PLAINTEXT": 1, "REPLICATION": 2}
+            assert sample(metrics, "odradek_listener_max_connections", listener="PLAINTEXT") == 2
+        finally:
+            for sock in opened:
+                sock.close()
+        assert "and this is the least recently used one" in broker.log_path.read_text()

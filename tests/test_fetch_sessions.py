@@ -80,6 +80,22 @@ def test_an_initial_epoch_opens_a_session_at_epoch_one() -> None:
     assert cache.cached_partitions == 2
 
 
+def test_response_partitions_says_what_respond_would_answer_and_changes_nothing() -> None:
+    """What a consumer's Fetch is charged against its byte rate before the broker decides to
+    send it (Kafka's getResponseSize): the changed partitions, the session left as it was."""
+    cache = FetchSessionCache(10)
+    sid = opened(cache, A, B, C)
+    context = cache.new_context(sid, 1, [], [], follower=False)
+    results = {A: ok(), B: ok(5), C: ok(start=3)}
+    assert cache.response_partitions(context, results) == [B, C]
+    assert cache.response_partitions(context, results) == [B, C]  # nothing remembered
+    assert cache.respond(context, results) == ([B, C], sid, ErrorCode.NONE)
+    context = cache.new_context(sid, 2, [], [], follower=False)
+    assert cache.response_partitions(context, results) == []  # now told
+    full = cache.new_context(INVALID_SESSION_ID, FINAL_EPOCH, [req(A), req(B)], [], follower=False)
+    assert cache.response_partitions(full, {A: ok(), B: ok()}) == [A, B]
+
+
 def test_an_incremental_fetch_answers_only_what_changed_and_moves_it_last() -> None:
     cache = FetchSessionCache(10)
     sid = opened(cache, A, B, C)

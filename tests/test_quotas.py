@@ -43,12 +43,18 @@ from odradek.entity_configs import EntityConfigs
 from odradek.interfaces import MetadataStore
 from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
 from odradek.protocol import (
+    FETCH_ENVELOPE_VERSIONS,
     ApiKey,
+    FetchPartitionData,
+    FetchResponseData,
+    FetchTopicData,
     PartitionProduceData,
     ProduceRequestData,
     TopicProduceData,
+    build_fetch_envelope,
     decode_response,
     encode_request,
+    fetch_response_size,
     request_type,
 )
 
@@ -501,8 +507,11 @@ async def test_a_throttled_produce_is_answered_at_once_then_the_connection_is_mu
         start = trio.current_time()
         await _send(client, produce, 1, "p")
         cid, response = decode_response(ApiKey.PRODUCE, 7, await _receive(client))
-        # 100 bytes over at least 10 s is 10 B/s, ten times the quota: 90 s to get back to it
-        assert cid == 1 and response.throttle_time_ms == 90_000
+        # the whole request is counted, header and body (Kafka's request.sizeInBytes), not only
+        # its 100 bytes of records: over at least 10 s, then the time back to 1 B/s
+        size = len(encode_request(produce, correlation_id=1, client_id="p"))
+        assert size > 100
+        assert cid == 1 and response.throttle_time_ms == round((size / 10 - 1) * 10_000)
         assert trio.current_time() - start < 1  # the answer is not held back
         # sent after the throttled answer (one the connection had already read ahead would be
         # served), so it is read only once the mute is over
@@ -575,3 +584,115 @@ async def test_a_request_quota_throttles_by_thread_time_for_one_window_at_most(
     free_client.close()
     broker.quotas.configs.set_entity(QuotaEntity(None, "r"), None)
     assert broker.quotas.meter is None
+
+
+def test_the_fetch_response_size_is_the_envelope_after_its_size_prefix() -> None:
+    """Kafka's FetchResponse.sizeOf, computed without building the response, for every version."""
+    responses = [
+        FetchTopicData("t", [FetchPartitionData(0, records=b"x" * 37), FetchPartitionData(1, records=None)]),
+        FetchTopicData("ü-topic", [FetchPartitionData(2, aborted_transactions=[(1, 2), (3, 4)], records=b"y" * 5)]),
+    ]
+    shapes = [
+        ("t", [(0, 37), (0, 0)]),
+        ("ü-topic", [(2, 5)]),
+    ]
+    for version in FETCH_ENVELOPE_VERSIONS:
+        envelope = build_fetch_envelope(version, 9, FetchResponseData(responses, 5, 0, 3))
+        assert fetch_response_size(version, shapes) == envelope.size - 4, version
+    assert fetch_response_size(11, []) == len(build_fetch_envelope(11, 1, FetchResponseData()).to_bytes()) - 4
+
+
+def _fetch_request(**changes: Any) -> Any:
+    from test_protocol import sample
+    from test_transport_tcp import _replace
+
+    request = sample(request_type(ApiKey.FETCH, 11))
+    return _replace(
+        request, **{"session_id": 0, "session_epoch": -1, "isolation_level": 0, "replica_id": -1, **changes}
+    )
+
+
+async def test_a_fetch_is_charged_its_whole_response(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    """consumer_byte_rate counts what the answer takes on the wire (Kafka's FetchResponse.sizeOf:
+    correlation id, throttle time, session, topic names, partition headers and records)."""
+    from test_transport_tcp import _paired
+
+    broker = _scripted_with_quotas(tmp_path, {QuotaEntity(None, "c"): {CONSUMER_BYTE_RATE: 1e9}})
+    conn, client = _paired(broker)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await _send(client, _fetch_request(), 1, "c")
+        raw = await _receive(client)
+        _, response = decode_response(ApiKey.FETCH, 11, raw)
+        records = sum(len(p.records or b"") for t in response.responses for p in t.partitions)
+        assert records > 0 and response.throttle_time.total_seconds() == 0
+        (sensors,) = broker.quotas.fetch.sensors.values()
+        assert sensors.rate.stat.total(trio.current_time() * 1000)[0] == len(raw) > records
+        nursery.cancel_scope.cancel()
+    client.close()
+
+
+async def test_a_fetch_over_the_request_quota_alone_is_answered_without_records(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """KIP-219 as Kafka's handleFetchRequest: the larger of the bandwidth and request throttle
+    times decides; a consumer throttled by its request_percentage alone gets no records either,
+    and the bytes it was charged are taken back. A Produce over it is still appended."""
+    from test_transport_tcp import _paired
+
+    broker = _scripted_with_quotas(tmp_path, {})
+    # set once the managers exist: the request quota's meter is installed with it
+    broker.quotas.configs.set_entity(QuotaEntity(None, "r"), {REQUEST_PERCENTAGE: 1e-9, CONSUMER_BYTE_RATE: 1e9})
+    conn, client = _paired(broker)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        start = trio.current_time()
+        await _send(client, _fetch_request(), 1, "r")
+        _, response = decode_response(ApiKey.FETCH, 11, await _receive(client))
+        assert response.throttle_time.total_seconds() == 1.0  # the request quota's, one window at most
+        assert response.responses == () and response.session_id == 0
+        assert broker.slices and all(s.released == 1 for s in broker.slices)
+        (fetch_sensors,) = broker.quotas.fetch.sensors.values()
+        assert fetch_sensors.rate.stat.total(trio.current_time() * 1000)[0] == 0  # unrecorded
+        assert fetch_sensors.throttled == 0  # not the byte rate's throttle
+        (request_sensors,) = broker.quotas.request.sensors.values()
+        assert request_sensors.throttled == 1  # recorded once, by the handler, not again after it
+        # a follower's fetch is replication: exempt from both (read once the mute is over)
+        await _send(client, _fetch_request(replica_id=2), 2, "r")
+        _, response = decode_response(ApiKey.FETCH, 11, await _receive(client))
+        assert response.throttle_time.total_seconds() == 0 and response.responses != ()
+        assert trio.current_time() - start >= 1.0
+        produce = ProduceRequestData(
+            1, 1000, [TopicProduceData("t", [PartitionProduceData(0, bytearray(10))])], None, 7
+        )
+        await _send(client, produce, 3, "r")
+        _, response = decode_response(ApiKey.PRODUCE, 7, await _receive(client))
+        assert response.throttle_time_ms == 1000 and len(broker.produced) == 1  # throttled, appended
+        assert request_sensors.throttled == 2
+        nursery.cancel_scope.cancel()
+    client.close()
+
+
+async def test_a_request_over_both_quotas_waits_the_longer_time_counted_on_that_quota_alone(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Kafka's maxThrottleTimeMs: a Produce over producer_byte_rate (tens of seconds) and over
+    request_percentage (one window at most) is throttled for the byte rate's time, and only the
+    byte rate's throttle metrics count it (requestHelper.throttle)."""
+    from test_transport_tcp import _paired
+
+    broker = _scripted_with_quotas(tmp_path, {})
+    quotas = broker.quotas
+    quotas.configs.set_entity(QuotaEntity(None, "b"), {REQUEST_PERCENTAGE: 1e-9, PRODUCER_BYTE_RATE: 1.0})
+    conn, client = _paired(broker)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        partitions = [TopicProduceData("t", [PartitionProduceData(0, bytearray(100))])]
+        await _send(client, ProduceRequestData(1, 1000, partitions, None, 7), 1, "b")
+        _, response = decode_response(ApiKey.PRODUCE, 7, await _receive(client))
+        assert response.throttle_time_ms > 1000
+        ((tags, produce),) = quotas.produce.sensors.items()
+        assert (produce.throttled, produce.throttle_ms_total) == (1, response.throttle_time_ms)
+        assert quotas.request.sensors[tags].throttled == 0  # recorded, but not the time waited
+        nursery.cancel_scope.cancel()
+    client.close()

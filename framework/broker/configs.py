@@ -39,7 +39,7 @@ from .api import (
     ConfigType,
     DescribeConfigsResult,
 )
-from .dynamic_config import CLUSTER_DEFAULT, DEFAULT_ENTITY, DYNAMIC_KEYS, PER_BROKER, DynamicBrokerConfig
+from .dynamic_config import CLUSTER_DEFAULT, DEFAULT_ENTITY, PER_BROKER, DynamicBrokerConfig, dynamic_base
 from .metadata_cache import MetadataCache, config_key, encode
 
 #: Kafka's topic configs of LIST type, the ones APPEND and SUBTRACT apply to
@@ -187,10 +187,15 @@ class ConfigManager:
         value = layers[0][1] if layers else self.config[name]
         source = sources[layers[0][0]] if layers else self._broker_source(name)
         synonyms: list[tuple[str, str | None, ConfigSource]] = []
+        base = dynamic_base(name) or name
         if include_synonyms:
             synonyms = [(name, render(v), sources[where]) for where, v in layers]
-            if not default_only:
+            if default_only:
+                pass
+            elif base == name:
                 synonyms += self._broker_synonyms(name)
+            elif self.config.is_set(name):  # a listener key also set in the config file
+                synonyms.append((name, render(self.config[name]), ConfigSource.STATIC_BROKER_CONFIG))
         return ConfigEntry(
             name,
             render(value),
@@ -198,8 +203,8 @@ class ConfigManager:
             is_default=source is ConfigSource.DEFAULT_CONFIG,
             source=source,
             synonyms=tuple(synonyms),
-            config_type=config_type(name, value),
-            documentation=self.config.key(name).doc if include_documentation else None,
+            config_type=config_type(base, value),
+            documentation=self.config.key(base).doc if include_documentation else None,
         )
 
     def broker_entries(
@@ -213,11 +218,13 @@ class ConfigManager:
         """This broker's configs; ``default_only``: the cluster-default resource (the empty
         broker name), which holds only the dynamic defaults set (Kafka describes it so)."""
         out = []
-        dynamic = DYNAMIC_KEYS if self.dynamic is not None else ()
-        for name in sorted(self.config):
+        listed = set(self.config)
+        if self.dynamic is not None:  # a listener key set only dynamically is described too
+            listed.update(self.dynamic.listener_keys())
+        for name in sorted(listed):
             if names is not None and name not in names:
                 continue
-            if name in dynamic:
+            if self.dynamic is not None and dynamic_base(name) is not None:
                 entry = self._dynamic_entry(name, include_synonyms, include_documentation, default_only=default_only)
                 if entry is not None:
                     out.append(entry)

@@ -179,11 +179,22 @@ class BrokerCore:
 
     def _apply_dynamic_config(self) -> None:
         """The dynamic broker configs in force (at start and on each change): the replication
-        quotas' rates and the connection creation rate."""
+        quotas' rates, the connection creation rate, ``max.connections`` and the listeners' own
+        connection limits."""
         for quota in (self.leader_replication_quota, self.follower_replication_quota):
             quota.update_quota(int(self.dynamic_config.value(f"{quota.side}.replication.throttled.rate")))
         rate = int(self.dynamic_config.value("max.connection.creation.rate"))
         self.connection_quotas.max_connection_creation_rate = rate
+        max_connections = int(self.dynamic_config.value("max.connections"))
+        if max_connections != self.connection_quotas.max_connections:
+            self.connection_quotas.set_max_connections(max_connections)
+        listeners = [ep.name for ep in self.config.listeners]
+        self.connection_quotas.set_listener_limits(
+            *(
+                {name: int(v) for name in listeners if (v := self.dynamic_config.listener_value(name, key)) is not None}
+                for key in ("max.connections", "max.connection.creation.rate")
+            )
+        )
 
     async def shutdown(self) -> None:
         """Answer parked requests, snapshot producer state, checkpoint HWs, flush logs."""

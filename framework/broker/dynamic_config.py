@@ -14,20 +14,25 @@ Every broker lists ``/config/brokers/`` at start and then follows a watch, so a 
 any broker is in force on every broker it concerns within milliseconds; ``listeners`` are called
 after each change (the replication quotas take their new rates from them).
 
-The dynamic keys today are the replication throttle rates (KIP-73) and the broker's connection
-creation rate (KIP-612). A key joins the list only when every place that reads it reads it live.
+The dynamic keys today are the replication throttle rates (KIP-73), the broker's connection
+creation rate (KIP-612) and its ``max.connections``, and per listener (KIP-402)
+``listener.name.<listener>.max.connections`` and ``.max.connection.creation.rate``
+(:data:`LISTENER_DYNAMIC_KEYS`; a listener's value, wherever set, overrides the broker-wide one:
+:meth:`DynamicBrokerConfig.listener_value`). A key joins the list only when every place that
+reads it reads it live.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
 
-from ..config import Config, ConfigError, parse_value, render
+from ..config import Config, ConfigError, listener_key, parse_value, render
 from ..entity_configs import EntityConfigs, follow_changes
 from ..errors import InvalidConfig, InvalidRequest, KafkaError
 from ..interfaces import MetadataConflict, MetadataStore, WatchEvent
@@ -41,7 +46,12 @@ DYNAMIC_KEYS: tuple[str, ...] = (
     "leader.replication.throttled.rate",
     "follower.replication.throttled.rate",
     "max.connection.creation.rate",
+    "max.connections",
 )
+#: the keys a listener may override at run time (Kafka's ``ListenerReconfigurableConfigs``), as
+#: ``listener.name.<listener>.<key>``
+LISTENER_DYNAMIC_KEYS: tuple[str, ...] = ("max.connections", "max.connection.creation.rate")
+_LISTENER_KEY = re.compile(r"listener\.name\.([a-z0-9_-]+)\.(.+)")
 BROKERS_ROOT = "/config/brokers/"
 DEFAULT_ENTITY = "<default>"
 
@@ -49,6 +59,18 @@ DEFAULT_ENTITY = "<default>"
 STATIC = "static"
 PER_BROKER = "broker"
 CLUSTER_DEFAULT = "default"
+
+
+def dynamic_base(name: str) -> str | None:
+    """The key ``name`` sets at run time: itself for one of :data:`DYNAMIC_KEYS`, the overridden
+    key for a ``listener.name.<listener>.<key>`` of :data:`LISTENER_DYNAMIC_KEYS`; None when
+    ``name`` is not dynamic."""
+    if name in DYNAMIC_KEYS:
+        return name
+    match = _LISTENER_KEY.fullmatch(name)
+    if match is not None and match.group(2) in LISTENER_DYNAMIC_KEYS:
+        return match.group(2)
+    return None
 
 
 def broker_config_key(entity: str) -> str:
@@ -78,6 +100,21 @@ class DynamicBrokerConfig:
         if name in self.defaults:
             return self.defaults[name]
         return self.config[name]
+
+    def listener_value(self, listener: str, name: str) -> Any:
+        """``listener``'s own value of ``name`` in force (``listener.name.<listener>.<name>``:
+        this broker's override, the cluster default, or the static config); None when none sets
+        it, so that the broker-wide value holds (Kafka's prefix override)."""
+        key = listener_key(listener, name)
+        if key in self.per_broker:
+            return self.per_broker[key]
+        if key in self.defaults:
+            return self.defaults[key]
+        return self.config[key] if self.config.is_set(key) else None
+
+    def listener_keys(self) -> list[str]:
+        """The ``listener.name.*`` keys some dynamic layer sets (DescribeConfigs lists them)."""
+        return sorted(k for k in {*self.per_broker, *self.defaults} if k not in DYNAMIC_KEYS)
 
     def source(self, name: str) -> str:
         """Where :meth:`value` comes from: :data:`PER_BROKER`, :data:`CLUSTER_DEFAULT` or :data:`STATIC`."""
@@ -109,10 +146,11 @@ class DynamicBrokerConfig:
             return {}
         out: dict[str, Any] = {}
         for name, value in stored.items():
-            if name not in DYNAMIC_KEYS:
+            base = dynamic_base(name)
+            if base is None:
                 continue  # a key Kafka may set dynamically that odradek reads only at start
             try:
-                out[name] = parse_value(self.config.key(name), value)
+                out[name] = parse_value(self.config.key(base), value)
             except (ConfigError, ValueError, TypeError) as exc:
                 log.warning("dynamic broker config %s: %s=%r is not valid (%s); ignored", where, name, value, exc)
         return out
@@ -154,13 +192,15 @@ class DynamicBrokerConfig:
     def _checked(self, ops: Sequence[AlterableConfig]) -> tuple[dict[str, str], tuple[str, ...]]:
         """The SETs (rendered) and DELETEs of ``ops``, each key dynamic and each value valid."""
         known = set(self.config)  # (Config's ``in`` raises for an unknown key)
-        static = sorted({op.name for op in ops if op.name not in DYNAMIC_KEYS and op.name in known})
+        static = sorted({op.name for op in ops if dynamic_base(op.name) is None and op.name in known})
         if static:
+            listener_keys = ", ".join(f"listener.name.<listener>.{k}" for k in LISTENER_DYNAMIC_KEYS)
             raise InvalidConfig(
                 f"Cannot update these configs dynamically: {', '.join(static)} (odradek's dynamic broker "
-                f"configs are {', '.join(DYNAMIC_KEYS)}; set the others in the config file and restart)"
+                f"configs are {', '.join(DYNAMIC_KEYS)}, {listener_keys}; set the others in the config file "
+                "and restart)"
             )
-        unknown = sorted({op.name for op in ops if op.name not in DYNAMIC_KEYS})
+        unknown = sorted({op.name for op in ops if dynamic_base(op.name) is None})
         if unknown:
             raise InvalidConfig(f"Unknown broker configs: {', '.join(unknown)}")
         sets: dict[str, str] = {}
@@ -169,8 +209,10 @@ class DynamicBrokerConfig:
             if op.op == AlterConfigOp.SET:
                 if op.value is None:
                     raise InvalidConfig(f"null value not supported for broker config {op.name!r}")
+                base = dynamic_base(op.name)
+                assert base is not None
                 try:
-                    value = parse_value(self.config.key(op.name), op.value)
+                    value = parse_value(self.config.key(base), op.value)
                 except (ConfigError, ValueError, TypeError) as exc:
                     raise InvalidConfig(str(exc)) from None
                 sets[op.name] = render(value)
@@ -220,8 +262,10 @@ __all__ = [
     "CLUSTER_DEFAULT",
     "DEFAULT_ENTITY",
     "DYNAMIC_KEYS",
+    "LISTENER_DYNAMIC_KEYS",
     "PER_BROKER",
     "STATIC",
     "DynamicBrokerConfig",
     "broker_config_key",
+    "dynamic_base",
 ]

@@ -67,24 +67,28 @@ class CachedPartition:
     last_stable_offset: int = -1
     log_start_offset: int = -1
 
+    def would_respond(self, result: FetchPartitionResult) -> bool:
+        """Whether an incremental answer includes this partition, remembering nothing (what a
+        throttled answer's size is computed from: Kafka's ``getResponseSize``)."""
+        return (
+            result.error != ErrorCode.NONE
+            or (result.records is not None and result.records.size > 0)
+            or result.preferred_read_replica >= 0
+            or self.high_watermark != result.high_watermark
+            # a transaction's end moves the LSO without records a read_committed consumer sees
+            or self.last_stable_offset != result.last_stable_offset
+            or self.log_start_offset != result.log_start_offset
+        )
+
     def must_respond(self, result: FetchPartitionResult) -> bool:
         """Whether an incremental answer includes this partition; remembers what it says."""
-        changed = result.records is not None and result.records.size > 0
+        changed = self.would_respond(result)
         if result.error != ErrorCode.NONE:
             self.high_watermark = -1  # re-sent once the error goes away
-            return True
-        if result.preferred_read_replica >= 0:
-            changed = True
-        if self.high_watermark != result.high_watermark:
+        else:
             self.high_watermark = result.high_watermark
-            changed = True
-        if self.last_stable_offset != result.last_stable_offset:
-            # a transaction's end moves the LSO without records a read_committed consumer sees
             self.last_stable_offset = result.last_stable_offset
-            changed = True
-        if self.log_start_offset != result.log_start_offset:
             self.log_start_offset = result.log_start_offset
-            changed = True
         return changed
 
 
@@ -197,6 +201,26 @@ class FetchSessionCache:
                 del cached[p.tp]
                 cached[p.tp] = entry
         return selected, session.id, ErrorCode.NONE
+
+    def response_partitions(
+        self, context: FetchContext, results: Mapping[TopicPartition, FetchPartitionResult]
+    ) -> list[TopicPartition]:
+        """The partitions :meth:`respond` would answer, in order, changing nothing: what a
+        consumer's Fetch is charged for against its byte rate before the broker decides whether
+        to send them (Kafka's ``FetchContext.getResponseSize``)."""
+        session = context.session
+        if session is None:
+            return [p.tp for p in context.partitions]
+        if session.epoch != context.expected_epoch or self.sessions.get(session.id) is not session:
+            return []
+        cached = session.partitions
+        return [
+            p.tp
+            for p in context.partitions
+            if (entry := cached.get(p.tp)) is not None
+            and (result := results.get(p.tp)) is not None
+            and entry.would_respond(result)
+        ]
 
     # -- the cache -------------------------------------------------------------------------------
     def _maybe_create(self, context: FetchContext, results: Mapping[TopicPartition, FetchPartitionResult]) -> int:

@@ -117,9 +117,11 @@ class ClientQuotaManager:
         for tags in [t for t, s in self.sensors.items() if now_s - s.last_record_s >= SENSOR_EXPIRY_S]:
             del self.sensors[tags]
 
-    def record(self, user: str, client_id: str, value: float) -> int:
+    def record(self, user: str, client_id: str, value: float, *, count: bool = True) -> int:
         """Record ``value`` (bytes) for this client; the throttle time in ms it earned (0: none).
-        (Kafka's ``maybeRecordAndGetThrottleTimeMs``.)"""
+        (Kafka's ``maybeRecordAndGetThrottleTimeMs``.) The throttle is counted in this quota's
+        throttle metrics unless ``count`` is False: a caller weighing two quotas (Produce, Fetch)
+        counts only the one whose time the client waits, with :meth:`count_throttle`."""
         if self.configs.counts[self.quota_key] == 0:
             return 0
         quota = self.configs.resolve(self.quota_key, user, client_id)
@@ -138,10 +140,16 @@ class ClientQuotaManager:
             throttle = min(throttle, self.max_throttle_ms)
         if throttle <= 0:
             return 0
-        sensors.throttle.record(throttle, now_ms)
-        sensors.throttled += 1
-        sensors.throttle_ms_total += throttle
+        if count:
+            _count(sensors, throttle, now_ms)
         return throttle
+
+    def count_throttle(self, user: str, client_id: str, throttle_ms: int) -> None:
+        """Count a throttle of ``throttle_ms`` this quota imposed in its metrics (Kafka records
+        the throttle-time sensor of the quota the client is throttled for: ``requestHelper.throttle``)."""
+        quota = self.configs.resolve(self.quota_key, user, client_id)
+        if quota is not None and (sensors := self.sensors.get(quota.tags)) is not None:
+            _count(sensors, throttle_ms, self.clock() * 1000.0)
 
     def unrecord(self, user: str, client_id: str, value: float) -> None:
         """Take back a recorded value: a throttled Fetch is answered without its records, so
@@ -179,6 +187,12 @@ class ClientQuotaManager:
                 )
             )
         return out
+
+
+def _count(sensors: ClientSensors, throttle_ms: int, now_ms: float) -> None:
+    sensors.throttle.record(throttle_ms, now_ms)
+    sensors.throttled += 1
+    sensors.throttle_ms_total += throttle_ms
 
 
 class RequestTimeMeter(trio.abc.Instrument):
@@ -271,10 +285,11 @@ class QuotaManagers:
         except RuntimeError:  # not in trio (a unit test's cache): nothing to time
             self.meter = None
 
-    def record_request_time(self, user: str, client_id: str, seconds: float) -> int:
+    def record_request_time(self, user: str, client_id: str, seconds: float, *, count: bool = True) -> int:
         """Count a request's thread time against the client's ``request_percentage`` (percent of
-        one thread: KIP-124); the throttle time it earned, at most one window."""
-        return self.request.record(user, client_id, seconds * 100.0)
+        one thread: KIP-124); the throttle time it earned, at most one window (counted in the
+        metrics unless ``count`` is False, see :meth:`ClientQuotaManager.record`)."""
+        return self.request.record(user, client_id, seconds * 100.0, count=count)
 
     def metric_samples(self) -> list[QuotaSample]:
         return [row for m in self.managers for row in m.samples_for_metrics()]

@@ -48,6 +48,7 @@ from .fetch import (
     RecordsSlice,
     build_fetch_envelope,
     decode_fetch_request,
+    fetch_response_size,
 )
 from .headers import (
     RequestHeader,
@@ -103,6 +104,7 @@ __all__ = [
     "encode_request_header",
     "encode_response",
     "encode_response_header",
+    "fetch_response_size",
     "is_flexible",
     "is_supported",
     "kio_error",

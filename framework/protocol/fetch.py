@@ -34,7 +34,7 @@ Response layout (non-flexible, response header v0), in wire order::
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -209,6 +209,30 @@ class FetchEnvelope:
         return b"".join(self.iter_bytes())
 
 
+#: one partition's fixed fields by version: index, error, high watermark, last stable offset,
+#: (v5+) log start offset, aborted count, (v11+) preferred read replica, records length
+_PARTITION_FIXED = {
+    v: 4 + 2 + 8 + 8 + (8 if v >= 5 else 0) + 4 + (4 if v >= 11 else 0) + 4 for v in FETCH_ENVELOPE_VERSIONS
+}
+
+
+def fetch_response_size(version: int, topics: Iterable[tuple[str, Iterable[tuple[int, int]]]]) -> int:
+    """Kafka's ``FetchResponse.sizeOf``: the bytes a Fetch response of ``version`` answering
+    ``topics`` takes after its size prefix (the correlation id, then the body), computed
+    without building it. ``topics`` are (name, partitions), each partition as (number of aborted
+    transactions, records size). What a consumer's ``consumer_byte_rate`` is charged: equal to
+    ``build_fetch_envelope(...).size - 4`` for the same response."""
+    if version not in FETCH_ENVELOPE_VERSIONS:
+        raise UnsupportedVersion(f"the Fetch envelope is written for v4-v11, not v{version}")
+    fixed = _PARTITION_FIXED[version]
+    size = 4 + 4 + (6 if version >= 7 else 0) + 4  # correlation id, throttle, [error, session], #topics
+    for name, partitions in topics:
+        size += 2 + len(name.encode("utf-8")) + 4
+        for aborted, records in partitions:
+            size += fixed + 16 * aborted + records
+    return size
+
+
 def _string(value: str) -> bytes:
     raw = value.encode("utf-8")
     return _I16.pack(len(raw)) + raw
@@ -275,4 +299,5 @@ __all__ = [
     "FetchTopicData",
     "RecordsSlice",
     "build_fetch_envelope",
+    "fetch_response_size",
 ]

@@ -157,7 +157,21 @@ class KafkaConnection:
         self._auth_scope = trio.CancelScope()
         #: trio time until which no further request is read: a client over its quota (KIP-219)
         self.throttled_until = 0.0
+        #: trio time it last read a request (or was accepted): the broker closes the least
+        #: recently used connection to make room for an inter-broker one (``max.connections``)
+        self.last_active = trio.current_time()
+        self._scope = trio.CancelScope()
         self.closed = trio.Event()
+
+    def evict(self) -> None:
+        """Close now, abandoning requests in flight: the broker holds ``max.connections`` and an
+        inter-broker connection needs the room (Kafka's ``closeExcessConnections``)."""
+        log.info(
+            "closing connection %s: the broker is over max.connections for an inter-broker connection, "
+            "and this is the least recently used one",
+            self.peer,
+        )
+        self._scope.cancel()
 
     def stop_reading(self) -> None:
         """Graceful close: read no further request; earlier ones are answered, then it closes."""
@@ -166,18 +180,8 @@ class KafkaConnection:
 
     async def run(self) -> None:
         try:
-            if not await self._handshake():
-                return
-            if self.authenticator is not None and not await self._authenticate(self.authenticator):
-                return
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_loop, nursery)
-                nursery.start_soon(self._watch_idle)
-                await self._read_loop(nursery)
-            if self._eof and nursery.cancel_scope.cancelled_caught and self._queued:
-                log.debug(
-                    "connection %s closed by the peer: %d request(s) in flight cancelled", self.peer, len(self._queued)
-                )
+            with self._scope:
+                await self._serve()
         except* _GONE as group:
             log.debug("connection %s closed: %r", self.peer, group.exceptions[0])
         except* Exception:
@@ -189,6 +193,20 @@ class KafkaConnection:
             self._queued.clear()
             self.transport.close()
             self.closed.set()
+
+    async def _serve(self) -> None:
+        if not await self._handshake():
+            return
+        if self.authenticator is not None and not await self._authenticate(self.authenticator):
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._write_loop, nursery)
+            nursery.start_soon(self._watch_idle)
+            await self._read_loop(nursery)
+        if self._eof and nursery.cancel_scope.cancelled_caught and self._queued:
+            log.debug(
+                "connection %s closed by the peer: %d request(s) in flight cancelled", self.peer, len(self._queued)
+            )
 
     async def _handshake(self) -> bool:
         """The transport layer's handshake (TLS), within ``handshake_timeout_s``; False when it
@@ -385,6 +403,7 @@ class KafkaConnection:
         try:
             frame = await self.reader.read_frame()
             self._eof = frame is None
+            self.last_active = trio.current_time()
             return frame
         except PeerClosed as exc:
             log.warning("closing connection %s: %s", self.peer, exc)

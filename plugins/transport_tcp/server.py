@@ -13,8 +13,11 @@ one INFO when it works again (10 ERROR lines a second buried everything else at 
 
 Connection limits are the broker's (:class:`~odradek.connection_quotas.ConnectionQuotas`, shared
 by every listener): after each accept the loop asks for a slot, which waits while the broker holds
-``max.connections`` (so this listener stops accepting) and is refused when the client's address
-holds ``max.connections.per.ip``; such a socket is closed at once, with an INFO line.
+``max.connections`` or this listener its ``listener.name.<listener>.max.connections`` (so this
+listener stops accepting) and is refused when the client's address holds
+``max.connections.per.ip``; such a socket is closed at once, with an INFO line. Each connection
+served is tracked, so that an inter-broker connection past ``max.connections`` can close the
+least recently used one of another listener.
 """
 
 from __future__ import annotations
@@ -125,7 +128,9 @@ class TcpListener:
                 self.accept_failures.succeeded(where)
             host = str(address[0])
             peer = f"{host}:{address[1]}"
-            if not await self.quotas.admit(client, host, peer=peer, where=where, nursery=connections):
+            if not await self.quotas.admit(
+                client, host, peer=peer, where=where, nursery=connections, listener=self.endpoint.name
+            ):
                 continue
             self._tune(client)
             connections.start_soon(self._run_connection, self.connection(client, dispatcher, peer), host)
@@ -152,12 +157,13 @@ class TcpListener:
 
     async def _run_connection(self, conn: KafkaConnection, host: str) -> None:
         self.connections.add(conn)
+        self.quotas.track(self.endpoint.name, conn)
         log.debug("connection from %s on %s", conn.peer, self.endpoint.name)
         try:
             await conn.run()
         finally:
             self.connections.discard(conn)
-            self.quotas.release(host)
+            self.quotas.release(host, self.endpoint.name, conn)
 
     def _tune(self, client: trio.socket.SocketType) -> None:
         try:

@@ -82,10 +82,46 @@ class RequestContext:
     #: mutes the connection for this many ms once its response is on its way (KIP-219): a
     #: handler whose client exceeded its quota calls it; None when the transport cannot mute
     throttle: Callable[[int], None] | None = None
+    #: the request's size on the wire, header and body without the size prefix (Kafka's
+    #: ``request.sizeInBytes``): what a Produce counts against ``producer_byte_rate``
+    request_size: int = 0
+    #: the request quota's meter of this request (None: no ``request_percentage`` quota, or an
+    #: exempt API); a handler that must know the request throttle before it answers (Fetch)
+    #: records it itself with :meth:`RequestTime.record`, and the dispatcher then does not
+    request_time: RequestTime | None = None
 
     @property
     def api_version(self) -> int:
         return self.header.api_version
+
+
+class RequestTime:
+    """One request's thread time, counted against its client's ``request_percentage`` once
+    (KIP-124): by the dispatcher after the handler, or earlier by a handler whose answer depends
+    on the throttle (Kafka's Fetch answers a throttled consumer without records, KIP-219)."""
+
+    __slots__ = ("_start", "client_id", "meter", "quotas", "recorded", "task", "user")
+
+    def __init__(self, quotas: Any, meter: Any, user: str, client_id: str) -> None:
+        self.quotas = quotas
+        self.meter = meter
+        self.user = user
+        self.client_id = client_id
+        self.task = trio.lowlevel.current_task()
+        self._start: float = meter.task_time(self.task)
+        self.recorded = False
+
+    def record(self, *, count: bool = True) -> int:
+        """Count the thread time so far (nothing on a second call); the throttle time in ms it
+        earned, which the caller applies (the response's ``throttle_time_ms``, the mute). With
+        ``count`` False the throttle is left out of the request quota's throttle metrics: the
+        caller counts it only if it is the time the client waits."""
+        if self.recorded:
+            return 0
+        self.recorded = True
+        seconds = self.meter.task_time(self.task) - self._start
+        throttle_ms: int = self.quotas.record_request_time(self.user, self.client_id, seconds, count=count)
+        return throttle_ms
 
 
 HandlerFn = Callable[[RequestContext, Any], Awaitable[Any]]
@@ -218,7 +254,11 @@ class Dispatcher:
         start = time.perf_counter()
         key, version = header.api_key, header.api_version
         meter = None if self.quotas is None else self.quotas.meter
-        thread_start = 0.0 if meter is None else meter.task_time(trio.lowlevel.current_task())
+        request_time = (
+            None
+            if meter is None or key in REQUEST_QUOTA_EXEMPT
+            else RequestTime(self.quotas, meter, principal.name, header.client_id or "")
+        )
         try:
             if key == ApiKey.API_VERSIONS and not is_supported(key, version):
                 return api_versions_fallback(header.correlation_id, self.advertised)
@@ -232,7 +272,7 @@ class Dispatcher:
                 release_frame()
             ctx = RequestContext(
                 header, self.broker, self.config, self.listener, peer, self.advertised, release_frame, principal,
-                throttle,
+                throttle, len(frame), request_time,
             )  # fmt: skip
             try:
                 authorizer = getattr(self.broker, "authorizer", None)
@@ -246,10 +286,8 @@ class Dispatcher:
                 response = self._answer_failure(header, request, exc, peer)
             if response is None:
                 return None
-            if meter is not None and key not in REQUEST_QUOTA_EXEMPT:
-                response = self._request_quota(
-                    ctx, request, response, meter.task_time(trio.lowlevel.current_task()) - thread_start
-                )
+            if request_time is not None and not request_time.recorded:
+                response = self._request_quota(ctx, request, response, request_time)
             try:
                 if offload:
                     return await trio.to_thread.run_sync(_encode, header, response)
@@ -260,13 +298,14 @@ class Dispatcher:
         finally:
             self.metrics.request_done(key, version, time.perf_counter() - start)
 
-    def _request_quota(self, ctx: RequestContext, request: Any, response: Any, seconds: float) -> Any:
+    def _request_quota(self, ctx: RequestContext, request: Any, response: Any, request_time: RequestTime) -> Any:
         """Count the request's thread time against the client's ``request_percentage`` (KIP-124);
         over it, the response carries the throttle time and the connection is muted for it. A
-        follower's Fetch is replication, exempt as in Kafka."""
+        follower's Fetch is replication, exempt as in Kafka (a consumer's Fetch records its own:
+        see ``apis.core``)."""
         if ctx.header.api_key == ApiKey.FETCH and getattr(request, "replica_id", -1) >= 0:
             return response
-        throttle_ms = self.quotas.record_request_time(ctx.principal.name, ctx.header.client_id or "", seconds)
+        throttle_ms = request_time.record()
         if throttle_ms <= 0:
             return response
         if ctx.throttle is not None:
@@ -352,5 +391,6 @@ __all__ = [
     "HandlerFn",
     "Outcome",
     "RequestContext",
+    "RequestTime",
     "load_handlers",
 ]

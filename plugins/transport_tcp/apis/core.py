@@ -38,6 +38,7 @@ from odradek.protocol import (
     ProduceResponseData,
     TopicProduceResponse,
     api_versions_response,
+    fetch_response_size,
     ms,
     produce_error_response,
     produce_unsupported_response,
@@ -244,7 +245,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Pr
             )
         except KafkaError as exc:
             results.update({tp: PartitionProduceResult(exc.code, error_message=str(exc)) for tp in partitions})
-    throttle_ms = _record_produce_quota(ctx, partitions)
+    throttle_ms = _record_produce_quota(ctx, request.acks)
     if request.acks == 0:
         failed = {tp: r.error for tp, r in results.items() if r.error != ErrorCode.NONE}
         if failed:
@@ -289,18 +290,36 @@ def _quotas(ctx: RequestContext) -> Any:
     return getattr(ctx.broker, "quotas", None)
 
 
-def _record_produce_quota(ctx: RequestContext, partitions: dict[TopicPartition, bytearray | memoryview]) -> int:
-    """Count the request's record bytes against the client's ``producer_byte_rate``; a client
-    over it is throttled: the time goes into the response and the connection is muted for it,
-    acks=0 too (no response carries it, but the mute still slows the client), as Kafka does.
-    The bytes counted are the record batches' (Kafka counts the whole request's size: the
-    difference is the request's header and topic names)."""
+def _record_produce_quota(ctx: RequestContext, acks: int) -> int:
+    """Kafka's Produce under quotas: the whole request's size (header and body: Kafka's
+    ``request.sizeInBytes``) is counted against the client's ``producer_byte_rate``, whatever
+    became of its partitions, and, unless acks=0, the request's thread time so far against its
+    ``request_percentage``; the client waits the larger throttle time (see :func:`_throttle`),
+    acks=0 too (no response carries it, but the mute still slows the client). The records stay
+    appended either way."""
     quotas = _quotas(ctx)
-    if quotas is None or not quotas.produce.enabled():
+    request_ms = ctx.request_time.record(count=False) if ctx.request_time is not None and acks != 0 else 0
+    bandwidth_ms = 0
+    if quotas is not None and quotas.produce.enabled():
+        user, client_id = ctx.principal.name, ctx.header.client_id or ""
+        bandwidth_ms = quotas.produce.record(user, client_id, ctx.request_size, count=False)
+    return _throttle(ctx, quotas, quotas.produce if quotas is not None else None, bandwidth_ms, request_ms)
+
+
+def _throttle(ctx: RequestContext, quotas: Any, bandwidth: Any, bandwidth_ms: int, request_ms: int) -> int:
+    """The throttle of a request under a byte-rate quota (``bandwidth``, Produce's or Fetch's)
+    and the request quota (KafkaApis' ``maxThrottleTimeMs``): the larger time, counted in that
+    quota's throttle metrics only (Kafka's ``requestHelper.throttle``), the connection muted for
+    it. 0: not throttled."""
+    throttle_ms = max(bandwidth_ms, request_ms)
+    if throttle_ms <= 0:
         return 0
-    size = sum(len(records) for records in partitions.values())
-    throttle_ms: int = quotas.produce.record(ctx.principal.name, ctx.header.client_id or "", size)
-    if throttle_ms > 0 and ctx.throttle is not None:
+    user, client_id = ctx.principal.name, ctx.header.client_id or ""
+    if bandwidth_ms > request_ms:
+        bandwidth.count_throttle(user, client_id, bandwidth_ms)
+    else:
+        quotas.request.count_throttle(user, client_id, request_ms)
+    if ctx.throttle is not None:
         ctx.throttle(throttle_ms)
     return throttle_ms
 
@@ -347,9 +366,8 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
         partitions, refused = _authorized_fetch(ctx, authorizer, request.replica_id, partitions)
     max_bytes = min(request.max_bytes, int(ctx.config["fetch.max.bytes"]))
     quotas = _quotas(ctx)
-    if request.replica_id >= 0 or quotas is None or not quotas.fetch.enabled():
-        quotas = None  # a follower's fetch (replication) is not a client's: no quota
-    else:
+    consumer = request.replica_id < 0  # a follower's fetch (replication) is not a client's: no quota
+    if consumer and quotas is not None and quotas.fetch.enabled():
         window_bytes = quotas.fetch.max_value_in_window(ctx.principal.name, ctx.header.client_id or "")
         if window_bytes is not None:
             max_bytes = min(max_bytes, window_bytes)  # Kafka's getMaxValueInQuotaWindow
@@ -365,7 +383,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
     )
     if refused:
         results.update(refused)
-    if quotas is not None:
+    if consumer:
         throttled = _throttle_fetch(ctx, quotas, context, results)
         if throttled is not None:
             return throttled
@@ -416,19 +434,26 @@ def _authorized_fetch(
 def _throttle_fetch(
     ctx: RequestContext, quotas: Any, context: Any, results: dict[TopicPartition, FetchPartitionResult]
 ) -> FetchResponseData | None:
-    """Count the records read against the client's ``consumer_byte_rate``. A client over it
-    gets, as from Kafka, an answer without records that carries the throttle time (the bytes
-    are taken back off its rate: they were not sent), and its connection is muted for that time;
-    a fetch session stays where it was, so the next fetch asks for the same records."""
+    """Kafka's consumer Fetch under quotas (KIP-219): the response's size (Kafka's
+    ``FetchResponse.sizeOf`` of the partitions it would carry) is counted against the client's
+    ``consumer_byte_rate``, and the request's thread time so far against its
+    ``request_percentage``. When either throttles, the answer has no records and carries the
+    larger time (counted in that quota's throttle metrics), the connection is muted for it, and
+    the bytes are taken back off the byte rate (they were not sent); a fetch session stays where
+    it was, so the next fetch asks for the same records. None: answer normally."""
     user, client_id = ctx.principal.name, ctx.header.client_id or ""
-    size = sum(r.records.size for r in results.values() if r.records is not None)
-    throttle_ms: int = quotas.fetch.record(user, client_id, size)
+    request_ms = ctx.request_time.record(count=False) if ctx.request_time is not None else 0
+    size = 0
+    bandwidth_ms = 0
+    if quotas is not None and quotas.fetch.enabled():
+        size = _fetch_response_size(ctx, context, results)
+        bandwidth_ms = quotas.fetch.record(user, client_id, size, count=False)
+    throttle_ms = _throttle(ctx, quotas, quotas.fetch if quotas is not None else None, bandwidth_ms, request_ms)
     if throttle_ms <= 0:
         return None
-    quotas.fetch.unrecord(user, client_id, size)
+    if size:
+        quotas.fetch.unrecord(user, client_id, size)
     _release_all(results.values())
-    if ctx.throttle is not None:
-        ctx.throttle(throttle_ms)
     session = context.session
     if session is None:  # a full fetch: no session is created (Kafka's FullFetchContext)
         return FetchResponseData([], session_id=INVALID_SESSION_ID, throttle_time_ms=throttle_ms)
@@ -437,6 +462,23 @@ def _throttle_fetch(
             [], error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH, session_id=session.id, throttle_time_ms=throttle_ms
         )
     return FetchResponseData([], session_id=session.id, throttle_time_ms=throttle_ms)
+
+
+def _fetch_response_size(ctx: RequestContext, context: Any, results: dict[TopicPartition, FetchPartitionResult]) -> int:
+    """The size of the answer the fetch would get unthrottled (Kafka's ``getResponseSize``):
+    every partition of a full fetch, the changed ones of an incremental one."""
+    sessions: FetchSessionCache = ctx.broker.fetch_sessions
+    order = sessions.response_partitions(context, results)
+    missing = FetchPartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR)
+
+    def shape(r: FetchPartitionResult) -> tuple[int, int]:
+        aborted = len(r.aborted_transactions) if r.aborted_transactions is not None else 0
+        return aborted, r.records.size if r.records is not None else 0
+
+    return fetch_response_size(
+        ctx.api_version,
+        ((topic, [shape(results.get(tp, missing)) for tp in tps]) for topic, tps in _group_by_topic(order)),
+    )
 
 
 def _fetch_partition(index: int, r: FetchPartitionResult) -> FetchPartitionData:
