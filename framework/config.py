@@ -202,7 +202,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         int,
         INT_MAX,
         "Connections one client address may hold; one more is closed at once. 0 needs "
-        "max.connections.per.ip.overrides (only the addresses listed there may connect).",
+        "max.connections.per.ip.overrides (only the addresses listed there may connect). Dynamic "
+        "(a broker's or the cluster default, IncrementalAlterConfigs; for new connections).",
         minimum=0,
     ),
     _k(
@@ -210,7 +211,8 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         str,
         "",
         "Per-address limits over max.connections.per.ip, comma separated host:count "
-        "(e.g. 127.0.0.1:200,client-host:50; a hostname counts for the addresses it resolves to at start).",
+        "(e.g. 127.0.0.1:200,client-host:50; a hostname counts for the addresses it resolves to at start, "
+        "or when a dynamic change arrives). Dynamic, as max.connections.per.ip.",
     ),
     _k("queued.max.requests", int, 500, "In-flight requests per connection before reading pauses.", minimum=1),
     _k(

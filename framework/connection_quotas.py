@@ -299,6 +299,13 @@ class ConnectionQuotas:
         self._slot_freed.unpark_all()
         self._make_room()
 
+    def set_per_ip_limits(self, max_connections_per_ip: int, overrides: Mapping[str, int]) -> None:
+        """A new ``max.connections.per.ip`` and overrides (the dynamic broker config; ``overrides``
+        by address, see :func:`resolve_overrides`). They hold for new connections: an address over
+        a lowered limit keeps what it holds, as in Kafka."""
+        self.max_connections_per_ip = max_connections_per_ip
+        self.per_ip_overrides = {normalize_address(k): v for k, v in overrides.items()}
+
     def set_listener_limits(self, max_connections: Mapping[str, int], creation_rates: Mapping[str, int]) -> None:
         """The listeners' own ``max.connections`` and ``max.connection.creation.rate`` (the
         dynamic broker config), by listener name; a listener left out takes the broker-wide

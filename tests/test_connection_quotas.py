@@ -573,3 +573,43 @@ def test_a_broker_holds_listener_limits_and_keeps_room_for_inter_broker_connecti
             for sock in opened:
                 sock.close()
         assert "and this is the least recently used one" in broker.log_path.read_text()
+
+
+async def test_per_ip_limits_are_dynamic_broker_configs(tmp_path: Path) -> None:
+    """max.connections.per.ip and its overrides (Kafka's DynamicConnectionQuota): altered on the
+    broker or the cluster default, in force for new connections at once, checked as the static
+    config is (host:count entries, 0 only with overrides, hostnames that resolve)."""
+
+    async def alter(broker: str, *ops: tuple[str, AlterConfigOp, str | None]) -> Any:
+        [done] = await core.incremental_alter_configs([_alter(broker, *ops)], False)
+        return done
+
+    async with running_broker(tmp_path) as core:
+        quotas = core.connection_quotas
+        assert await quotas.acquire("10.0.0.1", "PLAINTEXT") and await quotas.acquire("10.0.0.1", "PLAINTEXT")
+        done = await alter("", ("max.connections.per.ip", AlterConfigOp.SET, "2"))
+        assert done.error == ErrorCode.NONE, done.error_message
+        assert not await quotas.acquire("10.0.0.1", "PLAINTEXT")  # holds 2, the new limit
+        done = await alter("0", ("max.connections.per.ip.overrides", AlterConfigOp.SET, "10.0.0.1:3,localhost:1"))
+        assert done.error == ErrorCode.NONE, done.error_message
+        assert quotas.limit_for("10.0.0.1") == 3 and quotas.limit_for("127.0.0.1") == 1
+        assert await quotas.acquire("10.0.0.1", "PLAINTEXT")
+        assert not await quotas.acquire("10.0.0.1", "PLAINTEXT")
+        entry = await _describe(core, "0", "max.connections.per.ip.overrides")
+        assert (entry.value, entry.source) == ("10.0.0.1:3,localhost:1", ConfigSource.DYNAMIC_BROKER_CONFIG)
+
+        for bad, why in (
+            (("max.connections.per.ip.overrides", "10.0.0.1"), "not host:count"),
+            (("max.connections.per.ip.overrides", "no-such-host.invalid:2"), "cannot resolve"),
+            (("max.connections.per.ip", "-1"), "max.connections.per.ip"),
+        ):
+            done = await alter("0", (bad[0], AlterConfigOp.SET, bad[1]))
+            assert done.error == ErrorCode.INVALID_CONFIG and why in (done.error_message or ""), done
+        done = await alter("0", ("max.connections.per.ip.overrides", AlterConfigOp.DELETE, None))
+        assert done.error == ErrorCode.NONE, done.error_message
+        done = await alter("0", ("max.connections.per.ip", AlterConfigOp.SET, "0"))
+        assert done.error == ErrorCode.INVALID_CONFIG and "only with" in (done.error_message or ""), done
+        assert quotas.limit_for("10.0.0.1") == 2  # the refused changes changed nothing
+
+        await alter("", ("max.connections.per.ip", AlterConfigOp.DELETE, None))
+        assert quotas.limit_for("10.0.0.1") == INT_MAX

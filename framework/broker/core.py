@@ -20,8 +20,8 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..config import Config
-from ..connection_quotas import ConnectionQuotas
+from ..config import Config, ConfigError, parse_connection_overrides
+from ..connection_quotas import ConnectionQuotas, resolve_overrides
 from ..errors import ErrorCode, InvalidTopic
 from ..interfaces import Codec, LogDirDescription, LogStorage, MetadataStore, TopicPartition, described_log_dirs
 from ..metrics import BrokerMetrics
@@ -105,6 +105,8 @@ class BrokerCore:
         self.node_id = config.broker_id
         self.cluster_id = cluster_id
         self.connection_quotas = ConnectionQuotas.from_config(config)
+        #: the ``max.connections.per.ip`` and overrides ``connection_quotas`` has (static at first)
+        self._per_ip_applied = (int(config["max.connections.per.ip"]), str(config["max.connections.per.ip.overrides"]))
         #: ip quotas (``/config/ips/``: connection_creation_rate, KIP-612), enforced by the above
         self.ip_connection_rates = IpConnectionRates(store, self.connection_quotas.set_ip_rates)
         self.request_memory = RequestMemoryPool.from_config(config)
@@ -188,6 +190,7 @@ class BrokerCore:
         max_connections = int(self.dynamic_config.value("max.connections"))
         if max_connections != self.connection_quotas.max_connections:
             self.connection_quotas.set_max_connections(max_connections)
+        self._apply_per_ip_limits()
         listeners = [ep.name for ep in self.config.listeners]
         self.connection_quotas.set_listener_limits(
             *(
@@ -195,6 +198,24 @@ class BrokerCore:
                 for key in ("max.connections", "max.connection.creation.rate")
             )
         )
+
+    def _apply_per_ip_limits(self) -> None:
+        """``max.connections.per.ip`` and its overrides in force, when they changed. A hostname in
+        the overrides is resolved here, on the change (as Kafka's reconfiguration does); one that
+        no longer resolves keeps the overrides that were in force, with a warning."""
+        wanted = (
+            int(self.dynamic_config.value("max.connections.per.ip")),
+            str(self.dynamic_config.value("max.connections.per.ip.overrides")),
+        )
+        if wanted == self._per_ip_applied:
+            return
+        try:
+            overrides = resolve_overrides(parse_connection_overrides(wanted[1]))
+        except ConfigError as exc:
+            log.warning("max.connections.per.ip.overrides not applied: %s", exc)
+            return
+        self.connection_quotas.set_per_ip_limits(wanted[0], overrides)
+        self._per_ip_applied = wanted
 
     async def shutdown(self) -> None:
         """Answer parked requests, snapshot producer state, checkpoint HWs, flush logs."""

@@ -15,7 +15,8 @@ any broker is in force on every broker it concerns within milliseconds; ``listen
 after each change (the replication quotas take their new rates from them).
 
 The dynamic keys today are the replication throttle rates (KIP-73), the broker's connection
-creation rate (KIP-612) and its ``max.connections``, and per listener (KIP-402)
+creation rate (KIP-612), its ``max.connections``, ``max.connections.per.ip`` and
+``max.connections.per.ip.overrides`` (Kafka's ``DynamicConnectionQuota``), and per listener (KIP-402)
 ``listener.name.<listener>.max.connections`` and ``.max.connection.creation.rate``
 (:data:`LISTENER_DYNAMIC_KEYS`; a listener's value, wherever set, overrides the broker-wide one:
 :meth:`DynamicBrokerConfig.listener_value`). A key joins the list only when every place that
@@ -32,7 +33,8 @@ from typing import Any
 
 import trio
 
-from ..config import Config, ConfigError, listener_key, parse_value, render
+from ..config import Config, ConfigError, listener_key, parse_connection_overrides, parse_value, render
+from ..connection_quotas import resolve_overrides
 from ..entity_configs import EntityConfigs, follow_changes
 from ..errors import InvalidConfig, InvalidRequest, KafkaError
 from ..interfaces import MetadataConflict, MetadataStore, WatchEvent
@@ -47,6 +49,8 @@ DYNAMIC_KEYS: tuple[str, ...] = (
     "follower.replication.throttled.rate",
     "max.connection.creation.rate",
     "max.connections",
+    "max.connections.per.ip",
+    "max.connections.per.ip.overrides",
 )
 #: the keys a listener may override at run time (Kafka's ``ListenerReconfigurableConfigs``), as
 #: ``listener.name.<listener>.<key>``
@@ -71,6 +75,15 @@ def dynamic_base(name: str) -> str | None:
     if match is not None and match.group(2) in LISTENER_DYNAMIC_KEYS:
         return match.group(2)
     return None
+
+
+def parse_dynamic(config: Config, name: str, value: object) -> Any:
+    """``value`` of the dynamic key ``name`` typed, with the checks the static config makes of it
+    beyond its type (the ``host:count`` list of ``max.connections.per.ip.overrides``)."""
+    parsed = parse_value(config.key(name), value)
+    if name == "max.connections.per.ip.overrides":
+        parse_connection_overrides(str(parsed))
+    return parsed
 
 
 def broker_config_key(entity: str) -> str:
@@ -150,7 +163,7 @@ class DynamicBrokerConfig:
             if base is None:
                 continue  # a key Kafka may set dynamically that odradek reads only at start
             try:
-                out[name] = parse_value(self.config.key(base), value)
+                out[name] = parse_dynamic(self.config, base, value)
             except (ConfigError, ValueError, TypeError) as exc:
                 log.warning("dynamic broker config %s: %s=%r is not valid (%s); ignored", where, name, value, exc)
         return out
@@ -212,7 +225,7 @@ class DynamicBrokerConfig:
                 base = dynamic_base(op.name)
                 assert base is not None
                 try:
-                    value = parse_value(self.config.key(base), op.value)
+                    value = parse_dynamic(self.config, base, op.value)
                 except (ConfigError, ValueError, TypeError) as exc:
                     raise InvalidConfig(str(exc)) from None
                 sets[op.name] = render(value)
@@ -221,6 +234,33 @@ class DynamicBrokerConfig:
             else:
                 raise InvalidRequest(f"{op.op.name} is only for list configs, and {op.name} is not one")
         return sets, tuple(deletes)
+
+    async def _check_connection_limits(self, entity: str, sets: dict[str, str], deletes: Sequence[str]) -> None:
+        """Kafka's checks of the per-address limits as this broker would have them after the
+        change: a default of 0 needs overrides, and every host the overrides name resolves (in a
+        worker thread: a lookup may take seconds)."""
+        names = ("max.connections.per.ip", "max.connections.per.ip.overrides")
+        if not any(n in sets or n in deletes for n in names):
+            return
+        layers = [dict(self.defaults), dict(self.per_broker)]
+        changed = layers[0] if entity == DEFAULT_ENTITY else layers[1]
+        for name in deletes:
+            changed.pop(name, None)
+        changed.update({k: parse_dynamic(self.config, k, v) for k, v in sets.items()})
+
+        def in_force(name: str) -> Any:
+            return next((layer[name] for layer in reversed(layers) if name in layer), self.config[name])
+
+        overrides = parse_connection_overrides(str(in_force("max.connections.per.ip.overrides")))
+        if int(in_force("max.connections.per.ip")) == 0 and not overrides:
+            raise InvalidConfig(
+                "max.connections.per.ip may be 0 only with max.connections.per.ip.overrides set "
+                "(it would refuse everyone)"
+            )
+        try:
+            await trio.to_thread.run_sync(resolve_overrides, overrides)
+        except ConfigError as exc:
+            raise InvalidConfig(str(exc)) from None
 
     async def _stored(self, key: str) -> dict[str, Any]:
         got = await self.store.get(key)
@@ -240,11 +280,12 @@ class DynamicBrokerConfig:
         dynamic configs; with ``replace`` (the legacy AlterConfigs), the SETs become the entity's
         whole set. Takes effect here at once, everywhere else through the watch."""
         sets, deletes = self._checked(ops)
-        if validate_only:
-            return
         key = broker_config_key(entity)
         if replace:  # the SETs are the whole set: every other stored key goes
             deletes = tuple(k for k in await self._stored(key) if k not in sets)
+        await self._check_connection_limits(entity, sets, deletes)
+        if validate_only:
+            return
         try:
             stored = await EntityConfigs(self.store).alter_key(key, set=sets, delete=deletes)
         except (MetadataConflict, MetadataStoreError) as exc:
