@@ -63,6 +63,18 @@ log = logging.getLogger(__name__)
 #: name -> (topic id, partition count) of an existing topic, None for a topic that does not exist
 TopicLookup = Callable[[str], "tuple[str, int] | None"]
 
+#: ``submit(group_id, operation, retry)``: runs a timer's operation on a group
+Submit = Callable[[str, Callable[[], None], Callable[[], None]], None]
+
+
+def _run_now(group_id: str, operation: Callable[[], None], retry: Callable[[], None]) -> None:
+    """A coordinator without a writer (embedding, unit tests) runs timer operations at once."""
+    operation()
+
+
+#: how soon a timer whose write failed (its change undone) tries again (Kafka's timer retry backoff)
+TIMER_RETRY_S = 0.5
+
 CONSUMER_PROTOCOL = "consumer"
 CLASSIC_PROTOCOL = "classic"
 
@@ -147,10 +159,13 @@ class ConsumerGroupCoordinator:
         self.heartbeat_interval_ms = int(config["group.consumer.heartbeat.interval.ms"])
         self.max_size = int(config["group.consumer.max.size"])
         self.enabled = CONSUMER_PROTOCOL in {p.lower() for p in config["group.coordinator.rebalance.protocols"]}
-        #: called with a group after every change (persistence hooks in here)
+        #: called with a group after every change, a deletion included (the group coordinator's
+        #: :class:`.consumer_runtime.ConsumerGroupWriter` writes the records when the operation ends)
         self.on_change: Callable[[ConsumerGroup], None] = lambda group: None
-        #: called with a group DeleteGroups removed
-        self.on_delete: Callable[[ConsumerGroup], None] = lambda group: None
+        #: runs a timer's operation on a group (``submit(group_id, operation, retry)``): the group
+        #: coordinator runs it through its writer, and calls ``retry`` if the write failed (the
+        #: change was undone); by default, at once and without persistence
+        self.submit: Submit = _run_now
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -177,16 +192,32 @@ class ConsumerGroupCoordinator:
         except HeartbeatError as exc:
             # a refused heartbeat changes nothing (Kafka applies a request's records only when
             # it succeeds): the group as it was, or none if this request created it
-            if saved is not None:
-                self.groups[request.group_id] = saved
-                for member_id in saved.members:  # timers a static member's replacement cancelled
-                    if ("cg-session", saved.group_id, member_id) not in self.timers:
-                        self._schedule_session_timeout(saved.group_id, member_id)
-            else:
-                self.groups.pop(request.group_id, None)
+            self.restore(request.group_id, saved)
             log.debug("ConsumerGroupHeartbeat of %s in group %s refused: %s %s", request.member_id, request.group_id,
                       exc.code.name, exc.message)  # fmt: skip
             return HeartbeatResult(exc.code, exc.message, member_epoch=0)
+
+    def restore(self, group_id: str, saved: ConsumerGroup | None) -> None:
+        """Put a group back as it was before an operation that failed (refused, or its records
+        could not be written): ``saved`` is its copy from before, None when the operation
+        created it. Timers follow the restored members: those the operation added lose theirs,
+        those it removed or replaced get a session timeout again, and a member restored while
+        revoking gets a rebalance timeout."""
+        current = self.groups.get(group_id)
+        if saved is None:
+            self.groups.pop(group_id, None)
+        else:
+            self.groups[group_id] = saved
+        for member_id in current.members if current is not None else ():
+            if saved is None or member_id not in saved.members:
+                self._cancel_timers(group_id, member_id)
+        for member_id, member in saved.members.items() if saved is not None else ():
+            if ("cg-session", group_id, member_id) not in self.timers:
+                self._schedule_session_timeout(group_id, member_id)
+            if member.state is not MemberState.UNREVOKED_PARTITIONS:
+                self._cancel_rebalance_timeout(group_id, member_id)
+            elif ("cg-rebalance", group_id, member_id) not in self.timers:
+                self._schedule_rebalance_timeout(group_id, member)
 
     def _validate(self, r: HeartbeatRequest) -> None:
         """Kafka's ``throwIfConsumerGroupHeartbeatRequestIsInvalid``."""
@@ -514,18 +545,24 @@ class ConsumerGroupCoordinator:
 
     # -- timers ----------------------------------------------------------------------------------------
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
-        def expire() -> None:
+        key = ("cg-session", group_id, member_id)
+
+        def fence_expired() -> None:
             group = self.groups.get(group_id)
             if group is not None and member_id in group.members:
                 log.info("member %s of consumer group %s fenced: its session expired", member_id, group_id)
                 self.fence(group, member_id)
 
-        self.timers.schedule(("cg-session", group_id, member_id), self.session_timeout_ms / 1000, expire)
+        def expire() -> None:  # a write that failed is tried again soon (Kafka's timer retry)
+            self.submit(group_id, fence_expired, lambda: self.timers.schedule(key, TIMER_RETRY_S, expire))
+
+        self.timers.schedule(key, self.session_timeout_ms / 1000, expire)
 
     def _schedule_rebalance_timeout(self, group_id: str, member: ConsumerGroupMember) -> None:
         member_id, epoch = member.member_id, member.member_epoch
+        key = ("cg-rebalance", group_id, member_id)
 
-        def expire() -> None:
+        def fence_late() -> None:
             group = self.groups.get(group_id)
             current = group.members.get(member_id) if group is not None else None
             if group is not None and current is not None and current.member_epoch == epoch:
@@ -533,7 +570,10 @@ class ConsumerGroupCoordinator:
                          member_id, group_id, member.rebalance_timeout_ms)  # fmt: skip
                 self.fence(group, member_id)
 
-        self.timers.schedule(("cg-rebalance", group_id, member_id), member.rebalance_timeout_ms / 1000, expire)
+        def expire() -> None:
+            self.submit(group_id, fence_late, lambda: self.timers.schedule(key, TIMER_RETRY_S, expire))
+
+        self.timers.schedule(key, member.rebalance_timeout_ms / 1000, expire)
 
     def _cancel_rebalance_timeout(self, group_id: str, member_id: str) -> None:
         self.timers.cancel(("cg-rebalance", group_id, member_id))
@@ -547,7 +587,7 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None:
             self.forget(group_id)
-            self.on_delete(group)
+            self.on_change(group)
 
     def forget(self, group_id: str) -> None:
         """Drop a group (its partition moved away, or it was deleted), cancelling its timers."""

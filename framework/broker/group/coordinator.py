@@ -80,10 +80,10 @@ class MembershipProtocol:
         self._store_failures: dict[str, tuple[int, float]] = {}
 
     # -- plumbing ------------------------------------------------------------------------------------
-    def consumer_group_blocks_join(self, group_id: str) -> bool:
-        """Whether ``group_id`` is a KIP-848 consumer group with members, so a classic JoinGroup
-        is refused; the coordinator with consumer groups overrides it."""
-        return False
+    async def consumer_group_blocks_join(self, group_id: str) -> ErrorCode | None:
+        """The error refusing a classic JoinGroup because of a KIP-848 consumer group of that
+        id (None: none); the coordinator with consumer groups overrides it."""
+        return None
 
     def _spawn(self, fn: Callable[..., object], *args: object) -> None:
         if self._nursery is None:
@@ -171,9 +171,10 @@ class MembershipProtocol:
         error = self.validate_group(group_id)
         if error is not None:
             return JoinGroupResult(error, member_id)
-        if self.consumer_group_blocks_join(group_id):
+        blocked = await self.consumer_group_blocks_join(group_id)
+        if blocked is not None:
             # a KIP-848 group of this id has members: Kafka (without online migration) refuses
-            return JoinGroupResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+            return JoinGroupResult(blocked, member_id)
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
             return JoinGroupResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
         is_unknown = member_id == UNKNOWN_MEMBER_ID

@@ -15,7 +15,6 @@ Transports hold it as ``broker.group_coordinator`` and call it with decoded requ
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -34,6 +33,7 @@ from .consumer_coordinator import (
     builtin_server_assignors,
 )
 from .consumer_group import ConsumerGroup
+from .consumer_runtime import ConsumerGroupWriter
 from .coordinator import MembershipProtocol
 from .metadata_manager import GroupMetadataManager, PartitionOffset
 from .offsets_log import OFFSETS_TOPIC
@@ -130,14 +130,10 @@ class GroupCoordinator(MembershipProtocol):
             topics if topics is not None else (lambda name: None),
             all_topics,
         )
-        self.consumer.on_change = self._persist_consumer_group
-        self.consumer.on_delete = lambda group: self._persist_consumer_group(group, deleted=True)
-        #: consumer group records to append, in the order the changes happened (one writer)
-        self._consumer_writes: tuple[
-            trio.MemorySendChannel[tuple[str, list[tuple[bytes, bytes | None]]]],
-            trio.MemoryReceiveChannel[tuple[str, list[tuple[bytes, bytes | None]]]],
-        ]
-        self._consumer_writes = trio.open_memory_channel(math.inf)
+        #: a consumer group's changes reach ``__consumer_offsets`` before the request is answered
+        self.consumer_writer = ConsumerGroupWriter(self.manager, self.consumer.restore)
+        self.consumer.on_change = self.consumer_writer.mark
+        self.consumer.submit = self._submit_consumer_operation
         self.log = offsets_log
         self.node_id = config.broker_id if node_id is None else node_id
         self.retention_check_interval_ms = int(config["offsets.retention.check.interval.ms"])
@@ -173,24 +169,24 @@ class GroupCoordinator(MembershipProtocol):
                     self._start_load(partition)  # a read that fails is retried, not fatal
                 nursery.start_soon(self._expire_offsets_loop)
                 nursery.start_soon(self._ownership_loop)
-                nursery.start_soon(self._write_consumer_groups)
         finally:
             self.active = False
             self._nursery = None
 
-    def _persist_consumer_group(self, group: ConsumerGroup, *, deleted: bool = False) -> None:
-        """Queue what changed in a KIP-848 group for ``__consumer_offsets`` (the heartbeat is
-        answered without waiting for it: a write lost in a crash makes members rejoin, which
-        the protocol handles, where Kafka would have delayed the answer)."""
-        if not self.manager.is_local(group.group_id):
-            return
-        records = self.manager.consumer_group_delta(group, deleted=deleted)
-        if records:
-            self._consumer_writes[0].send_nowait((group.group_id, records))
+    def _submit_consumer_operation(
+        self, group_id: str, operation: Callable[[], None], retry: Callable[[], None]
+    ) -> None:
+        """A consumer group timer fired: run its operation through the writer in the background
+        (``retry`` when its write failed, as Kafka's coordinator timers retry)."""
 
-    async def _write_consumer_groups(self) -> None:
-        async for group_id, records in self._consumer_writes[1]:
-            await self.manager.append_consumer_group_records(group_id, records)
+        async def run() -> None:
+            _, error = await self.consumer_writer.run(group_id, operation)
+            if error != ErrorCode.NONE and group_id in self.manager.consumer_groups:
+                retry()
+
+        if self._nursery is None:  # stopped: nothing is written any more
+            return
+        self._spawn(run)
 
     async def _partitions_to_own(self) -> dict[int, int]:
         """The partitions this broker leads, with their leader epochs."""
@@ -355,22 +351,34 @@ class GroupCoordinator(MembershipProtocol):
         return ErrorCode.NONE, self.manager.get_offsets(group_id, partitions, require_stable)
 
     # -- KIP-848 consumer groups -------------------------------------------------------------------------
-    def consumer_group_blocks_join(self, group_id: str) -> bool:
-        """A consumer group with members blocks a classic JoinGroup; an Empty one gives way (it
-        is deleted, records and all, as Kafka turns an empty consumer group into a classic one
-        when a classic member joins; its committed offsets stay with the classic group)."""
+    async def consumer_group_blocks_join(self, group_id: str) -> ErrorCode | None:
+        """A consumer group with members blocks a classic JoinGroup (INCONSISTENT_GROUP_PROTOCOL);
+        an Empty one gives way (it is deleted, records and all, as Kafka turns an empty consumer
+        group into a classic one when a classic member joins; its committed offsets stay with
+        the classic group). The deletion's tombstones are written first: their error, if any."""
         if self.consumer.has_active_group(group_id):
-            return True
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         if group_id in self.manager.consumer_groups:
-            self.consumer.delete(group_id)
-        return False
+            _, error = await self.delete_consumer_group(group_id)
+            if error != ErrorCode.NONE:
+                return error
+        return None
 
-    def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
-        """ConsumerGroupHeartbeat: placement checks (NOT_COORDINATOR, ...), then the protocol."""
+    async def delete_consumer_group(self, group_id: str) -> tuple[None, ErrorCode]:
+        """Delete a consumer group and write its tombstones (kept when they cannot be written)."""
+        return await self.consumer_writer.run(group_id, lambda: self.consumer.delete(group_id))
+
+    async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat: placement checks (NOT_COORDINATOR, ...), then the protocol;
+        answered once the records it generated are in ``__consumer_offsets`` (a failed write
+        undoes the change and answers its error, as Kafka's coordinator runtime)."""
         error = self.validate_group(request.group_id)
         if error is not None and request.group_id:
             return HeartbeatResult(error)
-        return self.consumer.heartbeat(request)
+        result, error = await self.consumer_writer.run(request.group_id, lambda: self.consumer.heartbeat(request))
+        if result is None:
+            return HeartbeatResult(error, f"The coordinator could not store the group's new state: {error.name}.")
+        return result
 
     def describe_consumer_group(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
         """ConsumerGroupDescribe: (error, message, the group); a classic group or none at all
@@ -520,7 +528,10 @@ class GroupCoordinator(MembershipProtocol):
                 if consumer_group.members:
                     result[group_id] = ErrorCode.NON_EMPTY_GROUP
                     continue
-                self.consumer.delete(group_id)
+                _, deleted = await self.delete_consumer_group(group_id)
+                if deleted != ErrorCode.NONE:
+                    result[group_id] = deleted
+                    continue
             group = self.manager.get_group(group_id)
             if consumer_group is not None and (group is None or group.is_state(GroupState.DEAD)):
                 result[group_id] = ErrorCode.NONE  # an empty consumer group without offsets

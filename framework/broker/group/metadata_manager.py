@@ -83,8 +83,9 @@ def _commit_append_error(error: ErrorCode) -> ErrorCode:
     return error
 
 
-def _group_append_error(error: ErrorCode) -> ErrorCode:
-    """Kafka's mapping of a failed group-metadata append to what SyncGroup/JoinGroup return."""
+def group_append_error(error: ErrorCode) -> ErrorCode:
+    """Kafka's mapping of a failed group-metadata append to what SyncGroup/JoinGroup (and a
+    KIP-848 heartbeat whose records could not be written) return."""
     if error in (
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -288,12 +289,6 @@ class GroupMetadataManager:
             self.consumer_written[group.group_id] = now
         return changes
 
-    async def append_consumer_group_records(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
-        error = await self.log.append(self.partition_for(group_id), records, self.now_ms())
-        if error != ErrorCode.NONE:
-            # the group goes on in memory; a restart would find it as of its last good write
-            log.warning("storing consumer group %s failed: %s", group_id, ErrorCode(error).name)
-
     def _group_from_record(self, group_id: str, record: GroupRecord | None) -> GroupMetadata:
         if record is None:
             return GroupMetadata(group_id, current_state_timestamp=None)
@@ -351,7 +346,7 @@ class GroupMetadataManager:
         error = await self.log.append(
             self.partition_for(group.group_id), [(group_key(group.group_id), record)], self.now_ms()
         )
-        return _group_append_error(error)
+        return group_append_error(error)
 
     # -- offsets -------------------------------------------------------------------------------------
     def _check_metadata_sizes(

@@ -548,7 +548,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
     if coordinator is None:
         result = HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     else:
-        result = coordinator.consumer_group_heartbeat(
+        result = await coordinator.consumer_group_heartbeat(
             HeartbeatRequest(
                 group_id=request.group_id,
                 member_id=request.member_id,
