@@ -657,6 +657,16 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "the first is the default, a client picks another with group.remote.assignor.",
     ),
     _k("group.consumer.max.size", int, 2147483647, "Most members of one KIP-848 consumer group.", minimum=1),
+    _k(
+        "group.consumer.migration.policy",
+        str,
+        "bidirectional",
+        "Online migration of a group between the classic and consumer protocols (KIP-848): upgrade turns a "
+        "classic group into a consumer group when a member joins with ConsumerGroupHeartbeat, downgrade turns "
+        "a consumer group back when its last consumer-protocol member leaves and classic members remain; "
+        "bidirectional allows both, disabled neither.",
+        choices=("disabled", "upgrade", "downgrade", "bidirectional"),
+    ),
     # -- producers and transactions
     _k("producer.id.expiration.ms", int, 86400000, "Forget idle producer ids after this.", minimum=1),
     _k("producer.id.expiration.check.interval.ms", int, 600000, "How often idle producer ids are removed.", minimum=1),

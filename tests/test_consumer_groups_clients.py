@@ -249,3 +249,30 @@ def test_static_member_restart_gets_its_partitions_back(broker: BrokerProcess) -
     finally:
         group.close()
     group.check(produced)
+
+
+def test_rolling_upgrade_from_classic_to_consumer(broker: BrokerProcess) -> None:
+    """KIP-848's upgrade path with confluent-kafka: three ``group.protocol=classic`` members are
+    replaced one at a time by ``group.protocol=consumer`` ones, consuming throughout. The first
+    consumer member turns the classic group into a consumer group (online upgrade), the classic
+    members carry on in it with JoinGroup/SyncGroup/Heartbeat until they are gone; no partition is
+    owned twice and nothing committed is consumed again."""
+    topic = unique_topic("kip848-roll")
+    create_topic(broker, topic, 6)
+    produced = Produced(broker, topic, 6)
+    produced.batch(10)
+    group = Group(broker, topic, 6, "range")
+    try:
+        classic = [group.add(name) for name in ("a", "b", "c")]
+        group.settle_and_drain(produced, "three classic members")
+        for n, old in enumerate(classic):
+            old.stop()
+            group.add(f"{old.name}2", protocol="consumer")
+            group.settle_and_drain(produced, f"{n + 1} of 3 members on the consumer protocol")
+            if n == 0:
+                description = describe(broker, group.group)
+                assert description.type == ConsumerGroupType.CONSUMER  # upgraded online
+                assert len(description.members) == 3
+    finally:
+        group.close()
+    group.check(produced)  # owned once at a time, nothing lost, nothing committed consumed again

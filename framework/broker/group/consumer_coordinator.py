@@ -39,6 +39,14 @@ from typing import TYPE_CHECKING
 
 from ...errors import ErrorCode
 from ...interfaces import AssignmentMember, AssignmentTopic, ServerAssignor
+from .consumer_classic import (
+    CONSUMER_PROTOCOL_TYPE,
+    ClassicMembers,
+    MalformedProtocol,
+    consumer_group_from_classic,
+    downgrade_enabled,
+    upgrade_enabled,
+)
 from .consumer_group import (
     JOIN_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -51,7 +59,7 @@ from .consumer_group import (
     is_subset,
     reconcile,
 )
-from .state import GroupState
+from .state import GroupMetadata, GroupState
 from .timers import Timers
 
 if TYPE_CHECKING:
@@ -159,6 +167,17 @@ class ConsumerGroupCoordinator:
         self.heartbeat_interval_ms = int(config["group.consumer.heartbeat.interval.ms"])
         self.max_size = int(config["group.consumer.max.size"])
         self.enabled = CONSUMER_PROTOCOL in {p.lower() for p in config["group.coordinator.rebalance.protocols"]}
+        self.migration_policy = str(config["group.consumer.migration.policy"])
+        self.classic_max_size = int(config["group.max.size"])
+        #: classic members of consumer groups (JoinGroup/SyncGroup/Heartbeat/LeaveGroup)
+        self.classic = ClassicMembers(self)
+        #: topic id -> name of the topics seen (classic members' assignments name topics)
+        self._topic_names: dict[str, str] = {}
+        #: conversions between group types, set by the group coordinator (which owns the classic
+        #: groups): ``on_upgrade(classic_group, consumer_group)`` after a classic group became a
+        #: consumer group, ``on_downgrade(group, leaving_member_id)`` to turn one classic
+        self.on_upgrade: Callable[[GroupMetadata, ConsumerGroup], None] = lambda classic, group: None
+        self.on_downgrade: Callable[[ConsumerGroup, str], None] | None = None
         #: called with a group after every change, a deletion included (the group coordinator's
         #: :class:`.consumer_runtime.ConsumerGroupWriter` writes the records when the operation ends)
         self.on_change: Callable[[ConsumerGroup], None] = lambda group: None
@@ -286,7 +305,30 @@ class ConsumerGroupCoordinator:
 
     def fence(self, group: ConsumerGroup, member_id: str) -> None:
         """Remove a member (it left, or its session or rebalance timeout passed): its partitions
-        are free for others, and the group epoch moves so the next heartbeat reassigns."""
+        are free for others, and the group epoch moves so the next heartbeat reassigns. When it
+        was the last member using the consumer protocol and classic members remain, the group
+        turns classic instead (Kafka's ``validateOnlineDowngradeWithFencedMember``)."""
+        if self.on_downgrade is not None and self._can_downgrade(group, member_id):
+            self._cancel_timers(group.group_id, member_id)
+            self.on_downgrade(group, member_id)
+            return
+        self.remove(group, member_id)
+
+    def _can_downgrade(self, group: ConsumerGroup, member_id: str) -> bool:
+        if not group.all_classic_except(member_id) or len(group.members) <= 1:
+            return False
+        if not downgrade_enabled(self.migration_policy):
+            log.info("cannot downgrade consumer group %s to a classic group: the online downgrade is disabled "
+                     "(group.consumer.migration.policy=%s)", group.group_id, self.migration_policy)  # fmt: skip
+            return False
+        if len(group.members) - 1 > self.classic_max_size:
+            log.info("cannot downgrade consumer group %s to a classic group: more members than group.max.size",
+                     group.group_id)  # fmt: skip
+            return False
+        return True
+
+    def remove(self, group: ConsumerGroup, member_id: str) -> None:
+        """Remove a member and bump the group epoch (no conversion: a classic LeaveGroup)."""
         if group.remove_member(member_id) is None:
             return
         self._cancel_timers(group.group_id, member_id)
@@ -302,12 +344,60 @@ class ConsumerGroupCoordinator:
             return group
         classic = self.manager.get_group(group_id)
         if classic is not None and not classic.is_state(GroupState.EMPTY, GroupState.DEAD):
+            if create and self._can_upgrade(classic):
+                return self._upgrade(classic)
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         if not create:
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
         group = ConsumerGroup(group_id)
         self.groups[group_id] = group
         return group
+
+    def _can_upgrade(self, classic: GroupMetadata) -> bool:
+        """Kafka's ``validateOnlineUpgrade``."""
+        why = None
+        if not upgrade_enabled(self.migration_policy):
+            why = f"the online upgrade is disabled (group.consumer.migration.policy={self.migration_policy})"
+        elif classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            why = "the group does not use the consumer embedded protocol"
+        elif len(classic.members) > self.max_size:
+            why = "the group size exceeds the consumer group maximum size"
+        if why is not None:
+            log.info("cannot upgrade classic group %s to a consumer group: %s", classic.group_id, why)
+            return False
+        return True
+
+    def _upgrade(self, classic: GroupMetadata) -> ConsumerGroup:
+        """Turn a classic group with members into a consumer group (Kafka's ``convertToConsumerGroup``)."""
+        try:
+            group = consumer_group_from_classic(classic, self.topic_id)
+        except MalformedProtocol as exc:
+            log.warning("cannot upgrade classic group %s: its embedded consumer protocol is malformed: %s",
+                        classic.group_id, exc)  # fmt: skip
+            raise HeartbeatError(
+                ErrorCode.GROUP_ID_NOT_FOUND,
+                f"Cannot upgrade the classic group {classic.group_id} to consumer group because the embedded "
+                "consumer protocol is malformed.",
+            ) from None
+        group.subscription_metadata = self._subscription_metadata(group)
+        self.groups[group.group_id] = group
+        for member_id in group.members:
+            self._schedule_session_timeout(group.group_id, member_id)
+        log.info("classic group %s upgraded to a consumer group at epoch %d with %d members",
+                 group.group_id, group.group_epoch, len(group.members))  # fmt: skip
+        self.on_upgrade(classic, group)
+        self.on_change(group)
+        return group
+
+    def topic_id(self, name: str) -> str | None:
+        found = self.topics(name)
+        if found is None:
+            return None
+        self._topic_names[found[0]] = name
+        return found[0]
+
+    def topic_name(self, topic_id: str) -> str | None:
+        return self._topic_names.get(topic_id)
 
     @staticmethod
     def _member(group: ConsumerGroup, member_id: str) -> ConsumerGroupMember:
@@ -389,15 +479,7 @@ class ConsumerGroupCoordinator:
             or updated.subscribed_topic_regex != member.subscribed_topic_regex
             or updated.server_assignor != member.server_assignor
         )
-        metadata = self._subscription_metadata(group)
-        if metadata != group.subscription_metadata:
-            group.subscription_metadata = metadata
-            bump = True
-        if bump:
-            group.group_epoch += 1
-            log.info("consumer group %s bumped to epoch %d (member %s)", group.group_id, group.group_epoch, member_id)
-        if group.group_epoch > group.assignment_epoch or replaced is not None:
-            self._compute_target(group, replaced)
+        bump = self.advance(group, bump, replaced, member_id)
         before = group.members[member_id]
         after = reconcile(before, group.assignment_epoch, group.target.get(member_id, {}), group.owner, r.owned)
         if after != before:
@@ -417,6 +499,22 @@ class ConsumerGroupCoordinator:
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             assignment=after.assigned if send_assignment else None,
         )
+
+    def advance(self, group: ConsumerGroup, bump: bool, replaced: ConsumerGroupMember | None, member_id: str) -> bool:
+        """Steps 1-2 of Kafka's heartbeat after a member's update (``bump``: its subscription
+        changed): bump the group epoch when the subscriptions resolve to other topics too, and
+        compute a new target assignment when the epoch moved past it (or a static member was
+        replaced). Returns whether the epoch was bumped; raises :class:`HeartbeatError`."""
+        metadata = self._subscription_metadata(group)
+        if metadata != group.subscription_metadata:
+            group.subscription_metadata = metadata
+            bump = True
+        if bump:
+            group.group_epoch += 1
+            log.info("consumer group %s bumped to epoch %d (member %s)", group.group_id, group.group_epoch, member_id)
+        if group.group_epoch > group.assignment_epoch or replaced is not None:
+            self._compute_target(group, replaced)
+        return bump
 
     def _member_for(
         self, group: ConsumerGroup, r: HeartbeatRequest, member_id: str
@@ -493,6 +591,7 @@ class ConsumerGroupCoordinator:
             found = self.topics(name)
             if found is not None:
                 out[name] = SubscribedTopic(found[0], found[1])
+                self._topic_names[found[0]] = name
         return out
 
     def preferred_assignor(self, group: ConsumerGroup) -> str:
@@ -544,8 +643,27 @@ class ConsumerGroupCoordinator:
         log.info("consumer group %s: target assignment for epoch %d by %s", group.group_id, group.group_epoch, name)
 
     # -- timers ----------------------------------------------------------------------------------------
+    def schedule_fence(self, key: tuple[str, str, str], member_id: str, timeout_ms: int, why: str) -> None:
+        """Fence ``member_id`` of group ``key[1]`` after ``timeout_ms`` unless ``key`` is
+        cancelled or rescheduled first (classic members' sync and join timeouts)."""
+        group_id = key[1]
+
+        def fence_late() -> None:
+            group = self.groups.get(group_id)
+            if group is not None and member_id in group.members:
+                log.info("member %s of consumer group %s fenced: it %s", member_id, group_id, why)
+                self.fence(group, member_id)
+
+        def expire() -> None:
+            self.submit(group_id, fence_late, lambda: self.timers.schedule(key, TIMER_RETRY_S, expire))
+
+        self.timers.schedule(key, timeout_ms / 1000, expire)
+
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
         key = ("cg-session", group_id, member_id)
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        timeout_ms = member.classic.session_timeout_ms if member is not None and member.classic else None
 
         def fence_expired() -> None:
             group = self.groups.get(group_id)
@@ -556,7 +674,7 @@ class ConsumerGroupCoordinator:
         def expire() -> None:  # a write that failed is tried again soon (Kafka's timer retry)
             self.submit(group_id, fence_expired, lambda: self.timers.schedule(key, TIMER_RETRY_S, expire))
 
-        self.timers.schedule(key, self.session_timeout_ms / 1000, expire)
+        self.timers.schedule(key, (timeout_ms or self.session_timeout_ms) / 1000, expire)
 
     def _schedule_rebalance_timeout(self, group_id: str, member: ConsumerGroupMember) -> None:
         member_id, epoch = member.member_id, member.member_epoch
@@ -579,7 +697,8 @@ class ConsumerGroupCoordinator:
         self.timers.cancel(("cg-rebalance", group_id, member_id))
 
     def _cancel_timers(self, group_id: str, member_id: str) -> None:
-        self.timers.cancel(("cg-session", group_id, member_id))
+        for kind in ("cg-session", "cg-sync", "cg-join"):
+            self.timers.cancel((kind, group_id, member_id))
         self._cancel_rebalance_timeout(group_id, member_id)
 
     def delete(self, group_id: str) -> None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 
 from ...errors import ErrorCode
+from ..internal_topic import Record
 from .consumer_group import ConsumerGroup
 from .metadata_manager import group_append_error
 
@@ -56,10 +57,30 @@ class ConsumerGroupWriter:
         self._locks: dict[str, trio.Lock] = {}
         #: groups an operation under way changed (set by :meth:`mark`)
         self._changed: set[str] = set()
+        #: records an operation adds to its group's batch (a conversion's records of the other
+        #: group type), with what to do once they are written
+        self._extra: dict[str, tuple[list[Record], list[Callable[[], None]]]] = {}
 
     def mark(self, group: ConsumerGroup) -> None:
         """An operation changed ``group``: its records are written when the operation ends."""
         self._changed.add(group.group_id)
+
+    def after_write(self, group_id: str, records: list[Record], action: Callable[[], None]) -> None:
+        """Write ``records`` with the running operation's batch and call ``action`` once the
+        batch is written (never, when it fails): a conversion between group types changes the
+        other type's state only when its records are in the log."""
+        pending = self._extra.setdefault(group_id, ([], []))
+        pending[0].extend(records)
+        pending[1].append(action)
+        self._changed.add(group_id)
+
+    async def settled(self, group_id: str) -> None:
+        """Until the operations of ``group_id`` under way have been written (or undone): a
+        request deciding which kind of group it talks to must not see a conversion half-way."""
+        lock = self._locks.get(group_id)
+        if lock is not None and lock.locked():
+            async with lock:
+                pass
 
     def busy(self, group_id: str) -> bool:
         """Whether an operation of ``group_id`` is under way (its write not yet answered)."""
@@ -84,21 +105,31 @@ class ConsumerGroupWriter:
         saved = before.copy() if before is not None else None
         written = manager.consumer_written.get(group_id)
         self._changed.discard(group_id)
-        result = operation()
+        self._extra.pop(group_id, None)
+        try:
+            result = operation()
+        except BaseException:
+            self._extra.pop(group_id, None)
+            raise
+        extra, actions = self._extra.pop(group_id, ([], []))
         if group_id not in self._changed:
             return result, ErrorCode.NONE
         self._changed.discard(group_id)
         if not manager.is_local(group_id):  # given up meanwhile: nothing of it is written here
             return result, ErrorCode.NONE
         group = manager.consumer_groups.get(group_id)
-        if group is None and saved is None:
-            return result, ErrorCode.NONE
-        records = manager.consumer_group_delta(group or saved, deleted=group is None)  # type: ignore[arg-type]
-        if not records:
-            return result, ErrorCode.NONE
-        with trio.CancelScope(shield=True):
-            error = await manager.log.append(manager.partition_for(group_id), records, manager.now_ms())
+        records: list[Record] = []
+        if group is not None or saved is not None:
+            records = list(manager.consumer_group_delta(group or saved, deleted=group is None))  # type: ignore[arg-type]
+        records += extra
+        if records:
+            with trio.CancelScope(shield=True):
+                error = await manager.log.append(manager.partition_for(group_id), records, manager.now_ms())
+        else:
+            error = ErrorCode.NONE
         if error == ErrorCode.NONE:
+            for action in actions:
+                action()
             return result, ErrorCode.NONE
         mapped = group_append_error(ErrorCode(error))
         log.warning("storing consumer group %s failed (%s): its last change is undone, the member gets %s",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
@@ -25,6 +25,7 @@ from ...errors import ErrorCode
 from ...interfaces import TopicPartition
 from ..internal_topic import PartitionLeader
 from ..load_failures import FailedLoads
+from .consumer_classic import ClassicJoin, classic_members_from_consumer
 from .consumer_coordinator import (
     ConsumerGroupCoordinator,
     HeartbeatRequest,
@@ -37,7 +38,8 @@ from .consumer_runtime import ConsumerGroupWriter
 from .coordinator import MembershipProtocol
 from .metadata_manager import GroupMetadataManager, PartitionOffset
 from .offsets_log import OFFSETS_TOPIC
-from .state import GroupMetadata, GroupState, JoinGroupResult, OffsetAndMetadata, SyncGroupResult
+from .schema import group_key, group_value
+from .state import GroupMetadata, GroupState, JoinGroupResult, MemberMetadata, OffsetAndMetadata, SyncGroupResult
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
     from .offsets_log import OffsetsLog
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: how often the coordinator checks which ``__consumer_offsets`` partitions this broker leads
 OWNERSHIP_REFRESH_S = 0.5
@@ -134,6 +138,8 @@ class GroupCoordinator(MembershipProtocol):
         self.consumer_writer = ConsumerGroupWriter(self.manager, self.consumer.restore)
         self.consumer.on_change = self.consumer_writer.mark
         self.consumer.submit = self._submit_consumer_operation
+        self.consumer.on_upgrade = self._on_upgrade
+        self.consumer.on_downgrade = self._on_downgrade
         self.log = offsets_log
         self.node_id = config.broker_id if node_id is None else node_id
         self.retention_check_interval_ms = int(config["offsets.retention.check.interval.ms"])
@@ -351,18 +357,145 @@ class GroupCoordinator(MembershipProtocol):
         return ErrorCode.NONE, self.manager.get_offsets(group_id, partitions, require_stable)
 
     # -- KIP-848 consumer groups -------------------------------------------------------------------------
-    async def consumer_group_blocks_join(self, group_id: str) -> ErrorCode | None:
-        """A consumer group with members blocks a classic JoinGroup (INCONSISTENT_GROUP_PROTOCOL);
-        an Empty one gives way (it is deleted, records and all, as Kafka turns an empty consumer
-        group into a classic one when a classic member joins; its committed offsets stay with
-        the classic group). The deletion's tombstones are written first: their error, if any."""
-        if self.consumer.has_active_group(group_id):
-            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-        if group_id in self.manager.consumer_groups:
+    # -- online migration between the classic and consumer protocols (KIP-848) -----------------
+    def _on_upgrade(self, classic: GroupMetadata, group: ConsumerGroup) -> None:
+        """A classic group became a consumer group: its record goes (a tombstone in the same
+        batch), and once written its members' pending joins and syncs are told to rejoin and
+        its classic timers stop; it stays, Empty, as the holder of the group's offsets."""
+
+        def retire() -> None:
+            for member in list(classic.members.values()):
+                self._cancel_heartbeat(classic, member.member_id)
+                classic.invoke_join(member, JoinGroupResult(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id))
+                classic.invoke_sync(member, SyncGroupResult(ErrorCode.REBALANCE_IN_PROGRESS))
+            self.timers.cancel(("join", classic.group_id))
+            self.timers.cancel(("sync", classic.group_id))
+            classic.members.clear()
+            classic.static_members.clear()
+            classic.pending_members.clear()
+            classic.pending_sync_members.clear()
+            classic.supported_protocols.clear()
+            classic.num_members_awaiting_join = 0
+            classic.leader_id = None
+            classic.protocol_name = None
+            classic.state, classic.current_state_timestamp = GroupState.EMPTY, self.now_ms()
+
+        self.consumer_writer.after_write(group.group_id, [(group_key(group.group_id), None)], retire)
+
+    def _on_downgrade(self, group: ConsumerGroup, leaving: str) -> None:
+        """The last consumer-protocol member of ``group`` leaves and classic members remain: the
+        group becomes a classic group at generation = group epoch with their target assignments
+        (Kafka's ``convertToClassicGroup``), written with the consumer group's tombstones; once
+        written it is installed and rebalances, so its members rejoin as a classic group."""
+        members = classic_members_from_consumer(group, leaving, self.consumer.topic_name)
+        classic = GroupMetadata(
+            group.group_id,
+            GroupState.STABLE,
+            group.group_epoch,
+            CONSUMER_PROTOCOL_TYPE,
+            current_state_timestamp=self.now_ms(),
+        )
+        for d in members:
+            m = d.member
+            metadata = MemberMetadata(
+                m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                d.session_timeout_ms, CONSUMER_PROTOCOL_TYPE, list(d.protocols), assignment=d.assignment,
+            )  # fmt: skip
+            classic.add(metadata, None)
+        classic.protocol_name = classic.select_protocol()
+        classic.subscribed_topics = classic.compute_subscribed_topics()
+        assignments = {d.member.member_id: d.assignment for d in members}
+        record = (group_key(group.group_id), group_value(self.manager.group_record(classic, assignments)))
+        self.consumer.forget(group.group_id)
+        self.consumer.on_change(group)  # the consumer group's records become tombstones
+        log.info("consumer group %s downgraded to a classic group at generation %d with %d members",
+                 group.group_id, classic.generation_id, len(members))  # fmt: skip
+
+        def install() -> None:
+            # the Empty classic group holding the offsets takes the members (commits under way
+            # still find it), else the new one is the group
+            holder = self.manager.get_group(group.group_id)
+            if holder is None or holder.is_state(GroupState.DEAD):
+                self.manager.groups[group.group_id] = holder = classic
+            else:
+                holder.generation_id = classic.generation_id
+                holder.protocol_type = classic.protocol_type
+                holder.protocol_name = classic.protocol_name
+                holder.leader_id = classic.leader_id
+                holder.members = classic.members
+                holder.static_members = classic.static_members
+                holder.supported_protocols = classic.supported_protocols
+                holder.subscribed_topics = classic.subscribed_topics
+                # set, not transitioned: like a group loaded from its record, it is Stable at once
+                holder.state, holder.current_state_timestamp = GroupState.STABLE, self.now_ms()
+            for member in holder.members.values():
+                self.complete_and_schedule_heartbeat(holder, member)
+            self._prepare_rebalance(holder, f"downgrade of consumer group {group.group_id} to a classic group")
+
+        self.consumer_writer.after_write(group.group_id, [record], install)
+
+    def _active_consumer_group(self, group_id: str) -> bool:
+        return self.validate_group(group_id) is None and self.consumer.has_active_group(group_id)
+
+    async def consumer_group_join(self, join: ClassicJoin) -> JoinGroupResult | None:
+        """JoinGroup to a consumer group with members: a classic member of it (answered from
+        the target assignment, KIP-848's migration). An Empty consumer group gives way (it is
+        deleted, its tombstones written first, as Kafka turns an empty consumer group into a
+        classic one when a classic member joins; its committed offsets stay with the classic
+        group); None: the classic protocol answers."""
+        group_id = join.group_id
+        result, error = await self._classic_in_consumer_group(group_id, lambda: self.consumer.classic.join(join))
+        if error != ErrorCode.NONE:
+            return JoinGroupResult(error, join.member_id)
+        if result is not None:
+            return result
+        if group_id in self.manager.consumer_groups and not self.consumer.has_active_group(group_id):
             _, error = await self.delete_consumer_group(group_id)
             if error != ErrorCode.NONE:
-                return error
+                return JoinGroupResult(error, join.member_id)
         return None
+
+    def _in_consumer_group(self, group_id: str, operation: Callable[[], T]) -> T | None:
+        """``operation`` if ``group_id`` is (still) a consumer group with members, else None."""
+        return operation() if self.consumer.has_active_group(group_id) else None
+
+    async def _classic_in_consumer_group(self, group_id: str, operation: Callable[[], T]) -> tuple[T | None, ErrorCode]:
+        """Run a classic member's request in the consumer group ``group_id`` when it is one with
+        members (after the group's writes under way): (its answer or None, the write error)."""
+        await self.consumer_writer.settled(group_id)
+        if not self._active_consumer_group(group_id):
+            return None, ErrorCode.NONE
+        return await self.consumer_writer.run(group_id, lambda: self._in_consumer_group(group_id, operation))
+
+    async def consumer_group_sync(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
+        protocol_type: str | None, protocol_name: str | None,
+    ) -> SyncGroupResult | None:  # fmt: skip
+        result, error = await self._classic_in_consumer_group(group_id, lambda: self.consumer.classic.sync(
+            group_id, member_id, group_instance_id, generation_id, protocol_type, protocol_name))  # fmt: skip
+        return SyncGroupResult(error) if error != ErrorCode.NONE else result
+
+    async def member_heartbeat(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        """Heartbeat of a classic member, in a classic group or in a consumer group."""
+        result, error = await self._classic_in_consumer_group(
+            group_id, lambda: self.consumer.classic.heartbeat(group_id, member_id, group_instance_id, generation_id)
+        )
+        if error != ErrorCode.NONE:
+            return error
+        return result if result is not None else self.heartbeat(group_id, member_id, group_instance_id, generation_id)
+
+    async def member_leave(
+        self, group_id: str, members: Sequence[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """LeaveGroup of classic members, of a classic group or of a consumer group."""
+        result, error = await self._classic_in_consumer_group(
+            group_id, lambda: self.consumer.classic.leave(group_id, members)
+        )
+        if error != ErrorCode.NONE:
+            return error, [error] * len(members)
+        return (ErrorCode.NONE, result) if result is not None else self.leave_group(group_id, members)
 
     async def delete_consumer_group(self, group_id: str) -> tuple[None, ErrorCode]:
         """Delete a consumer group and write its tombstones (kept when they cannot be written)."""
@@ -413,8 +546,11 @@ class GroupCoordinator(MembershipProtocol):
         TxnOffsetCommit, which older producers understand)."""
         if member_epoch < 0 and not group.members:
             return None
-        if member_id not in group.members:
+        member = group.members.get(member_id)
+        if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if member.classic is not None:  # a classic member commits with its generation (= epoch)
+            return None if member_epoch == member.member_epoch else ErrorCode.ILLEGAL_GENERATION
         if not transactional and api_version is not None and api_version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         stale = ErrorCode.ILLEGAL_GENERATION if transactional else ErrorCode.STALE_MEMBER_EPOCH

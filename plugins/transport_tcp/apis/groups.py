@@ -209,7 +209,7 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(ApiKey.HEARTBEAT, ctx.api_version)
     coordinator = _coordinator(ctx)
     error = (
-        coordinator.heartbeat(
+        await coordinator.member_heartbeat(
             request.group_id, request.member_id, getattr(request, "group_instance_id", None), request.generation_id
         )
         if coordinator is not None
@@ -229,7 +229,7 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
     if coordinator is None:
         error, per_member = ErrorCode.COORDINATOR_NOT_AVAILABLE, [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(leaving)
     else:
-        error, per_member = coordinator.leave_group(request.group_id, leaving)
+        error, per_member = await coordinator.member_leave(request.group_id, leaving)
     if version < 3:
         # one member: its error is the request's error
         top = error if error != ErrorCode.NONE else per_member[0]
