@@ -276,3 +276,29 @@ def test_rolling_upgrade_from_classic_to_consumer(broker: BrokerProcess) -> None
     finally:
         group.close()
     group.check(produced)  # owned once at a time, nothing lost, nothing committed consumed again
+
+
+def test_rolling_downgrade_from_consumer_to_classic(broker: BrokerProcess) -> None:
+    """And back: ``group.protocol=consumer`` members replaced one at a time by classic ones
+    (cooperative-sticky, so they report what they own): the classic members join the consumer
+    group, and when the last consumer-protocol member leaves the group turns classic (online
+    downgrade) and rebalances as one; the same invariants hold throughout."""
+    topic = unique_topic("kip848-back")
+    create_topic(broker, topic, 6)
+    produced = Produced(broker, topic, 6)
+    produced.batch(10)
+    group = Group(broker, topic, 6, "range")
+    try:
+        members = [group.add(name, protocol="consumer") for name in ("a", "b")]
+        group.settle_and_drain(produced, "two consumer-protocol members")
+        for n, old in enumerate(members):
+            old.stop()
+            group.add(f"{old.name}2", strategy="cooperative-sticky")
+            group.settle_and_drain(produced, f"{n + 1} of 2 members on the classic protocol")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        listed = admin.list_consumer_groups().result(TIMEOUT_S)
+        types = {g.group_id: g.type for g in listed.valid}
+        assert types[group.group] == ConsumerGroupType.CLASSIC  # downgraded online
+    finally:
+        group.close()
+    group.check(produced)
