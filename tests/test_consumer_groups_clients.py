@@ -131,34 +131,49 @@ def test_offsets_are_committed_and_resumed(broker: BrokerProcess) -> None:
     assert {g.group_id: g.type for g in listed.valid}.get(group_id) == ConsumerGroupType.CONSUMER
 
 
-def test_a_classic_member_cannot_join_a_consumer_group(broker: BrokerProcess) -> None:
-    """A group id in use by a KIP-848 group with members: a classic JoinGroup is refused with
-    INCONSISTENT_GROUP_PROTOCOL, as Kafka refuses it, and the KIP-848 member keeps its partitions."""
+def test_classic_members_in_a_consumer_group(broker: BrokerProcess) -> None:
+    """A classic member joins a KIP-848 group with members (KIP-848's mixed group): it gets its
+    share from the target assignment and ConsumerGroupDescribe types it classic; a classic member
+    whose protocols the other classic members do not support is refused with
+    INCONSISTENT_GROUP_PROTOCOL, as Kafka refuses it."""
     topic = unique_topic("kip848-mix")
     create_topic(broker, topic, 2)
     group_id = unique_topic("kip848-mix-g")
     modern = consumer(broker, group_id)
     modern.subscribe([topic])
-    classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group_id, "session.timeout.ms": 6000})
+    settings = {"bootstrap.servers": broker.bootstrap, "group.id": group_id, "session.timeout.ms": 6000}
+    classic = Consumer({**settings, "partition.assignment.strategy": "range"})
+    odd = Consumer({**settings, "partition.assignment.strategy": "roundrobin"})
     try:
         wait_for(lambda: modern.poll(0.1) is None and len(modern.assignment()) == 2, "the KIP-848 member's assignment")
-        errors: list[KafkaError] = []
         classic.subscribe([topic])
+
+        def shared() -> bool:
+            classic.poll(0.1)
+            modern.poll(0.1)
+            return len(classic.assignment()) == 1 and len(modern.assignment()) == 1
+
+        wait_for(shared, "the partitions shared by the KIP-848 and the classic member")
+        description = describe(broker, group_id)
+        assert description.type == ConsumerGroupType.CONSUMER and len(description.members) == 2
+        errors: list[KafkaError] = []
+        odd.subscribe([topic])
 
         def refused() -> bool:
             try:
-                msg = classic.poll(0.2)
+                msg = odd.poll(0.2)
             except KafkaException as exc:
                 errors.append(exc.args[0])
             else:
                 if msg is not None and msg.error() is not None:
                     errors.append(msg.error())
+            classic.poll(0.01)
+            modern.poll(0.01)
             return any(e.code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL for e in errors)
 
-        wait_for(refused, "the classic member to be refused")
-        modern.poll(0.1)
-        assert len(modern.assignment()) == 2
+        wait_for(refused, "the classic member with another protocol to be refused")
     finally:
+        odd.close()
         classic.close()
         modern.close()
 

@@ -622,7 +622,7 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> A
                     subscribed_topic_regex=m.subscribed_topic_regex,
                     assignment=wire(m.assigned),
                     target_assignment=wire(group.target.get(m.member_id, {})),
-                    member_type=i8(1),  # v1: a consumer (KIP-848) member
+                    member_type=i8(0 if m.classic is not None else 1),  # v1: classic (migration) or consumer
                 )
                 for m in group.members.values()
             )
