@@ -201,3 +201,37 @@ async def test_a_classic_member_joins_a_consumer_group(autojump_clock: trio.test
             await trio.sleep(5)
             await hb(coordinator, "c", group.members["c"].member_epoch)
         assert set(consumer_group(coordinator).members) == {"c"}
+
+
+async def test_a_classic_member_that_does_not_sync_is_fenced(autojump_clock: trio.testing.MockClock) -> None:
+    reset_topics()
+    async with running(topics=lookup) as (coordinator, _):
+        await hb(coordinator, "c", 0)
+        joined = await join(coordinator, "x", protos=ORDERS_PROTOCOLS, rebalance_ms=8_000)
+        assert joined.error == ErrorCode.NONE and "x" in consumer_group(coordinator).members
+        for _ in range(4):  # x heartbeats but never syncs: fenced after its rebalance timeout
+            await trio.sleep(2.5)
+            await coordinator.member_heartbeat(GROUP, "x", None, joined.generation_id)
+            await hb(coordinator, "c", consumer_group(coordinator).members["c"].member_epoch)
+        assert set(consumer_group(coordinator).members) == {"c"}
+        assert await coordinator.member_heartbeat(GROUP, "x", None, joined.generation_id) == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+async def test_a_static_classic_member_comes_back_under_a_new_id(autojump_clock: trio.testing.MockClock) -> None:
+    reset_topics()
+    async with running(topics=lookup) as (coordinator, _):
+        await hb(coordinator, "c", 0, topics=["visits"])
+        first = await join(coordinator, instance="i-1", protos=ORDERS_PROTOCOLS)
+        assert first.error == ErrorCode.NONE
+        synced = await coordinator.sync_group(GROUP, first.generation_id, first.member_id, "i-1", "consumer", "range",
+                                              {})  # fmt: skip
+        assert assigned(synced.assignment) == set(range(6))
+        # restarted: it joins with its instance id and no member id, and takes the partitions over
+        again = await join(coordinator, instance="i-1", protos=ORDERS_PROTOCOLS)
+        assert again.error == ErrorCode.NONE and again.member_id != first.member_id
+        group = consumer_group(coordinator)
+        assert first.member_id not in group.members and count(group.members[again.member_id].assigned) == 6
+        # the old incarnation is fenced
+        fenced = await coordinator.member_heartbeat(GROUP, first.member_id, "i-1", first.generation_id)
+        assert fenced == ErrorCode.FENCED_INSTANCE_ID
+        check_exclusive(coordinator)

@@ -18,7 +18,8 @@ KIP-848's upgrade path lets a consumer application move from ``group.protocol=cl
   out its current assignment encoded in its subscription's version; Heartbeat answers
   REBALANCE_IN_PROGRESS when the group epoch moved past it, while it must revoke, or when
   partitions it waits for were released, so it rejoins. Timeouts: its own session timeout, a
-  sync timeout and a join timeout (its rebalance timeout), each fencing it.
+  sync timeout and a join timeout (its rebalance timeout), each fencing it; no rebalance
+  timeout while it revokes (as Kafka: it revokes by rejoining, which the join timeout bounds).
 - **Downgrade** (downgrade or bidirectional): when the last member using the consumer protocol
   leaves or is fenced and classic members remain (no more than ``group.max.size``), the group
   becomes a classic group (:func:`classic_members_from_consumer`): its members, their
@@ -226,8 +227,8 @@ class ClassicMembers:
                 group.remove_member(current)
                 cc._cancel_timers(group.group_id, current)
                 group.target[member.member_id] = target
-                member = replace(member, assigned=replaced.assigned, member_epoch=replaced.member_epoch,
-                                 previous_member_epoch=replaced.previous_member_epoch)  # fmt: skip
+                # Kafka copies it under the new id at epoch 0: reconciliation moves it on
+                member = replace(member, assigned=replaced.assigned, member_epoch=0, previous_member_epoch=0)
         updated = replace(
             member,
             instance_id=r.instance_id if r.instance_id is not None else member.instance_id,
@@ -253,10 +254,7 @@ class ClassicMembers:
         after = reconcile(before, group.assignment_epoch, group.target.get(updated.member_id, {}), group.owner,
                           owned_ids)  # fmt: skip
         group.put_member(after)
-        if after.state is MemberState.UNREVOKED_PARTITIONS:
-            cc._schedule_rebalance_timeout(group.group_id, after)
-        else:
-            cc._cancel_rebalance_timeout(group.group_id, after.member_id)
+        # no rebalance timeout for a classic member (as Kafka): its join and sync timeouts bound it
         cc.timers.cancel(("cg-join", group.group_id, after.member_id))
         cc._schedule_session_timeout(group.group_id, after.member_id)
         self._schedule_sync_timeout(group.group_id, after)

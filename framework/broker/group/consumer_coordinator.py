@@ -233,7 +233,7 @@ class ConsumerGroupCoordinator:
         for member_id, member in saved.members.items() if saved is not None else ():
             if ("cg-session", group_id, member_id) not in self.timers:
                 self._schedule_session_timeout(group_id, member_id)
-            if member.state is not MemberState.UNREVOKED_PARTITIONS:
+            if member.state is not MemberState.UNREVOKED_PARTITIONS or member.classic is not None:
                 self._cancel_rebalance_timeout(group_id, member_id)
             elif ("cg-rebalance", group_id, member_id) not in self.timers:
                 self._schedule_rebalance_timeout(group_id, member)
