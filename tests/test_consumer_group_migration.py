@@ -235,3 +235,18 @@ async def test_a_static_classic_member_comes_back_under_a_new_id(autojump_clock:
         fenced = await coordinator.member_heartbeat(GROUP, first.member_id, "i-1", first.generation_id)
         assert fenced == ErrorCode.FENCED_INSTANCE_ID
         check_exclusive(coordinator)
+
+
+async def test_an_upgrade_refused_half_way_writes_nothing(autojump_clock: trio.testing.MockClock) -> None:
+    """The group converts, then the joiner does not fit (group.consumer.max.size): the heartbeat
+    is refused and the classic group goes on untouched, its record not tombstoned."""
+    reset_topics()
+    log = InMemoryOffsetsLog(num_partitions=4)
+    async with running(log, topics=lookup, group_consumer_max_size=2) as (coordinator, nursery):
+        a, b, generation = await classic_pair(coordinator, nursery)
+        appends = log.appends
+        assert (await hb(coordinator, "c", 0)).error == ErrorCode.GROUP_MAX_SIZE_REACHED
+        assert log.appends == appends and GROUP not in coordinator.manager.consumer_groups
+        classic = coordinator.manager.get_group(GROUP)
+        assert classic is not None and classic.is_state(GroupState.STABLE) and set(classic.members) == {a, b}
+        assert await coordinator.member_heartbeat(GROUP, b, None, generation) == ErrorCode.NONE

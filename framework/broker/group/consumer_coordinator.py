@@ -178,6 +178,8 @@ class ConsumerGroupCoordinator:
         #: consumer group, ``on_downgrade(group, leaving_member_id)`` to turn one classic
         self.on_upgrade: Callable[[GroupMetadata, ConsumerGroup], None] = lambda classic, group: None
         self.on_downgrade: Callable[[ConsumerGroup, str], None] | None = None
+        #: an operation on a group was undone: what it arranged to write with it is dropped
+        self.on_undo: Callable[[str], None] = lambda group_id: None
         #: called with a group after every change, a deletion included (the group coordinator's
         #: :class:`.consumer_runtime.ConsumerGroupWriter` writes the records when the operation ends)
         self.on_change: Callable[[ConsumerGroup], None] = lambda group: None
@@ -222,6 +224,7 @@ class ConsumerGroupCoordinator:
         created it. Timers follow the restored members: those the operation added lose theirs,
         those it removed or replaced get a session timeout again, and a member restored while
         revoking gets a rebalance timeout."""
+        self.on_undo(group_id)
         current = self.groups.get(group_id)
         if saved is None:
             self.groups.pop(group_id, None)

@@ -74,6 +74,11 @@ class ConsumerGroupWriter:
         pending[1].append(action)
         self._changed.add(group_id)
 
+    def discard(self, group_id: str) -> None:
+        """The running operation of ``group_id`` was undone: nothing it arranged with
+        :meth:`after_write` is written or done (a conversion refused half-way)."""
+        self._extra.pop(group_id, None)
+
     async def settled(self, group_id: str) -> None:
         """Until the operations of ``group_id`` under way have been written (or undone): a
         request deciding which kind of group it talks to must not see a conversion half-way."""

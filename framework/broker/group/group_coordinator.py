@@ -140,6 +140,7 @@ class GroupCoordinator(MembershipProtocol):
         self.consumer.submit = self._submit_consumer_operation
         self.consumer.on_upgrade = self._on_upgrade
         self.consumer.on_downgrade = self._on_downgrade
+        self.consumer.on_undo = self.consumer_writer.discard
         self.log = offsets_log
         self.node_id = config.broker_id if node_id is None else node_id
         self.retention_check_interval_ms = int(config["offsets.retention.check.interval.ms"])

@@ -238,6 +238,12 @@ class GroupMetadataManager:
                 group_offsets = offsets.get(group_id, {})
                 if record is None and not group_offsets:
                     continue  # deleted group
+                if group_id in self.consumer_groups and record is not None and record.members:
+                    # a classic record written after the group became a consumer group (an
+                    # assignment stored while the upgrade was written): the consumer group wins
+                    log.warning("group %s of __consumer_offsets-%d has classic members and consumer group records; "
+                                "loading it as a consumer group", group_id, partition)  # fmt: skip
+                    record = None
                 group = self._group_from_record(group_id, record)
                 group.offsets.update(group_offsets)
                 for tp in group_offsets:
