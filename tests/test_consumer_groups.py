@@ -448,3 +448,31 @@ def test_apis_are_not_advertised_when_the_protocol_is_off() -> None:
     kip848 = {ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE}
     assert kip848 <= set(on.advertised) and not kip848 & set(off.advertised)
     assert ApiKey.JOIN_GROUP in off.advertised
+
+
+async def test_members_get_partitions_in_their_racks(autojump_clock: trio.testing.MockClock) -> None:
+    """The coordinator hands the assignor its members' racks and the replicas' racks."""
+    reset_topics()
+    split = {p: frozenset({"east" if p % 2 == 0 else "west"}) for p in range(6)}
+
+    def racks(name: str) -> Mapping[int, frozenset[str]]:
+        return split if name == "orders" else {}
+
+    async with running(topics=lookup, partition_racks=racks) as (coordinator, _):
+        for member_id, rack in (("w", "west"), ("e", "east")):
+            joined = await coordinator.consumer_group_heartbeat(
+                HeartbeatRequest(
+                    GROUP,
+                    member_id,
+                    0,
+                    rack_id=rack,
+                    rebalance_timeout_ms=REBALANCE_MS,
+                    subscribed_topic_names=["orders"],
+                    owned={},
+                )
+            )
+            assert joined.error == ErrorCode.NONE
+        assert coordinator.manager.consumer_groups[GROUP].target == {
+            "w": {ORDERS: frozenset({1, 3, 5})},
+            "e": {ORDERS: frozenset({0, 2, 4})},
+        }

@@ -596,12 +596,25 @@ class BrokerServer:
             """What a KIP-848 regex subscription may match: every topic but the internal ones."""
             return [name for name in cache.topics if name not in INTERNAL_TOPICS]
 
+        def partition_racks(name: str) -> dict[int, frozenset[str]]:
+            """The racks of each partition's replicas (rack-aware KIP-848 assignment)."""
+            state = cache.topics.get(name)
+            if state is None:
+                return {}
+            out = {}
+            for p, replicas in state.assignment.items():
+                racks = frozenset(r for b in replicas if (r := cache.rack_of(b)) is not None)
+                if racks:
+                    out[p] = racks
+            return out
+
         coordinator = GroupCoordinator(
             BrokerOffsetsLog(core, self.config),
             self.config,
             server_assignors=assignors,
             topics=topic,
             all_topics=all_topics,
+            partition_racks=partition_racks,
         )
         await self._start(nursery, scopes, coordinator.run)
         core.group_coordinator = coordinator

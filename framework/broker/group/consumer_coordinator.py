@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 
 #: name -> (topic id, partition count) of an existing topic, None for a topic that does not exist
 TopicLookup = Callable[[str], "tuple[str, int] | None"]
+#: name -> partition -> the racks of its replicas (empty: no rack known)
+PartitionRacks = Callable[[str], Mapping[int, frozenset[str]]]
 
 #: ``submit(group_id, operation, retry)``: runs a timer's operation on a group
 Submit = Callable[[str, Callable[[], None], Callable[[], None]], None]
@@ -152,6 +154,7 @@ class ConsumerGroupCoordinator:
         assignors: Mapping[str, ServerAssignor],
         topics: TopicLookup,
         all_topics: Callable[[], Iterable[str]] = tuple,
+        partition_racks: PartitionRacks = lambda name: {},
     ) -> None:
         self.manager = manager
         self.timers = timers
@@ -163,6 +166,8 @@ class ConsumerGroupCoordinator:
         self.topics = topics
         #: every topic a regex subscription may match (not the internal ones)
         self.all_topics = all_topics
+        #: a topic's partitions -> the racks of their replicas (rack-aware assignment)
+        self.partition_racks = partition_racks
         self.session_timeout_ms = int(config["group.consumer.session.timeout.ms"])
         self.heartbeat_interval_ms = int(config["group.consumer.heartbeat.interval.ms"])
         self.max_size = int(config["group.consumer.max.size"])
@@ -611,7 +616,7 @@ class ConsumerGroupCoordinator:
 
     def _compute_target(self, group: ConsumerGroup, replaced: ConsumerGroupMember | None) -> None:
         topics = {
-            t.topic_id: AssignmentTopic(t.topic_id, name, t.num_partitions)
+            t.topic_id: AssignmentTopic(t.topic_id, name, t.num_partitions, self.partition_racks(name))
             for name, t in group.subscription_metadata.items()
         }
         ids = {name: t.topic_id for name, t in group.subscription_metadata.items()}
@@ -757,6 +762,7 @@ __all__ = [
     "HeartbeatError",
     "HeartbeatRequest",
     "HeartbeatResult",
+    "PartitionRacks",
     "TopicLookup",
     "builtin_server_assignors",
 ]

@@ -30,6 +30,7 @@ from .consumer_coordinator import (
     ConsumerGroupCoordinator,
     HeartbeatRequest,
     HeartbeatResult,
+    PartitionRacks,
     TopicLookup,
     builtin_server_assignors,
 )
@@ -117,11 +118,12 @@ class GroupCoordinator(MembershipProtocol):
         server_assignors: Mapping[str, ServerAssignor] | None = None,
         topics: TopicLookup | None = None,
         all_topics: Callable[[], Iterable[str]] = tuple,
+        partition_racks: PartitionRacks = lambda name: {},
     ) -> None:
         super().__init__(GroupMetadataManager(offsets_log, config, self._now), config, now_ms)
         #: KIP-848 consumer groups (ConsumerGroupHeartbeat); ``topics`` resolves subscribed topic
         #: names and ``all_topics`` lists what regexes may match (the broker passes its metadata
-        #: cache), ``server_assignors`` are the
+        #: cache; ``partition_racks`` its replicas' racks), ``server_assignors`` are the
         #: ``group.consumer.assignors`` (the built-ins when not given)
         self.consumer = ConsumerGroupCoordinator(
             self.manager,
@@ -133,6 +135,7 @@ class GroupCoordinator(MembershipProtocol):
             else builtin_server_assignors(list(config["group.consumer.assignors"])),
             topics if topics is not None else (lambda name: None),
             all_topics,
+            partition_racks,
         )
         #: a consumer group's changes reach ``__consumer_offsets`` before the request is answered
         self.consumer_writer = ConsumerGroupWriter(self.manager, self.consumer.restore)
