@@ -20,12 +20,16 @@ Timers (trio clock): a member not heard from for ``group.consumer.session.timeou
 (removed, group epoch bumped); a member that does not revoke within its rebalance timeout is
 fenced too, so its partitions can move on.
 
-Group ids are shared with classic groups: a heartbeat for a classic group that has members gets
-GROUP_ID_NOT_FOUND ("not a consumer group", as Kafka answers), and JoinGroup for a consumer group
-with members gets INCONSISTENT_GROUP_PROTOCOL (the classic coordinator checks
-:meth:`ConsumerGroupCoordinator.has_active_group`). Committed offsets of a consumer group live
-where classic groups keep theirs (an Empty classic ``GroupMetadata`` of the same id holds them),
-so OffsetCommit/OffsetFetch/OffsetDelete and expiry work unchanged.
+Group ids are shared with classic groups: a heartbeat for a classic group that has members
+upgrades it to a consumer group when ``group.consumer.migration.policy`` allows it, else gets
+GROUP_ID_NOT_FOUND ("not a consumer group", as Kafka answers); classic members of a consumer
+group are served by :class:`.consumer_classic.ClassicMembers`, and the last consumer-protocol
+member leaving such a group downgrades it (the group coordinator's ``on_downgrade``). Every
+change is marked with ``on_change`` and written by the group coordinator's
+:class:`.consumer_runtime.ConsumerGroupWriter` before the request is answered. Committed
+offsets of a consumer group live where classic groups keep theirs (an Empty classic
+``GroupMetadata`` of the same id holds them), so OffsetCommit/OffsetFetch/OffsetDelete and
+expiry work unchanged.
 """
 
 from __future__ import annotations
@@ -201,7 +205,7 @@ class ConsumerGroupCoordinator:
         return self.groups.get(group_id)
 
     def has_active_group(self, group_id: str) -> bool:
-        """Whether ``group_id`` is a consumer group with members (classic requests are refused)."""
+        """Whether ``group_id`` is a consumer group with members (classic requests go to it)."""
         group = self.groups.get(group_id)
         return group is not None and bool(group.members)
 
