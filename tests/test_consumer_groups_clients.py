@@ -266,19 +266,21 @@ def test_static_member_restart_gets_its_partitions_back(broker: BrokerProcess) -
     group.check(produced)
 
 
-def test_rolling_upgrade_from_classic_to_consumer(broker: BrokerProcess) -> None:
-    """KIP-848's upgrade path with confluent-kafka: three ``group.protocol=classic`` members are
-    replaced one at a time by ``group.protocol=consumer`` ones, consuming throughout. The first
-    consumer member turns the classic group into a consumer group (online upgrade), the classic
-    members carry on in it with JoinGroup/SyncGroup/Heartbeat until they are gone; no partition is
-    owned twice and nothing committed is consumed again."""
+@pytest.mark.parametrize("classic_strategy", ["range", "cooperative-sticky"])
+def test_rolling_upgrade_from_classic_to_consumer(broker: BrokerProcess, classic_strategy: str) -> None:
+    """KIP-848's upgrade path with confluent-kafka: three ``group.protocol=classic`` members
+    (eager range, or cooperative-sticky, which reports what it owns and revokes incrementally)
+    are replaced one at a time by ``group.protocol=consumer`` ones, consuming throughout. The
+    first consumer member turns the classic group into a consumer group (online upgrade), the
+    classic members carry on in it with JoinGroup/SyncGroup/Heartbeat until they are gone; no
+    partition is owned twice and nothing committed is consumed again."""
     topic = unique_topic("kip848-roll")
     create_topic(broker, topic, 6)
     produced = Produced(broker, topic, 6)
     produced.batch(10)
     group = Group(broker, topic, 6, "range")
     try:
-        classic = [group.add(name) for name in ("a", "b", "c")]
+        classic = [group.add(name, strategy=classic_strategy) for name in ("a", "b", "c")]
         group.settle_and_drain(produced, "three classic members")
         for n, old in enumerate(classic):
             old.stop()
