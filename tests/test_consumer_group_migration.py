@@ -13,6 +13,7 @@ from group_harness import GROUP, join, protocols, running, spawn
 from test_consumer_groups import ORDERS, check_exclusive, count, hb, lookup, reset_topics
 
 from odradek.broker.group import GroupCoordinator, GroupState, InMemoryOffsetsLog, OffsetAndMetadata
+from odradek.broker.group.consumer_coordinator import HeartbeatRequest
 from odradek.broker.group.consumer_group import ConsumerGroup
 from odradek.broker.group.schema import GroupKey, decode_key
 from odradek.consumer_protocol import Assignment, decode_assignment, encode_assignment
@@ -250,3 +251,36 @@ async def test_an_upgrade_refused_half_way_writes_nothing(autojump_clock: trio.t
         classic = coordinator.manager.get_group(GROUP)
         assert classic is not None and classic.is_state(GroupState.STABLE) and set(classic.members) == {a, b}
         assert await coordinator.member_heartbeat(GROUP, b, None, generation) == ErrorCode.NONE
+
+
+async def test_a_classic_incarnation_replacing_the_last_consumer_member_downgrades(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A static member restarted with the classic protocol replaces its consumer-protocol
+    incarnation, the last one: the group turns classic at once, the member keeping its
+    partitions, without a rebalance (Kafka's downgrade on a replaced static member)."""
+    reset_topics()
+    async with running(topics=lookup) as (coordinator, _):
+        static = await coordinator.consumer_group_heartbeat(
+            HeartbeatRequest(
+                GROUP,
+                "s-old",
+                0,
+                instance_id="i-1",
+                rebalance_timeout_ms=30_000,
+                subscribed_topic_names=["orders"],
+                owned={},
+            )
+        )
+        assert count(static.assignment) == 6
+        epoch = consumer_group(coordinator).group_epoch
+        joined = await join(coordinator, instance="i-1", protos=ORDERS_PROTOCOLS)
+        assert joined.error == ErrorCode.NONE and joined.generation_id == epoch
+        assert GROUP not in coordinator.manager.consumer_groups
+        classic = coordinator.manager.get_group(GROUP)
+        assert (
+            classic is not None and classic.is_state(GroupState.STABLE) and set(classic.members) == {joined.member_id}
+        )
+        synced = await coordinator.sync_group(GROUP, joined.generation_id, joined.member_id, "i-1", "consumer",
+                                              "range", {})  # fmt: skip
+        assert synced.error == ErrorCode.NONE and assigned(synced.assignment) == set(range(6))

@@ -228,7 +228,8 @@ class ClassicMembers:
                 cc._cancel_timers(group.group_id, current)
                 group.target[member.member_id] = target
                 # Kafka copies it under the new id at epoch 0: reconciliation moves it on
-                member = replace(member, assigned=replaced.assigned, member_epoch=0, previous_member_epoch=0)
+                member = replace(replaced, member_id=member.member_id, member_epoch=0, previous_member_epoch=0,
+                                 state=MemberState.STABLE, pending_revocation={})  # fmt: skip
         updated = replace(
             member,
             instance_id=r.instance_id if r.instance_id is not None else member.instance_id,
@@ -243,7 +244,8 @@ class ClassicMembers:
         group.put_member(updated)
         from .consumer_coordinator import HeartbeatError
 
-        bump = updated.subscribed_topic_names != member.subscribed_topic_names or member.member_id not in saved.members
+        joined = replaced is None and member.member_id not in saved.members
+        bump = updated.subscribed_topic_names != member.subscribed_topic_names or joined
         try:
             cc.advance(group, bump, replaced, updated.member_id)
         except HeartbeatError as exc:
@@ -259,6 +261,10 @@ class ClassicMembers:
         cc._schedule_session_timeout(group.group_id, after.member_id)
         self._schedule_sync_timeout(group.group_id, after)
         cc.on_change(group)
+        if replaced is not None and replaced.classic is None and cc.can_downgrade_after_replacement(group):
+            # the last consumer-protocol member was this static member's previous incarnation:
+            # the group turns classic, the new incarnation holding its partitions, no rebalance
+            cc.downgrade(group, "", rebalance=False)
         return JoinGroupResult(
             ErrorCode.NONE,
             after.member_id,

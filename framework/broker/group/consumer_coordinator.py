@@ -184,9 +184,9 @@ class ConsumerGroupCoordinator:
         self._topic_names: dict[str, str] = {}
         #: conversions between group types, set by the group coordinator (which owns the classic
         #: groups): ``on_upgrade(classic_group, consumer_group)`` after a classic group became a
-        #: consumer group, ``on_downgrade(group, leaving_member_id)`` to turn one classic
+        #: consumer group, ``on_downgrade(group, leaving_member_id, rebalance)`` to turn one classic
         self.on_upgrade: Callable[[GroupMetadata, ConsumerGroup], None] = lambda classic, group: None
-        self.on_downgrade: Callable[[ConsumerGroup, str], None] | None = None
+        self.on_downgrade: Callable[[ConsumerGroup, str, bool], None] | None = None
         #: an operation on a group was undone: what it arranged to write with it is dropped
         self.on_undo: Callable[[str], None] = lambda group_id: None
         #: called with a group after every change, a deletion included (the group coordinator's
@@ -322,18 +322,35 @@ class ConsumerGroupCoordinator:
         turns classic instead (Kafka's ``validateOnlineDowngradeWithFencedMember``)."""
         if self.on_downgrade is not None and self._can_downgrade(group, member_id):
             self._cancel_timers(group.group_id, member_id)
-            self.on_downgrade(group, member_id)
+            self.downgrade(group, member_id, rebalance=True)
             return
         self.remove(group, member_id)
+
+    def downgrade(self, group: ConsumerGroup, leaving: str, *, rebalance: bool) -> None:
+        """Turn ``group`` classic without ``leaving`` (the group coordinator's ``on_downgrade``)."""
+        if self.on_downgrade is not None:
+            self.on_downgrade(group, leaving, rebalance)
+
+    def can_downgrade_after_replacement(self, group: ConsumerGroup) -> bool:
+        """Kafka's ``validateOnlineDowngradeWithReplacedMemberId``: a classic static member
+        replaced the last member using the consumer protocol."""
+        return (
+            self.on_downgrade is not None
+            and all(m.classic is not None for m in group.members.values())
+            and self._downgrade_allowed(group, len(group.members))
+        )
 
     def _can_downgrade(self, group: ConsumerGroup, member_id: str) -> bool:
         if not group.all_classic_except(member_id) or len(group.members) <= 1:
             return False
+        return self._downgrade_allowed(group, len(group.members) - 1)
+
+    def _downgrade_allowed(self, group: ConsumerGroup, size: int) -> bool:
         if not downgrade_enabled(self.migration_policy):
             log.info("cannot downgrade consumer group %s to a classic group: the online downgrade is disabled "
                      "(group.consumer.migration.policy=%s)", group.group_id, self.migration_policy)  # fmt: skip
             return False
-        if len(group.members) - 1 > self.classic_max_size:
+        if size > self.classic_max_size:
             log.info("cannot downgrade consumer group %s to a classic group: more members than group.max.size",
                      group.group_id)  # fmt: skip
             return False

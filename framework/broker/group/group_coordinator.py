@@ -386,11 +386,12 @@ class GroupCoordinator(MembershipProtocol):
 
         self.consumer_writer.after_write(group.group_id, [(group_key(group.group_id), None)], retire)
 
-    def _on_downgrade(self, group: ConsumerGroup, leaving: str) -> None:
+    def _on_downgrade(self, group: ConsumerGroup, leaving: str, rebalance: bool) -> None:
         """The last consumer-protocol member of ``group`` leaves and classic members remain: the
         group becomes a classic group at generation = group epoch with their target assignments
         (Kafka's ``convertToClassicGroup``), written with the consumer group's tombstones; once
-        written it is installed and rebalances, so its members rejoin as a classic group."""
+        written it is installed and, when a member left, rebalances, so its members rejoin as a
+        classic group."""
         members = classic_members_from_consumer(group, leaving, self.consumer.topic_name)
         classic = GroupMetadata(
             group.group_id,
@@ -434,7 +435,8 @@ class GroupCoordinator(MembershipProtocol):
                 holder.state, holder.current_state_timestamp = GroupState.STABLE, self.now_ms()
             for member in holder.members.values():
                 self.complete_and_schedule_heartbeat(holder, member)
-            self._prepare_rebalance(holder, f"downgrade of consumer group {group.group_id} to a classic group")
+            if rebalance:  # a member left; a static member's new incarnation keeps the assignment
+                self._prepare_rebalance(holder, f"downgrade of consumer group {group.group_id} to a classic group")
 
         self.consumer_writer.after_write(group.group_id, [record], install)
 
