@@ -664,8 +664,7 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "Online migration of a group between the classic and consumer protocols (KIP-848): upgrade turns a "
         "classic group into a consumer group when a member joins with ConsumerGroupHeartbeat, downgrade turns "
         "a consumer group back when its last consumer-protocol member leaves and classic members remain; "
-        "bidirectional allows both, disabled neither.",
-        choices=("disabled", "upgrade", "downgrade", "bidirectional"),
+        "bidirectional allows both, disabled neither (case-insensitive, as Kafka's).",
     ),
     # -- producers and transactions
     _k("producer.id.expiration.ms", int, 86400000, "Forget idle producer ids after this.", minimum=1),
@@ -1188,6 +1187,11 @@ def _check_cross_keys(values: Mapping[str, Any]) -> None:
             "invalid value for 'group.coordinator.rebalance.protocols': a list of classic and consumer, "
             "with classic (Kafka requires it)"
         )
+    policy = str(values.get("group.consumer.migration.policy", "bidirectional")).lower()
+    if policy not in _MIGRATION_POLICIES:
+        raise ConfigError(
+            f"invalid value for 'group.consumer.migration.policy': {policy!r} is not one of {list(_MIGRATION_POLICIES)}"
+        )
     if not values.get("group.consumer.assignors", ["uniform"]):
         raise ConfigError("invalid value for 'group.consumer.assignors': it names no assignor")
     _check_listeners(values)
@@ -1247,6 +1251,10 @@ def _check_log_dirs(values: Mapping[str, Any]) -> None:
                 + (f" (the same as {seen[resolved]!r})" if seen[resolved] != d else "")
             )
         seen[resolved] = d
+
+
+#: Kafka's ``ConsumerGroupMigrationPolicy`` values
+_MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 
 
 def _check_listeners(values: Mapping[str, Any]) -> None:

@@ -57,8 +57,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
-#: the migration policies (Kafka's ``ConsumerGroupMigrationPolicy``)
-MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 
 
 def upgrade_enabled(policy: str) -> bool:
@@ -395,7 +393,6 @@ class ClassicMembers:
 
 
 __all__ = [
-    "MIGRATION_POLICIES",
     "ClassicJoin",
     "ClassicMembers",
     "DowngradedMember",

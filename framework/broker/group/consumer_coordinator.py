@@ -176,7 +176,7 @@ class ConsumerGroupCoordinator:
         self.heartbeat_interval_ms = int(config["group.consumer.heartbeat.interval.ms"])
         self.max_size = int(config["group.consumer.max.size"])
         self.enabled = CONSUMER_PROTOCOL in {p.lower() for p in config["group.coordinator.rebalance.protocols"]}
-        self.migration_policy = str(config["group.consumer.migration.policy"])
+        self.migration_policy = str(config["group.consumer.migration.policy"]).lower()
         self.classic_max_size = int(config["group.max.size"])
         #: classic members of consumer groups (JoinGroup/SyncGroup/Heartbeat/LeaveGroup)
         self.classic = ClassicMembers(self)
