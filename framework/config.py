@@ -132,6 +132,13 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("broker.id", int, 0, "This broker's id in the cluster.", minimum=0),
     _k("cluster.id", str, "", "Cluster id; generated and stored by the metadata store when empty."),
     _k(
+        "broker.rack",
+        str,
+        "",
+        "This broker's rack (empty: none): in its registration and Metadata answers; KIP-848 server-side "
+        "assignors prefer giving a consumer (client.rack) partitions with a replica in its rack.",
+    ),
+    _k(
         "listeners",
         list,
         ["PLAINTEXT://127.0.0.1:9092"],

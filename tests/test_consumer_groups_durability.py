@@ -29,7 +29,8 @@ DESCRIBE = ApiKey.CONSUMER_GROUP_DESCRIBE
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    with start_broker(tmp_path, GROUP_BROKER_SETTINGS) as running:
+    # a rack: the target assignments below are computed with the replicas' racks
+    with start_broker(tmp_path, {**GROUP_BROKER_SETTINGS, "broker.rack": "east"}) as running:
         yield running
 
 
@@ -55,7 +56,7 @@ def heartbeat(client: WireClient, group: str, member: str, epoch: int, topic: st
         member_id=member,
         member_epoch=epoch,
         instance_id=None,
-        rack_id=None,
+        rack_id="east" if joining else None,
         rebalance_timeout=datetime.timedelta(milliseconds=30_000 if joining else -1),
         subscribed_topic_names=(topic,) if joining and topic is not None else None,
         subscribed_topic_regex=None,
@@ -94,6 +95,9 @@ def test_a_member_is_not_answered_with_state_that_was_not_written(broker: Broker
     host, port = broker.bootstrap.split(":")
     client = WireClient(host, int(port))
     try:
+        metadata = client.request(ApiKey.METADATA, 12, topics=None, allow_auto_topic_creation=False,
+                                  include_topic_authorized_operations=False)  # fmt: skip
+        assert [b.rack for b in metadata.brokers] == ["east"]  # broker.rack is registered
         find_coordinator(client, group)
         m1, m2 = str(uuid.uuid4()), str(uuid.uuid4())
         first = heartbeat(client, group, m1, 0, topic)

@@ -285,7 +285,10 @@ class BrokerServer:
                     }
                     inter_broker = config.inter_broker_listener
                     core.metadata_cache.inter_broker_listener = inter_broker.name if inter_broker else None
-                    info = registration_json([(e.name, e.host, e.port, e.security_protocol) for e in advertised], None)
+                    info = registration_json(
+                        [(e.name, e.host, e.port, e.security_protocol) for e in advertised],
+                        config["broker.rack"] or None,
+                    )
                     self.broker_epoch = await self._register(store, info)
                     registered = True
                     self.controller = Controller(config, store, core.metadata_cache)
