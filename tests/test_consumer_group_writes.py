@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from group_harness import GROUP, running, spawn
@@ -151,3 +152,24 @@ async def test_deleting_a_group_whose_tombstones_fail_keeps_it(autojump_clock: t
         assert GROUP in coordinator.manager.consumer_groups
         assert (await coordinator.delete_groups([GROUP]))[GROUP] == ErrorCode.NONE
         assert GROUP not in coordinator.manager.consumer_groups
+
+
+async def test_an_operation_that_raises_is_undone(autojump_clock: trio.testing.MockClock) -> None:
+    """A bug in an operation half-way through leaves the group as last written (and a timer's
+    operation that raises does not stop the coordinator)."""
+    reset_topics()
+    async with running(topics=lookup) as (coordinator, _):
+        await hb(coordinator, "m1", 0)
+        epoch = coordinator.manager.consumer_groups[GROUP].group_epoch
+
+        def broken() -> None:
+            coordinator.consumer.remove(coordinator.manager.consumer_groups[GROUP], "m1")
+            raise RuntimeError("a bug")
+
+        with pytest.raises(RuntimeError):
+            await coordinator.consumer_writer.run(GROUP, broken)
+        assert set(coordinator.manager.consumer_groups[GROUP].members) == {"m1"}
+        assert coordinator.manager.consumer_groups[GROUP].group_epoch == epoch == 1
+        coordinator.consumer.submit(GROUP, broken, lambda: None)
+        await trio.sleep(1)
+        assert (await hb(coordinator, "m1", 1)).error == ErrorCode.NONE  # still serving

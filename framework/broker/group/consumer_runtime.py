@@ -87,11 +87,6 @@ class ConsumerGroupWriter:
             async with lock:
                 pass
 
-    def busy(self, group_id: str) -> bool:
-        """Whether an operation of ``group_id`` is under way (its write not yet answered)."""
-        lock = self._locks.get(group_id)
-        return lock is not None and lock.locked()
-
     async def run(self, group_id: str, operation: Callable[[], T]) -> tuple[T | None, ErrorCode]:
         """Run ``operation`` on ``group_id`` after the group's earlier operations, then write
         what it changed. Returns (its result, NONE), or (None, the error) when the write
@@ -113,8 +108,10 @@ class ConsumerGroupWriter:
         self._extra.pop(group_id, None)
         try:
             result = operation()
-        except BaseException:
+        except BaseException:  # a bug: the group goes back to its last written state
             self._extra.pop(group_id, None)
+            self._changed.discard(group_id)
+            self._undo(group_id, saved, written)
             raise
         extra, actions = self._extra.pop(group_id, ([], []))
         if group_id not in self._changed:
@@ -139,12 +136,15 @@ class ConsumerGroupWriter:
         mapped = group_append_error(ErrorCode(error))
         log.warning("storing consumer group %s failed (%s): its last change is undone, the member gets %s",
                     group_id, ErrorCode(error).name, mapped.name)  # fmt: skip
-        if written is None:
-            manager.consumer_written.pop(group_id, None)
-        else:
-            manager.consumer_written[group_id] = written
-        self.restore(group_id, saved)
+        self._undo(group_id, saved, written)
         return None, mapped
+
+    def _undo(self, group_id: str, saved: ConsumerGroup | None, written: dict[bytes, bytes] | None) -> None:
+        if written is None:
+            self.manager.consumer_written.pop(group_id, None)
+        else:
+            self.manager.consumer_written[group_id] = written
+        self.restore(group_id, saved)
 
 
 __all__ = ["ConsumerGroupWriter"]

@@ -190,7 +190,11 @@ class GroupCoordinator(MembershipProtocol):
         (``retry`` when its write failed, as Kafka's coordinator timers retry)."""
 
         async def run() -> None:
-            _, error = await self.consumer_writer.run(group_id, operation)
+            try:
+                _, error = await self.consumer_writer.run(group_id, operation)
+            except Exception:  # a broken expiry must not stop the coordinator (as Timers.run)
+                log.exception("consumer group %s: a timer's operation failed", group_id)
+                return
             if error != ErrorCode.NONE and group_id in self.manager.consumer_groups:
                 retry()
 
