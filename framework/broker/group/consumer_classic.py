@@ -45,6 +45,7 @@ from .consumer_group import (
     ClassicMemberMetadata,
     ConsumerGroup,
     ConsumerGroupMember,
+    HeartbeatError,
     MemberState,
     TopicIdPartitions,
     reconcile,
@@ -240,8 +241,6 @@ class ClassicMembers:
             classic=ClassicMemberMetadata(r.session_timeout_ms, r.protocols),
         )
         group.put_member(updated)
-        from .consumer_coordinator import HeartbeatError
-
         joined = replaced is None and member.member_id not in saved.members
         bump = updated.subscribed_topic_names != member.subscribed_topic_names or joined
         try:

@@ -57,6 +57,7 @@ from .consumer_group import (
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ConsumerGroup,
     ConsumerGroupMember,
+    HeartbeatError,
     MemberState,
     SubscribedTopic,
     TopicIdPartitions,
@@ -91,15 +92,6 @@ TIMER_RETRY_S = 0.5
 
 CONSUMER_PROTOCOL = "consumer"
 CLASSIC_PROTOCOL = "classic"
-
-
-class HeartbeatError(Exception):
-    """A heartbeat refused with a Kafka error code (and the message Kafka would give)."""
-
-    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
-        super().__init__(message or code.name)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,8 @@ import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from ...errors import ErrorCode
+
 #: topic id (32 hex digits) -> partitions
 TopicIdPartitions = Mapping[str, frozenset[int]]
 
@@ -30,6 +32,15 @@ TopicIdPartitions = Mapping[str, frozenset[int]]
 JOIN_GROUP_MEMBER_EPOCH = 0
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+
+
+class HeartbeatError(Exception):
+    """A consumer group request refused with a Kafka error code (and the message Kafka would give)."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message
 
 
 class MemberState(enum.Enum):
@@ -316,6 +327,7 @@ __all__ = [
     "ConsumerGroup",
     "ConsumerGroupMember",
     "ConsumerGroupState",
+    "HeartbeatError",
     "MemberState",
     "SubscribedTopic",
     "TopicIdPartitions",
