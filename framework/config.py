@@ -134,6 +134,13 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
     _k("broker.id", int, 0, "This broker's id in the cluster.", minimum=0),
     _k("cluster.id", str, "", "Cluster id; generated and stored by the metadata store when empty."),
     _k(
+        "broker.rack",
+        str,
+        "",
+        "This broker's rack (empty: none): in its registration and Metadata answers; KIP-848 server-side "
+        "assignors prefer giving a consumer (client.rack) partitions with a replica in its rack.",
+    ),
+    _k(
         "listeners",
         list,
         ["PLAINTEXT://127.0.0.1:9092"],
@@ -669,6 +676,15 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "the first is the default, a client picks another with group.remote.assignor.",
     ),
     _k("group.consumer.max.size", int, 2147483647, "Most members of one KIP-848 consumer group.", minimum=1),
+    _k(
+        "group.consumer.migration.policy",
+        str,
+        "bidirectional",
+        "Online migration of a group between the classic and consumer protocols (KIP-848): upgrade turns a "
+        "classic group into a consumer group when a member joins with ConsumerGroupHeartbeat, downgrade turns "
+        "a consumer group back when its last consumer-protocol member leaves and classic members remain; "
+        "bidirectional allows both, disabled neither (case-insensitive, as Kafka's).",
+    ),
     # -- producers and transactions
     _k("producer.id.expiration.ms", int, 86400000, "Forget idle producer ids after this.", minimum=1),
     _k("producer.id.expiration.check.interval.ms", int, 600000, "How often idle producer ids are removed.", minimum=1),
@@ -1190,6 +1206,11 @@ def _check_cross_keys(values: Mapping[str, Any]) -> None:
             "invalid value for 'group.coordinator.rebalance.protocols': a list of classic and consumer, "
             "with classic (Kafka requires it)"
         )
+    policy = str(values.get("group.consumer.migration.policy", "bidirectional")).lower()
+    if policy not in _MIGRATION_POLICIES:
+        raise ConfigError(
+            f"invalid value for 'group.consumer.migration.policy': {policy!r} is not one of {list(_MIGRATION_POLICIES)}"
+        )
     if not values.get("group.consumer.assignors", ["uniform"]):
         raise ConfigError("invalid value for 'group.consumer.assignors': it names no assignor")
     _check_listeners(values)
@@ -1249,6 +1270,10 @@ def _check_log_dirs(values: Mapping[str, Any]) -> None:
                 + (f" (the same as {seen[resolved]!r})" if seen[resolved] != d else "")
             )
         seen[resolved] = d
+
+
+#: Kafka's ``ConsumerGroupMigrationPolicy`` values
+_MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 
 
 def _check_listeners(values: Mapping[str, Any]) -> None:

@@ -639,6 +639,13 @@ class AssignmentTopic:
     topic_id: str  # 32 hex digits, as odradek keeps topic ids
     name: str
     num_partitions: int
+    #: partition -> the racks (``broker.rack``) of its replicas; empty when no broker has a rack.
+    #: With a member's ``rack_id`` an assignor may prefer partitions with a replica in its rack
+    #: (the consumer then fetches from that follower, KIP-392), balance first
+    partition_racks: Mapping[int, frozenset[str]] = field(default_factory=dict)
+
+    def racks(self, partition: int) -> frozenset[str]:
+        return self.partition_racks.get(partition, frozenset())
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,6 +168,16 @@ class Writer:
     def compact_array_length(self, n: int) -> Writer:
         return self.uvarint(n + 1)
 
+    def compact_bytes(self, value: bytes) -> Writer:
+        self.uvarint(len(value) + 1)
+        self._buf += value
+        return self
+
+    def raw(self, data: bytes) -> Writer:
+        """Bytes already encoded (a tagged field's body)."""
+        self._buf += data
+        return self
+
     def uuid(self, raw16: bytes) -> Writer:
         """A UUID's 16 bytes."""
         if len(raw16) != 16:

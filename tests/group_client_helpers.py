@@ -300,8 +300,9 @@ class Group:
         self.members: list[Member] = []
 
     def add(self, name: str, **extra: str) -> ConsumerProc:
-        """A librdkafka member in a subprocess."""
-        member = ConsumerProc(name, self.broker, self.group, self.topic, self.strategy, **extra)
+        """A librdkafka member in a subprocess (``strategy=`` overrides the group's for it)."""
+        strategy = extra.pop("strategy", self.strategy)
+        member = ConsumerProc(name, self.broker, self.group, self.topic, strategy, **extra)
         self.members.append(member)
         return member
 

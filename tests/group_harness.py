@@ -15,7 +15,7 @@ from odradek.broker.group import (
     InMemoryOffsetsLog,
     JoinGroupResult,
 )
-from odradek.broker.group.consumer_coordinator import TopicLookup
+from odradek.broker.group.consumer_coordinator import PartitionRacks, TopicLookup
 from odradek.config import default_config
 from odradek.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
 from odradek.errors import ErrorCode
@@ -47,14 +47,16 @@ async def running(
     *,
     topics: TopicLookup | None = None,
     all_topics: Callable[[], Iterable[str]] = tuple,
+    partition_racks: PartitionRacks = lambda name: {},
     **config: Any,
 ) -> AsyncIterator[tuple[GroupCoordinator, trio.Nursery]]:
     """A running coordinator; ``topics`` resolves KIP-848 groups' subscribed topic names and
     ``all_topics`` lists what their regexes may match."""
     offsets_log = log if log is not None else InMemoryOffsetsLog(num_partitions=4)
     coordinator = GroupCoordinator(
-        offsets_log, make_config(**config), now_ms=clock_ms, topics=topics, all_topics=all_topics
-    )
+        offsets_log, make_config(**config), now_ms=clock_ms, topics=topics, all_topics=all_topics,
+        partition_racks=partition_racks,
+    )  # fmt: skip
     async with trio.open_nursery() as nursery:
         await nursery.start(coordinator.run)
         await coordinator.wait_for_loads()  # a restarted coordinator's partitions load in the background

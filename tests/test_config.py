@@ -55,6 +55,7 @@ def test_file_env_cli_precedence(tmp_path: Path) -> None:
         # numbers as Kafka parses them: no underscores or exponents in integers
         ({"log.retention.ms": "1_000_000"}, "log.retention.ms"),
         ({"log.retention.ms": "1e23"}, "log.retention.ms"),
+        ({"group.consumer.migration.policy": "sideways"}, "group.consumer.migration.policy"),
     ],
 )
 def test_bad_keys_and_values_name_the_key(overrides: dict[str, str], named: str) -> None:
@@ -308,3 +309,11 @@ async def test_a_retention_bytes_below_minus_one_means_no_limit_as_in_kafka(tmp_
     await storage.run_retention()
     assert segments > 3 and len(log.segments) == segments and log.log_start_offset == 0
     await storage.close()
+
+
+def test_the_migration_policy_ignores_case() -> None:
+    """Kafka's ``group.consumer.migration.policy`` is a case-insensitive string."""
+    from odradek.broker.group import GroupCoordinator, InMemoryOffsetsLog
+
+    config = load_config(env={}, overrides={"group.consumer.migration.policy": "Upgrade"})
+    assert GroupCoordinator(InMemoryOffsetsLog(), config).consumer.migration_policy == "upgrade"

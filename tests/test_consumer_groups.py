@@ -42,7 +42,7 @@ def reset_topics() -> None:
     TOPICS.update({"orders": (ORDERS, 6), "visits": (VISITS, 2)})
 
 
-def hb(
+async def hb(
     coordinator: GroupCoordinator,
     member_id: str,
     epoch: int,
@@ -54,7 +54,7 @@ def hb(
     group: str = GROUP,
 ) -> HeartbeatResult:
     joining = epoch == 0
-    return coordinator.consumer_group_heartbeat(
+    return await coordinator.consumer_group_heartbeat(
         HeartbeatRequest(
             group,
             member_id,
@@ -89,11 +89,11 @@ def check_exclusive(coordinator: GroupCoordinator) -> None:
 async def test_one_member_gets_everything(autojump_clock: trio.testing.MockClock) -> None:
     reset_topics()
     async with running(topics=lookup) as (coordinator, _):
-        first = hb(coordinator, "m1", 0)
+        first = await hb(coordinator, "m1", 0)
         assert first.error == ErrorCode.NONE
         assert (first.member_id, first.member_epoch, first.heartbeat_interval_ms) == ("m1", 1, 5000)
         assert first.assignment == {ORDERS: frozenset(range(6))}
-        again = hb(coordinator, "m1", 1)
+        again = await hb(coordinator, "m1", 1)
         assert again.error == ErrorCode.NONE and again.member_epoch == 1
         assert again.assignment is None  # unchanged and nothing reported: no assignment sent
         group = coordinator.manager.consumer_groups[GROUP]
@@ -103,28 +103,28 @@ async def test_one_member_gets_everything(autojump_clock: trio.testing.MockClock
 async def test_partitions_move_only_after_revocation(autojump_clock: trio.testing.MockClock) -> None:
     reset_topics()
     async with running(topics=lookup) as (coordinator, _):
-        m1 = hb(coordinator, "m1", 0)
+        m1 = await hb(coordinator, "m1", 0)
         all_six = m1.assignment
         assert all_six is not None
-        m2 = hb(coordinator, "m2", 0)
+        m2 = await hb(coordinator, "m2", 0)
         # the target gives m2 half, but m1 still owns it: m2 is at the new epoch with nothing yet
         assert m2.member_epoch == 2 and count(m2.assignment) == 0
         check_exclusive(coordinator)
         group = coordinator.manager.consumer_groups[GROUP]
         assert group.state is ConsumerGroupState.RECONCILING
         # m1 is told to keep three (it revokes the rest) and stays at epoch 1 until it confirms
-        m1 = hb(coordinator, "m1", 1, owned=all_six)
+        m1 = await hb(coordinator, "m1", 1, owned=all_six)
         assert m1.member_epoch == 1 and count(m1.assignment) == 3
         kept = m1.assignment
         assert kept is not None
-        assert count(hb(coordinator, "m2", 2).assignment) == 0  # still held by m1
-        m1 = hb(coordinator, "m1", 1, owned=kept)  # revoked: moves to epoch 2
+        assert count((await hb(coordinator, "m2", 2)).assignment) == 0  # still held by m1
+        m1 = await hb(coordinator, "m1", 1, owned=kept)  # revoked: moves to epoch 2
         assert m1.member_epoch == 2
-        m2 = hb(coordinator, "m2", 2)
+        m2 = await hb(coordinator, "m2", 2)
         assert m2.assignment is not None and count(m2.assignment) == 3
         assert not (m2.assignment[ORDERS] & kept[ORDERS])
         check_exclusive(coordinator)
-        hb(coordinator, "m2", 2, owned=m2.assignment)
+        await hb(coordinator, "m2", 2, owned=m2.assignment)
         assert group.state is ConsumerGroupState.STABLE
 
 
@@ -132,21 +132,21 @@ async def test_leave_hands_partitions_over(autojump_clock: trio.testing.MockCloc
     reset_topics()
     async with running(topics=lookup) as (coordinator, _):
         await settle_two(coordinator)
-        left = hb(coordinator, "m1", -1)
+        left = await hb(coordinator, "m1", -1)
         assert (left.error, left.member_epoch) == (ErrorCode.NONE, -1)
-        m2 = hb(coordinator, "m2", 2)
+        m2 = await hb(coordinator, "m2", 2)
         assert m2.member_epoch == 3 and count(m2.assignment) == 6
-        assert hb(coordinator, "m1", 2).error == ErrorCode.UNKNOWN_MEMBER_ID
+        assert (await hb(coordinator, "m1", 2)).error == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 async def settle_two(coordinator: GroupCoordinator) -> None:
     """m1 and m2 in a stable group at epoch 2 with three partitions each."""
-    m1 = hb(coordinator, "m1", 0)
-    hb(coordinator, "m2", 0)
-    m1 = hb(coordinator, "m1", 1, owned=m1.assignment)
-    hb(coordinator, "m1", 1, owned=m1.assignment)
-    m2 = hb(coordinator, "m2", 2)
-    hb(coordinator, "m2", 2, owned=m2.assignment)
+    m1 = await hb(coordinator, "m1", 0)
+    await hb(coordinator, "m2", 0)
+    m1 = await hb(coordinator, "m1", 1, owned=m1.assignment)
+    await hb(coordinator, "m1", 1, owned=m1.assignment)
+    m2 = await hb(coordinator, "m2", 2)
+    await hb(coordinator, "m2", 2, owned=m2.assignment)
     assert coordinator.manager.consumer_groups[GROUP].state is ConsumerGroupState.STABLE
 
 
@@ -156,7 +156,7 @@ async def test_session_timeout_fences(autojump_clock: trio.testing.MockClock) ->
         await settle_two(coordinator)
         for _ in range(12):  # m2 heartbeats every 5 s; m1 went silent
             await trio.sleep(5)
-            hb(coordinator, "m2", coordinator.manager.consumer_groups[GROUP].members["m2"].member_epoch)
+            await hb(coordinator, "m2", coordinator.manager.consumer_groups[GROUP].members["m2"].member_epoch)
         group = coordinator.manager.consumer_groups[GROUP]
         assert set(group.members) == {"m2"}
         assert count(group.members["m2"].assigned) == 6
@@ -165,37 +165,37 @@ async def test_session_timeout_fences(autojump_clock: trio.testing.MockClock) ->
 async def test_rebalance_timeout_fences_a_member_that_does_not_revoke(autojump_clock: trio.testing.MockClock) -> None:
     reset_topics()
     async with running(topics=lookup) as (coordinator, _):
-        m1 = hb(coordinator, "m1", 0)
-        hb(coordinator, "m2", 0)
-        assert hb(coordinator, "m1", 1, owned=m1.assignment).member_epoch == 1  # must revoke three
+        m1 = await hb(coordinator, "m1", 0)
+        await hb(coordinator, "m2", 0)
+        assert (await hb(coordinator, "m1", 1, owned=m1.assignment)).member_epoch == 1  # must revoke three
         for _ in range(7):  # it keeps heartbeating but never reports the revocation
             await trio.sleep(5)
-            hb(coordinator, "m1", 1, owned=m1.assignment)
-            hb(coordinator, "m2", 2)
+            await hb(coordinator, "m1", 1, owned=m1.assignment)
+            await hb(coordinator, "m2", 2)
         group = coordinator.manager.consumer_groups[GROUP]
         assert "m1" not in group.members
-        assert hb(coordinator, "m1", 1).error == ErrorCode.UNKNOWN_MEMBER_ID
+        assert (await hb(coordinator, "m1", 1)).error == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 async def test_epochs_and_request_errors(autojump_clock: trio.testing.MockClock) -> None:
     reset_topics()
     async with running(topics=lookup) as (coordinator, _):
-        hb(coordinator, "m1", 0)
-        assert hb(coordinator, "m1", 7).error == ErrorCode.FENCED_MEMBER_EPOCH
-        assert hb(coordinator, "nobody", 1).error == ErrorCode.UNKNOWN_MEMBER_ID
-        assert hb(coordinator, "", 0).error == ErrorCode.INVALID_REQUEST
-        assert hb(coordinator, "m3", 0, assignor="magic").error == ErrorCode.UNSUPPORTED_ASSIGNOR
-        no_topics = coordinator.consumer_group_heartbeat(
+        await hb(coordinator, "m1", 0)
+        assert (await hb(coordinator, "m1", 7)).error == ErrorCode.FENCED_MEMBER_EPOCH
+        assert (await hb(coordinator, "nobody", 1)).error == ErrorCode.UNKNOWN_MEMBER_ID
+        assert (await hb(coordinator, "", 0)).error == ErrorCode.INVALID_REQUEST
+        assert (await hb(coordinator, "m3", 0, assignor="magic")).error == ErrorCode.UNSUPPORTED_ASSIGNOR
+        no_topics = await coordinator.consumer_group_heartbeat(
             HeartbeatRequest(GROUP, "m4", 0, rebalance_timeout_ms=1, owned={})
         )
         assert no_topics.error == ErrorCode.INVALID_REQUEST
-        regex = coordinator.consumer_group_heartbeat(
+        regex = await coordinator.consumer_group_heartbeat(
             HeartbeatRequest(GROUP, "m4", 0, rebalance_timeout_ms=1, owned={}, subscribed_topic_regex="ord(")
         )
         assert regex.error == ErrorCode.INVALID_REGULAR_EXPRESSION and "Regex" in (regex.error_message or "")
-        owning = hb(coordinator, "m5", 0, owned={ORDERS: frozenset({1})})
+        owning = await hb(coordinator, "m5", 0, owned={ORDERS: frozenset({1})})
         assert owning.error == ErrorCode.INVALID_REQUEST
-        assert hb(coordinator, "x", 1, group="unknown-group").error == ErrorCode.GROUP_ID_NOT_FOUND
+        assert (await hb(coordinator, "x", 1, group="unknown-group")).error == ErrorCode.GROUP_ID_NOT_FOUND
 
 
 async def test_lost_response_is_tolerated(autojump_clock: trio.testing.MockClock) -> None:
@@ -207,39 +207,41 @@ async def test_lost_response_is_tolerated(autojump_clock: trio.testing.MockClock
         group = coordinator.manager.consumer_groups[GROUP]
         m1 = group.members["m1"]
         assert (m1.member_epoch, m1.previous_member_epoch) == (2, 1)
-        assert hb(coordinator, "m1", 1, owned=m1.assigned).error == ErrorCode.NONE
-        assert hb(coordinator, "m1", 1, owned={ORDERS: frozenset(range(6))}).error == ErrorCode.FENCED_MEMBER_EPOCH
+        assert (await hb(coordinator, "m1", 1, owned=m1.assigned)).error == ErrorCode.NONE
+        assert (
+            await hb(coordinator, "m1", 1, owned={ORDERS: frozenset(range(6))})
+        ).error == ErrorCode.FENCED_MEMBER_EPOCH
 
 
 async def test_new_partitions_bump_the_epoch(autojump_clock: trio.testing.MockClock) -> None:
     reset_topics()
     async with running(topics=lookup) as (coordinator, _):
-        first = hb(coordinator, "m1", 0, topics=["orders", "visits", "missing"])
+        first = await hb(coordinator, "m1", 0, topics=["orders", "visits", "missing"])
         assert first.assignment == {ORDERS: frozenset(range(6)), VISITS: frozenset({0, 1})}
         TOPICS["visits"] = (VISITS, 4)
         TOPICS["missing"] = ("0" * 31 + "3", 1)
-        after = hb(coordinator, "m1", 1)
+        after = await hb(coordinator, "m1", 1)
         assert after.member_epoch == 2 and count(after.assignment) == 11
 
 
 async def test_static_member_leaves_and_comes_back(autojump_clock: trio.testing.MockClock) -> None:
     reset_topics()
     async with running(topics=lookup) as (coordinator, _):
-        m1 = hb(coordinator, "m1", 0, instance="host-1")
+        m1 = await hb(coordinator, "m1", 0, instance="host-1")
         assert count(m1.assignment) == 6
-        assert hb(coordinator, "m1", -2, instance="host-1").member_epoch == -2
-        assert hb(coordinator, "other", 0, instance="host-1").error == ErrorCode.NONE  # released: it takes over
-        back = hb(coordinator, "other", 0, instance="host-1")
+        assert (await hb(coordinator, "m1", -2, instance="host-1")).member_epoch == -2
+        assert (await hb(coordinator, "other", 0, instance="host-1")).error == ErrorCode.NONE  # released: it takes over
+        back = await hb(coordinator, "other", 0, instance="host-1")
         assert back.assignment == {ORDERS: frozenset(range(6))}
-        assert hb(coordinator, "m9", 0, instance="host-1").error == ErrorCode.UNRELEASED_INSTANCE_ID
-        assert hb(coordinator, "m1", 1, instance="host-1").error == ErrorCode.FENCED_INSTANCE_ID
-        assert hb(coordinator, "m1", -2).error == ErrorCode.INVALID_REQUEST  # -2 without an instance id
+        assert (await hb(coordinator, "m9", 0, instance="host-1")).error == ErrorCode.UNRELEASED_INSTANCE_ID
+        assert (await hb(coordinator, "m1", 1, instance="host-1")).error == ErrorCode.FENCED_INSTANCE_ID
+        assert (await hb(coordinator, "m1", -2)).error == ErrorCode.INVALID_REQUEST  # -2 without an instance id
 
 
 async def test_offsets_by_member_epoch(autojump_clock: trio.testing.MockClock) -> None:
     reset_topics()
     async with running(topics=lookup) as (coordinator, _):
-        hb(coordinator, "m1", 0)
+        await hb(coordinator, "m1", 0)
         tp = TopicPartition("orders", 0)
         offsets = {tp: OffsetAndMetadata(42, -1, "", clock_ms())}
         assert await coordinator.commit_offsets(GROUP, "m1", None, 1, offsets, api_version=9) == {tp: ErrorCode.NONE}
@@ -259,7 +261,7 @@ async def test_offsets_by_member_epoch(autojump_clock: trio.testing.MockClock) -
         assert (await coordinator.delete_groups([GROUP]))[GROUP] == ErrorCode.NON_EMPTY_GROUP
         _, deleted = await coordinator.delete_offsets(GROUP, [tp, TopicPartition("visits", 0)])
         assert deleted == {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, TopicPartition("visits", 0): ErrorCode.NONE}
-        hb(coordinator, "m1", -1)
+        await hb(coordinator, "m1", -1)
         # without members, commits without an epoch are an admin's, and the group can go
         assert await coordinator.commit_offsets(GROUP, "", None, -1, offsets, api_version=9) == {tp: ErrorCode.NONE}
         assert (await coordinator.delete_groups([GROUP]))[GROUP] == ErrorCode.NONE
@@ -270,7 +272,7 @@ async def test_offsets_by_member_epoch(autojump_clock: trio.testing.MockClock) -
 async def test_classic_and_consumer_groups_do_not_mix(autojump_clock: trio.testing.MockClock) -> None:
     reset_topics()
     async with running(topics=lookup) as (coordinator, _):
-        hb(coordinator, "m1", 0, group="kip848")
+        await hb(coordinator, "m1", 0, group="kip848")
         joined = await coordinator.join_group(
             "kip848", "", None, False, "c", "/h", 30_000, 10_000, "consumer", [("range", b"")]
         )
@@ -278,7 +280,7 @@ async def test_classic_and_consumer_groups_do_not_mix(autojump_clock: trio.testi
         classic = await coordinator.join_group("old", "", None, False, "c", "/h", 30_000, 10_000, "consumer",
                                                [("range", b"")])  # fmt: skip
         assert classic.error == ErrorCode.NONE
-        assert hb(coordinator, "m1", 0, group="old").error == ErrorCode.GROUP_ID_NOT_FOUND
+        assert (await hb(coordinator, "m1", 0, group="old")).error == ErrorCode.GROUP_ID_NOT_FOUND
         error, _, _ = coordinator.describe_consumer_group("old")
         assert error == ErrorCode.GROUP_ID_NOT_FOUND
         error, _, described = coordinator.describe_consumer_group("kip848")
@@ -292,14 +294,14 @@ async def test_classic_and_consumer_groups_do_not_mix(autojump_clock: trio.testi
 async def test_protocol_can_be_turned_off(autojump_clock: trio.testing.MockClock) -> None:
     reset_topics()
     async with running(topics=lookup, group_coordinator_rebalance_protocols=["classic"]) as (coordinator, _):
-        assert hb(coordinator, "m1", 0).error == ErrorCode.UNSUPPORTED_VERSION
+        assert (await hb(coordinator, "m1", 0)).error == ErrorCode.UNSUPPORTED_VERSION
 
 
 async def test_preferred_assignor_is_the_members_choice(autojump_clock: trio.testing.MockClock) -> None:
     reset_topics()
     async with running(topics=lookup) as (coordinator, _):
-        hb(coordinator, "m1", 0, assignor="range", topics=["orders", "visits"])
-        hb(coordinator, "m2", 0, assignor="range", topics=["orders", "visits"])
+        await hb(coordinator, "m1", 0, assignor="range", topics=["orders", "visits"])
+        await hb(coordinator, "m2", 0, assignor="range", topics=["orders", "visits"])
         group = coordinator.manager.consumer_groups[GROUP]
         assert coordinator.consumer.preferred_assignor(group) == "range"
         # range co-partitions: the first member by id gets partitions 0-2 of orders and 0 of visits
@@ -320,25 +322,22 @@ async def test_the_group_survives_a_coordinator_restart(autojump_clock: trio.tes
         tp = TopicPartition("orders", 0)
         offsets = {tp: OffsetAndMetadata(7, -1, "", clock_ms())}
         assert await coordinator.commit_offsets(GROUP, "m1", None, 2, offsets, api_version=9) == {tp: ErrorCode.NONE}
-        await trio.sleep(0.1)  # the writer task appends
     async with running(log, topics=lookup) as (restarted, _):
         group = restarted.manager.consumer_groups[GROUP]
         loaded = (group.group_epoch, group.assignment_epoch, dict(group.target),
                   {m: (x.member_epoch, x.assigned) for m, x in group.members.items()})  # fmt: skip
         assert loaded == snapshot
         assert group.state is ConsumerGroupState.STABLE
-        assert hb(restarted, "m2", 2).error == ErrorCode.NONE
+        assert (await hb(restarted, "m2", 2)).error == ErrorCode.NONE
         assert restarted.fetch_offsets(GROUP, [tp])[1][tp].offset == 7
         for _ in range(10):  # m1 never returns: fenced after its session timeout
             await trio.sleep(5)
-            hb(restarted, "m2", group.members["m2"].member_epoch)
+            await hb(restarted, "m2", group.members["m2"].member_epoch)
         assert set(group.members) == {"m2"} and count(group.members["m2"].assigned) == 6
-        await trio.sleep(0.1)
     async with running(log, topics=lookup) as (again, _):
         assert set(again.manager.consumer_groups[GROUP].members) == {"m2"}  # m1's tombstones were read
-        hb(again, "m2", -1)
+        await hb(again, "m2", -1)
         assert (await again.delete_groups([GROUP]))[GROUP] == ErrorCode.NONE
-        await trio.sleep(0.1)
     async with running(log, topics=lookup) as (last, _):
         assert GROUP not in last.manager.consumer_groups
 
@@ -369,8 +368,8 @@ def test_consumer_group_records_round_trip() -> None:
 async def test_an_empty_consumer_group_gives_way_to_a_classic_one(autojump_clock: trio.testing.MockClock) -> None:
     reset_topics()
     async with running(topics=lookup) as (coordinator, _):
-        hb(coordinator, "m1", 0)
-        hb(coordinator, "m1", -1)
+        await hb(coordinator, "m1", 0)
+        await hb(coordinator, "m1", -1)
         assert coordinator.manager.consumer_groups[GROUP].state is ConsumerGroupState.EMPTY
         joined = await coordinator.join_group(GROUP, "", None, False, "c", "/h", 30_000, 10_000, "consumer",
                                               [("range", b"")])  # fmt: skip
@@ -404,9 +403,9 @@ async def test_a_broken_assignor_result_is_refused(autojump_clock: trio.testing.
     async with trio.open_nursery() as nursery:
         await nursery.start(coordinator.run)
         await coordinator.find_coordinator(GROUP)
-        assert hb(coordinator, "m1", 0).error == ErrorCode.NONE  # one member: nothing given twice
+        assert (await hb(coordinator, "m1", 0)).error == ErrorCode.NONE  # one member: nothing given twice
         epoch = coordinator.manager.consumer_groups[GROUP].group_epoch
-        refused = hb(coordinator, "m2", 0)
+        refused = await hb(coordinator, "m2", 0)
         assert refused.error == ErrorCode.UNKNOWN_SERVER_ERROR and "twice" in (refused.error_message or "")
         group = coordinator.manager.consumer_groups[GROUP]  # as it was before the refused join
         assert set(group.members) == {"m1"} and group.group_epoch == epoch
@@ -418,20 +417,20 @@ async def test_regex_subscriptions_follow_the_topics(autojump_clock: trio.testin
     epoch and is assigned; clearing the regex (an empty one) drops its topics."""
     reset_topics()
     async with running(topics=lookup, all_topics=lambda: list(TOPICS)) as (coordinator, _):
-        joined = coordinator.consumer_group_heartbeat(
+        joined = await coordinator.consumer_group_heartbeat(
             HeartbeatRequest(GROUP, "m1", 0, rebalance_timeout_ms=REBALANCE_MS, owned={}, subscribed_topic_regex="or.*")
         )
         assert joined.error == ErrorCode.NONE and joined.assignment == {ORDERS: frozenset(range(6))}
         TOPICS["orbit"] = ("0" * 31 + "4", 1)
         TOPICS["xorders"] = ("0" * 31 + "5", 1)  # not a whole-name match
-        grown = hb(coordinator, "m1", 1)
+        grown = await hb(coordinator, "m1", 1)
         assert grown.member_epoch == 2 and grown.assignment == {
             ORDERS: frozenset(range(6)),
             "0" * 31 + "4": frozenset({0}),
         }
         group = coordinator.manager.consumer_groups[GROUP]
         assert group.subscribed_topic_names() == {"orders", "orbit"}
-        cleared = coordinator.consumer_group_heartbeat(
+        cleared = await coordinator.consumer_group_heartbeat(
             HeartbeatRequest(GROUP, "m1", 2, subscribed_topic_names=["visits"], subscribed_topic_regex="")
         )
         assert cleared.member_epoch == 2 and cleared.assignment == {}  # it must revoke first
@@ -449,3 +448,31 @@ def test_apis_are_not_advertised_when_the_protocol_is_off() -> None:
     kip848 = {ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE}
     assert kip848 <= set(on.advertised) and not kip848 & set(off.advertised)
     assert ApiKey.JOIN_GROUP in off.advertised
+
+
+async def test_members_get_partitions_in_their_racks(autojump_clock: trio.testing.MockClock) -> None:
+    """The coordinator hands the assignor its members' racks and the replicas' racks."""
+    reset_topics()
+    split = {p: frozenset({"east" if p % 2 == 0 else "west"}) for p in range(6)}
+
+    def racks(name: str) -> Mapping[int, frozenset[str]]:
+        return split if name == "orders" else {}
+
+    async with running(topics=lookup, partition_racks=racks) as (coordinator, _):
+        for member_id, rack in (("w", "west"), ("e", "east")):
+            joined = await coordinator.consumer_group_heartbeat(
+                HeartbeatRequest(
+                    GROUP,
+                    member_id,
+                    0,
+                    rack_id=rack,
+                    rebalance_timeout_ms=REBALANCE_MS,
+                    subscribed_topic_names=["orders"],
+                    owned={},
+                )
+            )
+            assert joined.error == ErrorCode.NONE
+        assert coordinator.manager.consumer_groups[GROUP].target == {
+            "w": {ORDERS: frozenset({1, 3, 5})},
+            "e": {ORDERS: frozenset({0, 2, 4})},
+        }

@@ -131,34 +131,49 @@ def test_offsets_are_committed_and_resumed(broker: BrokerProcess) -> None:
     assert {g.group_id: g.type for g in listed.valid}.get(group_id) == ConsumerGroupType.CONSUMER
 
 
-def test_a_classic_member_cannot_join_a_consumer_group(broker: BrokerProcess) -> None:
-    """A group id in use by a KIP-848 group with members: a classic JoinGroup is refused with
-    INCONSISTENT_GROUP_PROTOCOL, as Kafka refuses it, and the KIP-848 member keeps its partitions."""
+def test_classic_members_in_a_consumer_group(broker: BrokerProcess) -> None:
+    """A classic member joins a KIP-848 group with members (KIP-848's mixed group): it gets its
+    share from the target assignment and ConsumerGroupDescribe types it classic; a classic member
+    whose protocols the other classic members do not support is refused with
+    INCONSISTENT_GROUP_PROTOCOL, as Kafka refuses it."""
     topic = unique_topic("kip848-mix")
     create_topic(broker, topic, 2)
     group_id = unique_topic("kip848-mix-g")
     modern = consumer(broker, group_id)
     modern.subscribe([topic])
-    classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group_id, "session.timeout.ms": 6000})
+    settings = {"bootstrap.servers": broker.bootstrap, "group.id": group_id, "session.timeout.ms": 6000}
+    classic = Consumer({**settings, "partition.assignment.strategy": "range"})
+    odd = Consumer({**settings, "partition.assignment.strategy": "roundrobin"})
     try:
         wait_for(lambda: modern.poll(0.1) is None and len(modern.assignment()) == 2, "the KIP-848 member's assignment")
-        errors: list[KafkaError] = []
         classic.subscribe([topic])
+
+        def shared() -> bool:
+            classic.poll(0.1)
+            modern.poll(0.1)
+            return len(classic.assignment()) == 1 and len(modern.assignment()) == 1
+
+        wait_for(shared, "the partitions shared by the KIP-848 and the classic member")
+        description = describe(broker, group_id)
+        assert description.type == ConsumerGroupType.CONSUMER and len(description.members) == 2
+        errors: list[KafkaError] = []
+        odd.subscribe([topic])
 
         def refused() -> bool:
             try:
-                msg = classic.poll(0.2)
+                msg = odd.poll(0.2)
             except KafkaException as exc:
                 errors.append(exc.args[0])
             else:
                 if msg is not None and msg.error() is not None:
                     errors.append(msg.error())
+            classic.poll(0.01)
+            modern.poll(0.01)
             return any(e.code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL for e in errors)
 
-        wait_for(refused, "the classic member to be refused")
-        modern.poll(0.1)
-        assert len(modern.assignment()) == 2
+        wait_for(refused, "the classic member with another protocol to be refused")
     finally:
+        odd.close()
         classic.close()
         modern.close()
 
@@ -246,6 +261,61 @@ def test_static_member_restart_gets_its_partitions_back(broker: BrokerProcess) -
     group = Group(broker, topic, 4, "uniform")
     try:
         check_static_restart(group, produced, kill=False, protocol="consumer")
+    finally:
+        group.close()
+    group.check(produced)
+
+
+@pytest.mark.parametrize("classic_strategy", ["range", "cooperative-sticky"])
+def test_rolling_upgrade_from_classic_to_consumer(broker: BrokerProcess, classic_strategy: str) -> None:
+    """KIP-848's upgrade path with confluent-kafka: three ``group.protocol=classic`` members
+    (eager range, or cooperative-sticky, which reports what it owns and revokes incrementally)
+    are replaced one at a time by ``group.protocol=consumer`` ones, consuming throughout. The
+    first consumer member turns the classic group into a consumer group (online upgrade), the
+    classic members carry on in it with JoinGroup/SyncGroup/Heartbeat until they are gone; no
+    partition is owned twice and nothing committed is consumed again."""
+    topic = unique_topic("kip848-roll")
+    create_topic(broker, topic, 6)
+    produced = Produced(broker, topic, 6)
+    produced.batch(10)
+    group = Group(broker, topic, 6, "range")
+    try:
+        classic = [group.add(name, strategy=classic_strategy) for name in ("a", "b", "c")]
+        group.settle_and_drain(produced, "three classic members")
+        for n, old in enumerate(classic):
+            old.stop()
+            group.add(f"{old.name}2", protocol="consumer")
+            group.settle_and_drain(produced, f"{n + 1} of 3 members on the consumer protocol")
+            if n == 0:
+                description = describe(broker, group.group)
+                assert description.type == ConsumerGroupType.CONSUMER  # upgraded online
+                assert len(description.members) == 3
+    finally:
+        group.close()
+    group.check(produced)  # owned once at a time, nothing lost, nothing committed consumed again
+
+
+def test_rolling_downgrade_from_consumer_to_classic(broker: BrokerProcess) -> None:
+    """And back: ``group.protocol=consumer`` members replaced one at a time by classic ones
+    (cooperative-sticky, so they report what they own): the classic members join the consumer
+    group, and when the last consumer-protocol member leaves the group turns classic (online
+    downgrade) and rebalances as one; the same invariants hold throughout."""
+    topic = unique_topic("kip848-back")
+    create_topic(broker, topic, 6)
+    produced = Produced(broker, topic, 6)
+    produced.batch(10)
+    group = Group(broker, topic, 6, "range")
+    try:
+        members = [group.add(name, protocol="consumer") for name in ("a", "b")]
+        group.settle_and_drain(produced, "two consumer-protocol members")
+        for n, old in enumerate(members):
+            old.stop()
+            group.add(f"{old.name}2", strategy="cooperative-sticky")
+            group.settle_and_drain(produced, f"{n + 1} of 2 members on the classic protocol")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        listed = admin.list_consumer_groups().result(TIMEOUT_S)
+        types = {g.group_id: g.type for g in listed.valid}
+        assert types[group.group] == ConsumerGroupType.CLASSIC  # downgraded online
     finally:
         group.close()
     group.check(produced)

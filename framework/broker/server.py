@@ -285,7 +285,10 @@ class BrokerServer:
                     }
                     inter_broker = config.inter_broker_listener
                     core.metadata_cache.inter_broker_listener = inter_broker.name if inter_broker else None
-                    info = registration_json([(e.name, e.host, e.port, e.security_protocol) for e in advertised], None)
+                    info = registration_json(
+                        [(e.name, e.host, e.port, e.security_protocol) for e in advertised],
+                        config["broker.rack"] or None,
+                    )
                     self.broker_epoch = await self._register(store, info)
                     registered = True
                     self.controller = Controller(config, store, core.metadata_cache)
@@ -596,12 +599,25 @@ class BrokerServer:
             """What a KIP-848 regex subscription may match: every topic but the internal ones."""
             return [name for name in cache.topics if name not in INTERNAL_TOPICS]
 
+        def partition_racks(name: str) -> dict[int, frozenset[str]]:
+            """The racks of each partition's replicas (rack-aware KIP-848 assignment)."""
+            state = cache.topics.get(name)
+            if state is None:
+                return {}
+            out = {}
+            for p, replicas in state.assignment.items():
+                racks = frozenset(r for b in replicas if (r := cache.rack_of(b)) is not None)
+                if racks:
+                    out[p] = racks
+            return out
+
         coordinator = GroupCoordinator(
             BrokerOffsetsLog(core, self.config),
             self.config,
             server_assignors=assignors,
             topics=topic,
             all_topics=all_topics,
+            partition_racks=partition_racks,
         )
         await self._start(nursery, scopes, coordinator.run)
         core.group_coordinator = coordinator

@@ -39,3 +39,13 @@ def frozen(assignment: Mapping[str, Mapping[str, set[int]]]) -> dict[str, dict[s
         member_id: {topic_id: frozenset(parts) for topic_id, parts in by_topic.items() if parts}
         for member_id, by_topic in assignment.items()
     }
+
+
+def rack_mismatch(member: AssignmentMember, topic: AssignmentTopic, partition: int) -> bool:
+    """Whether giving ``partition`` to ``member`` loses rack locality: both racks are known and
+    none of the partition's replicas is in the member's rack (unknown racks never mismatch, so
+    without racks the rack-aware choices reduce to the plain ones)."""
+    if member.rack_id is None:
+        return False
+    racks = topic.racks(partition)
+    return bool(racks) and member.rack_id not in racks

@@ -6,10 +6,17 @@ Three steps, each deterministic:
    still exist and that it still subscribes to (a partition claimed twice goes to the first
    member in :func:`~.base.member_order`);
 2. the partitions nobody kept go one by one, topics and partitions in order, to the least
-   loaded member subscribed to their topic;
+   loaded member subscribed to their topic (among equally loaded ones, a member in the rack of
+   one of the partition's replicas first);
 3. balance: while a member holds at least two partitions more than another member that
    subscribes to the topic of one of them, that partition moves to the lighter member (from the
-   most loaded member, to the least loaded).
+   most loaded member, to the least loaded; the partition moved is preferably one whose
+   replicas are in the taker's rack and not in the giver's).
+
+Racks (a member's ``rack_id``, the replicas' ``broker.rack``) only break ties: balance and
+stickiness come first, and without racks the result is the same as without this rule (Kafka's
+4.x built-in assignors ignore racks; KIP-881's client-side assignors align on a best-effort
+basis, which is what this does).
 
 With every member subscribed to the same topics this gives each member ``T // N`` or
 ``T // N + 1`` of the ``T`` partitions, moving no more partitions than that balance needs: a
@@ -20,10 +27,10 @@ best effort under the same rules, as Kafka's ``GeneralUniformAssignmentBuilder``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ..interfaces import AssignmentMember, AssignmentTopic
-from .base import frozen, member_order, subscribers_by_topic
+from .base import frozen, member_order, rack_mismatch, subscribers_by_topic
 
 TopicPartitionId = tuple[str, int]
 
@@ -58,11 +65,20 @@ class UniformServerAssignor:
             for p in range(topics[topic_id].num_partitions):
                 if (topic_id, p) in taken:
                     continue
-                target = min(candidates, key=lambda m: (len(owned[m]), rank[m]))
+                target = min(
+                    candidates,
+                    key=lambda m: (len(owned[m]), rack_mismatch(members[m], topics[topic_id], p), rank[m]),
+                )
                 owned[target].add((topic_id, p))
         # 3. balance
+
+        def move_cost(tp: TopicPartitionId, giver: str, taker: str) -> tuple[bool, bool]:
+            """Lower is better: (the taker loses locality, the giver keeps locality)."""
+            topic = topics[tp[0]]
+            return rack_mismatch(members[taker], topic, tp[1]), not rack_mismatch(members[giver], topic, tp[1])
+
         subscribed = {member_id: members[member_id].subscribed_topic_ids for member_id in order}
-        while _move_one(order, rank, owned, subscribed):
+        while _move_one(order, rank, owned, subscribed, move_cost):
             pass
         result: dict[str, dict[str, set[int]]] = {member_id: {} for member_id in members}
         for member_id, tps in owned.items():
@@ -76,9 +92,11 @@ def _move_one(
     rank: Mapping[str, int],
     owned: dict[str, set[TopicPartitionId]],
     subscribed: Mapping[str, frozenset[str]],
+    move_cost: Callable[[TopicPartitionId, str, str], tuple[bool, bool]],
 ) -> bool:
     """Move one partition from the most loaded member that can give one to a member holding at
-    least two fewer; False when no such move exists (the assignment is balanced)."""
+    least two fewer (the one ``move_cost`` rates best, racks-wise); False when no such move
+    exists (the assignment is balanced)."""
     heaviest_first = sorted(order, key=lambda m: (-len(owned[m]), rank[m]))
     lightest_first = sorted(order, key=lambda m: (len(owned[m]), rank[m]))
     for giver in heaviest_first:
@@ -87,7 +105,8 @@ def _move_one(
                 break
             movable = [tp for tp in owned[giver] if tp[0] in subscribed[taker]]
             if movable:
-                tp = max(movable)
+                # the best by racks; among equals the last partition (min keeps the first seen)
+                tp = min(sorted(movable, reverse=True), key=lambda tp: move_cost(tp, giver, taker))
                 owned[giver].discard(tp)
                 owned[taker].add(tp)
                 return True

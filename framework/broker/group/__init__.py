@@ -4,6 +4,8 @@
 - :mod:`.coordinator` -- the classic rebalance protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup);
 - :mod:`.consumer_coordinator`, :mod:`.consumer_group`, :mod:`.consumer_schema` -- KIP-848's
   consumer group protocol (ConsumerGroupHeartbeat): heartbeats, state and reconciliation, records;
+  :mod:`.consumer_runtime` writes a heartbeat's records before it is answered;
+  :mod:`.consumer_classic` classic members in consumer groups and online migration;
 - :mod:`.state` -- group and member state, the group state machine;
 - :mod:`.metadata_manager` -- the group cache, loading, offset commits, expiry;
 - :mod:`.schema` -- Kafka's ``__consumer_offsets`` key/value schemas;

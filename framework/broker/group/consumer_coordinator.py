@@ -20,12 +20,16 @@ Timers (trio clock): a member not heard from for ``group.consumer.session.timeou
 (removed, group epoch bumped); a member that does not revoke within its rebalance timeout is
 fenced too, so its partitions can move on.
 
-Group ids are shared with classic groups: a heartbeat for a classic group that has members gets
-GROUP_ID_NOT_FOUND ("not a consumer group", as Kafka answers), and JoinGroup for a consumer group
-with members gets INCONSISTENT_GROUP_PROTOCOL (the classic coordinator checks
-:meth:`ConsumerGroupCoordinator.has_active_group`). Committed offsets of a consumer group live
-where classic groups keep theirs (an Empty classic ``GroupMetadata`` of the same id holds them),
-so OffsetCommit/OffsetFetch/OffsetDelete and expiry work unchanged.
+Group ids are shared with classic groups: a heartbeat for a classic group that has members
+upgrades it to a consumer group when ``group.consumer.migration.policy`` allows it, else gets
+GROUP_ID_NOT_FOUND ("not a consumer group", as Kafka answers); classic members of a consumer
+group are served by :class:`.consumer_classic.ClassicMembers`, and the last consumer-protocol
+member leaving such a group downgrades it (the group coordinator's ``on_downgrade``). Every
+change is marked with ``on_change`` and written by the group coordinator's
+:class:`.consumer_runtime.ConsumerGroupWriter` before the request is answered. Committed
+offsets of a consumer group live where classic groups keep theirs (an Empty classic
+``GroupMetadata`` of the same id holds them), so OffsetCommit/OffsetFetch/OffsetDelete and
+expiry work unchanged.
 """
 
 from __future__ import annotations
@@ -39,19 +43,28 @@ from typing import TYPE_CHECKING
 
 from ...errors import ErrorCode
 from ...interfaces import AssignmentMember, AssignmentTopic, ServerAssignor
+from .consumer_classic import (
+    CONSUMER_PROTOCOL_TYPE,
+    ClassicMembers,
+    MalformedProtocol,
+    consumer_group_from_classic,
+    downgrade_enabled,
+    upgrade_enabled,
+)
 from .consumer_group import (
     JOIN_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     ConsumerGroup,
     ConsumerGroupMember,
+    HeartbeatError,
     MemberState,
     SubscribedTopic,
     TopicIdPartitions,
     is_subset,
     reconcile,
 )
-from .state import GroupState
+from .state import GroupMetadata, GroupState
 from .timers import Timers
 
 if TYPE_CHECKING:
@@ -62,18 +75,23 @@ log = logging.getLogger(__name__)
 
 #: name -> (topic id, partition count) of an existing topic, None for a topic that does not exist
 TopicLookup = Callable[[str], "tuple[str, int] | None"]
+#: name -> partition -> the racks of its replicas (empty: no rack known)
+PartitionRacks = Callable[[str], Mapping[int, frozenset[str]]]
+
+#: ``submit(group_id, operation, retry)``: runs a timer's operation on a group
+Submit = Callable[[str, Callable[[], None], Callable[[], None]], None]
+
+
+def _run_now(group_id: str, operation: Callable[[], None], retry: Callable[[], None]) -> None:
+    """A coordinator without a writer (embedding, unit tests) runs timer operations at once."""
+    operation()
+
+
+#: how soon a timer whose write failed (its change undone) tries again (Kafka's timer retry backoff)
+TIMER_RETRY_S = 0.5
 
 CONSUMER_PROTOCOL = "consumer"
 CLASSIC_PROTOCOL = "classic"
-
-
-class HeartbeatError(Exception):
-    """A heartbeat refused with a Kafka error code (and the message Kafka would give)."""
-
-    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
-        super().__init__(message or code.name)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +150,7 @@ class ConsumerGroupCoordinator:
         assignors: Mapping[str, ServerAssignor],
         topics: TopicLookup,
         all_topics: Callable[[], Iterable[str]] = tuple,
+        partition_racks: PartitionRacks = lambda name: {},
     ) -> None:
         self.manager = manager
         self.timers = timers
@@ -143,14 +162,32 @@ class ConsumerGroupCoordinator:
         self.topics = topics
         #: every topic a regex subscription may match (not the internal ones)
         self.all_topics = all_topics
+        #: a topic's partitions -> the racks of their replicas (rack-aware assignment)
+        self.partition_racks = partition_racks
         self.session_timeout_ms = int(config["group.consumer.session.timeout.ms"])
         self.heartbeat_interval_ms = int(config["group.consumer.heartbeat.interval.ms"])
         self.max_size = int(config["group.consumer.max.size"])
         self.enabled = CONSUMER_PROTOCOL in {p.lower() for p in config["group.coordinator.rebalance.protocols"]}
-        #: called with a group after every change (persistence hooks in here)
+        self.migration_policy = str(config["group.consumer.migration.policy"]).lower()
+        self.classic_max_size = int(config["group.max.size"])
+        #: classic members of consumer groups (JoinGroup/SyncGroup/Heartbeat/LeaveGroup)
+        self.classic = ClassicMembers(self)
+        #: topic id -> name of the topics seen (classic members' assignments name topics)
+        self._topic_names: dict[str, str] = {}
+        #: conversions between group types, set by the group coordinator (which owns the classic
+        #: groups): ``on_upgrade(classic_group, consumer_group)`` after a classic group became a
+        #: consumer group, ``on_downgrade(group, leaving_member_id, rebalance)`` to turn one classic
+        self.on_upgrade: Callable[[GroupMetadata, ConsumerGroup], None] = lambda classic, group: None
+        self.on_downgrade: Callable[[ConsumerGroup, str, bool], None] | None = None
+        #: an operation on a group was undone: what it arranged to write with it is dropped
+        self.on_undo: Callable[[str], None] = lambda group_id: None
+        #: called with a group after every change, a deletion included (the group coordinator's
+        #: :class:`.consumer_runtime.ConsumerGroupWriter` writes the records when the operation ends)
         self.on_change: Callable[[ConsumerGroup], None] = lambda group: None
-        #: called with a group DeleteGroups removed
-        self.on_delete: Callable[[ConsumerGroup], None] = lambda group: None
+        #: runs a timer's operation on a group (``submit(group_id, operation, retry)``): the group
+        #: coordinator runs it through its writer, and calls ``retry`` if the write failed (the
+        #: change was undone); by default, at once and without persistence
+        self.submit: Submit = _run_now
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -160,7 +197,7 @@ class ConsumerGroupCoordinator:
         return self.groups.get(group_id)
 
     def has_active_group(self, group_id: str) -> bool:
-        """Whether ``group_id`` is a consumer group with members (classic requests are refused)."""
+        """Whether ``group_id`` is a consumer group with members (classic requests go to it)."""
         group = self.groups.get(group_id)
         return group is not None and bool(group.members)
 
@@ -177,16 +214,33 @@ class ConsumerGroupCoordinator:
         except HeartbeatError as exc:
             # a refused heartbeat changes nothing (Kafka applies a request's records only when
             # it succeeds): the group as it was, or none if this request created it
-            if saved is not None:
-                self.groups[request.group_id] = saved
-                for member_id in saved.members:  # timers a static member's replacement cancelled
-                    if ("cg-session", saved.group_id, member_id) not in self.timers:
-                        self._schedule_session_timeout(saved.group_id, member_id)
-            else:
-                self.groups.pop(request.group_id, None)
+            self.restore(request.group_id, saved)
             log.debug("ConsumerGroupHeartbeat of %s in group %s refused: %s %s", request.member_id, request.group_id,
                       exc.code.name, exc.message)  # fmt: skip
             return HeartbeatResult(exc.code, exc.message, member_epoch=0)
+
+    def restore(self, group_id: str, saved: ConsumerGroup | None) -> None:
+        """Put a group back as it was before an operation that failed (refused, or its records
+        could not be written): ``saved`` is its copy from before, None when the operation
+        created it. Timers follow the restored members: those the operation added lose theirs,
+        those it removed or replaced get a session timeout again, and a member restored while
+        revoking gets a rebalance timeout."""
+        self.on_undo(group_id)
+        current = self.groups.get(group_id)
+        if saved is None:
+            self.groups.pop(group_id, None)
+        else:
+            self.groups[group_id] = saved
+        for member_id in current.members if current is not None else ():
+            if saved is None or member_id not in saved.members:
+                self._cancel_timers(group_id, member_id)
+        for member_id, member in saved.members.items() if saved is not None else ():
+            if ("cg-session", group_id, member_id) not in self.timers:
+                self._schedule_session_timeout(group_id, member_id)
+            if member.state is not MemberState.UNREVOKED_PARTITIONS or member.classic is not None:
+                self._cancel_rebalance_timeout(group_id, member_id)
+            elif ("cg-rebalance", group_id, member_id) not in self.timers:
+                self._schedule_rebalance_timeout(group_id, member)
 
     def _validate(self, r: HeartbeatRequest) -> None:
         """Kafka's ``throwIfConsumerGroupHeartbeatRequestIsInvalid``."""
@@ -255,7 +309,47 @@ class ConsumerGroupCoordinator:
 
     def fence(self, group: ConsumerGroup, member_id: str) -> None:
         """Remove a member (it left, or its session or rebalance timeout passed): its partitions
-        are free for others, and the group epoch moves so the next heartbeat reassigns."""
+        are free for others, and the group epoch moves so the next heartbeat reassigns. When it
+        was the last member using the consumer protocol and classic members remain, the group
+        turns classic instead (Kafka's ``validateOnlineDowngradeWithFencedMember``)."""
+        if self.on_downgrade is not None and self._can_downgrade(group, member_id):
+            self._cancel_timers(group.group_id, member_id)
+            self.downgrade(group, member_id, rebalance=True)
+            return
+        self.remove(group, member_id)
+
+    def downgrade(self, group: ConsumerGroup, leaving: str, *, rebalance: bool) -> None:
+        """Turn ``group`` classic without ``leaving`` (the group coordinator's ``on_downgrade``)."""
+        if self.on_downgrade is not None:
+            self.on_downgrade(group, leaving, rebalance)
+
+    def can_downgrade_after_replacement(self, group: ConsumerGroup) -> bool:
+        """Kafka's ``validateOnlineDowngradeWithReplacedMemberId``: a classic static member
+        replaced the last member using the consumer protocol."""
+        return (
+            self.on_downgrade is not None
+            and all(m.classic is not None for m in group.members.values())
+            and self._downgrade_allowed(group, len(group.members))
+        )
+
+    def _can_downgrade(self, group: ConsumerGroup, member_id: str) -> bool:
+        if not group.all_classic_except(member_id) or len(group.members) <= 1:
+            return False
+        return self._downgrade_allowed(group, len(group.members) - 1)
+
+    def _downgrade_allowed(self, group: ConsumerGroup, size: int) -> bool:
+        if not downgrade_enabled(self.migration_policy):
+            log.info("cannot downgrade consumer group %s to a classic group: the online downgrade is disabled "
+                     "(group.consumer.migration.policy=%s)", group.group_id, self.migration_policy)  # fmt: skip
+            return False
+        if size > self.classic_max_size:
+            log.info("cannot downgrade consumer group %s to a classic group: more members than group.max.size",
+                     group.group_id)  # fmt: skip
+            return False
+        return True
+
+    def remove(self, group: ConsumerGroup, member_id: str) -> None:
+        """Remove a member and bump the group epoch (no conversion: a classic LeaveGroup)."""
         if group.remove_member(member_id) is None:
             return
         self._cancel_timers(group.group_id, member_id)
@@ -271,12 +365,60 @@ class ConsumerGroupCoordinator:
             return group
         classic = self.manager.get_group(group_id)
         if classic is not None and not classic.is_state(GroupState.EMPTY, GroupState.DEAD):
+            if create and self._can_upgrade(classic):
+                return self._upgrade(classic)
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         if not create:
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
         group = ConsumerGroup(group_id)
         self.groups[group_id] = group
         return group
+
+    def _can_upgrade(self, classic: GroupMetadata) -> bool:
+        """Kafka's ``validateOnlineUpgrade``."""
+        why = None
+        if not upgrade_enabled(self.migration_policy):
+            why = f"the online upgrade is disabled (group.consumer.migration.policy={self.migration_policy})"
+        elif classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            why = "the group does not use the consumer embedded protocol"
+        elif len(classic.members) > self.max_size:
+            why = "the group size exceeds the consumer group maximum size"
+        if why is not None:
+            log.info("cannot upgrade classic group %s to a consumer group: %s", classic.group_id, why)
+            return False
+        return True
+
+    def _upgrade(self, classic: GroupMetadata) -> ConsumerGroup:
+        """Turn a classic group with members into a consumer group (Kafka's ``convertToConsumerGroup``)."""
+        try:
+            group = consumer_group_from_classic(classic, self.topic_id)
+        except MalformedProtocol as exc:
+            log.warning("cannot upgrade classic group %s: its embedded consumer protocol is malformed: %s",
+                        classic.group_id, exc)  # fmt: skip
+            raise HeartbeatError(
+                ErrorCode.GROUP_ID_NOT_FOUND,
+                f"Cannot upgrade the classic group {classic.group_id} to consumer group because the embedded "
+                "consumer protocol is malformed.",
+            ) from None
+        group.subscription_metadata = self._subscription_metadata(group)
+        self.groups[group.group_id] = group
+        for member_id in group.members:
+            self._schedule_session_timeout(group.group_id, member_id)
+        log.info("classic group %s upgraded to a consumer group at epoch %d with %d members",
+                 group.group_id, group.group_epoch, len(group.members))  # fmt: skip
+        self.on_upgrade(classic, group)
+        self.on_change(group)
+        return group
+
+    def topic_id(self, name: str) -> str | None:
+        found = self.topics(name)
+        if found is None:
+            return None
+        self._topic_names[found[0]] = name
+        return found[0]
+
+    def topic_name(self, topic_id: str) -> str | None:
+        return self._topic_names.get(topic_id)
 
     @staticmethod
     def _member(group: ConsumerGroup, member_id: str) -> ConsumerGroupMember:
@@ -358,15 +500,7 @@ class ConsumerGroupCoordinator:
             or updated.subscribed_topic_regex != member.subscribed_topic_regex
             or updated.server_assignor != member.server_assignor
         )
-        metadata = self._subscription_metadata(group)
-        if metadata != group.subscription_metadata:
-            group.subscription_metadata = metadata
-            bump = True
-        if bump:
-            group.group_epoch += 1
-            log.info("consumer group %s bumped to epoch %d (member %s)", group.group_id, group.group_epoch, member_id)
-        if group.group_epoch > group.assignment_epoch or replaced is not None:
-            self._compute_target(group, replaced)
+        bump = self.advance(group, bump, replaced, member_id)
         before = group.members[member_id]
         after = reconcile(before, group.assignment_epoch, group.target.get(member_id, {}), group.owner, r.owned)
         if after != before:
@@ -386,6 +520,22 @@ class ConsumerGroupCoordinator:
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             assignment=after.assigned if send_assignment else None,
         )
+
+    def advance(self, group: ConsumerGroup, bump: bool, replaced: ConsumerGroupMember | None, member_id: str) -> bool:
+        """Steps 1-2 of Kafka's heartbeat after a member's update (``bump``: its subscription
+        changed): bump the group epoch when the subscriptions resolve to other topics too, and
+        compute a new target assignment when the epoch moved past it (or a static member was
+        replaced). Returns whether the epoch was bumped; raises :class:`HeartbeatError`."""
+        metadata = self._subscription_metadata(group)
+        if metadata != group.subscription_metadata:
+            group.subscription_metadata = metadata
+            bump = True
+        if bump:
+            group.group_epoch += 1
+            log.info("consumer group %s bumped to epoch %d (member %s)", group.group_id, group.group_epoch, member_id)
+        if group.group_epoch > group.assignment_epoch or replaced is not None:
+            self._compute_target(group, replaced)
+        return bump
 
     def _member_for(
         self, group: ConsumerGroup, r: HeartbeatRequest, member_id: str
@@ -462,6 +612,7 @@ class ConsumerGroupCoordinator:
             found = self.topics(name)
             if found is not None:
                 out[name] = SubscribedTopic(found[0], found[1])
+                self._topic_names[found[0]] = name
         return out
 
     def preferred_assignor(self, group: ConsumerGroup) -> str:
@@ -478,7 +629,7 @@ class ConsumerGroupCoordinator:
 
     def _compute_target(self, group: ConsumerGroup, replaced: ConsumerGroupMember | None) -> None:
         topics = {
-            t.topic_id: AssignmentTopic(t.topic_id, name, t.num_partitions)
+            t.topic_id: AssignmentTopic(t.topic_id, name, t.num_partitions, self.partition_racks(name))
             for name, t in group.subscription_metadata.items()
         }
         ids = {name: t.topic_id for name, t in group.subscription_metadata.items()}
@@ -513,19 +664,44 @@ class ConsumerGroupCoordinator:
         log.info("consumer group %s: target assignment for epoch %d by %s", group.group_id, group.group_epoch, name)
 
     # -- timers ----------------------------------------------------------------------------------------
-    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+    def schedule_fence(self, key: tuple[str, str, str], member_id: str, timeout_ms: int, why: str) -> None:
+        """Fence ``member_id`` of group ``key[1]`` after ``timeout_ms`` unless ``key`` is
+        cancelled or rescheduled first (classic members' sync and join timeouts)."""
+        group_id = key[1]
+
+        def fence_late() -> None:
+            group = self.groups.get(group_id)
+            if group is not None and member_id in group.members:
+                log.info("member %s of consumer group %s fenced: it %s", member_id, group_id, why)
+                self.fence(group, member_id)
+
         def expire() -> None:
+            self.submit(group_id, fence_late, lambda: self.timers.schedule(key, TIMER_RETRY_S, expire))
+
+        self.timers.schedule(key, timeout_ms / 1000, expire)
+
+    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+        key = ("cg-session", group_id, member_id)
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        timeout_ms = member.classic.session_timeout_ms if member is not None and member.classic else None
+
+        def fence_expired() -> None:
             group = self.groups.get(group_id)
             if group is not None and member_id in group.members:
                 log.info("member %s of consumer group %s fenced: its session expired", member_id, group_id)
                 self.fence(group, member_id)
 
-        self.timers.schedule(("cg-session", group_id, member_id), self.session_timeout_ms / 1000, expire)
+        def expire() -> None:  # a write that failed is tried again soon (Kafka's timer retry)
+            self.submit(group_id, fence_expired, lambda: self.timers.schedule(key, TIMER_RETRY_S, expire))
+
+        self.timers.schedule(key, (timeout_ms or self.session_timeout_ms) / 1000, expire)
 
     def _schedule_rebalance_timeout(self, group_id: str, member: ConsumerGroupMember) -> None:
         member_id, epoch = member.member_id, member.member_epoch
+        key = ("cg-rebalance", group_id, member_id)
 
-        def expire() -> None:
+        def fence_late() -> None:
             group = self.groups.get(group_id)
             current = group.members.get(member_id) if group is not None else None
             if group is not None and current is not None and current.member_epoch == epoch:
@@ -533,13 +709,17 @@ class ConsumerGroupCoordinator:
                          member_id, group_id, member.rebalance_timeout_ms)  # fmt: skip
                 self.fence(group, member_id)
 
-        self.timers.schedule(("cg-rebalance", group_id, member_id), member.rebalance_timeout_ms / 1000, expire)
+        def expire() -> None:
+            self.submit(group_id, fence_late, lambda: self.timers.schedule(key, TIMER_RETRY_S, expire))
+
+        self.timers.schedule(key, member.rebalance_timeout_ms / 1000, expire)
 
     def _cancel_rebalance_timeout(self, group_id: str, member_id: str) -> None:
         self.timers.cancel(("cg-rebalance", group_id, member_id))
 
     def _cancel_timers(self, group_id: str, member_id: str) -> None:
-        self.timers.cancel(("cg-session", group_id, member_id))
+        for kind in ("cg-session", "cg-sync", "cg-join"):
+            self.timers.cancel((kind, group_id, member_id))
         self._cancel_rebalance_timeout(group_id, member_id)
 
     def delete(self, group_id: str) -> None:
@@ -547,7 +727,7 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None:
             self.forget(group_id)
-            self.on_delete(group)
+            self.on_change(group)
 
     def forget(self, group_id: str) -> None:
         """Drop a group (its partition moved away, or it was deleted), cancelling its timers."""
@@ -595,6 +775,7 @@ __all__ = [
     "HeartbeatError",
     "HeartbeatRequest",
     "HeartbeatResult",
+    "PartitionRacks",
     "TopicLookup",
     "builtin_server_assignors",
 ]

@@ -23,6 +23,8 @@ import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from ...errors import ErrorCode
+
 #: topic id (32 hex digits) -> partitions
 TopicIdPartitions = Mapping[str, frozenset[int]]
 
@@ -30,6 +32,15 @@ TopicIdPartitions = Mapping[str, frozenset[int]]
 JOIN_GROUP_MEMBER_EPOCH = 0
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+
+
+class HeartbeatError(Exception):
+    """A consumer group request refused with a Kafka error code (and the message Kafka would give)."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message
 
 
 class MemberState(enum.Enum):
@@ -53,6 +64,21 @@ class ConsumerGroupState(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member speaking the classic protocol (JoinGroup/SyncGroup/Heartbeat) in a consumer
+    group joined with (Kafka's ``ClassicMemberMetadata``): its session timeout and its
+    protocols (name, subscription bytes) in preference order."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        """The protocol its JoinGroup and SyncGroup answers name (its first, as Kafka's)."""
+        return self.protocols[0][0]
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupMember:
     """One member; replaced (``dataclasses.replace``) rather than mutated, so a heartbeat can
     compare the member before and after."""
@@ -72,6 +98,8 @@ class ConsumerGroupMember:
     pending_revocation: TopicIdPartitions = field(default_factory=dict)
     #: a regular expression subscription (KIP-848; Python's ``re``, matched against whole names)
     subscribed_topic_regex: str | None = None
+    #: set for a member using the classic protocol in this consumer group (online migration)
+    classic: ClassicMemberMetadata | None = None
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
@@ -139,6 +167,41 @@ class ConsumerGroup:
 
     def regexes(self) -> set[str]:
         return {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex is not None}
+
+    def classic_members(self) -> list[ConsumerGroupMember]:
+        return [m for m in self.members.values() if m.classic is not None]
+
+    def all_classic_except(self, member_id: str) -> bool:
+        """Whether every member but ``member_id`` uses the classic protocol (Kafka's
+        ``allMembersUseClassicProtocolExcept``): its leaving may turn the group classic."""
+        member = self.members.get(member_id)
+        return (
+            member is not None
+            and member.classic is None
+            and all(m.classic is not None for m in self.members.values() if m.member_id != member_id)
+        )
+
+    def supports_classic_protocols(self, protocol_type: str, names: set[str]) -> bool:
+        """Kafka's ``supportsClassicProtocols``: a classic member may join if its protocol type is
+        ``consumer`` and one of its protocols is one every classic member supports."""
+        if protocol_type != "consumer" or not names:
+            return False
+        classic = self.classic_members()
+        if not self.members or not classic:
+            return True
+        common = set.intersection(*({n for n, _ in m.classic.protocols} for m in classic if m.classic is not None))
+        return bool(common & names)
+
+    def waiting_on_unreleased(self, member: ConsumerGroupMember) -> bool:
+        """Whether a member's target partitions it does not have yet are still owned by others
+        (Kafka's ``waitingOnUnreleasedPartition``; when not, a classic member rejoins for them)."""
+        if member.state is not MemberState.UNRELEASED_PARTITIONS:
+            return False
+        for topic_id, parts in self.target.get(member.member_id, {}).items():
+            have = member.assigned.get(topic_id, frozenset())
+            if any(p not in have and self.owner(topic_id, p) is not None for p in parts):
+                return True
+        return False
 
     def owner(self, topic_id: str, partition: int) -> str | None:
         return self.owners.get((topic_id, partition))
@@ -260,9 +323,11 @@ __all__ = [
     "JOIN_GROUP_MEMBER_EPOCH",
     "LEAVE_GROUP_MEMBER_EPOCH",
     "LEAVE_GROUP_STATIC_MEMBER_EPOCH",
+    "ClassicMemberMetadata",
     "ConsumerGroup",
     "ConsumerGroupMember",
     "ConsumerGroupState",
+    "HeartbeatError",
     "MemberState",
     "SubscribedTopic",
     "TopicIdPartitions",

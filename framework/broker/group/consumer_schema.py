@@ -10,7 +10,8 @@ key   record                                          value fields
 4     ConsumerGroupPartitionMetadata (group)          Epoch, Topics [id, name, partitions, racks]
 5     ConsumerGroupMemberMetadata (group, member)     InstanceId, RackId, ClientId, ClientHost,
                                                       SubscribedTopicNames, SubscribedTopicRegex,
-                                                      RebalanceTimeoutMs, ServerAssignor
+                                                      RebalanceTimeoutMs, ServerAssignor,
+                                                      tagged ClassicMemberMetadata (migration)
 6     ConsumerGroupTargetAssignmentMetadata (group)   AssignmentEpoch
 7     ConsumerGroupTargetAssignmentMember (g, m)      TopicPartitions [id, partitions]
 8     ConsumerGroupCurrentMemberAssignment (g, m)     MemberEpoch, PreviousMemberEpoch, State,
@@ -31,7 +32,14 @@ from dataclasses import dataclass, replace
 
 from ...errors import CorruptMessage, record_decoder
 from ...kafka_types import Reader, Writer
-from .consumer_group import ConsumerGroup, ConsumerGroupMember, MemberState, SubscribedTopic, TopicIdPartitions
+from .consumer_group import (
+    ClassicMemberMetadata,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    MemberState,
+    SubscribedTopic,
+    TopicIdPartitions,
+)
 
 GROUP_METADATA = 3
 PARTITION_METADATA = 4
@@ -85,6 +93,34 @@ def _topic_partitions(w: Writer, assignment: TopicIdPartitions) -> None:
         w.empty_tagged_fields()
 
 
+def _with_classic(w: Writer, classic: ClassicMemberMetadata) -> bytes:
+    """A member metadata value ending with its tagged ClassicMemberMetadata (tag 0)."""
+    body = Writer().int32(classic.session_timeout_ms).compact_array_length(len(classic.protocols))
+    for name, metadata in classic.protocols:
+        body.compact_string(name).compact_bytes(metadata).empty_tagged_fields()
+    field = body.empty_tagged_fields().getvalue()
+    return w.uvarint(1).uvarint(0).uvarint(len(field)).raw(field).getvalue()
+
+
+def _read_classic(r: Reader) -> ClassicMemberMetadata | None:
+    """The tagged fields ending a member metadata value: ClassicMemberMetadata when present."""
+    classic = None
+    for _ in range(r.uvarint()):
+        tag, size = r.uvarint(), r.uvarint()
+        data = r.raw(size)
+        if tag == 0:
+            f = Reader(data)
+            session_timeout_ms = f.int32()
+            protocols = []
+            for _ in range(max(_len(f), 0)):
+                name = _required(f)
+                n = _len(f)
+                protocols.append((name, f.raw(n) if n > 0 else b""))
+                f.skip_tagged_fields()
+            classic = ClassicMemberMetadata(session_timeout_ms, tuple(protocols))
+    return classic
+
+
 def group_records(group: ConsumerGroup) -> dict[bytes, bytes]:
     """Every record describing ``group`` now: encoded key -> encoded value."""
     gid = group.group_id
@@ -112,7 +148,10 @@ def group_records(group: ConsumerGroup) -> dict[bytes, bytes]:
             w.compact_string(name)
         w.compact_nullable_string(m.subscribed_topic_regex).int32(m.rebalance_timeout_ms)
         w.compact_nullable_string(m.server_assignor)
-        put(ConsumerGroupKey(MEMBER_METADATA, gid, member_id), w)
+        if m.classic is None:
+            put(ConsumerGroupKey(MEMBER_METADATA, gid, member_id), w)
+        else:  # tagged field 0: ClassicMemberMetadata
+            out[ConsumerGroupKey(MEMBER_METADATA, gid, member_id).encode()] = _with_classic(w, m.classic)
         w = _value()
         _topic_partitions(w, group.target.get(member_id, {}))
         put(ConsumerGroupKey(TARGET_ASSIGNMENT_MEMBER, gid, member_id), w)
@@ -197,9 +236,10 @@ def group_from_records(group_id: str, records: Mapping[ConsumerGroupKey, bytes])
         regex = _string(r)
         rebalance_timeout_ms = r.int32()
         assignor = _string(r)
+        classic = _read_classic(r) if r.remaining() else None
         member = ConsumerGroupMember(
             member_id, instance_id, rack_id, client_id, client_host, rebalance_timeout_ms, topics, assignor,
-            subscribed_topic_regex=regex,
+            subscribed_topic_regex=regex, classic=classic,
         )  # fmt: skip
         current = records.get(ConsumerGroupKey(CURRENT_MEMBER_ASSIGNMENT, group_id, member_id))
         if current is not None:

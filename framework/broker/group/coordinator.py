@@ -26,6 +26,7 @@ import trio
 
 from ...errors import ErrorCode
 from ...interfaces import TopicPartition
+from .consumer_classic import ClassicJoin
 from .offsets_log import wall_clock_ms
 from .state import (
     NO_GENERATION,
@@ -80,10 +81,18 @@ class MembershipProtocol:
         self._store_failures: dict[str, tuple[int, float]] = {}
 
     # -- plumbing ------------------------------------------------------------------------------------
-    def consumer_group_blocks_join(self, group_id: str) -> bool:
-        """Whether ``group_id`` is a KIP-848 consumer group with members, so a classic JoinGroup
-        is refused; the coordinator with consumer groups overrides it."""
-        return False
+    async def consumer_group_join(self, join: ClassicJoin) -> JoinGroupResult | None:
+        """A JoinGroup answered by a KIP-848 consumer group of that id (its classic member),
+        None when the classic protocol answers it; the coordinator with consumer groups
+        overrides it."""
+        return None
+
+    async def consumer_group_sync(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
+        protocol_type: str | None, protocol_name: str | None,
+    ) -> SyncGroupResult | None:  # fmt: skip
+        """The same for SyncGroup."""
+        return None
 
     def _spawn(self, fn: Callable[..., object], *args: object) -> None:
         if self._nursery is None:
@@ -171,11 +180,14 @@ class MembershipProtocol:
         error = self.validate_group(group_id)
         if error is not None:
             return JoinGroupResult(error, member_id)
-        if self.consumer_group_blocks_join(group_id):
-            # a KIP-848 group of this id has members: Kafka (without online migration) refuses
-            return JoinGroupResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
             return JoinGroupResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
+        diverted = await self.consumer_group_join(
+            ClassicJoin(group_id, member_id, group_instance_id, require_known_member_id, client_id, client_host,
+                        rebalance_timeout_ms, session_timeout_ms, protocol_type, tuple(protocols))
+        )  # fmt: skip
+        if diverted is not None:  # a KIP-848 consumer group of this id with members
+            return diverted
         is_unknown = member_id == UNKNOWN_MEMBER_ID
         group = self.manager.get_group(group_id)
         if group is None:
@@ -571,6 +583,11 @@ class MembershipProtocol:
             return SyncGroupResult(ErrorCode.REBALANCE_IN_PROGRESS)
         if error is not None:
             return SyncGroupResult(error)
+        diverted = await self.consumer_group_sync(
+            group_id, member_id, group_instance_id, generation_id, protocol_type, protocol_name
+        )
+        if diverted is not None:
+            return diverted
         group = self.manager.get_group(group_id)
         if group is None:
             return SyncGroupResult(ErrorCode.UNKNOWN_MEMBER_ID)

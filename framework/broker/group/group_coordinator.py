@@ -15,10 +15,9 @@ Transports hold it as ``broker.group_coordinator`` and call it with decoded requ
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
@@ -26,18 +25,22 @@ from ...errors import ErrorCode
 from ...interfaces import TopicPartition
 from ..internal_topic import PartitionLeader
 from ..load_failures import FailedLoads
+from .consumer_classic import ClassicJoin, classic_members_from_consumer
 from .consumer_coordinator import (
     ConsumerGroupCoordinator,
     HeartbeatRequest,
     HeartbeatResult,
+    PartitionRacks,
     TopicLookup,
     builtin_server_assignors,
 )
 from .consumer_group import ConsumerGroup
+from .consumer_runtime import ConsumerGroupWriter
 from .coordinator import MembershipProtocol
 from .metadata_manager import GroupMetadataManager, PartitionOffset
 from .offsets_log import OFFSETS_TOPIC
-from .state import GroupMetadata, GroupState, JoinGroupResult, OffsetAndMetadata, SyncGroupResult
+from .schema import group_key, group_value
+from .state import GroupMetadata, GroupState, JoinGroupResult, MemberMetadata, OffsetAndMetadata, SyncGroupResult
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -45,6 +48,8 @@ if TYPE_CHECKING:
     from .offsets_log import OffsetsLog
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: how often the coordinator checks which ``__consumer_offsets`` partitions this broker leads
 OWNERSHIP_REFRESH_S = 0.5
@@ -113,11 +118,12 @@ class GroupCoordinator(MembershipProtocol):
         server_assignors: Mapping[str, ServerAssignor] | None = None,
         topics: TopicLookup | None = None,
         all_topics: Callable[[], Iterable[str]] = tuple,
+        partition_racks: PartitionRacks = lambda name: {},
     ) -> None:
         super().__init__(GroupMetadataManager(offsets_log, config, self._now), config, now_ms)
         #: KIP-848 consumer groups (ConsumerGroupHeartbeat); ``topics`` resolves subscribed topic
         #: names and ``all_topics`` lists what regexes may match (the broker passes its metadata
-        #: cache), ``server_assignors`` are the
+        #: cache; ``partition_racks`` its replicas' racks), ``server_assignors`` are the
         #: ``group.consumer.assignors`` (the built-ins when not given)
         self.consumer = ConsumerGroupCoordinator(
             self.manager,
@@ -129,15 +135,15 @@ class GroupCoordinator(MembershipProtocol):
             else builtin_server_assignors(list(config["group.consumer.assignors"])),
             topics if topics is not None else (lambda name: None),
             all_topics,
+            partition_racks,
         )
-        self.consumer.on_change = self._persist_consumer_group
-        self.consumer.on_delete = lambda group: self._persist_consumer_group(group, deleted=True)
-        #: consumer group records to append, in the order the changes happened (one writer)
-        self._consumer_writes: tuple[
-            trio.MemorySendChannel[tuple[str, list[tuple[bytes, bytes | None]]]],
-            trio.MemoryReceiveChannel[tuple[str, list[tuple[bytes, bytes | None]]]],
-        ]
-        self._consumer_writes = trio.open_memory_channel(math.inf)
+        #: a consumer group's changes reach ``__consumer_offsets`` before the request is answered
+        self.consumer_writer = ConsumerGroupWriter(self.manager, self.consumer.restore)
+        self.consumer.on_change = self.consumer_writer.mark
+        self.consumer.submit = self._submit_consumer_operation
+        self.consumer.on_upgrade = self._on_upgrade
+        self.consumer.on_downgrade = self._on_downgrade
+        self.consumer.on_undo = self.consumer_writer.discard
         self.log = offsets_log
         self.node_id = config.broker_id if node_id is None else node_id
         self.retention_check_interval_ms = int(config["offsets.retention.check.interval.ms"])
@@ -173,24 +179,28 @@ class GroupCoordinator(MembershipProtocol):
                     self._start_load(partition)  # a read that fails is retried, not fatal
                 nursery.start_soon(self._expire_offsets_loop)
                 nursery.start_soon(self._ownership_loop)
-                nursery.start_soon(self._write_consumer_groups)
         finally:
             self.active = False
             self._nursery = None
 
-    def _persist_consumer_group(self, group: ConsumerGroup, *, deleted: bool = False) -> None:
-        """Queue what changed in a KIP-848 group for ``__consumer_offsets`` (the heartbeat is
-        answered without waiting for it: a write lost in a crash makes members rejoin, which
-        the protocol handles, where Kafka would have delayed the answer)."""
-        if not self.manager.is_local(group.group_id):
-            return
-        records = self.manager.consumer_group_delta(group, deleted=deleted)
-        if records:
-            self._consumer_writes[0].send_nowait((group.group_id, records))
+    def _submit_consumer_operation(
+        self, group_id: str, operation: Callable[[], None], retry: Callable[[], None]
+    ) -> None:
+        """A consumer group timer fired: run its operation through the writer in the background
+        (``retry`` when its write failed, as Kafka's coordinator timers retry)."""
 
-    async def _write_consumer_groups(self) -> None:
-        async for group_id, records in self._consumer_writes[1]:
-            await self.manager.append_consumer_group_records(group_id, records)
+        async def run() -> None:
+            try:
+                _, error = await self.consumer_writer.run(group_id, operation)
+            except Exception:  # a broken expiry must not stop the coordinator (as Timers.run)
+                log.exception("consumer group %s: a timer's operation failed", group_id)
+                return
+            if error != ErrorCode.NONE and group_id in self.manager.consumer_groups:
+                retry()
+
+        if self._nursery is None:  # stopped: nothing is written any more
+            return
+        self._spawn(run)
 
     async def _partitions_to_own(self) -> dict[int, int]:
         """The partitions this broker leads, with their leader epochs."""
@@ -355,22 +365,163 @@ class GroupCoordinator(MembershipProtocol):
         return ErrorCode.NONE, self.manager.get_offsets(group_id, partitions, require_stable)
 
     # -- KIP-848 consumer groups -------------------------------------------------------------------------
-    def consumer_group_blocks_join(self, group_id: str) -> bool:
-        """A consumer group with members blocks a classic JoinGroup; an Empty one gives way (it
-        is deleted, records and all, as Kafka turns an empty consumer group into a classic one
-        when a classic member joins; its committed offsets stay with the classic group)."""
-        if self.consumer.has_active_group(group_id):
-            return True
-        if group_id in self.manager.consumer_groups:
-            self.consumer.delete(group_id)
-        return False
+    # -- online migration between the classic and consumer protocols (KIP-848) -----------------
+    def _on_upgrade(self, classic: GroupMetadata, group: ConsumerGroup) -> None:
+        """A classic group became a consumer group: its record goes (a tombstone in the same
+        batch), and once written its members' pending joins and syncs are told to rejoin and
+        its classic timers stop; it stays, Empty, as the holder of the group's offsets."""
 
-    def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
-        """ConsumerGroupHeartbeat: placement checks (NOT_COORDINATOR, ...), then the protocol."""
+        def retire() -> None:
+            for member in list(classic.members.values()):
+                self._cancel_heartbeat(classic, member.member_id)
+                classic.invoke_join(member, JoinGroupResult(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id))
+                classic.invoke_sync(member, SyncGroupResult(ErrorCode.REBALANCE_IN_PROGRESS))
+            self.timers.cancel(("join", classic.group_id))
+            self.timers.cancel(("sync", classic.group_id))
+            classic.members.clear()
+            classic.static_members.clear()
+            classic.pending_members.clear()
+            classic.pending_sync_members.clear()
+            classic.supported_protocols.clear()
+            classic.num_members_awaiting_join = 0
+            classic.leader_id = None
+            classic.protocol_name = None
+            classic.state, classic.current_state_timestamp = GroupState.EMPTY, self.now_ms()
+
+        self.consumer_writer.after_write(group.group_id, [(group_key(group.group_id), None)], retire)
+
+    def _on_downgrade(self, group: ConsumerGroup, leaving: str, rebalance: bool) -> None:
+        """The last consumer-protocol member of ``group`` leaves and classic members remain: the
+        group becomes a classic group at generation = group epoch with their target assignments
+        (Kafka's ``convertToClassicGroup``), written with the consumer group's tombstones; once
+        written it is installed and, when a member left, rebalances, so its members rejoin as a
+        classic group."""
+        members = classic_members_from_consumer(group, leaving, self.consumer.topic_name)
+        classic = GroupMetadata(
+            group.group_id,
+            GroupState.STABLE,
+            group.group_epoch,
+            CONSUMER_PROTOCOL_TYPE,
+            current_state_timestamp=self.now_ms(),
+        )
+        for d in members:
+            m = d.member
+            metadata = MemberMetadata(
+                m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                d.session_timeout_ms, CONSUMER_PROTOCOL_TYPE, list(d.protocols), assignment=d.assignment,
+            )  # fmt: skip
+            classic.add(metadata, None)
+        classic.protocol_name = classic.select_protocol()
+        classic.subscribed_topics = classic.compute_subscribed_topics()
+        assignments = {d.member.member_id: d.assignment for d in members}
+        record = (group_key(group.group_id), group_value(self.manager.group_record(classic, assignments)))
+        self.consumer.forget(group.group_id)
+        self.consumer.on_change(group)  # the consumer group's records become tombstones
+        log.info("consumer group %s downgraded to a classic group at generation %d with %d members",
+                 group.group_id, classic.generation_id, len(members))  # fmt: skip
+
+        def install() -> None:
+            # the Empty classic group holding the offsets takes the members (commits under way
+            # still find it), else the new one is the group
+            holder = self.manager.get_group(group.group_id)
+            if holder is None or holder.is_state(GroupState.DEAD):
+                self.manager.groups[group.group_id] = holder = classic
+            else:
+                holder.generation_id = classic.generation_id
+                holder.protocol_type = classic.protocol_type
+                holder.protocol_name = classic.protocol_name
+                holder.leader_id = classic.leader_id
+                holder.members = classic.members
+                holder.static_members = classic.static_members
+                holder.supported_protocols = classic.supported_protocols
+                holder.subscribed_topics = classic.subscribed_topics
+                # set, not transitioned: like a group loaded from its record, it is Stable at once
+                holder.state, holder.current_state_timestamp = GroupState.STABLE, self.now_ms()
+            for member in holder.members.values():
+                self.complete_and_schedule_heartbeat(holder, member)
+            if rebalance:  # a member left; a static member's new incarnation keeps the assignment
+                self._prepare_rebalance(holder, f"downgrade of consumer group {group.group_id} to a classic group")
+
+        self.consumer_writer.after_write(group.group_id, [record], install)
+
+    def _active_consumer_group(self, group_id: str) -> bool:
+        return self.validate_group(group_id) is None and self.consumer.has_active_group(group_id)
+
+    async def consumer_group_join(self, join: ClassicJoin) -> JoinGroupResult | None:
+        """JoinGroup to a consumer group with members: a classic member of it (answered from
+        the target assignment, KIP-848's migration). An Empty consumer group gives way (it is
+        deleted, its tombstones written first, as Kafka turns an empty consumer group into a
+        classic one when a classic member joins; its committed offsets stay with the classic
+        group); None: the classic protocol answers."""
+        group_id = join.group_id
+        result, error = await self._classic_in_consumer_group(group_id, lambda: self.consumer.classic.join(join))
+        if error != ErrorCode.NONE:
+            return JoinGroupResult(error, join.member_id)
+        if result is not None:
+            return result
+        if group_id in self.manager.consumer_groups and not self.consumer.has_active_group(group_id):
+            _, error = await self.delete_consumer_group(group_id)
+            if error != ErrorCode.NONE:
+                return JoinGroupResult(error, join.member_id)
+        return None
+
+    def _in_consumer_group(self, group_id: str, operation: Callable[[], T]) -> T | None:
+        """``operation`` if ``group_id`` is (still) a consumer group with members, else None."""
+        return operation() if self.consumer.has_active_group(group_id) else None
+
+    async def _classic_in_consumer_group(self, group_id: str, operation: Callable[[], T]) -> tuple[T | None, ErrorCode]:
+        """Run a classic member's request in the consumer group ``group_id`` when it is one with
+        members (after the group's writes under way): (its answer or None, the write error)."""
+        await self.consumer_writer.settled(group_id)
+        if not self._active_consumer_group(group_id):
+            return None, ErrorCode.NONE
+        return await self.consumer_writer.run(group_id, lambda: self._in_consumer_group(group_id, operation))
+
+    async def consumer_group_sync(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
+        protocol_type: str | None, protocol_name: str | None,
+    ) -> SyncGroupResult | None:  # fmt: skip
+        result, error = await self._classic_in_consumer_group(group_id, lambda: self.consumer.classic.sync(
+            group_id, member_id, group_instance_id, generation_id, protocol_type, protocol_name))  # fmt: skip
+        return SyncGroupResult(error) if error != ErrorCode.NONE else result
+
+    async def member_heartbeat(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        """Heartbeat of a classic member, in a classic group or in a consumer group."""
+        result, error = await self._classic_in_consumer_group(
+            group_id, lambda: self.consumer.classic.heartbeat(group_id, member_id, group_instance_id, generation_id)
+        )
+        if error != ErrorCode.NONE:
+            return error
+        return result if result is not None else self.heartbeat(group_id, member_id, group_instance_id, generation_id)
+
+    async def member_leave(
+        self, group_id: str, members: Sequence[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """LeaveGroup of classic members, of a classic group or of a consumer group."""
+        result, error = await self._classic_in_consumer_group(
+            group_id, lambda: self.consumer.classic.leave(group_id, members)
+        )
+        if error != ErrorCode.NONE:
+            return error, [error] * len(members)
+        return (ErrorCode.NONE, result) if result is not None else self.leave_group(group_id, members)
+
+    async def delete_consumer_group(self, group_id: str) -> tuple[None, ErrorCode]:
+        """Delete a consumer group and write its tombstones (kept when they cannot be written)."""
+        return await self.consumer_writer.run(group_id, lambda: self.consumer.delete(group_id))
+
+    async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat: placement checks (NOT_COORDINATOR, ...), then the protocol;
+        answered once the records it generated are in ``__consumer_offsets`` (a failed write
+        undoes the change and answers its error, as Kafka's coordinator runtime)."""
         error = self.validate_group(request.group_id)
         if error is not None and request.group_id:
             return HeartbeatResult(error)
-        return self.consumer.heartbeat(request)
+        result, error = await self.consumer_writer.run(request.group_id, lambda: self.consumer.heartbeat(request))
+        if result is None:
+            return HeartbeatResult(error, f"The coordinator could not store the group's new state: {error.name}.")
+        return result
 
     def describe_consumer_group(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
         """ConsumerGroupDescribe: (error, message, the group); a classic group or none at all
@@ -405,8 +556,11 @@ class GroupCoordinator(MembershipProtocol):
         TxnOffsetCommit, which older producers understand)."""
         if member_epoch < 0 and not group.members:
             return None
-        if member_id not in group.members:
+        member = group.members.get(member_id)
+        if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if member.classic is not None:  # a classic member commits with its generation (= epoch)
+            return None if member_epoch == member.member_epoch else ErrorCode.ILLEGAL_GENERATION
         if not transactional and api_version is not None and api_version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         stale = ErrorCode.ILLEGAL_GENERATION if transactional else ErrorCode.STALE_MEMBER_EPOCH
@@ -520,7 +674,10 @@ class GroupCoordinator(MembershipProtocol):
                 if consumer_group.members:
                     result[group_id] = ErrorCode.NON_EMPTY_GROUP
                     continue
-                self.consumer.delete(group_id)
+                _, deleted = await self.delete_consumer_group(group_id)
+                if deleted != ErrorCode.NONE:
+                    result[group_id] = deleted
+                    continue
             group = self.manager.get_group(group_id)
             if consumer_group is not None and (group is None or group.is_state(GroupState.DEAD)):
                 result[group_id] = ErrorCode.NONE  # an empty consumer group without offsets

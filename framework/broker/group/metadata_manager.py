@@ -83,8 +83,9 @@ def _commit_append_error(error: ErrorCode) -> ErrorCode:
     return error
 
 
-def _group_append_error(error: ErrorCode) -> ErrorCode:
-    """Kafka's mapping of a failed group-metadata append to what SyncGroup/JoinGroup return."""
+def group_append_error(error: ErrorCode) -> ErrorCode:
+    """Kafka's mapping of a failed group-metadata append to what SyncGroup/JoinGroup (and a
+    KIP-848 heartbeat whose records could not be written) return."""
     if error in (
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -237,6 +238,12 @@ class GroupMetadataManager:
                 group_offsets = offsets.get(group_id, {})
                 if record is None and not group_offsets:
                     continue  # deleted group
+                if group_id in self.consumer_groups and record is not None and record.members:
+                    # a classic record written after the group became a consumer group (an
+                    # assignment stored while the upgrade was written): the consumer group wins
+                    log.warning("group %s of __consumer_offsets-%d has classic members and consumer group records; "
+                                "loading it as a consumer group", group_id, partition)  # fmt: skip
+                    record = None
                 group = self._group_from_record(group_id, record)
                 group.offsets.update(group_offsets)
                 for tp in group_offsets:
@@ -287,12 +294,6 @@ class GroupMetadataManager:
         else:
             self.consumer_written[group.group_id] = now
         return changes
-
-    async def append_consumer_group_records(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
-        error = await self.log.append(self.partition_for(group_id), records, self.now_ms())
-        if error != ErrorCode.NONE:
-            # the group goes on in memory; a restart would find it as of its last good write
-            log.warning("storing consumer group %s failed: %s", group_id, ErrorCode(error).name)
 
     def _group_from_record(self, group_id: str, record: GroupRecord | None) -> GroupMetadata:
         if record is None:
@@ -351,7 +352,7 @@ class GroupMetadataManager:
         error = await self.log.append(
             self.partition_for(group.group_id), [(group_key(group.group_id), record)], self.now_ms()
         )
-        return _group_append_error(error)
+        return group_append_error(error)
 
     # -- offsets -------------------------------------------------------------------------------------
     def _check_metadata_sizes(

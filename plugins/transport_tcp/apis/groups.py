@@ -209,7 +209,7 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(ApiKey.HEARTBEAT, ctx.api_version)
     coordinator = _coordinator(ctx)
     error = (
-        coordinator.heartbeat(
+        await coordinator.member_heartbeat(
             request.group_id, request.member_id, getattr(request, "group_instance_id", None), request.generation_id
         )
         if coordinator is not None
@@ -229,7 +229,7 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
     if coordinator is None:
         error, per_member = ErrorCode.COORDINATOR_NOT_AVAILABLE, [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(leaving)
     else:
-        error, per_member = coordinator.leave_group(request.group_id, leaving)
+        error, per_member = await coordinator.member_leave(request.group_id, leaving)
     if version < 3:
         # one member: its error is the request's error
         top = error if error != ErrorCode.NONE else per_member[0]
@@ -548,7 +548,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
     if coordinator is None:
         result = HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     else:
-        result = coordinator.consumer_group_heartbeat(
+        result = await coordinator.consumer_group_heartbeat(
             HeartbeatRequest(
                 group_id=request.group_id,
                 member_id=request.member_id,
@@ -622,7 +622,7 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> A
                     subscribed_topic_regex=m.subscribed_topic_regex,
                     assignment=wire(m.assigned),
                     target_assignment=wire(group.target.get(m.member_id, {})),
-                    member_type=i8(1),  # v1: a consumer (KIP-848) member
+                    member_type=i8(0 if m.classic is not None else 1),  # v1: classic (migration) or consumer
                 )
                 for m in group.members.values()
             )
