@@ -544,6 +544,38 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "Worker threads that may read remote segments for fetches at one time.",
         minimum=1,
     ),
+    _k(
+        "remote.log.reader.max.pending.tasks",
+        int,
+        100,
+        "Remote reads that may wait for a reader thread; beyond them a fetch's remote read is refused "
+        "(UNKNOWN_SERVER_ERROR for that partition, as Kafka). A read whose thread hangs keeps its thread.",
+        minimum=1,
+    ),
+    _k(
+        "remote.fetch.max.wait.ms",
+        int,
+        500,
+        "How long a fetch waits for its remote read (KIP-1018); one not done by then is answered without "
+        "that partition's records and the read given up (a hung thread is abandoned and counted).",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.copier.thread.pool.size",
+        int,
+        10,
+        "Worker threads copying segments to remote storage at one time, over all partitions; each "
+        "partition's copies run in its own task, so one hung copy holds up only its partition.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.expiration.thread.pool.size",
+        int,
+        10,
+        "Worker threads listing and deleting remote segments at one time (remote retention, followers' "
+        "listings), apart from the copies.",
+        minimum=1,
+    ),
     _k("log.cleanup.policy", list, ["delete"], "delete, compact, or both.", topic_key="cleanup.policy"),
     _k("log.cleaner.enable", bool, True, "Run the compaction cleaner."),
     _k("log.cleaner.backoff.ms", int, 15000, "Cleaner sleep when nothing is dirty.", minimum=0),

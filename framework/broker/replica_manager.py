@@ -83,6 +83,10 @@ _COORDINATOR_NOT_READY = frozenset(
     }
 )
 
+#: a remote read's errors answered as they are (a deleted offset; a read refused with every
+#: reader busy, as Kafka answers its reader pool's rejection); any other is KAFKA_STORAGE_ERROR
+_REMOTE_READ_ERRORS = frozenset({ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.UNKNOWN_SERVER_ERROR})
+
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -280,6 +284,8 @@ class ReplicaManager:
         (they now answer NOT_LEADER_OR_FOLLOWER)."""
         partition = self._get_or_create_partition(tp, config)
         partition.make_follower(leader_id, leader_epoch, replicas, isr, partition_epoch)
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.stop_tasks(tp, copy_only=True)  # a hung copy must not go on
         self._wake(tp)
         self.on_partitions_changed()
         self._tiered_partition_taken_on(partition)
@@ -307,6 +313,8 @@ class ReplicaManager:
         partition = self.partitions.pop(tp, None)
         self._unindex(tp)
         self._snapshot_marks.pop(tp, None)
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.stop_tasks(tp, copy_only=False)
         if self._hw_checkpoint is not None:
             self._hw_checkpoint.pop(tp, None)
         self._wake(tp)
@@ -579,11 +587,13 @@ class ReplicaManager:
             info = await rlm.read(partition, p.fetch_offset, limit, min_one_batch=min_one_batch)
         except KafkaError as exc:
             log.warning("%s: %s", p.tp, exc)
-            code = exc.code if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE else ErrorCode.KAFKA_STORAGE_ERROR
+            code = exc.code if exc.code in _REMOTE_READ_ERRORS else ErrorCode.KAFKA_STORAGE_ERROR
             results[p.tp] = FetchPartitionResult(
                 code, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
             )
             return
+        if info is None:
+            return  # not read within remote.fetch.max.wait.ms: answered without records (KIP-1018)
         aborted: tuple[AbortedTransaction, ...] | None = None
         if isolation_level is IsolationLevel.READ_COMMITTED:
             upper = info.next_offset if info.next_offset >= 0 else p.fetch_offset

@@ -68,6 +68,9 @@ REREGISTER_BACKOFF_S = 0.5
 REGISTRATION_WAIT_S = 60.0
 #: how often the starting broker looks again meanwhile
 REGISTRATION_POLL_S = 0.5
+#: how long a starting broker lists its tiered partitions' remote segments before it serves (a
+#: partition not listed by then is listed by its first remote read or the next interval)
+REMOTE_LISTING_AT_START_S = 10.0
 
 
 class BrokerIdConflict(OdradekError):
@@ -255,7 +258,8 @@ class BrokerServer:
                 if remote_log_manager is not None:
                     # the hosted tiered partitions know their remote segments before the listeners
                     # serve: a consumer's earliest offset and reads below the local log need them
-                    await remote_log_manager.run_once()
+                    # (bounded: a hanging remote storage must not keep the broker from serving)
+                    await remote_log_manager.refresh_all(REMOTE_LISTING_AT_START_S)
                 await self._start_group_coordinator(core, background, scopes)
                 from .txn.wiring import start_transaction_coordinator  # after the groups: TxnOffsetCommit needs them
 
@@ -362,6 +366,10 @@ class BrokerServer:
             metadata,
             interval_ms=int(config["remote.log.manager.task.interval.ms"]),
             reader_threads=int(config["remote.log.reader.threads"]),
+            reader_max_pending_tasks=int(config["remote.log.reader.max.pending.tasks"]),
+            fetch_max_wait_ms=int(config["remote.fetch.max.wait.ms"]),
+            copier_threads=int(config["remote.log.manager.copier.thread.pool.size"]),
+            expiration_threads=int(config["remote.log.manager.expiration.thread.pool.size"]),
         )
         core.replica_manager.remote_log_manager = manager
         log.info("broker %d: tiered storage on, remote storage %r", config.broker_id, factory.name)
