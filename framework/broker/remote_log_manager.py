@@ -88,8 +88,8 @@ REMOTE_LOG_START_STATE = "remote-log-start-offset"
 #: how long a follower told OFFSET_MOVED_TO_TIERED_STORAGE waits for remote storage to say where
 #: it restarts (its fetcher, serving every partition of that leader, waits with it)
 FOLLOWER_REMOTE_TIMEOUT_S = 30.0
-#: the per-partition background tasks
-COPY, EXPIRE = "copy", "expiration"
+#: the per-partition background tasks (DELETE: KIP-950's deletion when tiering is turned off)
+COPY, EXPIRE, DELETE = "copy", "expiration", "deletion"
 
 
 def _now_ms() -> int:
@@ -153,10 +153,8 @@ class RemoteLogManager:
         self.clock_ms = clock_ms
         self.metrics = RemoteLogMetrics()
         #: the worker threads of copies, and of listings and deletions (expiration, followers)
-        self._limiters = {
-            COPY: trio.CapacityLimiter(copier_threads),
-            EXPIRE: trio.CapacityLimiter(expiration_threads),
-        }
+        expiration = trio.CapacityLimiter(expiration_threads)
+        self._limiters = {COPY: trio.CapacityLimiter(copier_threads), EXPIRE: expiration, DELETE: expiration}
         #: remote reads for fetches at once (remote.log.reader.threads), and how many more may wait
         self._readers = trio.CapacityLimiter(reader_threads)
         self._reads_allowed = reader_threads + reader_max_pending_tasks
@@ -176,8 +174,10 @@ class RemoteLogManager:
         self._persisted_starts: dict[TopicPartition, int] = {}
         #: topic ids read from the logs (partition object, id), so each is read once
         self._topic_ids: dict[TopicPartition, tuple[Partition, str]] = {}
-        #: the running per-partition tasks by (partition, COPY or EXPIRE)
+        #: the running per-partition tasks by (partition, COPY, EXPIRE or DELETE)
         self._running: dict[tuple[TopicPartition, str], _PartitionTask] = {}
+        #: partitions led here whose remote segments were deleted since tiering was turned off
+        self._remote_deleted: dict[TopicPartition, Partition] = {}
         self._woken = trio.Event()
 
     # -- background --------------------------------------------------------------------------
@@ -198,13 +198,29 @@ class RemoteLogManager:
         one led here is no longer (its copy task stops)."""
         self._woken.set()
 
-    def stop_tasks(self, tp: TopicPartition, *, copy_only: bool) -> None:
-        """Cancel ``tp``'s copy task (it is no longer led here), or both of its tasks (no longer
-        hosted here), without waiting: a hung remote call's thread is abandoned."""
-        for kind in (COPY,) if copy_only else (COPY, EXPIRE):
+    def stop_tasks(self, tp: TopicPartition, *, led_only: bool) -> None:
+        """Cancel ``tp``'s tasks as leader (copying, deleting: it is no longer led here), or all
+        its tasks (no longer hosted here), without waiting: a hung remote call's thread is
+        abandoned."""
+        for kind in (COPY, DELETE) if led_only else (COPY, EXPIRE, DELETE):
             task = self._running.get((tp, kind))
             if task is not None:
                 task.scope.cancel()
+
+    def config_changed(self, partition: Partition) -> None:
+        """The partition's topic configs changed: what local retention may delete follows at once
+        (a topic no longer tiered, or no longer copying, takes the whole log's limits before the
+        next interval could say so, and deletes no copied segment meanwhile), a topic no longer
+        tiered stops copying and expiring, and the next visit comes soon (KIP-950's deletion)."""
+        if not partition.config.remote_storage_enable:
+            _set_copied_end(partition, None)
+            for kind in (COPY, EXPIRE):
+                task = self._running.get((partition.topic_partition, kind))
+                if task is not None:
+                    task.scope.cancel()
+        elif partition.remote is not None:
+            _set_copied_end(partition, self._copied_end(partition))
+        self.wake()
 
     async def run_once(self) -> None:
         """One visit of every tiered partition hosted here: the copy tasks, then the expiration
@@ -239,20 +255,19 @@ class RemoteLogManager:
         hosted = self.replica_manager.partitions
         for (tp, kind), task in list(self._running.items()):
             partition = hosted.get(tp)
-            if (
-                partition is not task.partition
-                or not partition.config.remote_storage_enable
-                or (kind == COPY and not partition.is_leader)
-            ):
+            if partition is not task.partition or _must_stop(kind, partition):
                 task.scope.cancel()
         tasks: list[_PartitionTask] = []
         for tp, partition in list(hosted.items()):
             if not partition.config.remote_storage_enable:
-                if partition.remote is not None:
-                    partition.remote = None
-                    _set_copied_end(partition, None)
-                continue
-            for kind in kinds:
+                if self._tiering_off(partition):
+                    kinds_here: tuple[str, ...] = (DELETE,)
+                else:
+                    continue
+            else:
+                self._remote_deleted.pop(tp, None)
+                kinds_here = kinds
+            for kind in kinds_here:
                 if kind == COPY and not partition.is_leader:
                     continue
                 running = self._running.get((tp, kind))
@@ -276,6 +291,8 @@ class RemoteLogManager:
                 try:
                     if kind == COPY:
                         await self._copy_task(partition)
+                    elif kind == DELETE:
+                        await self._delete_remote_log(partition)
                     else:
                         await self.sync_partition(partition)
                 except (KafkaError, OSError) as exc:  # remote storage, or the local log (a full disk)
@@ -303,6 +320,39 @@ class RemoteLogManager:
                 return
             del self._failing_tasks[tp]
         self.failures.succeeded(str(tp))
+
+    def _tiering_off(self, partition: Partition) -> bool:
+        """A hosted partition whose topic is not tiered (any more): local retention takes the
+        whole log's limits again and the remote view goes; whether its remote segments are to
+        be deleted here (KIP-950: it leads, ``remote.log.delete.on.disable`` is set and they were
+        not deleted since)."""
+        tp = partition.topic_partition
+        deleting = bool(partition.config.get("remote.log.delete.on.disable", False))
+        if not (deleting and partition.is_leader):
+            if partition.remote is not None:
+                partition.remote = None
+                _set_copied_end(partition, None)
+            return False
+        _set_copied_end(partition, None)
+        return self._remote_deleted.get(tp) is not partition
+
+    async def _delete_remote_log(self, partition: Partition) -> None:
+        """KIP-950: ``remote.storage.enable`` was turned off with ``remote.log.delete.on.disable``:
+        the leader deletes every remote segment of the partition (each replica then drops its
+        view), and the log starts at the local log start. A failure is retried at the next
+        interval; a restart lists the partition again to find out."""
+        tp = partition.topic_partition
+        listed = await self._list(partition, DELETE)
+        for metadata in listed:
+            await self._forget(metadata, DELETE, count=False)
+        if self._stored_start(partition) != -1:
+            await trio.to_thread.run_sync(partition.log.write_state, REMOTE_LOG_START_STATE, b"-1")
+            self._persisted_starts[tp] = -1
+        partition.remote = None
+        self._remote_deleted[tp] = partition
+        if listed:
+            log.info("%s: tiered storage turned off: deleted its %d remote segments; the log starts at %d", tp,
+                     len(listed), partition.log_start_offset)  # fmt: skip
 
     async def _call(self, kind: str, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """A remote storage call of a ``kind`` task in a worker thread of its pool (abandoned on
@@ -674,6 +724,15 @@ class RemoteLogManager:
                         offset, exc)  # fmt: skip
             return epoch, None
         return epoch, snapshot
+
+
+def _must_stop(kind: str, partition: Partition) -> bool:
+    """Whether a running task of ``kind`` must stop: a copy once the partition is no longer led
+    here, copies and expiration once its topic is not tiered, a deletion once it is again."""
+    tiered = partition.config.remote_storage_enable
+    if kind == DELETE:
+        return tiered or not partition.is_leader
+    return not tiered or (kind == COPY and not partition.is_leader)
 
 
 def _set_copied_end(partition: Partition, end: int | None) -> None:
