@@ -569,6 +569,51 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         minimum=1,
     ),
     _k(
+        "remote.log.manager.copy.max.bytes.per.second",
+        int,
+        LONG_MAX,
+        "Bytes per second copied to remote storage by all partitions' copies (KIP-956): a copy waits while "
+        "they are over it. The default is no limit. Dynamic, for a broker or as the cluster default.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.copy.quota.window.num",
+        int,
+        11,
+        "Samples the remote copy rate is measured over.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.copy.quota.window.size.seconds",
+        int,
+        1,
+        "Seconds each sample of the remote copy rate spans.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.fetch.max.bytes.per.second",
+        int,
+        LONG_MAX,
+        "Bytes per second read from remote storage for fetches (KIP-956): while they are over it, a fetch's "
+        "remote read is not started and the partition answered without records. The default is no limit. "
+        "Dynamic, for a broker or as the cluster default.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.fetch.quota.window.num",
+        int,
+        11,
+        "Samples the remote fetch rate is measured over.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.fetch.quota.window.size.seconds",
+        int,
+        1,
+        "Seconds each sample of the remote fetch rate spans.",
+        minimum=1,
+    ),
+    _k(
         "remote.log.manager.expiration.thread.pool.size",
         int,
         10,

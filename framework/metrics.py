@@ -419,6 +419,21 @@ class BrokerCollector:
                         "Partition copy/expiration tasks not started as the previous one still ran (a hung call).",
                     ),
                     (
+                        "remotecopythrottles",
+                        m.copy_throttles,
+                        "Copies that waited for remote.log.manager.copy.max.bytes.per.second (KIP-956).",
+                    ),
+                    (
+                        "remotecopythrottletimems",
+                        m.copy_throttle_ms,
+                        "Milliseconds copies waited for the copy quota, in all.",
+                    ),
+                    (
+                        "remotefetchthrottles",
+                        m.fetch_throttles,
+                        "Remote reads not started as remote.log.manager.fetch.max.bytes.per.second was exceeded.",
+                    ),
+                    (
                         "remotestorageabandonedcalls",
                         remote.calls.abandoned + remote.read_calls.abandoned,
                         "Remote storage calls abandoned by a timeout, leadership change or shutdown while running.",

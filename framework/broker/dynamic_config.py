@@ -14,8 +14,9 @@ Every broker lists ``/config/brokers/`` at start and then follows a watch, so a 
 any broker is in force on every broker it concerns within milliseconds; ``listeners`` are called
 after each change (the replication quotas take their new rates from them).
 
-The dynamic keys today are the replication throttle rates (KIP-73) and the broker's connection
-creation rate (KIP-612). A key joins the list only when every place that reads it reads it live.
+The dynamic keys today are the replication throttle rates (KIP-73), the broker's connection
+creation rate (KIP-612) and tiered storage's copy and fetch rates (KIP-956). A key joins the list
+only when every place that reads it reads it live.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ DYNAMIC_KEYS: tuple[str, ...] = (
     "leader.replication.throttled.rate",
     "follower.replication.throttled.rate",
     "max.connection.creation.rate",
+    "remote.log.manager.copy.max.bytes.per.second",
+    "remote.log.manager.fetch.max.bytes.per.second",
 )
 BROKERS_ROOT = "/config/brokers/"
 DEFAULT_ENTITY = "<default>"

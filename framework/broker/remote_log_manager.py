@@ -73,6 +73,7 @@ from .remote_log import (
     offset_index_position,
     read_batches,
 )
+from .remote_quota import RemoteQuota
 from .storage_failures import StorageFailureLog
 
 if TYPE_CHECKING:
@@ -114,6 +115,11 @@ class RemoteLogMetrics:
     fetch_rejected: int = 0
     #: intervals that found a partition's task of that kind still running (a hung remote call)
     tasks_skipped: int = 0
+    #: copies that waited for the copy quota (KIP-956), and how long in all (ms)
+    copy_throttles: int = 0
+    copy_throttle_ms: int = 0
+    #: fetches answered without their remote read as the fetch quota was exceeded (KIP-956)
+    fetch_throttles: int = 0
 
 
 @dataclasses.dataclass(eq=False)
@@ -142,6 +148,8 @@ class RemoteLogManager:
         fetch_max_wait_ms: int = 500,
         copier_threads: int = 10,
         expiration_threads: int = 10,
+        copy_quota: RemoteQuota | None = None,
+        fetch_quota: RemoteQuota | None = None,
         clock_ms: Callable[[], int] = _now_ms,
     ) -> None:
         self.broker_id = broker_id
@@ -152,6 +160,11 @@ class RemoteLogManager:
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.clock_ms = clock_ms
         self.metrics = RemoteLogMetrics()
+        #: KIP-956: the bytes per second copied to, and read from, remote storage
+        self.copy_quota = copy_quota if copy_quota is not None else RemoteQuota()
+        self.fetch_quota = fetch_quota if fetch_quota is not None else RemoteQuota()
+        #: set (and replaced) when a quota changes, so copies waiting for the copy quota look again
+        self._quotas_changed = trio.Event()
         #: the worker threads of copies, and of listings and deletions (expiration, followers)
         expiration = trio.CapacityLimiter(expiration_threads)
         self._limiters = {COPY: trio.CapacityLimiter(copier_threads), EXPIRE: expiration, DELETE: expiration}
@@ -197,6 +210,25 @@ class RemoteLogManager:
         consumers' reads below the local log need one, and ListOffsets' earliest answer), or
         one led here is no longer (its copy task stops)."""
         self._woken.set()
+
+    def apply_quotas(self, copy_bytes_per_second: int, fetch_bytes_per_second: int) -> None:
+        """The copy and fetch quotas in force (at start and on each dynamic change); copies
+        waiting for the copy quota look again at once."""
+        self.copy_quota.update_quota(copy_bytes_per_second)
+        self.fetch_quota.update_quota(fetch_bytes_per_second)
+        self._quotas_changed.set()
+        self._quotas_changed = trio.Event()
+
+    async def _wait_for_copy_quota(self, tp: TopicPartition) -> None:
+        """KIP-956: while the bytes copied by every partition are over the copy quota, wait the
+        throttle time (or until the quota changes), then look again."""
+        while (wait_ms := self.copy_quota.throttle_time_ms()) > 0:
+            self.metrics.copy_throttles += 1
+            self.metrics.copy_throttle_ms += wait_ms
+            log.debug("%s: copies over remote.log.manager.copy.max.bytes.per.second; waiting %d ms", tp, wait_ms)
+            changed = self._quotas_changed
+            with trio.move_on_after(wait_ms / 1000):
+                await changed.wait()
 
     def stop_tasks(self, tp: TopicPartition, *, led_only: bool) -> None:
         """Cancel ``tp``'s tasks as leader (copying, deleting: it is no longer led here), or all
@@ -467,6 +499,7 @@ class RemoteLogManager:
             highest = max(view.highest_copied_offset if view is not None else -1, copied)
             if segment.next_offset - 1 <= highest or segment.next_offset <= partition.log_start_offset:
                 continue  # copied already, or below the log start (expired, deleted)
+            await self._wait_for_copy_quota(tp)
             if not partition.is_leader:
                 return
             await self._copy_segment(partition, segment)
@@ -515,6 +548,7 @@ class RemoteLogManager:
             return
         self.metrics.copy_segments += 1
         self.metrics.copy_bytes += segment.size
+        self.copy_quota.record(segment.size)
         view = partition.remote or RemoteLogView()
         segments = tuple(sorted((*view.segments, finished), key=lambda m: m.start_offset))
         start = view.log_start_offset if view.segments else finished.start_offset
@@ -626,10 +660,14 @@ class RemoteLogManager:
     ) -> RemoteFetchData | None:
         """A consumer's read below the local log start, from remote storage, in a worker thread;
         None when it has not finished within ``remote.fetch.max.wait.ms`` (KIP-1018: the fetch is
-        answered without the partition's records, and its thread, if hung, abandoned). Refused
+        answered without the partition's records, and its thread, if hung, abandoned), and at
+        once while the remote fetch quota is exceeded (KIP-956). Refused
         (UNKNOWN_SERVER_ERROR, as Kafka answers a read its full reader queue rejects) while
         every reader thread is busy and ``remote.log.reader.max.pending.tasks`` reads wait."""
         tp = partition.topic_partition
+        if self.fetch_quota.is_quota_exceeded():  # KIP-956: answered without records, asked again
+            self.metrics.fetch_throttles += 1
+            return None
         if self._reads_in_flight + self.read_calls.hung >= self._reads_allowed:
             self.metrics.fetch_rejected += 1
             raise KafkaError(
@@ -672,6 +710,7 @@ class RemoteLogManager:
             self.metrics.fetch_failures += 1
             raise RemoteStorageError(f"{tp}: remote read at {fetch_offset} failed: {exc}") from exc
         self.metrics.fetch_bytes += found.size
+        self.fetch_quota.record(found.size)
         return found
 
     def _read_sync(

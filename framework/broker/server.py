@@ -52,6 +52,7 @@ from .log_dir_failures import LogDirFailureHandler, LogDirsFailed
 from .meta_properties import InconsistentClusterId
 from .metadata_cache import CLUSTER_ID_KEY, INTERNAL_TOPICS, MetadataCache, MetadataStoreReset, registration_json
 from .remote_log_manager import RemoteLogManager
+from .remote_quota import RemoteQuota
 from .replica_fetcher import ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
@@ -370,7 +371,25 @@ class BrokerServer:
             fetch_max_wait_ms=int(config["remote.fetch.max.wait.ms"]),
             copier_threads=int(config["remote.log.manager.copier.thread.pool.size"]),
             expiration_threads=int(config["remote.log.manager.expiration.thread.pool.size"]),
+            copy_quota=RemoteQuota(
+                samples=int(config["remote.log.manager.copy.quota.window.num"]),
+                window_s=float(config["remote.log.manager.copy.quota.window.size.seconds"]),
+            ),
+            fetch_quota=RemoteQuota(
+                samples=int(config["remote.log.manager.fetch.quota.window.num"]),
+                window_s=float(config["remote.log.manager.fetch.quota.window.size.seconds"]),
+            ),
         )
+        dynamic = core.dynamic_config
+
+        def apply_quotas() -> None:  # KIP-956's rates are dynamic broker configs
+            manager.apply_quotas(
+                int(dynamic.value("remote.log.manager.copy.max.bytes.per.second")),
+                int(dynamic.value("remote.log.manager.fetch.max.bytes.per.second")),
+            )
+
+        dynamic.listeners.append(apply_quotas)
+        apply_quotas()
         core.replica_manager.remote_log_manager = manager
         log.info("broker %d: tiered storage on, remote storage %r", config.broker_id, factory.name)
         return manager
