@@ -28,6 +28,7 @@ import trio
 import trio.testing
 from broker_harness import FAKE_TRANSPORT, batch, broker_plugins, create, fetch_records, produce, serving
 
+from odradek.broker import remote_log_manager
 from odradek.broker import server as broker_server
 from odradek.broker.api import FetchPartition, IsolationLevel
 from odradek.broker.core import BrokerCore
@@ -322,3 +323,21 @@ async def test_a_broker_whose_remote_storage_hangs_at_start_still_starts(
         await rlm(core).run_once()
         got = await fetch_records(core, HUNG, 0)
         assert got and [r.value for r in got] == values[: len(got)]
+
+
+async def test_deleting_a_topic_whose_remote_deletion_hangs_goes_on(
+    tmp_path: Path, plugin: HangingRemoteStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteTopics, and the metadata watch that applies it, wait for the remote deletion only
+    so long: the broker goes on creating and serving topics, and the deletion ends by itself."""
+    monkeypatch.setattr(remote_log_manager, "TOPIC_DELETION_WAIT_S", 0.1)
+    async with hanging_broker(tmp_path, plugin) as core:
+        await trimmed(core, HUNG)
+        assert list((tmp_path / "remote" / str(HUNG)).glob("*.log"))
+        plugin.gate.close(["delete_log_segment_data"], [HUNG.topic])
+        assert (await core.delete_topics([HUNG.topic], 5000))[HUNG.topic].error == ErrorCode.NONE
+        assert plugin.gate.entered == 1 and core.storage.get_log(HUNG) is None
+        await tiered_topic(core, OTHER)  # the metadata watch goes on
+        assert len(await produce_batches(core, OTHER, 2)) == 16
+        plugin.gate.open()
+        await eventually(lambda: not list((tmp_path / "remote" / str(HUNG)).glob("*.log")))

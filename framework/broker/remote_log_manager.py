@@ -89,6 +89,9 @@ REMOTE_LOG_START_STATE = "remote-log-start-offset"
 #: how long a follower told OFFSET_MOVED_TO_TIERED_STORAGE waits for remote storage to say where
 #: it restarts (its fetcher, serving every partition of that leader, waits with it)
 FOLLOWER_REMOTE_TIMEOUT_S = 30.0
+#: how long DeleteTopics (and the metadata watch that applies it) waits for a deleted partition's
+#: remote segments to be deleted before it goes on and leaves the deletion running
+TOPIC_DELETION_WAIT_S = 5.0
 #: the per-partition background tasks (DELETE: KIP-950's deletion when tiering is turned off)
 COPY, EXPIRE, DELETE = "copy", "expiration", "deletion"
 
@@ -192,18 +195,24 @@ class RemoteLogManager:
         #: partitions led here whose remote segments were deleted since tiering was turned off
         self._remote_deleted: dict[TopicPartition, Partition] = {}
         self._woken = trio.Event()
+        #: the nursery of :meth:`run` while it runs (a deleted topic's remote deletion goes there)
+        self._nursery: trio.Nursery | None = None
 
     # -- background --------------------------------------------------------------------------
     async def run(self) -> None:
         """Start each tiered partition's tasks every interval, and at once when :meth:`wake` is
         called (a partition became leader or follower here), until cancelled; the tasks run in
         this task's nursery, so a cancel (shutdown) ends them all without waiting on a hung call."""
-        async with trio.open_nursery() as nursery:
-            while True:
-                self._woken = trio.Event()
-                self._schedule(nursery)
-                with trio.move_on_after(self.interval_ms / 1000):
-                    await self._woken.wait()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                while True:
+                    self._woken = trio.Event()
+                    self._schedule(nursery)
+                    with trio.move_on_after(self.interval_ms / 1000):
+                        await self._woken.wait()
+        finally:
+            self._nursery = None
 
     def wake(self) -> None:
         """Visit soon: a tiered partition was taken on here and has no remote view yet (its
@@ -304,9 +313,8 @@ class RemoteLogManager:
                     continue
                 running = self._running.get((tp, kind))
                 if running is not None:
-                    if not running.done.is_set():
-                        self.metrics.tasks_skipped += 1
-                        log.debug("%s: its %s task is still running; not started again", tp, kind)
+                    self.metrics.tasks_skipped += 1
+                    log.debug("%s: its %s task is still running; not started again", tp, kind)
                     tasks.append(running)
                     continue
                 task = _PartitionTask(partition, trio.CancelScope(), trio.Event())
@@ -638,9 +646,33 @@ class RemoteLogManager:
 
     async def delete_partition(self, tp: TopicPartition) -> None:
         """DeleteTopics: delete every remote segment of ``tp`` and its metadata (each replica
-        does; deleting what another already deleted succeeds). A failure is logged: what is
-        left belongs to the deleted topic's id, which a new topic of the name never reads."""
+        does; deleting what another already deleted succeeds), as a task of :meth:`run`'s
+        nursery waited for at most ``TOPIC_DELETION_WAIT_S``: a hanging remote storage must
+        hold up neither the request nor the metadata watch that applies it."""
         self._topic_ids.pop(tp, None)
+        nursery = self._nursery
+        if nursery is None:
+            await self._delete_partition(tp)
+            return
+        done = trio.Event()
+
+        async def delete() -> None:
+            try:
+                await self._delete_partition(tp)
+            except Exception:  # a bug must not stop the remote log manager
+                log.exception("%s: deleting the remote segments of the deleted topic failed", tp)
+            finally:
+                done.set()
+
+        nursery.start_soon(delete)
+        with trio.move_on_after(TOPIC_DELETION_WAIT_S):
+            await done.wait()
+        if not done.is_set():
+            log.warning("%s: the deleted topic's remote segments are still being deleted; going on", tp)
+
+    async def _delete_partition(self, tp: TopicPartition) -> None:
+        """Delete ``tp``'s remote segments and metadata. A failure is logged: what is left
+        belongs to the deleted topic's id, which a new topic of the name never reads."""
         try:
             listed: list[RemoteLogSegmentMetadata] = await self._call(
                 EXPIRE, str(tp), self.metadata.list_remote_log_segments, tp
