@@ -561,6 +561,14 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         minimum=1,
     ),
     _k(
+        "remote.list.offsets.request.timeout.ms",
+        int,
+        30000,
+        "How long ListOffsets by timestamp may search a tiered partition's remote segments (KIP-1075); "
+        "then that partition is answered REQUEST_TIMED_OUT. ListOffsets v10's timeout_ms is not used.",
+        minimum=1,
+    ),
+    _k(
         "remote.log.manager.copier.thread.pool.size",
         int,
         10,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -478,3 +479,33 @@ async def test_turning_tiering_off_deletes_the_remote_data_only_when_asked(tmp_p
         await storage(core).run_retention()  # retention.bytes/ms (unlimited) keep everything now
         assert finished(core) == [] and partition.local_log_start_offset == local_start
         assert await read_all(core, local_start) == list(enumerate(values + more))[local_start:]
+
+
+async def test_list_offsets_by_time_searches_remote_storage_first(tmp_path: Path) -> None:
+    """As Kafka: a timestamp whose first record is in a segment only remote storage holds is
+    answered from it (offset, its timestamp, its leader epoch); later ones from the local log."""
+    async with tiered_broker(tmp_path) as core:
+        await tiered_topic(core, **{"local.retention.bytes": "0"})
+        base = time.time_ns() // 1_000_000 - 3_600_000
+        for b in range(12):  # batch b: offsets 8b..8b+7, every record at base + 1000 b
+            vals = [b"value-%06d" % (b * 8 + i) for i in range(8)]
+            assert (await produce(core, TP, batch(vals, timestamp=base + 1000 * b))).error == ErrorCode.NONE
+        await rlm(core).run_once()
+        await storage(core).run_retention()
+        local_start = core.replica_manager.partitions[TP].local_log_start_offset
+        assert local_start >= 16 and local_start % 8 == 0
+        assert await list_offset(core, base - 5) == 0
+        assert await list_offset(core, base + 1000) == 8  # in remote storage only
+        assert await list_offset(core, base + 1001) == 16
+        assert await list_offset(core, base + 1000 * (local_start // 8)) == local_start  # the local log
+        assert await list_offset(core, base + 11_000) == 88
+        assert await list_offset(core, base + 11_001) == -1
+        asked = [ListOffsetsPartition(TP, base + 1000)]
+        found = (await core.list_offsets(-1, IsolationLevel.READ_UNCOMMITTED, asked))[TP]
+        assert (found.offset, found.timestamp, found.leader_epoch) == (8, base + 1000, 0)
+        remote = tmp_path / "remote"
+        shutil.rmtree(remote)
+        remote.write_bytes(b"not a directory")
+        failed = (await core.list_offsets(-1, IsolationLevel.READ_UNCOMMITTED, asked))[TP]
+        assert failed.error == ErrorCode.KAFKA_STORAGE_ERROR
+        assert await list_offset(core, base + 11_000) == 88  # still searched remotely first: no segment reaches it

@@ -30,7 +30,7 @@ from broker_harness import FAKE_TRANSPORT, batch, broker_plugins, create, fetch_
 
 from odradek.broker import remote_log_manager
 from odradek.broker import server as broker_server
-from odradek.broker.api import FetchPartition, IsolationLevel
+from odradek.broker.api import FetchPartition, IsolationLevel, ListOffsetsPartition
 from odradek.broker.core import BrokerCore
 from odradek.broker.remote_log_manager import RemoteLogManager
 from odradek.broker.server import BrokerServer
@@ -341,3 +341,18 @@ async def test_deleting_a_topic_whose_remote_deletion_hangs_goes_on(
         assert len(await produce_batches(core, OTHER, 2)) == 16
         plugin.gate.open()
         await eventually(lambda: not list((tmp_path / "remote" / str(HUNG)).glob("*.log")))
+
+
+async def test_a_hung_remote_timestamp_search_times_out(tmp_path: Path, plugin: HangingRemoteStorage) -> None:
+    """ListOffsets by time into remote storage waits remote.list.offsets.request.timeout.ms at
+    most, then answers the partition REQUEST_TIMED_OUT (as Kafka's DelayedRemoteListOffsets)."""
+    async with hanging_broker(tmp_path, plugin, **{"remote.list.offsets.request.timeout.ms": 200}) as core:
+        await trimmed(core, HUNG)
+        plugin.gate.close(["fetch_log_segment"], [HUNG.topic])
+        asked = [ListOffsetsPartition(HUNG, 0)]  # the first record: in remote storage
+        found = (await core.list_offsets(-1, IsolationLevel.READ_UNCOMMITTED, asked))[HUNG]
+        assert found.error == ErrorCode.REQUEST_TIMED_OUT
+        assert rlm(core).read_calls.abandoned == 1
+        plugin.gate.open()
+        found = (await core.list_offsets(-1, IsolationLevel.READ_UNCOMMITTED, asked))[HUNG]
+        assert (found.error, found.offset) == (ErrorCode.NONE, 0)

@@ -70,6 +70,7 @@ from .remote_log import (
     RemoteLogView,
     epoch_entries_for,
     leader_epoch_checkpoint,
+    offset_for_timestamp_in,
     offset_index_position,
     read_batches,
 )
@@ -153,6 +154,7 @@ class RemoteLogManager:
         expiration_threads: int = 10,
         copy_quota: RemoteQuota | None = None,
         fetch_quota: RemoteQuota | None = None,
+        list_offsets_timeout_ms: int = 30_000,
         clock_ms: Callable[[], int] = _now_ms,
     ) -> None:
         self.broker_id = broker_id
@@ -161,6 +163,7 @@ class RemoteLogManager:
         self.metadata = metadata
         self.interval_ms = interval_ms
         self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.list_offsets_timeout_ms = list_offsets_timeout_ms
         self.clock_ms = clock_ms
         self.metrics = RemoteLogMetrics()
         #: KIP-956: the bytes per second copied to, and read from, remote storage
@@ -719,16 +722,22 @@ class RemoteLogManager:
                          tp, fetch_offset, self.fetch_max_wait_ms)  # fmt: skip
         return None
 
-    async def _read(
-        self, partition: Partition, fetch_offset: int, max_bytes: int, min_one_batch: bool
-    ) -> RemoteFetchData:
-        tp = partition.topic_partition
-        if partition.remote is None:  # taken on here since the last visit: list it now
+    async def _known_view(self, partition: Partition) -> RemoteLogView | None:
+        """The partition's remote view, listed first (in a reader thread) when the partition was
+        taken on here since the last visit."""
+        if partition.remote is None:
+            tp = partition.topic_partition
             listed = await self.read_calls.run(
                 self._readers, f"list_remote_log_segments of {tp}", self.metadata.list_remote_log_segments, tp
             )
             self._apply(partition, listed)
-        view = partition.remote
+        return partition.remote
+
+    async def _read(
+        self, partition: Partition, fetch_offset: int, max_bytes: int, min_one_batch: bool
+    ) -> RemoteFetchData:
+        tp = partition.topic_partition
+        view = await self._known_view(partition)
         metadata = view.segment_for(fetch_offset) if view is not None else None
         if view is None or metadata is None or fetch_offset < view.log_start_offset:
             raise OffsetOutOfRange(f"{tp}: offset {fetch_offset} is not in remote storage")
@@ -744,6 +753,52 @@ class RemoteLogManager:
         self.metrics.fetch_bytes += found.size
         self.fetch_quota.record(found.size)
         return found
+
+    async def offset_for_timestamp(self, partition: Partition, timestamp: int) -> tuple[int, int, int] | None:
+        """ListOffsets by time below the local log (Kafka searches remote storage first, in
+        UnifiedLog.fetchOffsetByTimestamp): (offset, timestamp, leader epoch) of the first record
+        at or after ``timestamp`` in the remote segments that hold offsets below the local log
+        start, from the log start; None when the answer is in the local log. Each segment is
+        scanned in a reader thread; the search gives up after
+        ``remote.list.offsets.request.timeout.ms`` (REQUEST_TIMED_OUT, as Kafka's
+        DelayedRemoteListOffsets), and a failing remote storage is KAFKA_STORAGE_ERROR."""
+        tp = partition.topic_partition
+        with trio.move_on_after(self.list_offsets_timeout_ms / 1000):
+            try:
+                return await self._offset_for_timestamp(partition, timestamp)
+            except (RemoteStorageError, OSError) as exc:
+                raise KafkaError(
+                    f"{tp}: remote timestamp search failed: {exc}", code=ErrorCode.KAFKA_STORAGE_ERROR
+                ) from exc
+        raise KafkaError(
+            f"{tp}: remote timestamp search not done in remote.list.offsets.request.timeout.ms "
+            f"({self.list_offsets_timeout_ms} ms)",
+            code=ErrorCode.REQUEST_TIMED_OUT,
+        )
+
+    async def _offset_for_timestamp(self, partition: Partition, timestamp: int) -> tuple[int, int, int] | None:
+        tp = partition.topic_partition
+        view = await self._known_view(partition)
+        start, local_start = partition.log_start_offset, partition.local_log_start_offset
+        for metadata in view.segments if view is not None else ():
+            if metadata.end_offset < start or metadata.start_offset >= local_start:
+                continue
+            if metadata.max_timestamp_ms < timestamp:
+                continue
+            found = await self.read_calls.run(
+                self._readers, f"a timestamp search of {tp}", self._timestamp_sync, metadata, timestamp, start
+            )
+            if found is not None:
+                offset, record_timestamp = found
+                epochs = [e.epoch for e in metadata.leader_epochs if e.start_offset <= offset]
+                return offset, record_timestamp, epochs[-1] if epochs else -1
+        return None
+
+    def _timestamp_sync(
+        self, metadata: RemoteLogSegmentMetadata, timestamp: int, min_offset: int
+    ) -> tuple[int, int] | None:
+        with self.storage.fetch_log_segment(metadata, 0) as stream:
+            return offset_for_timestamp_in(stream, timestamp, min_offset)
 
     def _read_sync(
         self, metadata: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int, min_one_batch: bool

@@ -814,6 +814,36 @@ class ReplicaManager:
                 results[p.tp] = ListOffsetsPartitionResult(exc.code)
         return results
 
+    async def search_remote_timestamps(
+        self,
+        partitions: Sequence[ListOffsetsPartition],
+        results: dict[TopicPartition, ListOffsetsPartitionResult],
+    ) -> None:
+        """ListOffsets by time on tiered partitions (after :meth:`list_offsets`): the first record
+        at or after the timestamp in a remote segment below the local log replaces the local
+        answer, as Kafka searches remote storage first; a search that fails or times out
+        answers the partition's error."""
+        rlm = self.remote_log_manager
+        if rlm is None:
+            return
+        for p in partitions:
+            result = results.get(p.tp)
+            partition = self.partitions.get(p.tp)
+            if p.timestamp < 0 or result is None or result.error != ErrorCode.NONE or partition is None:
+                continue
+            remote_only = partition.log_start_offset < partition.local_log_start_offset
+            if not partition.config.remote_storage_enable or not remote_only:
+                continue
+            try:
+                found = await rlm.offset_for_timestamp(partition, p.timestamp)
+            except KafkaError as exc:
+                log.warning("%s: %s", p.tp, exc)
+                results[p.tp] = ListOffsetsPartitionResult(exc.code)
+                continue
+            if found is not None:
+                offset, timestamp, epoch = found
+                results[p.tp] = ListOffsetsPartitionResult(ErrorCode.NONE, timestamp, offset, epoch)
+
     @staticmethod
     def _list_offset(
         partition: Partition, replica_id: int, isolation_level: IsolationLevel, timestamp: int

@@ -375,6 +375,7 @@ class BrokerServer:
                 samples=int(config["remote.log.manager.copy.quota.window.num"]),
                 window_s=float(config["remote.log.manager.copy.quota.window.size.seconds"]),
             ),
+            list_offsets_timeout_ms=int(config["remote.list.offsets.request.timeout.ms"]),
             fetch_quota=RemoteQuota(
                 samples=int(config["remote.log.manager.fetch.quota.window.num"]),
                 window_s=float(config["remote.log.manager.fetch.quota.window.size.seconds"]),
