@@ -33,7 +33,11 @@ Consumers' fetches below the local log start are read from remote storage throug
 and ``remote.log.reader.max.pending.tasks`` more waiting, beyond which a read is refused as
 Kafka's full reader queue refuses it); a read that has not finished within
 ``remote.fetch.max.wait.ms`` (KIP-1018) is given up and the fetch answered without that
-partition's records. A failing remote storage never stops the broker: each partition's failure
+partition's records. ListOffsets by time searches the remote segments below the local log
+first (:meth:`RemoteLogManager.offset_for_timestamp`). The quotas of KIP-956 bound the bytes
+copied and read a second (:mod:`.remote_quota`). A topic whose tiering is turned off with
+``remote.log.delete.on.disable`` (KIP-950) has its remote segments deleted by a deletion task
+of its leader. A failing remote storage never stops the broker: each partition's failure
 is logged once (then at most once a minute) and counted, local segments stay until copied, and
 the next interval tries again.
 """
