@@ -248,7 +248,12 @@ async def test_a_hung_remote_read_is_answered_without_records_and_abandoned(
 async def test_remote_reads_beyond_the_readers_and_their_queue_are_refused(
     tmp_path: Path, plugin: HangingRemoteStorage
 ) -> None:
-    settings = {"remote.log.reader.threads": 1, "remote.log.reader.max.pending.tasks": 1}
+    # a longer wait than the others': the waiting read must still wait while the test looks
+    settings = {
+        "remote.log.reader.threads": 1,
+        "remote.log.reader.max.pending.tasks": 1,
+        "remote.fetch.max.wait.ms": 1500,
+    }
     async with hanging_broker(tmp_path, plugin, **settings) as core:
         await trimmed(core, HUNG)
         manager = rlm(core)
