@@ -563,6 +563,91 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "Worker threads that may read remote segments for fetches at one time.",
         minimum=1,
     ),
+    _k(
+        "remote.log.reader.max.pending.tasks",
+        int,
+        100,
+        "Remote reads that may wait for a reader thread; beyond them a fetch's remote read is refused "
+        "(UNKNOWN_SERVER_ERROR for that partition, as Kafka). A read whose thread hangs keeps its thread.",
+        minimum=1,
+    ),
+    _k(
+        "remote.fetch.max.wait.ms",
+        int,
+        500,
+        "How long a fetch waits for its remote read (KIP-1018); one not done by then is answered without "
+        "that partition's records and the read given up (a hung thread is abandoned and counted).",
+        minimum=1,
+    ),
+    _k(
+        "remote.list.offsets.request.timeout.ms",
+        int,
+        30000,
+        "How long ListOffsets by timestamp may search a tiered partition's remote segments (KIP-1075); "
+        "then that partition is answered REQUEST_TIMED_OUT. ListOffsets v10's timeout_ms is not used.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.copier.thread.pool.size",
+        int,
+        10,
+        "Worker threads copying segments to remote storage at one time, over all partitions; each "
+        "partition's copies run in its own task, so one hung copy holds up only its partition.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.copy.max.bytes.per.second",
+        int,
+        LONG_MAX,
+        "Bytes per second copied to remote storage by all partitions' copies (KIP-956): a copy waits while "
+        "they are over it. The default is no limit. Dynamic, for a broker or as the cluster default.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.copy.quota.window.num",
+        int,
+        11,
+        "Samples the remote copy rate is measured over.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.copy.quota.window.size.seconds",
+        int,
+        1,
+        "Seconds each sample of the remote copy rate spans.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.fetch.max.bytes.per.second",
+        int,
+        LONG_MAX,
+        "Bytes per second read from remote storage for fetches (KIP-956): while they are over it, a fetch's "
+        "remote read is not started and the partition answered without records. The default is no limit. "
+        "Dynamic, for a broker or as the cluster default.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.fetch.quota.window.num",
+        int,
+        11,
+        "Samples the remote fetch rate is measured over.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.fetch.quota.window.size.seconds",
+        int,
+        1,
+        "Seconds each sample of the remote fetch rate spans.",
+        minimum=1,
+    ),
+    _k(
+        "remote.log.manager.expiration.thread.pool.size",
+        int,
+        10,
+        "Worker threads listing and deleting remote segments at one time (remote retention, followers' "
+        "listings), apart from the copies.",
+        minimum=1,
+    ),
     _k("log.cleanup.policy", list, ["delete"], "delete, compact, or both.", topic_key="cleanup.policy"),
     _k("log.cleaner.enable", bool, True, "Run the compaction cleaner."),
     _k("log.cleaner.backoff.ms", int, 15000, "Cleaner sleep when nothing is dirty.", minimum=0),
@@ -762,8 +847,9 @@ TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = (
         bool,
         False,
         "Tiered storage for the topic (KIP-405): rolled segments are copied to remote storage. true is "
-        "INVALID_CONFIG unless the broker has remote.log.storage.system.enable=true, and with "
-        "cleanup.policy=compact.",
+        "INVALID_CONFIG unless the broker has remote.log.storage.system.enable=true, with a cleanup.policy "
+        "other than delete, and with local.retention.ms/bytes above retention.ms/bytes; back to false only "
+        "with remote.log.delete.on.disable=true (KIP-950), which deletes the remote data.",
     ),
     _k(
         "local.retention.ms",
@@ -792,7 +878,8 @@ TOPIC_ONLY_KEYS: tuple[ConfigKey, ...] = (
         "remote.log.delete.on.disable",
         bool,
         False,
-        f"{_NO_EFFECT} Kafka deletes a tiered topic's remote data when tiering is turned off; odradek has none.",
+        "Required (true) to turn remote.storage.enable from true to false (KIP-950): tiering stops and the "
+        "topic's remote segments are deleted; the log then starts at the local log start.",
     ),
 )
 
@@ -1524,10 +1611,48 @@ def _tiering_enabled(broker: Config) -> bool:
         return False
 
 
+#: Kafka's refusal to turn tiering off while keeping the remote data (KIP-950)
+TIERING_OFF_WITHOUT_DELETE = (
+    "It is invalid to disable remote storage without deleting remote data. If you want to keep the remote data "
+    "and turn to read only, please set `remote.storage.enable=true,remote.log.copy.disable=true`. If you want to "
+    "disable remote storage and delete all remote data, please set "
+    "`remote.storage.enable=false,remote.log.delete.on.disable=true`."
+)
+
+
+def _tiering_conflicts(values: Mapping[str, Any]) -> list[str]:
+    """Kafka's rules of a tiered topic's configs (LogConfig.validateTopicLogConfigValues):
+    cleanup.policy delete only, and local retention within the whole log's (identical to it
+    once copying is disabled, as nothing more goes to remote storage)."""
+    if list(values.get("cleanup.policy", ())) not in ([], ["delete"]):
+        return [
+            "Remote log storage only supports topics with cleanup.policy=delete or cleanup.policy being an empty list."
+        ]
+    out = []
+    copy_disabled = bool(values.get("remote.log.copy.disable"))
+    for unit in ("bytes", "ms"):
+        whole, local = values[f"retention.{unit}"], values[f"local.retention.{unit}"]
+        if whole >= 0 and local != -2:
+            if local == -1:
+                out.append(f"Invalid value -1 for configuration local.retention.{unit}: Value must not be -1 as "
+                           f"retention.{unit} value is set as {whole}.")  # fmt: skip
+            elif local > whole:
+                out.append(f"Invalid value {local} for configuration local.retention.{unit}: Value must not be more "
+                           f"than retention.{unit} property value: {whole}")  # fmt: skip
+        if copy_disabled and local not in (-2, whole):
+            out.append(f"When `remote.log.copy.disable` is set to true, the `local.retention.{unit}` and "
+                       f"`retention.{unit}` must be set to the identical value because there will be no more logs "
+                       "copied to the remote storage.")  # fmt: skip
+    return out
+
+
 def _topic_conflicts(values: Mapping[str, Any]) -> list[str]:
-    """Kafka's cross-key rules of a topic's effective configs (``LogConfig.validateValues``)."""
-    if values.get("remote.storage.enable") and "compact" in values.get("cleanup.policy", ()):
-        return ["remote.storage.enable=true is not allowed with cleanup.policy=compact (KIP-405)"]
+    """Kafka's cross-key rules of a topic's effective configs (``LogConfig.validateValues``, and
+    a tiered topic's)."""
+    if values.get("remote.storage.enable"):
+        tiering = _tiering_conflicts(values)
+        if tiering:
+            return tiering
     if values["min.compaction.lag.ms"] > values["max.compaction.lag.ms"]:
         return [
             f"min.compaction.lag.ms ({values['min.compaction.lag.ms']}) is above "

@@ -410,6 +410,47 @@ class BrokerCollector:
                         len(remote.failures.failing),
                         "Tiered partitions whose last remote storage task failed.",
                     ),
+                    (
+                        "remotefetchexpired",
+                        m.fetch_expired,
+                        "Remote reads not done within remote.fetch.max.wait.ms, answered without records "
+                        "(Kafka's DelayedRemoteFetchMetrics ExpiresPerSec).",
+                    ),
+                    (
+                        "remotefetchrejected",
+                        m.fetch_rejected,
+                        "Remote reads refused: every reader thread busy, remote.log.reader.max.pending.tasks waiting.",
+                    ),
+                    (
+                        "remotetasksskipped",
+                        m.tasks_skipped,
+                        "Partition copy/expiration tasks not started as the previous one still ran (a hung call).",
+                    ),
+                    (
+                        "remotecopythrottles",
+                        m.copy_throttles,
+                        "Copies that waited for remote.log.manager.copy.max.bytes.per.second (KIP-956).",
+                    ),
+                    (
+                        "remotecopythrottletimems",
+                        m.copy_throttle_ms,
+                        "Milliseconds copies waited for the copy quota, in all.",
+                    ),
+                    (
+                        "remotefetchthrottles",
+                        m.fetch_throttles,
+                        "Remote reads not started as remote.log.manager.fetch.max.bytes.per.second was exceeded.",
+                    ),
+                    (
+                        "remotestorageabandonedcalls",
+                        remote.calls.abandoned + remote.read_calls.abandoned,
+                        "Remote storage calls abandoned by a timeout, leadership change or shutdown while running.",
+                    ),
+                    (
+                        "remotestoragehungcalls",
+                        remote.calls.hung + remote.read_calls.hung,
+                        "Abandoned remote storage calls whose worker thread has not returned yet.",
+                    ),
                 )
             ]
         groups = _group_count(core.group_coordinator)

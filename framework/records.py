@@ -63,6 +63,7 @@ __all__ = [
     "decode_records",
     "decompress_section",
     "encode_records",
+    "first_record_at_or_after",
     "iter_batches",
     "iter_headers",
     "parse_control_record",
@@ -1155,6 +1156,21 @@ def decode_batch(
     lat = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
     records = decode_records(data, header.record_count, header.base_offset, header.first_timestamp, lat)
     return RecordBatch(header, records)
+
+
+def first_record_at_or_after(batch: bytes, timestamp: int, min_offset: int) -> tuple[int, int] | bool:
+    """(offset, timestamp) of the first record in ``batch`` with a timestamp >= ``timestamp``
+    at or after ``min_offset`` (ListOffsets by time, local or remote); False when no record is,
+    True when the batch cannot be decoded (e.g. no codec here: the caller falls back to the batch
+    header)."""
+    try:
+        decoded = decode_batch(batch, verify_crc=False)
+    except Exception:  # an unknown codec must not break ListOffsets: fall back to the header
+        return True
+    for rec in decoded.records:
+        if rec.timestamp >= timestamp and rec.offset >= min_offset:
+            return rec.offset, rec.timestamp
+    return False
 
 
 def iter_batches(buf: Buffer, *, codecs: Mapping[int, Codec] | None = None) -> Iterator[RecordBatch]:

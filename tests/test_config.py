@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
@@ -259,6 +260,8 @@ def test_kafkas_topic_configs_without_effect_are_accepted_and_validated(name: st
     [key] = [k for k in TOPIC_ONLY_KEYS if k.name == name]
     if name.endswith(".replication.throttled.replicas"):
         assert "KIP-73" in key.doc  # in force: odradek.broker.replication_quota
+    elif name == "remote.log.delete.on.disable":
+        assert "KIP-950" in key.doc  # in force: odradek.broker.remote_log_manager
     else:
         assert "no effect" in key.doc or "only false" in key.doc
 
@@ -290,8 +293,46 @@ def test_tiered_topic_configs_with_tiered_storage_on() -> None:
     assert c.topic_config({"remote.log.copy.disable": "true"})["remote.log.copy.disable"] is True
     with pytest.raises(InvalidConfig, match=r"remote\.log\.copy\.disable"):
         c.topic_config({"remote.log.copy.disable": "1"})
-    with pytest.raises(InvalidConfig, match="cleanup.policy=compact"):
-        TopicConfig.build(c, {"remote.storage.enable": "true", "cleanup.policy": "compact"})
+    for policy in ("compact", "compact,delete"):
+        with pytest.raises(InvalidConfig, match="only supports topics with cleanup.policy=delete"):
+            TopicConfig.build(c, {"remote.storage.enable": "true", "cleanup.policy": policy})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        ({"retention.ms": "5000", "local.retention.ms": "-1"},
+         "Invalid value -1 for configuration local.retention.ms: Value must not be -1 as retention.ms value is set "
+         "as 5000."),
+        ({"retention.bytes": "900", "local.retention.bytes": "901"},
+         "Invalid value 901 for configuration local.retention.bytes: Value must not be more than retention.bytes "
+         "property value: 900"),
+        ({"remote.log.copy.disable": "true", "local.retention.bytes": "0"},
+         "When `remote.log.copy.disable` is set to true, the `local.retention.bytes` and `retention.bytes` must be "
+         "set to the identical value"),
+        ({"remote.log.copy.disable": "true", "local.retention.ms": "10"},
+         "the `local.retention.ms` and `retention.ms`"),
+    ],
+)  # fmt: skip
+def test_a_tiered_topics_local_retention_is_checked_as_kafka_checks_it(overrides: dict[str, str], error: str) -> None:
+    """LogConfig's rules for a topic with remote.storage.enable=true; the same configs on a
+    topic that is not tiered are accepted (Kafka checks them only for a tiered topic)."""
+    c = default_config(remote_log_storage_system_enable=True)
+    with pytest.raises(InvalidConfig, match=re.escape(error)):
+        TopicConfig.build(c, {"remote.storage.enable": "true", **overrides})
+    TopicConfig.build(c, overrides)
+
+
+def test_a_tiered_topics_accepted_local_retention() -> None:
+    c = default_config(remote_log_storage_system_enable=True)
+    for overrides in (
+        {"retention.ms": "-1", "local.retention.ms": "-1"},  # both unlimited
+        {"retention.bytes": "900", "local.retention.bytes": "900"},
+        {"remote.log.copy.disable": "true", "retention.bytes": "900", "local.retention.bytes": "900"},
+        {"remote.log.copy.disable": "true"},  # -2: retention.ms/bytes themselves
+        {"cleanup.policy": ""},  # Kafka takes an empty list
+    ):
+        assert TopicConfig.build(c, {"remote.storage.enable": "true", **overrides}).remote_storage_enable, overrides
 
 
 async def test_a_retention_bytes_below_minus_one_means_no_limit_as_in_kafka(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ def test_version_table_matches_protocol_md() -> None:
     expected = {
         0: (0, 7),
         1: (4, 11),
-        2: (1, 8),
+        2: (1, 10),
         3: (0, 12),
         8: (2, 9),
         9: (1, 9),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,6 +26,7 @@ from odradek import records
 from odradek.broker.api import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
     AlterableConfig,
     AlterConfigOp,
@@ -177,6 +179,7 @@ async def test_local_retention_deletes_only_copied_segments(tmp_path: Path) -> N
         assert partition.log_start_offset == 0
         assert await list_offset(core, EARLIEST_TIMESTAMP) == 0
         assert await list_offset(core, EARLIEST_LOCAL_TIMESTAMP) == copied_end
+        assert await list_offset(core, LATEST_TIERED_TIMESTAMP) == copied_end - 1  # KIP-1005
         assert await list_offset(core, LATEST_TIMESTAMP) == len(values)
         assert await read_all(core) == list(enumerate(values))
 
@@ -292,6 +295,7 @@ async def test_a_topic_that_is_not_tiered_is_left_alone(tmp_path: Path) -> None:
         await rlm(core).run_once()
         assert finished(core) == []
         assert core.replica_manager.partitions[TP].log.remote_copied_end is None
+        assert await list_offset(core, LATEST_TIERED_TIMESTAMP) == -1
 
 
 def remote_files(tmp_path: Path) -> list[str]:
@@ -330,7 +334,9 @@ async def test_remote_log_copy_disable_stops_copying_and_keeps_reading(tmp_path:
         values = await tiered_and_trimmed(core)
         copied = finished(core)
         disable = AlterableConfig("remote.log.copy.disable", AlterConfigOp.SET, "true")
-        resource = AlterConfigsResource(ConfigResourceType.TOPIC, TOPIC, [disable])
+        # Kafka requires local retention to be the whole log's once nothing more is copied
+        whole = AlterableConfig("local.retention.bytes", AlterConfigOp.DELETE, None)
+        resource = AlterConfigsResource(ConfigResourceType.TOPIC, TOPIC, [disable, whole])
         assert (await core.incremental_alter_configs([resource], False))[0].error == ErrorCode.NONE
         more = await produce_values(core, len(values), 12)
         await rlm(core).run_once()
@@ -356,7 +362,7 @@ async def test_remote_retention_moves_the_log_start_and_never_copies_again(tmp_p
     """Every remote segment past retention.ms: the whole log's start moves past them (the local
     copies of those segments go too), and the leader does not copy them again."""
     async with tiered_broker(tmp_path) as core:
-        await tiered_topic(core, **{"local.retention.bytes": "-1", "local.retention.ms": "-1"})
+        await tiered_topic(core)  # local retention is not run: every segment stays local
         values = await produce_values(core, 0, 12)
         await rlm(core).run_once()
         copied = finished(core)
@@ -424,3 +430,82 @@ async def test_a_broker_without_a_usable_remote_storage_stops_with_the_reason(
     with pytest.RaisesGroup(expected, flatten_subgroups=True, allow_unwrapped=True):
         async with tiered_broker(tmp_path, **settings):
             pytest.fail("the broker started")
+
+
+async def alter_topic(core: BrokerCore, *configs: tuple[str, str | None]) -> tuple[ErrorCode, str | None]:
+    """IncrementalAlterConfigs on the topic: SET each (key, value), DELETE each (key, None)."""
+    ops = [AlterableConfig(k, AlterConfigOp.SET if v is not None else AlterConfigOp.DELETE, v) for k, v in configs]
+    resource = AlterConfigsResource(ConfigResourceType.TOPIC, TOPIC, ops)
+    (result,) = await core.incremental_alter_configs([resource], False)
+    return result.error, result.error_message
+
+
+async def test_turning_tiering_off_deletes_the_remote_data_only_when_asked(tmp_path: Path) -> None:
+    """KIP-950: remote.storage.enable back to false is INVALID_CONFIG (Kafka's message) unless
+    remote.log.delete.on.disable=true; then the leader deletes the remote segments, the log
+    starts at the local log start, and local retention takes retention.ms/bytes again."""
+    async with tiered_broker(tmp_path) as core:
+        values = await tiered_and_trimmed(core)
+        partition = core.replica_manager.partitions[TP]
+        local_start = partition.local_log_start_offset
+        assert local_start > 0 and finished(core) and remote_files(tmp_path)
+        error, message = await alter_topic(core, ("remote.storage.enable", "false"))
+        assert error == ErrorCode.INVALID_CONFIG
+        assert message is not None and message.startswith("It is invalid to disable remote storage without deleting")
+        assert "`remote.storage.enable=false,remote.log.delete.on.disable=true`" in message
+        # the compacted policy Kafka refuses for a tiered topic, and local retention above the whole log's
+        error, message = await alter_topic(core, ("cleanup.policy", "compact"))
+        assert error == ErrorCode.INVALID_CONFIG and message is not None and "cleanup.policy=delete" in message
+        error, message = await alter_topic(core, ("retention.bytes", "100"))  # local.retention.bytes is 0
+        assert error == ErrorCode.NONE
+        error, message = await alter_topic(core, ("local.retention.bytes", "200"))
+        assert error == ErrorCode.INVALID_CONFIG
+        assert message is not None and "retention.bytes property value: 100" in message
+        assert await alter_topic(core, ("retention.bytes", None)) == (ErrorCode.NONE, None)
+        assert await read_all(core) == list(enumerate(values))  # nothing changed
+        off = (("remote.storage.enable", "false"), ("remote.log.delete.on.disable", "true"))
+        assert await alter_topic(core, *off) == (ErrorCode.NONE, None)
+        await rlm(core).run_once()
+        assert finished(core) == [] and remote_files(tmp_path) == []
+        assert partition.remote is None and partition.log.remote_copied_end is None
+        assert partition.log_start_offset == partition.local_log_start_offset == local_start
+        assert await list_offset(core, EARLIEST_TIMESTAMP) == local_start
+        assert await list_offset(core, LATEST_TIERED_TIMESTAMP) == -1
+        gone = await core.fetch(-1, 0, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED, [FetchPartition(TP, 0, 1 << 20)])
+        assert gone[TP].error == ErrorCode.OFFSET_OUT_OF_RANGE
+        assert await read_all(core, local_start) == list(enumerate(values))[local_start:]
+        more = await produce_values(core, len(values), 12)
+        await rlm(core).run_once()
+        await storage(core).run_retention()  # retention.bytes/ms (unlimited) keep everything now
+        assert finished(core) == [] and partition.local_log_start_offset == local_start
+        assert await read_all(core, local_start) == list(enumerate(values + more))[local_start:]
+
+
+async def test_list_offsets_by_time_searches_remote_storage_first(tmp_path: Path) -> None:
+    """As Kafka: a timestamp whose first record is in a segment only remote storage holds is
+    answered from it (offset, its timestamp, its leader epoch); later ones from the local log."""
+    async with tiered_broker(tmp_path) as core:
+        await tiered_topic(core, **{"local.retention.bytes": "0"})
+        base = time.time_ns() // 1_000_000 - 3_600_000
+        for b in range(12):  # batch b: offsets 8b..8b+7, every record at base + 1000 b
+            vals = [b"value-%06d" % (b * 8 + i) for i in range(8)]
+            assert (await produce(core, TP, batch(vals, timestamp=base + 1000 * b))).error == ErrorCode.NONE
+        await rlm(core).run_once()
+        await storage(core).run_retention()
+        local_start = core.replica_manager.partitions[TP].local_log_start_offset
+        assert local_start >= 16 and local_start % 8 == 0
+        assert await list_offset(core, base - 5) == 0
+        assert await list_offset(core, base + 1000) == 8  # in remote storage only
+        assert await list_offset(core, base + 1001) == 16
+        assert await list_offset(core, base + 1000 * (local_start // 8)) == local_start  # the local log
+        assert await list_offset(core, base + 11_000) == 88
+        assert await list_offset(core, base + 11_001) == -1
+        asked = [ListOffsetsPartition(TP, base + 1000)]
+        found = (await core.list_offsets(-1, IsolationLevel.READ_UNCOMMITTED, asked))[TP]
+        assert (found.offset, found.timestamp, found.leader_epoch) == (8, base + 1000, 0)
+        remote = tmp_path / "remote"
+        shutil.rmtree(remote)
+        remote.write_bytes(b"not a directory")
+        failed = (await core.list_offsets(-1, IsolationLevel.READ_UNCOMMITTED, asked))[TP]
+        assert failed.error == ErrorCode.KAFKA_STORAGE_ERROR
+        assert await list_offset(core, base + 11_000) == 88  # still searched remotely first: no segment reaches it

@@ -23,17 +23,21 @@ pytestmark = pytest.mark.integration
 RECORDS = 400
 
 
-@pytest.fixture(scope="module")
-def tiered_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    workdir = tmp_path_factory.mktemp("tiered-broker")
-    settings = {
+def tiered_settings(workdir: Path) -> dict[str, str]:
+    """A broker tiering to ``workdir/remote``, copying and applying retention every 100 ms."""
+    return {
         "remote.log.storage.system.enable": "true",
         "remote.log.storage.dir": str(workdir / "remote"),
         "remote.log.manager.task.interval.ms": "100",
         "log.retention.check.interval.ms": "100",
         "metrics.prometheus.listener": "127.0.0.1:0",
     }
-    with start_broker(workdir, settings) as broker:
+
+
+@pytest.fixture(scope="module")
+def tiered_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    workdir = tmp_path_factory.mktemp("tiered-broker")
+    with start_broker(workdir, tiered_settings(workdir)) as broker:
         yield broker
 
 
@@ -54,9 +58,10 @@ def remote_segments(broker: BrokerProcess, topic: str) -> list[Path]:
     return sorted((broker.workdir / "remote" / f"{topic}-0").glob("*.log"))
 
 
-def test_consumers_read_from_the_start_across_tiers_and_a_restart(tiered_broker: BrokerProcess) -> None:
-    broker = tiered_broker
-    topic = unique_topic("tiered")
+def tiered_topic_written(broker: BrokerProcess, prefix: str) -> tuple[str, list[tuple[bytes, bytes]]]:
+    """A new tiered topic keeping only its active segment locally, written with RECORDS records
+    (returned) and waited for until offset 0 is in remote storage only."""
+    topic = unique_topic(prefix)
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     config = {"remote.storage.enable": "true", "segment.bytes": "8192", "local.retention.bytes": "0"}
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1, config=config)])[topic].result(
@@ -66,6 +71,12 @@ def test_consumers_read_from_the_start_across_tiers_and_a_restart(tiered_broker:
     delivered = produce(broker, topic, expected, **{"batch.size": 2048})
     assert [m.offset() for m in delivered] == list(range(RECORDS))
     wait_until_tiered(broker, topic)
+    return topic, expected
+
+
+def test_consumers_read_from_the_start_across_tiers_and_a_restart(tiered_broker: BrokerProcess) -> None:
+    broker = tiered_broker
+    topic, expected = tiered_topic_written(broker, "tiered")
     assert len(remote_segments(broker, topic)) >= 2
 
     def check_confluent() -> None:
@@ -104,4 +115,54 @@ def test_consumers_read_from_the_start_across_tiers_and_a_restart(tiered_broker:
     check_kafka_python()
     more = produce(broker, topic, [(b"k", b"after-restart")])
     assert [m.offset() for m in more] == [RECORDS]
+    assert broker.log_problems() == []
+
+
+def test_turning_tiering_off_through_confluent_and_odradeks_admin(tiered_broker: BrokerProcess) -> None:
+    """KIP-950 through IncrementalAlterConfigs: confluent-kafka's AdminClient is refused with
+    Kafka's message, then odradek's admin turns tiering off with remote.log.delete.on.disable:
+    the remote segments go and the partition starts at its local log start."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    from odradek.client import Admin, AlterConfigOp, ConfigResourceType
+
+    broker = tiered_broker
+    topic, expected = tiered_topic_written(broker, "untiered")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    assert remote_segments(broker, topic)
+    off = ConfigEntry("remote.storage.enable", "false", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[off])
+    with pytest.raises(KafkaException, match="It is invalid to disable remote storage without deleting remote data"):
+        admin.incremental_alter_configs([resource])[resource].result(TIMEOUT_S)
+    assert remote_segments(broker, topic)
+    with Admin({"bootstrap.servers": broker.bootstrap}) as odradek_admin:
+        result = odradek_admin.incremental_alter_configs(
+            {
+                (ConfigResourceType.TOPIC, topic): [
+                    ("remote.storage.enable", AlterConfigOp.SET, "false"),
+                    ("remote.log.delete.on.disable", AlterConfigOp.SET, "true"),
+                ]
+            },
+            timeout=TIMEOUT_S,
+        )
+        assert list(result.values()) == [None]
+        local_start = int(local_segments(broker, topic)[0].removesuffix(".log"))  # local retention stopped at once
+        assert local_start > 0
+
+        def earliest() -> int:
+            found = odradek_admin.list_offsets({(topic, 0): "earliest"}, timeout=TIMEOUT_S)
+            return next(iter(found.values())).offset
+
+        deadline = time.monotonic() + TIMEOUT_S
+        while remote_segments(broker, topic) or earliest() != local_start:
+            assert time.monotonic() < deadline, f"remote data still there: {remote_segments(broker, topic)}"
+            time.sleep(0.1)
+        for spec in ("earliest", "earliest-local"):  # the log now starts where the local log does
+            found = odradek_admin.list_offsets({(topic, 0): spec}, timeout=TIMEOUT_S)
+            assert [r.offset for r in found.values()] == [local_start], spec
+        tiered = odradek_admin.list_offsets({(topic, 0): "latest-tiered"}, timeout=TIMEOUT_S)
+        assert [r.offset for r in tiered.values()] == [-1]
+    got = consume(broker, topic, RECORDS - local_start, offset=local_start)
+    assert [(m.offset(), m.key(), m.value()) for m in got] == [(i, *expected[i]) for i in range(local_start, RECORDS)]
     assert broker.log_problems() == []

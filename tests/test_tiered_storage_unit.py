@@ -16,6 +16,7 @@ from odradek.broker.remote_log import (
     RemoteLogView,
     epoch_entries_for,
     leader_epoch_checkpoint,
+    offset_for_timestamp_in,
     offset_index_position,
     read_batches,
 )
@@ -103,6 +104,29 @@ def test_read_batches_never_answers_a_truncated_or_corrupt_tail() -> None:
     bad[8:12] = (3).to_bytes(4, "big")  # a batchLength below any batch's
     with pytest.raises(CorruptMessage):
         read_batches(io.BytesIO(bytes(bad)), 100, 1 << 20, min_one_batch=True)
+
+
+def test_a_timestamp_search_in_a_remote_segment_finds_the_first_record_at_or_after() -> None:
+    """Records at 1000, 1010, ... 1190 (offsets 100-119, four a batch; the third batch's
+    records out of order): the first record at or after the timestamp, from the log start."""
+    data = bytearray()
+    for i in range(5):
+        stamps = [1000 + 40 * i + 10 * j for j in range(4)]
+        if i == 2:
+            stamps = [1100, 1130, 1110, 1120]
+        data += records.build_batch([(None, b"v", [], t) for t in stamps], base_offset=100 + 4 * i)
+
+    def search(timestamp: int, min_offset: int = 100) -> tuple[int, int] | None:
+        return offset_for_timestamp_in(io.BytesIO(bytes(data)), timestamp, min_offset)
+
+    assert search(0) == (100, 1000)
+    assert search(1015) == (102, 1020)
+    assert search(1125) == (109, 1130)  # the batch's largest timestamp reaches it: its first record that does
+    assert search(1190) == (119, 1190)
+    assert search(1191) is None
+    assert search(1000, min_offset=105) == (105, 1050)  # DeleteRecords moved the log start inside
+    truncated = offset_for_timestamp_in(io.BytesIO(bytes(data[:-5])), 1185, 100)
+    assert truncated is None  # the last batch is cut short: never an answer
 
 
 def test_remote_fetch_data_is_a_fetch_data_info() -> None:

@@ -52,6 +52,8 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3  # KIP-734, ListOffsets v7+
 #: KIP-405: the first offset kept locally; without tiered storage, the log start offset (v8+)
 EARLIEST_LOCAL_TIMESTAMP = -4
+#: KIP-1005: the highest offset copied to remote storage, -1 when nothing is (v9+)
+LATEST_TIERED_TIMESTAMP = -5
 
 #: replica_id a consumer sends in Fetch/ListOffsets (followers send their broker id >= 0).
 CONSUMER_REPLICA_ID = -1
@@ -681,6 +683,7 @@ __all__ = [
     "DEBUGGING_REPLICA_ID",
     "EARLIEST_LOCAL_TIMESTAMP",
     "EARLIEST_TIMESTAMP",
+    "LATEST_TIERED_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
     "NO_PRODUCER_EPOCH",

@@ -19,6 +19,7 @@ from typing import Any
 from ..config import (
     KAFKA_INT_KEYS,
     KAFKA_SHORT_KEYS,
+    TIERING_OFF_WITHOUT_DELETE,
     TOPIC_ONLY_KEYS,
     Config,
     TopicConfig,
@@ -387,7 +388,9 @@ class ConfigManager:
                 overrides[c.name] = ",".join(present)
             else:
                 raise KafkaError(f"unknown config operation {c.op!r}", code=ErrorCode.INVALID_REQUEST)
-        TopicConfig.build(self.config, overrides)  # raises InvalidConfig naming the key
+        new = TopicConfig.build(self.config, overrides)  # raises InvalidConfig naming the key
+        if current.remote_storage_enable and not new.remote_storage_enable and not new["remote.log.delete.on.disable"]:
+            raise InvalidConfig(TIERING_OFF_WITHOUT_DELETE)  # KIP-950: remote data is deleted or tiering stays
         if validate_only:
             return
         expect = topic.config_version if topic.config_version is not None else ABSENT

@@ -278,7 +278,9 @@ class BrokerCore:
         isolation_level: IsolationLevel,
         partitions: Sequence[ListOffsetsPartition],
     ) -> dict[TopicPartition, ListOffsetsPartitionResult]:
-        return self.replica_manager.list_offsets(replica_id, IsolationLevel(isolation_level), partitions)
+        results = self.replica_manager.list_offsets(replica_id, IsolationLevel(isolation_level), partitions)
+        await self.replica_manager.search_remote_timestamps(partitions, results)  # tiered storage
+        return results
 
     async def delete_records(
         self, offsets: Mapping[TopicPartition, int], timeout_ms: int

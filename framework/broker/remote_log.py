@@ -127,6 +127,33 @@ def read_batches(stream: BinaryIO, fetch_offset: int, max_bytes: int, *, min_one
     return RemoteBatches(bytes(out), first, after)
 
 
+def offset_for_timestamp_in(stream: BinaryIO, timestamp: int, min_offset: int) -> tuple[int, int] | None:
+    """ListOffsets by time in one remote segment: from ``stream`` (at a batch boundary), the
+    (offset, timestamp) of the first record at or after ``timestamp`` and at or after
+    ``min_offset`` (the log start), reading only the headers of the batches before it and the
+    one batch that holds it; None when the segment has none. A batch whose records cannot be
+    decoded here answers its header's base offset and largest timestamp."""
+    while True:
+        head = stream.read(records.HEADER_SIZE)
+        if len(head) < records.HEADER_SIZE:
+            return None
+        header = records.parse_header(head)
+        if header.batch_length < records.MIN_BATCH_LENGTH:
+            raise CorruptMessage(f"remote batch at offset {header.base_offset} has length {header.batch_length}")
+        rest = header.size - records.HEADER_SIZE
+        if header.max_timestamp < timestamp or header.last_offset < min_offset:
+            stream.seek(rest, 1)
+            continue
+        body = stream.read(rest)
+        if len(body) < rest:
+            return None  # a truncated tail: never an answer
+        exact = records.first_record_at_or_after(head + body, timestamp, min_offset)
+        if isinstance(exact, tuple):
+            return exact
+        if exact:
+            return max(header.base_offset, min_offset), header.max_timestamp
+
+
 class RemoteFetchData:
     """Records read from remote storage as a :class:`odradek.interfaces.FetchDataInfo`: bytes in
     memory (no file to sendfile), released with the answer."""

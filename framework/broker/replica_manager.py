@@ -33,6 +33,7 @@ from .api import (
     DEBUGGING_REPLICA_ID,
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
     AbortedTransaction,
@@ -83,6 +84,10 @@ _COORDINATOR_NOT_READY = frozenset(
     }
 )
 
+#: a remote read's errors answered as they are (a deleted offset; a read refused with every
+#: reader busy, as Kafka answers its reader pool's rejection); any other is KAFKA_STORAGE_ERROR
+_REMOTE_READ_ERRORS = frozenset({ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.UNKNOWN_SERVER_ERROR})
+
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -125,6 +130,23 @@ def _readable_end(read: ReadResult, replica_id: int, isolation_level: IsolationL
     if isolation_level is IsolationLevel.READ_COMMITTED:
         return read.last_stable_offset
     return read.high_watermark
+
+
+def _latest_tiered(partition: Partition) -> ListOffsetsPartitionResult:
+    """KIP-1005 (LATEST_TIERED, -5): the highest offset copied to remote storage and its leader
+    epoch, as the remote log manager last listed or copied it; offset and epoch -1 when nothing
+    is copied or the topic is not tiered. Any ListOffsets version may ask, as Kafka answers it
+    whatever the version (its clients ask with v9+). The epoch is the one the segment holding
+    the offset recorded when it was copied: the local epoch cache, which Kafka asks, no longer
+    covers offsets local retention deleted (Kafka then answers no epoch)."""
+    view = partition.remote if partition.config.remote_storage_enable else None
+    highest = view.highest_copied_offset if view is not None else -1
+    if view is None or highest < 0:
+        return ListOffsetsPartitionResult(ErrorCode.NONE, -1, -1, -1)
+    segment = view.segment_for(highest)
+    epochs = [e.epoch for e in segment.leader_epochs if e.start_offset <= highest] if segment is not None else []
+    epoch = epochs[-1] if epochs else _epoch_for_offset(partition, highest)
+    return ListOffsetsPartitionResult(ErrorCode.NONE, -1, highest, epoch)
 
 
 def _epoch_for_offset(partition: Partition, offset: int) -> int:
@@ -280,6 +302,8 @@ class ReplicaManager:
         (they now answer NOT_LEADER_OR_FOLLOWER)."""
         partition = self._get_or_create_partition(tp, config)
         partition.make_follower(leader_id, leader_epoch, replicas, isr, partition_epoch)
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.stop_tasks(tp, led_only=True)  # a hung copy must not go on
         self._wake(tp)
         self.on_partitions_changed()
         self._tiered_partition_taken_on(partition)
@@ -307,6 +331,8 @@ class ReplicaManager:
         partition = self.partitions.pop(tp, None)
         self._unindex(tp)
         self._snapshot_marks.pop(tp, None)
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.stop_tasks(tp, led_only=False)
         if self._hw_checkpoint is not None:
             self._hw_checkpoint.pop(tp, None)
         self._wake(tp)
@@ -315,7 +341,10 @@ class ReplicaManager:
             if tp.topic not in self._hosted_by_topic:
                 self.metrics.forget_topic(tp.topic)
             await self.storage.delete_log(tp)
-            if self.remote_log_manager is not None and partition.config.remote_storage_enable:
+            config = partition.config
+            if self.remote_log_manager is not None and (
+                config.remote_storage_enable or config.get("remote.log.delete.on.disable", False)
+            ):  # tiered, or turned off with its remote data maybe not yet deleted
                 await self.remote_log_manager.delete_partition(tp)
 
     def take_offline(self, tps: Collection[TopicPartition], log_dir: str) -> list[TopicPartition]:
@@ -356,6 +385,8 @@ class ReplicaManager:
         for tp, partition in self.partitions.items():
             if tp.topic == topic:
                 partition.update_config(config)
+                if self.remote_log_manager is not None:
+                    self.remote_log_manager.config_changed(partition)
 
     def _wake(self, tp: TopicPartition) -> None:
         self.produce_purgatory.check_and_complete(tp)
@@ -579,11 +610,13 @@ class ReplicaManager:
             info = await rlm.read(partition, p.fetch_offset, limit, min_one_batch=min_one_batch)
         except KafkaError as exc:
             log.warning("%s: %s", p.tp, exc)
-            code = exc.code if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE else ErrorCode.KAFKA_STORAGE_ERROR
+            code = exc.code if exc.code in _REMOTE_READ_ERRORS else ErrorCode.KAFKA_STORAGE_ERROR
             results[p.tp] = FetchPartitionResult(
                 code, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
             )
             return
+        if info is None:
+            return  # not read within remote.fetch.max.wait.ms: answered without records (KIP-1018)
         aborted: tuple[AbortedTransaction, ...] | None = None
         if isolation_level is IsolationLevel.READ_COMMITTED:
             upper = info.next_offset if info.next_offset >= 0 else p.fetch_offset
@@ -781,6 +814,36 @@ class ReplicaManager:
                 results[p.tp] = ListOffsetsPartitionResult(exc.code)
         return results
 
+    async def search_remote_timestamps(
+        self,
+        partitions: Sequence[ListOffsetsPartition],
+        results: dict[TopicPartition, ListOffsetsPartitionResult],
+    ) -> None:
+        """ListOffsets by time on tiered partitions (after :meth:`list_offsets`): the first record
+        at or after the timestamp in a remote segment below the local log replaces the local
+        answer, as Kafka searches remote storage first; a search that fails or times out
+        answers the partition's error."""
+        rlm = self.remote_log_manager
+        if rlm is None:
+            return
+        for p in partitions:
+            result = results.get(p.tp)
+            partition = self.partitions.get(p.tp)
+            if p.timestamp < 0 or result is None or result.error != ErrorCode.NONE or partition is None:
+                continue
+            remote_only = partition.log_start_offset < partition.local_log_start_offset
+            if not partition.config.remote_storage_enable or not remote_only:
+                continue
+            try:
+                found = await rlm.offset_for_timestamp(partition, p.timestamp)
+            except KafkaError as exc:
+                log.warning("%s: %s", p.tp, exc)
+                results[p.tp] = ListOffsetsPartitionResult(exc.code)
+                continue
+            if found is not None:
+                offset, timestamp, epoch = found
+                results[p.tp] = ListOffsetsPartitionResult(ErrorCode.NONE, timestamp, offset, epoch)
+
     @staticmethod
     def _list_offset(
         partition: Partition, replica_id: int, isolation_level: IsolationLevel, timestamp: int
@@ -799,6 +862,8 @@ class ReplicaManager:
             # KIP-405: the first offset in the local log (the log start without tiered storage)
             start = partition.local_log_start_offset
             return ListOffsetsPartitionResult(ErrorCode.NONE, -1, start, _epoch_for_offset(partition, start))
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return _latest_tiered(partition)
         # Kafka's lastFetchableOffset: what the asker may read
         if replica_id >= 0 or replica_id == DEBUGGING_REPLICA_ID:
             fetchable = partition.log_end_offset

@@ -52,6 +52,7 @@ from .log_dir_failures import LogDirFailureHandler, LogDirsFailed
 from .meta_properties import InconsistentClusterId
 from .metadata_cache import CLUSTER_ID_KEY, INTERNAL_TOPICS, MetadataCache, MetadataStoreReset, registration_json
 from .remote_log_manager import RemoteLogManager
+from .remote_quota import RemoteQuota
 from .replica_fetcher import ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,9 @@ REREGISTER_BACKOFF_S = 0.5
 REGISTRATION_WAIT_S = 60.0
 #: how often the starting broker looks again meanwhile
 REGISTRATION_POLL_S = 0.5
+#: how long a starting broker lists its tiered partitions' remote segments before it serves (a
+#: partition not listed by then is listed by its first remote read or the next interval)
+REMOTE_LISTING_AT_START_S = 10.0
 
 
 class BrokerIdConflict(OdradekError):
@@ -255,7 +259,8 @@ class BrokerServer:
                 if remote_log_manager is not None:
                     # the hosted tiered partitions know their remote segments before the listeners
                     # serve: a consumer's earliest offset and reads below the local log need them
-                    await remote_log_manager.run_once()
+                    # (bounded: a hanging remote storage must not keep the broker from serving)
+                    await remote_log_manager.refresh_all(REMOTE_LISTING_AT_START_S)
                 await self._start_group_coordinator(core, background, scopes)
                 from .txn.wiring import start_transaction_coordinator  # after the groups: TxnOffsetCommit needs them
 
@@ -365,7 +370,30 @@ class BrokerServer:
             metadata,
             interval_ms=int(config["remote.log.manager.task.interval.ms"]),
             reader_threads=int(config["remote.log.reader.threads"]),
+            reader_max_pending_tasks=int(config["remote.log.reader.max.pending.tasks"]),
+            fetch_max_wait_ms=int(config["remote.fetch.max.wait.ms"]),
+            copier_threads=int(config["remote.log.manager.copier.thread.pool.size"]),
+            expiration_threads=int(config["remote.log.manager.expiration.thread.pool.size"]),
+            copy_quota=RemoteQuota(
+                samples=int(config["remote.log.manager.copy.quota.window.num"]),
+                window_s=float(config["remote.log.manager.copy.quota.window.size.seconds"]),
+            ),
+            list_offsets_timeout_ms=int(config["remote.list.offsets.request.timeout.ms"]),
+            fetch_quota=RemoteQuota(
+                samples=int(config["remote.log.manager.fetch.quota.window.num"]),
+                window_s=float(config["remote.log.manager.fetch.quota.window.size.seconds"]),
+            ),
         )
+        dynamic = core.dynamic_config
+
+        def apply_quotas() -> None:  # KIP-956's rates are dynamic broker configs
+            manager.apply_quotas(
+                int(dynamic.value("remote.log.manager.copy.max.bytes.per.second")),
+                int(dynamic.value("remote.log.manager.fetch.max.bytes.per.second")),
+            )
+
+        dynamic.listeners.append(apply_quotas)
+        apply_quotas()
         core.replica_manager.remote_log_manager = manager
         log.info("broker %d: tiered storage on, remote storage %r", config.broker_id, factory.name)
         return manager

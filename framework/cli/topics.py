@@ -1,8 +1,10 @@
-"""``odradek topics create|list|describe|delete|alter``: kafka-topics.sh with sub-commands.
+"""``odradek topics create|list|describe|delete|alter|offsets``: kafka-topics.sh with
+sub-commands, and kafka-get-offsets.sh as ``offsets``.
 
 Flags are Kafka's (``--bootstrap-server``, ``--topic``, ``--partitions``,
 ``--replication-factor``, ``--config k=v``, ``--if-not-exists`` ...); ``describe`` prints
-kafka-topics' layout, so scripts that parse it keep working.
+kafka-topics' layout and ``offsets`` kafka-get-offsets' ``topic:partition:offset`` lines, so
+scripts that parse them keep working.
 """
 
 from __future__ import annotations
@@ -59,6 +61,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="set a topic config")
     alter.add_argument("--delete-config", action="append", default=[], metavar="KEY", help="reset a config to default")
     alter.set_defaults(func=run_alter)
+
+    offsets = tsub.add_parser("offsets", help="offsets of a topic's partitions at a time (kafka-get-offsets)")
+    add_admin_arguments(offsets, command_config=True)
+    offsets.add_argument("--topic", required=True)
+    offsets.add_argument("--partitions", metavar="P,P", help="only these partitions (comma separated; default all)")
+    offsets.add_argument(
+        "--time",
+        default="latest",
+        help="latest (-1), earliest (-2), max-timestamp (-3), earliest-local (-4: the first offset kept locally), "
+        "latest-tiered (-5: the highest offset in remote storage) or a timestamp in ms (default latest)",
+    )
+    offsets.set_defaults(func=run_offsets)
 
 
 def parse_key_values(items: Sequence[str], flag: str) -> dict[str, str]:
@@ -181,4 +195,48 @@ def run_alter(args: argparse.Namespace) -> int:
             for error in result.values():
                 if error is not None:
                     return _fail(str(error))
+    return 0
+
+
+def offset_spec(value: str) -> str | int:
+    """``--time``: one of Kafka's names, its number (-1 ... -5) or a timestamp (ms, >= 0)."""
+    from ..client.admin import OFFSET_SPECS
+
+    if value in OFFSET_SPECS:
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if number is not None and number >= 0:
+        return number
+    by_number = {v: k for k, v in OFFSET_SPECS.items()}
+    if number is not None and number in by_number:
+        return by_number[number]
+    raise TopicsCommandError(
+        f"--time must be {', '.join(OFFSET_SPECS)}, -1 to -{len(OFFSET_SPECS)} or a timestamp in ms, not {value!r}"
+    )
+
+
+def run_offsets(args: argparse.Namespace) -> int:
+    """kafka-get-offsets: ``topic:partition:offset`` per partition (no offset when none is found,
+    as for a timestamp after every record)."""
+    spec = offset_spec(args.time)
+    try:
+        wanted = [int(p) for p in args.partitions.split(",")] if args.partitions else None
+    except ValueError:
+        raise TopicsCommandError(f"--partitions expects numbers separated by commas, got {args.partitions!r}") from None
+    with _admin(args) as admin:
+        desc = admin.describe_topics([args.topic], timeout=args.timeout).get(args.topic)
+        if desc is None or isinstance(desc, KafkaError):
+            missing = desc is None or desc.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return _fail(f"topic '{args.topic}' does not exist" if missing else str(desc))
+        existing = sorted(p.partition for p in desc.partitions)
+        absent = sorted(set(wanted or ()) - set(existing))
+        if absent:
+            return _fail(f"topic '{args.topic}' has no partition {', '.join(map(str, absent))}")
+        found = admin.list_offsets({(args.topic, p): spec for p in wanted or existing}, timeout=args.timeout)
+    for tp in sorted(found, key=lambda tp: tp.partition):
+        offset = found[tp].offset
+        print(f"{tp.topic}:{tp.partition}:{offset if offset >= 0 else ''}")
     return 0

@@ -27,7 +27,15 @@ from .acl_admin import AclAdminMixin
 from .base import AsyncClient
 from .cluster import BrokerInfo, PartitionInfo
 from .group_ops import CoordinatorLookup, OffsetAndMetadata, commit_offsets, fetch_committed
-from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, OffsetAndTimestamp, list_offsets
+from .offsets import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    OffsetAndTimestamp,
+    list_offsets,
+)
 from .requests import RequestBuilder, error_code, error_or_none, raise_for, request_builder
 
 
@@ -176,9 +184,17 @@ class ClientQuotaAlteration:
     ops: Mapping[str, float | None]
 
 
-OffsetSpec = str | int  # "earliest" | "latest" | "max-timestamp" | a timestamp in ms
+#: "earliest" | "latest" | "max-timestamp" | "earliest-local" | "latest-tiered" | a timestamp in ms
+OffsetSpec = str | int
 
-_SPECS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP, "max-timestamp": MAX_TIMESTAMP}
+#: Kafka's OffsetSpec names (kafka-get-offsets' --time names) and their ListOffsets timestamps
+OFFSET_SPECS = {
+    "earliest": EARLIEST_TIMESTAMP,
+    "latest": LATEST_TIMESTAMP,
+    "max-timestamp": MAX_TIMESTAMP,
+    "earliest-local": EARLIEST_LOCAL_TIMESTAMP,
+    "latest-tiered": LATEST_TIERED_TIMESTAMP,
+}
 
 
 _error = error_or_none
@@ -467,9 +483,14 @@ class AsyncAdmin(AsyncClient, AclAdminMixin):
         isolation_level: int = 0,
         timeout: float | None = None,
     ) -> dict[TopicPartition, OffsetAndTimestamp]:
-        """Offsets per partition for "earliest", "latest", "max-timestamp" or a timestamp (ms)."""
+        """Offsets per partition for "earliest", "latest", "max-timestamp", "earliest-local" (the
+        first offset kept locally, tiered storage), "latest-tiered" (the highest offset in remote
+        storage, -1 for none) or a timestamp (ms)."""
         self._check_open()
-        wanted = {TopicPartition(*tp): (_SPECS[s] if isinstance(s, str) else int(s)) for tp, s in specs.items()}
+        unknown = sorted(str(s) for s in specs.values() if isinstance(s, str) and s not in OFFSET_SPECS)
+        if unknown:
+            raise ValueError(f"unknown offset spec {unknown[0]!r}: one of {', '.join(OFFSET_SPECS)} or a timestamp")
+        wanted = {TopicPartition(*tp): (OFFSET_SPECS[s] if isinstance(s, str) else int(s)) for tp, s in specs.items()}
         return await list_offsets(
             self.network, wanted, isolation_level=isolation_level, timeout_s=self._default_timeout(timeout)
         )

@@ -1,4 +1,5 @@
-"""ListOffsets for consumer and admin: earliest, latest or by timestamp, routed to each leader.
+"""ListOffsets for consumer and admin: earliest, latest, max timestamp, earliest local, latest
+tiered or by timestamp, routed to each leader.
 
 Kafka answers ListOffsets on the partition's leader only, so the partitions are grouped by leader
 and asked in parallel; leader errors refresh metadata and retry with backoff until the timeout.
@@ -22,6 +23,13 @@ from .requests import error_code, make_request
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+#: KIP-405: the first offset the leader keeps locally (tiered storage), ListOffsets v8+
+EARLIEST_LOCAL_TIMESTAMP = -4
+#: KIP-1005: the highest offset in remote storage (-1: none), ListOffsets v9+
+LATEST_TIERED_TIMESTAMP = -5
+#: the first ListOffsets version that knows each special timestamp (Kafka's
+#: ListOffsetsRequest.Builder.forConsumer picks the same)
+_MIN_VERSIONS = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9}
 
 
 class OffsetAndTimestamp(NamedTuple):
@@ -39,7 +47,9 @@ async def list_offsets(
     isolation_level: int = 0,
     timeout_s: float,
 ) -> dict[TopicPartition, OffsetAndTimestamp]:
-    """Offsets for ``timestamps`` (-2 earliest, -1 latest, -3 max timestamp, or ms)."""
+    """Offsets for ``timestamps`` (-2 earliest, -1 latest, -3 max timestamp, -4 earliest local,
+    -5 latest tiered, or ms). A broker too old for a special timestamp fails the call with
+    UNSUPPORTED_VERSION."""
     remaining = dict(timestamps)
     out: dict[TopicPartition, OffsetAndTimestamp] = {}
     network.add_topics({tp.topic for tp in remaining})
@@ -59,7 +69,7 @@ async def list_offsets(
 
         async def ask(node: int, parts: dict[TopicPartition, int]) -> None:
             try:
-                found = await _list_offsets_on(network, node, parts, isolation_level)
+                found = await _list_offsets_on(network, node, parts, isolation_level, int(timeout_s * 1000))
             except KafkaError as exc:
                 errors.append(exc)
                 return
@@ -92,8 +102,10 @@ async def list_offsets(
 
 
 async def _list_offsets_on(
-    network: NetworkClient, node: int, parts: Mapping[TopicPartition, int], isolation_level: int
+    network: NetworkClient, node: int, parts: Mapping[TopicPartition, int], isolation_level: int, timeout_ms: int
 ) -> dict[TopicPartition, OffsetAndTimestamp | KafkaError]:
+    """One ListOffsets to ``node``; v10+ carries the call's timeout (KIP-1075: how long the broker
+    may wait on remote storage), as Kafka's admin client sends its own."""
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for tp, ts in parts.items():
         by_topic.setdefault(tp.topic, []).append(
@@ -101,15 +113,15 @@ async def _list_offsets_on(
         )
 
     def build(conn: BrokerConnection) -> Any:
-        version = conn.version(ApiKey.LIST_OFFSETS, min_version=1)
-        if MAX_TIMESTAMP in parts.values():
-            version = conn.version(ApiKey.LIST_OFFSETS, min_version=7)
+        needed = max((_MIN_VERSIONS.get(ts, 1) for ts in parts.values()), default=1)
+        version = conn.version(ApiKey.LIST_OFFSETS, min_version=needed)
         return make_request(
             ApiKey.LIST_OFFSETS,
             version,
             replica_id=-1,
             isolation_level=isolation_level,
             topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+            timeout=timeout_ms,
         )
 
     try:

@@ -89,7 +89,9 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         # PROTOCOL.md's table: what the real clients need.
         ApiKey.PRODUCE: VersionRange(0, 7),  # v0-2 advertised for old librdkafka, answered UNSUPPORTED_VERSION
         ApiKey.FETCH: VersionRange(4, 11),  # v12+ is flexible, v13+ uses topic ids
-        ApiKey.LIST_OFFSETS: VersionRange(1, 8),  # v7 MAX_TIMESTAMP (KIP-734), v8 EARLIEST_LOCAL (KIP-405)
+        # v7 MAX_TIMESTAMP (KIP-734), v8 EARLIEST_LOCAL (KIP-405), v9 LATEST_TIERED (KIP-1005), v10
+        # timeout_ms (KIP-1075: taken; remote.list.offsets.request.timeout.ms bounds remote searches)
+        ApiKey.LIST_OFFSETS: VersionRange(1, 10),
         ApiKey.METADATA: VersionRange(0, 12),  # v10 topic ids (KIP-848 consumers need them), v12 asks by id
         # v9 (KIP-848): a consumer group member commits with its member epoch (v10 names topics by id)
         ApiKey.OFFSET_COMMIT: VersionRange(2, 9),

@@ -18,17 +18,3 @@ def check_layout(data: bytes | bytearray, batches: Sequence[BatchMeta]) -> None:
         pos += meta.size
     if pos != len(data):
         raise InvalidRecord(f"batch metadata covers {pos} bytes of {len(data)}")
-
-
-def first_record_at_or_after(batch: bytes, timestamp: int, min_offset: int) -> tuple[int, int] | bool:
-    """(offset, timestamp) of the first record in ``batch`` with a timestamp >= ``timestamp``
-    at or after ``min_offset``; False when no record is, True when the batch cannot be decoded
-    (e.g. no codec here: the caller falls back to the batch header)."""
-    try:
-        decoded = records.decode_batch(batch, verify_crc=False)
-    except Exception:  # an unknown codec must not break ListOffsets: fall back to the header
-        return True
-    for rec in decoded.records:
-        if rec.timestamp >= timestamp and rec.offset >= min_offset:
-            return rec.offset, rec.timestamp
-    return False

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .batches import first_record_at_or_after
+from odradek.records import first_record_at_or_after
+
 from .scan import scan_headers
 
 if TYPE_CHECKING:

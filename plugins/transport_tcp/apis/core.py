@@ -501,7 +501,9 @@ def _fetch_partition(index: int, r: FetchPartitionResult) -> FetchPartitionData:
 
 
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
-    """Earliest (-2), latest (-1), max timestamp (-3) or the first offset at a timestamp."""
+    """Earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), latest tiered (-5)
+    or the first offset at a timestamp. v10's ``timeout_ms`` (KIP-1075) is taken and not used: a
+    timestamp search of remote storage is bounded by ``remote.list.offsets.request.timeout.ms``."""
     version = ctx.api_version
     partitions = [
         ListOffsetsPartition(
