@@ -53,7 +53,7 @@ from .interfaces import (
     TransportFactory,
 )
 from .records import takes_max_size
-from .replica_selector import ReplicaSelector
+from .replica_selector import ReplicaSelector, selector_name
 from .security.authorizer import AuthorizerFactory, authorizer_name
 from .security.mechanism import SaslMechanism
 
@@ -600,9 +600,18 @@ class Plugins:
         return instance
 
     def replica_selector(self, name: str) -> ReplicaSelector:
-        """A KIP-392 replica selector by name (``replica.selector.class``)."""
-        cls = self._select("odradek_register_replica_selectors", name)
-        instance: ReplicaSelector = cls()
+        """The KIP-392 replica selector ``replica.selector.class`` names (Kafka's class names of
+        its selectors are the built-in ``rack-aware`` and ``leader``)."""
+        merged = self._by_name("odradek_register_replica_selectors", lambda s: s.name)
+        chosen = merged.get(selector_name(name))
+        if chosen is None:
+            choices = ", ".join(sorted(merged)) or "none"
+            raise PluginError(
+                f"replica.selector.class = {name!r}: no replica selector plugin offers it (available: {choices}, "
+                "or Kafka's org.apache.kafka.common.replica.RackAwareReplicaSelector / LeaderSelector for "
+                "rack-aware / leader; empty for none)"
+            )
+        instance: ReplicaSelector = chosen[1]()
         return instance
 
     # -- introspection -------------------------------------------------------------------------

@@ -206,7 +206,9 @@ def test_hook_odradek_register_replica_selectors() -> None:
     leader, other = ReplicaView(3, "a", 10, 0), ReplicaView(1, "b", 10, 0)
     client = ClientMetadata("b", "c", "127.0.0.1:1", "User:ANONYMOUS", "PLAINTEXT")
     assert selector.select(TopicPartition("t", 0), client, PartitionView(leader, (leader, other))) == other
-    with pytest.raises(PluginError, match="no replica selector plugin named 'rack-aware'.*replica.selector.class"):
+    with pytest.raises(
+        PluginError, match="replica.selector.class = 'rack-aware': no replica selector plugin offers it"
+    ):
         plugins.replica_selector("rack-aware")
     not_a_class = _module("bad", odradek_register_replica_selectors=lambda: [_NearestBroker()])
     with pytest.raises(PluginError, match="replica selector class"):

@@ -18,8 +18,10 @@ from odradek.broker.fetch_session import CachedPartition
 from odradek.broker.partition import Partition
 from odradek.broker.preferred_replica import HERE, leader_view, preferred_read_replica
 from odradek.broker.replica_manager import ReplicaManager
+from odradek.config import load_config
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
+from odradek.manager import PluginError, load_plugins
 from odradek.replica_selector import (
     ClientMetadata,
     LeaderSelector,
@@ -296,3 +298,13 @@ def test_a_redirection_is_always_in_an_incremental_answer() -> None:
     entry.must_respond(same)
     assert not entry.must_respond(same)
     assert entry.must_respond(FetchPartitionResult(ErrorCode.NONE, 3, 3, 0, preferred_read_replica=2))
+
+
+async def test_a_broker_with_an_unknown_replica_selector_does_not_start(tmp_path: Path) -> None:
+    from odradek.broker.server import BrokerServer
+
+    overrides = {"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0", "replica.selector.class": "x.Y"}
+    config = load_config(overrides=overrides, plugins=load_plugins())
+    with pytest.raises(PluginError, match="replica.selector.class = 'x.Y': .*available: leader, rack-aware"):
+        await BrokerServer(config).serve()
+    assert not any(tmp_path.iterdir())  # stopped before it opened its storage

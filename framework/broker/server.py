@@ -186,7 +186,7 @@ class BrokerServer:
         authorizer_class = str(config["authorizer.class.name"]).strip()
         self._authorizer_factory = self.plugins.authorizer(authorizer_class) if authorizer_class else None
         # and so does a replica selector (KIP-392) no plugin offers
-        self._replica_selector(selector_name(str(config["replica.selector.class"])))
+        self._replica_selector(str(config["replica.selector.class"]).strip())
         storage = self.plugins.storage(config["storage"]).create(config)
         store = self.plugins.metadata(config["metadata"]).create(config)
         self.storage, self.store = storage, store
@@ -609,7 +609,7 @@ class BrokerServer:
             try:
                 selector = self.plugins.replica_selector(name)
             except PluginError:
-                selector = builtin_replica_selector(name)
+                selector = builtin_replica_selector(selector_name(name))
                 if selector is None:
                     raise
         self._selector = selector
