@@ -117,6 +117,16 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "select the built-in acl one; a name no plugin offers stops the broker.",
     ),
     _k(
+        "replica.selector.class",
+        str,
+        "",
+        "Replica selector plugin (odradek_register_replica_selectors name) choosing the replica a consumer "
+        "fetching with Fetch v11+ reads from (KIP-392); empty: none, consumers read from leaders and followers "
+        "refuse their fetches. Kafka's org.apache.kafka.common.replica.RackAwareReplicaSelector and "
+        "org.apache.kafka.common.replica.LeaderSelector select the built-in rack-aware and leader; a name no "
+        "plugin offers stops the broker.",
+    ),
+    _k(
         "plugins",
         list,
         [],

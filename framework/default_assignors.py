@@ -10,6 +10,10 @@ that use the same assignor. The implementations live in :mod:`odradek.assignors`
 Broker side (``odradek_register_server_assignors``), for KIP-848 consumer groups: ``uniform``
 (the default, sticky) and ``range``, in :mod:`odradek.server_assignors`. They live in this one
 plugin so that the broker needs no second entry point for them.
+
+Broker side too (``odradek_register_replica_selectors``), for KIP-392 fetch from the closest
+replica: ``leader`` and ``rack-aware``, in :mod:`odradek.replica_selector` (placement choices,
+registered here for the same reason).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Sequence
 from .assignors import CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor, StickyAssignor
 from .hookspecs import hookimpl
 from .interfaces import Assignor, ServerAssignor
+from .replica_selector import LeaderSelector, RackAwareReplicaSelector, ReplicaSelector
 from .server_assignors import RangeServerAssignor, UniformServerAssignor
 
 
@@ -30,3 +35,8 @@ def odradek_register_assignors() -> Sequence[type[Assignor]]:
 @hookimpl
 def odradek_register_server_assignors() -> Sequence[type[ServerAssignor]]:
     return [UniformServerAssignor, RangeServerAssignor]
+
+
+@hookimpl
+def odradek_register_replica_selectors() -> Sequence[type[ReplicaSelector]]:
+    return [RackAwareReplicaSelector, LeaderSelector]

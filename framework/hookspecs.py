@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         StorageFactory,
         TransportFactory,
     )
+    from .replica_selector import ReplicaSelector
     from .security.authorizer import AuthorizerFactory
     from .security.mechanism import SaslMechanism
 
@@ -206,5 +207,24 @@ def odradek_register_server_assignors() -> Sequence[type[ServerAssignor]]:
 
     Called by: the broker when it starts its group coordinator, to resolve
     ``group.consumer.assignors`` (an unknown name fails the start, naming what is loaded).
+    Result: collected and merged by name.
+    """
+
+
+# ============================================================================================
+# Replica selector role (broker side, KIP-392 fetch from the closest replica)
+# ============================================================================================
+
+
+@hookspec
+def odradek_register_replica_selectors() -> Sequence[type[ReplicaSelector]]:
+    """Replica selector classes (``odradek.replica_selector.ReplicaSelector``: a ``name`` and
+    ``select(tp, client_metadata, partition_view)``, Kafka's ``ReplicaSelector``), made with no
+    arguments, one per broker.
+
+    Called by: the broker at start-up, to resolve ``replica.selector.class`` (empty: none, every
+    consumer reads from the leader; Kafka's ``RackAwareReplicaSelector`` and ``LeaderSelector``
+    class names select the built-in ``rack-aware`` and ``leader``, which the built-in
+    ``default_assignors`` plugin registers; an unknown name fails the start).
     Result: collected and merged by name.
     """

@@ -53,6 +53,7 @@ from .interfaces import (
     TransportFactory,
 )
 from .records import takes_max_size
+from .replica_selector import ReplicaSelector, selector_name
 from .security.authorizer import AuthorizerFactory, authorizer_name
 from .security.mechanism import SaslMechanism
 
@@ -83,7 +84,10 @@ class PluginInfo:
 
 
 #: the config key that selects a hook's item, where it is not the role's name
-_HOOK_SETTINGS = {"odradek_register_remote_storage": "remote.log.storage.manager"}
+_HOOK_SETTINGS = {
+    "odradek_register_remote_storage": "remote.log.storage.manager",
+    "odradek_register_replica_selectors": "replica.selector.class",
+}
 
 _HOOK_ROLES = {
     "odradek_config_keys": "config",
@@ -95,6 +99,7 @@ _HOOK_ROLES = {
     "odradek_register_partitioners": "partitioner",
     "odradek_register_assignors": "assignor",
     "odradek_register_server_assignors": "server assignor",
+    "odradek_register_replica_selectors": "replica selector",
     "odradek_register_sasl_mechanisms": "SASL mechanism",
     "odradek_register_authorizers": "authorizer",
 }
@@ -361,6 +366,7 @@ _ITEM_CHECKS: dict[str, tuple[str, Callable[[Any], str | None]]] = {
     "odradek_register_partitioners": ("a partitioner class", _class_problem("partition", "on_new_batch")),
     "odradek_register_assignors": ("an assignor class", _class_problem("assign")),
     "odradek_register_server_assignors": ("a server assignor class", _class_problem("assign")),
+    "odradek_register_replica_selectors": ("a replica selector class", _class_problem("select")),
     "odradek_register_sasl_mechanisms": ("a SaslMechanism", _sasl_mechanism_problem),
     "odradek_register_authorizers": ("an AuthorizerFactory", _factory_problem),
 }
@@ -591,6 +597,21 @@ class Plugins:
         """A KIP-848 server-side assignor by name (``group.consumer.assignors``)."""
         cls = self._select("odradek_register_server_assignors", name)
         instance: ServerAssignor = cls()
+        return instance
+
+    def replica_selector(self, name: str) -> ReplicaSelector:
+        """The KIP-392 replica selector ``replica.selector.class`` names (Kafka's class names of
+        its selectors are the built-in ``rack-aware`` and ``leader``)."""
+        merged = self._by_name("odradek_register_replica_selectors", lambda s: s.name)
+        chosen = merged.get(selector_name(name))
+        if chosen is None:
+            choices = ", ".join(sorted(merged)) or "none"
+            raise PluginError(
+                f"replica.selector.class = {name!r}: no replica selector plugin offers it (available: {choices}, "
+                "or Kafka's org.apache.kafka.common.replica.RackAwareReplicaSelector / LeaderSelector for "
+                "rack-aware / leader; empty for none)"
+            )
+        instance: ReplicaSelector = chosen[1]()
         return instance
 
     # -- introspection -------------------------------------------------------------------------

@@ -80,6 +80,9 @@ class TopicCounters:
     failed_produce_requests: int = 0
     fetch_requests: int = 0
     failed_fetch_requests: int = 0
+    follower_fetch_requests: int = 0
+    follower_bytes_out: int = 0
+    preferred_replica_redirects: int = 0
 
     def add(self, other: TopicCounters) -> None:
         """Add ``other``'s counts to these."""
@@ -175,6 +178,17 @@ class BrokerMetrics:
         else:
             t.bytes_out += size
 
+    def fetched_from_follower(self, topic: str, size: int) -> None:
+        """A consumer's fetch of a partition was served by this broker as a follower (KIP-392),
+        ``size`` bytes of it (counted in ``bytes_out`` too)."""
+        t = self.topic(topic)
+        t.follower_fetch_requests += 1
+        t.follower_bytes_out += size
+
+    def redirected_to_preferred_replica(self, topic: str) -> None:
+        """A consumer's fetch of a partition was answered with a preferred read replica (KIP-392)."""
+        self.topic(topic).preferred_replica_redirects += 1
+
     def fetch_refused(self, topic: str, error: ErrorCode) -> None:
         """A fetch request's partition was answered with ``error``."""
         t = self.topic(topic)
@@ -232,6 +246,21 @@ _TOPIC_COUNTERS: tuple[tuple[str, str, str], ...] = (
         "failed_fetch_requests",
         "failedfetchrequests",
         "Partitions of consumers' Fetch requests answered with an error (FailedFetchRequestsPerSec).",
+    ),
+    (
+        "follower_fetch_requests",
+        "followerfetchrequests",
+        "Partitions of consumers' Fetch requests this broker served as a follower (KIP-392; no Kafka metric).",
+    ),
+    (
+        "follower_bytes_out",
+        "followerbytesout",
+        "Bytes of records read for consumers' fetches served as a follower (KIP-392; in bytesout too).",
+    ),
+    (
+        "preferred_replica_redirects",
+        "preferredreplicaredirects",
+        "Partitions of consumers' Fetch requests answered with a preferred read replica (KIP-392).",
     ),
 )
 

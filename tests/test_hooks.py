@@ -12,6 +12,7 @@ import sys
 import types
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from odradek.interfaces import (
     MetadataFactory,
     RemoteStorageFactory,
     StorageFactory,
+    TopicPartition,
     TransportFactory,
 )
 from odradek.manager import PluginError, Plugins, build_plugin_manager
@@ -185,6 +187,32 @@ def test_hook_odradek_register_server_assignors() -> None:
     assert assignor.assign(members, topics) == {"m1": {"a" * 32: frozenset({0, 1})}, "m2": {}}
     with pytest.raises(PluginError, match="no server assignor plugin named 'uniform'"):
         plugins.server_assignor("uniform")
+
+
+class _NearestBroker:
+    """A third-party replica selector: the lowest broker id offered."""
+
+    name = "lowest-id"
+
+    def select(self, tp: Any, client: Any, partition: Any) -> Any:
+        return min(partition.replicas, key=lambda r: r.broker_id)
+
+
+def test_hook_odradek_register_replica_selectors() -> None:
+    from odradek.replica_selector import ClientMetadata, PartitionView, ReplicaView
+
+    plugins = _plugins(_module("nearest", odradek_register_replica_selectors=lambda: [_NearestBroker]))
+    selector = plugins.replica_selector("lowest-id")
+    leader, other = ReplicaView(3, "a", 10, 0), ReplicaView(1, "b", 10, 0)
+    client = ClientMetadata("b", "c", "127.0.0.1:1", "User:ANONYMOUS", "PLAINTEXT")
+    assert selector.select(TopicPartition("t", 0), client, PartitionView(leader, (leader, other))) == other
+    with pytest.raises(
+        PluginError, match="replica.selector.class = 'rack-aware': no replica selector plugin offers it"
+    ):
+        plugins.replica_selector("rack-aware")
+    not_a_class = _module("bad", odradek_register_replica_selectors=lambda: [_NearestBroker()])
+    with pytest.raises(PluginError, match="replica selector class"):
+        _plugins(not_a_class).replica_selector("lowest-id")
 
 
 def test_hook_odradek_register_sasl_mechanisms() -> None:

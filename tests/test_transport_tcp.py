@@ -109,6 +109,7 @@ class ScriptedBroker:
         self.produce_delay: Any = None
         self.fetch_gate: trio.Event | None = None
         self.fetch_calls = 0
+        self.client_metadata: Any = None
         self.slices: list[FileSlice] = []
 
     async def produce(self, acks: int, timeout_ms: int, partitions: Mapping[TopicPartition, bytearray], **kw: Any):
@@ -119,8 +120,11 @@ class ScriptedBroker:
         self.produced.append((acks, {tp: bytes(v) for tp, v in partitions.items()}))
         return {tp: PartitionProduceResult(ErrorCode.NONE, base_offset=10 * i) for i, tp in enumerate(partitions)}
 
-    async def fetch(self, replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, partitions):
+    async def fetch(
+        self, replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, partitions, client_metadata=None
+    ):
         self.fetch_calls += 1
+        self.client_metadata = client_metadata
         if self.fetch_gate is not None:
             await self.fetch_gate.wait()
         out = {}
@@ -1298,3 +1302,28 @@ async def test_a_negative_replica_id_fetches_as_a_consumer(replica_id: int) -> N
         await call(conn, fetch, 1)
         await conn.aclose()
     assert asked == [-1]
+
+
+#: (Fetch version, replica id, rack sent, rack the broker gets; None: no client metadata)
+_CLIENT_METADATA_CASES = [(11, -1, "b", "b"), (11, -1, "", ""), (10, -1, "", None), (11, 2, "b", None)]
+
+
+@pytest.mark.parametrize(("version", "replica_id", "rack", "expected"), _CLIENT_METADATA_CASES)
+async def test_fetch_v11_gives_the_broker_the_consumers_metadata(
+    version: int, replica_id: int, rack: str, expected: str | None
+) -> None:
+    """KIP-392: a consumer's Fetch v11+ reaches the broker with its rack, client id, address,
+    principal and listener (Kafka's ClientMetadata); an older Fetch or a follower's, without."""
+    broker = ScriptedBroker(_config())
+    fetch = _replace(sample(request_type(ApiKey.FETCH, version)), session_id=0, session_epoch=-1, isolation_level=0)
+    fetch = _replace(fetch, replica_id=replica_id, **({"rack_id": rack} if version >= 11 else {}))
+    async with serving(broker) as (_listener, bound):
+        conn = await connect(bound)
+        await call(conn, fetch, version)
+        await conn.aclose()
+    meta = broker.client_metadata
+    if expected is None:
+        assert meta is None
+    else:
+        assert (meta.rack_id, meta.principal, meta.listener_name) == (expected, "User:ANONYMOUS", "PLAINTEXT")
+        assert meta.address.startswith("127.0.0.1") and isinstance(meta.client_id, str)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..connection_quotas import ConnectionQuotas
     from ..metrics import BrokerMetrics
+    from ..replica_selector import ClientMetadata
     from ..request_memory import RequestMemoryPool
     from .fetch_session import FetchSessionCache
     from .mutation_quota import ControllerMutationQuota
@@ -526,10 +527,13 @@ class Broker(Protocol):
         max_bytes: int,
         isolation_level: IsolationLevel,
         partitions: Sequence[FetchPartition],
+        client_metadata: ClientMetadata | None = None,
     ) -> dict[TopicPartition, FetchPartitionResult]:
         """Read from each partition (up to the high watermark, or the last stable offset for
         READ_COMMITTED), at least one whole batch from the first partition with data, at most
-        ``max_bytes`` overall; wait up to ``max_wait_ms`` until ``min_bytes`` are available."""
+        ``max_bytes`` overall; wait up to ``max_wait_ms`` until ``min_bytes`` are available.
+        ``client_metadata`` (Fetch v11+ consumers) lets the replica selector (KIP-392) answer a
+        partition with a preferred read replica, and a follower serve it."""
         ...
 
     async def list_offsets(

@@ -26,6 +26,7 @@ from ..errors import ErrorCode, InvalidTopic
 from ..interfaces import Codec, LogDirDescription, LogStorage, MetadataStore, TopicPartition, described_log_dirs
 from ..metrics import BrokerMetrics
 from ..pacing import paced
+from ..replica_selector import ClientMetadata
 from ..request_memory import RequestMemoryPool
 from ..security.authorizer import Authorizer
 from ..security.credentials import ScramCredentialStore
@@ -136,6 +137,7 @@ class BrokerCore:
         )
         self.metadata_cache = MetadataCache(config, store, self.replica_manager)
         self.replica_manager.partition_known = self.metadata_cache.contains_partition
+        self._wire_replica_selection(config)
         #: name -> (the TopicState it was built from, its ``state_changes`` then, live brokers,
         #: listed brokers, the answer): the cache replaces a TopicState when the topic is re-read
         #: and counts partition states it changes in place, so both say the answer is current
@@ -266,11 +268,27 @@ class BrokerCore:
         max_bytes: int,
         isolation_level: IsolationLevel,
         partitions: Sequence[FetchPartition],
+        client_metadata: ClientMetadata | None = None,
     ) -> dict[TopicPartition, FetchPartitionResult]:
         max_bytes = min(max_bytes, int(self.config["fetch.max.bytes"]))
         return await self.replica_manager.fetch_messages(
-            replica_id, max_wait_ms, min_bytes, max_bytes, IsolationLevel(isolation_level), partitions
+            replica_id, max_wait_ms, min_bytes, max_bytes, IsolationLevel(isolation_level), partitions, client_metadata
         )
+
+    def _wire_replica_selection(self, config: Config) -> None:
+        """KIP-392: the replica manager asks the metadata cache for brokers' racks and liveness
+        (this broker's own rack from its config, before its registration is visible)."""
+        cache = self.metadata_cache
+        me, my_rack = config.broker_id, str(config["broker.rack"]) or None
+
+        def rack_of(broker_id: int) -> str | None:
+            return my_rack if broker_id == me else cache.rack_of(broker_id)
+
+        def alive(broker_id: int) -> bool:
+            return broker_id == me or broker_id in cache.brokers
+
+        self.replica_manager.rack_of = rack_of
+        self.replica_manager.broker_alive = alive
 
     async def list_offsets(
         self,

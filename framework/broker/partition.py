@@ -476,13 +476,22 @@ class Partition:
         min_one_batch: bool,
         replica_id: int = -1,
         current_leader_epoch: int = -1,
+        fetch_only_from_leader: bool = True,
     ) -> ReadResult:
         """Read for a consumer (up to the HW or LSO), a follower or a debugging consumer
-        (replica id -2, Kafka's ``DEBUGGING_CONSUMER_ID``: up to the LEO)."""
+        (replica id -2, Kafka's ``DEBUGGING_CONSUMER_ID``: up to the LEO).
+
+        ``fetch_only_from_leader=False`` (KIP-392: a consumer sent here by a replica selector)
+        lets a follower serve a consumer, up to its own HW (what its leader last told it) or
+        LSO. An offset past its log end is OFFSET_OUT_OF_RANGE for a consumer that sent its
+        leader epoch (KIP-320: it asks the leader what is true), and an empty answer for one
+        that did not, which may have come on stale metadata and retries (as Kafka since 3.4,
+        apache/kafka#12734)."""
         # the requester's epoch first, as Kafka's getLocalLog: a replica that is not the leader
         # tells an older epoch FENCED_LEADER_EPOCH and a newer one UNKNOWN_LEADER_EPOCH
         self.check_leader_epoch(current_leader_epoch)
-        if not self.is_leader:  # consumers and followers both fetch from the leader
+        if not self.is_leader and (fetch_only_from_leader or replica_id >= 0):
+            # followers fetch from the leader, and so do consumers unless a selector sent them
             raise NotLeaderOrFollower(f"{self.topic_partition}: leader is {self.leader_id}")
         if replica_id >= 0 and replica_id not in self.remote_replicas:
             raise NotLeaderOrFollower(f"{self.topic_partition}: broker {replica_id} is not a follower of it")
@@ -505,6 +514,9 @@ class Partition:
             raise OffsetMovedToTieredStorage(
                 f"{self.topic_partition}: offset {fetch_offset} is below the local log start {lstart}"
             )
+        if fetch_offset > leo and not self.is_leader and current_leader_epoch < 0 and lstart <= fetch_offset:
+            empty = self.log.read(leo, max_bytes, max_offset=max_offset, min_one_batch=False)
+            return ReadResult(empty, hw, lso, self.log_start_offset, leo)
         if fetch_offset < lstart or fetch_offset > leo:
             raise OffsetOutOfRange(f"{self.topic_partition}: offset {fetch_offset} is outside [{lstart}, {leo}]")
         info = self.log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)

@@ -28,6 +28,7 @@ from ..config import TopicConfig
 from ..errors import ErrorCode, KafkaError, OffsetMovedToTieredStorage, UnknownTopicOrPartition
 from ..interfaces import Codec, LogDirDescription, LogStorage, TopicPartition
 from ..metrics import BrokerMetrics
+from ..replica_selector import ClientMetadata, ReplicaSelector
 from .api import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -53,6 +54,7 @@ from .api import (
 from .delayed import DelayedDeleteRecords, DelayedFetch, DelayedProduce, release_all
 from .log_validator import DEFAULT_MAX_DECOMPRESSED_BYTES, validate_records
 from .partition import Partition, ReadResult
+from .preferred_replica import HERE, preferred_read_replica
 from .producer_state import SNAPSHOT_NAME, AppendOrigin
 from .purgatory import DelayedOperationPurgatory
 from .replication_quota import ReplicationQuotaManager
@@ -130,6 +132,22 @@ def _readable_end(read: ReadResult, replica_id: int, isolation_level: IsolationL
     if isolation_level is IsolationLevel.READ_COMMITTED:
         return read.last_stable_offset
     return read.high_watermark
+
+
+def _without_records(
+    partition: Partition, isolation_level: IsolationLevel, preferred_read_replica: int = -1
+) -> FetchPartitionResult:
+    """A consumer's partition answered without records for now (a remote read under way, or a
+    preferred read replica elsewhere, KIP-392): its offsets, and the empty aborted list a
+    read_committed answer carries."""
+    return FetchPartitionResult(
+        ErrorCode.NONE,
+        partition.high_watermark,
+        partition.last_stable_offset,
+        partition.log_start_offset,
+        () if isolation_level is IsolationLevel.READ_COMMITTED else None,
+        preferred_read_replica=preferred_read_replica,
+    )
 
 
 def _latest_tiered(partition: Partition) -> ListOffsetsPartitionResult:
@@ -240,6 +258,13 @@ class ReplicaManager:
         #: tiered storage (KIP-405), set by the broker when remote.log.storage.system.enable is
         #: true: consumers' fetches below a partition's local log start are read through it
         self.remote_log_manager: RemoteLogManager | None = None
+        #: KIP-392 (``replica.selector.class``, set by the broker): chooses the replica a consumer
+        #: fetching with its client metadata (Fetch v11+) reads from; with one, followers serve
+        #: such consumers too. ``rack_of`` and ``broker_alive`` are the metadata cache's (set by
+        #: the broker core): a broker's rack, and whether it is registered
+        self.replica_selector: ReplicaSelector | None = None
+        self.rack_of: Callable[[int], str | None] = lambda _broker_id: None
+        self.broker_alive: Callable[[int], bool] = lambda _broker_id: True
 
     # -- partition registry (driven by the metadata layer) ---------------------------------------
     def get_partition(self, tp: TopicPartition) -> Partition | None:
@@ -396,9 +421,12 @@ class ReplicaManager:
         """Re-check requests parked on ``tp`` (after a high watermark or ISR change)."""
         self._wake(tp)
 
-    def _leader_partition(self, tp: TopicPartition, current_leader_epoch: int = -1) -> Partition:
-        """The hosted partition ``tp`` if this broker leads it; the requester's leader epoch
-        (when given) is checked before leadership, as Kafka's getLocalLog."""
+    def _leader_partition(
+        self, tp: TopicPartition, current_leader_epoch: int = -1, *, follower_reads: bool = False
+    ) -> Partition:
+        """The hosted partition ``tp`` if this broker leads it (or, with ``follower_reads``,
+        hosts it); the requester's leader epoch (when given) is checked before leadership, as
+        Kafka's getLocalLog."""
         partition = self.partitions.get(tp)
         if partition is None:
             if tp in self.offline_partitions:
@@ -411,7 +439,7 @@ class ReplicaManager:
                 )
             raise UnknownTopicOrPartition(f"this broker does not host {tp}")
         partition.check_leader_epoch(current_leader_epoch)
-        if not partition.is_leader:
+        if not partition.is_leader and not follower_reads:
             raise KafkaError(f"{tp}: leader is broker {partition.leader_id}", code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return partition
 
@@ -551,17 +579,22 @@ class ReplicaManager:
         max_bytes: int,
         isolation_level: IsolationLevel,
         partitions: Sequence[FetchPartition],
+        client_metadata: ClientMetadata | None = None,
     ) -> dict[TopicPartition, FetchPartitionResult]:
         """Read now; if fewer than ``min_bytes`` are readable and nothing failed, wait up to
-        ``max_wait_ms`` for appends. The caller releases every returned read after sending it."""
+        ``max_wait_ms`` for appends. The caller releases every returned read after sending it.
+
+        ``client_metadata`` (a consumer's Fetch v11+) lets a replica selector send the consumer
+        to another replica (KIP-392): such a partition is answered at once, without records."""
+        client = client_metadata if self.replica_selector is not None and replica_id == CONSUMER_REPLICA_ID else None
 
         def read() -> tuple[dict[TopicPartition, FetchPartitionResult], int, bool]:
-            return self.read_from_local_log(replica_id, max_bytes, isolation_level, partitions)
+            return self.read_from_local_log(replica_id, max_bytes, isolation_level, partitions, client=client)
 
         min_bytes = min(min_bytes, max_bytes)  # as Kafka's handleFetchRequest: never more than it may answer
         remote: list[tuple[FetchPartition, int, bool]] = []
         results, total, errored = self.read_from_local_log(
-            replica_id, max_bytes, isolation_level, partitions, remote_reads=remote
+            replica_id, max_bytes, isolation_level, partitions, remote_reads=remote, client=client
         )
         if replica_id >= 0:
             self._update_follower_fetch_states(replica_id, partitions, results)
@@ -578,7 +611,9 @@ class ReplicaManager:
         by_tp = {p.tp: p for p in partitions}
 
         def read_partition(tp: TopicPartition) -> tuple[int, bool]:
-            one, size, errored = self.read_from_local_log(replica_id, max_bytes, isolation_level, [by_tp[tp]])
+            one, size, errored = self.read_from_local_log(
+                replica_id, max_bytes, isolation_level, [by_tp[tp]], client=client
+            )
             release_all(one)
             return size, errored
 
@@ -633,6 +668,19 @@ class ReplicaManager:
             info if info.size > 0 else None,
         )
 
+    def _preferred_read_replica(self, partition: Partition, client: ClientMetadata, fetch_offset: int) -> int:
+        """Where the replica selector sends this consumer for ``partition`` (HERE: read here)."""
+        selector = self.replica_selector
+        if selector is None:
+            return HERE
+        try:
+            return preferred_read_replica(
+                selector, partition, client, fetch_offset, self.clock_ms(), self.rack_of, self.broker_alive
+            )
+        except Exception:  # a selector plugin's bug must not fail the fetch: the leader reads
+            log.exception("%s: replica selector %r failed", partition.topic_partition, selector.name)
+            return HERE
+
     def _count_refused(self, tp: TopicPartition, error: ErrorCode) -> None:
         """A produce partition answered with ``error``, counted only for a topic that exists."""
         if tp in self.partitions or self.partition_known(tp):
@@ -648,6 +696,7 @@ class ReplicaManager:
         hosted = self.partitions
         quota = self.leader_quota if follower and self.leader_quota is not None and self.leader_quota.enabled else None
         throttled_bytes = 0
+        selecting = self.replica_selector is not None and replica_id == CONSUMER_REPLICA_ID
         for tp, result in results.items():
             if result.error != ErrorCode.NONE:
                 if tp in hosted or self.partition_known(tp):
@@ -656,6 +705,11 @@ class ReplicaManager:
             info = result.records
             size = info.size if info is not None else 0
             metrics.fetched(tp.topic, size, follower=follower)
+            if selecting:  # KIP-392: consumers sent elsewhere, and consumers served as a follower
+                if result.preferred_read_replica >= 0:
+                    metrics.redirected_to_preferred_replica(tp.topic)
+                elif (partition := hosted.get(tp)) is not None and not partition.is_leader:
+                    metrics.fetched_from_follower(tp.topic, size)
             if quota is not None and size and quota.is_throttled(tp):
                 throttled_bytes += size
         if quota is not None:
@@ -694,8 +748,13 @@ class ReplicaManager:
         partitions: Sequence[FetchPartition],
         *,
         remote_reads: list[tuple[FetchPartition, int, bool]] | None = None,
+        client: ClientMetadata | None = None,
     ) -> tuple[dict[TopicPartition, FetchPartitionResult], int, bool]:
-        """One pass over the partitions: (results in request order, bytes readable, any error).
+        """One pass over the partitions: (results in request order, bytes readable, any error or
+        redirection: either answers the fetch at once, as Kafka's ``fetchMessages``).
+
+        ``client``: a consumer's metadata with a replica selector configured (KIP-392): each
+        partition is first checked for a preferred read replica, and followers serve it too.
 
         The bytes readable count a partition whose read stopped short of what it may read (at
         its byte limit, or a segment's end) as its full limit, as Kafka's DelayedFetch counts
@@ -710,9 +769,16 @@ class ReplicaManager:
         quota = self.leader_quota if replica_id >= 0 and self.leader_quota is not None else None
         if quota is not None and not quota.enabled:
             quota = None
+        follower_reads = client is not None
         for p in partitions:
             try:
-                partition = self._leader_partition(p.tp, p.current_leader_epoch)
+                partition = self._leader_partition(p.tp, p.current_leader_epoch, follower_reads=follower_reads)
+                if client is not None:
+                    preferred = self._preferred_read_replica(partition, client, p.fetch_offset)
+                    if preferred != HERE:
+                        errored = True  # answered now, without records (Kafka's hasPreferredReadReplica)
+                        results[p.tp] = _without_records(partition, isolation_level, preferred)
+                        continue
                 if quota is not None and quota.should_throttle(p.tp, replica_id in partition.isr):
                     # held back (Kafka's shouldLeaderThrottle): no records, nor bytes counted
                     # towards min_bytes, until the throttled replicas' rate is under the quota
@@ -731,6 +797,7 @@ class ReplicaManager:
                     min_one_batch=min_one_batch,
                     replica_id=replica_id,
                     current_leader_epoch=p.current_leader_epoch,
+                    fetch_only_from_leader=not follower_reads,
                 )
             except OffsetMovedToTieredStorage:
                 hosted = self.partitions.get(p.tp)
@@ -752,13 +819,7 @@ class ReplicaManager:
                 # consumer's next fetch reads it
                 if remote_reads is not None and not remote_reads:
                     remote_reads.append((p, limit, min_one_batch))
-                results[p.tp] = FetchPartitionResult(
-                    ErrorCode.NONE,
-                    hosted.high_watermark,
-                    hosted.last_stable_offset,
-                    hosted.log_start_offset,
-                    () if isolation_level is IsolationLevel.READ_COMMITTED else None,
-                )
+                results[p.tp] = _without_records(hosted, isolation_level)
                 continue
             except KafkaError as exc:
                 errored = True
@@ -806,9 +867,12 @@ class ReplicaManager:
         partitions: Sequence[ListOffsetsPartition],
     ) -> dict[TopicPartition, ListOffsetsPartitionResult]:
         results: dict[TopicPartition, ListOffsetsPartitionResult] = {}
+        # consumers ask the leader, KIP-392's included (NOT_LEADER_OR_FOLLOWER on a follower);
+        # only the debugging replica id may ask a follower, as Kafka's fetchOnlyFromLeader
+        follower_reads = replica_id == DEBUGGING_REPLICA_ID
         for p in partitions:
             try:
-                partition = self._leader_partition(p.tp, p.current_leader_epoch)
+                partition = self._leader_partition(p.tp, p.current_leader_epoch, follower_reads=follower_reads)
                 results[p.tp] = self._list_offset(partition, replica_id, isolation_level, p.timestamp)
             except KafkaError as exc:
                 results[p.tp] = ListOffsetsPartitionResult(exc.code)

@@ -41,6 +41,7 @@ from ..errors import OdradekError
 from ..interfaces import ABSENT, Endpoint, LogStorage, MetadataConflict, MetadataStore, ServerAssignor, SessionState
 from ..manager import PluginError, Plugins, load_plugins
 from ..metrics_exporter import serve_metrics
+from ..replica_selector import ReplicaSelector, builtin_replica_selector, selector_name
 from ..security.authorizer import AuthorizerFactory
 from ..security.settings import check_security_config, inter_broker_client_config
 from ..sessions import MetadataUnavailable
@@ -160,6 +161,8 @@ class BrokerServer:
         self.store: MetadataStore | None = None
         self.core: BrokerCore | None = None
         self._authorizer_factory: AuthorizerFactory | None = None
+        #: ``replica.selector.class``'s selector (KIP-392), resolved when the broker starts
+        self._selector: ReplicaSelector | None = None
         self.controller: Controller | None = None
         self.endpoints: list[Endpoint] = []
         #: where ``metrics.prometheus.listener`` serves metrics (the bound port), once serving
@@ -182,6 +185,8 @@ class BrokerServer:
         # an authorizer no plugin offers stops the broker before it opens anything
         authorizer_class = str(config["authorizer.class.name"]).strip()
         self._authorizer_factory = self.plugins.authorizer(authorizer_class) if authorizer_class else None
+        # and so does a replica selector (KIP-392) no plugin offers
+        self._replica_selector(str(config["replica.selector.class"]).strip())
         storage = self.plugins.storage(config["storage"]).create(config)
         store = self.plugins.metadata(config["metadata"]).create(config)
         self.storage, self.store = storage, store
@@ -213,6 +218,7 @@ class BrokerServer:
         meta_properties.record(config.log_dirs, config.broker_id, cluster_id)
         await self._wait_for_earlier_registration(store)
         core = BrokerCore(config, storage, store, self.plugins.codecs(), cluster_id=cluster_id)
+        core.replica_manager.replica_selector = self._selector
         core.metadata_cache.cluster_id = cluster_id
         core.metadata_cache.delete_stray_logs = known_store and recorded == cluster_id
         self.core = core
@@ -593,6 +599,21 @@ class BrokerServer:
                 await fn(task_status=task_status)
 
         return await nursery.start(run_shielded)
+
+    def _replica_selector(self, name: str) -> ReplicaSelector | None:
+        """``replica.selector.class``'s selector (None when empty), kept for the core. The
+        built-in ``leader`` and ``rack-aware`` are the broker's own too, as the server assignors
+        are, for a plugin set that leaves out ``default_assignors``."""
+        selector: ReplicaSelector | None = None
+        if name:
+            try:
+                selector = self.plugins.replica_selector(name)
+            except PluginError:
+                selector = builtin_replica_selector(selector_name(name))
+                if selector is None:
+                    raise
+        self._selector = selector
+        return selector
 
     def _server_assignor(self, name: str) -> ServerAssignor:
         """A ``group.consumer.assignors`` entry from the plugins; ``uniform`` and ``range`` are

@@ -3,8 +3,9 @@
 It gives plugin authors -- ours and third parties' -- a conformance suite per plugin role to run
 against their own implementations (``check_storage``, ``MetadataStoreConformance``,
 ``check_transport``, ``check_remote_storage``, ``check_codec``, ``check_partitioner``, ``check_assignor``,
-``check_server_assignor``, ``SaslMechanismConformance``, ``AuthorizerConformance``) and fixtures that
-start real servers for integration tests (a broker subprocess, ZooKeeper, etcd, a Spark session).
+``check_server_assignor``, ``check_replica_selector``, ``SaslMechanismConformance``,
+``AuthorizerConformance``) and fixtures that start real servers for integration tests (a broker
+subprocess, ZooKeeper, etcd, a Spark session).
 Each concern lives in its own module; this module only re-exports, and imports nothing heavy:
 fixtures import pyspark, kazoo or etcd3 lazily, when a test asks for them.
 
@@ -32,6 +33,8 @@ from .partitioner import PartitionerConformance as PartitionerConformance
 from .partitioner import check_partitioner as check_partitioner
 from .remote_storage import RemoteStorageConformance as RemoteStorageConformance
 from .remote_storage import check_remote_storage as check_remote_storage
+from .replica_selector import ReplicaSelectorConformance as ReplicaSelectorConformance
+from .replica_selector import check_replica_selector as check_replica_selector
 from .sasl import SaslMechanismConformance as SaslMechanismConformance
 from .server_assignor import ServerAssignorConformance as ServerAssignorConformance
 from .server_assignor import check_server_assignor as check_server_assignor

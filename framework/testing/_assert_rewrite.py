@@ -22,6 +22,7 @@ REWRITTEN_MODULES: tuple[str, ...] = tuple(
         "metadata",
         "partitioner",
         "remote_storage",
+        "replica_selector",
         "sasl",
         "server_assignor",
         "servers",

@@ -46,6 +46,7 @@ from odradek.protocol import (
     timedelta_ms,
 )
 from odradek.protocol.authorized_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
+from odradek.replica_selector import ClientMetadata
 from odradek.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 from . import CloseConnection, Handler, RequestContext
@@ -380,6 +381,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
         max_bytes,
         _isolation(request.isolation_level),
         partitions,
+        _client_metadata(ctx, request),
     )
     if refused:
         results.update(refused)
@@ -408,6 +410,15 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
     except BaseException:
         _release_all(r for tp, r in results.items() if tp in answered)
         raise
+
+
+def _client_metadata(ctx: RequestContext, request: FetchRequestData) -> ClientMetadata | None:
+    """A consumer's Fetch v11+ is where KIP-392 starts (Kafka builds its ClientMetadata from
+    it): its rack, and who and where the client is, for the replica selector."""
+    if ctx.header.api_version < 11 or request.replica_id >= 0:
+        return None
+    rack = getattr(request, "rack_id", "") or ""
+    return ClientMetadata(rack, ctx.header.client_id or "", ctx.peer, str(ctx.principal), ctx.listener.name)
 
 
 def _authorized_fetch(
