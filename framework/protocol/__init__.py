@@ -45,9 +45,11 @@ from .fetch import (
     FetchRequestTopic,
     FetchResponseData,
     FetchTopicData,
+    NodeEndpoint,
     RecordsSlice,
     build_fetch_envelope,
     decode_fetch_request,
+    fetch_request_from_kio,
     fetch_response_size,
 )
 from .headers import (
@@ -81,6 +83,7 @@ __all__ = [
     "FetchResponseData",
     "FetchTopicData",
     "MetadataResponseData",
+    "NodeEndpoint",
     "PartitionProduceData",
     "PartitionProduceResponse",
     "ProduceRequestData",
@@ -104,6 +107,7 @@ __all__ = [
     "encode_request_header",
     "encode_response",
     "encode_response_header",
+    "fetch_request_from_kio",
     "fetch_response_size",
     "is_flexible",
     "is_supported",

@@ -88,7 +88,9 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
     {
         # PROTOCOL.md's table: what the real clients need.
         ApiKey.PRODUCE: VersionRange(0, 7),  # v0-2 advertised for old librdkafka, answered UNSUPPORTED_VERSION
-        ApiKey.FETCH: VersionRange(4, 11),  # v12+ is flexible, v13+ uses topic ids
+        # v12 flexible (KIP-482), v13 topic ids (KIP-516), v15 ReplicaState (KIP-903), v16 current
+        # leader and node endpoints on leadership errors (KIP-951); v17 (KIP-853 directory ids) not
+        ApiKey.FETCH: VersionRange(4, 16),
         ApiKey.LIST_OFFSETS: VersionRange(1, 8),  # v7 MAX_TIMESTAMP (KIP-734), v8 EARLIEST_LOCAL (KIP-405)
         ApiKey.METADATA: VersionRange(0, 12),  # v10 topic ids (KIP-848 consumers need them), v12 asks by id
         # v9 (KIP-848): a consumer group member commits with its member epoch (v10 names topics by id)
