@@ -112,7 +112,7 @@ KIO_VERSIONS = [
 
 def test_version_table_matches_protocol_md() -> None:
     expected = {
-        0: (0, 7),
+        0: (0, 11),
         1: (4, 16),
         2: (1, 8),
         3: (0, 12),
@@ -390,7 +390,7 @@ def test_produce_codec_matches_kio_bytes(version: int) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.binary(max_size=200), st.integers(0, 7))
+@given(st.binary(max_size=200), st.integers(0, 11))
 def test_produce_decoder_rejects_garbage_cleanly(data: bytes, version: int) -> None:
     try:
         decode_produce_request(version, data)

@@ -87,7 +87,10 @@ class VersionRange(NamedTuple):
 SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
     {
         # PROTOCOL.md's table: what the real clients need.
-        ApiKey.PRODUCE: VersionRange(0, 7),  # v0-2 advertised for old librdkafka, answered UNSUPPORTED_VERSION
+        # v0-2 advertised for old librdkafka, answered UNSUPPORTED_VERSION; v8 record errors (KIP-467),
+        # v9 flexible, v10 current leader and node endpoints (KIP-951), v11 TRANSACTION_ABORTABLE
+        # (KIP-890); v12 (transactions V2: a Produce adds its partitions) and v13 (topic ids) not
+        ApiKey.PRODUCE: VersionRange(0, 11),
         # v12 flexible (KIP-482), v13 topic ids (KIP-516), v15 ReplicaState (KIP-903), v16 current
         # leader and node endpoints on leadership errors (KIP-951); v17 (KIP-853 directory ids) not
         ApiKey.FETCH: VersionRange(4, 16),
@@ -151,7 +154,7 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
 )
 
 #: Produce versions the broker implements; older advertised ones get UNSUPPORTED_VERSION.
-PRODUCE_IMPLEMENTED = VersionRange(3, 7)
+PRODUCE_IMPLEMENTED = VersionRange(3, 11)
 
 
 def api_name(api_key: int) -> str:

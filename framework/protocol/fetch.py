@@ -351,12 +351,16 @@ def _partition_tags(p: FetchPartitionData) -> bytes:
     return _tagged(fields)
 
 
-def _node_endpoints(nodes: Sequence[NodeEndpoint]) -> bytes:
+def node_endpoints_field(nodes: Sequence[NodeEndpoint]) -> bytes:
+    """A flexible response's top-level tag section holding ``nodes`` as the NodeEndpoints field
+    (tag 0 in Fetch v16+ and Produce v10+, KIP-951); an empty section when there are none."""
+    if not nodes:
+        return b"\x00"
     out = bytearray(_count(len(nodes), True))
     for n in nodes:
         out += _I32.pack(n.node_id) + _string(n.host, True) + _I32.pack(n.port) + _nullable_string(n.rack, True)
         out += b"\x00"
-    return bytes(out)
+    return _tagged([(0, bytes(out))])
 
 
 def build_fetch_envelope(version: int, correlation_id: int, response: FetchResponseData) -> FetchEnvelope:
@@ -421,8 +425,7 @@ def build_fetch_envelope(version: int, correlation_id: int, response: FetchRespo
         if flexible:
             chunk += b"\x00"
     if flexible:
-        endpoints = response.node_endpoints if version >= 16 else ()
-        chunk += _tagged([(0, _node_endpoints(endpoints))] if endpoints else [])
+        chunk += node_endpoints_field(response.node_endpoints if version >= 16 else ())
     if chunk:
         total += len(chunk)
         parts.append(bytes(chunk))
@@ -489,4 +492,5 @@ __all__ = [
     "build_fetch_envelope",
     "fetch_request_from_kio",
     "fetch_response_size",
+    "node_endpoints_field",
 ]

@@ -260,15 +260,28 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Pr
             )
         return None
     missing = PartitionProduceResult(ErrorCode.UNKNOWN_SERVER_ERROR)
+    version = request.version
+    leaders: dict[TopicPartition, tuple[int, int]] = {}
+    nodes: list[NodeEndpoint] = []
+    if version >= 10:  # KIP-951: Kafka's handleProduceRequest, for NOT_LEADER_OR_FOLLOWER only
+        led_elsewhere = [tp for tp, r in results.items() if r.error == ErrorCode.NOT_LEADER_OR_FOLLOWER]
+        if led_elsewhere:
+            leaders, nodes = current_leaders(ctx.broker, ctx.listener.name, led_elsewhere)
     return ProduceResponseData(
         [
             TopicProduceResponse(
                 topic,
-                [_partition_produce_response(tp.partition, results.get(tp, missing)) for tp in tps],
+                [
+                    _partition_produce_response(
+                        tp.partition, results.get(tp, missing), request.version, leaders.get(tp)
+                    )
+                    for tp in tps
+                ],
             )
             for topic, tps in _group_by_topic(order)
         ],
         throttle_ms,
+        nodes,
     )
 
 
@@ -326,8 +339,33 @@ def _throttle(ctx: RequestContext, quotas: Any, bandwidth: Any, bandwidth_ms: in
     return throttle_ms
 
 
-def _partition_produce_response(index: int, r: PartitionProduceResult) -> PartitionProduceResponse:
-    return PartitionProduceResponse(index, int(r.error), r.base_offset, r.log_append_time, r.log_start_offset)
+#: The errors whose Produce v8+ answer carries its message: Kafka's record validation failures
+#: (``RecordValidationException``: a batch refused for some of its records, or their timestamps);
+#: every other error's message is null, as in Kafka.
+_VALIDATION_ERRORS = frozenset({ErrorCode.INVALID_TIMESTAMP})
+
+
+def _partition_produce_response(
+    index: int, r: PartitionProduceResult, version: int, current_leader: tuple[int, int] | None
+) -> PartitionProduceResponse:
+    """One partition's answer at ``version``: v8+ says which records of an invalid batch were at
+    fault (KIP-467), v10+ who leads a partition this broker does not (KIP-951), and v11+ calls a
+    transactional batch whose partition is not in the transaction TRANSACTION_ABORTABLE
+    (KIP-890; INVALID_TXN_STATE before, as Kafka's produce path answers it)."""
+    error = r.error
+    if error == ErrorCode.INVALID_TXN_STATE and version >= 11:
+        error = ErrorCode.TRANSACTION_ABORTABLE
+    validation = bool(r.record_errors) or error in _VALIDATION_ERRORS
+    return PartitionProduceResponse(
+        index,
+        int(error),
+        r.base_offset,
+        r.log_append_time,
+        r.log_start_offset,
+        r.record_errors,
+        r.error_message if validation else None,
+        current_leader,
+    )
 
 
 # -- Fetch ------------------------------------------------------------------------------------
