@@ -219,3 +219,15 @@ async def test_v10_names_the_current_leader_and_v11_calls_an_unverified_transact
             p, _ = await _produce(dispatcher, version, "local", txn, transactional_id="tx")
             codes[version] = p.error_code
         assert codes == {10: kio_errors.ErrorCode.invalid_txn_state, 11: kio_errors.ErrorCode.transaction_abortable}
+
+
+@pytest.mark.parametrize("version", range(7, 12))
+def test_the_connection_peeks_at_acks_in_either_layout(version: int) -> None:
+    """A Produce with acks 0 or 1 is handled inline by its connection (it never waits on
+    others): the peek at its acks reads the compact transactional id of v9+."""
+    from odradek.plugins.transport_tcp.connection import _produce_without_wait
+
+    for txn_id in (None, "", "t" * 300):
+        for acks, inline in ((0, True), (1, True), (-1, False)):
+            frame = _frame(_kio_request(version, [("t", [(0, b"x")])], acks=acks, transactional_id=txn_id))
+            assert _produce_without_wait(parse_request_header(frame), frame) is inline, (txn_id, acks)

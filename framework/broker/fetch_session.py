@@ -20,6 +20,9 @@ What a request gets, as in Kafka's ``FetchManager.newContext``:
   fetch covers every partition of the session. A session left empty is closed and the request
   answered without one. Its epoch advances when the request is taken in; an answer whose session
   moved on meanwhile (two requests in flight on one session) is INVALID_FETCH_SESSION_EPOCH.
+- **topic ids**: a session opened by a Fetch v13+ keys its partitions by topic id (the handler
+  passes them in that form); asked by a request of the other kind it is
+  FETCH_SESSION_TOPIC_ID_ERROR, and the other way round.
 
 The cache holds ``max.incremental.fetch.session.cache.slots`` sessions (0: none). When it is full a
 new session may evict, in this order, a session unused for ``EVICTION_MS``, or else the least
