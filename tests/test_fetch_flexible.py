@@ -358,3 +358,28 @@ async def test_v16_names_the_current_leader_of_a_partition_led_elsewhere(tmp_pat
         ((_, p15),) = _answered(await _fetch(dispatcher, _first_partition(_request(15, topic_id=away)))).items()
         assert p15.error_code == kio_errors.ErrorCode.not_leader_or_follower
         assert (p15.current_leader.leader_id, p15.current_leader.leader_epoch) == (-1, -1)
+
+
+async def _call(dispatcher: Dispatcher, request: Any) -> Any:
+    frame = _frame(request)
+    wire = await dispatcher.process(parse_request_header(frame), frame, "client")
+    assert isinstance(wire, bytes)
+    return decode_response(int(request.__api_key__), int(request.__version__), wire)[1]
+
+
+async def test_offset_for_leader_epoch_v4_and_init_producer_id_v5_are_served(tmp_path: Path) -> None:
+    """Their flexible versions: OffsetForLeaderEpoch v4 is v3 flexible; InitProducerId v5 may
+    answer TRANSACTION_ABORTABLE (KIP-890), which odradek's coordinator never does."""
+    async with _broker(tmp_path) as (core, dispatcher):
+        assert (await produce(core, TopicPartition(LOCAL, 0), batch([b"a", b"b"]), acks=1)).error == ErrorCode.NONE
+        cls = request_type(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4)
+        m = __import__(cls.__module__, fromlist=["x"])
+        asked = m.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)
+        answer = await _call(
+            dispatcher, cls(replica_id=-1, topics=(m.OffsetForLeaderTopic(topic=LOCAL, partitions=(asked,)),))
+        )
+        ((p,),) = [t.partitions for t in answer.topics]
+        assert (p.error_code, p.leader_epoch, p.end_offset) == (kio_errors.ErrorCode.none, 0, 2)
+        init_cls = request_type(ApiKey.INIT_PRODUCER_ID, 5)
+        init = await _call(dispatcher, init_cls(transactional_id=None, transaction_timeout=datetime.timedelta(0)))
+        assert init.error_code == kio_errors.ErrorCode.none and init.producer_id >= 0 and init.producer_epoch == 0

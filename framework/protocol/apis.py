@@ -101,16 +101,20 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         # v7 require_stable (KIP-447), v8 batched groups (KIP-709), v9 member id and epoch (KIP-848)
         ApiKey.OFFSET_FETCH: VersionRange(1, 9),
         ApiKey.FIND_COORDINATOR: VersionRange(0, 4),  # v4 batched keys (KIP-699)
-        ApiKey.JOIN_GROUP: VersionRange(0, 5),
-        ApiKey.HEARTBEAT: VersionRange(0, 3),
-        ApiKey.LEAVE_GROUP: VersionRange(0, 3),
-        ApiKey.SYNC_GROUP: VersionRange(0, 3),
+        # v6 flexible, v7 nullable protocol name, v8 reason (KIP-800, logged); v9's skip_assignment
+        # (KIP-814: a static leader rejoining a Stable group) is not implemented
+        ApiKey.JOIN_GROUP: VersionRange(0, 8),
+        ApiKey.HEARTBEAT: VersionRange(0, 4),  # v4 flexible
+        ApiKey.LEAVE_GROUP: VersionRange(0, 5),  # v4 flexible, v5 reason (KIP-800, logged)
+        ApiKey.SYNC_GROUP: VersionRange(0, 5),  # v4 flexible, v5 protocol type and name (KIP-559)
         # KIP-848's consumer group protocol (v1: the client makes its member id; librdkafka needs v1)
         ApiKey.CONSUMER_GROUP_HEARTBEAT: VersionRange(0, 1),
         ApiKey.CONSUMER_GROUP_DESCRIBE: VersionRange(0, 1),  # v1 member type
         ApiKey.API_VERSIONS: VersionRange(0, 4),
-        ApiKey.INIT_PRODUCER_ID: VersionRange(0, 4),  # v3 KIP-360 epoch bumps, v4 PRODUCER_FENCED (KIP-588)
-        ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 3),
+        # v3 KIP-360 epoch bumps, v4 PRODUCER_FENCED (KIP-588), v5 may answer TRANSACTION_ABORTABLE
+        # (KIP-890), which odradek's coordinator never does; v6 (KIP-939 two-phase commit) not
+        ApiKey.INIT_PRODUCER_ID: VersionRange(0, 5),
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 4),  # v4 flexible
         ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 2),
         ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 2),
         ApiKey.END_TXN: VersionRange(0, 2),
