@@ -17,6 +17,8 @@ from typing import Any
 import kio.schema.errors as kio_errors
 import pytest
 from broker_harness import batch, produce, running_broker
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_protocol import FakeSlice
 from test_replication_unit import _broker_7
 
@@ -203,10 +205,11 @@ def _frame(request: Any, correlation_id: int = 1) -> bytearray:
 
 @pytest.mark.parametrize("version", FLEXIBLE)
 def test_a_flexible_request_decodes_to_the_fetch_request_data(version: int) -> None:
-    frame = _frame(_request(version, forget=True, replica_id=-1))
+    frame = _frame(_request(version, forget=True, replica_id=7, cluster_id="c1"))
     header = parse_request_header(frame)
     data = decode_request(ApiKey.FETCH, version, frame, header.body_offset)
-    assert (data.version, data.replica_id, data.rack_id, data.session_epoch) == (version, -1, "r1", -1)
+    assert (data.version, data.replica_id, data.rack_id, data.session_epoch) == (version, 7, "r1", -1)
+    assert data.cluster_id == "c1"  # tagged field 0
     (topic,) = data.topics
     assert [(p.partition, p.fetch_offset, p.current_leader_epoch, p.last_fetched_epoch) for p in topic.partitions] == [
         (0, 0, -1, 2),
@@ -383,3 +386,23 @@ async def test_offset_for_leader_epoch_v4_and_init_producer_id_v5_are_served(tmp
         init_cls = request_type(ApiKey.INIT_PRODUCER_ID, 5)
         init = await _call(dispatcher, init_cls(transactional_id=None, transaction_timeout=datetime.timedelta(0)))
         assert init.error_code == kio_errors.ErrorCode.none and init.producer_id >= 0 and init.producer_epoch == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.sampled_from(FLEXIBLE))
+def test_the_flexible_decoder_refuses_garbage_cleanly(data: bytes, version: int) -> None:
+    try:
+        decode_request(ApiKey.FETCH, version, data, 0)
+    except InvalidRequest:
+        pass
+
+
+@pytest.mark.parametrize("version", FLEXIBLE)
+def test_a_known_tagged_field_must_fill_its_size(version: int) -> None:
+    """The cluster id's tag declares one byte more than its string: refused, not misread."""
+    frame = _frame(_request(version, cluster_id="c1"))
+    body = parse_request_header(frame).body_offset
+    tags = frame.rindex(b"\x00\x03\x03c1")  # tag 0, size 3, compact "c1"
+    bad = frame[:tags] + b"\x00\x04\x03c1\x00" + frame[tags + 5 :]
+    with pytest.raises(InvalidRequest):
+        decode_request(ApiKey.FETCH, version, bad, body)

@@ -49,7 +49,6 @@ from .fetch import (
     RecordsSlice,
     build_fetch_envelope,
     decode_fetch_request,
-    fetch_request_from_kio,
     fetch_response_size,
 )
 from .headers import (
@@ -107,7 +106,6 @@ __all__ = [
     "encode_request_header",
     "encode_response",
     "encode_response_header",
-    "fetch_request_from_kio",
     "fetch_response_size",
     "is_flexible",
     "is_supported",

@@ -30,7 +30,7 @@ from kio.serial.errors import DecodeError
 from ..errors import ErrorCode, InvalidRequest, UnsupportedVersion
 from . import write_txn_markers as write_txn_markers_v0
 from .apis import PRODUCE_IMPLEMENTED, SUPPORTED_VERSIONS, ApiKey, VersionRange
-from .fetch import FETCH_REQUEST_VERSIONS, decode_fetch_request, fetch_request_from_kio
+from .fetch import decode_fetch_request
 from .guard import check_message
 from .headers import encode_request_header, encode_response_header, parse_response_header
 from .metadata import MetadataResponseData, encode_metadata_response
@@ -201,8 +201,7 @@ def decode_request(api_key: int, api_version: int, frame: Buffer, offset: int) -
 
     Produce gives a :class:`~odradek.protocol.produce.ProduceRequestData` (any advertised
     version, so v0-2 can be answered with UNSUPPORTED_VERSION), Fetch a
-    :class:`~odradek.protocol.fetch.FetchRequestData` (v12+ read by kio, then converted);
-    everything else a kio request.
+    :class:`~odradek.protocol.fetch.FetchRequestData`; everything else a kio request.
     Raises ``UnsupportedVersion`` for versions outside the table, ``InvalidRequest`` for bytes
     that do not decode (or leave bytes over).
     """
@@ -212,10 +211,7 @@ def decode_request(api_key: int, api_version: int, frame: Buffer, offset: int) -
     if api_key == ApiKey.PRODUCE:
         return decode_produce_request(api_version, frame, offset)
     if api_key == ApiKey.FETCH:
-        if api_version in FETCH_REQUEST_VERSIONS:
-            return decode_fetch_request(api_version, frame, offset)
-        what = f"Fetch v{api_version} request"
-        return fetch_request_from_kio(api_version, _kio_decode(request_type(api_key, api_version), frame, offset, what))
+        return decode_fetch_request(api_version, frame, offset)
     if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         frame = _without_trailing_zero(frame, offset)
     elif api_key == ApiKey.METADATA and api_version >= 9:

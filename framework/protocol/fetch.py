@@ -1,5 +1,5 @@
-"""Hand-written Fetch codec: the request decoder (v4-v11, non-flexible; v12+ comes from kio
-through :func:`fetch_request_from_kio`) and the response envelope for zero-copy sends (v4-v16).
+"""Hand-written Fetch codec: the request decoder and the response envelope for zero-copy sends
+(v4-v16).
 
 The request is decoded by hand because a consumer that keeps up sends one Fetch per produced
 batch: through kio (a bounds walk of the request, then kio's generic reader) decoding was a third
@@ -14,6 +14,11 @@ Request layout (request header v1), in wire order::
         (v5+) int64 log_start_offset, int32 partition_max_bytes
     (v7+) int32 #forgotten topics, per topic: string topic, int32 #partitions of int32
     (v11+) string rack_id
+
+From v12 (request header v2) the request is flexible: compact lengths, each struct ending with
+its tagged fields, v13+ topics (and forgotten topics) as 16-byte ids, v12 adds each partition's
+int32 last_fetched_epoch (after fetch_offset), v15 drops replica_id for the ReplicaState tag (1)
+at the top, where the cluster id (tag 0) may sit too.
 
 The records of a Fetch response are the bulk of the bytes a broker sends, and they already sit
 in segment files in wire format. So the response is not encoded into one buffer: the envelope
@@ -47,19 +52,24 @@ still a part of its own, so the flexible versions keep the sendfile path.
 from __future__ import annotations
 
 import struct
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from ..errors import InvalidRequest, UnsupportedVersion
-from .headers import write_uvarint
-from .wire import Buffer, need, read_count, read_string
+from .headers import read_uvarint, write_uvarint
+from .wire import (
+    Buffer,
+    need,
+    read_compact_count,
+    read_compact_string,
+    read_count,
+    read_string,
+    skip_tagged_fields,
+)
 
 FETCH_ENVELOPE_VERSIONS = range(4, 17)
-#: the versions :func:`decode_fetch_request` reads; the flexible ones (v12+) go through kio
-#: and :func:`fetch_request_from_kio`
-FETCH_REQUEST_VERSIONS = range(4, 12)
+FETCH_REQUEST_VERSIONS = range(4, 17)
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -70,6 +80,11 @@ _SESSION = struct.Struct(">ii")
 _PARTITION_V4 = struct.Struct(">iqi")
 _PARTITION_V5 = struct.Struct(">iqqi")
 _PARTITION_V9 = struct.Struct(">iiqqi")
+#: v12+: the head after the (v12-14) replica id, and one partition: index, current leader epoch,
+#: fetch offset, last fetched epoch, log start offset, max bytes
+_FLEX_HEAD = struct.Struct(">iiibii")
+_FLEX_PARTITION = struct.Struct(">iiqiqi")
+_REPLICA_STATE = struct.Struct(">iq")
 _EPOCH_END = struct.Struct(">iq")  # a diverging epoch: epoch, end offset
 _LEADER = struct.Struct(">ii")  # a current leader: id, epoch
 #: the id of a topic a size computation names (only the 16 bytes count)
@@ -121,59 +136,76 @@ class FetchRequestData:
     cluster_id: str | None = None  # v12+
 
 
-def fetch_request_from_kio(version: int, request: Any) -> FetchRequestData:
-    """A flexible Fetch request (v12-v16, as kio decoded it) as :class:`FetchRequestData`.
-
-    The flexible versions are read by kio (through the guard that bounds every length and
-    strips unknown tags): their tagged fields and compact lengths would make the hand-written
-    decoder a second flexible reader; the hand-written one stays for v4-v11.
-    """
-    replica_id = int(getattr(request, "replica_id", -1))
-    replica_epoch = -1
-    if version >= 15:
-        replica_id, replica_epoch = int(request.replica_state.replica_id), int(request.replica_state.replica_epoch)
-    data = FetchRequestData(
-        replica_id,
-        round(request.max_wait.total_seconds() * 1000),
-        int(request.min_bytes),
-        int(request.max_bytes),
-        int(request.isolation_level),
-        session_id=int(request.session_id),
-        session_epoch=int(request.session_epoch),
-        rack_id=request.rack_id,
-        version=version,
-        replica_epoch=replica_epoch,
-        cluster_id=request.cluster_id,
-    )
+def _decode_flexible(version: int, buf: Buffer, pos: int) -> FetchRequestData:
+    """A flexible Fetch request (v12-v16), read by hand as v4-v11 are (librdkafka 2.x sends v16
+    in every fetch): compact lengths, topics by name (v12) or 16-byte id (v13+), and the tagged
+    fields Kafka defines at the top (0: cluster id, 1: v15+ ReplicaState); unknown tags skipped."""
+    replica_id = -1
+    if version < 15:
+        need(buf, pos, 4, _WHAT)
+        (replica_id,) = _I32.unpack_from(buf, pos)
+        pos += 4
+    need(buf, pos, _FLEX_HEAD.size, _WHAT)
+    max_wait_ms, min_bytes, max_bytes, isolation, session_id, session_epoch = _FLEX_HEAD.unpack_from(buf, pos)
+    pos += _FLEX_HEAD.size
+    request = FetchRequestData(
+        replica_id, max_wait_ms, min_bytes, max_bytes, isolation, session_id=session_id,
+        session_epoch=session_epoch, version=version,
+    )  # fmt: skip
     by_id = version >= 13
-    for t in request.topics:
-        partitions = [
-            FetchRequestPartition(
-                int(p.partition),
-                int(p.fetch_offset),
-                int(p.partition_max_bytes),
-                int(p.current_leader_epoch),
-                int(p.log_start_offset),
-                int(p.last_fetched_epoch),
-            )
-            for p in t.partitions
-        ]
-        if by_id:
-            data.topics.append(FetchRequestTopic("", partitions, _hex(t.topic_id)))
-        else:
-            data.topics.append(FetchRequestTopic(t.topic, partitions))
-    for f in request.forgotten_topics_data:
-        indexes = [int(i) for i in f.partitions]
-        if by_id:
-            data.forgotten_topic_ids.append((_hex(f.topic_id), indexes))
-        else:
-            data.forgotten_topics.append((f.topic, indexes))
-    return data
+    n_topics, pos = read_compact_count(buf, pos, _WHAT, 3)
+    for _ in range(n_topics):
+        name, topic_id, pos = _topic_key(buf, pos, by_id)
+        topic = FetchRequestTopic(name, topic_id=topic_id)
+        n_parts, pos = read_compact_count(buf, pos, _WHAT, _FLEX_PARTITION.size + 1)
+        for _ in range(n_parts):
+            need(buf, pos, _FLEX_PARTITION.size, _WHAT)
+            index, epoch, offset, last_fetched, log_start, part_max = _FLEX_PARTITION.unpack_from(buf, pos)
+            pos = skip_tagged_fields(buf, pos + _FLEX_PARTITION.size, _WHAT)
+            topic.partitions.append(FetchRequestPartition(index, offset, part_max, epoch, log_start, last_fetched))
+        pos = skip_tagged_fields(buf, pos, _WHAT)
+        request.topics.append(topic)
+    n_forgotten, pos = read_compact_count(buf, pos, _WHAT, 3)
+    for _ in range(n_forgotten):
+        name, topic_id, pos = _topic_key(buf, pos, by_id)
+        n_parts, pos = read_compact_count(buf, pos, _WHAT, 4)
+        indexes = list(struct.unpack_from(f">{n_parts}i", buf, pos))
+        pos = skip_tagged_fields(buf, pos + 4 * n_parts, _WHAT)
+        (request.forgotten_topic_ids if by_id else request.forgotten_topics).append((topic_id or name, indexes))
+    rack, pos = read_compact_string(buf, pos, _WHAT, nullable=False)
+    request.rack_id = rack or ""
+    n_tags, pos = read_uvarint(buf, pos)
+    for _ in range(n_tags):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        need(buf, pos, size, _WHAT)
+        field_bytes, pos = buf[pos : pos + size], pos + size
+        if tag == 0:  # ClusterId
+            cluster_id, used = read_compact_string(field_bytes, 0, _WHAT, nullable=True)
+            _whole_tag(field_bytes, used)
+            request.cluster_id = cluster_id
+        elif tag == 1 and version >= 15:  # ReplicaState: replica id, replica epoch, its own tags
+            need(field_bytes, 0, 12, _WHAT)
+            request.replica_id, request.replica_epoch = _REPLICA_STATE.unpack_from(field_bytes, 0)
+            _whole_tag(field_bytes, skip_tagged_fields(field_bytes, 12, _WHAT))
+    if pos != len(buf):
+        raise InvalidRequest(f"{len(buf) - pos} unexpected bytes after a Fetch request")
+    return request
 
 
-def _hex(topic_id: uuid.UUID | None) -> str:
-    """A topic id as the metadata cache keys it (32 lowercase hex digits; zeros for none)."""
-    return topic_id.hex if topic_id is not None else "0" * 32
+def _topic_key(buf: Buffer, pos: int, by_id: bool) -> tuple[str, str, int]:
+    """A flexible request's topic: (name, "", pos) before v13, ("", id as 32 hex digits, pos) after."""
+    if by_id:
+        need(buf, pos, 16, _WHAT)
+        return "", bytes(buf[pos : pos + 16]).hex(), pos + 16
+    name, pos = read_compact_string(buf, pos, _WHAT, nullable=False)
+    return name or "", "", pos
+
+
+def _whole_tag(field_bytes: Buffer, used: int) -> None:
+    """A known tagged field's value must fill its declared size exactly."""
+    if used != len(field_bytes):
+        raise InvalidRequest(f"a tagged field of a {_WHAT} has {len(field_bytes) - used} bytes too many")
 
 
 def decode_fetch_request(version: int, buf: Buffer, pos: int = 0) -> FetchRequestData:
@@ -182,7 +214,9 @@ def decode_fetch_request(version: int, buf: Buffer, pos: int = 0) -> FetchReques
     Raises ``InvalidRequest`` on truncation, bad lengths or trailing bytes, and nothing else.
     """
     if version not in FETCH_REQUEST_VERSIONS:
-        raise InvalidRequest(f"Fetch v{version} is not decoded here (v4-v11)")
+        raise InvalidRequest(f"Fetch v{version} is not decoded here (v4-v16)")
+    if version >= 12:
+        return _decode_flexible(version, buf, pos)
     need(buf, pos, _REQUEST_HEAD.size, _WHAT)
     replica_id, max_wait_ms, min_bytes, max_bytes, isolation = _REQUEST_HEAD.unpack_from(buf, pos)
     pos += _REQUEST_HEAD.size
@@ -490,7 +524,6 @@ __all__ = [
     "NodeEndpoint",
     "RecordsSlice",
     "build_fetch_envelope",
-    "fetch_request_from_kio",
     "fetch_response_size",
     "node_endpoints_field",
 ]
