@@ -24,7 +24,7 @@ from test_replication_unit import _broker_7
 
 from odradek.broker.api import CreatableTopic
 from odradek.broker.core import BrokerCore
-from odradek.errors import ErrorCode, InvalidRequest
+from odradek.errors import ErrorCode, InvalidRequest, KafkaError
 from odradek.interfaces import Endpoint, TopicPartition
 from odradek.plugins.transport_tcp.apis import Dispatcher
 from odradek.protocol import (
@@ -406,3 +406,22 @@ def test_a_known_tagged_field_must_fill_its_size(version: int) -> None:
     bad = frame[:tags] + b"\x00\x04\x03c1\x00" + frame[tags + 5 :]
     with pytest.raises(InvalidRequest):
         decode_request(ApiKey.FETCH, version, bad, body)
+
+
+async def test_a_failed_fetch_is_answered_under_the_requests_topic_ids(tmp_path: Path) -> None:
+    """A handler failure (here the core's fetch) is answered in every partition, each topic
+    under the id the request named it by (v13+), as Kafka's error response does."""
+    async with _broker(tmp_path) as (core, dispatcher):
+        local = _topic_id(core, LOCAL)
+
+        async def failing(*_: Any) -> Any:
+            raise KafkaError("storage went away", code=ErrorCode.KAFKA_STORAGE_ERROR)
+
+        core.fetch = failing  # type: ignore[method-assign]
+        for version in (12, 13, 16):
+            named = {"topic": LOCAL} if version == 12 else {"topic_id": local}
+            response = await _fetch(dispatcher, _request(version, **named))
+            assert response.error_code == kio_errors.ErrorCode.kafka_storage_error
+            assert {k: p.error_code for k, p in _answered(response).items()} == {
+                (LOCAL if version == 12 else local, i): kio_errors.ErrorCode.kafka_storage_error for i in (0, 1)
+            }
