@@ -455,7 +455,8 @@ def build_fetch_envelope(version: int, correlation_id: int, response: FetchRespo
                     total += records.size
                     chunk = bytearray()
             if flexible:
-                chunk += _partition_tags(p)
+                no_tags = p.diverging_epoch is None and p.current_leader is None
+                chunk += b"\x00" if no_tags else _partition_tags(p)
         if flexible:
             chunk += b"\x00"
     if flexible:
