@@ -425,3 +425,19 @@ async def test_a_failed_fetch_is_answered_under_the_requests_topic_ids(tmp_path:
             assert {k: p.error_code for k, p in _answered(response).items()} == {
                 (LOCAL if version == 12 else local, i): kio_errors.ErrorCode.kafka_storage_error for i in (0, 1)
             }
+
+
+def test_a_session_is_held_to_the_kind_of_request_that_opened_it() -> None:
+    """Sans IO: FETCH_SESSION_TOPIC_ID_ERROR both ways (Kafka's FetchManager.newContext)."""
+    from odradek.broker.api import FetchPartition, FetchPartitionResult
+    from odradek.broker.fetch_session import FetchSessionCache
+
+    cache = FetchSessionCache(10)
+    for opened_by_id in (True, False):
+        tp = TopicPartition("\x00" + "ab" * 16 if opened_by_id else "t", 0)
+        context = cache.new_context(0, 0, [FetchPartition(tp, 0, 100)], [], follower=False, uses_topic_ids=opened_by_id)
+        _, session_id, _ = cache.respond(context, {tp: FetchPartitionResult(ErrorCode.NONE, 0, 0, 0)})
+        other = cache.new_context(session_id, 1, [], [], follower=False, uses_topic_ids=not opened_by_id)
+        assert other.error == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
+        same = cache.new_context(session_id, 1, [], [], follower=False, uses_topic_ids=opened_by_id)
+        assert same.error == ErrorCode.NONE and [p.tp for p in same.partitions] == [tp]
