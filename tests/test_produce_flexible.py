@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,6 +18,7 @@ from broker_harness import batch, running_broker
 from kio.serial import entity_reader, entity_writer
 from test_replication_unit import _broker_7
 
+from odradek import records
 from odradek.broker.api import CreatableTopic
 from odradek.broker.core import BrokerCore
 from odradek.errors import ErrorCode, InvalidRequest
@@ -157,6 +159,7 @@ async def _broker(tmp_path: Path) -> AsyncIterator[tuple[BrokerCore, Dispatcher]
             CreatableTopic("local", assignments={0: [0]}),
             CreatableTopic("compacted", assignments={0: [0]}, configs={"cleanup.policy": "compact"}),
             CreatableTopic("away", assignments={0: [7, 0]}),
+            CreatableTopic("recent", assignments={0: [0]}, configs={"message.timestamp.before.max.ms": "3600000"}),
         ]
         created = await core.create_topics(topics, 1000, False)
         assert all(r.error == ErrorCode.NONE for r in created.values()), created
@@ -191,6 +194,14 @@ async def test_each_version_appends_and_v8_names_the_records_without_a_key(tmp_p
             assert p.error_code == kio_errors.ErrorCode.invalid_record
             assert [e.batch_index for e in p.record_errors] == [1]
             assert "key" in (p.error_message or "") and "key" in (p.record_errors[0].batch_index_error_message or "")
+        # records older than the topic allows: INVALID_TIMESTAMP naming them (the header's
+        # first and max timestamps are what the broker checks; the records are read only then)
+        now = int(time.time() * 1000)
+        stamps = [now - 7_200_000, now, now - 7_300_000, now]
+        old = bytes(records.build_batch([(None, b"v", [], ts) for ts in stamps]))
+        p, _ = await _produce(dispatcher, 8, "recent", old)
+        assert p.error_code == kio_errors.ErrorCode.invalid_timestamp
+        assert [e.batch_index for e in p.record_errors] == [0, 2] and "before" in (p.error_message or "")
         # an error that is not about particular records has no message, as in Kafka
         p, _ = await _produce(dispatcher, 9, "nowhere", keyless, transactional_id=None)
         assert p.error_code != kio_errors.ErrorCode.none and p.error_message is None
