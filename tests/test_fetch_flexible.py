@@ -441,3 +441,17 @@ def test_a_session_is_held_to_the_kind_of_request_that_opened_it() -> None:
         assert other.error == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
         same = cache.new_context(session_id, 1, [], [], follower=False, uses_topic_ids=opened_by_id)
         assert same.error == ErrorCode.NONE and [p.tp for p in same.partitions] == [tp]
+
+
+async def test_the_metadata_cache_resolves_ids_from_a_kept_map_that_follows_a_recreated_topic(
+    tmp_path: Path,
+) -> None:
+    async with _broker(tmp_path) as (core, _):
+        cache = core.metadata_cache
+        local = _topic_id(core, LOCAL).hex
+        assert cache.topic_names([local, "0" * 32]) == {local: LOCAL}
+        # the topic made again under its name (a new id): the old id is unknown from then on
+        renewed = uuid.UUID(int=77).hex
+        cache.topics[LOCAL] = dataclasses.replace(cache.topics[LOCAL], topic_id=renewed)
+        assert cache.topic_names([local]) == {}
+        assert cache.topic_names([renewed, local]) == {renewed: LOCAL}

@@ -420,7 +420,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
     keys: dict[TopicPartition, TopicPartition] = {}  # the partition read -> its key in the session
     refused: dict[TopicPartition, FetchPartitionResult] = {}
     if by_id:
-        names = topic_names_by_id(ctx)
+        names = _topic_names(ctx, {p.tp.topic[len(_ID_KEY) :] for p in partitions})
         partitions, keys, refused = _resolve_topic_ids(partitions, names)
     authorizer = authorizer_of(ctx)
     if authorizer is not None:
@@ -494,6 +494,17 @@ _ID_KEY = "\x00"
 def _id_key(topic_id: str) -> str:
     """The session key's topic of a partition named by ``topic_id`` (32 hex digits)."""
     return _ID_KEY + topic_id
+
+
+def _topic_names(ctx: RequestContext, topic_ids: set[str]) -> dict[str, str]:
+    """Topic id -> name of those of ``topic_ids`` that exist (the metadata cache keeps the map
+    between requests; a broker stand-in without one has its topics scanned)."""
+    cache: Any = getattr(ctx.broker, "metadata_cache", None)
+    if hasattr(cache, "topic_names"):
+        names: dict[str, str] = cache.topic_names(topic_ids)
+        return names
+    every = topic_names_by_id(ctx)
+    return {i: every[i] for i in topic_ids if i in every}
 
 
 def _resolve_topic_ids(
