@@ -135,6 +135,7 @@ class ErrorCode(IntEnum):
     STALE_MEMBER_EPOCH = 113
     MISMATCHED_ENDPOINT_TYPE = 114
     UNSUPPORTED_ENDPOINT_TYPE = 115
+    TRANSACTION_ABORTABLE = 120
     INVALID_REGULAR_EXPRESSION = 128
 
     @property
@@ -187,9 +188,21 @@ class KafkaError(OdradekError):
 
     code: ClassVar[ErrorCode] = ErrorCode.UNKNOWN_SERVER_ERROR
 
-    def __init__(self, message: str = "", *, code: ErrorCode | None = None) -> None:
+    #: the records that made a produced batch invalid, as (index in the batch, why): Produce
+    #: v8+ answers them (KIP-467); empty when the error is not about particular records
+    record_errors: tuple[tuple[int, str | None], ...] = ()
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        code: ErrorCode | None = None,
+        record_errors: tuple[tuple[int, str | None], ...] = (),
+    ) -> None:
         if code is not None:
             self.code = code  # type: ignore[misc]  # per-instance override of the class default
+        if record_errors:
+            self.record_errors = record_errors
         super().__init__(message or self.code.name)
 
     @property

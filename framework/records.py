@@ -826,7 +826,8 @@ def check_records(data: Buffer, count: int, *, require_keys: bool = False, first
                     z, pos = rest(data, z, pos)
             if z & 1:
                 if require_keys:
-                    raise InvalidRecord(f"compacted topics need a key on every record (record {i})")
+                    message = f"compacted topics need a key on every record (record {i})"
+                    raise InvalidRecord(message, record_errors=((i, message),))
             else:
                 pos += z >> 1
             z = data[pos]

@@ -112,20 +112,20 @@ KIO_VERSIONS = [
 
 def test_version_table_matches_protocol_md() -> None:
     expected = {
-        0: (0, 7),
-        1: (4, 11),
+        0: (0, 11),
+        1: (4, 16),
         2: (1, 10),
         3: (0, 12),
         8: (2, 9),
         9: (1, 9),
         10: (0, 4),
-        11: (0, 5),
-        12: (0, 3),
-        13: (0, 3),
-        14: (0, 3),
+        11: (0, 8),
+        12: (0, 4),
+        13: (0, 5),
+        14: (0, 5),
         18: (0, 4),
-        22: (0, 4),
-        23: (2, 3),
+        22: (0, 5),
+        23: (2, 4),
         24: (0, 2),
         25: (0, 2),
         26: (0, 2),
@@ -390,7 +390,7 @@ def test_produce_codec_matches_kio_bytes(version: int) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.binary(max_size=200), st.integers(0, 7))
+@given(st.binary(max_size=200), st.integers(0, 11))
 def test_produce_decoder_rejects_garbage_cleanly(data: bytes, version: int) -> None:
     try:
         decode_produce_request(version, data)
@@ -409,7 +409,7 @@ def test_kio_decoder_rejects_garbage_cleanly(data: bytes, key: int, version: int
 
 def test_decode_request_rejects_unsupported_and_trailing_bytes() -> None:
     with pytest.raises(UnsupportedVersion):
-        decode_request(ApiKey.FETCH, 12, b"", 0)
+        decode_request(ApiKey.FETCH, 17, b"", 0)
     with pytest.raises(UnsupportedVersion):
         decode_request(ApiKey.OFFSET_DELETE, 1, b"", 0)  # Kafka has only v0
     request = sample(request_type(ApiKey.METADATA, 4))
@@ -450,7 +450,7 @@ def test_api_versions_response_header_is_v0(version: int) -> None:
     wire = encode_response(ApiKey.API_VERSIONS, version, 3, api_versions_response(version, adv))
     assert wire[:6] == struct.pack(">ih", 3, 0)  # correlation id, then straight into error_code
     _, back = decode_response(ApiKey.API_VERSIONS, version, wire)
-    assert [(k.api_key, k.min_version, k.max_version) for k in back.api_keys] == [(1, 4, 11), (18, 0, 4)]
+    assert [(k.api_key, k.min_version, k.max_version) for k in back.api_keys] == [(1, 4, 16), (18, 0, 4)]
 
 
 def test_flexible_response_header_has_tagged_fields() -> None:
@@ -545,9 +545,9 @@ def test_fetch_envelope_byte_exact_vs_kio(version: int) -> None:
     assert decoded.responses[0].partitions[0].records == b"A" * 70
 
 
-def test_fetch_envelope_rejects_flexible_versions() -> None:
+def test_fetch_envelope_rejects_versions_past_16() -> None:
     with pytest.raises(UnsupportedVersion):
-        build_fetch_envelope(12, 1, FetchResponseData())
+        build_fetch_envelope(17, 1, FetchResponseData())
     assert response_type(ApiKey.FETCH, 4) is FetchResponseV4
 
 

@@ -589,12 +589,21 @@ async def test_a_request_quota_throttles_by_thread_time_for_one_window_at_most(
 def test_the_fetch_response_size_is_the_envelope_after_its_size_prefix() -> None:
     """Kafka's FetchResponse.sizeOf, computed without building the response, for every version."""
     responses = [
-        FetchTopicData("t", [FetchPartitionData(0, records=b"x" * 37), FetchPartitionData(1, records=None)]),
-        FetchTopicData("ü-topic", [FetchPartitionData(2, aborted_transactions=[(1, 2), (3, 4)], records=b"y" * 5)]),
+        FetchTopicData(
+            "t", [FetchPartitionData(0, records=b"x" * 37), FetchPartitionData(1, records=None)], topic_id=b"i" * 16
+        ),
+        FetchTopicData(
+            "ü-topic",
+            [
+                FetchPartitionData(2, aborted_transactions=[(1, 2), (3, 4)], records=b"y" * 5),
+                FetchPartitionData(3, error_code=6, records=b"z" * 300, current_leader=(2, 7)),
+            ],
+            topic_id=b"j" * 16,
+        ),
     ]
-    shapes = [
+    shapes: list[tuple[str, list[Any]]] = [
         ("t", [(0, 37), (0, 0)]),
-        ("ü-topic", [(2, 5)]),
+        ("ü-topic", [(2, 5), (0, 300, (2, 7))]),
     ]
     for version in FETCH_ENVELOPE_VERSIONS:
         envelope = build_fetch_envelope(version, 9, FetchResponseData(responses, 5, 0, 3))

@@ -322,7 +322,7 @@ async def test_api_versions_and_fallback_over_tcp() -> None:
         conn = await connect(bound)
         response = await call(conn, api_versions_request(3))
         keys = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-        assert keys[ApiKey.PRODUCE] == (0, 7) and keys[ApiKey.FETCH] == (4, 11) and keys[18] == (0, 4)
+        assert keys[ApiKey.PRODUCE] == (0, 11) and keys[ApiKey.FETCH] == (4, 16) and keys[18] == (0, 4)
         assert keys[47] == (0, 0) and 71 not in keys  # OffsetDelete; no telemetry
         # an ApiVersions version from the future: v0 body with UNSUPPORTED_VERSION, header v0
         frame = struct.pack(">hhih", 18, 9, 77, 1) + b"c" + b"\x00garbage-body"

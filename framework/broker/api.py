@@ -125,6 +125,8 @@ class PartitionProduceResult:
     log_append_time: int = -1  # ms, only when the topic uses LogAppendTime
     log_start_offset: int = -1
     error_message: str | None = None
+    #: (index in the batch, why) of each record that made it invalid (KIP-467)
+    record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
 # --------------------------------------------------------------------------------------------

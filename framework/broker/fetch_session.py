@@ -20,6 +20,9 @@ What a request gets, as in Kafka's ``FetchManager.newContext``:
   fetch covers every partition of the session. A session left empty is closed and the request
   answered without one. Its epoch advances when the request is taken in; an answer whose session
   moved on meanwhile (two requests in flight on one session) is INVALID_FETCH_SESSION_EPOCH.
+- **topic ids**: a session opened by a Fetch v13+ keys its partitions by topic id (the handler
+  passes them in that form); asked by a request of the other kind it is
+  FETCH_SESSION_TOPIC_ID_ERROR, and the other way round.
 
 The cache holds ``max.incremental.fetch.session.cache.slots`` sessions (0: none). When it is full a
 new session may evict, in this order, a session unused for ``EVICTION_MS``, or else the least
@@ -100,6 +103,8 @@ class FetchSession:
     last_used_ms: float
     epoch: int
     partitions: dict[TopicPartition, CachedPartition] = field(default_factory=dict)
+    #: opened by a Fetch v13+ (partitions keyed by topic id): only such requests may go on with it
+    uses_topic_ids: bool = False
 
 
 @dataclass(slots=True)
@@ -116,6 +121,7 @@ class FetchContext:
     #: a full request that may open a session (epoch 0)
     create: bool = False
     follower: bool = False
+    uses_topic_ids: bool = False
 
 
 class FetchSessionCache:
@@ -141,18 +147,28 @@ class FetchSessionCache:
         forgotten: Iterable[TopicPartition],
         *,
         follower: bool,
+        uses_topic_ids: bool = False,
     ) -> FetchContext:
+        """``uses_topic_ids``: the request is a Fetch v13+, whose partitions are keyed by topic
+        id; a session opened by one kind of request is FETCH_SESSION_TOPIC_ID_ERROR to the other
+        (Kafka's ``FetchManager.newContext``: a client that changes version mid-session starts
+        a new one)."""
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if session_id != INVALID_SESSION_ID:
                 self.sessions.pop(session_id, None)  # a full request closes the session it names
             return FetchContext(
-                list(requested), create=epoch == INITIAL_EPOCH and self.max_sessions > 0, follower=follower
+                list(requested),
+                create=epoch == INITIAL_EPOCH and self.max_sessions > 0,
+                follower=follower,
+                uses_topic_ids=uses_topic_ids,
             )
         session = self.sessions.get(session_id)
         if session is None:
             return FetchContext([], ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
         if session.epoch != epoch:
             return FetchContext([], ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+        if session.uses_topic_ids != uses_topic_ids:
+            return FetchContext([], ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
         cached = session.partitions
         for p in requested:
             entry = cached.get(p.tp)
@@ -235,7 +251,9 @@ class FetchSessionCache:
             if result is not None:
                 entry.must_respond(result)  # what this full answer tells the client
             partitions[p.tp] = entry
-        session = FetchSession(self._new_id(), context.follower, now, now, next_epoch(INITIAL_EPOCH), partitions)
+        session = FetchSession(
+            self._new_id(), context.follower, now, now, next_epoch(INITIAL_EPOCH), partitions, context.uses_topic_ids
+        )
         self.sessions[session.id] = session
         return session.id
 

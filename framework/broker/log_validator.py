@@ -32,7 +32,7 @@ gigabytes): the produce gets MESSAGE_TOO_LARGE naming the sizes, on which produc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -162,7 +162,7 @@ def validate_records(
         elif meta.is_transactional:
             raise InvalidRecord("a transactional batch needs a producer id")
         if window is not None and not settings.log_append_time:
-            _check_timestamps(data, meta, window, now_ms)
+            _check_timestamps(data, meta, window, now_ms, codecs, max_decompressed_bytes)
     renumber: set[int] = set()
     if client and (settings.compact or settings.full_validation):
         for meta in batches:  # raises CorruptMessage / InvalidRecord for the first bad record
@@ -234,24 +234,58 @@ def _too_many_records(meta: BatchMeta, section_bytes: int) -> KafkaError:
     return CorruptMessage(f"the batch declares {meta.record_count} records in a {section_bytes}-byte records section")
 
 
-def _check_timestamps(data: bytearray | memoryview, meta: BatchMeta, window: tuple[int, int], now_ms: int) -> None:
+def _check_timestamps(
+    data: bytearray | memoryview,
+    meta: BatchMeta,
+    window: tuple[int, int],
+    now_ms: int,
+    codecs: Mapping[int, Codec],
+    max_decompressed_bytes: int,
+) -> None:
     """The timestamp window (see :attr:`AppendSettings.timestamp_window_ms`) on the header's
-    first and max timestamps; -1 (no timestamp) is not checked, as in Kafka's LogValidator."""
+    first and max timestamps; -1 (no timestamp) is not checked, as in Kafka's LogValidator. A
+    batch outside it is INVALID_TIMESTAMP naming the records at fault (Produce v8's record errors,
+    KIP-467), found by reading the batch only then."""
     before, after = window
     header = records.parse_header(data, meta.position)
     for ts in (header.first_timestamp, header.max_timestamp):
         if ts == records.NO_TIMESTAMP:
             continue
         if now_ms - ts > before:
-            raise KafkaError(
-                f"timestamp {ts} is more than {before} ms before the broker's time {now_ms}",
-                code=ErrorCode.INVALID_TIMESTAMP,
-            )
-        if ts - now_ms > after:
-            raise KafkaError(
-                f"timestamp {ts} is more than {after} ms after the broker's time {now_ms}",
-                code=ErrorCode.INVALID_TIMESTAMP,
-            )
+            message = f"timestamp {ts} is more than {before} ms before the broker's time {now_ms}"
+        elif ts - now_ms > after:
+            message = f"timestamp {ts} is more than {after} ms after the broker's time {now_ms}"
+        else:
+            continue
+        raise KafkaError(
+            message,
+            code=ErrorCode.INVALID_TIMESTAMP,
+            record_errors=_records_out_of_window(
+                lambda: records.decode_batch(
+                    data, meta.position, codecs=codecs, max_decompressed=max_decompressed_bytes
+                ),
+                window,
+                now_ms,
+            ),
+        )
+
+
+def _records_out_of_window(
+    read: Callable[[], records.RecordBatch], window: tuple[int, int], now_ms: int
+) -> tuple[tuple[int, str | None], ...]:
+    """(index in the batch, why) of each record of the batch ``read`` decodes whose timestamp
+    lies outside ``window`` around ``now_ms``; none when the batch does not decode (the error
+    stands without indexes)."""
+    before, after = window
+    try:
+        batch = read()
+    except Exception:  # best effort: a client's bytes must not fail the error's report
+        return ()
+    return tuple(
+        (i, f"timestamp {r.timestamp} is out of range [{now_ms - before}, {now_ms + after}]")
+        for i, r in enumerate(batch.records)
+        if r.timestamp != records.NO_TIMESTAMP and not now_ms - before <= r.timestamp <= now_ms + after
+    )
 
 
 def _check_records(

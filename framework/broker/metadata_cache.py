@@ -200,6 +200,7 @@ class MetadataCache:
         self.replica_manager = replica_manager
         self.broker_id = config.broker_id
         self.topics: dict[str, TopicState] = {}
+        self._names_by_id: dict[str, str] = {}  # see topic_names
         self.brokers: dict[int, BrokerRegistration] = {}
         self.local_endpoints: dict[str, tuple[str, int, str]] = {}
         #: the listener brokers reach each other on (``inter.broker.listener.name``); None: the first
@@ -524,6 +525,23 @@ class MetadataCache:
         waiting until this broker sees a change it asked for (ElectLeaders waits for the leaders
         it elected)."""
         await self._refreshed.wait()
+
+    def topic_names(self, topic_ids: Iterable[str]) -> dict[str, str]:
+        """The names of the topics with these ids (32 hex digits) that exist; unknown ids are left
+        out. A Fetch v13+ resolves its ids on every request: the id -> name map is kept between
+        calls and rebuilt (once a call) only when an id is missing from it or names a topic that
+        has another id now, so a steady consumer costs a dict lookup per topic."""
+        ids = list(topic_ids)
+        names = self._names_by_id
+        found = {i: n for i in ids if (n := names.get(i)) is not None and self._has_id(n, i)}
+        if len(found) < len(ids):
+            self._names_by_id = names = {t.topic_id: n for n, t in self.topics.items() if t.topic_id}
+            found = {i: n for i in ids if (n := names.get(i)) is not None}
+        return found
+
+    def _has_id(self, name: str, topic_id: str) -> bool:
+        topic = self.topics.get(name)
+        return topic is not None and topic.topic_id == topic_id
 
     def leader_of(self, tp: TopicPartition) -> int:
         """The leader the cached partition state names, -1 for an unknown partition."""

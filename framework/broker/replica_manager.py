@@ -495,7 +495,7 @@ class ReplicaManager:
             except KafkaError as exc:
                 if exc.code is ErrorCode.KAFKA_STORAGE_ERROR:
                     self._append_failed(tp, exc)
-                results[tp] = PartitionProduceResult(exc.code, error_message=str(exc))
+                results[tp] = PartitionProduceResult(exc.code, error_message=str(exc), record_errors=exc.record_errors)
                 self._count_refused(tp, exc.code)
                 continue
             except OSError as exc:  # a storage plugin that lets the OS error through

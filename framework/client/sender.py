@@ -212,7 +212,9 @@ class Sender:
                 acks=self.acks,
                 timeout_ms=self.request_timeout_ms,
                 topic_data=[TopicProduceData(t, parts) for t, parts in by_topic.items()],
-                version=conn.version(ApiKey.PRODUCE, min_version=3),
+                # v8 at most: the request is written non-flexible (v9+ adds nothing a producer uses
+                # but KIP-951's leader hints, which this producer does not act on)
+                version=conn.version(ApiKey.PRODUCE, min_version=3, max_version=8),
             )
             return await conn.send_request(
                 request, timeout_s=self.network.request_timeout_s, expect_response=self.acks != 0

@@ -87,8 +87,13 @@ class VersionRange(NamedTuple):
 SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
     {
         # PROTOCOL.md's table: what the real clients need.
-        ApiKey.PRODUCE: VersionRange(0, 7),  # v0-2 advertised for old librdkafka, answered UNSUPPORTED_VERSION
-        ApiKey.FETCH: VersionRange(4, 11),  # v12+ is flexible, v13+ uses topic ids
+        # v0-2 advertised for old librdkafka, answered UNSUPPORTED_VERSION; v8 record errors (KIP-467),
+        # v9 flexible, v10 current leader and node endpoints (KIP-951), v11 TRANSACTION_ABORTABLE
+        # (KIP-890); v12 (transactions V2: a Produce adds its partitions) and v13 (topic ids) not
+        ApiKey.PRODUCE: VersionRange(0, 11),
+        # v12 flexible (KIP-482), v13 topic ids (KIP-516), v15 ReplicaState (KIP-903), v16 current
+        # leader and node endpoints on leadership errors (KIP-951); v17 (KIP-853 directory ids) not
+        ApiKey.FETCH: VersionRange(4, 16),
         # v7 MAX_TIMESTAMP (KIP-734), v8 EARLIEST_LOCAL (KIP-405), v9 LATEST_TIERED (KIP-1005), v10
         # timeout_ms (KIP-1075: taken; remote.list.offsets.request.timeout.ms bounds remote searches)
         ApiKey.LIST_OFFSETS: VersionRange(1, 10),
@@ -98,16 +103,20 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         # v7 require_stable (KIP-447), v8 batched groups (KIP-709), v9 member id and epoch (KIP-848)
         ApiKey.OFFSET_FETCH: VersionRange(1, 9),
         ApiKey.FIND_COORDINATOR: VersionRange(0, 4),  # v4 batched keys (KIP-699)
-        ApiKey.JOIN_GROUP: VersionRange(0, 5),
-        ApiKey.HEARTBEAT: VersionRange(0, 3),
-        ApiKey.LEAVE_GROUP: VersionRange(0, 3),
-        ApiKey.SYNC_GROUP: VersionRange(0, 3),
+        # v6 flexible, v7 nullable protocol name, v8 reason (KIP-800, logged); v9's skip_assignment
+        # (KIP-814: a static leader rejoining a Stable group) is not implemented
+        ApiKey.JOIN_GROUP: VersionRange(0, 8),
+        ApiKey.HEARTBEAT: VersionRange(0, 4),  # v4 flexible
+        ApiKey.LEAVE_GROUP: VersionRange(0, 5),  # v4 flexible, v5 reason (KIP-800, logged)
+        ApiKey.SYNC_GROUP: VersionRange(0, 5),  # v4 flexible, v5 protocol type and name (KIP-559)
         # KIP-848's consumer group protocol (v1: the client makes its member id; librdkafka needs v1)
         ApiKey.CONSUMER_GROUP_HEARTBEAT: VersionRange(0, 1),
         ApiKey.CONSUMER_GROUP_DESCRIBE: VersionRange(0, 1),  # v1 member type
         ApiKey.API_VERSIONS: VersionRange(0, 4),
-        ApiKey.INIT_PRODUCER_ID: VersionRange(0, 4),  # v3 KIP-360 epoch bumps, v4 PRODUCER_FENCED (KIP-588)
-        ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 3),
+        # v3 KIP-360 epoch bumps, v4 PRODUCER_FENCED (KIP-588), v5 may answer TRANSACTION_ABORTABLE
+        # (KIP-890), which odradek's coordinator never does; v6 (KIP-939 two-phase commit) not
+        ApiKey.INIT_PRODUCER_ID: VersionRange(0, 5),
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 4),  # v4 flexible
         ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 2),
         ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 2),
         ApiKey.END_TXN: VersionRange(0, 2),
@@ -151,7 +160,7 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
 )
 
 #: Produce versions the broker implements; older advertised ones get UNSUPPORTED_VERSION.
-PRODUCE_IMPLEMENTED = VersionRange(3, 7)
+PRODUCE_IMPLEMENTED = VersionRange(3, 11)
 
 
 def api_name(api_key: int) -> str:

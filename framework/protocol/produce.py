@@ -1,4 +1,4 @@
-"""Hand-written Produce codec (v0-v8, non-flexible): the hottest request on the broker.
+"""Hand-written Produce codec (v0-v11; v9+ flexible): the hottest request on the broker.
 
 Why not kio here: kio's reader copies each partition's records into immutable ``bytes``, and the
 broker needs a ``bytearray`` to rewrite baseOffset and partitionLeaderEpoch in place, so kio costs
@@ -9,15 +9,34 @@ Decoding hands out each partition's records as a writable memoryview into the re
 the produced bytes are copied once (socket -> frame) before the append writes them out.
 Versions 0-2 have the same request layout minus ``transactional_id``: they are decoded so the
 broker can answer them with UNSUPPORTED_VERSION per partition, as Kafka does.
+
+The flexible versions (v9+, KIP-482) have the same fields with compact lengths (unsigned varints
+of length+1) and a tagged-field section after each struct; the request has no tagged field
+Kafka defines, so the decoder skips whatever a section holds. Response fields by version: v8 the
+per-record errors of an invalid batch and an error message (KIP-467), v10 the current leader of a
+NOT_LEADER_OR_FOLLOWER partition (tag 0) and the endpoints of those leaders (top-level tag 0,
+KIP-951); v11 changes no field (it lets the broker answer TRANSACTION_ABORTABLE, KIP-890).
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import InvalidRequest
-from .wire import Buffer, need, read_count, read_string
+from .fetch import NodeEndpoint, node_endpoints_field
+from .headers import write_uvarint
+from .wire import (
+    Buffer,
+    need,
+    read_compact_bytes_length,
+    read_compact_count,
+    read_compact_string,
+    read_count,
+    read_string,
+    skip_tagged_fields,
+)
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -48,7 +67,7 @@ class TopicProduceData:
 
 @dataclass(slots=True)
 class ProduceRequestData:
-    """A decoded Produce request (any version 0-8)."""
+    """A decoded Produce request (any version 0-11)."""
 
     acks: int
     timeout_ms: int
@@ -64,6 +83,12 @@ class PartitionProduceResponse:
     base_offset: int = -1
     log_append_time_ms: int = -1  # -1 unless the topic uses LogAppendTime
     log_start_offset: int = -1
+    #: v8+: (batch index, message) of each record that made the batch invalid (KIP-467), and
+    #: the error's message (Kafka sends one only with record errors: null otherwise)
+    record_errors: Sequence[tuple[int, str | None]] = ()
+    error_message: str | None = None
+    #: v10+: (leader id, leader epoch) of a NOT_LEADER_OR_FOLLOWER partition (KIP-951)
+    current_leader: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -74,10 +99,11 @@ class TopicProduceResponse:
 
 @dataclass(slots=True)
 class ProduceResponseData:
-    """A Produce response for any version 0-8 (fields a version lacks are not written)."""
+    """A Produce response for any version 0-11 (fields a version lacks are not written)."""
 
     responses: list[TopicProduceResponse] = field(default_factory=list)
     throttle_time_ms: int = 0
+    node_endpoints: Sequence[NodeEndpoint] = ()  # v10+
 
 
 _REQUEST = "Produce request"
@@ -89,8 +115,10 @@ def decode_produce_request(version: int, buf: Buffer, pos: int = 0) -> ProduceRe
 
     Raises ``InvalidRequest`` on truncation, bad lengths or trailing bytes.
     """
+    if version >= 9:
+        return _decode_flexible(version, buf, pos)
     if not 0 <= version <= 8:
-        raise InvalidRequest(f"Produce v{version} is not a non-flexible version")
+        raise InvalidRequest(f"Produce v{version} is not a version odradek reads")
     transactional_id = None
     if version >= 3:
         transactional_id, pos = read_string(buf, pos, _REQUEST, nullable=True)
@@ -113,13 +141,46 @@ def decode_produce_request(version: int, buf: Buffer, pos: int = 0) -> ProduceRe
                 records = None
             else:
                 need(buf, pos, size, _REQUEST)
-                # a writable view into the frame (the transport's frames are bytearrays): the core
-                # rewrites baseOffset/epoch in place and appends it without copying the records;
-                # an immutable frame still gets a writable copy
-                records = view[pos : pos + size] if not view.readonly else bytearray(view[pos : pos + size])
+                records = _records_view(view, pos, size)
                 pos += size
             parts.append(PartitionProduceData(index, records))
         topics.append(TopicProduceData(name or "", parts))
+    if pos != len(buf):
+        raise InvalidRequest(f"{len(buf) - pos} unexpected bytes after a Produce request")
+    return ProduceRequestData(acks, timeout_ms, topics, transactional_id, version)
+
+
+def _records_view(view: memoryview, pos: int, size: int) -> bytearray | memoryview:
+    """A partition's records: a writable view into the frame (the transport's frames are
+    bytearrays), so the core rewrites baseOffset/epoch in place and appends it without copying
+    the records; an immutable frame still gets a writable copy."""
+    return view[pos : pos + size] if not view.readonly else bytearray(view[pos : pos + size])
+
+
+def _decode_flexible(version: int, buf: Buffer, pos: int) -> ProduceRequestData:
+    """A flexible Produce request (v9+): the v3-v8 fields, compact, each struct with its tags."""
+    transactional_id, pos = read_compact_string(buf, pos, _REQUEST, nullable=True)
+    need(buf, pos, 6, _REQUEST)
+    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
+    pos += 6
+    n_topics, pos = read_compact_count(buf, pos, _REQUEST, 3)
+    topics: list[TopicProduceData] = []
+    view = memoryview(buf)
+    for _ in range(n_topics):
+        name, pos = read_compact_string(buf, pos, _REQUEST, nullable=False)
+        n_parts, pos = read_compact_count(buf, pos, _REQUEST, 6)
+        parts: list[PartitionProduceData] = []
+        for _ in range(n_parts):
+            need(buf, pos, 4, _REQUEST)
+            (index,) = _I32.unpack_from(buf, pos)
+            size, pos = read_compact_bytes_length(buf, pos + 4, _REQUEST)
+            records = None if size < 0 else _records_view(view, pos, size)
+            pos += max(size, 0)
+            pos = skip_tagged_fields(buf, pos, _REQUEST)
+            parts.append(PartitionProduceData(index, records))
+        pos = skip_tagged_fields(buf, pos, _REQUEST)
+        topics.append(TopicProduceData(name or "", parts))
+    pos = skip_tagged_fields(buf, pos, _REQUEST)
     if pos != len(buf):
         raise InvalidRequest(f"{len(buf) - pos} unexpected bytes after a Produce request")
     return ProduceRequestData(acks, timeout_ms, topics, transactional_id, version)
@@ -151,12 +212,26 @@ def encode_produce_request(request: ProduceRequestData) -> bytes:
     return bytes(out)
 
 
+def _string_of(value: str | None, flexible: bool) -> bytes:
+    if not flexible:
+        return _string(value)
+    if value is None:
+        return b"\x00"
+    raw = value.encode("utf-8")
+    return write_uvarint(len(raw) + 1) + raw
+
+
+def _count_of(n: int, flexible: bool) -> bytes:
+    return write_uvarint(n + 1) if flexible else _I32.pack(n)
+
+
 def encode_produce_response(version: int, response: ProduceResponseData) -> bytes:
-    """The body of a Produce response at ``version`` (0-8; v8's record errors are left empty)."""
-    out = bytearray(_I32.pack(len(response.responses)))
+    """The body of a Produce response at ``version`` (0-11)."""
+    flexible = version >= 9
+    out = bytearray(_count_of(len(response.responses), flexible))
     for topic in response.responses:
-        out += _string(topic.name)
-        out += _I32.pack(len(topic.partition_responses))
+        out += _string_of(topic.name, flexible)
+        out += _count_of(len(topic.partition_responses), flexible)
         for p in topic.partition_responses:
             if version >= 5:
                 out += _PARTITION_V5.pack(
@@ -167,14 +242,31 @@ def encode_produce_response(version: int, response: ProduceResponseData) -> byte
             else:
                 out += _PARTITION_V0.pack(p.index, p.error_code, p.base_offset)
             if version >= 8:
-                out += b"\x00\x00\x00\x00\xff\xff"  # record_errors: empty array; error_message: null
+                out += _count_of(len(p.record_errors), flexible)
+                for batch_index, message in p.record_errors:
+                    out += _I32.pack(batch_index) + _string_of(message, flexible)
+                    if flexible:
+                        out += b"\x00"
+                out += _string_of(p.error_message, flexible)
+            if flexible:
+                leader = p.current_leader if version >= 10 else None
+                if leader is not None and leader != (-1, -1):
+                    out += b"\x01\x00\x09" + _I32.pack(leader[0]) + _I32.pack(leader[1]) + b"\x00"
+                else:
+                    out += b"\x00"
+        if flexible:
+            out += b"\x00"
     if version >= 1:
         out += _I32.pack(response.throttle_time_ms)
+    if flexible:
+        out += node_endpoints_field(response.node_endpoints if version >= 10 else ())
     return bytes(out)
 
 
 def decode_produce_response(version: int, buf: Buffer, pos: int = 0) -> ProduceResponseData:
-    """Decode a Produce response body (client side)."""
+    """Decode a Produce response body (client side, v0-v8: odradek's producer sends no later one)."""
+    if version >= 9:
+        raise InvalidRequest(f"Produce v{version} responses are not decoded here")
     n_topics, pos = read_count(buf, pos, _RESPONSE)
     topics = []
     for _ in range(n_topics):

@@ -1,4 +1,5 @@
-"""Bounds-checked readers of Kafka's non-flexible primitive types, for the hand-written codecs.
+"""Bounds-checked readers of Kafka's primitive types, for the hand-written codecs: the
+non-flexible ones, and the compact lengths and tagged fields of the flexible versions (KIP-482).
 
 Every read checks the remaining length first and raises ``InvalidRequest`` naming the request,
 so a decoder built from these never raises anything else on a client's bytes and never trusts a
@@ -10,6 +11,7 @@ from __future__ import annotations
 import struct
 
 from ..errors import InvalidRequest
+from .headers import read_uvarint
 
 Buffer = bytes | bytearray | memoryview
 
@@ -48,3 +50,46 @@ def read_count(buf: Buffer, pos: int, what: str, element_bytes: int = 2) -> tupl
     if n > (len(buf) - pos - 4) // element_bytes:
         raise InvalidRequest(f"array count {n} exceeds the remaining {what}")
     return n, pos + 4
+
+
+def read_compact_count(buf: Buffer, pos: int, what: str, element_bytes: int = 1) -> tuple[int, int]:
+    """A compact array's length (an unsigned varint of length+1; 0, null, reads as empty) and the
+    position after it; a length beyond what is left is refused, as by :func:`read_count`."""
+    n, pos = read_uvarint(buf, pos)
+    n = max(n - 1, 0)
+    if n > (len(buf) - pos) // element_bytes:
+        raise InvalidRequest(f"array count {n} exceeds the remaining {what}")
+    return n, pos
+
+
+def read_compact_bytes_length(buf: Buffer, pos: int, what: str) -> tuple[int, int]:
+    """A compact (nullable) string's or bytes' length, -1 for null, checked against what is left."""
+    n, pos = read_uvarint(buf, pos)
+    n -= 1
+    need(buf, pos, max(n, 0), what)
+    return n, pos
+
+
+def read_compact_string(buf: Buffer, pos: int, what: str, *, nullable: bool) -> tuple[str | None, int]:
+    """A compact UTF-8 string (null only when ``nullable``) and the position after it."""
+    n, pos = read_compact_bytes_length(buf, pos, what)
+    if n < 0:
+        if not nullable:
+            raise InvalidRequest(f"a null string in {what}")
+        return None, pos
+    try:
+        return str(buf[pos : pos + n], "utf-8"), pos + n
+    except UnicodeDecodeError:
+        raise InvalidRequest(f"a string in {what} is not UTF-8") from None
+
+
+def skip_tagged_fields(buf: Buffer, pos: int, what: str) -> int:
+    """The position after a tagged-field section whose fields the reader does not use (Kafka's
+    generated readers keep tags they do not know aside, unread)."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        need(buf, pos, size, what)
+        pos += size
+    return pos

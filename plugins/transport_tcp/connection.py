@@ -39,10 +39,11 @@ from typing import Literal
 
 import trio
 
-from odradek.errors import KafkaError, OdradekError
+from odradek.errors import InvalidRequest, KafkaError, OdradekError
 from odradek.principal import ANONYMOUS, KafkaPrincipal
 from odradek.protocol import ApiKey, FetchEnvelope, RequestHeader, api_name, parse_request_header
 from odradek.protocol.codec import SchemaUnavailable, is_native_panic
+from odradek.protocol.headers import read_uvarint
 from odradek.request_memory import RequestMemoryPool
 from odradek.security.authenticator import SaslServerAuthenticator
 from odradek.security.settings import SaslListenerSettings
@@ -714,15 +715,23 @@ def _produce_without_wait(header: RequestHeader, frame: bytearray) -> bool:
     """Whether this is a Produce v3+ with acks 0 or 1 (its handling never waits on others: no
     purgatory; it may yield between partitions, so the reader shields it).
 
-    Peeks at the body: transactional_id (int16 length, -1 = null) then acks (int16).
+    Peeks at the body: transactional_id (int16 length, -1 = null; from v9 a compact string, an
+    unsigned varint of length+1, 0 = null) then acks (int16).
     """
     if header.api_key != ApiKey.PRODUCE or header.api_version < 3:
         return False
     pos = header.body_offset
-    if pos + 2 > len(frame):
-        return False
-    (txn_len,) = _INT16.unpack_from(frame, pos)
-    pos += 2 + max(txn_len, 0)
+    if header.api_version >= 9:
+        try:
+            txn_len, pos = read_uvarint(frame, pos)
+        except InvalidRequest:
+            return False  # the decoder refuses it with its own error
+        pos += max(txn_len - 1, 0)
+    else:
+        if pos + 2 > len(frame):
+            return False
+        (txn_len,) = _INT16.unpack_from(frame, pos)
+        pos += 2 + max(txn_len, 0)
     if pos + 2 > len(frame):
         return False
     (acks,) = _INT16.unpack_from(frame, pos)

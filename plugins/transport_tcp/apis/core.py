@@ -33,6 +33,7 @@ from odradek.protocol import (
     FetchResponseData,
     FetchTopicData,
     MetadataResponseData,
+    NodeEndpoint,
     PartitionProduceResponse,
     ProduceRequestData,
     ProduceResponseData,
@@ -52,6 +53,7 @@ from odradek.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from . import CloseConnection, Handler, RequestContext
 from ._kio import NO_THROTTLE, kerr, make, response_class
 from .authz import allowed, allowed_names, authorized_operations_bits, authorizer_of, cluster_allowed, operations_field
+from .leaders import LEADERSHIP_ERRORS, current_leaders
 
 
 def _isolation(value: int) -> IsolationLevel:
@@ -259,15 +261,28 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Pr
             )
         return None
     missing = PartitionProduceResult(ErrorCode.UNKNOWN_SERVER_ERROR)
+    version = request.version
+    leaders: dict[TopicPartition, tuple[int, int]] = {}
+    nodes: list[NodeEndpoint] = []
+    if version >= 10:  # KIP-951: Kafka's handleProduceRequest, for NOT_LEADER_OR_FOLLOWER only
+        led_elsewhere = [tp for tp, r in results.items() if r.error == ErrorCode.NOT_LEADER_OR_FOLLOWER]
+        if led_elsewhere:
+            leaders, nodes = current_leaders(ctx.broker, ctx.listener.name, led_elsewhere)
     return ProduceResponseData(
         [
             TopicProduceResponse(
                 topic,
-                [_partition_produce_response(tp.partition, results.get(tp, missing)) for tp in tps],
+                [
+                    _partition_produce_response(
+                        tp.partition, results.get(tp, missing), request.version, leaders.get(tp)
+                    )
+                    for tp in tps
+                ],
             )
             for topic, tps in _group_by_topic(order)
         ],
         throttle_ms,
+        nodes,
     )
 
 
@@ -325,8 +340,33 @@ def _throttle(ctx: RequestContext, quotas: Any, bandwidth: Any, bandwidth_ms: in
     return throttle_ms
 
 
-def _partition_produce_response(index: int, r: PartitionProduceResult) -> PartitionProduceResponse:
-    return PartitionProduceResponse(index, int(r.error), r.base_offset, r.log_append_time, r.log_start_offset)
+#: The errors whose Produce v8+ answer carries its message: Kafka's record validation failures
+#: (``RecordValidationException``: a batch refused for some of its records, or their timestamps);
+#: every other error's message is null, as in Kafka.
+_VALIDATION_ERRORS = frozenset({ErrorCode.INVALID_TIMESTAMP})
+
+
+def _partition_produce_response(
+    index: int, r: PartitionProduceResult, version: int, current_leader: tuple[int, int] | None
+) -> PartitionProduceResponse:
+    """One partition's answer at ``version``: v8+ says which records of an invalid batch were at
+    fault (KIP-467), v10+ who leads a partition this broker does not (KIP-951), and v11+ calls a
+    transactional batch whose partition is not in the transaction TRANSACTION_ABORTABLE
+    (KIP-890; INVALID_TXN_STATE before, as Kafka's produce path answers it)."""
+    error = r.error
+    if error == ErrorCode.INVALID_TXN_STATE and version >= 11:
+        error = ErrorCode.TRANSACTION_ABORTABLE
+    validation = bool(r.record_errors) or error in _VALIDATION_ERRORS
+    return PartitionProduceResponse(
+        index,
+        int(error),
+        r.base_offset,
+        r.log_append_time,
+        r.log_start_offset,
+        r.record_errors,
+        r.error_message if validation else None,
+        current_leader,
+    )
 
 
 # -- Fetch ------------------------------------------------------------------------------------
@@ -341,10 +381,17 @@ def _release_all(results: Iterable[FetchPartitionResult]) -> None:
 async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchResponseData:
     """Full fetches, and incremental ones in a fetch session (KIP-227; the session rules are
     ``odradek.broker.fetch_session``'s): an incremental fetch reads every partition of its
-    session and answers the ones that changed."""
+    session and answers the ones that changed.
+
+    v13+ names topics by id: the session keys those partitions by id (Kafka's
+    ``TopicIdPartition``) and each request resolves the ids again through the metadata cache,
+    so an id no topic has is UNKNOWN_TOPIC_ID for as long as it is unknown and a topic deleted
+    and made again under its name is a different partition. v16+ answers leadership errors with
+    the current leader and its endpoint (KIP-951)."""
+    by_id = request.version >= 13
     requested = [
         FetchPartition(
-            TopicPartition(topic.topic, p.partition),
+            TopicPartition(_id_key(topic.topic_id) if by_id else topic.topic, p.partition),
             p.fetch_offset,
             p.partition_max_bytes,
             p.current_leader_epoch,
@@ -353,18 +400,33 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
         for topic in request.topics
         for p in topic.partitions
     ]
-    forgotten = [TopicPartition(name, index) for name, indexes in request.forgotten_topics for index in indexes]
+    forgotten = [
+        TopicPartition(_id_key(name) if by_id else name, index)
+        for name, indexes in (request.forgotten_topic_ids if by_id else request.forgotten_topics)
+        for index in indexes
+    ]
     sessions: FetchSessionCache = ctx.broker.fetch_sessions
     context = sessions.new_context(
-        request.session_id, request.session_epoch, requested, forgotten, follower=request.replica_id >= 0
+        request.session_id,
+        request.session_epoch,
+        requested,
+        forgotten,
+        follower=request.replica_id >= 0,
+        uses_topic_ids=by_id,
     )
     if context.error != ErrorCode.NONE:
         return FetchResponseData([], error_code=context.error, session_id=INVALID_SESSION_ID)
     partitions = context.partitions
+    names: dict[str, str] = {}
+    keys: dict[TopicPartition, TopicPartition] = {}  # the partition read -> its key in the session
     refused: dict[TopicPartition, FetchPartitionResult] = {}
+    if by_id:
+        names = _topic_names(ctx, {p.tp.topic[len(_ID_KEY) :] for p in partitions})
+        partitions, keys, refused = _resolve_topic_ids(partitions, names)
     authorizer = authorizer_of(ctx)
     if authorizer is not None:
-        partitions, refused = _authorized_fetch(ctx, authorizer, request.replica_id, partitions)
+        partitions, denied = _authorized_fetch(ctx, authorizer, request.replica_id, partitions)
+        refused.update((keys.get(tp, tp), r) for tp, r in denied.items())
     max_bytes = min(request.max_bytes, int(ctx.config["fetch.max.bytes"]))
     quotas = _quotas(ctx)
     consumer = request.replica_id < 0  # a follower's fetch (replication) is not a client's: no quota
@@ -383,10 +445,19 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
         partitions,
         _client_metadata(ctx, request),
     )
+    if keys:
+        results = {keys.get(tp, tp): r for tp, r in results.items()}
     if refused:
         results.update(refused)
+    leaders: dict[TopicPartition, tuple[int, int]] = {}
+    nodes: list[NodeEndpoint] = []
+    if request.version >= 16:
+        real = {key: tp for tp, key in keys.items()}
+        led_elsewhere = [tp for tp, r in results.items() if r.error in LEADERSHIP_ERRORS]
+        found, nodes = current_leaders(ctx.broker, ctx.listener.name, (real.get(tp, tp) for tp in led_elsewhere))
+        leaders = {tp: found[real.get(tp, tp)] for tp in led_elsewhere}
     if consumer:
-        throttled = _throttle_fetch(ctx, quotas, context, results)
+        throttled = _throttle_fetch(ctx, quotas, context, results, leaders)
         if throttled is not None:
             return throttled
     try:
@@ -402,10 +473,15 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
         missing = FetchPartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR)
         return FetchResponseData(
             [
-                FetchTopicData(topic, [_fetch_partition(tp.partition, results.get(tp, missing)) for tp in tps])
+                FetchTopicData(
+                    names.get(topic[1:], "") if by_id else topic,
+                    [_fetch_partition(tp.partition, results.get(tp, missing), leaders.get(tp)) for tp in tps],
+                    bytes.fromhex(topic[1:]) if by_id else b"",
+                )
                 for topic, tps in _group_by_topic(order)
             ],
             session_id=session_id,
+            node_endpoints=[n for n in nodes if any(leaders[tp][0] == n.node_id for tp in answered if tp in leaders)],
         )
     except BaseException:
         _release_all(r for tp, r in results.items() if tp in answered)
@@ -419,6 +495,47 @@ def _client_metadata(ctx: RequestContext, request: FetchRequestData) -> ClientMe
         return None
     rack = getattr(request, "rack_id", "") or ""
     return ClientMetadata(rack, ctx.header.client_id or "", ctx.peer, str(ctx.principal), ctx.listener.name)
+
+
+#: What starts a v13+ session key's "topic": a topic id, which no topic name can be (legal names
+#: are letters, digits, '.', '_' and '-').
+_ID_KEY = "\x00"
+
+
+def _id_key(topic_id: str) -> str:
+    """The session key's topic of a partition named by ``topic_id`` (32 hex digits)."""
+    return _ID_KEY + topic_id
+
+
+def _topic_names(ctx: RequestContext, topic_ids: set[str]) -> dict[str, str]:
+    """Topic id -> name of those of ``topic_ids`` that exist (the metadata cache keeps the map
+    between requests; a broker stand-in without one has its topics scanned)."""
+    cache: Any = getattr(ctx.broker, "metadata_cache", None)
+    if hasattr(cache, "topic_names"):
+        names: dict[str, str] = cache.topic_names(topic_ids)
+        return names
+    every = topic_names_by_id(ctx)
+    return {i: every[i] for i in topic_ids if i in every}
+
+
+def _resolve_topic_ids(
+    partitions: Sequence[FetchPartition], names: dict[str, str]
+) -> tuple[list[FetchPartition], dict[TopicPartition, TopicPartition], dict[TopicPartition, FetchPartitionResult]]:
+    """A v13+ fetch's partitions (keyed by topic id) under their topics' names: the ones to
+    read, each read partition's key, and UNKNOWN_TOPIC_ID for the keys whose id no topic has
+    (Kafka answers those itself, before the fetch)."""
+    readable: list[FetchPartition] = []
+    keys: dict[TopicPartition, TopicPartition] = {}
+    unknown: dict[TopicPartition, FetchPartitionResult] = {}
+    for p in partitions:
+        name = names.get(p.tp.topic[len(_ID_KEY) :])
+        if name is None:
+            unknown[p.tp] = FetchPartitionResult(ErrorCode.UNKNOWN_TOPIC_ID)
+            continue
+        tp = TopicPartition(name, p.tp.partition)
+        keys[tp] = p.tp
+        readable.append(replace(p, tp=tp))
+    return readable, keys, unknown
 
 
 def _authorized_fetch(
@@ -443,7 +560,11 @@ def _authorized_fetch(
 
 
 def _throttle_fetch(
-    ctx: RequestContext, quotas: Any, context: Any, results: dict[TopicPartition, FetchPartitionResult]
+    ctx: RequestContext,
+    quotas: Any,
+    context: Any,
+    results: dict[TopicPartition, FetchPartitionResult],
+    leaders: dict[TopicPartition, tuple[int, int]],
 ) -> FetchResponseData | None:
     """Kafka's consumer Fetch under quotas (KIP-219): the response's size (Kafka's
     ``FetchResponse.sizeOf`` of the partitions it would carry) is counted against the client's
@@ -457,7 +578,7 @@ def _throttle_fetch(
     size = 0
     bandwidth_ms = 0
     if quotas is not None and quotas.fetch.enabled():
-        size = _fetch_response_size(ctx, context, results)
+        size = _fetch_response_size(ctx, context, results, leaders)
         bandwidth_ms = quotas.fetch.record(user, client_id, size, count=False)
     throttle_ms = _throttle(ctx, quotas, quotas.fetch if quotas is not None else None, bandwidth_ms, request_ms)
     if throttle_ms <= 0:
@@ -475,24 +596,31 @@ def _throttle_fetch(
     return FetchResponseData([], session_id=session.id, throttle_time_ms=throttle_ms)
 
 
-def _fetch_response_size(ctx: RequestContext, context: Any, results: dict[TopicPartition, FetchPartitionResult]) -> int:
+def _fetch_response_size(
+    ctx: RequestContext,
+    context: Any,
+    results: dict[TopicPartition, FetchPartitionResult],
+    leaders: dict[TopicPartition, tuple[int, int]],
+) -> int:
     """The size of the answer the fetch would get unthrottled (Kafka's ``getResponseSize``):
     every partition of a full fetch, the changed ones of an incremental one."""
     sessions: FetchSessionCache = ctx.broker.fetch_sessions
     order = sessions.response_partitions(context, results)
     missing = FetchPartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR)
 
-    def shape(r: FetchPartitionResult) -> tuple[int, int]:
+    def shape(tp: TopicPartition) -> tuple[int, int, tuple[int, int] | None]:
+        r = results.get(tp, missing)
         aborted = len(r.aborted_transactions) if r.aborted_transactions is not None else 0
-        return aborted, r.records.size if r.records is not None else 0
+        return aborted, r.records.size if r.records is not None else 0, leaders.get(tp)
 
     return fetch_response_size(
-        ctx.api_version,
-        ((topic, [shape(results.get(tp, missing)) for tp in tps]) for topic, tps in _group_by_topic(order)),
+        ctx.api_version, ((topic, [shape(tp) for tp in tps]) for topic, tps in _group_by_topic(order))
     )
 
 
-def _fetch_partition(index: int, r: FetchPartitionResult) -> FetchPartitionData:
+def _fetch_partition(
+    index: int, r: FetchPartitionResult, current_leader: tuple[int, int] | None = None
+) -> FetchPartitionData:
     aborted = None
     if r.aborted_transactions is not None:
         aborted = [(a.producer_id, a.first_offset) for a in r.aborted_transactions]
@@ -505,6 +633,7 @@ def _fetch_partition(index: int, r: FetchPartitionResult) -> FetchPartitionData:
         aborted,
         r.preferred_read_replica,
         r.records if r.records is not None else b"",
+        current_leader=current_leader,
     )
 
 

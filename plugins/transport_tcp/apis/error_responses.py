@@ -173,7 +173,11 @@ def fetch_error_response(request: FetchRequestData, code: ErrorCode) -> FetchRes
     """``code`` at the top level (v7+) and for every partition of a Fetch request, no records."""
     return FetchResponseData(
         [
-            FetchTopicData(t.topic, [FetchPartitionData(p.partition, int(code), records=None) for p in t.partitions])
+            FetchTopicData(
+                t.topic,
+                [FetchPartitionData(p.partition, int(code), records=None) for p in t.partitions],
+                bytes.fromhex(t.topic_id) if t.topic_id else b"",  # v13+ names topics by id
+            )
             for t in request.topics
         ],
         error_code=int(code),

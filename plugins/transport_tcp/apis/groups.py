@@ -42,6 +42,7 @@ from . import Handler, RequestContext
 from ._kio import NO_THROTTLE, kerr, make, response_class
 from .authz import operations_field
 from .core import topic_names_by_id
+from .group_reasons import log_client_reason
 
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
@@ -150,6 +151,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
                     generation_id=-1, protocol_name="", leader="", member_id=request.member_id, members=())  # fmt: skip
     session_ms = ms(request.session_timeout)
     rebalance_ms = ms(request.rebalance_timeout) if hasattr(request, "rebalance_timeout") else session_ms
+    log_client_reason("joins", request.group_id, request.member_id, getattr(request, "reason", None))  # v8+
     result = await coordinator.join_group(
         request.group_id,
         request.member_id,
@@ -172,7 +174,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         error_code=kerr(result.error),
         generation_id=result.generation_id,
         protocol_type=result.protocol_type,
-        protocol_name=result.protocol_name or "",
+        protocol_name=result.protocol_name if version >= 7 else result.protocol_name or "",  # v7+ nullable
         leader=result.leader_id,
         member_id=result.member_id,
         members=members,
@@ -223,6 +225,8 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
     cls = response_class(ApiKey.LEAVE_GROUP, version)
     if version >= 3:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+        for m in request.members:
+            log_client_reason("leaves", request.group_id, m.member_id, getattr(m, "reason", None))  # v5+
     else:
         leaving = [(request.member_id, None)]
     coordinator = _coordinator(ctx)

@@ -1,0 +1,80 @@
+"""KIP-951 with a real client on three brokers: librdkafka (confluent-kafka 2.16, Produce v10)
+producing to a partition whose leadership moves while the old leader stays up gets
+NOT_LEADER_OR_FOLLOWER with the current leader and its endpoint, reads them (its
+``METADATAUPDATE`` debug lines come from that answer), and goes on producing to the new leader
+with every record acknowledged.
+
+What librdkafka then does with the fields: it applies them to its metadata cache, which held no
+entry for the topic here ("Topic ... not found in cache"), so it also asks Metadata, as before
+KIP-951. The broker's side, the fields themselves, is checked field by field in
+tests/test_produce_flexible.py and tests/test_fetch_flexible.py."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import ElectionType, Producer, TopicPartition
+from test_replication_cluster import partition_state, replicated_topic, three_brokers, wait_for
+
+from odradek.testing.servers import unique_chroot
+
+pytestmark = pytest.mark.integration
+
+
+class _Lines(logging.Handler):
+    """librdkafka's log lines, as its ``logger`` hands them over."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_librdkafka_reads_the_current_leader_from_the_old_leaders_produce_answer(
+    tmp_path: Path, zookeeper_server: Any
+) -> None:
+    metadata = {
+        "metadata": "zookeeper",
+        "zookeeper.connect": zookeeper_server.connect_string + unique_chroot("kip951"),
+        "auto.leader.rebalance.enable": "false",  # only the election below moves the leader
+    }
+    with three_brokers(tmp_path, metadata) as brokers:
+        bootstrap, admin, topic, preferred = replicated_topic(brokers, "kip951")
+        # leadership leaves the preferred replica while it restarts; it comes back as a follower
+        brokers[preferred].stop()
+        brokers[preferred].start()
+        wait_for(
+            "a full ISR led by another replica",
+            lambda: (s := partition_state(admin, topic)) and s[0] != preferred and len(s[1]) == 3,
+        )
+        lines = _Lines()
+        logger = logging.getLogger(f"librdkafka.{topic}")
+        logger.addHandler(lines)
+        logger.setLevel(logging.DEBUG)
+        errors: list[Any] = []
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+             "debug": "metadata,topic,msg", "logger": logger}
+        )  # fmt: skip
+
+        def send(tag: bytes) -> None:
+            for i in range(10):
+                producer.produce(topic, tag + b"%d" % i, on_delivery=lambda err, _msg: errors.append(err))
+            assert producer.flush(30) == 0
+
+        send(b"a")
+        before = len(lines.lines)
+        elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
+        assert list(elected.values()) == [None]
+        wait_for("the preferred replica leading", lambda: (s := partition_state(admin, topic)) and s[0] == preferred)
+        send(b"b")  # first to the old leader, which answers NOT_LEADER_OR_FOLLOWER with the new one
+        assert errors == [None] * 20
+        after = lines.lines[before:]
+        assert any("Not leader for partition" in line for line in after), after
+        assert any(line.startswith("METADATAUPDATE") and topic in line for line in after), after
+        assert any(f"leader is {preferred}" in line for line in after), after
