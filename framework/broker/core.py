@@ -31,6 +31,7 @@ from ..request_memory import RequestMemoryPool
 from ..security.authorizer import Authorizer
 from ..security.credentials import ScramCredentialStore
 from .admin import AdminManager, validate_topic_name
+from .alter_log_dirs import ReplicaAlterLogDirsManager
 from .api import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -137,6 +138,9 @@ class BrokerCore:
         )
         self.metadata_cache = MetadataCache(config, store, self.replica_manager)
         self.replica_manager.partition_known = self.metadata_cache.contains_partition
+        #: AlterReplicaLogDirs (KIP-113): moves of replicas between this broker's log dirs;
+        #: its ``run`` (the copy) belongs in the owner's nursery
+        self.alter_log_dirs = ReplicaAlterLogDirsManager(self.replica_manager, storage)
         self._wire_replica_selection(config)
         #: name -> (the TopicState it was built from, its ``state_changes`` then, live brokers,
         #: listed brokers, the answer): the cache replaces a TopicState when the topic is re-read
@@ -424,6 +428,9 @@ class BrokerCore:
             # of log.dirs, volume sizes unknown (it fails the conformance suite until it has it)
             dirs = [LogDirDescription(str(self.config.log_dirs[0].absolute()), tuple(self.storage.all_logs()))]
         return self.replica_manager.describe_log_dirs(partitions, dirs)
+
+    async def alter_replica_log_dirs(self, wanted: Mapping[TopicPartition, str]) -> dict[TopicPartition, ErrorCode]:
+        return await self.alter_log_dirs.alter_replica_log_dirs(wanted)
 
     def _topic_answer(self, topic: TopicState, live: tuple[int, ...], listed: frozenset[int]) -> TopicMetadata:
         """One topic's metadata, reused while nothing it depends on changed: a 1,000-partition

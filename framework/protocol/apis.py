@@ -52,6 +52,7 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
     DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
@@ -130,6 +131,7 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.DELETE_GROUPS: VersionRange(0, 2),
         ApiKey.OFFSET_DELETE: VersionRange(0, 0),  # Kafka has only v0 (KIP-496)
         ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 2),  # v2 include_fenced_brokers: none in ZooKeeper mode
+        ApiKey.ALTER_REPLICA_LOG_DIRS: VersionRange(1, 2),  # kio has no v0 (Kafka 4 dropped it); v2 flexible
         ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),  # kio has no v0 (Kafka 4 dropped it); v4 volume bytes
         ApiKey.ELECT_LEADERS: VersionRange(0, 2),  # v1 election type (KIP-460), v2 flexible
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: VersionRange(0, 1),  # KIP-455; v1 KIP-860
