@@ -216,6 +216,9 @@ class ReplicaAlterLogDirsManager:
             partition.log = self.moves.replace_current_with_future_log(tp)
         except (KafkaError, OSError, ValueError) as exc:
             await self._abandon(tp, future, str(exc))
+            if isinstance(exc, OSError) or (isinstance(exc, KafkaError) and exc.code is ErrorCode.KAFKA_STORAGE_ERROR):
+                # as Kafka's LogDirFailureChannel: a dir that failed under the copy goes offline
+                await self.replica_manager.check_log_dirs()
             return True
         return True
 
