@@ -8,6 +8,7 @@ import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import trio
 from broker_harness import batch, broker_plugins, create, fetch_records, produce, serving
@@ -23,9 +24,9 @@ TP = TopicPartition("moving", 0)
 
 
 @asynccontextmanager
-async def two_dir_broker(tmp_path: Path) -> AsyncIterator[BrokerCore]:
+async def two_dir_broker(tmp_path: Path, **overrides: Any) -> AsyncIterator[BrokerCore]:
     dirs = f"{tmp_path / 'a'},{tmp_path / 'b'}"
-    config = default_config(log_dirs=dirs, listeners="PLAINTEXT://127.0.0.1:0", log_segment_bytes=8192)
+    config = default_config(log_dirs=dirs, listeners="PLAINTEXT://127.0.0.1:0", log_segment_bytes=8192, **overrides)
     async with serving(BrokerServer(config, broker_plugins())) as core:
         await create(core, TP.topic)
         yield core
@@ -143,3 +144,25 @@ async def test_a_destination_that_fails_during_the_move_leaves_the_current_log(t
         assert _where(core)[0] == here
         assert await produce(core, TP, batch([b"after"])) is not None
         assert [v for _, v in await _fetch_all(core)] == [b"%04d" % i + b"z" * 500 for i in range(50)] + [b"after"]
+
+
+async def test_the_copy_is_throttled(tmp_path: Path) -> None:
+    """replica.alter.log.dirs.io.max.bytes.per.second: every copied byte counts, and the copy
+    waits while the rate is over it (its window is one second here: the rate is the bytes of
+    the last second or so)."""
+    async with two_dir_broker(
+        tmp_path,
+        replica_alter_log_dirs_io_max_bytes_per_second=100_000,
+        alter_log_dirs_replication_quota_window_num=2,
+    ) as core:
+        core.alter_log_dirs.chunk_bytes = 5000
+        for i in range(150):
+            await produce(core, TP, batch([b"%04d" % i + b"t" * 1000]))
+        size = core.replica_manager.get_partition(TP).log.size_in_bytes  # type: ignore[union-attr]
+        target = _where(core)[1]
+        assert await core.alter_replica_log_dirs({TP: target}) == {TP: ErrorCode.NONE}
+        await _wait_moved(core, target)
+        quota = core.alter_log_dirs.quota
+        assert quota.enabled and quota.held_back > 0
+        assert size <= quota.throttled_bytes <= size + 5000
+        assert [v for _, v in await _fetch_all(core)] == [b"%04d" % i + b"t" * 1000 for i in range(150)]

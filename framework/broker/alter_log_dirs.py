@@ -39,6 +39,7 @@ from odradek.interfaces import (
 )
 
 from .replica_manager import ReplicaManager
+from .replication_quota import ALTER_LOG_DIRS, ReplicationQuotaManager
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ COPY_CHUNK_BYTES = 1 << 20
 #: how long the copier waits before trying again a partition it cannot copy yet (after a start,
 #: before the metadata created the partition it has a future log of)
 RETRY_S = 0.5
+#: how long the copy waits before it checks again a quota it was over
+THROTTLE_WAIT_S = 0.1
 
 
 def reconcile(current: PartitionLog, future: PartitionLog) -> None:
@@ -114,13 +117,21 @@ class ReplicaAlterLogDirsManager:
     """AlterReplicaLogDirs and the copy task (Kafka's ``ReplicaAlterLogDirsManager``)."""
 
     def __init__(
-        self, replica_manager: ReplicaManager, storage: LogStorage, *, chunk_bytes: int = COPY_CHUNK_BYTES
+        self,
+        replica_manager: ReplicaManager,
+        storage: LogStorage,
+        *,
+        chunk_bytes: int = COPY_CHUNK_BYTES,
+        quota: ReplicationQuotaManager | None = None,
     ) -> None:
         self.replica_manager = replica_manager
         self.storage = storage
         #: the storage, when its engine can move logs between dirs (None: it cannot)
         self.moves: LogDirMoves | None = storage if isinstance(storage, LogDirMoves) else None
         self.chunk_bytes = chunk_bytes
+        #: replica.alter.log.dirs.io.max.bytes.per.second: the copy waits while its rate is over
+        #: it (the last few batches copied at the swap are not held back)
+        self.quota = quota if quota is not None else ReplicationQuotaManager(ALTER_LOG_DIRS, -1, lambda _t, _k: ("*",))
         self._wake = trio.Event()
         #: moves that failed (partition -> why), for operators and tests; a new request clears it
         self.failed: dict[TopicPartition, str] = {}
@@ -187,6 +198,10 @@ class ReplicaAlterLogDirsManager:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 continue
+            if self.quota.is_quota_exceeded():
+                self.quota.held_back += 1
+                await trio.sleep(THROTTLE_WAIT_S)
+                continue
             progressed = False
             for tp, future in moving.items():
                 progressed |= await self._step(tp, future)
@@ -206,7 +221,10 @@ class ReplicaAlterLogDirsManager:
                 await self._abandon(tp, future, "the partition's log is gone")
             return False
         try:
-            if copy_step(partition.log, future, self.chunk_bytes):
+            copied = copy_step(partition.log, future, self.chunk_bytes)
+            if copied:
+                if self.quota.enabled:
+                    self.quota.record(copied)
                 return True
             await future.flush()  # what the copy wrote, outside the swap's synchronous step
             if self.moves.get_future_log(tp) is not future or partition.log is not self.storage.get_log(tp):
