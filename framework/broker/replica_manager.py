@@ -1092,12 +1092,13 @@ class ReplicaManager:
                     if changes == state.changes and size - at_size < p.config.segment_bytes:
                         continue
                 changes_now, data = state.changes, state.to_bytes()
+                plog = p.log
                 try:
-                    await trio.to_thread.run_sync(p.log.write_state, SNAPSHOT_NAME, data)
+                    await trio.to_thread.run_sync(plog.write_state, SNAPSHOT_NAME, data)
                 except Exception:
-                    if self.partitions.get(tp) is p:
+                    if self.partitions.get(tp) is p and p.log is plog:
                         raise
-                    continue  # deleted meanwhile: nothing to keep
+                    continue  # deleted, or moved to another log dir, meanwhile: written next time
                 self._snapshot_marks[tp] = (changes_now, end, size)
                 written += 1
             return written

@@ -346,8 +346,9 @@ class SegmentLogStorage:
         log.info("loaded %d partition logs from %s", len(self._logs), ", ".join(map(str, self.log_dirs)))
 
     def _load_future(self, tp: TopicPartition, directory: Path, config: TopicConfig) -> None:
-        """A future log found at start-up that was not marked complete: the broker copies into
-        it again (it starts over, see ``odradek.broker.alter_log_dirs``). One without a current
+        """A future log found at start-up that was not marked complete: the broker's copy goes
+        on into it (cutting first whatever the current log does not have, see
+        ``odradek.broker.alter_log_dirs.reconcile``). One without a current
         log, or a second for the same partition, has nothing to be copied from: it goes."""
         if tp not in self._logs or tp in self._futures:
             log.warning("%s: removing the future log %s: no current log to copy from", tp, directory)
@@ -777,6 +778,9 @@ class SegmentLogStorage:
                     # a full disk passes: the log stays cleanable, the cleaner loop logs the
                     # failure rate-limited and tries again after log.cleaner.backoff.ms
                     no_space = no_space or exc
+                    continue
+                if self._logs.get(tp) is not lg:  # moved to another dir (or deleted) meanwhile
+                    log.info("compaction of %s stopped: its log was replaced meanwhile (%r)", tp, exc)
                     continue
                 log.error("compaction of %s failed, not cleaning it again until restart: %r", tp, exc)
                 self._uncleanable.add(tp)
