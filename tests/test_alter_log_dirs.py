@@ -15,7 +15,7 @@ from broker_harness import batch, broker_plugins, create, fetch_records, produce
 
 from odradek.broker.core import BrokerCore
 from odradek.broker.server import BrokerServer
-from odradek.config import default_config
+from odradek.config import Config, default_config
 from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.plugins.storage_segment.storage import SegmentLogStorage
@@ -23,11 +23,14 @@ from odradek.plugins.storage_segment.storage import SegmentLogStorage
 TP = TopicPartition("moving", 0)
 
 
+def _config(tmp_path: Path, **overrides: Any) -> Config:
+    dirs = f"{tmp_path / 'a'},{tmp_path / 'b'}"
+    return default_config(log_dirs=dirs, listeners="PLAINTEXT://127.0.0.1:0", log_segment_bytes=8192, **overrides)
+
+
 @asynccontextmanager
 async def two_dir_broker(tmp_path: Path, **overrides: Any) -> AsyncIterator[BrokerCore]:
-    dirs = f"{tmp_path / 'a'},{tmp_path / 'b'}"
-    config = default_config(log_dirs=dirs, listeners="PLAINTEXT://127.0.0.1:0", log_segment_bytes=8192, **overrides)
-    async with serving(BrokerServer(config, broker_plugins())) as core:
+    async with serving(BrokerServer(_config(tmp_path, **overrides), broker_plugins())) as core:
         await create(core, TP.topic)
         yield core
 
@@ -166,3 +169,27 @@ async def test_the_copy_is_throttled(tmp_path: Path) -> None:
         assert quota.enabled and quota.held_back > 0
         assert size <= quota.throttled_bytes <= size + 5000
         assert [v for _, v in await _fetch_all(core)] == [b"%04d" % i + b"t" * 1000 for i in range(150)]
+
+
+async def test_a_move_interrupted_by_a_restart_resumes(tmp_path: Path) -> None:
+    """The broker stops while the (throttled) copy is under way: started again, it finds the
+    future log and finishes the move, with every record at its offset."""
+    values = [b"%04d" % i + b"r" * 1000 for i in range(120)]
+    async with two_dir_broker(
+        tmp_path,
+        replica_alter_log_dirs_io_max_bytes_per_second=20_000,
+        alter_log_dirs_replication_quota_window_num=2,
+    ) as core:
+        core.alter_log_dirs.chunk_bytes = 5000
+        for value in values:
+            await produce(core, TP, batch([value]))
+        here, target = _where(core)
+        assert await core.alter_replica_log_dirs({TP: target}) == {TP: ErrorCode.NONE}
+        with trio.fail_after(30):
+            while core.alter_log_dirs.quota.held_back == 0:
+                await trio.sleep(0.01)
+        assert (target, TP, True) in [(path, tp, future) for path, tp, _lag, future in await _rows(core)]
+    async with serving(BrokerServer(_config(tmp_path), broker_plugins())) as restarted:  # unthrottled
+        await _wait_moved(restarted, target)
+        assert await _fetch_all(restarted) == list(enumerate(values))
+        assert not (Path(here) / str(TP)).exists()
