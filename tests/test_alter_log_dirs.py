@@ -149,18 +149,25 @@ async def test_a_destination_that_fails_during_the_move_leaves_the_current_log(t
         assert [v for _, v in await _fetch_all(core)] == [b"%04d" % i + b"z" * 500 for i in range(50)] + [b"after"]
 
 
+@asynccontextmanager
+async def throttled_broker(tmp_path: Path, rate: int, values: list[bytes]) -> AsyncIterator[BrokerCore]:
+    """A broker whose log-dir copies are bounded to ``rate`` bytes a second (measured over about
+    a second), copying 5000 bytes a step, with ``values`` produced to TP."""
+    async with two_dir_broker(
+        tmp_path, replica_alter_log_dirs_io_max_bytes_per_second=rate, alter_log_dirs_replication_quota_window_num=2
+    ) as core:
+        core.alter_log_dirs.chunk_bytes = 5000
+        for value in values:
+            await produce(core, TP, batch([value]))
+        yield core
+
+
 async def test_the_copy_is_throttled(tmp_path: Path) -> None:
     """replica.alter.log.dirs.io.max.bytes.per.second: every copied byte counts, and the copy
     waits while the rate is over it (its window is one second here: the rate is the bytes of
     the last second or so)."""
-    async with two_dir_broker(
-        tmp_path,
-        replica_alter_log_dirs_io_max_bytes_per_second=100_000,
-        alter_log_dirs_replication_quota_window_num=2,
-    ) as core:
-        core.alter_log_dirs.chunk_bytes = 5000
-        for i in range(150):
-            await produce(core, TP, batch([b"%04d" % i + b"t" * 1000]))
+    values = [b"%04d" % i + b"t" * 1000 for i in range(150)]
+    async with throttled_broker(tmp_path, 100_000, values) as core:
         size = core.replica_manager.get_partition(TP).log.size_in_bytes  # type: ignore[union-attr]
         target = _where(core)[1]
         assert await core.alter_replica_log_dirs({TP: target}) == {TP: ErrorCode.NONE}
@@ -168,21 +175,14 @@ async def test_the_copy_is_throttled(tmp_path: Path) -> None:
         quota = core.alter_log_dirs.quota
         assert quota.enabled and quota.held_back > 0
         assert size <= quota.throttled_bytes <= size + 5000
-        assert [v for _, v in await _fetch_all(core)] == [b"%04d" % i + b"t" * 1000 for i in range(150)]
+        assert await _fetch_all(core) == list(enumerate(values))
 
 
 async def test_a_move_interrupted_by_a_restart_resumes(tmp_path: Path) -> None:
     """The broker stops while the (throttled) copy is under way: started again, it finds the
     future log and finishes the move, with every record at its offset."""
     values = [b"%04d" % i + b"r" * 1000 for i in range(120)]
-    async with two_dir_broker(
-        tmp_path,
-        replica_alter_log_dirs_io_max_bytes_per_second=20_000,
-        alter_log_dirs_replication_quota_window_num=2,
-    ) as core:
-        core.alter_log_dirs.chunk_bytes = 5000
-        for value in values:
-            await produce(core, TP, batch([value]))
+    async with throttled_broker(tmp_path, 20_000, values) as core:
         here, target = _where(core)
         assert await core.alter_replica_log_dirs({TP: target}) == {TP: ErrorCode.NONE}
         with trio.fail_after(30):
