@@ -20,6 +20,7 @@ from odradek.broker.alter_log_dirs import catch_up, copy_step
 from odradek.config import default_config
 from odradek.errors import KafkaStorageError, LogDirNotFound
 from odradek.interfaces import EpochEntry
+from odradek.plugins.storage_segment import storage as storage_module
 from odradek.plugins.storage_segment.log import SegmentLog
 from odradek.plugins.storage_segment.storage import (
     DELETE_DIR_SUFFIX,
@@ -229,3 +230,41 @@ async def test_a_kill_at_any_step_of_the_swap_loses_nothing(tmp_path: Path, step
     await storage.flush_tick()
     assert _leftovers(tmp_path) == []
     await storage.close()
+
+
+@pytest.mark.parametrize("failing", [1, 2])
+async def test_a_failed_rename_keeps_the_current_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: int
+) -> None:
+    """The swap's first or second rename fails (an I/O error): the current log stays the
+    partition's, in its place, and the copy is no longer marked complete, so neither a crash
+    afterwards nor the broker's clean-up loses a record."""
+    a, b = _dirs(tmp_path)
+    storage = await _storage(tmp_path)
+    current = _current(storage, tmp_path)
+    future = storage.create_future_log(TP, str(b))
+    catch_up(current, future)
+    expected = _content(current)
+    calls: list[str] = []
+    real = os.rename
+
+    def rename(src: Path, dst: Path) -> None:
+        calls.append(str(dst))
+        if len(calls) == failing:
+            raise OSError(5, "Input/output error")
+        real(src, dst)
+
+    monkeypatch.setattr(storage_module.os, "rename", rename)
+    with pytest.raises(KafkaStorageError):
+        storage.replace_current_with_future_log(TP)
+    monkeypatch.undo()
+    assert storage.get_log(TP) is current and current.dir == a / str(TP) and current.dir.is_dir()
+    assert not (future.dir / SWAP_MARKER).exists()
+    append(current, batch(1), 6)  # the current log goes on
+    expected = _content(current)
+    await storage.write_own_checkpoints()  # the log start offset is durable through them
+    storage.abandon()  # a crash now: the copy is not promoted
+    reopened = await _storage(tmp_path)
+    log = reopened.get_log(TP)
+    assert log is not None and log.dir.parent == a and _content(log) == expected
+    await reopened.close()

@@ -466,6 +466,15 @@ class SegmentLogStorage:
         log.info("%s: moving its log from %s to %s", tp, current.dir.parent, target)
         return lg
 
+    def _withdraw_marker(self, tp: TopicPartition, future: SegmentLog) -> None:
+        """A promotion that failed before the renames: the future log is not complete any more
+        once the current log takes appends again."""
+        try:
+            (future.dir / SWAP_MARKER).unlink(missing_ok=True)
+            fsync_dir(future.dir)
+        except OSError as exc:  # its dir is failing: the broker abandons the move and deletes it
+            log.error("%s: cannot withdraw the completion marker of its future log: %s", tp, exc)
+
     async def delete_future_log(self, tp: TopicPartition) -> None:
         """Abandon a move: the future log is renamed ``-delete`` and removed in the background."""
         lg = self._futures.pop(tp, None)
@@ -510,11 +519,27 @@ class SegmentLogStorage:
             raise KafkaStorageError(f"{tp}: cannot complete the future log in {future.dir.parent}: {exc}") from exc
         try:
             os.rename(old_dir, deleted)
+        except OSError as exc:
+            # the current log stays the partition's: the marker must go, or a crash after later
+            # appends would promote the copy without them
+            self._withdraw_marker(tp, future)
+            raise KafkaStorageError(f"{tp}: renaming its log for the move failed: {exc}") from exc
+        try:
             os.rename(future.dir, final)
         except OSError as exc:
-            # the marker is written: the next start finishes the swap; until then the log is
-            # unusable here, so its dir is reported as failed as any other I/O error would be
-            raise KafkaStorageError(f"{tp}: renaming the logs for the move failed: {exc}") from exc
+            try:
+                os.rename(deleted, old_dir)
+            except OSError as back_exc:
+                # on disk the move is committed (the marker, the current log renamed): the next
+                # start finishes it. Until then the copy must stay as it is, out of reach of
+                # the broker's clean-up of a failed move
+                self._futures.pop(tp, None)
+                with contextlib.suppress(OSError):
+                    future.close_files()
+                log.error("%s: the move to %s is half done; a restart finishes it: %s", tp, final.parent, back_exc)
+            else:
+                self._withdraw_marker(tp, future)
+            raise KafkaStorageError(f"{tp}: renaming the future log for the move failed: {exc}") from exc
         future.relocate(final)
         with contextlib.suppress(OSError):  # durable at the next start's pass otherwise
             fsync_dir(old_dir.parent)
