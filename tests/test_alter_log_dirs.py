@@ -193,3 +193,25 @@ async def test_a_move_interrupted_by_a_restart_resumes(tmp_path: Path) -> None:
         await _wait_moved(restarted, target)
         assert await _fetch_all(restarted) == list(enumerate(values))
         assert not (Path(here) / str(TP)).exists()
+
+
+async def test_a_replica_not_hosted_yet_is_created_in_the_dir_asked(tmp_path: Path) -> None:
+    """Kafka's answer to a move of a replica the broker does not host yet (as
+    kafka-reassign-partitions sends before the reassignment adds it): REPLICA_NOT_AVAILABLE,
+    and the log is created in that dir when the replica comes."""
+    async with two_dir_broker(tmp_path) as core:
+        storage = core.storage
+        assert isinstance(storage, SegmentLogStorage)
+        later = TopicPartition("later", 0)
+        dirs = [str(d) for d in storage.log_dirs]
+        # the default placement (the dir with fewer logs) is the other one: TP's is asked for
+        asked = _where(core)[0]
+        held = [str(lg.dir.parent) for lg in storage.all_logs().values()]
+        assert held.count(asked) > min(held.count(d) for d in dirs)
+        known = core.replica_manager.partition_known
+        core.replica_manager.partition_known = lambda tp: tp == later or known(tp)  # in the cluster's metadata
+        assert await core.alter_replica_log_dirs({later: asked}) == {later: ErrorCode.REPLICA_NOT_AVAILABLE}
+        core.replica_manager.partition_known = known
+        await create(core, later.topic)
+        log = storage.get_log(later)
+        assert log is not None and str(log.dir.parent) == asked and asked in dirs
