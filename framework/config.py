@@ -318,6 +318,30 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "Length of each sample of a replication quota's rate (Kafka's replication.quota.window.size.seconds).",
         minimum=1,
     ),
+    # -- moves between log dirs (KIP-113): the copy's quota, dynamic
+    _k(
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        int,
+        LONG_MAX,
+        "Bytes per second this broker copies, over all its moves of replicas between its log dirs "
+        "(AlterReplicaLogDirs, KIP-113): the copy waits while its rate is over it (Kafka's). The "
+        "default is no limit. Dynamic, as leader.replication.throttled.rate.",
+        minimum=0,
+    ),
+    _k(
+        "alter.log.dirs.replication.quota.window.num",
+        int,
+        11,
+        "Samples the rate of replica.alter.log.dirs.io.max.bytes.per.second is measured over (Kafka's).",
+        minimum=1,
+    ),
+    _k(
+        "alter.log.dirs.replication.quota.window.size.seconds",
+        int,
+        1,
+        "Length of each sample of that rate (Kafka's alter.log.dirs.replication.quota.window.size.seconds).",
+        minimum=1,
+    ),
     # -- topics
     _k("num.partitions", int, 1, "Partitions of auto-created topics.", minimum=1),
     # INT in Kafka, but a replication factor is an int16 in CreateTopics

@@ -267,6 +267,12 @@ InvalidRequest = _error(
 KafkaStorageError = _error(
     "KafkaStorageError", ErrorCode.KAFKA_STORAGE_ERROR, "The storage engine failed (disk full, I/O error)."
 )
+LogDirNotFound = _error(
+    "LogDirNotFound", ErrorCode.LOG_DIR_NOT_FOUND, "A log dir that is not one of the broker's log.dirs (KIP-113)."
+)
+ReplicaNotAvailable = _error(
+    "ReplicaNotAvailable", ErrorCode.REPLICA_NOT_AVAILABLE, "The broker does not host a replica of the partition yet."
+)
 OffsetMovedToTieredStorage = _error(
     "OffsetMovedToTieredStorage",
     ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE,
@@ -336,6 +342,7 @@ __all__ = [
     "InvalidTopic",
     "KafkaError",
     "KafkaStorageError",
+    "LogDirNotFound",
     "MessageTooLarge",
     "NotEnoughReplicas",
     "NotLeaderOrFollower",
@@ -344,6 +351,7 @@ __all__ = [
     "OffsetOutOfRange",
     "OutOfOrderSequence",
     "RemoteStorageError",
+    "ReplicaNotAvailable",
     "RequestTimedOut",
     "TopicAlreadyExists",
     "UnknownLeaderEpoch",

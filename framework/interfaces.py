@@ -148,6 +148,9 @@ class LogDirDescription:
     error: str | None = None
     total_bytes: int = -1
     usable_bytes: int = -1
+    #: partitions being moved into this dir (KIP-113): their future logs, reported by
+    #: DescribeLogDirs with ``is_future``. An engine without log-dir moves leaves it empty
+    future_partitions: tuple[TopicPartition, ...] = ()
 
 
 @runtime_checkable
@@ -336,6 +339,57 @@ class LogStorage(Protocol):
         A failed write (a full disk) must not stop the rest of the close: every file is still
         closed and every lock released. Only then does ``close`` raise ``KafkaStorageError``,
         so that the broker exits non-zero and the next start knows to recover."""
+        ...
+
+
+@runtime_checkable
+class LogDirMoves(Protocol):
+    """What a ``LogStorage`` with several ``log.dirs`` offers to move a partition's log from one
+    to another (KIP-113, AlterReplicaLogDirs); optional: an engine without it answers such moves
+    KAFKA_STORAGE_ERROR. Kafka's ``LogManager`` future logs.
+
+    A move creates a *future* log of the partition in the destination dir, which the broker
+    fills through the ``PartitionLog`` methods (``append_as_follower``, ``truncate_to``,
+    ``truncate_fully_and_start_at``, ``delete_records_before``, ``assign_epoch_start_offset``)
+    until it holds exactly what the current log holds; then it is promoted. Future logs are not
+    in ``get_log``/``all_logs``; retention and compaction leave them alone (the copy follows the
+    current log's). They survive a restart (the broker copies into them again), and a crash
+    during the promotion never loses the current log (the engine either keeps it or finishes the
+    promotion at the next start). Log dirs are named by their absolute paths, as
+    ``describe_log_dirs`` names them; a dir's ``LogDirDescription.future_partitions`` lists
+    the future logs in it.
+    """
+
+    def prefer_log_dir(self, tp: TopicPartition, log_dir: str) -> None:
+        """Create ``tp``'s log in ``log_dir`` when it is created (it is not hosted yet).
+        Raises ``LogDirNotFound`` for a path that is not a log dir, KafkaStorageError for an
+        offline one."""
+        ...
+
+    def get_future_log(self, tp: TopicPartition) -> PartitionLog | None:
+        """``tp``'s future log, if a move is under way."""
+        ...
+
+    def all_future_logs(self) -> Mapping[TopicPartition, PartitionLog]:
+        """Every move under way."""
+        ...
+
+    def create_future_log(self, tp: TopicPartition, log_dir: str) -> PartitionLog:
+        """An empty future log of ``tp`` in ``log_dir`` (the one there already, if any). Raises
+        ValueError when ``tp``'s log is in that dir already or a future log of it is in another
+        dir, LogDirNotFound / KafkaStorageError as :meth:`prefer_log_dir`, KafkaStorageError
+        when ``tp`` has no log here."""
+        ...
+
+    async def delete_future_log(self, tp: TopicPartition) -> None:
+        """Call a move off: the future log goes (nothing when there is none)."""
+        ...
+
+    def replace_current_with_future_log(self, tp: TopicPartition) -> PartitionLog:
+        """Promote the future log, which must hold exactly what the current log holds (same log
+        start and end, ValueError otherwise), to be ``tp``'s log, with the current log's state
+        (``write_state``) and high watermark; the current log is deleted. Synchronous: the broker
+        calls it with no append in between. Returns the promoted log."""
         ...
 
 
@@ -980,6 +1034,7 @@ __all__ = [
     "Listener",
     "LogAppendInfo",
     "LogDirDescription",
+    "LogDirMoves",
     "LogSegmentData",
     "LogStorage",
     "MemberAssignment",

@@ -314,6 +314,17 @@ async def test_cluster_apis_need_the_cluster(wire: Wire) -> None:
     assert _code(allowed.error_code) == 0  # WRITE on her topics is enough
 
 
+async def test_alter_replica_log_dirs_needs_cluster_alter(wire: Wire) -> None:
+    topic = nested(ApiKey.ALTER_REPLICA_LOG_DIRS, 2, "AlterReplicaLogDirTopic", name="alice-1", partitions=(0,))
+    move = nested(ApiKey.ALTER_REPLICA_LOG_DIRS, 2, "AlterReplicaLogDir", path="/no/such/dir", topics=(topic,))
+    for user, code in (("alice", T31), ("admin", ErrorCode.LOG_DIR_NOT_FOUND.value)):
+        response = await wire.call(user, ApiKey.ALTER_REPLICA_LOG_DIRS, 2, dirs=(move,))
+        ((name, partition, got),) = [
+            (t.topic_name, p.partition_index, _code(p.error_code)) for t in response.results for p in t.partitions
+        ]
+        assert (name, partition, got) == ("alice-1", 0, code), user
+
+
 async def test_acl_apis_refuse_bad_bindings_and_filters(wire: Wire) -> None:
     creation = request_class(ApiKey.CREATE_ACLS, 3, "AclCreation")
     fields = {"resource_type": 2, "resource_name": "t", "principal": "User:bob", "host": "*", "operation": 3}

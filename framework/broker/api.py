@@ -252,7 +252,7 @@ class LogDirPartition:
     tp: TopicPartition
     size: int
     offset_lag: int
-    is_future: bool = False  # a future replica of AlterReplicaLogDirs: odradek has none
+    is_future: bool = False  # the future replica of a move between log dirs (AlterReplicaLogDirs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -567,6 +567,11 @@ class Broker(Protocol):
     async def describe_log_dirs(self, partitions: Collection[TopicPartition] | None) -> list[LogDirResult]:
         """Every log dir of this broker with the logs of ``partitions`` (None: every log) it holds;
         partitions this broker has no log of are left out."""
+        ...
+
+    async def alter_replica_log_dirs(self, wanted: Mapping[TopicPartition, str]) -> dict[TopicPartition, ErrorCode]:
+        """AlterReplicaLogDirs (KIP-113): move each partition's replica on this broker to the
+        log dir named (an absolute path); one error code per partition."""
         ...
 
     async def create_topics(

@@ -31,6 +31,7 @@ from ..request_memory import RequestMemoryPool
 from ..security.authorizer import Authorizer
 from ..security.credentials import ScramCredentialStore
 from .admin import AdminManager, validate_topic_name
+from .alter_log_dirs import ReplicaAlterLogDirsManager
 from .api import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -77,7 +78,7 @@ from .producer_state import AppendOrigin
 from .quota_configs import ClientQuotaConfigs
 from .quotas import QuotaManagers
 from .replica_manager import ReplicaManager
-from .replication_quota import FOLLOWER, LEADER, ReplicationQuotaManager
+from .replication_quota import ALTER_LOG_DIRS, FOLLOWER, LEADER, ReplicationQuotaManager
 
 log = logging.getLogger(__name__)
 #: Topics whose Metadata answers are kept (one entry per topic asked about).
@@ -137,6 +138,8 @@ class BrokerCore:
         )
         self.metadata_cache = MetadataCache(config, store, self.replica_manager)
         self.replica_manager.partition_known = self.metadata_cache.contains_partition
+        #: AlterReplicaLogDirs (KIP-113): moves of replicas between this broker's log dirs;
+        #: its ``run`` (the copy) belongs in the owner's nursery
         self._wire_replica_selection(config)
         #: name -> (the TopicState it was built from, its ``state_changes`` then, live brokers,
         #: listed brokers, the answer): the cache replaces a TopicState when the topic is re-read
@@ -153,6 +156,20 @@ class BrokerCore:
             for side in (LEADER, FOLLOWER)
         )
         self.replica_manager.leader_quota = self.leader_replication_quota
+        #: AlterReplicaLogDirs (KIP-113): moves of replicas between this broker's log dirs, the
+        #: copy bounded by replica.alter.log.dirs.io.max.bytes.per.second (Kafka's AlterLogDirs
+        #: quota: every move counts); its ``run`` belongs in the owner's nursery
+        self.alter_log_dirs = ReplicaAlterLogDirsManager(
+            self.replica_manager,
+            storage,
+            quota=ReplicationQuotaManager(
+                ALTER_LOG_DIRS,
+                config.broker_id,
+                lambda _topic, _key: ("*",),
+                samples=int(config["alter.log.dirs.replication.quota.window.num"]),
+                window_s=float(config["alter.log.dirs.replication.quota.window.size.seconds"]),
+            ),
+        )
         self.dynamic_config.listeners.append(self._apply_dynamic_config)
         self._apply_dynamic_config()
         self.configs = ConfigManager(config, store, self.metadata_cache, self.dynamic_config)
@@ -187,6 +204,8 @@ class BrokerCore:
         connection limits."""
         for quota in (self.leader_replication_quota, self.follower_replication_quota):
             quota.update_quota(int(self.dynamic_config.value(f"{quota.side}.replication.throttled.rate")))
+        rate = int(self.dynamic_config.value("replica.alter.log.dirs.io.max.bytes.per.second"))
+        self.alter_log_dirs.quota.update_quota(rate)
         rate = int(self.dynamic_config.value("max.connection.creation.rate"))
         self.connection_quotas.max_connection_creation_rate = rate
         max_connections = int(self.dynamic_config.value("max.connections"))
@@ -424,6 +443,9 @@ class BrokerCore:
             # of log.dirs, volume sizes unknown (it fails the conformance suite until it has it)
             dirs = [LogDirDescription(str(self.config.log_dirs[0].absolute()), tuple(self.storage.all_logs()))]
         return self.replica_manager.describe_log_dirs(partitions, dirs)
+
+    async def alter_replica_log_dirs(self, wanted: Mapping[TopicPartition, str]) -> dict[TopicPartition, ErrorCode]:
+        return await self.alter_log_dirs.alter_replica_log_dirs(wanted)
 
     def _topic_answer(self, topic: TopicState, live: tuple[int, ...], listed: frozenset[int]) -> TopicMetadata:
         """One topic's metadata, reused while nothing it depends on changed: a 1,000-partition

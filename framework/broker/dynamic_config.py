@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 DYNAMIC_KEYS: tuple[str, ...] = (
     "leader.replication.throttled.rate",
     "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
     "max.connection.creation.rate",
     "max.connections",
     "max.connections.per.ip",

@@ -26,7 +26,7 @@ import trio
 
 from ..config import TopicConfig
 from ..errors import ErrorCode, KafkaError, OffsetMovedToTieredStorage, UnknownTopicOrPartition
-from ..interfaces import Codec, LogDirDescription, LogStorage, TopicPartition
+from ..interfaces import Codec, LogDirDescription, LogDirMoves, LogStorage, TopicPartition
 from ..metrics import BrokerMetrics
 from ..replica_selector import ClientMetadata, ReplicaSelector
 from .api import (
@@ -981,6 +981,16 @@ class ReplicaManager:
                 # Kafka: -1 (INVALID_OFFSET_LAG) for a log no online partition uses
                 lag = partition.offset_lag if partition is not None else -1
                 rows.append(LogDirPartition(tp, plog.size_in_bytes, lag))
+            storage = self.storage
+            for tp in d.future_partitions:
+                if not isinstance(storage, LogDirMoves):
+                    break
+                future, plog = storage.get_future_log(tp), storage.get_log(tp)
+                if future is None or plog is None or (wanted is not None and tp not in wanted):
+                    continue
+                # Kafka's future-replica lag: how far its log end is behind the current log's
+                lag = max(plog.log_end_offset - future.log_end_offset, 0)
+                rows.append(LogDirPartition(tp, future.size_in_bytes, lag, is_future=True))
             results.append(LogDirResult(ErrorCode.NONE, d.path, tuple(rows), d.total_bytes, d.usable_bytes))
         return results
 
@@ -1082,12 +1092,13 @@ class ReplicaManager:
                     if changes == state.changes and size - at_size < p.config.segment_bytes:
                         continue
                 changes_now, data = state.changes, state.to_bytes()
+                plog = p.log
                 try:
-                    await trio.to_thread.run_sync(p.log.write_state, SNAPSHOT_NAME, data)
+                    await trio.to_thread.run_sync(plog.write_state, SNAPSHOT_NAME, data)
                 except Exception:
-                    if self.partitions.get(tp) is p:
+                    if self.partitions.get(tp) is p and p.log is plog:
                         raise
-                    continue  # deleted meanwhile: nothing to keep
+                    continue  # deleted, or moved to another log dir, meanwhile: written next time
                 self._snapshot_marks[tp] = (changes_now, end, size)
                 written += 1
             return written

@@ -35,6 +35,9 @@ from ..rates import Rate
 
 LEADER = "leader"
 FOLLOWER = "follower"
+#: the quota of the copies moving replicas between one broker's log dirs (KIP-113): one rate,
+#: replica.alter.log.dirs.io.max.bytes.per.second, over every move (no throttled-replicas list)
+ALTER_LOG_DIRS = "alter-log-dirs"
 
 
 def throttled_partitions(entries: Sequence[str], broker_id: int) -> frozenset[int] | None:
@@ -122,4 +125,4 @@ class ReplicationQuotaManager:
         return self.rate.measure(self.clock() * 1000.0)
 
 
-__all__ = ["FOLLOWER", "LEADER", "ReplicationQuotaManager", "throttled_partitions"]
+__all__ = ["ALTER_LOG_DIRS", "FOLLOWER", "LEADER", "ReplicationQuotaManager", "throttled_partitions"]

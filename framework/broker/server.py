@@ -236,6 +236,7 @@ class BrokerServer:
             scopes: list[trio.CancelScope] = []
             self._spawn(background, scopes, storage.run)
             self._spawn(background, scopes, core.replica_manager.run)
+            self._spawn(background, scopes, core.alter_log_dirs.run)
             if remote_log_manager is not None:
                 self._spawn(background, scopes, remote_log_manager.run)
             self._spawn(background, scopes, core.metadata_cache.run)

@@ -24,6 +24,7 @@ COMMANDS: tuple[str, ...] = (
     "odradek.cli.topics",
     "odradek.cli.users",
     "odradek.cli.partitions",
+    "odradek.cli.log_dirs",
     "odradek.cli.quotas",
     "odradek.cli.acls",
     "odradek.cli.produce",

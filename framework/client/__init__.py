@@ -22,6 +22,7 @@ from .admin import (
     ClientQuotaFilterComponent,
     ConfigResourceType,
     NewTopic,
+    TopicPartitionReplica,
     UserScramCredentialUpsertion,
 )
 from .base import ClientClosedError
@@ -50,5 +51,6 @@ __all__ = [
     "Producer",
     "RecordMetadata",
     "TopicPartition",
+    "TopicPartitionReplica",
     "UserScramCredentialUpsertion",
 ]

@@ -14,7 +14,7 @@ import enum
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
@@ -73,6 +73,36 @@ class TopicDescription:
     is_internal: bool
     partitions: Sequence[PartitionInfo]
     topic_id: Any = None
+
+
+class TopicPartitionReplica(NamedTuple):
+    """A partition's replica on one broker (Kafka's ``TopicPartitionReplica``)."""
+
+    topic: str
+    partition: int
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLogDir:
+    """A partition's log in a log dir (DescribeLogDirs): ``is_future`` for the copy a move
+    between log dirs is making, whose ``offset_lag`` is how far it is behind the current log."""
+
+    topic_partition: TopicPartition
+    size: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirInfo:
+    """One log dir of a broker; ``error`` is KAFKA_STORAGE_ERROR's for an offline dir."""
+
+    path: str
+    error: KafkaError | None
+    replicas: tuple[ReplicaLogDir, ...]
+    total_bytes: int = -1
+    usable_bytes: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +402,107 @@ class AsyncAdmin(AsyncClient, AclAdminMixin):
             for t in response.responses
             for p in t.partitions
         }
+
+    # -- log dirs (KIP-113) ---------------------------------------------------------------------------
+    async def _to_broker(self, broker_id: int, build: RequestBuilder) -> Any:
+        if broker_id not in self.network.cluster.brokers:
+            await self.network.refresh_metadata([])
+        if broker_id not in self.network.cluster.brokers:
+            raise KafkaError(f"broker {broker_id} is not in the cluster", code=ErrorCode.BROKER_NOT_AVAILABLE)
+        return await self.network.send(broker_id, build)
+
+    async def describe_log_dirs(
+        self, broker_ids: Sequence[int], timeout: float | None = None
+    ) -> dict[int, list[LogDirInfo] | KafkaError]:
+        """Each broker's log dirs with every replica in them (kafka-log-dirs.sh --describe)."""
+        self._check_open()
+        out: dict[int, list[LogDirInfo] | KafkaError] = {}
+        build = request_builder(ApiKey.DESCRIBE_LOG_DIRS, min_version=1, max_version=4, topics=None)
+
+        async def ask(broker_id: int) -> None:
+            try:
+                with trio.fail_after(self._default_timeout(timeout)):
+                    response = await self._to_broker(broker_id, build)
+            except trio.TooSlowError:
+                out[broker_id] = KafkaError("DescribeLogDirs timed out", code=ErrorCode.REQUEST_TIMED_OUT)
+                return
+            except KafkaError as exc:
+                out[broker_id] = exc
+                return
+            out[broker_id] = [
+                LogDirInfo(
+                    r.log_dir,
+                    _error(r.error_code, f"log dir {r.log_dir}"),
+                    tuple(
+                        ReplicaLogDir(
+                            TopicPartition(t.name, int(p.partition_index)),
+                            int(p.partition_size),
+                            int(p.offset_lag),
+                            bool(p.is_future_key),
+                        )
+                        for t in r.topics
+                        for p in t.partitions
+                    ),
+                    int(getattr(r, "total_bytes", -1)),
+                    int(getattr(r, "usable_bytes", -1)),
+                )
+                for r in response.results
+            ]
+
+        async with trio.open_nursery() as nursery:
+            for broker_id in dict.fromkeys(broker_ids):
+                nursery.start_soon(ask, broker_id)
+        return out
+
+    async def alter_replica_log_dirs(
+        self, moves: Mapping[TopicPartitionReplica | tuple[str, int, int], str], timeout: float | None = None
+    ) -> dict[TopicPartitionReplica, KafkaError | None]:
+        """Move each replica to the log dir named (an absolute path) on its broker (KIP-113,
+        Kafka's ``Admin.alterReplicaLogDirs``). The answer comes once each broker has started
+        the move, not when it is done: watch :meth:`describe_log_dirs` for that (the copy is
+        listed with ``is_future`` until it takes the replica's place). Per replica ``None`` or
+        the error: LOG_DIR_NOT_FOUND, KAFKA_STORAGE_ERROR, REPLICA_NOT_AVAILABLE (not hosted
+        yet: the broker creates it in that dir when it comes), CLUSTER_AUTHORIZATION_FAILED."""
+        self._check_open()
+        by_broker: dict[int, dict[str, dict[str, list[int]]]] = {}
+        wanted = [TopicPartitionReplica(*r) for r in moves]
+        for replica, path in zip(wanted, moves.values(), strict=True):
+            topics = by_broker.setdefault(replica.broker_id, {}).setdefault(path, {})
+            topics.setdefault(replica.topic, []).append(replica.partition)
+        out: dict[TopicPartitionReplica, KafkaError | None] = {}
+
+        async def ask(broker_id: int, dirs: dict[str, dict[str, list[int]]]) -> None:
+            build = request_builder(
+                ApiKey.ALTER_REPLICA_LOG_DIRS,
+                min_version=1,
+                max_version=2,
+                dirs=[
+                    {"path": path, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+                    for path, topics in dirs.items()
+                ],
+            )
+            try:
+                with trio.fail_after(self._default_timeout(timeout)):
+                    response = await self._to_broker(broker_id, build)
+            except (KafkaError, trio.TooSlowError) as exc:
+                failed = (
+                    exc if isinstance(exc, KafkaError) else KafkaError("timed out", code=ErrorCode.REQUEST_TIMED_OUT)
+                )
+                for r in wanted:
+                    if r.broker_id == broker_id:
+                        out[r] = failed
+                return
+            for t in response.results:
+                for p in t.partitions:
+                    replica = TopicPartitionReplica(t.topic_name, int(p.partition_index), broker_id)
+                    out[replica] = _error(
+                        p.error_code, f"moving {t.topic_name}-{p.partition_index} on broker {broker_id}"
+                    )
+
+        async with trio.open_nursery() as nursery:
+            for broker_id, dirs in by_broker.items():
+                nursery.start_soon(ask, broker_id, dirs)
+        return out
 
     async def list_partition_reassignments(
         self, partitions: Iterable[TopicPartition] | None = None, timeout: float | None = None

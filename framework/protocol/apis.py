@@ -52,6 +52,7 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
     DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
@@ -139,6 +140,7 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.DELETE_GROUPS: VersionRange(0, 2),
         ApiKey.OFFSET_DELETE: VersionRange(0, 0),  # Kafka has only v0 (KIP-496)
         ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 2),  # v2 include_fenced_brokers: none in ZooKeeper mode
+        ApiKey.ALTER_REPLICA_LOG_DIRS: VersionRange(1, 2),  # kio has no v0 (Kafka 4 dropped it); v2 flexible
         ApiKey.DESCRIBE_LOG_DIRS: VersionRange(1, 4),  # kio has no v0 (Kafka 4 dropped it); v4 volume bytes
         ApiKey.ELECT_LEADERS: VersionRange(0, 2),  # v1 election type (KIP-460), v2 flexible
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: VersionRange(0, 1),  # KIP-455; v1 KIP-860
@@ -193,7 +195,7 @@ def advertised_versions(handled: Iterable[int]) -> dict[int, VersionRange]:
 _FIRST_FLEXIBLE: dict[int, int | None] = {
     0: 9, 1: 12, 2: 6, 3: 9, 8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4, 15: 5, 16: 3, 18: 3,
     19: 5, 20: 4, 21: 2, 22: 2, 23: 4, 24: 3, 25: 3, 26: 3, 27: 1, 28: 3, 32: 4, 33: 2, 37: 2, 42: 2, 44: 1, 47: None,
-    17: None, 36: 2, 35: 2, 60: 0, 43: 2, 61: 0, 65: 0, 66: 0, 29: 2, 30: 2, 31: 2, 50: 0, 51: 0,
+    17: None, 36: 2, 34: 2, 35: 2, 60: 0, 43: 2, 61: 0, 65: 0, 66: 0, 29: 2, 30: 2, 31: 2, 50: 0, 51: 0,
     45: 0, 46: 0,
     48: 1, 49: 1, 68: 0, 69: 0,
 }  # fmt: skip

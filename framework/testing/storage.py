@@ -33,6 +33,7 @@ Semantics pinned down here, beyond the protocols' docstrings:
 - ``offset_for_timestamp`` is the first record (in offset order) with a timestamp >= the target;
   ``max_timestamp_and_offset`` the record carrying the largest timestamp (below the log start too);
 - ``describe_log_dirs`` lists every log in exactly one dir; ``size_in_bytes`` counts its batches.
+- an engine that offers ``LogDirMoves`` (KIP-113) moves a log to another of ``log.dirs`` whole.
 """
 
 from __future__ import annotations
@@ -49,7 +50,15 @@ import trio
 
 from .. import records
 from ..errors import KafkaError, OffsetOutOfRange
-from ..interfaces import EpochEntry, FetchDataInfo, LogStorage, PartitionLog, TopicPartition, described_log_dirs
+from ..interfaces import (
+    EpochEntry,
+    FetchDataInfo,
+    LogDirMoves,
+    LogStorage,
+    PartitionLog,
+    TopicPartition,
+    described_log_dirs,
+)
 from ._suite import suite_for
 from .storage_support import (
     TP,
@@ -423,6 +432,48 @@ class StorageConformance:
             assert empty.size == 0
             empty.release()
             assert append(log, 1) == [(6, 6)]
+
+    async def test_a_log_moves_between_dirs(self, tmp_path: Path) -> None:
+        """KIP-113, for an engine that offers ``LogDirMoves`` (an optional contract: one without
+        it, or that keeps a single place whatever ``log.dirs`` says, has nothing to check): a
+        future log in the other dir, filled as the broker fills it, is listed as the dir's
+        future partition, promoted with the log's data, epochs, log start and state, and stays
+        in its new dir across a restart."""
+        from ..broker.alter_log_dirs import catch_up
+
+        dirs = [str(tmp_path / "one"), str(tmp_path / "two")]
+        async with self.env(tmp_path, log_dirs=dirs) as env:
+            storage, log = await env.log()
+            described = await described_log_dirs(storage)
+            if not isinstance(storage, LogDirMoves) or described is None or len(described) < 2:
+                return
+            append(log, 2, 3, epoch=1)
+            append(log, 4, epoch=4)
+            log.delete_records_before(1)
+            log.write_state("conformance", b"state")
+            (here,) = [d.path for d in described if TP in d.partitions]
+            (there,) = [d.path for d in described if d.path != here]
+            future = storage.create_future_log(TP, there)
+            assert storage.get_future_log(TP) is future and storage.get_log(TP) is log
+            listed = {d.path: (d.partitions, d.future_partitions) for d in await described_log_dirs(storage) or ()}
+            assert listed == {here: ((TP,), ()), there: ((), (TP,))}
+            catch_up(log, future)
+            expected = headers(log.read(log.log_start_offset, 1 << 20))
+            epochs = list(log.epoch_entries())
+            assert [e.epoch for e in epochs] == [1, 4]
+            promoted = storage.replace_current_with_future_log(TP)
+            assert storage.get_log(TP) is promoted and storage.get_future_log(TP) is None
+            for restart in (False, True):
+                if restart:
+                    storage = await env.restart(storage)
+                moved = existing_log(storage)
+                assert restart or moved is promoted
+                assert headers(moved.read(moved.log_start_offset, 1 << 20)) == expected
+                assert moved.log_start_offset == 1 and moved.log_end_offset == 9
+                assert list(moved.epoch_entries()) == epochs
+                assert moved.read_state("conformance") == b"state"
+                listed = {d.path: (d.partitions, d.future_partitions) for d in await described_log_dirs(storage) or ()}
+                assert listed == {here: ((), ()), there: ((TP,), ())}
 
     async def test_delete_log(self, tmp_path: Path) -> None:
         async with self.env(tmp_path) as env:

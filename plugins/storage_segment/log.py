@@ -738,6 +738,24 @@ class SegmentLog:
         await self.flush()
         self.close_files()
 
+    def flush_now(self) -> None:
+        """fsync everything appended so far on this thread: for the few bytes a log-dir move
+        still copies while appends wait (``SegmentLogStorage.replace_current_with_future_log``)."""
+        if self.closed or not (self._dirty or self._epochs.unsynced):
+            return
+        self._flush_now()
+
+    def relocate(self, directory: Path) -> None:
+        """The log's directory was renamed to ``directory`` (a future log promoted by a log-dir
+        move): open descriptors stay valid, only the paths used to reopen files change."""
+        self.dir = directory
+        for seg in self._segments:
+            seg.log.path = directory / seg.log.path.name
+            seg.offset_index.path = directory / seg.offset_index.path.name
+            seg.time_index.path = directory / seg.time_index.path.name
+        self._epochs.path = directory / self._epochs.path.name
+        self._dir_synced = False
+
     def close_files(self) -> None:
         """Close every segment's files; all are released even if some fail (raised after)."""
         self.closed = True

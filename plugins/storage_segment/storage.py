@@ -37,10 +37,10 @@ import trio
 
 from odradek.broker.storage_failures import StorageFailureLog
 from odradek.config import Config, ConfigError, TopicConfig
-from odradek.errors import InvalidTopic, KafkaStorageError
+from odradek.errors import InvalidTopic, KafkaStorageError, LogDirNotFound
 from odradek.interfaces import LogDirDescription, TopicPartition
 
-from .checkpoint import atomic_write, read_offsets, write_offsets
+from .checkpoint import atomic_write, fsync_dir, read_offsets, write_offsets
 from .cleaner import (
     DEDUPE_BUFFER_KEY,
     DEFAULT_DEDUPE_BUFFER,
@@ -51,7 +51,7 @@ from .cleaner import (
 )
 from .handles import HandleCache
 from .loader import load_log, parse_partition_dir
-from .log import SegmentLog
+from .log import STATE_SUFFIX, SegmentLog
 from .retention import apply_retention
 from .segment import SegmentContext
 
@@ -63,6 +63,11 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 DELETE_DIR_SUFFIX = "-delete"
+#: a log-dir move's copy in its destination dir (KIP-113): ``<topic>-<partition>.<uuid>-future``
+FUTURE_DIR_SUFFIX = "-future"
+#: written (fsynced) into a future log's directory once it holds everything the current log
+#: has: from then on the future log wins, and a start after a crash finishes the swap
+SWAP_MARKER = ".future-complete"
 #: longest file name Linux file systems take (NAME_MAX)
 NAME_MAX = 255
 RESERVED_CHECKPOINTS = frozenset({RECOVERY_POINT_CHECKPOINT, LOG_START_CHECKPOINT, CLEANER_CHECKPOINT})
@@ -82,6 +87,59 @@ def delete_dir_name(tp: TopicPartition) -> str:
     so the name fits NAME_MAX (a 249-character topic plus the suffix would not)."""
     suffix = f"-{tp.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
     return tp.topic[: NAME_MAX - len(suffix)] + suffix
+
+
+def future_dir_name(tp: TopicPartition) -> str:
+    """Kafka's ``logFutureDirName``: ``<topic>-<partition>.<uuid>-future``. Unlike a ``-delete``
+    name it is parsed back at start-up, so the topic is never cut: a name that does not fit
+    NAME_MAX cannot be moved (KafkaStorageError)."""
+    name = f"{tp}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
+    if len(name) > NAME_MAX:
+        raise KafkaStorageError(f"the topic name of {tp} is too long for a future log directory name")
+    return name
+
+
+def parse_future_dir(name: str) -> TopicPartition | None:
+    """``<topic>-<partition>.<uuid>-future`` -> TopicPartition; None for any other name."""
+    if not name.endswith(FUTURE_DIR_SUFFIX):
+        return None
+    stem, dot, unique = name[: -len(FUTURE_DIR_SUFFIX)].rpartition(".")
+    if not dot or len(unique) != 32 or any(c not in "0123456789abcdef" for c in unique):
+        return None
+    return parse_partition_dir(stem)
+
+
+def _finish_committed_swaps(log_dirs: Sequence[Path]) -> None:
+    """Start-up, before any log is loaded: finish each log-dir move whose future log was marked
+    complete (:data:`SWAP_MARKER`) before a crash. The current log (if still under its name) is
+    renamed ``-delete`` (removed by the load that follows), then the future log takes the
+    partition's name. Each step is a rename, so a crash here too is finished by the next start."""
+    current: dict[TopicPartition, Path] = {}
+    committed: list[tuple[TopicPartition, Path]] = []
+    for d in log_dirs:
+        for entry in os.scandir(d):
+            if not entry.is_dir():
+                continue
+            future = parse_future_dir(entry.name)
+            if future is not None:
+                if os.path.exists(os.path.join(entry.path, SWAP_MARKER)):
+                    committed.append((future, Path(entry.path)))
+                continue
+            tp = parse_partition_dir(entry.name)
+            if tp is not None:
+                current[tp] = Path(entry.path)
+                # the swap's last step (the marker's removal) may not have happened
+                Path(entry.path, SWAP_MARKER).unlink(missing_ok=True)
+    for tp, future_dir in committed:
+        old = current.get(tp)
+        if old is not None:
+            os.rename(old, old.with_name(delete_dir_name(tp)))
+            fsync_dir(old.parent)
+        final = future_dir.with_name(str(tp))
+        os.rename(future_dir, final)
+        fsync_dir(final.parent)
+        (final / SWAP_MARKER).unlink(missing_ok=True)
+        log.info("%s: finished the move of its log to %s interrupted by a crash", tp, final.parent)
 
 
 def _option(config: Config, key: str, default: Any) -> Any:
@@ -156,6 +214,11 @@ class SegmentLogStorage:
         maps = max_mapped_indexes or int(_option(config, MAX_MAPPED_INDEXES_KEY, 0)) or files
         self.ctx = SegmentContext(HandleCache(files), HandleCache(maps), time_ms or _now_ms)
         self._logs: dict[TopicPartition, SegmentLog] = {}
+        #: log-dir moves under way (KIP-113): the copy of a partition's log in another dir
+        self._futures: dict[TopicPartition, SegmentLog] = {}
+        #: where a partition's log goes when it is created (AlterReplicaLogDirs for a partition
+        #: not hosted yet: Kafka's ``preferredLogDirs``)
+        self._preferred_dirs: dict[TopicPartition, Path] = {}
         self._retired: list[Path] = []
         self._lock_fds: list[int] = []
         self._opened = False
@@ -223,6 +286,11 @@ class SegmentLogStorage:
 
     def _load_all(self) -> None:
         topic_defaults = self.config.topic_config()
+        try:
+            _finish_committed_swaps(self.log_dirs)
+        except OSError as exc:
+            raise KafkaStorageError(f"finishing an interrupted log-dir move failed: {exc}") from exc
+        futures: list[tuple[TopicPartition, Path]] = []
         for d in self.log_dirs:
             clean = (d / CLEAN_SHUTDOWN_FILE).exists()
             recovery = read_offsets(d / RECOVERY_POINT_CHECKPOINT)
@@ -234,6 +302,10 @@ class SegmentLogStorage:
                     continue
                 if entry.name.endswith(DELETE_DIR_SUFFIX):
                     shutil.rmtree(entry.path, ignore_errors=True)
+                    continue
+                future = parse_future_dir(entry.name)
+                if future is not None:
+                    futures.append((future, Path(entry.path)))
                     continue
                 tp = parse_partition_dir(entry.name)
                 if tp is None:
@@ -269,7 +341,37 @@ class SegmentLogStorage:
             # entries of logs that are not in this dir (deleted before a crash let the checkpoint
             # be rewritten): a log created under that name must not inherit them
             self._deleted_unpersisted |= (set(recovery) | set(starts) | set(dirty)) - loaded
+        for tp, directory in futures:
+            self._load_future(tp, directory, topic_defaults)
         log.info("loaded %d partition logs from %s", len(self._logs), ", ".join(map(str, self.log_dirs)))
+
+    def _load_future(self, tp: TopicPartition, directory: Path, config: TopicConfig) -> None:
+        """A future log found at start-up that was not marked complete: the broker's copy goes
+        on into it (cutting first whatever the current log does not have, see
+        ``odradek.broker.alter_log_dirs.reconcile``). One without a current
+        log, or a second for the same partition, has nothing to be copied from: it goes."""
+        if tp not in self._logs or tp in self._futures:
+            log.warning("%s: removing the future log %s: no current log to copy from", tp, directory)
+            shutil.rmtree(directory, ignore_errors=True)
+            return
+        try:
+            self._futures[tp] = self._open_log(directory, tp, config)
+        except OSError as exc:
+            raise KafkaStorageError(f"loading the future log of {tp} in {directory} failed: {exc}") from exc
+
+    def _open_log(self, directory: Path, tp: TopicPartition, config: TopicConfig) -> SegmentLog:
+        """A log in ``directory`` (created empty, or recovered from the start)."""
+        return load_log(
+            directory,
+            tp,
+            config,
+            self.ctx,
+            recovery_point=None,
+            log_start_offset=None,
+            clean_shutdown=False,
+            retire=self._retire,
+            on_log_start_change=self._on_log_start_change,
+        )
 
     # -- logs ----------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -292,7 +394,10 @@ class SegmentLogStorage:
         online = self._online_dirs()
         if not online:
             raise KafkaStorageError(f"cannot create the log for {tp}: every log dir is offline")
-        if len(online) == 1:
+        preferred = self._preferred_dirs.pop(tp, None)
+        if preferred in online:
+            parent = preferred
+        elif len(online) == 1:
             # counting every hosted log per directory is O(logs) of pathlib work per new log:
             # quadratic when a 1,000-partition topic is created (seconds of broker CPU)
             parent = online[0]
@@ -304,17 +409,7 @@ class SegmentLogStorage:
         directory = parent / str(tp)
         try:
             directory.mkdir(exist_ok=True)
-            lg = load_log(
-                directory,
-                tp,
-                config,
-                self.ctx,
-                recovery_point=None,
-                log_start_offset=None,
-                clean_shutdown=False,
-                retire=self._retire,
-                on_log_start_change=self._on_log_start_change,
-            )
+            lg = self._open_log(directory, tp, config)
         except OSError as exc:
             raise KafkaStorageError(f"cannot create the log for {tp} in {parent}: {exc}") from exc
         self._logs[tp] = lg
@@ -322,6 +417,147 @@ class SegmentLogStorage:
 
     def all_logs(self) -> Mapping[TopicPartition, SegmentLog]:
         return MappingProxyType(self._logs)
+
+    # -- log-dir moves (KIP-113) -----------------------------------------------------------------
+    def _online_dir(self, log_dir: str) -> Path:
+        """``log_dir`` as one of ``log.dirs``: LogDirNotFound for another path, KafkaStorageError
+        for an offline one."""
+        wanted = Path(log_dir)
+        for d in self.log_dirs:
+            if d == wanted:
+                if d in self._offline:
+                    raise KafkaStorageError(f"log dir {d} is offline")
+                return d
+        raise LogDirNotFound(f"{log_dir} is not one of this broker's log dirs")
+
+    def prefer_log_dir(self, tp: TopicPartition, log_dir: str) -> None:
+        """Create ``tp``'s log in ``log_dir`` when it is created (it is not hosted yet)."""
+        self._preferred_dirs[tp] = self._online_dir(log_dir)
+
+    def get_future_log(self, tp: TopicPartition) -> SegmentLog | None:
+        return self._futures.get(tp)
+
+    def all_future_logs(self) -> Mapping[TopicPartition, SegmentLog]:
+        return MappingProxyType(self._futures)
+
+    def create_future_log(self, tp: TopicPartition, log_dir: str) -> SegmentLog:
+        """An empty future log of ``tp`` in ``log_dir`` (the one there already, if any). The
+        current log must exist in another dir; a future log in a third dir must be deleted first."""
+        self._check_open()
+        target = self._online_dir(log_dir)
+        current = self._logs.get(tp)
+        if current is None:
+            raise KafkaStorageError(f"{tp} has no log on this broker to move")
+        if current.dir.parent == target:
+            raise ValueError(f"the log of {tp} is in {target} already")
+        existing = self._futures.get(tp)
+        if existing is not None:
+            if existing.dir.parent == target:
+                return existing
+            raise ValueError(f"{tp} is being moved to {existing.dir.parent} already")
+        directory = target / future_dir_name(tp)
+        try:
+            directory.mkdir()
+            lg = self._open_log(directory, tp, current.config)
+        except OSError as exc:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise KafkaStorageError(f"cannot create the future log of {tp} in {target}: {exc}") from exc
+        self._futures[tp] = lg
+        log.info("%s: moving its log from %s to %s", tp, current.dir.parent, target)
+        return lg
+
+    def _withdraw_marker(self, tp: TopicPartition, future: SegmentLog) -> None:
+        """A promotion that failed before the renames: the future log is not complete any more
+        once the current log takes appends again."""
+        try:
+            (future.dir / SWAP_MARKER).unlink(missing_ok=True)
+            fsync_dir(future.dir)
+        except OSError as exc:  # its dir is failing: the broker abandons the move and deletes it
+            log.error("%s: cannot withdraw the completion marker of its future log: %s", tp, exc)
+
+    async def delete_future_log(self, tp: TopicPartition) -> None:
+        """Abandon a move: the future log is renamed ``-delete`` and removed in the background."""
+        lg = self._futures.pop(tp, None)
+        if lg is None:
+            return
+        with contextlib.suppress(OSError):
+            lg.close_files()
+        target = lg.dir.with_name(delete_dir_name(tp))
+        try:
+            os.rename(lg.dir, target)
+        except OSError:
+            target = lg.dir
+        self._retired.append(target)
+
+    def replace_current_with_future_log(self, tp: TopicPartition) -> SegmentLog:
+        """Promote ``tp``'s future log (which must hold exactly what the current log holds) to be
+        its log, as Kafka's ``replaceCurrentWithFutureLog``. Synchronous, so no append comes in
+        between on the trio thread; its fsyncs cover only what the copy appended since its last
+        flush, and the state files (producer snapshots) copied over.
+
+        Crash safety: the future log is fsynced and marked complete (:data:`SWAP_MARKER`) first;
+        until then a start keeps the current log. Then the current log is renamed ``-delete``
+        and the future log takes the partition's name; a start after a crash anywhere from the
+        marker on finishes these renames (:func:`_finish_committed_swaps`)."""
+        future = self._futures.get(tp)
+        current = self._logs.get(tp)
+        if future is None or current is None:
+            raise KafkaStorageError(f"{tp} has no log-dir move under way")
+        if (future.log_end_offset, future.log_start_offset) != (current.log_end_offset, current.log_start_offset):
+            raise ValueError(
+                f"{tp}: the future log ({future.log_start_offset}..{future.log_end_offset}) does not match the "
+                f"current log ({current.log_start_offset}..{current.log_end_offset})"
+            )
+        old_dir, final = current.dir, future.dir.with_name(str(tp))
+        deleted = old_dir.with_name(delete_dir_name(tp))
+        try:
+            for state in old_dir.glob("*" + STATE_SUFFIX):
+                atomic_write(future.dir / state.name, state.read_bytes())
+            future.flush_now()
+            atomic_write(future.dir / SWAP_MARKER, b"")
+        except OSError as exc:
+            raise KafkaStorageError(f"{tp}: cannot complete the future log in {future.dir.parent}: {exc}") from exc
+        try:
+            os.rename(old_dir, deleted)
+        except OSError as exc:
+            # the current log stays the partition's: the marker must go, or a crash after later
+            # appends would promote the copy without them
+            self._withdraw_marker(tp, future)
+            raise KafkaStorageError(f"{tp}: renaming its log for the move failed: {exc}") from exc
+        try:
+            os.rename(future.dir, final)
+        except OSError as exc:
+            try:
+                os.rename(deleted, old_dir)
+            except OSError as back_exc:
+                # on disk the move is committed (the marker, the current log renamed): the next
+                # start finishes it. Until then the copy must stay as it is, out of reach of
+                # the broker's clean-up of a failed move
+                self._futures.pop(tp, None)
+                with contextlib.suppress(OSError):
+                    future.close_files()
+                log.error("%s: the move to %s is half done; a restart finishes it: %s", tp, final.parent, back_exc)
+            else:
+                self._withdraw_marker(tp, future)
+            raise KafkaStorageError(f"{tp}: renaming the future log for the move failed: {exc}") from exc
+        future.relocate(final)
+        with contextlib.suppress(OSError):  # durable at the next start's pass otherwise
+            fsync_dir(old_dir.parent)
+            fsync_dir(final.parent)
+            (final / SWAP_MARKER).unlink()
+        future.high_watermark = current.high_watermark
+        future.remote_copied_end = current.remote_copied_end
+        with contextlib.suppress(OSError):
+            current.close_files()
+        del self._futures[tp]
+        self._logs[tp] = future
+        self._uncleanable.discard(tp)
+        self._retired.append(deleted)
+        # every dir's checkpoints are rewritten by the next flush tick: the old dir's still
+        # name the partition, which the loader ignores for a log it does not hold
+        self._recovery_dirty = self._log_start_dirty = self._cleaner_dirty = True
+        log.info("%s: its log moved from %s to %s", tp, old_dir.parent, final.parent)
+        return future
 
     async def describe_log_dirs(self) -> Sequence[LogDirDescription]:
         """Each of ``log.dirs`` with its logs and its volume's size and free space (statvfs).
@@ -343,6 +579,9 @@ class SegmentLogStorage:
         held: dict[Path, list[TopicPartition]] = {d: [] for d in self.log_dirs}
         for tp, lg in self._logs.items():
             held.setdefault(lg.dir.parent, []).append(tp)
+        moving: dict[Path, list[TopicPartition]] = {d: [] for d in self.log_dirs}
+        for tp, lg in self._futures.items():
+            moving.setdefault(lg.dir.parent, []).append(tp)
         sizes = {d: v for d, v in zip(asked, volumes, strict=True) if not isinstance(v, OSError)}
         out = []
         for d in self.log_dirs:
@@ -351,7 +590,15 @@ class SegmentLogStorage:
                 out.append(LogDirDescription(str(d), offline[1], error=offline[0]))
             else:
                 total, usable = sizes[d]
-                out.append(LogDirDescription(str(d), tuple(sorted(held[d])), total_bytes=total, usable_bytes=usable))
+                out.append(
+                    LogDirDescription(
+                        str(d),
+                        tuple(sorted(held[d])),
+                        total_bytes=total,
+                        usable_bytes=usable,
+                        future_partitions=tuple(sorted(moving[d])),
+                    )
+                )
         return out
 
     def _take_offline(self, d: Path, why: str) -> None:
@@ -363,12 +610,18 @@ class SegmentLogStorage:
             self._uncleanable.discard(tp)
             with contextlib.suppress(OSError):
                 lg.abandon()
+        for tp in [tp for tp, lg in self._futures.items() if lg.dir.parent == d or tp in lost]:
+            # a move to the failed dir fails; one from it has nothing left to copy from
+            with contextlib.suppress(OSError):
+                self._futures.pop(tp).abandon()
         self._offline[d] = (why, lost)
 
     def _online_dirs(self) -> list[Path]:
         return [d for d in self.log_dirs if d not in self._offline]
 
     async def delete_log(self, tp: TopicPartition) -> None:
+        await self.delete_future_log(tp)
+        self._preferred_dirs.pop(tp, None)
         lg = self._logs.pop(tp, None)
         if lg is None:
             return
@@ -415,7 +668,12 @@ class SegmentLogStorage:
             raise ValueError(f"{name!r} is not a checkpoint name")
         out: dict[TopicPartition, int] = {}
         for d in self._online_dirs():
-            out.update(read_offsets(d / name))
+            for tp, offset in read_offsets(d / name).items():
+                lg = self._logs.get(tp)
+                # a log moved to another dir may still be named in its old dir's file (until
+                # the next write): the entry of the dir that holds the log wins
+                if tp not in out or (lg is not None and lg.dir.parent == d):
+                    out[tp] = offset
         return out
 
     def _per_dir(self, value: Callable[[SegmentLog], int]) -> dict[Path, dict[TopicPartition, int]]:
@@ -546,6 +804,9 @@ class SegmentLogStorage:
                     # failure rate-limited and tries again after log.cleaner.backoff.ms
                     no_space = no_space or exc
                     continue
+                if self._logs.get(tp) is not lg:  # moved to another dir (or deleted) meanwhile
+                    log.info("compaction of %s stopped: its log was replaced meanwhile (%r)", tp, exc)
+                    continue
                 log.error("compaction of %s failed, not cleaning it again until restart: %r", tp, exc)
                 self._uncleanable.add(tp)
             except Exception as exc:  # a corrupt batch or a missing codec: keep serving the log
@@ -623,7 +884,7 @@ class SegmentLogStorage:
                 await lg.flush()
 
         async with trio.open_nursery() as nursery:
-            for lg in list(self._logs.values()):
+            for lg in [*self._logs.values(), *self._futures.values()]:
                 nursery.start_soon(flush, lg)
 
     async def close(self) -> None:
@@ -635,7 +896,7 @@ class SegmentLogStorage:
         # recovers past the last good checkpoint as after a crash
         clean = True
         try:
-            for lg in list(self._logs.values()):
+            for lg in [*self._logs.values(), *self._futures.values()]:
                 lg.prepare_close()
             try:
                 await self.flush_all()
@@ -643,7 +904,7 @@ class SegmentLogStorage:
                 clean = False
                 log.error("close: flushing logs failed, the next start recovers them: %s", _first_error(group))
             failed: list[tuple[TopicPartition, OSError]] = []
-            for tp, lg in list(self._logs.items()):
+            for tp, lg in [*self._logs.items(), *self._futures.items()]:
                 try:
                     lg.close_files()
                 except OSError as exc:  # e.g. its log dir removed under the running broker
@@ -683,7 +944,7 @@ class SegmentLogStorage:
     def abandon(self) -> None:
         """Drop everything as a crash would (no flush, no checkpoints, indexes left untrimmed),
         releasing descriptors and locks: for tests of recovery in one process."""
-        for lg in self._logs.values():
+        for lg in [*self._logs.values(), *self._futures.values()]:
             lg.abandon()
         self._closed = True
         self._release_locks()

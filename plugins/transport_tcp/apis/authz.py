@@ -448,6 +448,7 @@ REQUEST_RULES: dict[int, Rule] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: Rule(_cluster(Op.ALTER)),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: Rule(_cluster(Op.DESCRIBE)),
     ApiKey.DESCRIBE_LOG_DIRS: Rule(_cluster(Op.DESCRIBE)),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: Rule(_cluster(Op.ALTER)),
     ApiKey.DESCRIBE_ACLS: Rule(_cluster(Op.DESCRIBE)),
     ApiKey.CREATE_ACLS: Rule(_cluster(Op.ALTER)),
     ApiKey.DELETE_ACLS: Rule(_cluster(Op.ALTER)),

@@ -1,4 +1,5 @@
-"""Handlers for cluster inspection: DescribeCluster (KIP-700) and DescribeLogDirs (KIP-113).
+"""Handlers for cluster inspection: DescribeCluster (KIP-700) and DescribeLogDirs (KIP-113), and
+AlterReplicaLogDirs (KIP-113), which moves replicas between one broker's log dirs.
 
 Both only read state. DescribeCluster is what admin clients ask instead of Metadata for the
 brokers and the controller; DescribeLogDirs is what ``kafka-log-dirs.sh`` and the admin clients'
@@ -144,9 +145,40 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
     )
 
 
+# -- AlterReplicaLogDirs ----------------------------------------------------------------------
+
+
+async def handle_alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Any:
+    """Move replicas between this broker's log dirs (KIP-113): one error code per partition, in
+    request order per topic. A partition named under two dirs gets the later dir, as Kafka's
+    map of the request does."""
+    version = ctx.api_version
+    wanted: dict[TopicPartition, str] = {}
+    for d in request.dirs:
+        for t in d.topics:
+            for p in t.partitions:
+                wanted[TopicPartition(t.name, int(p))] = d.path
+    errors = await ctx.broker.alter_replica_log_dirs(wanted) if wanted else {}
+    topic_cls = response_class(ApiKey.ALTER_REPLICA_LOG_DIRS, version, "AlterReplicaLogDirTopicResult")
+    partition_cls = response_class(ApiKey.ALTER_REPLICA_LOG_DIRS, version, "AlterReplicaLogDirPartitionResult")
+    results = tuple(
+        make(
+            topic_cls,
+            topic_name=topic,
+            partitions=tuple(
+                make(partition_cls, partition_index=tp.partition, error_code=kerr(errors.get(tp, ErrorCode.NONE)))
+                for tp in tps
+            ),
+        )
+        for topic, tps in groupby(sorted(wanted), key=lambda tp: tp.topic)
+    )
+    return make(response_class(ApiKey.ALTER_REPLICA_LOG_DIRS, version), throttle_time=NO_THROTTLE, results=results)
+
+
 HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_CLUSTER: Handler(ApiKey.DESCRIBE_CLUSTER, handle_describe_cluster, ordered=False),
     ApiKey.DESCRIBE_LOG_DIRS: Handler(ApiKey.DESCRIBE_LOG_DIRS, handle_describe_log_dirs, ordered=False),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: Handler(ApiKey.ALTER_REPLICA_LOG_DIRS, handle_alter_replica_log_dirs),
 }
 
 __all__ = ["HANDLERS"]

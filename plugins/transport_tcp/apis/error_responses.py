@@ -113,9 +113,29 @@ def error_response(api_key: int, api_version: int, request: Any, code: ErrorCode
         return alter_user_scram_credentials_error_response(api_version, request, code, message)
     if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
         return alter_client_quotas_error_response(api_version, request, code, message)
+    if api_key == ApiKey.ALTER_REPLICA_LOG_DIRS:
+        return alter_replica_log_dirs_error_response(api_version, request, code)
     if api_key in _ONE_PER_ITEM:
         return one_result_per_item_error_response(api_key, api_version, request, code, message)
     return _entry(response_type(api_key, api_version), request, code, message, top=True)
+
+
+def alter_replica_log_dirs_error_response(api_version: int, request: Any, code: ErrorCode) -> Any:
+    """Kafka's ``AlterReplicaLogDirsRequest.getErrorResponse``: every partition of every dir's
+    topics answered with ``code``, one result per topic (the request groups them by dir)."""
+    topic_cls = response_class(ApiKey.ALTER_REPLICA_LOG_DIRS, api_version, "AlterReplicaLogDirTopicResult")
+    partition_cls = response_class(ApiKey.ALTER_REPLICA_LOG_DIRS, api_version, "AlterReplicaLogDirPartitionResult")
+    results = tuple(
+        topic_cls(
+            topic_name=t.name,
+            partitions=tuple(partition_cls(partition_index=p, error_code=kerr(code)) for p in t.partitions),
+        )
+        for d in request.dirs
+        for t in d.topics
+    )
+    return response_type(ApiKey.ALTER_REPLICA_LOG_DIRS, api_version)(
+        throttle_time=datetime.timedelta(0), results=results
+    )
 
 
 #: APIs whose results pair with the request's items by position only (no identity field to
