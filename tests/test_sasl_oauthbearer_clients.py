@@ -155,14 +155,19 @@ class PythonTokens(KafkaPythonTokenProvider):
         return IDP.token(self.subject, audience=self.audience)
 
 
-def test_kafka_python_token_provider(broker: BrokerProcess) -> None:
-    topic = unique_topic("oauth-kp")
-    conf: dict[str, Any] = {
+def _python(broker: BrokerProcess, provider: Any) -> dict[str, Any]:
+    """kafka-python's and aiokafka's settings for the SECURED listener."""
+    return {
         "bootstrap_servers": _secured(broker),
         "security_protocol": "SASL_PLAINTEXT",
         "sasl_mechanism": "OAUTHBEARER",
-        "sasl_oauth_token_provider": PythonTokens("alice"),
+        "sasl_oauth_token_provider": provider,
     }
+
+
+def test_kafka_python_token_provider(broker: BrokerProcess) -> None:
+    topic = unique_topic("oauth-kp")
+    conf = _python(broker, PythonTokens("alice"))
     producer = KafkaProducer(**conf)
     try:
         producer.send(topic, key=b"k", value=b"v").get(timeout=20)
@@ -177,13 +182,7 @@ def test_kafka_python_token_provider(broker: BrokerProcess) -> None:
 
 def test_kafka_python_refused_token(broker: BrokerProcess, caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(KafkaTimeoutError):
-        KafkaProducer(
-            bootstrap_servers=_secured(broker),
-            security_protocol="SASL_PLAINTEXT",
-            sasl_mechanism="OAUTHBEARER",
-            sasl_oauth_token_provider=PythonTokens("alice", audience="nope"),
-            max_block_ms=5000,
-        )
+        KafkaProducer(**_python(broker, PythonTokens("alice", audience="nope")), max_block_ms=5000)
     assert '{"status":"invalid_token"}' in caplog.text
 
 
@@ -194,12 +193,7 @@ class AioTokens(AioTokenProvider):
 
 def test_aiokafka_token_provider(broker: BrokerProcess) -> None:
     topic = unique_topic("oauth-aio")
-    conf: dict[str, Any] = {
-        "bootstrap_servers": _secured(broker),
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": "OAUTHBEARER",
-        "sasl_oauth_token_provider": AioTokens(),
-    }
+    conf = _python(broker, AioTokens())
 
     async def run() -> tuple[bytes, bytes]:
         producer = AIOKafkaProducer(**conf)
