@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -354,3 +355,22 @@ def test_admin_can_still_use_plain_next_to_oauthbearer(broker: BrokerProcess) ->
     assert admin.list_topics(timeout=30).brokers
     with pytest.raises(KafkaException):
         AdminClient({"bootstrap.servers": _secured(broker), **ADMIN}).list_topics(timeout=3)
+
+
+def test_cli_logs_in_with_an_unsecured_jwt(broker: BrokerProcess) -> None:
+    topic = unique_topic("oauth-cli")
+    login = ["sasl.mechanism=OAUTHBEARER", "security.protocol=SASL_PLAINTEXT"]
+    login += ["enable.sasl.oauthbearer.unsecure.jwt=true", "sasl.oauthbearer.config=principal=admin lifeSeconds=60"]
+    where = ["--bootstrap-server", broker.bootstrap, *(f"--command-config={kv}" for kv in login)]
+    cli = [sys.executable, "-m", "odradek", "topics"]
+    created = subprocess.run([*cli, "create", "--topic", topic, *where], capture_output=True, text=True, timeout=60)
+    assert created.returncode == 0, created.stderr
+    listed = subprocess.run([*cli, "list", *where], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and topic in listed.stdout.split(), listed.stderr
+    refused = subprocess.run(
+        [*cli, "list", "--bootstrap-server", broker.bootstrap, *(f"--command-config={kv}" for kv in login[:2])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0 and "needs a token" in refused.stderr
