@@ -308,6 +308,15 @@ async def test_exchange_authenticates_and_the_token_bounds_the_session() -> None
 
 
 @pytest.mark.trio
+async def test_a_token_expired_within_the_skew_gets_a_session_that_ends_at_once() -> None:
+    auth = _authenticator(UnsecuredValidator(clock_skew_ms=60_000))
+    token = unsecured_token("alice", life_s=30, now_s=time.time() - 40)  # expired 10 s ago
+    step, answer = await run_exchange(auth, OAuthBearerSaslClient(token), "OAUTHBEARER")
+    assert not step.close and auth.session_lifetime_ms == 1
+    assert answer.session_lifetime.total_seconds() == 0.001
+
+
+@pytest.mark.trio
 async def test_max_reauth_bounds_a_long_token() -> None:
     auth = _authenticator(UnsecuredValidator(), reauth_ms={"OAUTHBEARER": 2000})
     _, answer = await run_exchange(auth, OAuthBearerSaslClient(unsecured_token("alice", life_s=600)), "OAUTHBEARER")

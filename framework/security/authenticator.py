@@ -143,7 +143,8 @@ class SaslServerAuthenticator:
         expires_ms = getattr(self.server, "credential_expires_ms", None)
         if expires_ms is None:
             return max_reauth_ms
-        left_ms = max(0, int(expires_ms - self._completed_at_ms))
+        # an expired credential (accepted within the clock skew) ends the session at once, never "for ever"
+        left_ms = max(1, int(expires_ms - self._completed_at_ms))
         return min(left_ms, max_reauth_ms) if max_reauth_ms > 0 else left_ms
 
     @property
