@@ -521,3 +521,31 @@ def test_parse_unsecured_config() -> None:
     assert parse_unsecured_config("principal=a principalClaimName=uid scopeClaimName=scp") == {
         "principal": "a", "extensions": {}, "principal_claim": "uid", "scope_claim": "scp",
     }  # fmt: skip
+
+
+@pytest.mark.trio
+async def test_http_jwks_is_read_in_a_thread_and_reread_for_a_new_kid(tmp_path: Path) -> None:
+    """A real http: JWKS (a local server): read without blocking trio, re-read when keys rotate."""
+    import functools
+    import http.server
+    import threading
+
+    RSA.write_jwks(tmp_path / "jwks.json")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+        validator = JwtValidator(JwksSource(url, 3_600_000))
+        assert (await validator.validate(RSA.token("alice"))).principal_name == "alice"
+        rotated = TokenIssuer.ec("ec-rotated")
+        RSA.write_jwks(tmp_path / "jwks.json", rotated)
+        assert (await validator.validate(rotated.token("bob"))).principal_name == "bob"
+        assert validator.jwks.fetches == 2
+        missing = JwtValidator(JwksSource(url.replace("jwks.json", "nope.json"), 3_600_000))
+        assert "404" in (await _refusal(missing, RSA.token("a"))).explanation
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
