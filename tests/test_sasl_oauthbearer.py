@@ -317,6 +317,21 @@ async def test_a_token_expired_within_the_skew_gets_a_session_that_ends_at_once(
 
 
 @pytest.mark.trio
+async def test_raw_tokens_after_a_v0_handshake() -> None:
+    """Old clients (SaslHandshake v0) send bare tokens: the same exchange, the JSON challenge bare too."""
+    auth = _authenticator(UnsecuredValidator())
+    step, _ = await run_exchange(
+        auth, OAuthBearerSaslClient(unsecured_token("alice")), "OAUTHBEARER", handshake_version=0
+    )
+    assert not step.close and str(auth.principal) == "User:alice"
+    refused = _authenticator(UnsecuredValidator(required_scope=frozenset({"kafka"})))
+    step, _ = await run_exchange(
+        refused, OAuthBearerSaslClient(unsecured_token("alice")), "OAUTHBEARER", handshake_version=0
+    )
+    assert step.close and not refused.complete and "insufficient_scope" in step.reason
+
+
+@pytest.mark.trio
 async def test_max_reauth_bounds_a_long_token() -> None:
     auth = _authenticator(UnsecuredValidator(), reauth_ms={"OAUTHBEARER": 2000})
     _, answer = await run_exchange(auth, OAuthBearerSaslClient(unsecured_token("alice", life_s=600)), "OAUTHBEARER")
