@@ -98,14 +98,13 @@ UNSECURED_CK = {
 }
 
 
-def _oauth_cb(subject: str, *, life_s: float = 3600, audience: str = "kafka", calls: list[str] | None = None) -> Any:
+def _oauth_cb(subject: str, *, life_s: float = 3600, audience: str = "kafka") -> Any:
     """confluent-kafka's ``oauth_cb``: a token signed by the identity provider."""
 
     def oauth_cb(config: str) -> tuple[str, float]:
-        if calls is not None:
-            calls.append(subject)
-        token = IDP.token(subject, audience=audience, life_s=life_s)
-        return token, time.time() + life_s
+        now = time.time()
+        token = IDP.token(subject, audience=audience, life_s=life_s, now_s=now)
+        return token, int(now + life_s)  # the token's own exp: librdkafka refreshes it ahead of that
 
     return oauth_cb
 
@@ -309,45 +308,38 @@ def test_the_token_bounds_the_session_and_an_unrenewed_one_is_closed(broker: Bro
         wire.close()
 
 
-def test_clients_renew_short_lived_tokens(broker: BrokerProcess) -> None:
-    """odradek's client and confluent-kafka re-authenticate with fresh tokens before theirs expire."""
+def test_odradek_client_renews_short_lived_tokens(broker: BrokerProcess) -> None:
+    """odradek's client re-authenticates with a fresh token before its session (the token's
+    lifetime) ends, on the same connections: nothing is cut off. (librdkafka re-authenticates with
+    the token it holds until its own refresh at 80% of the token's life, so with tokens of a few
+    seconds it races the session's end; its renewal of longer sessions is tests/test_sasl_reauth.py's.)"""
     topic = unique_topic("oauth-reauth")
     before = _metric(broker, "successful_reauthentication_total")
     killed = _metric(broker, "expired_connections_killed_count")
-    odradek_calls: list[str] = []
-    ck_calls: list[str] = []
-    sent = 0
+    calls: list[float] = []
 
-    def odradek_tokens() -> BearerToken:
-        odradek_calls.append("alice")
-        return BearerToken(IDP.token("alice", audience="kafka", life_s=LIFE_S), time.time() + LIFE_S)
+    def tokens(config: str) -> BearerToken:
+        now = time.time()
+        calls.append(now)
+        return BearerToken(IDP.token("alice", audience="kafka", life_s=LIFE_S, now_s=now), int(now + LIFE_S))
 
-    errors: list[Any] = []
-    ck = ConfluentProducer(
-        {
-            **_ck_secured("alice", life_s=LIFE_S, calls=ck_calls),
-            "bootstrap.servers": _secured(broker),
-            "linger.ms": 5,
-            "error_cb": errors.append,
-        }
-    )
     conf = {
         "bootstrap.servers": _secured(broker),
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanism": "OAUTHBEARER",
-        "oauth_cb": lambda config: odradek_tokens(),
+        "oauth_cb": tokens,
     }
+    sent = 0
     with Producer(conf) as producer:
         deadline = time.monotonic() + 2.5 * LIFE_S
         while time.monotonic() < deadline:
             producer.send(topic, b"%d" % sent).result(timeout=30)
-            ck.produce(topic, b"ck%d" % sent)
-            ck.poll(0.05)
             sent += 1
-    assert ck.flush(30) == 0 and not errors, errors
-    assert len(odradek_calls) >= 3 and len(ck_calls) >= 2
+            time.sleep(0.05)
+    assert len(calls) >= 3  # a token for the login, one for every renewal
     assert _metric(broker, "successful_reauthentication_total") >= before + 2
     assert _metric(broker, "expired_connections_killed_count") == killed  # nobody was cut off
+    assert len(consume(broker, topic, sent, **UNSECURED_CK)) == sent
 
 
 def test_admin_can_still_use_plain_next_to_oauthbearer(broker: BrokerProcess) -> None:
