@@ -37,11 +37,16 @@ ADMIN = {
 }
 
 
-def internal_port(broker: BrokerProcess) -> int:
-    """The PLAINTEXT listener's port (the broker logs every listener it serves)."""
-    found = re.search(r"listening on INTERNAL://[^\s:]+:(\d+)", broker.log_path.read_text())
-    assert found, f"no INTERNAL listener in the log:\n{broker.log_tail()}"
+def listener_port(broker: BrokerProcess, listener: str) -> int:
+    """The port of ``listener`` (the broker logs every listener it serves)."""
+    found = re.search(rf"listening on {listener}://[^\s:]+:(\d+)", broker.log_path.read_text())
+    assert found, f"no {listener} listener in the log:\n{broker.log_tail()}"
     return int(found.group(1))
+
+
+def internal_port(broker: BrokerProcess) -> int:
+    """The PLAINTEXT listener's port."""
+    return listener_port(broker, "INTERNAL")
 
 
 def sasl_broker_fixture(tmp_path: Path, settings: dict[str, Any] | None = None) -> Iterator[BrokerProcess]:

@@ -109,7 +109,7 @@ def test_serve_refuses_sasl_settings_that_cannot_work(tmp_path: Path) -> None:
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         "odradek: error: invalid value for 'sasl.enabled.mechanisms': no plugin offers SASL mechanism GSSAPI "
-        "(available: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+        "(available: OAUTHBEARER, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
     )
     assert not (tmp_path / "data").exists()
 

@@ -223,7 +223,7 @@ def test_hook_odradek_register_sasl_mechanisms() -> None:
     toy_plugin = _module("toy", odradek_register_sasl_mechanisms=lambda: [TOY])
     assert _plugins(toy_plugin).sasl_mechanisms() == {"TOY": TOY}
     both = _plugins(_module("builtin_sasl", odradek_register_sasl_mechanisms=builtin), toy_plugin)
-    assert sorted(both.sasl_mechanisms()) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "TOY"]
+    assert sorted(both.sasl_mechanisms()) == ["OAUTHBEARER", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "TOY"]
     fake_plain = _module("fake_plain", odradek_register_sasl_mechanisms=lambda: [SaslMechanism("PLAIN", _ToyServer)])
     clashing = _plugins(_module("builtin_sasl", odradek_register_sasl_mechanisms=builtin), fake_plain)
     with pytest.raises(PluginError, match="PLAIN"):

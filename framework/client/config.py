@@ -19,6 +19,15 @@ from ..interfaces import ConfigKey
 INT_MAX = 2**31 - 1
 
 
+class TokenCallback:
+    """The type of ``oauth_cb``: any callable, kept as it is (never turned into a string)."""
+
+    def __new__(cls, value: Any) -> Any:
+        if not callable(value):
+            raise TypeError(f"expected a callable, got {type(value).__name__}")
+        return value
+
+
 def _k(
     name: str, type_: type, default: Any, doc: str, *, choices: Any = None, minimum: float | None = None
 ) -> ConfigKey:
@@ -39,12 +48,34 @@ COMMON_KEYS: tuple[ConfigKey, ...] = (
         "sasl.mechanism",
         str,
         "PLAIN",
-        "SASL mechanism with security.protocol SASL_PLAINTEXT or SASL_SSL: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+        "SASL mechanism with security.protocol SASL_PLAINTEXT or SASL_SSL: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, "
+        "OAUTHBEARER "
         "(librdkafka's sasl.mechanisms is accepted too).",
     ),
     _k("sasl.mechanisms", str, "", "librdkafka's name of sasl.mechanism (used when set)."),
     _k("sasl.username", str, "", "SASL username (PLAIN, SCRAM)."),
     _k("sasl.password", str, "", "SASL password (PLAIN, SCRAM)."),
+    _k(
+        "oauth_cb",
+        TokenCallback,
+        None,
+        "OAUTHBEARER: callable(sasl.oauthbearer.config) returning (token, expiry seconds since the epoch"
+        "[, principal[, extensions]]), as confluent-kafka's; called for every login and re-login.",
+    ),
+    _k(
+        "sasl.oauthbearer.config",
+        str,
+        "",
+        "OAUTHBEARER: passed to oauth_cb; with enable.sasl.oauthbearer.unsecure.jwt the unsecured JWT's "
+        "options: principal=<name> [scope=a,b] [lifeSeconds=3600] [extension_<name>=<value>] (librdkafka's).",
+    ),
+    _k(
+        "enable.sasl.oauthbearer.unsecure.jwt",
+        bool,
+        False,
+        "OAUTHBEARER without oauth_cb: log in with an unsecured JWT built from sasl.oauthbearer.config "
+        "(development only; the broker must accept unsecured tokens).",
+    ),
     _k("ssl.ca.location", str, "", "CA bundle for SSL (transport plugins that support TLS)."),
     _k("ssl.certificate.location", str, "", "Client certificate for SSL."),
     _k("ssl.key.location", str, "", "Client private key for SSL."),
@@ -176,9 +207,13 @@ class ClientConfig(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._values)
 
-    def as_strings(self) -> dict[str, str]:
-        """Every value as a string (what transport connectors take)."""
-        return {k: ",".join(v) if isinstance(v, list) else str(v) for k, v in self._values.items()}
+    def as_strings(self) -> dict[str, Any]:
+        """Every value as a string (what transport connectors take), but callables (``oauth_cb``)
+        and unset ones (None) as they are."""
+        return {
+            k: v if v is None or callable(v) else ",".join(v) if isinstance(v, list) else str(v)
+            for k, v in self._values.items()
+        }
 
     def bootstrap_addresses(self) -> list[tuple[str, int]]:
         out = []

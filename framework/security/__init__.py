@@ -7,6 +7,9 @@ The pieces, each independent of how bytes move, so a TLS byte stream composes wi
   (built-ins plus the ``odradek_register_sasl_mechanisms`` hook);
 - :mod:`.plain` and :mod:`.scram` are the PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802/7677)
   mechanisms;
+- :mod:`.oauthbearer` is OAUTHBEARER's exchange (RFC 7628, KIP-255), :mod:`.oauth_unsecured` and
+  :mod:`.oauth_jwt` its validators (unsecured JWTs; JWTs signed by a JWKS key, KIP-768),
+  :mod:`.oauth_settings` which one a listener uses, :mod:`.oauth_client` the client's tokens;
 - :mod:`.credentials` keeps SCRAM credentials in the metadata store as Kafka's user entity
   configs (``/config/users/<user>``);
 - :mod:`.authenticator` is the server's per-connection state machine

@@ -14,8 +14,9 @@ The states, as Kafka's:
 - ``COMPLETE``: the connection serves Kafka requests as ``User:<authorization id>``;
 - ``FAILED``: closed.
 
-**Re-authentication** (KIP-368). With ``connections.max.reauth.ms`` > 0 for the mechanism, the
-final SaslAuthenticate answer carries that session lifetime; the client re-authenticates on the
+**Re-authentication** (KIP-368). With ``connections.max.reauth.ms`` > 0 for the mechanism, or
+a credential that expires (an OAUTHBEARER token), the final SaslAuthenticate answer carries the
+session lifetime (the smaller of the two); the client re-authenticates on the
 same connection before it ends (SaslHandshake v1 and SaslAuthenticate between its requests),
 through a fresh authenticator built with ``reauthenticating`` = the connection's principal and
 mechanism. It starts in ``HANDSHAKE_REQUEST``; the mechanism must be the same (Kafka: "SASL
@@ -38,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -128,12 +130,22 @@ class SaslServerAuthenticator:
         self.principal: KafkaPrincipal | None = None
         self.mechanism: str | None = None
         self._refused_mechanism: str | None = None
+        #: when the exchange completed (wall clock ms): a credential's expiry counts from then
+        self._completed_at_ms = 0.0
 
     @property
     def session_lifetime_ms(self) -> int:
         """How long the authenticated session lasts before the client must re-authenticate
-        (0: for ever), as its final SaslAuthenticate answer says."""
-        return self.reauth_ms.get(self.mechanism or "", 0)
+        (0: for ever), as its final SaslAuthenticate answer says: ``connections.max.reauth.ms``,
+        bounded by when the credential expires for a mechanism whose credentials do (an
+        OAUTHBEARER token's ``exp``, even without ``connections.max.reauth.ms``, as Kafka)."""
+        max_reauth_ms = self.reauth_ms.get(self.mechanism or "", 0)
+        expires_ms = getattr(self.server, "credential_expires_ms", None)
+        if expires_ms is None:
+            return max_reauth_ms
+        # an expired credential (accepted within the clock skew) ends the session at once, never "for ever"
+        left_ms = max(1, int(expires_ms - self._completed_at_ms))
+        return min(left_ms, max_reauth_ms) if max_reauth_ms > 0 else left_ms
 
     @property
     def complete(self) -> bool:
@@ -268,6 +280,7 @@ class SaslServerAuthenticator:
 
     def _maybe_complete(self, server: SaslServer) -> None:
         if server.complete:
+            self._completed_at_ms = time.time() * 1000
             user = server.authorization_id or ""
             self.principal = KafkaPrincipal(USER_TYPE, user)
             self.state = SaslState.COMPLETE

@@ -1,5 +1,9 @@
 """The client side of SASL: authenticates a fresh connection before anything else is sent.
 
+OAUTHBEARER takes a token instead of a password: from ``oauth_cb`` (confluent-kafka's callback),
+or, for development, an unsecured JWT built from ``sasl.oauthbearer.config``
+(:mod:`.oauth_client`); a new one for every login and re-login.
+
 Kafka's client sequence (SaslClientAuthenticator) over any frame connection (TCP, TLS):
 SaslHandshake v1 naming the mechanism, then SaslAuthenticate requests carrying the mechanism's
 tokens until it is done. Used by odradek's client (``security.protocol=SASL_PLAINTEXT``,
@@ -29,6 +33,9 @@ from ..errors import ErrorCode
 from ..interfaces import Connection
 from ..protocol import ApiKey, decode_response, encode_request, request_type
 from .mechanism import SaslClient, SaslError, SaslMechanism
+from .oauth_client import token_provider_from_config
+from .oauth_settings import call_token_provider
+from .oauthbearer import MECHANISM, OAuthBearerSaslClient, TokenProvider
 
 HANDSHAKE_VERSION = 1
 AUTHENTICATE_VERSION = 1
@@ -42,19 +49,32 @@ class AuthenticationFailed(NetworkError):
 
 @dataclass(frozen=True, slots=True)
 class SaslClientSettings:
-    """``sasl.mechanism`` with ``sasl.username`` / ``sasl.password``."""
+    """``sasl.mechanism`` with ``sasl.username`` / ``sasl.password``, or for OAUTHBEARER the
+    source of its tokens (``token_provider``, called for every login and re-login)."""
 
     mechanism: str
     username: str
     password: str
+    token_provider: TokenProvider | None = None
 
     @classmethod
-    def from_config(cls, config: Mapping[str, str]) -> SaslClientSettings | None:
+    def from_config(cls, config: Mapping[str, Any]) -> SaslClientSettings | None:
         """The SASL settings of a client config; None unless ``security.protocol`` is SASL_*."""
         if str(config.get("security.protocol", "PLAINTEXT")).upper() not in ("SASL_PLAINTEXT", "SASL_SSL"):
             return None
         mechanism = str(config.get("sasl.mechanisms", "") or config.get("sasl.mechanism", "") or "PLAIN").upper()
-        return cls(mechanism, str(config.get("sasl.username", "")), str(config.get("sasl.password", "")))
+        provider = token_provider_from_config(config) if mechanism == MECHANISM else None
+        return cls(mechanism, str(config.get("sasl.username", "")), str(config.get("sasl.password", "")), provider)
+
+    async def client_for(self, available: Mapping[str, SaslMechanism]) -> SaslClient:
+        """A new client for one exchange (OAUTHBEARER: with a token fresh from the provider)."""
+        if self.token_provider is not None:
+            try:
+                token = await call_token_provider(self.token_provider)
+            except Exception as exc:  # the application's callback: its failure is this login's
+                raise AuthenticationFailed(f"SASL/OAUTHBEARER: the token provider failed: {exc}") from exc
+            return OAuthBearerSaslClient(token)
+        return self.new_client(available)
 
     def new_client(self, available: Mapping[str, SaslMechanism]) -> SaslClient:
         mechanism = available.get(self.mechanism)
@@ -112,7 +132,7 @@ async def reauthenticate(call: Call, session: SaslSession) -> int:
 async def exchange(call: Call, settings: SaslClientSettings, available: Mapping[str, SaslMechanism]) -> int:
     """SaslHandshake v1 then SaslAuthenticate until the mechanism is done; the session lifetime
     of the last answer (ms)."""
-    client = settings.new_client(available)
+    client = await settings.client_for(available)
     handshake = await call(ApiKey.SASL_HANDSHAKE, HANDSHAKE_VERSION, mechanism=settings.mechanism)
     code = ErrorCode(int(handshake.error_code))
     if code != ErrorCode.NONE:

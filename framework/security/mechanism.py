@@ -98,6 +98,9 @@ class SaslMechanism:
     client: Callable[[str, str], SaslClient] | None = None
     description: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: built once per listener at start-up: the factory of its fresh servers, for a mechanism
+    #: with per-listener state shared by its exchanges (OAUTHBEARER's JWKS cache); None: ``server``
+    listener_servers: Callable[[SaslServerContext], Callable[[], SaslServer]] | None = None
 
 
 __all__ = [

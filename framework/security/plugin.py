@@ -1,4 +1,4 @@
-"""The built-in ``sasl`` plugin, odradek's security plugin: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512,
+"""The built-in ``sasl`` plugin, odradek's security plugin: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER,
 the ``acl`` authorizer, and their config keys.
 
 Registered through the same hooks a third-party mechanism or authorizer uses
@@ -18,6 +18,8 @@ from .acl_authorizer import AclAuthorizer
 from .authorizer import AuthorizerFactory
 from .jaas import PLAIN_LOGIN_MODULE
 from .mechanism import SaslClient, SaslMechanism, SaslServer, SaslServerContext
+from .oauth_settings import config_keys as oauth_config_keys
+from .oauth_settings import oauthbearer_mechanism
 from .plain import PlainSaslClient, PlainSaslServer
 from .scram import SCRAM_MECHANISMS, ScramMechanism, ScramSaslClient, ScramSaslServer
 
@@ -89,13 +91,15 @@ class _ScramClient:
 
 @hookimpl
 def odradek_register_sasl_mechanisms() -> Sequence[SaslMechanism]:
-    """PLAIN (users from the JAAS config) and SCRAM-SHA-256/512 (users in the metadata store)."""
+    """PLAIN (users from the JAAS config), SCRAM-SHA-256/512 (users in the metadata store) and
+    OAUTHBEARER (tokens checked against a JWKS, or unsecured ones)."""
     return [
         SaslMechanism(
             "PLAIN", _plain_server, check=_plain_check, client=PlainSaslClient,
             description="PLAIN (RFC 4616); users from PlainLoginModule's user_<name> options",
         ),
         *(_scram(m) for m in SCRAM_MECHANISMS.values()),
+        oauthbearer_mechanism(),
     ]  # fmt: skip
 
 
@@ -183,4 +187,5 @@ def odradek_config_keys() -> Sequence[ConfigKey]:
             "unauthenticated clients exhausting memory); a bigger one closes the connection.",
             minimum=1,
         ),
+        *oauth_config_keys(),
     ]

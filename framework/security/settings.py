@@ -144,6 +144,8 @@ def check_security_config(config: Config) -> None:
 
 
 def _factory(mechanism: SaslMechanism, context: SaslServerContext) -> Callable[[], SaslServer]:
+    if mechanism.listener_servers is not None:
+        return mechanism.listener_servers(context)
     return lambda: mechanism.server(context)
 
 

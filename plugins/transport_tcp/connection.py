@@ -475,7 +475,7 @@ class KafkaConnection:
         if not reauth and self._session_expired():
             log.info(
                 "closing connection %s: its SASL session expired before it re-authenticated "
-                "(connections.max.reauth.ms); %s is not served",
+                "(connections.max.reauth.ms or its credential's expiry, an OAUTHBEARER token's exp); %s is not served",
                 self.peer,
                 api_name(header.api_key),
             )
