@@ -135,7 +135,7 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
         ApiKey.ALTER_CONFIGS: VersionRange(0, 2),  # legacy, replacing; confluent-kafka's alter_configs
         ApiKey.DELETE_RECORDS: VersionRange(0, 2),
-        ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
+        ApiKey.DESCRIBE_GROUPS: VersionRange(0, 6),  # v6 error message (KIP-1043): non-classic groups are errors
         ApiKey.LIST_GROUPS: VersionRange(0, 5),  # v4 states filter (KIP-518), v5 types filter (KIP-848)
         ApiKey.DELETE_GROUPS: VersionRange(0, 2),
         ApiKey.OFFSET_DELETE: VersionRange(0, 0),  # Kafka has only v0 (KIP-496)
