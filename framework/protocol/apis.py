@@ -104,9 +104,9 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         # v7 require_stable (KIP-447), v8 batched groups (KIP-709), v9 member id and epoch (KIP-848)
         ApiKey.OFFSET_FETCH: VersionRange(1, 9),
         ApiKey.FIND_COORDINATOR: VersionRange(0, 4),  # v4 batched keys (KIP-699)
-        # v6 flexible, v7 nullable protocol name, v8 reason (KIP-800, logged); v9's skip_assignment
-        # (KIP-814: a static leader rejoining a Stable group) is not implemented
-        ApiKey.JOIN_GROUP: VersionRange(0, 8),
+        # v6 flexible, v7 nullable protocol name, v8 reason (KIP-800, logged), v9 skip_assignment
+        # (KIP-814: a static leader rejoining a Stable group gets the members and skips assigning)
+        ApiKey.JOIN_GROUP: VersionRange(0, 9),
         ApiKey.HEARTBEAT: VersionRange(0, 4),  # v4 flexible
         ApiKey.LEAVE_GROUP: VersionRange(0, 5),  # v4 flexible, v5 reason (KIP-800, logged)
         ApiKey.SYNC_GROUP: VersionRange(0, 5),  # v4 flexible, v5 protocol type and name (KIP-559)

@@ -163,6 +163,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         session_ms,
         request.protocol_type,
         [(p.name, bytes(p.metadata)) for p in request.protocols],
+        supports_skip_assignment=version >= 9,  # KIP-814
     )
     members = tuple(
         make(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id, metadata=m.metadata)
@@ -176,6 +177,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         protocol_type=result.protocol_type,
         protocol_name=result.protocol_name if version >= 7 else result.protocol_name or "",  # v7+ nullable
         leader=result.leader_id,
+        skip_assignment=result.skip_assignment,  # v9+
         member_id=result.member_id,
         members=members,
     )
