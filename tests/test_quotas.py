@@ -218,8 +218,9 @@ def test_a_client_over_its_quota_is_throttled_until_its_rate_is_back_at_the_quot
         ([QuotaEntity(None, "web"), QuotaEntity(None, "app")], MetricTags("", "free")),
         ([QuotaEntity("alice", None)], MetricTags("bob", "")),
         ([QuotaEntity(DEFAULT, "app")], MetricTags("bob", "free")),
-        # several kinds: the unlimited clients share one rate with empty tags
-        ([QuotaEntity("alice", None), QuotaEntity(None, "app")], MetricTags("", "")),
+        # several kinds: Kafka falls back to the client id's tags
+        ([QuotaEntity("alice", None), QuotaEntity(None, "app")], MetricTags("", "free")),
+        ([QuotaEntity("alice", None), QuotaEntity(DEFAULT, "app")], MetricTags("", "free")),
     ],
 )
 def test_clients_without_a_quota_are_recorded_under_kafkas_tags(

@@ -178,9 +178,9 @@ def precedence(user: str, client_id: str) -> list[tuple[QuotaEntity, MetricTags]
     ]
 
 
-#: the tags of the one rate that clients no entity limits share when several kinds of entity set
-#: the quota (Kafka's empty ``user`` and ``client-id`` tags)
-_NOBODY = MetricTags("", "")
+#: a quota set by user entities alone, or by user + client-id entities alone (see ``_kind``)
+_USERS = frozenset({USER})
+_USERS_WITH_CLIENT_IDS = frozenset({f"{USER}/{CLIENT_ID}"})
 
 
 def _kind(entity: QuotaEntity) -> str:
@@ -238,19 +238,18 @@ class ClientQuotaConfigs:
         ``quota_key`` (Kafka's ``DefaultQuotaCallback.quotaMetricTags``, which Kafka records
         for every client then, so their rates show in the metrics): when only one kind of
         entity sets the key -- client ids, users, or users with client ids (defaults included)
-        -- the tags that kind would give the client; with several kinds, one shared rate with
-        empty tags."""
+        -- the tags that kind would give the client; with several kinds, its client id (the
+        tags of the last two of KIP-55's levels, which Kafka falls back to)."""
         kinds = self._kinds.get(quota_key)
         if kinds is None:
             kinds = self._kinds[quota_key] = frozenset(
                 _kind(entity) for entity, values in self.entities.items() if quota_key in values
             )
-        if len(kinds) != 1:
-            return _NOBODY
-        (kind,) = kinds
-        if kind == CLIENT_ID:
-            return MetricTags("", client_id)
-        return MetricTags(user, "") if kind == USER else MetricTags(user, client_id)
+        if kinds == _USERS:
+            return MetricTags(user, "")
+        if kinds == _USERS_WITH_CLIENT_IDS:
+            return MetricTags(user, client_id)
+        return MetricTags("", client_id)
 
     def set_entity(self, entity: QuotaEntity, values: Mapping[str, float] | None) -> None:
         """Replace an entity's quotas (None or empty: it has none)."""
