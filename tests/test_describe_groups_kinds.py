@@ -165,11 +165,13 @@ def test_kafka_python_describes_the_classic_group_and_reports_the_others(broker:
 def test_odradek_groups_describe_shows_a_mixed_group(
     broker: BrokerProcess, groups: Groups, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The CLI describes a mixed group as a consumer group with both members and their epochs."""
+    """The CLI describes a mixed group as a consumer group with both members, their epochs and
+    the protocol each speaks."""
     assert main(["groups", "describe", groups.mixed, "--bootstrap-server", broker.bootstrap]) == 0
     out = capsys.readouterr().out
     assert f"GROUP {groups.mixed}  TYPE consumer  STATE Stable" in out and "MEMBERS 2" in out
     table = out[out.index("EPOCH  ASSIGNMENT") :].splitlines()[1:]
     rows = [line.split() for line in table if line.strip()]
     assert len(rows) == 2
-    assert sorted(row[-1] for row in rows) == [f"{groups.topic}:0", f"{groups.topic}:1"]
+    assert sorted(row[-2] for row in rows) == [f"{groups.topic}:0", f"{groups.topic}:1"]
+    assert sorted(row[-1] for row in rows) == ["classic", "consumer"]
