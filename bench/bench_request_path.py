@@ -15,8 +15,12 @@ Each for a one-record batch (per-request overhead) and a ~1 MB batch (per-byte c
 microseconds of this process (user + system), so other load on the machine does not count.
 With ``--acl`` the broker runs the built-in ACL authorizer and the requests come from
 ``User:bench``, whom ACLs allow to write and read the topic: the difference is what
-authorization costs a request.
-Run: ``.venv/bin/python bench/bench_request_path.py [--runs 5] [--acl]``.
+authorization costs a request. With ``--quota other`` some other client id has a
+``producer_byte_rate`` and ``consumer_byte_rate`` quota, so the benchmark's client, which has none,
+is recorded for the metrics as Kafka records every client once a quota type is in use;
+``--quota own`` gives it a quota of its own (too high to throttle): the differences from no quota
+are what that recording and the enforcement cost a request.
+Run: ``.venv/bin/python bench/bench_request_path.py [--runs 5] [--acl] [--quota other|own]``.
 """
 
 from __future__ import annotations
@@ -91,7 +95,9 @@ async def _time(fn: Callable[[], Awaitable[object]], min_time: float) -> float:
     return elapsed / calls * 1e6
 
 
-async def run(runs: int, min_time: float, acl: bool = False) -> list[tuple[str, float, float, float]]:
+async def run(
+    runs: int, min_time: float, acl: bool = False, quota: str = "none"
+) -> list[tuple[str, float, float, float]]:
     from odradek.plugins.transport_tcp.apis import Dispatcher
     from odradek.principal import ANONYMOUS, KafkaPrincipal
     from odradek.security.acl import AclOperation, ResourceType
@@ -122,6 +128,14 @@ async def run(runs: int, min_time: float, acl: bool = False) -> list[tuple[str, 
             if core.authorizer is not None:
                 allowed = [binding(ResourceType.TOPIC, "bench", "User:bench", op) for op in (AclOperation.ALL,)]
                 await core.authorizer.create_acls(principal_context(principal), allowed)
+            if quota != "none":
+                from odradek.broker.quota_configs import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QuotaEntity
+
+                # the produce and fetch frames' client ids, or another one
+                client_ids = ("bench", "odradek-wireload") if quota == "own" else ("someone-else",)
+                limits = {PRODUCER_BYTE_RATE: 1e15, CONSUMER_BYTE_RATE: 1e15}
+                for client_id in client_ids:
+                    core.quotas.configs.set_entity(QuotaEntity(None, client_id), limits)
             tp = TopicPartition("bench", 0)
             dispatcher = Dispatcher(core, config, Endpoint("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT"))
             for label, batch in (("1 record", _batch(1, 100)), ("~1 MB", _batch(9000, 100))):
@@ -183,8 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--min-time", type=float, default=0.3)
     parser.add_argument("--acl", action="store_true", help="with the ACL authorizer (requests as User:bench)")
+    parser.add_argument(
+        "--quota", choices=("none", "other", "own"), default="none", help="byte-rate quotas (see the module doc)"
+    )
     args = parser.parse_args(argv)
-    results = trio.run(run, args.runs, args.min_time, args.acl)
+    results = trio.run(run, args.runs, args.min_time, args.acl, args.quota)
     print(f"{'stage':36} {'median us':>10} {'min..max':>18}")
     for name, med, lo, hi in results:
         print(f"{name:36} {med:10.1f} {lo:8.1f}..{hi:<8.1f}")

@@ -622,8 +622,8 @@ def quota_families(rows: list[Any]) -> list[Metric]:
     """Kafka's per-entity quota metrics (``kafka.server:type=Produce|Fetch|Request,user=..,
     client-id=..``): the byte rate (request time) over the quota window, the average throttle time
     of the window's throttled requests (ms), and, odradek's own, how many were throttled since the
-    broker started. Only
-    entities with a quota appear (Kafka also lists clients without one)."""
+    broker started. Clients without a quota appear too once the quota type is in use, under the
+    tags Kafka gives them (``ClientQuotaConfigs.unlimited_tags``)."""
     out: list[Metric] = []
     labels = ["user", "client_id"]
     for quota_type, measured, doc in (

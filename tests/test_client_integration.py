@@ -505,6 +505,53 @@ def test_static_member_keeps_its_partitions_across_a_restart(odradek_broker: Bro
     assert again == generation
 
 
+def test_restarted_static_leader_skips_the_assignment(
+    odradek_broker: BrokerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """KIP-814 with a client that speaks JoinGroup v9: odradek's static leader restarts into a
+    Stable group of two (the follower a librdkafka consumer), is told it leads and to skip the
+    assignment, and both members keep their partitions in the same generation: the follower
+    sees no revocation."""
+    topic = unique_topic("skip")
+    _create(odradek_broker, topic, 2)
+    group = unique_topic("g")
+    conf = {"bootstrap.servers": odradek_broker.bootstrap, "group.id": group, "group.instance.id": "leader",
+            "session.timeout.ms": 30000, "heartbeat.interval.ms": 500,
+            "partition.assignment.strategy": "range"}  # fmt: skip
+    revoked: list[Any] = []
+    follower = confluent_kafka.Consumer({"bootstrap.servers": odradek_broker.bootstrap, "group.id": group,
+                                         "group.instance.id": "follower", "session.timeout.ms": 30000,
+                                         "partition.assignment.strategy": "range"})  # fmt: skip
+
+    def settled(consumer: Consumer) -> tuple[set[TopicPartition], int]:
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            consumer.poll(0.1)
+            follower.poll(0.1)
+            if len(consumer.assignment()) == 1 and len(follower.assignment()) == 1:
+                return consumer.assignment(), consumer._async.coordinator.generation
+        raise AssertionError("the two members did not settle on a partition each")
+
+    try:
+        with Consumer(conf) as first:
+            first.subscribe([topic])
+            deadline = time.monotonic() + TIMEOUT_S
+            while not first.assignment() and time.monotonic() < deadline:
+                first.poll(0.1)
+            follower.subscribe([topic], on_revoke=lambda _, parts: revoked.extend(parts))
+            before, generation = settled(first)
+        revoked.clear()  # the follower's join rebalanced (an eager revoke); the restart must not
+        caplog.set_level("INFO", logger="odradek.client.consumer")
+        with Consumer(conf) as second:
+            second.subscribe([topic])
+            after, again = settled(second)
+        assert (after, again) == (before, generation)
+        assert "assignment skipped" in caplog.text
+        assert revoked == []
+    finally:
+        follower.close()
+
+
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
 def test_isolation_levels_over_librdkafka_transactions(odradek_broker: BrokerProcess, isolation: str) -> None:
     topic = unique_topic("txn")

@@ -224,7 +224,9 @@ def test_odradek_groups_shows_a_consumer_group(broker: BrokerProcess, capsys: py
         described = capsys.readouterr().out
         assert f"GROUP {group_id}  TYPE consumer  STATE Stable  ASSIGNOR range" in described
         members = described[described.index("EPOCH  ASSIGNMENT") :].splitlines()[1:]
-        assert [line.split()[1:] for line in members if line.strip()] == [["1", f"{topic}:0,1,2", f"{topic}:0,1,2"]]
+        assert [line.split()[1:] for line in members if line.strip()] == [
+            ["1", f"{topic}:0,1,2", f"{topic}:0,1,2", "consumer"]
+        ]
     finally:
         member.close()
 

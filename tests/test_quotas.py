@@ -200,11 +200,48 @@ def test_a_client_over_its_quota_is_throttled_until_its_rate_is_back_at_the_quot
         assert manager.record("ANONYMOUS", "app", 1) > 0  # ...but 1 byte over it still is
         await trio.sleep(12)  # every sample has expired
         assert manager.record("ANONYMOUS", "app", 9000) == 0
-        # another client id has no quota and is never recorded
+        # another client id has no quota: never throttled, its rate recorded for the metrics
         assert manager.record("ANONYMOUS", "other", 10**9) == 0
-        assert list(manager.sensors) == [MetricTags("", "app")]
+        assert list(manager.sensors) == [MetricTags("", "app"), MetricTags("", "other")]
         rows = manager.samples_for_metrics()
         assert rows[0].throttled == 2 and rows[0].throttle_ms_total > 10_000
+        assert (rows[1].tags, rows[1].throttled) == (MetricTags("", "other"), 0) and rows[1].rate > 0
+
+    trio.run(main, clock=_clock())
+
+
+@pytest.mark.parametrize(
+    ("entities", "expected"),
+    [
+        # one kind of entity: an unlimited client is measured under the tags that kind gives it
+        ([QuotaEntity(None, "app")], MetricTags("", "free")),
+        ([QuotaEntity(None, "web"), QuotaEntity(None, "app")], MetricTags("", "free")),
+        ([QuotaEntity("alice", None)], MetricTags("bob", "")),
+        ([QuotaEntity(DEFAULT, "app")], MetricTags("bob", "free")),
+        # several kinds: Kafka falls back to the client id's tags
+        ([QuotaEntity("alice", None), QuotaEntity(None, "app")], MetricTags("", "free")),
+        ([QuotaEntity("alice", None), QuotaEntity(DEFAULT, "app")], MetricTags("", "free")),
+    ],
+)
+def test_clients_without_a_quota_are_recorded_under_kafkas_tags(
+    entities: list[QuotaEntity], expected: MetricTags
+) -> None:
+    """Kafka's ClientQuotaManager records every client once the quota type is in use
+    (``DefaultQuotaCallback.quotaMetricTags``), so unlimited clients' byte rates are in the
+    metrics; they are never throttled, and a Fetch answered without records takes its bytes back."""
+
+    async def main() -> None:
+        configs = _configs({entity: {PRODUCER_BYTE_RATE: 10.0} for entity in entities})
+        manager = _manager(configs)
+        for _ in range(3):
+            assert manager.record("bob", "free", 10**6) == 0
+        assert manager.sensors[expected].rate.measure(trio.current_time() * 1000) == 3 * 10**6 / 10
+        manager.unrecord("bob", "free", 10**6)
+        assert manager.sensors[expected].rate.measure(trio.current_time() * 1000) == 2 * 10**6 / 10
+        # no entity sets the quota any more: nothing is recorded
+        for entity in entities:
+            configs.set_entity(entity, None)
+        assert manager.record("bob", "else", 10**6) == 0 and MetricTags("", "else") not in manager.sensors
 
     trio.run(main, clock=_clock())
 

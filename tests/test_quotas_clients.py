@@ -180,10 +180,19 @@ def test_a_confluent_producer_over_its_quota_is_throttled_and_delivers_everythin
     # every record is there (read by a client without a quota)
     assert _consume_all(broker.bootstrap, topic, {"client.id": unique_topic("reader")}, []) == RECORDS
     assert _metric(broker, "kafka_server_produce_throttled_requests_total", client_id=client_id) > 0
-    # a client without a quota writing as much is not throttled
+    # a client without a quota writing as much is not throttled, and, as in Kafka, its byte rate
+    # is in the metrics (only client-id entities set producer_byte_rate here: tagged by its id)
     free: list[float] = []
-    _produce(broker.bootstrap, unique_topic("qp"), {"client.id": unique_topic("free")}, free)
+    free_id = unique_topic("free")
+    _produce(broker.bootstrap, unique_topic("qp"), {"client.id": free_id}, free)
     assert not free or max(free) == 0, free
+    rates = {
+        dict(got).get("client_id"): dict(got).get("user")
+        for (n, got) in broker.metrics()
+        if n == "kafka_server_produce_byte_rate"
+    }
+    assert rates.get(free_id) == "", rates
+    assert _metric(broker, "kafka_server_produce_throttled_requests_total", client_id=free_id) == 0
 
 
 def test_a_confluent_consumer_over_its_quota_is_throttled_and_reads_everything(broker: BrokerProcess) -> None:

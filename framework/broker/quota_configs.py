@@ -178,6 +178,19 @@ def precedence(user: str, client_id: str) -> list[tuple[QuotaEntity, MetricTags]
     ]
 
 
+#: a quota set by user entities alone, or by user + client-id entities alone (see ``_kind``)
+_USERS = frozenset({USER})
+_USERS_WITH_CLIENT_IDS = frozenset({f"{USER}/{CLIENT_ID}"})
+
+
+def _kind(entity: QuotaEntity) -> str:
+    """An entity's kind, as Kafka's ``QuotaTypes`` tells them apart: ``client-id``, ``user``,
+    or both (``user/client-id``), a default name counting as a name."""
+    if entity.user is None:
+        return CLIENT_ID
+    return USER if entity.client_id is None else f"{USER}/{CLIENT_ID}"
+
+
 class ClientQuotaConfigs:
     """Every quota entity's quotas, kept current by a watch of ``/config/`` (see module doc).
 
@@ -193,6 +206,8 @@ class ClientQuotaConfigs:
         self.revision = 0
         self.listeners: list[Callable[[str], None]] = []
         self._resolved: dict[tuple[str, str, str], ResolvedQuota | None] = {}
+        #: per quota key, which of the three kinds of entity set it (see :meth:`unlimited_tags`)
+        self._kinds: dict[str, frozenset[str]] = {}
         self.loaded = trio.Event()
 
     def enabled(self, quota_key: str) -> bool:
@@ -218,6 +233,24 @@ class ClientQuotaConfigs:
         self._resolved[memo] = found
         return found
 
+    def unlimited_tags(self, quota_key: str, user: str, client_id: str) -> MetricTags:
+        """Whose rate a client that no entity limits is measured in, once some entity sets
+        ``quota_key`` (Kafka's ``DefaultQuotaCallback.quotaMetricTags``, which Kafka records
+        for every client then, so their rates show in the metrics): when only one kind of
+        entity sets the key -- client ids, users, or users with client ids (defaults included)
+        -- the tags that kind would give the client; with several kinds, its client id (the
+        tags of the last two of KIP-55's levels, which Kafka falls back to)."""
+        kinds = self._kinds.get(quota_key)
+        if kinds is None:
+            kinds = self._kinds[quota_key] = frozenset(
+                _kind(entity) for entity, values in self.entities.items() if quota_key in values
+            )
+        if kinds == _USERS:
+            return MetricTags(user, "")
+        if kinds == _USERS_WITH_CLIENT_IDS:
+            return MetricTags(user, client_id)
+        return MetricTags("", client_id)
+
     def set_entity(self, entity: QuotaEntity, values: Mapping[str, float] | None) -> None:
         """Replace an entity's quotas (None or empty: it has none)."""
         old = self.entities.pop(entity, {})
@@ -229,6 +262,7 @@ class ClientQuotaConfigs:
             self.counts[k] += (k in new) - (k in old)
         if changed:
             self._resolved.clear()
+            self._kinds.clear()
             for key in sorted(changed):
                 for listener in self.listeners:
                     listener(key)

@@ -73,9 +73,12 @@ class QuotaSample:
 
 class ClientQuotaManager:
     """Rates and throttle times of one quota type (``Produce``: ``producer_byte_rate``,
-    ``Fetch``: ``consumer_byte_rate``), per quota entity as :class:`ClientQuotaConfigs` resolves
-    it. A client no entity sets a quota for is not recorded at all: the request path of a broker
-    without quotas is one dict lookup (Kafka records unlimited clients' rates too, for metrics)."""
+    ``Fetch``: ``consumer_byte_rate``, ``Request``: ``request_percentage``), per quota entity as
+    :class:`ClientQuotaConfigs` resolves it. As in Kafka, once any entity sets the quota every
+    client is recorded, those without a quota of their own under the tags
+    :meth:`ClientQuotaConfigs.unlimited_tags` gives them, so their rates are in the metrics
+    (never throttled); while no entity sets it nothing is recorded and the request path costs
+    one dict lookup."""
 
     def __init__(
         self,
@@ -125,10 +128,12 @@ class ClientQuotaManager:
         if self.configs.counts[self.quota_key] == 0:
             return 0
         quota = self.configs.resolve(self.quota_key, user, client_id)
-        if quota is None:
-            return 0
         now_s = self.clock()
         now_ms = now_s * 1000.0
+        if quota is None:  # not limited: measured for the metrics only
+            tags = self.configs.unlimited_tags(self.quota_key, user, client_id)
+            self._sensors(tags, now_s).rate.record(value, now_ms)
+            return 0
         sensors = self._sensors(quota.tags, now_s)
         rate = sensors.rate
         rate.record(value, now_ms)
@@ -154,9 +159,13 @@ class ClientQuotaManager:
     def unrecord(self, user: str, client_id: str, value: float) -> None:
         """Take back a recorded value: a throttled Fetch is answered without its records, so
         they do not count (Kafka's ``unrecordQuotaSensor``)."""
-        quota = self.configs.resolve(self.quota_key, user, client_id)
-        if quota is not None and (sensors := self.sensors.get(quota.tags)) is not None:
+        if (sensors := self.sensors.get(self._tags(user, client_id))) is not None:
             sensors.rate.record(-value, self.clock() * 1000.0)
+
+    def _tags(self, user: str, client_id: str) -> MetricTags:
+        """Whose rate this client's values go to (its quota's, or the unlimited clients' tags)."""
+        quota = self.configs.resolve(self.quota_key, user, client_id)
+        return quota.tags if quota is not None else self.configs.unlimited_tags(self.quota_key, user, client_id)
 
     def max_value_in_window(self, user: str, client_id: str) -> int | None:
         """The most one response may carry: the quota over ``num - 1`` windows (Kafka's

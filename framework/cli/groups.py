@@ -15,7 +15,8 @@ client (:class:`odradek.client.aio.AsyncAdmin`)::
 the lag and the member owning it (``-`` for the log end and lag of a partition whose topic no
 longer exists); a KIP-848 consumer group (``list`` shows its TYPE ``consumer``) also shows its
 group and assignment epochs, its server-side assignor, and each member's epoch, current and
-target assignment. ``reset-offsets`` only changes the offsets of an inactive group (Empty or Dead)
+target assignment and protocol (``classic`` for a classic member of a mixed group).
+``reset-offsets`` only changes the offsets of an inactive group (Empty or Dead)
 and, as in Kafka, only prints the plan unless ``--execute`` is given. ``delete-offsets``
 (Kafka's ``--delete-offsets``) removes committed offsets and keeps the group.
 """
@@ -303,8 +304,10 @@ async def _describe(args: argparse.Namespace, out: TextIO) -> int:
             for m in idle:
                 print(f"{group_id}  (no partitions)  {m.member_id}  {m.host}  {m.client_id}", file=out)
             if desc.group_type == "consumer":
-                print(format_table(("CONSUMER-ID", "EPOCH", "ASSIGNMENT", "TARGET-ASSIGNMENT"), [
-                    (m.member_id, m.member_epoch, _partitions_text(m.assignment), _partitions_text(m.target_assignment))
+                # PROTOCOL: classic for a classic member of a mixed group (KIP-848's migration)
+                print(format_table(("CONSUMER-ID", "EPOCH", "ASSIGNMENT", "TARGET-ASSIGNMENT", "PROTOCOL"), [
+                    (m.member_id, m.member_epoch, _partitions_text(m.assignment),
+                     _partitions_text(m.target_assignment), m.member_type or "-")
                     for m in desc.members
                 ]), file=out)  # fmt: skip
             print(file=out)

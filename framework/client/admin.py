@@ -141,6 +141,13 @@ class MemberDescription:
     #: KIP-848 consumer groups only: the member's epoch and its target assignment
     member_epoch: int = -1
     target_assignment: Sequence[TopicPartition] = ()
+    #: KIP-848 consumer groups only: the protocol the member speaks, ``consumer`` or, in a mixed
+    #: group, ``classic`` (ConsumerGroupDescribe v1's member type; "" when the broker has only v0)
+    member_type: str = ""
+
+
+#: ConsumerGroupDescribe v1's member types (-1: unknown)
+_MEMBER_TYPES = {0: "classic", 1: "consumer"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -843,6 +850,7 @@ class AsyncAdmin(AsyncClient, AclAdminMixin):
                 partitions(m.assignment),
                 int(m.member_epoch),
                 partitions(m.target_assignment),
+                _MEMBER_TYPES.get(int(getattr(m, "member_type", -1)), ""),
             )
             for m in g.members
         ]

@@ -300,7 +300,7 @@ class ConsumerCoordinator:
         protocols = [{"name": a.name, "metadata": self._subscription_for(a, topics)} for a in self.assignors]
 
         def build_join(conn: BrokerConnection) -> Any:
-            version = conn.version(ApiKey.JOIN_GROUP, max_version=7)
+            version = conn.version(ApiKey.JOIN_GROUP, max_version=9)
             if self.group_instance_id is not None and version < 5:
                 raise KafkaError("the coordinator does not support static membership (JoinGroup v5)")
             return make_request(
@@ -330,7 +330,11 @@ class ConsumerCoordinator:
         if assignor is None:
             raise KafkaError(f"the group chose assignor {self.protocol_name!r}, which this consumer does not have")
         assignments: list[dict[str, Any]] = []
-        if response.leader == self.member_id:
+        if response.leader == self.member_id and getattr(response, "skip_assignment", False):
+            # KIP-814 (v9): a static leader restarted into a Stable group keeps the group's
+            # assignment; SyncGroup hands it its own part back
+            log.info("group %s generation %d: leader rejoined, assignment skipped", self.group_id, self.generation)
+        elif response.leader == self.member_id:
             assignments = await self._lead(assignor, response.members)
 
         def build_sync(conn: BrokerConnection) -> Any:

@@ -104,9 +104,9 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         # v7 require_stable (KIP-447), v8 batched groups (KIP-709), v9 member id and epoch (KIP-848)
         ApiKey.OFFSET_FETCH: VersionRange(1, 9),
         ApiKey.FIND_COORDINATOR: VersionRange(0, 4),  # v4 batched keys (KIP-699)
-        # v6 flexible, v7 nullable protocol name, v8 reason (KIP-800, logged); v9's skip_assignment
-        # (KIP-814: a static leader rejoining a Stable group) is not implemented
-        ApiKey.JOIN_GROUP: VersionRange(0, 8),
+        # v6 flexible, v7 nullable protocol name, v8 reason (KIP-800, logged), v9 skip_assignment
+        # (KIP-814: a static leader rejoining a Stable group gets the members and skips assigning)
+        ApiKey.JOIN_GROUP: VersionRange(0, 9),
         ApiKey.HEARTBEAT: VersionRange(0, 4),  # v4 flexible
         ApiKey.LEAVE_GROUP: VersionRange(0, 5),  # v4 flexible, v5 reason (KIP-800, logged)
         ApiKey.SYNC_GROUP: VersionRange(0, 5),  # v4 flexible, v5 protocol type and name (KIP-559)
@@ -135,7 +135,7 @@ SUPPORTED_VERSIONS: Mapping[int, VersionRange] = MappingProxyType(
         ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
         ApiKey.ALTER_CONFIGS: VersionRange(0, 2),  # legacy, replacing; confluent-kafka's alter_configs
         ApiKey.DELETE_RECORDS: VersionRange(0, 2),
-        ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
+        ApiKey.DESCRIBE_GROUPS: VersionRange(0, 6),  # v6 error message (KIP-1043): non-classic groups are errors
         ApiKey.LIST_GROUPS: VersionRange(0, 5),  # v4 states filter (KIP-518), v5 types filter (KIP-848)
         ApiKey.DELETE_GROUPS: VersionRange(0, 2),
         ApiKey.OFFSET_DELETE: VersionRange(0, 0),  # Kafka has only v0 (KIP-496)

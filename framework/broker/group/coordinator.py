@@ -18,6 +18,7 @@ disconnecting mid-rebalance cannot cancel what other members wait for. Timeouts 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -175,8 +176,13 @@ class MembershipProtocol:
         session_timeout_ms: int,
         protocol_type: str,
         protocols: Sequence[tuple[str, bytes]],
+        *,
+        supports_skip_assignment: bool = False,
     ) -> JoinGroupResult:
-        """Join (or rejoin) a group; returns when this member's part of the join phase is over."""
+        """Join (or rejoin) a group; returns when this member's part of the join phase is over.
+        ``supports_skip_assignment``: the client sent JoinGroup v9+ (KIP-814), so a static leader
+        rejoining a Stable group can be told to skip the assignment (see
+        :meth:`_persist_static_member`)."""
         error = self.validate_group(group_id)
         if error is not None:
             return JoinGroupResult(error, member_id)
@@ -201,7 +207,9 @@ class MembershipProtocol:
         protocols = list(protocols)
         args = (client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols, waiter)
         if is_unknown:
-            immediate = self._new_member_join(group, group_instance_id, require_known_member_id, *args)
+            immediate = self._new_member_join(
+                group, group_instance_id, require_known_member_id, *args, skip_ok=supports_skip_assignment
+            )
         else:
             immediate = self._current_member_join(group, member_id, group_instance_id, *args)
         if group.is_state(GroupState.PREPARING_REBALANCE):
@@ -230,6 +238,8 @@ class MembershipProtocol:
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
         waiter: Waiter[JoinGroupResult],
+        *,
+        skip_ok: bool,
     ) -> JoinGroupResult | None:
         if group.is_state(GroupState.DEAD):
             return JoinGroupResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, UNKNOWN_MEMBER_ID)
@@ -244,7 +254,7 @@ class MembershipProtocol:
                 return None
             return self._update_static_member_and_rebalance(
                 group, old_member_id, new_member_id, group_instance_id, protocols,
-                rebalance_timeout_ms, session_timeout_ms, waiter,
+                rebalance_timeout_ms, session_timeout_ms, waiter, skip_ok=skip_ok,
             )  # fmt: skip
         if require_known_member_id:
             # KIP-394: hand out the id first; the member joins for real with it
@@ -368,6 +378,8 @@ class MembershipProtocol:
         rebalance_timeout_ms: int,
         session_timeout_ms: int,
         waiter: Waiter[JoinGroupResult],
+        *,
+        skip_ok: bool,
     ) -> JoinGroupResult | None:
         """A static member restarted (unknown member id, known instance id): it takes over its old
         identity and assignment; a Stable group whose protocol would not change skips the rebalance."""
@@ -385,7 +397,9 @@ class MembershipProtocol:
         if group.is_state(GroupState.STABLE):
             if group.protocol_name == group.select_protocol():
                 restore = (old_member_id, old_protocols, old_rebalance, old_session)
-                self._spawn(self._persist_static_member, group, member, group_instance_id, current_leader, restore)
+                self._spawn(
+                    self._persist_static_member, group, member, group_instance_id, current_leader, restore, skip_ok
+                )
             else:
                 self._maybe_prepare_rebalance(group, f"static member {group_instance_id} changed protocols")
         elif group.is_state(GroupState.COMPLETING_REBALANCE):
@@ -400,18 +414,26 @@ class MembershipProtocol:
         group_instance_id: str,
         current_leader: str | None,
         restore: tuple[str, list[tuple[str, bytes]], int, int],
+        skip_ok: bool,
     ) -> None:
+        """Write the group with the static member's new id, then answer its JoinGroup at the
+        current generation. Kafka's answer to a restarted leader (KIP-814): from JoinGroup v9 it
+        is the leader, gets every member's metadata and ``skip_assignment`` (it must not assign,
+        but may need the metadata, as Kafka Streams does); before v9 it is told the old leader
+        id, so it takes itself for a follower and does not reassign either. Followers get the
+        leader id and no members either way."""
         assignment = {m.member_id: m.assignment for m in group.members.values()}
         error = await self.manager.store_group(group, assignment)
         if error == ErrorCode.NONE:
-            # the old leader id keeps a rejoined leader from assigning in a Stable group
-            group.invoke_join(
-                member,
-                JoinGroupResult(
+            if skip_ok and group.is_leader(member.member_id):
+                answer = self._join_result(group, member, with_members=True)
+                answer = dataclasses.replace(answer, skip_assignment=True)
+            else:
+                answer = JoinGroupResult(
                     ErrorCode.NONE, member.member_id, group.generation_id, group.protocol_type,
                     group.protocol_name, current_leader or "",
-                ),
-            )  # fmt: skip
+                )  # fmt: skip
+            group.invoke_join(member, answer)
             return
         log.warning("persisting static member %s of group %s failed: %s", group_instance_id, group.group_id, error)
         old_member_id, old_protocols, old_rebalance, old_session = restore

@@ -81,7 +81,9 @@ class MemberDescription:
 
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
-    """DescribeGroups for one group; an unknown group is state "Dead" with no error (as Kafka)."""
+    """DescribeGroups for one group, as Kafka 4.x's coordinator answers v6: a group that is not a
+    classic one (a KIP-848 consumer group, mixed or not) or none at all is GROUP_ID_NOT_FOUND in
+    state "Dead" with a message; the handler turns that into "Dead" without error for v0-v5."""
 
     group_id: str
     error: ErrorCode
@@ -89,6 +91,7 @@ class GroupDescription:
     protocol_type: str = ""
     protocol: str = ""
     members: tuple[MemberDescription, ...] = ()
+    error_message: str | None = None
 
 
 #: Kafka's names of a group joined with JoinGroup/SyncGroup and of a KIP-848 group
@@ -603,15 +606,19 @@ class GroupCoordinator(MembershipProtocol):
 
     # -- admin APIs ------------------------------------------------------------------------------------
     def describe_group(self, group_id: str) -> GroupDescription:
+        """DescribeGroups for one group as of v6 (see :class:`GroupDescription`)."""
         error = self.validate_group(group_id, allow_empty=True)
         if error is not None:
             return GroupDescription(group_id, error)
         if group_id in self.manager.consumer_groups:
-            # Kafka: "Group X is not a classic group" (clients then use ConsumerGroupDescribe)
-            return GroupDescription(group_id, ErrorCode.GROUP_ID_NOT_FOUND)
+            # Kafka 4.x's message; clients describe it with ConsumerGroupDescribe instead
+            message = f"Group {group_id} is not a classic group."
+            return GroupDescription(group_id, ErrorCode.GROUP_ID_NOT_FOUND, error_message=message)
         group = self.manager.get_group(group_id)
         if group is None:
-            return GroupDescription(group_id, ErrorCode.NONE)
+            return GroupDescription(
+                group_id, ErrorCode.GROUP_ID_NOT_FOUND, error_message=f"Group {group_id} not found."
+            )
         stable = group.is_state(GroupState.STABLE) and group.protocol_name is not None
         members = tuple(
             MemberDescription(

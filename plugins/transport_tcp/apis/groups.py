@@ -25,6 +25,7 @@ from odradek.broker.group import (
     FIND_COORDINATOR_LOAD_WAIT_S,
     FindCoordinatorResult,
     GroupCoordinator,
+    GroupDescription,
     OffsetAndMetadata,
     PartitionOffset,
 )
@@ -33,7 +34,6 @@ from odradek.errors import ErrorCode
 from odradek.interfaces import TopicPartition
 from odradek.protocol import ApiKey, ms
 from odradek.protocol.authorized_operations import (
-    AUTHORIZED_OPERATIONS_OMITTED,
     GROUP_OPERATIONS,
 )
 from odradek.security.acl import ResourceType
@@ -163,6 +163,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         session_ms,
         request.protocol_type,
         [(p.name, bytes(p.metadata)) for p in request.protocols],
+        supports_skip_assignment=version >= 9,  # KIP-814
     )
     members = tuple(
         make(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id, metadata=m.metadata)
@@ -176,6 +177,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         protocol_type=result.protocol_type,
         protocol_name=result.protocol_name if version >= 7 else result.protocol_name or "",  # v7+ nullable
         leader=result.leader_id,
+        skip_assignment=result.skip_assignment,  # v9+
         member_id=result.member_id,
         members=members,
     )
@@ -401,6 +403,9 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+    """Classic groups with their members; as Kafka 4.x, a KIP-848 consumer group (also one
+    with classic members) or an unknown group is GROUP_ID_NOT_FOUND with a message at v6
+    (KIP-1043) and "Dead" without error before, which is what older clients expect."""
     version = ctx.api_version
     cls = response_class(ApiKey.DESCRIBE_GROUPS, version)
     group_cls = response_class(ApiKey.DESCRIBE_GROUPS, version, "DescribedGroup")
@@ -409,21 +414,13 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     include_ops = bool(getattr(request, "include_authorized_operations", False))
     groups = []
     for group_id in request.groups:
-        if coordinator is None:
-            groups.append(
-                make(
-                    group_cls,
-                    error_code=kerr(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                    group_id=group_id,
-                    group_state="",
-                    protocol_type="",
-                    protocol_data="",
-                    members=(),
-                    authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
-                )
-            )
-            continue
-        described = coordinator.describe_group(group_id)
+        described = (
+            coordinator.describe_group(group_id)
+            if coordinator is not None
+            else GroupDescription(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        )
+        if described.error == ErrorCode.GROUP_ID_NOT_FOUND and version < 6:
+            described = GroupDescription(group_id, ErrorCode.NONE)
         members = tuple(
             make(
                 member_cls,
@@ -436,22 +433,21 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
             )
             for m in described.members
         )
+        described_ok = described.error == ErrorCode.NONE
         groups.append(
             make(
                 group_cls,
                 error_code=kerr(described.error),
+                error_message=described.error_message,
                 group_id=group_id,
-                group_state=described.state if described.error == ErrorCode.NONE else "",
+                # Kafka names the state of a group it did not find "Dead"; other errors have none
+                group_state=described.state if described_ok or described.error == ErrorCode.GROUP_ID_NOT_FOUND else "",
                 protocol_type=described.protocol_type,
                 protocol_data=described.protocol,
                 members=members,
                 # Kafka fills them in only for a group described without error
                 authorized_operations=operations_field(
-                    ctx,
-                    include_ops and described.error == ErrorCode.NONE,
-                    ResourceType.GROUP,
-                    group_id,
-                    GROUP_OPERATIONS,
+                    ctx, include_ops and described_ok, ResourceType.GROUP, group_id, GROUP_OPERATIONS
                 ),
             )
         )
