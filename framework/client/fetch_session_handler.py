@@ -54,6 +54,7 @@ def fetch_topics(partitions: Mapping[TopicPartition, PartitionData]) -> list[dic
                 "fetch_offset": data.fetch_offset,
                 "log_start_offset": data.log_start_offset,
                 "partition_max_bytes": data.max_bytes,
+                "last_fetched_epoch": data.last_fetched_epoch,
             }
         )
     return [{"topic": topic, "partitions": entries} for topic, entries in runs]
@@ -80,6 +81,9 @@ class PartitionData:
     log_start_offset: int
     max_bytes: int
     current_leader_epoch: int
+    #: Fetch v12+: the epoch of the fetcher's last record (-1: none); a follower's leader
+    #: answers a diverging epoch when its own log disagrees (KIP-320)
+    last_fetched_epoch: int = -1
 
 
 @dataclass(slots=True)
