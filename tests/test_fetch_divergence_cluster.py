@@ -15,10 +15,17 @@ from typing import Any
 
 from confluent_kafka import ElectionType
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from test_replication_cluster import all_brokers_seen, consume_all, partition_state, produce, three_brokers, wait_for
+from confluent_kafka.admin import AdminClient
+from test_replication_cluster import (
+    all_brokers_seen,
+    consume_all,
+    leader_alone_then_gone,
+    partition_state,
+    produce,
+    three_brokers,
+    wait_for,
+)
 
-from odradek.testing.broker import unique_topic
 from odradek.testing.servers import unique_chroot
 
 
@@ -32,23 +39,8 @@ def test_a_former_leader_truncates_its_unreplicated_records_on_a_diverging_epoch
     }
     with three_brokers(tmp_path, metadata) as brokers:
         wait_for("three live brokers", lambda: all_brokers_seen(brokers))
-        bootstrap = ",".join(b.bootstrap for b in brokers.values())
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        controller = admin.list_topics(timeout=5).controller_id
-        first, behind = (i for i in brokers if i != controller)  # the controller stays up throughout
-        topic = unique_topic("diverge")
-        admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[first, behind]])])[topic].result(15)
-        wait_for("a full ISR", lambda: partition_state(admin, topic) == (first, sorted([first, behind])))
-        kept = produce(bootstrap, topic, [b"k%d" % i for i in range(50)])
-        assert len(kept) == 50
-
-        brokers[behind].stop()
-        wait_for("the follower out of the ISR", lambda: partition_state(admin, topic) == (first, [first]))
-        lost = produce(bootstrap, topic, [b"lost%d" % i for i in range(20)])  # on the leader alone
-        assert len(lost) == 20
-        brokers[first].stop()
-        live = AdminClient({"bootstrap.servers": brokers[controller].bootstrap})
-        wait_for("no leader", lambda: partition_state(live, topic) is None)
+        topic, controller, first, behind, kept, live = leader_alone_then_gone(brokers, "diverge")
+        admin = AdminClient({"bootstrap.servers": ",".join(b.bootstrap for b in brokers.values())})
         brokers[behind].start()
         wait_for("the follower registered", lambda: len(live.list_topics(timeout=5).brokers) == 2)
         elected = live.elect_leaders(ElectionType.UNCLEAN, [KafkaTopicPartition(topic, 0)]).result(30)
