@@ -138,7 +138,7 @@ async def test_a_follower_fetch_with_an_older_broker_epoch_is_refused(tmp_path: 
 
 
 class _FakeLeader(unit._FakeConnection):
-    """A leader offering Fetch v12 whose log has ``epochs`` (epoch -> start offset) up to
+    """A leader offering Fetch v16 whose log has ``epochs`` (epoch -> start offset) up to
     ``leo``: it answers each fetch as Kafka's leader does, a diverging epoch or its batches."""
 
     def __init__(self, epochs: dict[int, int], leo: int, data: dict[int, bytes]) -> None:
@@ -146,7 +146,7 @@ class _FakeLeader(unit._FakeConnection):
         self.epochs, self.leo, self.data = epochs, leo, data
 
     def version(self, api_key: int, *, min_version: int | None = None, max_version: int | None = None) -> int:
-        assert int(api_key) == 1, "a v12 leader is not asked OffsetForLeaderEpoch"
+        assert int(api_key) == 1, "a v12+ leader is not asked OffsetForLeaderEpoch"
         return min(16, max_version if max_version is not None else 16)
 
     def _end_for(self, epoch: int) -> tuple[int, int]:
@@ -173,9 +173,8 @@ class _FakeLeader(unit._FakeConnection):
             part.diverging_epoch = types.SimpleNamespace(epoch=epoch, end_offset=end)
         else:
             part.records = self.data.get(asked.fetch_offset, b"")
-        return types.SimpleNamespace(
-            error_code=0, session_id=0, responses=[types.SimpleNamespace(topic="t", partitions=[part])]
-        )
+        topic = types.SimpleNamespace(topic="", topic_id=request.topics[0].topic_id, partitions=[part])
+        return types.SimpleNamespace(error_code=0, session_id=0, responses=[topic])
 
 
 async def test_a_follower_truncates_on_diverging_epochs_then_fetches(tmp_path: Path) -> None:
@@ -201,7 +200,12 @@ async def test_a_follower_truncates_on_diverging_epochs_then_fetches(tmp_path: P
             (r.__version__, r.topics[0].partitions[0].fetch_offset, r.topics[0].partitions[0].last_fetched_epoch)
             for r in leader.requests
         ]
-        assert sent == [(12, 10, 2), (12, 5, 0), (12, 3, 0), (12, 8, 1)]
+        assert sent == [(15, 10, 2), (15, 5, 0), (15, 3, 0), (15, 8, 1)]
+        # v13+ by the topic's id; v15 with this broker's epoch (KIP-903)
+        topic_id = core.metadata_cache.topics["t"].topic_id
+        assert {r.topics[0].topic_id.hex for r in leader.requests} == {topic_id}
+        states = {(r.replica_state.replica_id, r.replica_state.replica_epoch) for r in leader.requests}
+        assert states == {(0, core.metadata_cache.brokers[0].epoch)}
         assert p.log_end_offset == 8
         assert [(e.epoch, e.start_offset) for e in p.log.epoch_entries()] == [(0, 0), (1, 3)]
         assert _batches(p) == [(0, 0, 0), (1, 1, 0), (2, 2, 0), (3, 7, 1)]

@@ -33,7 +33,8 @@ A fetcher talks Kafka's protocol to its source over the transport connector, as 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,13 +57,22 @@ log = logging.getLogger(__name__)
 FETCH_BACKOFF_S = 1.0
 CONNECT_TIMEOUT_S = 5.0
 #: Top-level Fetch errors that only end the fetch session (the next request opens another).
-_SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH})
+_SESSION_ERRORS = frozenset(
+    {
+        ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+        ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+        # a session opened by names and continued by ids (a topic without an id in between)
+        ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
+    }
+)
 _REFRESH_ERRORS = frozenset(
     {
         ErrorCode.FENCED_LEADER_EPOCH,
         ErrorCode.UNKNOWN_LEADER_EPOCH,
         ErrorCode.NOT_LEADER_OR_FOLLOWER,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.INCONSISTENT_TOPIC_ID,
     }
 )
 
@@ -246,18 +256,22 @@ class ReplicaFetcher:
         if not wanted:
             return False
         fetch = self.session.build(wanted)
+        topic_ids = self._topic_ids([*fetch.to_send, *fetch.forgotten]) if version >= TOPIC_ID_VERSION else None
+        if topic_ids is None:
+            version = min(version, TOPIC_ID_VERSION - 1)
         request = make_request(
             ApiKey.FETCH,
             version,
             replica_id=manager.broker_id,
+            replica_state={"replica_id": manager.broker_id, "replica_epoch": self._broker_epoch()},
             max_wait=manager.fetch_wait_max_ms,
             min_bytes=1,
             max_bytes=manager.fetch_response_max_bytes,
             isolation_level=0,
             session_id=fetch.session_id,
             session_epoch=fetch.epoch,
-            topics=fetch_topics(fetch.to_send),
-            forgotten_topics_data=forgotten_topics(fetch.forgotten),
+            topics=fetch_topics(fetch.to_send, topic_ids),
+            forgotten_topics_data=forgotten_topics(fetch.forgotten, topic_ids),
             rack_id="",
         )
         try:
@@ -268,7 +282,12 @@ class ReplicaFetcher:
             self.session.handle_error()
             raise
         top = error_code(getattr(response, "error_code", 0))
-        answered = [TopicPartition(t.topic, int(pd.partition_index)) for t in response.responses for pd in t.partitions]
+        names = {v: k for k, v in topic_ids.items()} if topic_ids is not None else None
+        answered = [
+            TopicPartition(_answered_topic(t, names), int(pd.partition_index))
+            for t in response.responses
+            for pd in t.partitions
+        ]
         if not self.session.handle_response(top, int(getattr(response, "session_id", 0)), answered):
             if top in _SESSION_ERRORS:
                 return True  # the next round opens a new session at once
@@ -277,8 +296,9 @@ class ReplicaFetcher:
             return True  # an answer outside the session: not used, the next round starts afresh
         fed: list[TopicPartition] = []
         for topic in response.responses:
+            name = _answered_topic(topic, names)
             for pd in topic.partitions:
-                tp = TopicPartition(topic.topic, int(pd.partition_index))
+                tp = TopicPartition(name, int(pd.partition_index))
                 asked = states.get(tp)
                 if asked is None or self.partitions.get(tp) is not asked:
                     continue
@@ -358,6 +378,27 @@ class ReplicaFetcher:
             self.manager.replica_manager.wake(tp)
         return end > 0
 
+    def _topic_ids(self, partitions: Iterable[TopicPartition]) -> dict[str, uuid.UUID] | None:
+        """The ids of the topics a v13+ request names (from the metadata cache), or None when one
+        has none (a topic made before ids, or gone from the cache): then the request names them."""
+        ids: dict[str, uuid.UUID] = {}
+        topics = self.manager.cache.topics
+        for tp in partitions:
+            if tp.topic in ids:
+                continue
+            state = topics.get(tp.topic)
+            topic_id = getattr(state, "topic_id", "") if state is not None else ""
+            if not topic_id:
+                return None
+            ids[tp.topic] = uuid.UUID(hex=topic_id)
+        return ids
+
+    def _broker_epoch(self) -> int:
+        """This broker's epoch as its metadata cache sees its registration (-1 before it does),
+        sent in v15's ReplicaState: a leader that knows a newer one refuses the fetch (KIP-903)."""
+        reg = self.manager.cache.brokers.get(self.manager.broker_id)
+        return -1 if reg is None else int(reg.epoch)
+
     def _truncate_on_diverging(
         self, tp: TopicPartition, state: FetchState, sent: PartitionData, diverging: tuple[int, int]
     ) -> None:
@@ -431,15 +472,25 @@ class ReplicaFetcher:
 #: The first Fetch version with ``last_fetched_epoch`` and ``diverging_epoch`` (KIP-595):
 #: a leader offering it is not asked OffsetForLeaderEpoch first.
 TRUNCATE_ON_FETCH_VERSION = 12
-#: The highest Fetch version a follower sends: v13+ names topics by id, which odradek's client
-#: fetch sessions do not (yet).
-FOLLOWER_FETCH_MAX_VERSION = 12
+#: The first Fetch version naming topics by id: the follower's session stays keyed by name, the
+#: request and answer carry the ids the metadata cache maps the names to.
+TOPIC_ID_VERSION = 13
+#: The highest Fetch version a follower sends: v15 carries its broker epoch in ReplicaState
+#: (KIP-903); v16 only adds KIP-951's leader hints, which a follower does not use.
+FOLLOWER_FETCH_MAX_VERSION = 15
 
 
 def _fetch_version(conn: Any) -> int:
     """The Fetch version a follower uses with its leader (v9+: current leader epochs)."""
     version: int = conn.version(ApiKey.FETCH, min_version=9, max_version=FOLLOWER_FETCH_MAX_VERSION)
     return version
+
+
+def _answered_topic(topic: Any, names: Mapping[uuid.UUID, str] | None) -> str:
+    """The name of a response topic: v13+ answers by id (an id not asked about: "")."""
+    if names is None:
+        return str(topic.topic)
+    return names.get(topic.topic_id, "")
 
 
 def _latest_epoch(p: Partition) -> int:
