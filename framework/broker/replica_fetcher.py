@@ -17,9 +17,9 @@ A fetcher talks Kafka's protocol to its source over the transport connector, as 
    the follower truncates to the smaller of that end and its own end of that epoch; a leader
    naming an epoch this log lacks makes another round with the older epoch left. A follower
    without epochs truncates to its high watermark.
-2. **Fetch** (v12 at most: odradek's client names topics, not ids) with ``replica_id`` = this
-   broker, the current leader epoch and the log end offset as fetch offset (the leader
-   records that as the follower's LEO). The leader's batches are
+2. **Fetch** (v9-15: v13+ names topics by id, v15 carries this broker's epoch in ReplicaState,
+   KIP-903) with ``replica_id`` = this broker, the current leader epoch and the log end offset
+   as fetch offset (the leader records that as the follower's LEO). The leader's batches are
    appended unchanged (``append_records_as_follower``) and the follower's HW becomes
    min(leader HW, own LEO). Fetches go in an incremental fetch session with the leader
    (KIP-227, :mod:`odradek.client.fetch_session_handler`): a request names only the partitions
