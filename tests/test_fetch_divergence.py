@@ -4,6 +4,7 @@ core and the wire, and odradek's replica fetcher truncating on a fake leader's a
 
 from __future__ import annotations
 
+import dataclasses
 import types
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -173,7 +174,10 @@ class _FakeLeader(unit._FakeConnection):
             part.diverging_epoch = types.SimpleNamespace(epoch=epoch, end_offset=end)
         else:
             part.records = self.data.get(asked.fetch_offset, b"")
-        topic = types.SimpleNamespace(topic="", topic_id=request.topics[0].topic_id, partitions=[part])
+        asked_topic = request.topics[0]
+        topic = types.SimpleNamespace(
+            topic=getattr(asked_topic, "topic", ""), topic_id=getattr(asked_topic, "topic_id", None), partitions=[part]
+        )
         return types.SimpleNamespace(error_code=0, session_id=0, responses=[topic])
 
 
@@ -233,3 +237,21 @@ async def _broker_7_following(tmp_path: Path) -> AsyncIterator[tuple[BrokerCore,
         p = core.replica_manager.get_partition(unit.TP)
         assert p is not None and not p.is_leader
         yield core, p
+
+
+async def test_a_topic_without_an_id_is_fetched_by_name(tmp_path: Path) -> None:
+    """A topic the metadata cache has no id for (made before ids) cannot go in a v13+ request:
+    that round goes by name at v12, still naming the last fetched epoch."""
+    async with _broker_7_following(tmp_path) as (core, p):
+        data = unit._epoch_batch([b"r"], 0, 0)
+        p.append_records_as_follower(data, records.validate_batches(data, exact_counts=False))
+        cache = core.metadata_cache
+        cache.topics["t"] = dataclasses.replace(cache.topics["t"], topic_id="")
+        fetcher = unit._fetcher_from_7(core, p)
+        leader = _FakeLeader({0: 0}, 3, {1: unit._epoch_batch([b"l", b"m"], 1, 0)})
+        await fetcher._truncate(leader)
+        await fetcher._fetch(leader)
+        (request,) = leader.requests
+        asked = request.topics[0]
+        assert (request.__version__, asked.topic, asked.partitions[0].last_fetched_epoch) == (12, "t", 0)
+        assert p.log_end_offset == 3
