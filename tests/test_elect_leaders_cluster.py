@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import ElectionType, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient
 from test_replication_cluster import (
     all_brokers_seen,
     consume_all,
+    leader_alone_then_gone,
     partition_state,
     produce,
     replicated_topic,
@@ -33,7 +34,7 @@ from test_replication_cluster import (
 )
 
 from odradek.errors import ErrorCode
-from odradek.testing.broker import BrokerProcess, unique_topic
+from odradek.testing.broker import BrokerProcess
 from odradek.testing.servers import unique_chroot
 
 
@@ -91,23 +92,8 @@ def preferred_election(brokers: dict[int, BrokerProcess], elect: Any, check: Any
 
 
 def unclean_election(brokers: dict[int, BrokerProcess], elect: Any, check: Any) -> None:
-    bootstrap = ",".join(b.bootstrap for b in brokers.values())
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    controller = admin.list_topics(timeout=5).controller_id
-    first, behind = (i for i in brokers if i != controller)  # the controller stays up throughout
-    topic = unique_topic("unclean")
-    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[first, behind]])])[topic].result(15)
-    wait_for("a full ISR", lambda: partition_state(admin, topic) == (first, sorted([first, behind])))
-    kept = produce(bootstrap, topic, [b"k%d" % i for i in range(50)])
-    assert len(kept) == 50
-
-    brokers[behind].stop()
-    wait_for("the follower out of the ISR", lambda: partition_state(admin, topic) == (first, [first]))
-    produce(bootstrap, topic, [b"lost%d" % i for i in range(20)])  # only on the last ISR member
-    brokers[first].stop()
+    topic, controller, _first, behind, kept, live = leader_alone_then_gone(brokers, "unclean")
     alive = brokers[controller].bootstrap
-    live = AdminClient({"bootstrap.servers": alive})
-    wait_for("no leader", lambda: partition_state(live, topic) is None)
     assert check(alive, ElectionType.UNCLEAN, topic) == ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
 
     brokers[behind].start()

@@ -169,8 +169,9 @@ def _request(version: int, **fields: Any) -> Any:
     cls = request_type(ApiKey.FETCH, version)
     m = __import__(cls.__module__, fromlist=["x"])
     offsets = fields.pop("offsets", (0, 11))
+    last_fetched = fields.pop("last_fetched_epoch", 2)
     partitions = tuple(
-        m.FetchPartition(partition=i, current_leader_epoch=-1, fetch_offset=offsets[i], last_fetched_epoch=2,
+        m.FetchPartition(partition=i, current_leader_epoch=-1, fetch_offset=offsets[i], last_fetched_epoch=last_fetched,
                          log_start_offset=-1, partition_max_bytes=1 << 20)
         for i in (0, 1)
     )  # fmt: skip
@@ -279,7 +280,7 @@ async def test_a_consumer_reads_by_name_at_v12_and_by_topic_id_from_v13(tmp_path
         local = _topic_id(core, LOCAL)
         for version in FLEXIBLE:
             named = {"topic": LOCAL} if version == 12 else {"topic_id": local}
-            response = await _fetch(dispatcher, _request(version, **named))
+            response = await _fetch(dispatcher, _request(version, last_fetched_epoch=-1, **named))
             assert (response.error_code, response.session_id) == (kio_errors.ErrorCode.none, 0)
             answered = _answered(response)
             key = LOCAL if version == 12 else local
@@ -309,7 +310,7 @@ async def test_a_fetch_session_keys_partitions_by_topic_id(tmp_path: Path) -> No
         local, stranger = _topic_id(core, LOCAL), uuid.UUID(int=99)
         cls = request_type(ApiKey.FETCH, 13)
         m = __import__(cls.__module__, fromlist=["x"])
-        opening = _request(13, topic_id=local, session_epoch=0, offsets=(0, 0))
+        opening = _request(13, topic_id=local, session_epoch=0, offsets=(0, 0), last_fetched_epoch=-1)
         opening = _request(
             13,
             session_epoch=0,
@@ -414,7 +415,7 @@ async def test_a_failed_fetch_is_answered_under_the_requests_topic_ids(tmp_path:
     async with _broker(tmp_path) as (core, dispatcher):
         local = _topic_id(core, LOCAL)
 
-        async def failing(*_: Any) -> Any:
+        async def failing(*_: Any, **__: Any) -> Any:
             raise KafkaError("storage went away", code=ErrorCode.KAFKA_STORAGE_ERROR)
 
         core.fetch = failing  # type: ignore[method-assign]

@@ -162,6 +162,31 @@ def consume_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
     return out
 
 
+def leader_alone_then_gone(
+    brokers: dict[int, BrokerProcess], prefix: str
+) -> tuple[str, int, int, int, set[bytes], AdminClient]:
+    """An RF=2 topic on the two brokers that are not the controller: records on both, then the
+    follower stops (out of the ISR), ``lost*`` records go to the leader alone, and the leader
+    stops too (no leader). Returns (topic, controller, former leader, stopped follower, the
+    records both had, an admin client on the controller)."""
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    controller = admin.list_topics(timeout=5).controller_id
+    first, behind = (i for i in brokers if i != controller)  # the controller stays up throughout
+    topic = unique_topic(prefix)
+    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[first, behind]])])[topic].result(15)
+    wait_for("a full ISR", lambda: partition_state(admin, topic) == (first, sorted([first, behind])))
+    kept = produce(bootstrap, topic, [b"k%d" % i for i in range(50)])
+    assert len(kept) == 50
+    brokers[behind].stop()
+    wait_for("the follower out of the ISR", lambda: partition_state(admin, topic) == (first, [first]))
+    assert len(produce(bootstrap, topic, [b"lost%d" % i for i in range(20)])) == 20  # on the leader alone
+    brokers[first].stop()
+    live = AdminClient({"bootstrap.servers": brokers[controller].bootstrap})
+    wait_for("no leader", lambda: partition_state(live, topic) is None)
+    return topic, controller, first, behind, kept, live
+
+
 def run_failover(tmp_path: Path, metadata: dict[str, str]) -> None:
     with three_brokers(tmp_path, metadata) as brokers:
         bootstrap = ",".join(b.bootstrap for b in brokers.values())

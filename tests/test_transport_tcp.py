@@ -121,7 +121,15 @@ class ScriptedBroker:
         return {tp: PartitionProduceResult(ErrorCode.NONE, base_offset=10 * i) for i, tp in enumerate(partitions)}
 
     async def fetch(
-        self, replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, partitions, client_metadata=None
+        self,
+        replica_id,
+        max_wait_ms,
+        min_bytes,
+        max_bytes,
+        isolation_level,
+        partitions,
+        client_metadata=None,
+        replica_epoch=-1,
     ):
         self.fetch_calls += 1
         self.client_metadata = client_metadata
@@ -1290,9 +1298,9 @@ async def test_a_negative_replica_id_fetches_as_a_consumer(replica_id: int) -> N
     asked: list[int] = []
 
     class Noting(ScriptedBroker):
-        async def fetch(self, replica_id: int, *args: Any) -> Any:
+        async def fetch(self, replica_id: int, *args: Any, **kw: Any) -> Any:
             asked.append(replica_id)
-            return await super().fetch(replica_id, *args)
+            return await super().fetch(replica_id, *args, **kw)
 
     fetch = _replace(
         sample(request_type(ApiKey.FETCH, 11)), session_id=0, session_epoch=-1, isolation_level=0, replica_id=replica_id

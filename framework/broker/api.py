@@ -143,6 +143,9 @@ class FetchPartition:
     partition_max_bytes: int
     current_leader_epoch: int = -1
     log_start_offset: int = -1  # followers only: their log start offset
+    #: v12+: the epoch of the last record the fetcher has (-1: none or not sent); the leader
+    #: answers a ``diverging_epoch`` when its epoch cache disagrees (KIP-320 via KIP-595)
+    last_fetched_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +171,9 @@ class FetchPartitionResult:
     aborted_transactions: tuple[AbortedTransaction, ...] | None = None
     records: FetchDataInfo | None = None
     preferred_read_replica: int = -1
+    #: (epoch, end offset) where the fetcher's log diverges from this one (Fetch v12+): answered
+    #: without records, the fetcher truncates there and fetches again
+    diverging_epoch: tuple[int, int] | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -530,12 +536,16 @@ class Broker(Protocol):
         isolation_level: IsolationLevel,
         partitions: Sequence[FetchPartition],
         client_metadata: ClientMetadata | None = None,
+        replica_epoch: int = -1,
     ) -> dict[TopicPartition, FetchPartitionResult]:
         """Read from each partition (up to the high watermark, or the last stable offset for
         READ_COMMITTED), at least one whole batch from the first partition with data, at most
         ``max_bytes`` overall; wait up to ``max_wait_ms`` until ``min_bytes`` are available.
         ``client_metadata`` (Fetch v11+ consumers) lets the replica selector (KIP-392) answer a
-        partition with a preferred read replica, and a follower serve it."""
+        partition with a preferred read replica, and a follower serve it. ``replica_epoch``: a
+        follower's broker epoch (Fetch v15+; -1 unknown), an older one than registered is fenced
+        (KIP-903). A partition's ``last_fetched_epoch`` (v12+) may be answered with its
+        ``diverging_epoch`` and no records (KIP-320)."""
         ...
 
     async def list_offsets(

@@ -288,15 +288,24 @@ class BrokerCore:
         isolation_level: IsolationLevel,
         partitions: Sequence[FetchPartition],
         client_metadata: ClientMetadata | None = None,
+        replica_epoch: int = -1,
     ) -> dict[TopicPartition, FetchPartitionResult]:
         max_bytes = min(max_bytes, int(self.config["fetch.max.bytes"]))
         return await self.replica_manager.fetch_messages(
-            replica_id, max_wait_ms, min_bytes, max_bytes, IsolationLevel(isolation_level), partitions, client_metadata
+            replica_id,
+            max_wait_ms,
+            min_bytes,
+            max_bytes,
+            IsolationLevel(isolation_level),
+            partitions,
+            client_metadata,
+            replica_epoch,
         )
 
     def _wire_replica_selection(self, config: Config) -> None:
         """KIP-392: the replica manager asks the metadata cache for brokers' racks and liveness
-        (this broker's own rack from its config, before its registration is visible)."""
+        (this broker's own rack from its config, before its registration is visible), and for
+        their broker epochs (KIP-903: follower fetches of a restarted broker's old process)."""
         cache = self.metadata_cache
         me, my_rack = config.broker_id, str(config["broker.rack"]) or None
 
@@ -308,6 +317,12 @@ class BrokerCore:
 
         self.replica_manager.rack_of = rack_of
         self.replica_manager.broker_alive = alive
+
+        def broker_epoch_of(broker_id: int) -> int | None:
+            reg = cache.brokers.get(broker_id)
+            return None if reg is None else reg.epoch
+
+        self.replica_manager.broker_epoch_of = broker_epoch_of
 
     async def list_offsets(
         self,

@@ -77,6 +77,7 @@ class CachedPartition:
             result.error != ErrorCode.NONE
             or (result.records is not None and result.records.size > 0)
             or result.preferred_read_replica >= 0
+            or result.diverging_epoch is not None
             or self.high_watermark != result.high_watermark
             # a transaction's end moves the LSO without records a read_committed consumer sees
             or self.last_stable_offset != result.last_stable_offset
@@ -86,8 +87,8 @@ class CachedPartition:
     def must_respond(self, result: FetchPartitionResult) -> bool:
         """Whether an incremental answer includes this partition; remembers what it says."""
         changed = self.would_respond(result)
-        if result.error != ErrorCode.NONE:
-            self.high_watermark = -1  # re-sent once the error goes away
+        if result.error != ErrorCode.NONE or result.diverging_epoch is not None:
+            self.high_watermark = -1  # re-sent once the error (or divergence) goes away
         else:
             self.high_watermark = result.high_watermark
             self.last_stable_offset = result.last_stable_offset

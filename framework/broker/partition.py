@@ -84,6 +84,8 @@ class ReadResult:
     last_stable_offset: int
     log_start_offset: int
     log_end_offset: int
+    #: (epoch, end offset) of a fetch whose last fetched epoch this log contradicts (no records)
+    diverging_epoch: tuple[int, int] | None = None
 
 
 class Partition:
@@ -477,6 +479,7 @@ class Partition:
         replica_id: int = -1,
         current_leader_epoch: int = -1,
         fetch_only_from_leader: bool = True,
+        last_fetched_epoch: int = -1,
     ) -> ReadResult:
         """Read for a consumer (up to the HW or LSO), a follower or a debugging consumer
         (replica id -2, Kafka's ``DEBUGGING_CONSUMER_ID``: up to the LEO).
@@ -486,7 +489,9 @@ class Partition:
         LSO. An offset past its log end is OFFSET_OUT_OF_RANGE for a consumer that sent its
         leader epoch (KIP-320: it asks the leader what is true), and an empty answer for one
         that did not, which may have come on stale metadata and retries (as Kafka since 3.4,
-        apache/kafka#12734)."""
+        apache/kafka#12734).
+
+        ``last_fetched_epoch`` (Fetch v12+, >= 0): see :meth:`diverging_epoch`."""
         # the requester's epoch first, as Kafka's getLocalLog: a replica that is not the leader
         # tells an older epoch FENCED_LEADER_EPOCH and a newer one UNKNOWN_LEADER_EPOCH
         self.check_leader_epoch(current_leader_epoch)
@@ -505,6 +510,11 @@ class Partition:
             max_offset = lso
         else:
             max_offset = hw
+        if last_fetched_epoch >= 0:
+            diverging = self.diverging_epoch(fetch_offset, last_fetched_epoch)
+            if diverging is not None:
+                empty = self.log.read(leo, max_bytes, max_offset=leo, min_one_batch=False)
+                return ReadResult(empty, hw, lso, self.log_start_offset, leo, diverging)
         if fetch_offset < lstart and (
             self.log_start_offset <= fetch_offset or (self.remote is None and self.config.remote_storage_enable)
         ):
@@ -523,6 +533,28 @@ class Partition:
         if replica_id < 0 and 0 < info.size <= _EMPTY_RUN_BYTES and info.size % records.HEADER_SIZE == 0:
             info = self._past_empty_batches(info, max_bytes, max_offset, min_one_batch)
         return ReadResult(info, hw, lso, self.log_start_offset, leo)
+
+    def diverging_epoch(self, fetch_offset: int, last_fetched_epoch: int) -> tuple[int, int] | None:
+        """Where a fetcher's log, ending at ``fetch_offset`` under ``last_fetched_epoch``,
+        diverges from this one (Kafka's check in ``Partition.readFromLocalLog``, KIP-320 moved
+        into Fetch v12 by KIP-595), for followers and consumers alike: this log's largest epoch
+        <= ``last_fetched_epoch`` and its end offset, when that epoch is older or ends before
+        ``fetch_offset``; None when the logs agree.
+
+        OFFSET_OUT_OF_RANGE when this log knows no epoch that old (it cannot tell where the
+        logs part), and when the offset is below the log start, diverging or not (as Kafka)."""
+        epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)
+        if epoch < 0 or end < 0:
+            raise OffsetOutOfRange(
+                f"{self.topic_partition}: no end offset for the last fetched epoch {last_fetched_epoch}"
+            )
+        if fetch_offset < self.log_start_offset:
+            raise OffsetOutOfRange(
+                f"{self.topic_partition}: offset {fetch_offset} is below the log start {self.log_start_offset}"
+            )
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return epoch, end
+        return None
 
     def _past_empty_batches(
         self, info: FetchDataInfo, max_bytes: int, max_offset: int | None, min_one_batch: bool

@@ -7,12 +7,19 @@ follows with their leader epoch.
 
 A fetcher talks Kafka's protocol to its source over the transport connector, as any broker does:
 
-1. **Truncation** (KIP-101/279): a partition whose leader or epoch changed first asks
-   OffsetForLeaderEpoch with its own latest epoch; the leader answers with the largest epoch <=
-   it and that epoch's end offset; the follower truncates to the smaller of that and its own end
-   of that epoch. A follower without epochs truncates to its high watermark.
-2. **Fetch** with ``replica_id`` = this broker, the current leader epoch and the log end offset as
-   fetch offset (the leader records that as the follower's LEO). The leader's batches are
+1. **Truncation** (KIP-101/279): a partition whose leader or epoch changed finds where its log
+   parts from the leader's. A leader offering Fetch v12+ is asked in the fetch itself (KIP-320
+   as KIP-595 moved it, Kafka's truncation on fetch): each partition names its log's latest
+   epoch as ``last_fetched_epoch``, and a leader whose epoch cache disagrees answers a
+   ``diverging_epoch`` (the largest epoch <= it and that epoch's end offset) and no records;
+   the follower truncates as below and fetches again. An older leader (mixed versions) is
+   asked OffsetForLeaderEpoch with the latest epoch first, with the same answer. Either way
+   the follower truncates to the smaller of that end and its own end of that epoch; a leader
+   naming an epoch this log lacks makes another round with the older epoch left. A follower
+   without epochs truncates to its high watermark.
+2. **Fetch** (v9-15: v13+ names topics by id, v15 carries this broker's epoch in ReplicaState,
+   KIP-903) with ``replica_id`` = this broker, the current leader epoch and the log end offset
+   as fetch offset (the leader records that as the follower's LEO). The leader's batches are
    appended unchanged (``append_records_as_follower``) and the follower's HW becomes
    min(leader HW, own LEO). Fetches go in an incremental fetch session with the leader
    (KIP-227, :mod:`odradek.client.fetch_session_handler`): a request names only the partitions
@@ -26,7 +33,8 @@ A fetcher talks Kafka's protocol to its source over the transport connector, as 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,13 +57,22 @@ log = logging.getLogger(__name__)
 FETCH_BACKOFF_S = 1.0
 CONNECT_TIMEOUT_S = 5.0
 #: Top-level Fetch errors that only end the fetch session (the next request opens another).
-_SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH})
+_SESSION_ERRORS = frozenset(
+    {
+        ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+        ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+        # a session opened by names and continued by ids (a topic without an id in between)
+        ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
+    }
+)
 _REFRESH_ERRORS = frozenset(
     {
         ErrorCode.FENCED_LEADER_EPOCH,
         ErrorCode.UNKNOWN_LEADER_EPOCH,
         ErrorCode.NOT_LEADER_OR_FOLLOWER,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.INCONSISTENT_TOPIC_ID,
     }
 )
 
@@ -153,6 +170,7 @@ class ReplicaFetcher:
 
     async def _truncate(self, conn: Any) -> None:
         now = trio.current_time()
+        on_fetch = _fetch_version(conn) >= TRUNCATE_ON_FETCH_VERSION
         asks: list[tuple[TopicPartition, FetchState, Partition, int]] = []
         for tp, state in list(self.partitions.items()):
             if not state.truncating or state.delayed_until > now:
@@ -164,6 +182,9 @@ class ReplicaFetcher:
             if not entries:
                 p.truncate_to(p.high_watermark)
                 state.truncating = False
+                continue
+            if on_fetch:
+                state.truncating = False  # the fetch names the latest epoch: the leader checks it
                 continue
             asks.append((tp, state, p, entries[-1].epoch))
         if not asks:
@@ -211,6 +232,8 @@ class ReplicaFetcher:
 
         manager = self.manager
         now = trio.current_time()
+        version = _fetch_version(conn)
+        on_fetch = version >= TRUNCATE_ON_FETCH_VERSION
         states: dict[TopicPartition, FetchState] = {}
         wanted: dict[TopicPartition, PartitionData] = {}
         quota = manager.quota if manager.quota.enabled else None
@@ -224,24 +247,31 @@ class ReplicaFetcher:
                 continue  # Kafka's shouldFollowerThrottle: left out until the rate is under the quota
             states[tp] = state
             wanted[tp] = PartitionData(
-                p.log_end_offset, p.log_start_offset, manager.fetch_max_bytes, state.leader_epoch
+                p.log_end_offset,
+                p.log_start_offset,
+                manager.fetch_max_bytes,
+                state.leader_epoch,
+                _latest_epoch(p) if on_fetch else -1,
             )
         if not wanted:
             return False
         fetch = self.session.build(wanted)
-        version = conn.version(ApiKey.FETCH, min_version=9, max_version=11)
+        topic_ids = self._topic_ids([*fetch.to_send, *fetch.forgotten]) if version >= TOPIC_ID_VERSION else None
+        if topic_ids is None:
+            version = min(version, TOPIC_ID_VERSION - 1)
         request = make_request(
             ApiKey.FETCH,
             version,
             replica_id=manager.broker_id,
+            replica_state={"replica_id": manager.broker_id, "replica_epoch": self._broker_epoch()},
             max_wait=manager.fetch_wait_max_ms,
             min_bytes=1,
             max_bytes=manager.fetch_response_max_bytes,
             isolation_level=0,
             session_id=fetch.session_id,
             session_epoch=fetch.epoch,
-            topics=fetch_topics(fetch.to_send),
-            forgotten_topics_data=forgotten_topics(fetch.forgotten),
+            topics=fetch_topics(fetch.to_send, topic_ids),
+            forgotten_topics_data=forgotten_topics(fetch.forgotten, topic_ids),
             rack_id="",
         )
         try:
@@ -252,7 +282,12 @@ class ReplicaFetcher:
             self.session.handle_error()
             raise
         top = error_code(getattr(response, "error_code", 0))
-        answered = [TopicPartition(t.topic, int(pd.partition_index)) for t in response.responses for pd in t.partitions]
+        names = {v: k for k, v in topic_ids.items()} if topic_ids is not None else None
+        answered = [
+            TopicPartition(_answered_topic(t, names), int(pd.partition_index))
+            for t in response.responses
+            for pd in t.partitions
+        ]
         if not self.session.handle_response(top, int(getattr(response, "session_id", 0)), answered):
             if top in _SESSION_ERRORS:
                 return True  # the next round opens a new session at once
@@ -261,12 +296,18 @@ class ReplicaFetcher:
             return True  # an answer outside the session: not used, the next round starts afresh
         fed: list[TopicPartition] = []
         for topic in response.responses:
+            name = _answered_topic(topic, names)
             for pd in topic.partitions:
-                tp = TopicPartition(topic.topic, int(pd.partition_index))
+                tp = TopicPartition(name, int(pd.partition_index))
                 asked = states.get(tp)
                 if asked is None or self.partitions.get(tp) is not asked:
                     continue
-                offset = fetch.fetched[tp].fetch_offset
+                sent = fetch.fetched[tp]
+                diverging = _diverging(pd) if on_fetch else None
+                if diverging is not None:
+                    self._truncate_on_diverging(tp, asked, sent, diverging)
+                    continue
+                offset = sent.fetch_offset
                 if await self._process_partition(tp, asked, offset, pd, error_code(pd.error_code)):
                     fed.append(tp)
         # partitions that got records go to the back of the next request (Kafka's
@@ -337,6 +378,44 @@ class ReplicaFetcher:
             self.manager.replica_manager.wake(tp)
         return end > 0
 
+    def _topic_ids(self, partitions: Iterable[TopicPartition]) -> dict[str, uuid.UUID] | None:
+        """The ids of the topics a v13+ request names (from the metadata cache), or None when one
+        has none (a topic made before ids, or gone from the cache): then the request names them."""
+        ids: dict[str, uuid.UUID] = {}
+        topics = self.manager.cache.topics
+        for tp in partitions:
+            if tp.topic in ids:
+                continue
+            state = topics.get(tp.topic)
+            topic_id = getattr(state, "topic_id", "") if state is not None else ""
+            if not topic_id:
+                return None
+            ids[tp.topic] = uuid.UUID(hex=topic_id)
+        return ids
+
+    def _broker_epoch(self) -> int:
+        """This broker's epoch as its metadata cache sees its registration (-1 before it does),
+        sent in v15's ReplicaState: a leader that knows a newer one refuses the fetch (KIP-903)."""
+        reg = self.manager.cache.brokers.get(self.manager.broker_id)
+        return -1 if reg is None else int(reg.epoch)
+
+    def _truncate_on_diverging(
+        self, tp: TopicPartition, state: FetchState, sent: PartitionData, diverging: tuple[int, int]
+    ) -> None:
+        """The leader found this log diverging from its own at ``diverging`` (epoch, end offset;
+        Kafka's ``truncateOnFetchResponse``): truncate to the end of the largest common epoch.
+        When the leader named an epoch this log lacks, truncate to this log's end of its own
+        largest epoch below that; the next fetch names the older epoch left and the leader
+        checks again, until the logs agree."""
+        p = self._partition(tp, state)
+        if p is None or p.log_end_offset != sent.fetch_offset:
+            return  # moved on since the request: the next fetch asks again
+        target, _done = truncation_offset(p, sent.last_fetched_epoch, *diverging)
+        if target < p.log_end_offset:
+            log.info("%s: diverging from the leader at epoch %d end %d: truncating from %d to %d", tp,
+                     diverging[0], diverging[1], p.log_end_offset, target)  # fmt: skip
+            p.truncate_to(target)
+
     @staticmethod
     def _restart_before_straddling_batch(tp: TopicPartition, p: Partition, payload: bytes) -> None:
         """An empty log restarted at the leader's log start (OFFSET_OUT_OF_RANGE) when that start
@@ -388,6 +467,45 @@ class ReplicaFetcher:
         log.info("%s: replica fetch from broker %d: %s; refreshing metadata", tp, self.source_id, code.name)
         state.delayed_until = trio.current_time() + FETCH_BACKOFF_S
         await self.manager.cache.refresh_partition(tp)
+
+
+#: The first Fetch version with ``last_fetched_epoch`` and ``diverging_epoch`` (KIP-595):
+#: a leader offering it is not asked OffsetForLeaderEpoch first.
+TRUNCATE_ON_FETCH_VERSION = 12
+#: The first Fetch version naming topics by id: the follower's session stays keyed by name, the
+#: request and answer carry the ids the metadata cache maps the names to.
+TOPIC_ID_VERSION = 13
+#: The highest Fetch version a follower sends: v15 carries its broker epoch in ReplicaState
+#: (KIP-903); v16 only adds KIP-951's leader hints, which a follower does not use.
+FOLLOWER_FETCH_MAX_VERSION = 15
+
+
+def _fetch_version(conn: Any) -> int:
+    """The Fetch version a follower uses with its leader (v9+: current leader epochs)."""
+    version: int = conn.version(ApiKey.FETCH, min_version=9, max_version=FOLLOWER_FETCH_MAX_VERSION)
+    return version
+
+
+def _answered_topic(topic: Any, names: Mapping[uuid.UUID, str] | None) -> str:
+    """The name of a response topic: v13+ answers by id (an id not asked about: "")."""
+    if names is None:
+        return str(topic.topic)
+    return names.get(topic.topic_id, "")
+
+
+def _latest_epoch(p: Partition) -> int:
+    """The epoch of the log's last record, which a v12+ fetch names (-1: none)."""
+    entries = p.log.epoch_entries()
+    return entries[-1].epoch if entries else -1
+
+
+def _diverging(pd: Any) -> tuple[int, int] | None:
+    """A v12+ partition answer's diverging epoch (epoch, end offset), or None when unset
+    (Kafka's ``FetchResponse.isDivergingEpoch``: either part other than -1)."""
+    div = getattr(pd, "diverging_epoch", None)
+    if div is None or (int(div.epoch) == -1 and int(div.end_offset) == -1):
+        return None
+    return int(div.epoch), int(div.end_offset)
 
 
 def truncation_offset(p: Partition, local_epoch: int, leader_epoch: int, leader_end: int) -> tuple[int, bool]:

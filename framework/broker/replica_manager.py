@@ -265,6 +265,10 @@ class ReplicaManager:
         self.replica_selector: ReplicaSelector | None = None
         self.rack_of: Callable[[int], str | None] = lambda _broker_id: None
         self.broker_alive: Callable[[int], bool] = lambda _broker_id: True
+        #: a registered broker's epoch (its registration's create revision) or None (set by the
+        #: broker core from the metadata cache): a follower's Fetch v15+ naming an older epoch
+        #: comes from a process of that broker that has since restarted (KIP-903)
+        self.broker_epoch_of: Callable[[int], int | None] = lambda _broker_id: None
 
     # -- partition registry (driven by the metadata layer) ---------------------------------------
     def get_partition(self, tp: TopicPartition) -> Partition | None:
@@ -580,12 +584,19 @@ class ReplicaManager:
         isolation_level: IsolationLevel,
         partitions: Sequence[FetchPartition],
         client_metadata: ClientMetadata | None = None,
+        replica_epoch: int = -1,
     ) -> dict[TopicPartition, FetchPartitionResult]:
         """Read now; if fewer than ``min_bytes`` are readable and nothing failed, wait up to
         ``max_wait_ms`` for appends. The caller releases every returned read after sending it.
 
         ``client_metadata`` (a consumer's Fetch v11+) lets a replica selector send the consumer
-        to another replica (KIP-392): such a partition is answered at once, without records."""
+        to another replica (KIP-392): such a partition is answered at once, without records.
+
+        ``replica_epoch``: a follower's broker epoch (Fetch v15+, -1 unknown); older than the
+        epoch this broker knows for it, every partition is NOT_LEADER_OR_FOLLOWER (see
+        :meth:`_stale_replica`)."""
+        if self._stale_replica(replica_id, replica_epoch):
+            return {p.tp: FetchPartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER) for p in partitions}
         client = client_metadata if self.replica_selector is not None and replica_id == CONSUMER_REPLICA_ID else None
 
         def read() -> tuple[dict[TopicPartition, FetchPartitionResult], int, bool]:
@@ -627,6 +638,20 @@ class ReplicaManager:
             raise
         self._count_fetch(replica_id, op.results)
         return op.results
+
+    def _stale_replica(self, replica_id: int, replica_epoch: int) -> bool:
+        """Whether a follower's fetch names a broker epoch older than the one registered for
+        it (KIP-903, Kafka's ``Replica.updateFetchStateOrThrow``): a fetch from the process
+        before a restart, which must neither count for the ISR nor move the HW with the old
+        log's end. Kafka refuses it with NOT_LEADER_OR_FOLLOWER (STALE_BROKER_EPOCH is for
+        the controller's requests), and so does odradek; -1 (not sent) is not checked."""
+        if replica_id < 0 or replica_epoch < 0:
+            return False
+        known = self.broker_epoch_of(replica_id)
+        if known is None or known <= replica_epoch:
+            return False
+        log.info("fetch from broker %d with broker epoch %d, older than %d: refused", replica_id, replica_epoch, known)
+        return True
 
     async def _read_remote(
         self,
@@ -731,6 +756,8 @@ class ReplicaManager:
             result = results.get(p.tp)
             if partition is None or not partition.is_leader or result is None or result.error != ErrorCode.NONE:
                 continue
+            if result.diverging_epoch is not None:
+                continue  # its fetch offset is no LEO of a log like this one (Kafka: not updated)
             try:
                 if partition.update_follower_fetch_state(replica_id, p.fetch_offset, p.log_start_offset, now):
                     self._wake(p.tp)
@@ -798,6 +825,7 @@ class ReplicaManager:
                     replica_id=replica_id,
                     current_leader_epoch=p.current_leader_epoch,
                     fetch_only_from_leader=not follower_reads,
+                    last_fetched_epoch=p.last_fetched_epoch,
                 )
             except OffsetMovedToTieredStorage:
                 hosted = self.partitions.get(p.tp)
@@ -830,6 +858,19 @@ class ReplicaManager:
                     )
                 else:
                     results[p.tp] = FetchPartitionResult(exc.code)
+                continue
+            if read.diverging_epoch is not None:
+                # answered at once, without records (Kafka's hasDivergingEpoch)
+                errored = True
+                read.info.release()
+                results[p.tp] = FetchPartitionResult(
+                    ErrorCode.NONE,
+                    read.high_watermark,
+                    read.last_stable_offset,
+                    read.log_start_offset,
+                    () if isolation_level is IsolationLevel.READ_COMMITTED else None,
+                    diverging_epoch=read.diverging_epoch,
+                )
                 continue
             size = read.info.size
             if size > 0:

@@ -23,6 +23,7 @@ the broker said it has none.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,11 +39,14 @@ INITIAL_EPOCH = 0
 INVALID_SESSION_ID = 0
 
 
-def fetch_topics(partitions: Mapping[TopicPartition, PartitionData]) -> list[dict[str, Any]]:
+def fetch_topics(
+    partitions: Mapping[TopicPartition, PartitionData], topic_ids: Mapping[str, uuid.UUID] | None = None
+) -> list[dict[str, Any]]:
     """A Fetch request's ``topics`` for ``partitions``, in their order, a topic named again
     each time the order comes back to it (as Kafka's FetchRequest.Builder does): grouped by first
     appearance, a topic with an idle partition up front would keep its busy ones ahead of
-    everything else under the response's byte limit."""
+    everything else under the response's byte limit. ``topic_ids`` (v13+) names each topic by
+    its id as well."""
     runs: list[tuple[str, list[dict[str, int]]]] = []
     for tp, data in partitions.items():
         if not runs or runs[-1][0] != tp.topic:
@@ -54,17 +58,27 @@ def fetch_topics(partitions: Mapping[TopicPartition, PartitionData]) -> list[dic
                 "fetch_offset": data.fetch_offset,
                 "log_start_offset": data.log_start_offset,
                 "partition_max_bytes": data.max_bytes,
+                "last_fetched_epoch": data.last_fetched_epoch,
             }
         )
-    return [{"topic": topic, "partitions": entries} for topic, entries in runs]
+    return [{**_named(topic, topic_ids), "partitions": entries} for topic, entries in runs]
 
 
-def forgotten_topics(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:
-    """A Fetch request's ``forgotten_topics_data`` for ``partitions``."""
+def forgotten_topics(
+    partitions: Iterable[TopicPartition], topic_ids: Mapping[str, uuid.UUID] | None = None
+) -> list[dict[str, Any]]:
+    """A Fetch request's ``forgotten_topics_data`` for ``partitions`` (by id too with ``topic_ids``)."""
     by_topic: dict[str, list[int]] = {}
     for tp in partitions:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    return [{"topic": topic, "partitions": ps} for topic, ps in by_topic.items()]
+    return [{**_named(topic, topic_ids), "partitions": ps} for topic, ps in by_topic.items()]
+
+
+def _named(topic: str, topic_ids: Mapping[str, uuid.UUID] | None) -> dict[str, Any]:
+    """A request topic's name, and its id when the version names topics by id (v13+)."""
+    if topic_ids is None:
+        return {"topic": topic}
+    return {"topic": topic, "topic_id": topic_ids[topic]}
 
 
 def next_epoch(epoch: int) -> int:
@@ -80,6 +94,9 @@ class PartitionData:
     log_start_offset: int
     max_bytes: int
     current_leader_epoch: int
+    #: Fetch v12+: the epoch of the fetcher's last record (-1: none); a follower's leader
+    #: answers a diverging epoch when its own log disagrees (KIP-320)
+    last_fetched_epoch: int = -1
 
 
 @dataclass(slots=True)

@@ -396,6 +396,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
             p.partition_max_bytes,
             p.current_leader_epoch,
             p.log_start_offset,
+            p.last_fetched_epoch,
         )
         for topic in request.topics
         for p in topic.partitions
@@ -444,6 +445,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequestData) -> FetchR
         _isolation(request.isolation_level),
         partitions,
         _client_metadata(ctx, request),
+        replica_epoch=request.replica_epoch,
     )
     if keys:
         results = {keys.get(tp, tp): r for tp, r in results.items()}
@@ -634,6 +636,7 @@ def _fetch_partition(
         r.preferred_read_replica,
         r.records if r.records is not None else b"",
         current_leader=current_leader,
+        diverging_epoch=r.diverging_epoch,
     )
 
 
