@@ -83,6 +83,9 @@ class TopicCounters:
     follower_fetch_requests: int = 0
     follower_bytes_out: int = 0
     preferred_replica_redirects: int = 0
+    #: partitions of Fetch requests (a follower's, or a consumer's v12+) answered with a diverging
+    #: epoch: the fetcher's log has a tail this leader's lacks (odradek's; Kafka has no such meter)
+    diverging_epoch_fetches: int = 0
 
     def add(self, other: TopicCounters) -> None:
         """Add ``other``'s counts to these."""
@@ -132,6 +135,9 @@ class BrokerMetrics:
         self.reauthentications = 0
         self.failed_reauthentications = 0
         self.expired_sessions_closed = 0
+        #: follower fetches refused NOT_LEADER_OR_FOLLOWER for a broker epoch older than the one
+        #: registered for the follower (KIP-903; odradek's, Kafka logs them but counts none)
+        self.stale_broker_epoch_fetches = 0
         #: what deleted topics had counted, kept in the all-topics totals
         self._retired = TopicCounters()
 
@@ -184,6 +190,10 @@ class BrokerMetrics:
         t = self.topic(topic)
         t.follower_fetch_requests += 1
         t.follower_bytes_out += size
+
+    def diverged(self, topic: str) -> None:
+        """A fetch request's partition was answered with a diverging epoch (no records)."""
+        self.topic(topic).diverging_epoch_fetches += 1
 
     def redirected_to_preferred_replica(self, topic: str) -> None:
         """A consumer's fetch of a partition was answered with a preferred read replica (KIP-392)."""
@@ -262,6 +272,12 @@ _TOPIC_COUNTERS: tuple[tuple[str, str, str], ...] = (
         "preferredreplicaredirects",
         "Partitions of consumers' Fetch requests answered with a preferred read replica (KIP-392).",
     ),
+    (
+        "diverging_epoch_fetches",
+        "divergingepochfetches",
+        "Partitions of Fetch requests answered with a diverging epoch (the fetcher's log must truncate; "
+        "odradek's, Kafka has no such meter).",
+    ),
 )
 
 
@@ -286,6 +302,8 @@ class Snapshot:
     mutation_quotas: list[Any] = field(default_factory=list)
     #: (listener, connections it holds, its limit) for each listener seen (KIP-402)
     listeners: list[tuple[str, int, int]] = field(default_factory=list)
+    #: follower fetches fenced for an old broker epoch (``BrokerMetrics.stale_broker_epoch_fetches``)
+    stale_broker_epoch_fetches: int = 0
 
 
 class BrokerCollector:
@@ -520,6 +538,7 @@ class BrokerCollector:
                 ("offlinereplicacount", len(rm.offline_partitions), "Partitions offline here (their log dir failed)."),
             ],
             isr_changes=(metrics.isr_shrinks, metrics.isr_expands),
+            stale_broker_epoch_fetches=metrics.stale_broker_epoch_fetches,
             fetch_session_evictions=sessions.evictions,
             purgatories=[
                 (p.name, p.watched()) for p in (rm.produce_purgatory, rm.fetch_purgatory, rm.delete_records_purgatory)
@@ -570,6 +589,13 @@ class BrokerCollector:
             family = CounterMetricFamily(f"kafka_server_replicamanager_{name}", doc)
             family.add_metric([], count)
             out.append(family)
+        stale = CounterMetricFamily(
+            "odradek_replicamanager_stale_broker_epoch_fetches",
+            "Follower fetches refused NOT_LEADER_OR_FOLLOWER for a broker epoch older than the registered one "
+            "(KIP-903; odradek's, Kafka counts none).",
+        )
+        stale.add_metric([], snap.stale_broker_epoch_fetches)
+        out.append(stale)
         evictions = CounterMetricFamily(
             "kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
             "Fetch sessions evicted to make room for new ones (IncrementalFetchSessionEvictionsPerSec).",

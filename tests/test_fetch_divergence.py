@@ -23,6 +23,7 @@ from odradek.broker.core import BrokerCore
 from odradek.broker.metadata_cache import PartitionState, registration_json
 from odradek.broker.partition import Partition
 from odradek.errors import ErrorCode
+from odradek.metrics import BrokerCollector
 from odradek.plugins.meta_local.store import FILE_NAME, LocalMetadataStore
 
 MAX = 1 << 20
@@ -38,6 +39,14 @@ async def _fetch_as(
         if r.records is not None:
             r.records.release()
     return results
+
+
+def _counter(core: BrokerCore, family: str, **labels: str) -> float:
+    """A counter's value as the broker's Prometheus collector exports it (0 when not there)."""
+    for metric in BrokerCollector(core).collect():
+        if metric.name == family:
+            return sum(s.value for s in metric.samples if s.name == family + "_total" and s.labels == labels)
+    return 0.0
 
 
 async def _new_epoch(core: BrokerCore, p: Partition) -> int:
@@ -66,8 +75,11 @@ async def test_the_leader_answers_a_diverging_epoch_without_records(tmp_path: Pa
         def at(offset: int, last: int) -> FetchPartition:
             return FetchPartition(unit.TP, offset, MAX, second, last_fetched_epoch=last)
 
+        diverged = "kafka_server_brokertopicmetrics_divergingepochfetches"
+        assert _counter(core, diverged, topic=unit.TP.topic) == 0
         # a follower whose old leader wrote offsets 2..4 under the first epoch (never replicated)
         r = (await _fetch_as(core, 7, [at(5, first)]))[unit.TP]
+        assert _counter(core, diverged, topic=unit.TP.topic) == 1
         assert (r.error, r.diverging_epoch, r.records, r.high_watermark) == (ErrorCode.NONE, (first, 2), None, 0)
         assert p.high_watermark == 0, "a diverging follower fetch counted as the follower's LEO"
         # past the end of the latest epoch too
@@ -79,6 +91,9 @@ async def test_the_leader_answers_a_diverging_epoch_without_records(tmp_path: Pa
         # consumers are checked alike (Kafka checks every fetch with a last fetched epoch)
         r = (await _fetch_as(core, -1, [at(3, first)]))[unit.TP]
         assert (r.error, r.diverging_epoch) == (ErrorCode.NONE, (first, 2))
+        # every diverging answer counted (two followers', the consumer's), the agreeing one not
+        assert _counter(core, diverged, topic=unit.TP.topic) == 3
+        assert _counter(core, diverged + "_alltopics") == 3
         # an epoch newer than any this log knows: nothing to compare with
         assert (await _fetch_as(core, -1, [at(3, second + 5)]))[unit.TP].error == ErrorCode.OFFSET_OUT_OF_RANGE
         # -1 (v11 and older, librdkafka): not checked; the leader epoch still is
@@ -125,8 +140,11 @@ async def test_a_follower_fetch_with_an_older_broker_epoch_is_refused(tmp_path: 
             assert new > old
             fetch = [FetchPartition(unit.TP, 2, MAX, p.leader_epoch)]
             before = p.remote_replicas[7].log_end_offset
+            fenced = "odradek_replicamanager_stale_broker_epoch_fetches"
+            assert _counter(core, fenced) == 0
             r = (await _fetch_as(core, 7, fetch, replica_epoch=old))[unit.TP]
             assert (r.error, r.records) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, None)
+            assert _counter(core, fenced) == 1
             assert p.remote_replicas[7].log_end_offset == before != 2, "the old process's fetch was its LEO"
             for epoch in (new, new + 1, -1):
                 assert (await _fetch_as(core, 7, fetch, replica_epoch=epoch))[unit.TP].error == ErrorCode.NONE
@@ -134,6 +152,7 @@ async def test_a_follower_fetch_with_an_older_broker_epoch_is_refused(tmp_path: 
             # consumers' replica epoch is never checked
             consumer = [FetchPartition(unit.TP, 0, MAX, p.leader_epoch)]
             assert (await _fetch_as(core, -1, consumer, replica_epoch=old))[unit.TP].error == ErrorCode.NONE
+            assert _counter(core, fenced) == 1, "a served fetch counted as fenced"
         finally:
             await restarted.close()
 

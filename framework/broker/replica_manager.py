@@ -651,6 +651,7 @@ class ReplicaManager:
         if known is None or known <= replica_epoch:
             return False
         log.info("fetch from broker %d with broker epoch %d, older than %d: refused", replica_id, replica_epoch, known)
+        self.metrics.stale_broker_epoch_fetches += 1
         return True
 
     async def _read_remote(
@@ -730,6 +731,8 @@ class ReplicaManager:
             info = result.records
             size = info.size if info is not None else 0
             metrics.fetched(tp.topic, size, follower=follower)
+            if result.diverging_epoch is not None:
+                metrics.diverged(tp.topic)
             if selecting:  # KIP-392: consumers sent elsewhere, and consumers served as a follower
                 if result.preferred_read_replica >= 0:
                     metrics.redirected_to_preferred_replica(tp.topic)

@@ -610,10 +610,10 @@ def _fetch_response_size(
     order = sessions.response_partitions(context, results)
     missing = FetchPartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR)
 
-    def shape(tp: TopicPartition) -> tuple[int, int, tuple[int, int] | None]:
+    def shape(tp: TopicPartition) -> tuple[int, int, tuple[int, int] | None, tuple[int, int] | None]:
         r = results.get(tp, missing)
         aborted = len(r.aborted_transactions) if r.aborted_transactions is not None else 0
-        return aborted, r.records.size if r.records is not None else 0, leaders.get(tp)
+        return aborted, r.records.size if r.records is not None else 0, leaders.get(tp), r.diverging_epoch
 
     return fetch_response_size(
         ctx.api_version, ((topic, [shape(tp) for tp in tps]) for topic, tps in _group_by_topic(order))
