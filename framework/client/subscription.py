@@ -38,6 +38,10 @@ class PartitionState:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     leader_epoch: int = -1
+    #: the leader epoch of the last record consumed (Java's ``FetchPosition.offsetEpoch``; -1:
+    #: unknown, after a seek or a reset): sent as a Fetch's ``last_fetched_epoch`` (v12+) so the
+    #: leader can say where its log diverged from what this consumer read (KIP-320)
+    offset_epoch: int = -1
     #: position is waiting for the committed offset (group members only)
     awaiting_committed: bool = False
 
@@ -111,12 +115,19 @@ class SubscriptionState:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         st = self.state(tp)
         st.position = offset
+        st.offset_epoch = -1
         st.reset = None
         st.awaiting_committed = False
+
+    def seek_validated(self, tp: TopicPartition, offset: int, epoch: int) -> None:
+        """Move to ``offset`` whose leader epoch is known (a truncation's diverging epoch)."""
+        self.seek(tp, offset)
+        self.state(tp).offset_epoch = epoch
 
     def request_reset(self, tp: TopicPartition, strategy: str | int | None = None) -> None:
         st = self.state(tp)
         st.position = None
+        st.offset_epoch = -1
         st.reset = strategy if strategy is not None else self.default_reset
         st.awaiting_committed = False
 
