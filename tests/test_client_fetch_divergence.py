@@ -113,10 +113,15 @@ def test_with_no_reset_policy_a_truncation_is_a_log_truncation_error() -> None:
     _fetch_once(fetcher)
     fetcher.drain(10)
     _fetch_once(fetcher)
-    with pytest.raises(LogTruncationError) as info:
-        fetcher.raise_errors()
-    assert info.value.divergent_offsets == {TP: (5, 2)}
+    for _ in range(2):  # every poll() raises until the user seeks
+        with pytest.raises(LogTruncationError) as info:
+            fetcher.raise_truncations()
+        assert info.value.divergent_offsets == {TP: (5, 2)}
     assert fetcher.subs.state(TP).position == 9  # the user decides where to go
+    assert fetcher._fetchable_by_node()[0] == {}  # nothing fetched meanwhile
+    fetcher.subs.seek(TP, 5)
+    fetcher.raise_truncations()
+    assert fetcher._fetch_position(TP) == (5, -1)
 
 
 def test_a_committed_offset_carries_its_epoch_into_the_first_fetch() -> None:

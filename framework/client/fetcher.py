@@ -377,7 +377,7 @@ class Fetcher:
         if code is ErrorCode.NONE and diverging is not None and int(diverging.epoch) >= 0:
             if self._fetch_position(tp) == at:  # else a seek or a reset moved on meanwhile
                 self._handle_divergence(tp, int(diverging.epoch), int(diverging.end_offset))
-            return bool(self._errors)
+            return st.truncation is not None
         if code is ErrorCode.NONE:
             st.high_watermark = int(p.high_watermark)
             st.last_stable_offset = int(getattr(p, "last_stable_offset", -1))
@@ -439,13 +439,15 @@ class Fetcher:
         if end_offset >= position:
             return
         if self.subs.default_reset == "none":
-            self._errors.append(
-                LogTruncationError(
-                    f"truncation detected for {tp}: position {position} (epoch {st.offset_epoch}) is past the"
-                    f" end of epoch {epoch} at offset {end_offset}",
-                    {tp: (end_offset, epoch)},
-                )
+            log.warning(
+                "truncation detected for %s: position %d (epoch %d) is past the end of epoch %d at offset %d",
+                tp,
+                position,
+                st.offset_epoch,
+                epoch,
+                end_offset,
             )
+            st.truncation = (end_offset, epoch)  # every poll() raises until the user seeks
             return
         log.info(
             "truncation detected for %s at offset %d (epoch %d): resetting to the first offset known to diverge, %d"
@@ -499,6 +501,14 @@ class Fetcher:
         if self._errors:
             error = self._errors.pop(0)
             raise error
+
+    def raise_truncations(self) -> None:
+        """Java's ``LogTruncationException``, raised by every poll() while a partition's log was
+        truncated before its position under ``auto.offset.reset=none``, until the user seeks it."""
+        truncated = self.subs.truncations()
+        if truncated:
+            where = ", ".join(f"{tp} at offset {at} (epoch {epoch})" for tp, (at, epoch) in truncated.items())
+            raise LogTruncationError(f"truncation detected (auto.offset.reset=none): {where}", truncated)
 
     def discard(self, tp: TopicPartition) -> None:
         """Drop buffered data of ``tp`` (seek, pause, revocation)."""
