@@ -8,16 +8,20 @@ naming offset 50."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import ElectionType
-from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from test_replication_cluster import all_brokers_seen, partition_state, produce, three_brokers, wait_for
+from test_replication_cluster import (
+    all_brokers_seen,
+    elect_the_follower_uncleanly,
+    leader_alone_then_gone,
+    produce,
+    three_brokers,
+    wait_for,
+)
 
 from odradek.client import Consumer, LogTruncationError, TopicPartition
-from odradek.testing.broker import unique_topic
 from odradek.testing.servers import unique_chroot
 
 
@@ -40,53 +44,41 @@ def test_odradek_consumer_moves_back_or_raises_on_a_truncated_leader(tmp_path: P
         "zookeeper.connect": zookeeper_server.connect_string + unique_chroot("ctrunc"),
         "auto.leader.rebalance.enable": "false",
     }
-    with three_brokers(tmp_path, metadata) as brokers:
+    bootstrap: list[str] = []
+    consumers: list[Consumer] = []
+
+    def read_the_lost_records(topic: str) -> None:
+        """Both consumers read offsets 0-69, the last 20 of which only the leader has."""
+        config = {"bootstrap.servers": bootstrap[0], "metadata.max.age.ms": 500, "retry.backoff.max.ms": 200}
+        for reset in ("earliest", "none"):
+            consumer = Consumer({**config, "auto.offset.reset": reset})
+            consumers.append(consumer)
+            consumer.assign([TopicPartition(topic, 0)])
+            consumer.seek(TopicPartition(topic, 0), 0)
+            assert [o for o, _ in _read(consumer, 70)] == list(range(70))
+
+    with three_brokers(tmp_path, metadata) as brokers, contextlib.ExitStack() as closing:
         wait_for("three live brokers", lambda: all_brokers_seen(brokers))
-        bootstrap = ",".join(b.bootstrap for b in brokers.values())
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        controller = admin.list_topics(timeout=5).controller_id
-        first, behind = (i for i in brokers if i != controller)
-        topic = unique_topic("ctrunc")
-        admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[first, behind]])])[topic].result(15)
-        wait_for("a full ISR", lambda: partition_state(admin, topic) == (first, sorted([first, behind])))
-        assert len(produce(bootstrap, topic, [b"k%d" % i for i in range(50)])) == 50
-        brokers[behind].stop()
-        wait_for("the follower out of the ISR", lambda: partition_state(admin, topic) == (first, [first]))
-        assert len(produce(bootstrap, topic, [b"lost%d" % i for i in range(20)])) == 20  # on the leader alone
-
+        bootstrap.append(",".join(b.bootstrap for b in brokers.values()))
+        topic, controller, _, behind, _, live = leader_alone_then_gone(brokers, "ctrunc", read_the_lost_records)
+        resetting, strict = (closing.enter_context(c) for c in consumers)
         tp = TopicPartition(topic, 0)
-        config = {"bootstrap.servers": bootstrap, "metadata.max.age.ms": 500, "retry.backoff.max.ms": 200}
-        resetting = Consumer({**config, "auto.offset.reset": "earliest"})
-        strict = Consumer({**config, "auto.offset.reset": "none"})
-        with resetting, strict:
-            for consumer in (resetting, strict):
-                consumer.assign([tp])
-                consumer.seek(tp, 0)
-                assert [o for o, _ in _read(consumer, 70)] == list(range(70))  # lost0..lost19 too
+        elect_the_follower_uncleanly(brokers, topic, behind, live)
+        now = ",".join(brokers[i].bootstrap for i in (controller, behind))
+        assert len(produce(now, topic, [b"n%d" % i for i in range(30)])) == 30
 
-            brokers[first].stop()
-            live = AdminClient({"bootstrap.servers": brokers[controller].bootstrap})
-            wait_for("no leader", lambda: partition_state(live, topic) is None)
-            brokers[behind].start()
-            wait_for("the follower registered", lambda: len(live.list_topics(timeout=5).brokers) == 2)
-            elected = live.elect_leaders(ElectionType.UNCLEAN, [KafkaTopicPartition(topic, 0)]).result(30)
-            assert list(elected.values()) == [None]
-            wait_for("the follower leading", lambda: partition_state(live, topic) == (behind, [behind]), 10)
-            now = ",".join(brokers[i].bootstrap for i in (controller, behind))
-            assert len(produce(now, topic, [b"n%d" % i for i in range(30)])) == 30
+        # back to the first offset known to diverge: the new leader's records, none lost
+        assert _read(resetting, 30) == [(50 + i, b"n%d" % i) for i in range(30)]
 
-            # back to the first offset known to diverge: the new leader's records, none lost
-            assert _read(resetting, 30) == [(50 + i, b"n%d" % i) for i in range(30)]
+        def raised() -> LogTruncationError | None:
+            try:
+                strict.poll(0.5)
+            except LogTruncationError as exc:
+                return exc
+            return None
 
-            def raised() -> LogTruncationError | None:
-                try:
-                    strict.poll(0.5)
-                except LogTruncationError as exc:
-                    return exc
-                return None
-
-            error = wait_for("a LogTruncationError", raised, 30)
-            assert list(error.divergent_offsets) == [tp] and error.divergent_offsets[tp][0] == 50
-            assert strict.position(tp) == 70  # the user decides where to go on
-            strict.seek(tp, error.divergent_offsets[tp][0])
-            assert [v for _, v in _read(strict, 30)] == [b"n%d" % i for i in range(30)]
+        error = wait_for("a LogTruncationError", raised, 30)
+        assert list(error.divergent_offsets) == [tp] and error.divergent_offsets[tp][0] == 50
+        assert strict.position(tp) == 70  # the user decides where to go on
+        strict.seek(tp, error.divergent_offsets[tp][0])
+        assert [v for _, v in _read(strict, 30)] == [b"n%d" % i for i in range(30)]

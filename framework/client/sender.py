@@ -51,6 +51,18 @@ _LEADER_ERRORS = frozenset(
 )
 
 
+def produce_error_detail(p: Any) -> str:
+    """The broker's explanation of a failed partition (Produce v8+, KIP-467), for the delivery
+    error's message: its ``error_message`` and each invalid record by its index in the batch
+    (Java fails the batch's records with these messages too); empty when it gave none."""
+    parts = []
+    if getattr(p, "error_message", None):
+        parts.append(str(p.error_message))
+    for index, message in getattr(p, "record_errors", ()):
+        parts.append(f"record {index}: {message or 'invalid'}")
+    return ": " + "; ".join(parts) if parts else ""
+
+
 class Sender:
     """Drains ``accumulator`` through ``network`` (see module doc)."""
 
@@ -212,9 +224,8 @@ class Sender:
                 acks=self.acks,
                 timeout_ms=self.request_timeout_ms,
                 topic_data=[TopicProduceData(t, parts) for t, parts in by_topic.items()],
-                # v8 at most: the request is written non-flexible (v9+ adds nothing a producer uses
-                # but KIP-951's leader hints, which this producer does not act on)
-                version=conn.version(ApiKey.PRODUCE, min_version=3, max_version=8),
+                # v9+ flexible; v10+ answers carry KIP-951 leader hints, v11 TRANSACTION_ABORTABLE
+                version=conn.version(ApiKey.PRODUCE, min_version=3, max_version=11),
             )
             return await conn.send_request(
                 request, timeout_s=self.network.request_timeout_s, expect_response=self.acks != 0
@@ -253,7 +264,7 @@ class Sender:
                     self._done(b)
                     self._complete(b, p.base_offset if code is ErrorCode.NONE else -1, p.log_append_time_ms)
                 else:
-                    self._on_error(b, code, None)
+                    self._on_error(b, code, None, produce_error_detail(p))
         finally:
             left = self._node_in_flight.get(node, 1) - 1
             if left:
@@ -286,7 +297,9 @@ class Sender:
         queued = self.accumulator.partitions().get(batch.tp) or ()
         return any(b.in_retry and 0 <= b.base_sequence < seq for b in queued)
 
-    def _on_error(self, batch: ProducerBatch, code: ErrorCode, exc: BaseException | None) -> None:
+    def _on_error(self, batch: ProducerBatch, code: ErrorCode, exc: BaseException | None, detail: str = "") -> None:
+        """Retry ``batch`` or fail it; ``detail`` (the broker's error message and record errors)
+        goes into the delivery error's message."""
         now = trio.current_time()
         if code is ErrorCode.MESSAGE_TOO_LARGE and batch.record_count > 1:
             # over the topic's max.message.bytes as a whole, perhaps not record by record: split
@@ -316,7 +329,7 @@ class Sender:
         self._done(batch)
         error = exc if isinstance(exc, KafkaError) and exc.code is code else None
         if error is None:
-            error = KafkaError(f"produce to {batch.tp} failed with {code.name}", code=code)
+            error = KafkaError(f"produce to {batch.tp} failed with {code.name}{detail}", code=code)
         self._fail(batch, error)
 
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
