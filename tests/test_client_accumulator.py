@@ -146,3 +146,14 @@ def test_callbacks_registered_under_the_lock_run_on_completion() -> None:
     failed.fail(RuntimeError("boom"))
     assert seen[-1][0] is None and str(seen[-1][1]) == "boom"
     assert batch.metadata(index).serialized_value_size == 100
+
+
+def test_a_batch_appended_after_ready_is_stamped_when_drained() -> None:
+    """Appended outside trio (the facade's thread: ``created`` -1) after ready() stamped the
+    others, it is drained with the drain's time: a retriable error on it must not find it
+    ``delivery.timeout.ms`` old at once."""
+    acc = _acc(linger_s=0.0)
+    acc.ready(_leader, now=50.0)
+    _append(acc, TP0)  # outside trio: created -1
+    (batch,) = acc.drain(1, _leader, lambda tp, b: True, max_bytes=1 << 20, now=60.0)
+    assert batch.created == 60.0

@@ -13,12 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import ElectionType
-from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from test_replication_cluster import (
     all_brokers_seen,
     consume_all,
+    elect_the_follower_uncleanly,
     leader_alone_then_gone,
     partition_state,
     produce,
@@ -41,11 +40,7 @@ def test_a_former_leader_truncates_its_unreplicated_records_on_a_diverging_epoch
         wait_for("three live brokers", lambda: all_brokers_seen(brokers))
         topic, controller, first, behind, kept, live = leader_alone_then_gone(brokers, "diverge")
         admin = AdminClient({"bootstrap.servers": ",".join(b.bootstrap for b in brokers.values())})
-        brokers[behind].start()
-        wait_for("the follower registered", lambda: len(live.list_topics(timeout=5).brokers) == 2)
-        elected = live.elect_leaders(ElectionType.UNCLEAN, [KafkaTopicPartition(topic, 0)]).result(30)
-        assert list(elected.values()) == [None]
-        wait_for("the follower leading", lambda: partition_state(live, topic) == (behind, [behind]), 10)
+        elect_the_follower_uncleanly(brokers, topic, behind, live)
         now = ",".join(brokers[i].bootstrap for i in (controller, behind))
         fresh = produce(now, topic, [b"n%d" % i for i in range(30)])
         assert len(fresh) == 30

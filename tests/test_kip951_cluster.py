@@ -11,7 +11,9 @@ tests/test_produce_flexible.py and tests/test_fetch_flexible.py."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 from confluent_kafka import ElectionType, Producer, TopicPartition
 from test_replication_cluster import partition_state, replicated_topic, three_brokers, wait_for
 
+from odradek.client import Producer as OdradekProducer
 from odradek.testing.servers import unique_chroot
 
 pytestmark = pytest.mark.integration
@@ -35,9 +38,10 @@ class _Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def test_librdkafka_reads_the_current_leader_from_the_old_leaders_produce_answer(
-    tmp_path: Path, zookeeper_server: Any
-) -> None:
+@contextlib.contextmanager
+def _leader_off_the_preferred_replica(tmp_path: Path, zookeeper_server: Any) -> Iterator[tuple[str, Any, str, int]]:
+    """Three brokers and an RF=3 topic led by another replica than its preferred one, which is
+    a follower again: (bootstrap, admin, topic, preferred); a preferred election moves it back."""
     metadata = {
         "metadata": "zookeeper",
         "zookeeper.connect": zookeeper_server.connect_string + unique_chroot("kip951"),
@@ -52,6 +56,19 @@ def test_librdkafka_reads_the_current_leader_from_the_old_leaders_produce_answer
             "a full ISR led by another replica",
             lambda: (s := partition_state(admin, topic)) and s[0] != preferred and len(s[1]) == 3,
         )
+        yield bootstrap, admin, topic, preferred
+
+
+def _elect_preferred(admin: Any, topic: str, preferred: int) -> None:
+    elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
+    assert list(elected.values()) == [None]
+    wait_for("the preferred replica leading", lambda: (s := partition_state(admin, topic)) and s[0] == preferred)
+
+
+def test_librdkafka_reads_the_current_leader_from_the_old_leaders_produce_answer(
+    tmp_path: Path, zookeeper_server: Any
+) -> None:
+    with _leader_off_the_preferred_replica(tmp_path, zookeeper_server) as (bootstrap, admin, topic, preferred):
         lines = _Lines()
         logger = logging.getLogger(f"librdkafka.{topic}")
         logger.addHandler(lines)
@@ -69,12 +86,29 @@ def test_librdkafka_reads_the_current_leader_from_the_old_leaders_produce_answer
 
         send(b"a")
         before = len(lines.lines)
-        elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
-        assert list(elected.values()) == [None]
-        wait_for("the preferred replica leading", lambda: (s := partition_state(admin, topic)) and s[0] == preferred)
+        _elect_preferred(admin, topic, preferred)
         send(b"b")  # first to the old leader, which answers NOT_LEADER_OR_FOLLOWER with the new one
         assert errors == [None] * 20
         after = lines.lines[before:]
         assert any("Not leader for partition" in line for line in after), after
         assert any(line.startswith("METADATAUPDATE") and topic in line for line in after), after
         assert any(f"leader is {preferred}" in line for line in after), after
+
+
+def test_odradek_producer_follows_the_current_leader_of_the_old_leaders_produce_answer(
+    tmp_path: Path, zookeeper_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """odradek's producer (Produce v11) takes the new leader from the NOT_LEADER_OR_FOLLOWER
+    answer into its metadata at once (its log says so: the hint, not a Metadata answer, moved
+    the partition) and its retried batch goes there: every record acknowledged, in order."""
+    with _leader_off_the_preferred_replica(tmp_path, zookeeper_server) as (bootstrap, admin, topic, preferred):
+        config = {"bootstrap.servers": bootstrap, "linger.ms": 0, "metadata.max.age.ms": 600000}
+        with OdradekProducer(config) as producer, caplog.at_level(logging.INFO, logger="odradek.client"):
+            first = [producer.send(topic, b"a%d" % i) for i in range(10)]
+            assert [f.result(30).offset for f in first] == list(range(10))
+            _elect_preferred(admin, topic, preferred)
+            assert not [r for r in caplog.records if "KIP-951" in r.getMessage()]
+            second = [producer.send(topic, b"b%d" % i) for i in range(10)]
+            assert [f.result(30).offset for f in second] == list(range(10, 20))
+        hints = [r.getMessage() for r in caplog.records if "KIP-951" in r.getMessage()]
+        assert hints and f"{topic}-0 led by {preferred} " in hints[0], hints

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.testing.broker import BrokerProcess, sample, start_broker, unique_topic
@@ -163,12 +163,13 @@ def consume_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
 
 
 def leader_alone_then_gone(
-    brokers: dict[int, BrokerProcess], prefix: str
+    brokers: dict[int, BrokerProcess], prefix: str, before_leader_stops: Callable[[str], None] | None = None
 ) -> tuple[str, int, int, int, set[bytes], AdminClient]:
     """An RF=2 topic on the two brokers that are not the controller: records on both, then the
     follower stops (out of the ISR), ``lost*`` records go to the leader alone, and the leader
-    stops too (no leader). Returns (topic, controller, former leader, stopped follower, the
-    records both had, an admin client on the controller)."""
+    stops too (no leader). ``before_leader_stops(topic)`` runs before that last step (read
+    the lost records while they are there). Returns (topic, controller, former leader, stopped
+    follower, the records both had, an admin client on the controller)."""
     bootstrap = ",".join(b.bootstrap for b in brokers.values())
     admin = AdminClient({"bootstrap.servers": bootstrap})
     controller = admin.list_topics(timeout=5).controller_id
@@ -181,10 +182,22 @@ def leader_alone_then_gone(
     brokers[behind].stop()
     wait_for("the follower out of the ISR", lambda: partition_state(admin, topic) == (first, [first]))
     assert len(produce(bootstrap, topic, [b"lost%d" % i for i in range(20)])) == 20  # on the leader alone
+    if before_leader_stops is not None:
+        before_leader_stops(topic)
     brokers[first].stop()
     live = AdminClient({"bootstrap.servers": brokers[controller].bootstrap})
     wait_for("no leader", lambda: partition_state(live, topic) is None)
     return topic, controller, first, behind, kept, live
+
+
+def elect_the_follower_uncleanly(brokers: dict[int, BrokerProcess], topic: str, behind: int, live: AdminClient) -> None:
+    """After :func:`leader_alone_then_gone`: the stopped follower restarts and is elected
+    leader uncleanly (a new leader epoch, without the former leader's ``lost*`` records)."""
+    brokers[behind].start()
+    wait_for("the follower registered", lambda: len(live.list_topics(timeout=5).brokers) == 2)
+    elected = live.elect_leaders(ElectionType.UNCLEAN, [TopicPartition(topic, 0)]).result(30)
+    assert list(elected.values()) == [None]
+    wait_for("the follower leading", lambda: partition_state(live, topic) == (behind, [behind]), 10)
 
 
 def run_failover(tmp_path: Path, metadata: dict[str, str]) -> None:

@@ -28,7 +28,7 @@ from .admin import (
 from .base import ClientClosedError
 from .coordinator import CommitFailedError
 from .decoding import ConsumerRecord
-from .fetcher import NoOffsetForPartition
+from .fetcher import LogTruncationError, NoOffsetForPartition
 from .group_ops import OffsetAndMetadata
 from .offsets import OffsetAndTimestamp
 from .sync import Admin, Consumer, Producer
@@ -44,6 +44,7 @@ __all__ = [
     "Consumer",
     "ConsumerRecord",
     "KafkaError",
+    "LogTruncationError",
     "NewTopic",
     "NoOffsetForPartition",
     "OffsetAndMetadata",

@@ -402,6 +402,8 @@ class RecordAccumulator:
                 if out and size + head.size > max_bytes:
                     break
                 dq.popleft()
+                if head.created < 0:  # appended from another thread after ready() stamped the rest
+                    head.created = now  # else a retriable error would find it expired at once
                 head.full = True
                 size += head.size
                 out.append(head)

@@ -30,7 +30,7 @@ from .base import ClientClosedError
 from .consumer import AsyncConsumer
 from .coordinator import CommitFailedError
 from .decoding import ConsumerRecord
-from .fetcher import NoOffsetForPartition
+from .fetcher import LogTruncationError, NoOffsetForPartition
 from .group_ops import OffsetAndMetadata
 from .offsets import OffsetAndTimestamp
 from .producer import AsyncProducer, RecordFuture
@@ -50,6 +50,7 @@ __all__ = [
     "ConsumerRecord",
     "GroupDescription",
     "ListedGroup",
+    "LogTruncationError",
     "MemberDescription",
     "NewTopic",
     "NoOffsetForPartition",

@@ -7,7 +7,7 @@ cheap to share between the producer's send path, the sender task and the fetcher
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ErrorCode
@@ -90,6 +90,30 @@ class ClusterSnapshot:
             topics.pop(name, None)
         topics.update(update.topics)
         return ClusterSnapshot(update.brokers, topics, update.controller_id, update.cluster_id)
+
+    def with_leaders(
+        self, hints: Mapping[TopicPartition, tuple[int, int]], nodes: Iterable[BrokerInfo]
+    ) -> tuple[ClusterSnapshot, set[TopicPartition]]:
+        """This snapshot with the leaders a Produce or Fetch answer named (KIP-951: partition ->
+        (leader id, leader epoch), and the brokers' endpoints), and the partitions that moved.
+        As the Java client's ``Metadata.updatePartitionLeadership``: a hint counts only when its
+        epoch is newer than the known one and its leader is a known broker (from ``nodes`` or
+        already); the rest of the snapshot is kept until the next Metadata answer."""
+        brokers = dict(self.brokers)
+        brokers.update((n.node_id, n) for n in nodes)
+        topics = dict(self.topics)
+        moved: set[TopicPartition] = set()
+        for tp, (leader, epoch) in hints.items():
+            topic = topics.get(tp.topic)
+            current = None if topic is None else topic.partitions.get(tp.partition)
+            if topic is None or current is None or leader < 0 or leader not in brokers or epoch <= current.leader_epoch:
+                continue
+            partitions = {**topic.partitions, tp.partition: replace(current, leader=leader, leader_epoch=epoch)}
+            topics[tp.topic] = replace(topic, partitions=partitions)
+            moved.add(tp)
+        if not moved:
+            return self, moved
+        return ClusterSnapshot(brokers, topics, self.controller_id, self.cluster_id), moved
 
 
 def snapshot_from_metadata(response: Any) -> ClusterSnapshot:

@@ -147,6 +147,7 @@ class AsyncConsumer(AsyncClient):
             if self.subscriptions.assignment:
                 await self._update_positions(deadline)
                 self._raise_missing_offsets()
+                self.fetcher.raise_truncations()
             records = self.fetcher.drain(limit)
             if records:
                 return records

@@ -640,6 +640,8 @@ class ConsumerCoordinator:
             committed = found.get(tp)
             if committed is not None:
                 st.position = committed.offset
+                # the first Fetch checks the committed epoch against the leader's log (KIP-320)
+                st.offset_epoch = committed.leader_epoch
             else:
                 self.subs.request_reset(tp)
         self.fetcher.wakeup()

@@ -74,6 +74,19 @@ class NoOffsetForPartition(KafkaError):
     code = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
+class LogTruncationError(KafkaError):
+    """The leader's log diverged before the consumer's position (KIP-320) and
+    ``auto.offset.reset=none``: the records consumed after ``divergent_offsets[tp][0]`` are not
+    in the log any more (Java's ``LogTruncationException``). Seek to resume."""
+
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+    def __init__(self, message: str, divergent_offsets: dict[TopicPartition, tuple[int, int]]) -> None:
+        super().__init__(message)
+        #: partition -> (first offset known to diverge, its leader epoch)
+        self.divergent_offsets = divergent_offsets
+
+
 class CompletedFetch:
     """One partition's records from one Fetch response, decoded lazily by :meth:`take`."""
 
@@ -87,6 +100,7 @@ class CompletedFetch:
         "end_offset",
         "fetch_offset",
         "high_watermark",
+        "last_epoch",
         "last_stable_offset",
         "log_start_offset",
         "size",
@@ -115,6 +129,8 @@ class CompletedFetch:
         self.assignment_id = assignment_id
         self._batches = deque(iter_headers(data))
         self.end_offset = self._batches[-1][1].next_offset if self._batches else fetch_offset
+        #: the leader epoch of the last batch: the ``last_fetched_epoch`` of a fetch from ``end_offset``
+        self.last_epoch = self._batches[-1][1].partition_leader_epoch if self._batches else -1
         # read_committed: (first_offset, producer_id) heap of aborted transactions in this slice
         self._aborted: list[tuple[int, int]] | None = None
         if aborted is not None:
@@ -241,18 +257,19 @@ class Fetcher:
             with trio.move_on_after(timeout):
                 await self._wakeup.wait()
 
-    def _fetch_position(self, tp: TopicPartition) -> int | None:
-        """Where the next fetch of ``tp`` starts: after its buffered data, else its position."""
+    def _fetch_position(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """Where the next fetch of ``tp`` starts, with the leader epoch of the record before it
+        (``last_fetched_epoch``): after its buffered data, else its position."""
         buffered = self._buffered.get(tp)
         if buffered:
             if len(buffered) >= 2:
                 return None
-            return buffered[-1].end_offset
+            return buffered[-1].end_offset, buffered[-1].last_epoch
         st = self.subs.assignment.get(tp)
-        return None if st is None else st.position
+        return None if st is None or st.position is None else (st.position, st.offset_epoch)
 
-    def _fetchable_by_node(self) -> tuple[dict[int, dict[TopicPartition, int]], list[TopicPartition]]:
-        by_node: dict[int, dict[TopicPartition, int]] = {}
+    def _fetchable_by_node(self) -> tuple[dict[int, dict[TopicPartition, tuple[int, int]]], list[TopicPartition]]:
+        by_node: dict[int, dict[TopicPartition, tuple[int, int]]] = {}
         unknown: list[TopicPartition] = []
         if self._buffered_bytes >= self.max_bytes:
             return by_node, unknown
@@ -260,23 +277,25 @@ class Fetcher:
         for tp in self.subs.fetchable():
             if tp in self._in_flight_partitions:
                 continue
-            offset = self._fetch_position(tp)
-            if offset is None:
+            at = self._fetch_position(tp)
+            if at is None:
                 continue
             leader = cluster.leader_for(tp)
             if leader < 0:
                 unknown.append(tp)
                 continue
-            by_node.setdefault(leader, {})[tp] = offset
+            by_node.setdefault(leader, {})[tp] = at
         return by_node, unknown
 
-    async def _fetch(self, node: int, parts: dict[TopicPartition, int]) -> None:
-        """One Fetch of ``parts`` (partition -> fetch offset) from ``node``, in the fetch
+    async def _fetch(self, node: int, parts: dict[TopicPartition, tuple[int, int]]) -> None:
+        """One Fetch of ``parts`` (partition -> fetch offset and last fetched epoch) from ``node``, in the fetch
         session with that broker (KIP-227, Fetch v7+): the request names only the partitions
         whose position moved since the session last heard of them, and the answer carries only
         the partitions with news, as the Java consumer does."""
         assignment_id = self.subs.assignment_id
-        wanted = {tp: PartitionData(offset, -1, self.partition_max_bytes, -1) for tp, offset in parts.items()}
+        wanted = {
+            tp: PartitionData(offset, -1, self.partition_max_bytes, -1, epoch) for tp, (offset, epoch) in parts.items()
+        }
         session = self._sessions.get(node)
         if session is None:
             session = self._sessions[node] = FetchSessionHandler(f"broker {node}")
@@ -348,11 +367,17 @@ class Fetcher:
             if got_data:
                 self._signal_data()
 
-    def _handle_partition(self, tp: TopicPartition, offset: int, p: Any, assignment_id: int) -> bool:
+    def _handle_partition(self, tp: TopicPartition, at: tuple[int, int], p: Any, assignment_id: int) -> bool:
         st = self.subs.assignment.get(tp)
         if st is None or (assignment_id != self.subs.assignment_id and tp not in self.subs.assignment):
             return False
+        offset = at[0]
         code = error_code(p.error_code)
+        diverging = getattr(p, "diverging_epoch", None)
+        if code is ErrorCode.NONE and diverging is not None and int(diverging.epoch) >= 0:
+            if self._fetch_position(tp) == at:  # else a seek or a reset moved on meanwhile
+                self._handle_divergence(tp, int(diverging.epoch), int(diverging.end_offset))
+            return st.truncation is not None
         if code is ErrorCode.NONE:
             st.high_watermark = int(p.high_watermark)
             st.last_stable_offset = int(getattr(p, "last_stable_offset", -1))
@@ -393,6 +418,47 @@ class Fetcher:
             return False
         self._errors.append(KafkaError(f"fetch of {tp} failed with {code.name}", code=code))
         return True
+
+    def _handle_divergence(self, tp: TopicPartition, epoch: int, end_offset: int) -> None:
+        """The leader's log diverges from what was fetched (KIP-320): its ``epoch`` ends at
+        ``end_offset``. As the Java consumer's ``SubscriptionState.maybeCompleteValidation``:
+        when that is before the position, the records consumed after it are gone -- with
+        ``auto.offset.reset=none`` that is a :class:`LogTruncationError`, else the position moves
+        back to the first offset known to diverge (logged); when it is not, the position stands
+        and only the data fetched past it (buffered, not yet consumed) is dropped."""
+        st = self.subs.state(tp)
+        self.discard(tp)  # fetched from the diverging log: refetched from the position
+        position = st.position
+        assert position is not None
+        if end_offset < 0:
+            if self.subs.default_reset == "none":
+                self._errors.append(NoOffsetForPartition(f"{tp}: the leader knows no end of epoch {epoch}"))
+            else:
+                self.subs.request_reset(tp)
+            return
+        if end_offset >= position:
+            return
+        if self.subs.default_reset == "none":
+            log.warning(
+                "truncation detected for %s: position %d (epoch %d) is past the end of epoch %d at offset %d",
+                tp,
+                position,
+                st.offset_epoch,
+                epoch,
+                end_offset,
+            )
+            st.truncation = (end_offset, epoch)  # every poll() raises until the user seeks
+            return
+        log.info(
+            "truncation detected for %s at offset %d (epoch %d): resetting to the first offset known to diverge, %d"
+            " (epoch %d)",
+            tp,
+            position,
+            st.offset_epoch,
+            end_offset,
+            epoch,
+        )
+        self.subs.seek_validated(tp, end_offset, epoch)
 
     # -- positions ---------------------------------------------------------------------------------
     async def _reset_positions(self) -> None:
@@ -436,6 +502,14 @@ class Fetcher:
             error = self._errors.pop(0)
             raise error
 
+    def raise_truncations(self) -> None:
+        """Java's ``LogTruncationException``, raised by every poll() while a partition's log was
+        truncated before its position under ``auto.offset.reset=none``, until the user seeks it."""
+        truncated = self.subs.truncations()
+        if truncated:
+            where = ", ".join(f"{tp} at offset {at} (epoch {epoch})" for tp, (at, epoch) in truncated.items())
+            raise LogTruncationError(f"truncation detected (auto.offset.reset=none): {where}", truncated)
+
     def discard(self, tp: TopicPartition) -> None:
         """Drop buffered data of ``tp`` (seek, pause, revocation)."""
         for completed in self._buffered.pop(tp, ()):
@@ -468,6 +542,7 @@ class Fetcher:
                 st.position = completed.take(st.position, want, records, self.codecs, self.check_crcs)
                 completed.fetch_offset = st.position
                 if records:
+                    st.offset_epoch = records[-1].leader_epoch
                     out[tp] = out[tp] + records if tp in out else records
                     want -= len(records)
                 if completed.exhausted:

@@ -23,16 +23,16 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import trio
 
 from ..errors import ErrorCode, KafkaError
-from ..interfaces import Connector, TransportFactory
+from ..interfaces import Connector, TopicPartition, TransportFactory
 from ..manager import PluginError, Plugins, default_plugins
 from ..protocol import ApiKey
-from .cluster import ClusterSnapshot, snapshot_from_metadata
+from .cluster import BrokerInfo, ClusterSnapshot, snapshot_from_metadata
 from .config import ClientConfig
 from .connection import BrokerConnection, NetworkError
 from .requests import error_code, make_request, request_builder
@@ -362,6 +362,22 @@ class NetworkClient:
             self._install()
         return self.cluster
 
+    def update_leaders(
+        self, hints: Mapping[TopicPartition, tuple[int, int]], nodes: Iterable[BrokerInfo]
+    ) -> set[TopicPartition]:
+        """Take the new leaders a Produce or Fetch answer named (KIP-951, see
+        :meth:`ClusterSnapshot.with_leaders`) at once, waking the listeners, and still ask for a
+        Metadata refresh in the background, as the Java client does; returns the partitions
+        that moved."""
+        self.cluster, moved = self.cluster.with_leaders(hints, nodes)
+        if moved:
+            named = (f"{tp} led by {hints[tp][0]} (epoch {hints[tp][1]})" for tp in sorted(moved))
+            log.info("leaders from the broker's hints (KIP-951): %s", ", ".join(named))
+            for listener in self.metadata_listeners:
+                listener()
+        self.request_update()
+        return moved
+
     def _install(self) -> None:
         self.metadata_version += 1
         self._last_refresh = trio.current_time()
@@ -415,8 +431,6 @@ class NetworkClient:
             raise KafkaError(f"FindCoordinator({key!r}) failed with {code.name}", code=code)
         node = int(response.node_id)
         if node not in self.cluster.brokers:
-            from .cluster import BrokerInfo
-
             brokers = dict(self.cluster.brokers)
             brokers[node] = BrokerInfo(node, response.host, int(response.port))
             self.cluster = ClusterSnapshot(

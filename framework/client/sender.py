@@ -32,6 +32,7 @@ from ..protocol import ApiKey
 from ..protocol.produce import PartitionProduceData, ProduceRequestData, TopicProduceData
 from ..records import build_batch
 from .accumulator import ProducerBatch, RecordAccumulator
+from .cluster import BrokerInfo
 from .connection import BrokerConnection, NetworkError
 from .network import NetworkClient
 from .requests import error_code, make_request
@@ -49,6 +50,18 @@ _LEADER_ERRORS = frozenset(
         ErrorCode.NETWORK_EXCEPTION,
     }
 )
+
+
+def produce_error_detail(p: Any) -> str:
+    """The broker's explanation of a failed partition (Produce v8+, KIP-467), for the delivery
+    error's message: its ``error_message`` and each invalid record by its index in the batch
+    (Java fails the batch's records with these messages too); empty when it gave none."""
+    parts = []
+    if getattr(p, "error_message", None):
+        parts.append(str(p.error_message))
+    for index, message in getattr(p, "record_errors", ()):
+        parts.append(f"record {index}: {message or 'invalid'}")
+    return ": " + "; ".join(parts) if parts else ""
 
 
 class Sender:
@@ -212,9 +225,8 @@ class Sender:
                 acks=self.acks,
                 timeout_ms=self.request_timeout_ms,
                 topic_data=[TopicProduceData(t, parts) for t, parts in by_topic.items()],
-                # v8 at most: the request is written non-flexible (v9+ adds nothing a producer uses
-                # but KIP-951's leader hints, which this producer does not act on)
-                version=conn.version(ApiKey.PRODUCE, min_version=3, max_version=8),
+                # v9+ flexible; v10+ answers carry KIP-951 leader hints, v11 TRANSACTION_ABORTABLE
+                version=conn.version(ApiKey.PRODUCE, min_version=3, max_version=11),
             )
             return await conn.send_request(
                 request, timeout_s=self.network.request_timeout_s, expect_response=self.acks != 0
@@ -243,6 +255,7 @@ class Sender:
             for topic in response.responses:
                 for p in topic.partition_responses:
                     results[TopicPartition(topic.name, p.index)] = p
+            moved = self._follow_leader_hints(results, response)
             for b in batches:
                 p = results.get(b.tp)
                 if p is None:
@@ -253,7 +266,7 @@ class Sender:
                     self._done(b)
                     self._complete(b, p.base_offset if code is ErrorCode.NONE else -1, p.log_append_time_ms)
                 else:
-                    self._on_error(b, code, None)
+                    self._on_error(b, code, None, produce_error_detail(p), leader_moved=b.tp in moved)
         finally:
             left = self._node_in_flight.get(node, 1) - 1
             if left:
@@ -286,7 +299,34 @@ class Sender:
         queued = self.accumulator.partitions().get(batch.tp) or ()
         return any(b.in_retry and 0 <= b.base_sequence < seq for b in queued)
 
-    def _on_error(self, batch: ProducerBatch, code: ErrorCode, exc: BaseException | None) -> None:
+    def _follow_leader_hints(self, results: dict[TopicPartition, Any], response: Any) -> set[TopicPartition]:
+        """KIP-951 (Produce v10+): the new leaders a NOT_LEADER_OR_FOLLOWER or
+        FENCED_LEADER_EPOCH answer names go into the metadata at once (when their epoch is
+        newer); returns the partitions that moved, whose batches are retried without backoff."""
+        hints = {
+            tp: p.current_leader
+            for tp, p in results.items()
+            if p.current_leader is not None
+            and p.current_leader[0] >= 0
+            and error_code(p.error_code) in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
+        }
+        if not hints:
+            return set()
+        nodes = [BrokerInfo(n.node_id, n.host, n.port, n.rack) for n in response.node_endpoints]
+        return self.network.update_leaders(hints, nodes)
+
+    def _on_error(
+        self,
+        batch: ProducerBatch,
+        code: ErrorCode,
+        exc: BaseException | None,
+        detail: str = "",
+        *,
+        leader_moved: bool = False,
+    ) -> None:
+        """Retry ``batch`` or fail it; ``detail`` (the broker's error message and record errors)
+        goes into the delivery error's message. A batch whose partition's leader is known to
+        have moved (``leader_moved``, KIP-951) is retried at once, as Java's producer does."""
         now = trio.current_time()
         if code is ErrorCode.MESSAGE_TOO_LARGE and batch.record_count > 1:
             # over the topic's max.message.bytes as a whole, perhaps not record by record: split
@@ -300,7 +340,7 @@ class Sender:
         retriable = code.retriable or isinstance(exc, NetworkError)
         if code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._earlier_outstanding(batch):
             retriable = True
-        if code in _LEADER_ERRORS:
+        if code in _LEADER_ERRORS and not leader_moved:  # else update_leaders asked already
             self.network.request_update()
         expired = batch.created + self.delivery_timeout_s <= now
         if retriable and batch.attempts < self.retries and not expired:
@@ -309,14 +349,14 @@ class Sender:
                 self._tp_blocked.add(batch.tp)
             self._done(batch)
             batch.attempts += 1
-            delay = self.network.retry_backoff.seconds(batch.attempts - 1)
+            delay = 0.0 if leader_moved else self.network.retry_backoff.seconds(batch.attempts - 1)
             log.debug("retrying %s (attempt %d) after %s", batch.tp, batch.attempts, code.name)
             self.accumulator.reenqueue(batch, now + delay)
             return
         self._done(batch)
         error = exc if isinstance(exc, KafkaError) and exc.code is code else None
         if error is None:
-            error = KafkaError(f"produce to {batch.tp} failed with {code.name}", code=code)
+            error = KafkaError(f"produce to {batch.tp} failed with {code.name}{detail}", code=code)
         self._fail(batch, error)
 
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:

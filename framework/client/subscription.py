@@ -38,6 +38,13 @@ class PartitionState:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     leader_epoch: int = -1
+    #: the leader epoch of the last record consumed (Java's ``FetchPosition.offsetEpoch``; -1:
+    #: unknown, after a seek or a reset): sent as a Fetch's ``last_fetched_epoch`` (v12+) so the
+    #: leader can say where its log diverged from what this consumer read (KIP-320)
+    offset_epoch: int = -1
+    #: the leader's log diverged before the position and ``auto.offset.reset=none``: the first
+    #: offset known to diverge and its epoch; not fetched, and every poll() raises, until a seek
+    truncation: tuple[int, int] | None = None
     #: position is waiting for the committed offset (group members only)
     awaiting_committed: bool = False
 
@@ -111,18 +118,35 @@ class SubscriptionState:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         st = self.state(tp)
         st.position = offset
+        st.offset_epoch = -1
+        st.truncation = None
         st.reset = None
         st.awaiting_committed = False
+
+    def seek_validated(self, tp: TopicPartition, offset: int, epoch: int) -> None:
+        """Move to ``offset`` whose leader epoch is known (a truncation's diverging epoch)."""
+        self.seek(tp, offset)
+        self.state(tp).offset_epoch = epoch
 
     def request_reset(self, tp: TopicPartition, strategy: str | int | None = None) -> None:
         st = self.state(tp)
         st.position = None
+        st.offset_epoch = -1
+        st.truncation = None
         st.reset = strategy if strategy is not None else self.default_reset
         st.awaiting_committed = False
 
     def fetchable(self) -> list[TopicPartition]:
-        """Assigned, not paused, with a known position."""
-        return [tp for tp, st in self.assignment.items() if not st.paused and st.position is not None]
+        """Assigned, not paused, with a known position (and no truncation waiting for a seek)."""
+        return [
+            tp
+            for tp, st in self.assignment.items()
+            if not st.paused and st.position is not None and st.truncation is None
+        ]
+
+    def truncations(self) -> dict[TopicPartition, tuple[int, int]]:
+        """Partitions whose log was truncated before their position, with no reset policy."""
+        return {tp: st.truncation for tp, st in self.assignment.items() if st.truncation is not None}
 
     def needing_reset(self) -> dict[TopicPartition, str | int]:
         """Partitions whose position the fetcher looks up (earliest, latest or a timestamp)."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidRequest
 from .fetch import NodeEndpoint, node_endpoints_field
-from .headers import write_uvarint
+from .headers import read_uvarint, write_uvarint
 from .wire import (
     Buffer,
     need,
@@ -194,21 +194,32 @@ def _string(value: str | None) -> bytes:
 
 
 def encode_produce_request(request: ProduceRequestData) -> bytes:
-    """The body of a Produce request at ``request.version`` (client side)."""
+    """The body of a Produce request at ``request.version`` (client side, v3-v11): from v9 on
+    flexible -- compact strings, arrays and record lengths, an empty tag section after each
+    struct (the producer sends no tagged field)."""
+    flexible = request.version >= 9
     out = bytearray()
     if request.version >= 3:
-        out += _string(request.transactional_id)
+        out += _string_of(request.transactional_id, flexible)
     out += _ACKS_TIMEOUT.pack(request.acks, request.timeout_ms)
-    out += _I32.pack(len(request.topic_data))
+    out += _count_of(len(request.topic_data), flexible)
     for topic in request.topic_data:
-        out += _string(topic.name)
-        out += _I32.pack(len(topic.partition_data))
+        out += _string_of(topic.name, flexible)
+        out += _count_of(len(topic.partition_data), flexible)
         for part in topic.partition_data:
-            if part.records is None:
-                out += _PARTITION_HEAD.pack(part.index, -1)
+            size = -1 if part.records is None else len(part.records)
+            if flexible:
+                out += _I32.pack(part.index) + write_uvarint(size + 1)
             else:
-                out += _PARTITION_HEAD.pack(part.index, len(part.records))
+                out += _PARTITION_HEAD.pack(part.index, size)
+            if part.records is not None:
                 out += part.records
+            if flexible:
+                out += b"\x00"
+        if flexible:
+            out += b"\x00"
+    if flexible:
+        out += b"\x00"
     return bytes(out)
 
 
@@ -264,14 +275,15 @@ def encode_produce_response(version: int, response: ProduceResponseData) -> byte
 
 
 def decode_produce_response(version: int, buf: Buffer, pos: int = 0) -> ProduceResponseData:
-    """Decode a Produce response body (client side, v0-v8: odradek's producer sends no later one)."""
-    if version >= 9:
-        raise InvalidRequest(f"Produce v{version} responses are not decoded here")
-    n_topics, pos = read_count(buf, pos, _RESPONSE)
+    """Decode a Produce response body (client side, v0-v11): v8+ record errors and the error
+    message (KIP-467), v9+ flexible, v10+ the KIP-951 tags -- a partition's ``current_leader``
+    (tag 0) and the response's ``node_endpoints`` (tag 0); other tags are skipped."""
+    flexible = version >= 9
+    n_topics, pos = _array_count(buf, pos, flexible)
     topics = []
     for _ in range(n_topics):
-        name, pos = read_string(buf, pos, _RESPONSE, nullable=False)
-        n_parts, pos = read_count(buf, pos, _RESPONSE)
+        name, pos = _read_string(buf, pos, flexible, nullable=False)
+        n_parts, pos = _array_count(buf, pos, flexible)
         parts = []
         for _ in range(n_parts):
             if version >= 5:
@@ -287,19 +299,83 @@ def decode_produce_response(version: int, buf: Buffer, pos: int = 0) -> ProduceR
                 p = PartitionProduceResponse(*_PARTITION_V0.unpack_from(buf, pos))
                 pos += _PARTITION_V0.size
             if version >= 8:
-                n_errors, pos = read_count(buf, pos, _RESPONSE)
+                n_errors, pos = _array_count(buf, pos, flexible)
+                record_errors = []
                 for _ in range(n_errors):
-                    pos += 4  # batch_index
-                    _msg, pos = read_string(buf, pos, _RESPONSE, nullable=True)
-                _msg, pos = read_string(buf, pos, _RESPONSE, nullable=True)
+                    batch_index, pos = _read_i32(buf, pos)
+                    message, pos = _read_string(buf, pos, flexible, nullable=True)
+                    if flexible:
+                        pos = skip_tagged_fields(buf, pos, _RESPONSE)
+                    record_errors.append((batch_index, message))
+                p.record_errors = record_errors
+                p.error_message, pos = _read_string(buf, pos, flexible, nullable=True)
+            if flexible:
+                for tag, start, end in _tags(buf, pos):
+                    if tag == 0 and end - start >= 8:  # LeaderIdAndEpoch (its own tags follow)
+                        p.current_leader = (_I32.unpack_from(buf, start)[0], _I32.unpack_from(buf, start + 4)[0])
+                pos = _after_tags(buf, pos)
             parts.append(p)
+        if flexible:
+            pos = skip_tagged_fields(buf, pos, _RESPONSE)
         topics.append(TopicProduceResponse(name or "", parts))
     throttle = 0
     if version >= 1:
         need(buf, pos, 4, _RESPONSE)
         (throttle,) = _I32.unpack_from(buf, pos)
         pos += 4
-    return ProduceResponseData(topics, throttle)
+    nodes: list[NodeEndpoint] = []
+    if flexible:
+        for tag, start, _end in _tags(buf, pos):
+            if tag == 0:
+                nodes = _node_endpoints(buf, start)
+        pos = _after_tags(buf, pos)
+    return ProduceResponseData(topics, throttle, nodes)
+
+
+def _read_i32(buf: Buffer, pos: int) -> tuple[int, int]:
+    need(buf, pos, 4, _RESPONSE)
+    return _I32.unpack_from(buf, pos)[0], pos + 4
+
+
+def _array_count(buf: Buffer, pos: int, flexible: bool) -> tuple[int, int]:
+    return read_compact_count(buf, pos, _RESPONSE) if flexible else read_count(buf, pos, _RESPONSE)
+
+
+def _read_string(buf: Buffer, pos: int, flexible: bool, *, nullable: bool) -> tuple[str | None, int]:
+    if flexible:
+        return read_compact_string(buf, pos, _RESPONSE, nullable=nullable)
+    return read_string(buf, pos, _RESPONSE, nullable=nullable)
+
+
+def _tags(buf: Buffer, pos: int) -> list[tuple[int, int, int]]:
+    """The (tag, start, end) of each field in the tag section at ``pos``."""
+    count, pos = read_uvarint(buf, pos)
+    out = []
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        need(buf, pos, size, _RESPONSE)
+        out.append((tag, pos, pos + size))
+        pos += size
+    return out
+
+
+def _after_tags(buf: Buffer, pos: int) -> int:
+    return skip_tagged_fields(buf, pos, _RESPONSE)
+
+
+def _node_endpoints(buf: Buffer, pos: int) -> list[NodeEndpoint]:
+    """The NodeEndpoints tagged field (KIP-951): the brokers the response names as leaders."""
+    n, pos = read_compact_count(buf, pos, _RESPONSE)
+    nodes = []
+    for _ in range(n):
+        node_id, pos = _read_i32(buf, pos)
+        host, pos = read_compact_string(buf, pos, _RESPONSE, nullable=False)
+        port, pos = _read_i32(buf, pos)
+        rack, pos = read_compact_string(buf, pos, _RESPONSE, nullable=True)
+        pos = skip_tagged_fields(buf, pos, _RESPONSE)
+        nodes.append(NodeEndpoint(node_id, host or "", port, rack))
+    return nodes
 
 
 __all__ = [
