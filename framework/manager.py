@@ -512,17 +512,25 @@ class Plugins:
     def authorizer(self, name: str) -> AuthorizerFactory:
         """The authorizer ``authorizer.class.name`` selects (a Kafka class name of its ACL
         authorizers is the built-in ``acl``)."""
-        merged = self._by_name("odradek_register_authorizers", lambda a: a.name)
-        chosen = merged.get(authorizer_name(name))
+        result: AuthorizerFactory = self._by_config_name(
+            "odradek_register_authorizers",
+            authorizer_name(name),
+            f"authorizer.class.name = {name!r}: no authorizer plugin offers it",
+            "Kafka's kafka.security.authorizer.AclAuthorizer / org.apache.kafka.metadata.authorizer."
+            "StandardAuthorizer for acl; empty for none",
+        )
+        return result
+
+    def _by_config_name(self, hook: str, key: str, refusal: str, aliases: str) -> Any:
+        """What a plugin registers under ``key`` (a config value after its Kafka aliases are
+        mapped) through ``hook``; else a :class:`PluginError` that starts with ``refusal`` and
+        lists what is available, then ``aliases``."""
+        merged = self._by_name(hook, lambda item: item.name)
+        chosen = merged.get(key)
         if chosen is None:
             choices = ", ".join(sorted(merged)) or "none"
-            raise PluginError(
-                f"authorizer.class.name = {name!r}: no authorizer plugin offers it (available: {choices}, or "
-                "Kafka's kafka.security.authorizer.AclAuthorizer / org.apache.kafka.metadata.authorizer."
-                "StandardAuthorizer for acl; empty for none)"
-            )
-        result: AuthorizerFactory = chosen[1]
-        return result
+            raise PluginError(f"{refusal} (available: {choices}, or {aliases})")
+        return chosen[1]
 
     def transports(self) -> list[TransportFactory]:
         return [i for _, i in self._by_name("odradek_register_transports", lambda t: t.name).values()]
@@ -602,16 +610,14 @@ class Plugins:
     def replica_selector(self, name: str) -> ReplicaSelector:
         """The KIP-392 replica selector ``replica.selector.class`` names (Kafka's class names of
         its selectors are the built-in ``rack-aware`` and ``leader``)."""
-        merged = self._by_name("odradek_register_replica_selectors", lambda s: s.name)
-        chosen = merged.get(selector_name(name))
-        if chosen is None:
-            choices = ", ".join(sorted(merged)) or "none"
-            raise PluginError(
-                f"replica.selector.class = {name!r}: no replica selector plugin offers it (available: {choices}, "
-                "or Kafka's org.apache.kafka.common.replica.RackAwareReplicaSelector / LeaderSelector for "
-                "rack-aware / leader; empty for none)"
-            )
-        instance: ReplicaSelector = chosen[1]()
+        factory = self._by_config_name(
+            "odradek_register_replica_selectors",
+            selector_name(name),
+            f"replica.selector.class = {name!r}: no replica selector plugin offers it",
+            "Kafka's org.apache.kafka.common.replica.RackAwareReplicaSelector / LeaderSelector for "
+            "rack-aware / leader; empty for none",
+        )
+        instance: ReplicaSelector = factory()
         return instance
 
     # -- introspection -------------------------------------------------------------------------
