@@ -4,7 +4,9 @@ measured in the same run on the same disk, since absolute figures on a shared VM
 - append: ``append_as_leader`` MB/s for 1 KiB, 16 KiB and 1 MiB batches (one batch per call,
   the worst case) as a ratio to sequential ``write()`` of the same bytes in the same sizes
   (goal >= 0.8 from 16 KiB). Each batch carries a newer timestamp than the last, as a
-  producer's do, so the time index takes an entry wherever the offset index does;
+  producer's do, so the time index takes an entry wherever the offset index does. The engine
+  reserves blocks ahead of its appends (``storage.segment.reserve.bytes``) and the plain file
+  does not: that is part of what is measured; ``--reserve-bytes 0`` measures without it;
 - read: fetches of 1 MiB through ``read()`` + ``file_range()`` + ``os.sendfile`` to a loopback
   TCP socket, as a ratio to plain ``sendfile`` of the same segment file in 1 MiB chunks (goal >= 0.9);
 - rss: a fresh process with 1,000 partitions, RSS after each GB appended, then after a restart and
@@ -16,7 +18,7 @@ Every ratio is per run (ours and the baseline back to back, order alternating, `
 each), reported as median with min..max over ``--runs``.
 
 Run: ``.venv/bin/python bench/bench_storage.py [--runs 5] [--quick] [--only append,read,rss,recovery]
-[--dir PATH] [--json]``
+[--dir PATH] [--json] [--reserve-bytes N]``
 """
 
 from __future__ import annotations
@@ -65,8 +67,14 @@ def make_batch(size: int) -> bytearray:
     return bytearray(records.build_batch([(b"key", value, [], int(time.time() * 1000))]))
 
 
+#: ``--reserve-bytes``: the step of ``storage.segment.reserve.bytes`` (None: the engine's default)
+RESERVE_BYTES: int | None = None
+
+
 async def open_storage(path: Path, **overrides: Any) -> SegmentLogStorage:
     storage = SegmentLogStorage(default_config(log_dirs=[str(path)], **overrides))
+    if RESERVE_BYTES is not None:
+        storage.ctx.reserve_bytes = RESERVE_BYTES
     await storage.open()
     return storage
 
@@ -462,11 +470,19 @@ def main() -> None:
     parser.add_argument("--only", default="append,read,rss,recovery")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir under the repo's disk)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    parser.add_argument(
+        "--reserve-bytes",
+        type=int,
+        default=None,
+        help="storage.segment.reserve.bytes for the engine (default: its default; 0: appends reserve no blocks ahead)",
+    )
     args = parser.parse_args()
+    global RESERVE_BYTES
+    RESERVE_BYTES = args.reserve_bytes
     only = set(args.only.split(","))
     console = Console(stderr=args.json)
     root = Path(tempfile.mkdtemp(prefix="bench-storage-", dir=args.dir or Path(__file__).resolve().parent))
-    results: dict[str, Any] = {"runs": args.runs, "quick": args.quick}
+    results: dict[str, Any] = {"runs": args.runs, "quick": args.quick, "reserve_bytes": args.reserve_bytes}
     try:
         if "append" in only:
             console.print("append ...")

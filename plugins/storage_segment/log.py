@@ -193,15 +193,19 @@ class SegmentLog:
         first = self._leo
         last = first + last_delta
         seg = self._segments[-1]
+        end = seg.size + size
         # the roll conditions, checked against limits the segment keeps; only when one could
         # hold is the full check run (it also refreshes the segment's time limit)
         if (
-            seg.size + size > self._segment_bytes
+            end > self._segment_bytes
             or last > seg.max_last_offset
             or not 0 <= max_ts <= seg.roll_at_ts
             or seg.index_room < 1
         ) and seg.should_roll(size, 1, last, max_ts, self._segment_bytes, self._segment_ms):
             seg = self._roll(first)
+            end = size
+        if end > seg.reserved_to:  # once per storage.segment.reserve.bytes of appends
+            seg.reserve_ahead(end, self._segment_bytes)
         # baseOffset, batchLength (unchanged: pad bytes would write zeros) and partitionLeaderEpoch
         _BASE_LENGTH_EPOCH.pack_into(data, 0, first, size - _LOG_OVERHEAD, leader_epoch)
         try:
@@ -315,6 +319,8 @@ class SegmentLog:
         size = len(data)
         if seg.should_roll(size, len(batches), last_offsets[-1], max_ts, self._segment_bytes, self._segment_ms):
             seg = self._roll(first)
+        if seg.size + size > seg.reserved_to:
+            seg.reserve_ahead(seg.size + size, self._segment_bytes)
         try:
             seg.append(data, batches, last_offsets)
         except OSError as exc:
@@ -722,14 +728,15 @@ class SegmentLog:
         return (self._dirty or self._epochs.unsynced) and now_ms - self._last_flush_ms >= self.config.flush_ms
 
     def prepare_close(self) -> None:
-        """Cut a preallocated active segment to its data; the flush that follows makes it durable."""
+        """Cut the active segment to its data (a preallocated file's end, blocks reserved
+        ahead); the flush that follows makes a changed size durable."""
         if self.closed:
             return
         try:
-            if self._segments[-1].trim_preallocated():
+            if self._segments[-1].trim_to_data():
                 self._dirty = True
         except OSError as exc:
-            log.error("%s: could not cut the preallocated active segment: %s", self.topic_partition, exc)
+            log.error("%s: could not cut the active segment to its data: %s", self.topic_partition, exc)
 
     async def close(self) -> None:
         if self.closed:

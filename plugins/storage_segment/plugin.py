@@ -9,7 +9,8 @@ from odradek.hookspecs import hookimpl
 from odradek.interfaces import ConfigKey, StorageFactory
 
 from .cleaner import DEDUPE_BUFFER_KEY, DEFAULT_DEDUPE_BUFFER, DEFAULT_LOAD_FACTOR, LOAD_FACTOR_KEY
-from .storage import MAX_MAPPED_INDEXES_KEY, MAX_OPEN_FILES_KEY, SegmentLogStorage
+from .segment import DEFAULT_RESERVE_BYTES
+from .storage import MAX_MAPPED_INDEXES_KEY, MAX_OPEN_FILES_KEY, RESERVE_BYTES_KEY, SegmentLogStorage
 
 
 def _create(config: Config) -> SegmentLogStorage:
@@ -44,6 +45,15 @@ def odradek_config_keys() -> Sequence[ConfigKey]:
             0,
             "Index files kept memory-mapped at once across all partitions (each map holds a descriptor); "
             "0: the same as the open-file budget.",
+            minimum=0,
+        ),
+        ConfigKey(
+            RESERVE_BYTES_KEY,
+            int,
+            DEFAULT_RESERVE_BYTES,
+            "Disk an active segment reserves ahead of its data, one step of this size at a time "
+            "(fallocate with KEEP_SIZE: the file's size does not change), so appends write into "
+            "allocated blocks; cut on roll and close. 0: off. Linux only; unused under log.preallocate.",
             minimum=0,
         ),
         ConfigKey(

@@ -24,6 +24,7 @@ from odradek.records import HEADER_SIZE, MAGIC, BatchHeader
 
 from .handles import HandleCache, LogFile
 from .index import INT32_MAX, OffsetIndex, TimeIndex
+from .reserve import UNSUPPORTED_ERRNOS, reserve_blocks
 from .scan import VerifiedScan, header_at, scan_headers
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,15 @@ FETCH_SCAN_CHUNK = 4096
 #: through ``_reserve``, which stores the indexes' pending entries (at most this many of each,
 #: 8 KiB in all, per active segment)
 _ROOM_STEP = 256
+#: ``LogSegment.reserved_to`` of a segment that does not reserve blocks ahead (switched off,
+#: preallocated whole, or on a filesystem that cannot): no append's end ever passes it
+NO_RESERVATION = 1 << 62
+#: allocated bytes past a file's size (``st_blocks``) that mean blocks were reserved past it:
+#: more than the last partly filled block and filesystem metadata can account for
+_BLOCKS_PAST_EOF = 64 * 1024
+#: the default of ``storage.segment.reserve.bytes``: measured against 256 KiB and 4 MiB steps,
+#: 1 MiB takes nearly all of the gain while holding little disk per active segment
+DEFAULT_RESERVE_BYTES = 1 << 20
 
 
 def segment_name(base_offset: int) -> str:
@@ -55,11 +65,13 @@ def preallocate_bytes(config: Mapping[str, Any]) -> int:
 
 @dataclass
 class SegmentContext:
-    """What every segment of one broker shares: the fd and mmap budgets and the clock."""
+    """What every segment of one broker shares: the fd and mmap budgets, the clock, and the
+    step in which active segments reserve disk blocks ahead (``storage.segment.reserve.bytes``)."""
 
     files: HandleCache
     maps: HandleCache
     time_ms: Callable[[], int]
+    reserve_bytes: int = DEFAULT_RESERVE_BYTES
 
 
 class LogSegment:
@@ -118,6 +130,12 @@ class LogSegment:
         self.roll_at_ts = -1
         #: the log file was preallocated past its data (cut to :attr:`size` on roll and close)
         self.preallocated = False
+        #: where the blocks reserved ahead of the data end (see reserve.py): the log calls
+        #: :meth:`reserve_ahead` when an append would end past it. 0: nothing reserved yet;
+        #: NO_RESERVATION: this segment does not reserve
+        self.reserved_to = 0
+        #: blocks may lie past the data (a reservation was made): cut on roll and close
+        self._reserved = False
         #: (leader epoch, first offset) where the epoch rises in this segment, found by :meth:`recover`
         self.recovered_epoch_starts: list[tuple[int, int]] = []
 
@@ -349,6 +367,7 @@ class LogSegment:
     def _cut_back(self, start: int) -> None:
         try:
             os.ftruncate(self.log.fd(), start)
+            self._blocks_cut()
         except OSError as cut_exc:
             log.error("could not cut %s back to %d bytes after a failed write: %s", self.log.path, start, cut_exc)
 
@@ -404,16 +423,54 @@ class LogSegment:
         self.time_index.trim()
         self.index_room = 0
         self._forget_tail()
-        self.trim_preallocated()
+        self.trim_to_data()
 
-    def trim_preallocated(self) -> bool:
-        """Cut a preallocated log file to its data (the segment stops growing: roll or close);
-        returns whether there was anything to cut."""
-        if not self.preallocated:
+    def trim_to_data(self) -> bool:
+        """Cut the log file to its data when the segment stops growing (roll or close): the
+        unused end of a preallocated file, or the blocks reserved ahead. Returns whether the
+        file's size changed (only a preallocated one's does: it needs an fsync to last)."""
+        if not (self.preallocated or self._reserved):
             return False
         os.ftruncate(self.log.fd(), self.size)
+        resized = self.preallocated
         self.preallocated = False
-        return True
+        self._blocks_cut()
+        return resized
+
+    def reserve_ahead(self, end: int, limit: int) -> None:
+        """Reserve the log file's blocks past an append that ends at ``end``: up to one step
+        (``storage.segment.reserve.bytes``) further, but not past ``limit`` (``segment.bytes``:
+        the segment rolls there). Called by the log when ``end`` passes :attr:`reserved_to`.
+
+        A failure never fails the append: a filesystem that cannot reserve switches this segment
+        off; anything else (ENOSPC) skips the step, and the append's own write meets it."""
+        step = self.ctx.reserve_bytes
+        if step <= 0 or self.preallocated:
+            self.reserved_to = NO_RESERVATION
+            return
+        to = min(end + step, limit)
+        if to <= end:  # the segment rolls at its next append (or holds one oversized batch)
+            return
+        start = max(self.size, self.reserved_to)
+        self._reserved = True
+        try:
+            reserve_blocks(self.log.fd(), start, to - start)
+        except OSError as exc:
+            if exc.errno in UNSUPPORTED_ERRNOS:
+                log.debug("%s: cannot reserve blocks ahead, appending without: %s", self.log.path, exc)
+                self.reserved_to = NO_RESERVATION
+            else:
+                log.debug("%s: reserving blocks %d..%d failed: %s", self.log.path, start, to, exc)
+                self.reserved_to = to  # the next step tries again
+            return
+        self.reserved_to = to
+
+    def _blocks_cut(self) -> None:
+        """The file was cut to its data (truncation, a failed write, recovery, a roll): no
+        blocks are reserved past it any more; the next append reserves again."""
+        self._reserved = False
+        if self.reserved_to != NO_RESERVATION:
+            self.reserved_to = 0
 
     def make_active(self) -> None:
         """Truncation made this the last segment again: its indexes take writes."""
@@ -570,6 +627,7 @@ class LogSegment:
         pos, h = found
         os.ftruncate(self.log.fd(), pos)
         self.preallocated = False
+        self._blocks_cut()
         self.size = pos
         self.offset_index.truncate_to_position(pos)
         self.time_index.truncate_to_offset(h.base_offset)
@@ -589,7 +647,8 @@ class LogSegment:
         batches' leader epoch rises (:attr:`recovered_epoch_starts`), which the loader feeds
         to the epoch cache: the checkpoint may not have reached the disk for unflushed data."""
         fd = self.log.fd()
-        file_size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        file_size = st.st_size
         self.offset_index.make_writable()
         self.time_index.make_writable()
         self.offset_index.reset()
@@ -625,6 +684,10 @@ class LogSegment:
                 # disk: both read as zeros, so it is cut and reported like any other tail
                 why = "only zero bytes follow (unused preallocated space, or writes lost before they reached the disk)"
             os.ftruncate(fd, valid)
+        elif st.st_blocks * 512 >= file_size + _BLOCKS_PAST_EOF:
+            # blocks reserved ahead before a crash (reserve.py): cut, leaving the size alone
+            os.ftruncate(fd, valid)
+        self._blocks_cut()
         self.size = valid
         self.bytes_since_last_index_entry = since
         self._next_offset = nxt

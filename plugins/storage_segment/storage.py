@@ -52,8 +52,9 @@ from .cleaner import (
 from .handles import HandleCache
 from .loader import load_log, parse_partition_dir
 from .log import STATE_SUFFIX, SegmentLog
+from .reserve import SUPPORTED as RESERVE_SUPPORTED
 from .retention import apply_retention
-from .segment import SegmentContext
+from .segment import DEFAULT_RESERVE_BYTES, SegmentContext
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ FLUSH_CONCURRENCY = 16
 LOG_DIR_STAT_THREADS = 1
 MAX_OPEN_FILES_KEY = "storage.segment.max.open.files"
 MAX_MAPPED_INDEXES_KEY = "storage.segment.max.mapped.indexes"
+RESERVE_BYTES_KEY = "storage.segment.reserve.bytes"
 _NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
@@ -212,7 +214,12 @@ class SegmentLogStorage:
         files = max_open_files or int(_option(config, MAX_OPEN_FILES_KEY, 0)) or default_open_files()
         # every map holds a descriptor too (Python's mmap dups it): at most 2 * files in all
         maps = max_mapped_indexes or int(_option(config, MAX_MAPPED_INDEXES_KEY, 0)) or files
-        self.ctx = SegmentContext(HandleCache(files), HandleCache(maps), time_ms or _now_ms)
+        self.ctx = SegmentContext(
+            HandleCache(files),
+            HandleCache(maps),
+            time_ms or _now_ms,
+            int(_option(config, RESERVE_BYTES_KEY, DEFAULT_RESERVE_BYTES)) if RESERVE_SUPPORTED else 0,
+        )
         self._logs: dict[TopicPartition, SegmentLog] = {}
         #: log-dir moves under way (KIP-113): the copy of a partition's log in another dir
         self._futures: dict[TopicPartition, SegmentLog] = {}
