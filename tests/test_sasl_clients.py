@@ -130,9 +130,15 @@ def test_kafka_python_produces_and_consumes(
 
 
 def test_kafka_python_wrong_password_fails(sasl_broker: BrokerProcess, caplog: pytest.LogCaptureFixture) -> None:
-    """kafka-python gives up bootstrapping after max_block_ms and logs the broker's reason."""
+    """kafka-python gives up bootstrapping after bootstrap_timeout_ms (kafka-python 3: not
+    max_block_ms) and logs the broker's reason."""
     with pytest.raises(KafkaTimeoutError):
-        KafkaProducer(bootstrap_servers=sasl_broker.bootstrap, max_block_ms=5000, **_python("PLAIN", "alice", "wrong"))
+        KafkaProducer(
+            bootstrap_servers=sasl_broker.bootstrap,
+            max_block_ms=5000,
+            bootstrap_timeout_ms=5000,
+            **_python("PLAIN", "alice", "wrong"),
+        )
     assert "Authentication failed: Invalid username or password" in caplog.text
 
 
