@@ -288,6 +288,22 @@ async def test_a_failing_remote_storage_loses_nothing_and_is_reported(
         assert await read_all(core) == list(enumerate(values))
 
 
+async def test_a_partition_that_stops_failing_here_is_not_counted_as_failing(tmp_path: Path) -> None:
+    """A partition whose remote tasks failed and that then stops being hosted here no longer
+    counts in ``remotestoragefailingpartitions``: nothing here will retry it."""
+    async with tiered_broker(tmp_path) as core:
+        await tiered_topic(core, **{"local.retention.bytes": "0"})
+        await produce_values(core, 0, 12)
+        remote = tmp_path / "remote"
+        shutil.rmtree(remote)
+        remote.write_bytes(b"not a directory")
+        await rlm(core).run_once()
+        assert remote_gauge(core, "remotestoragefailingpartitions") == 1
+        await core.replica_manager.remove_partition(TP, delete=False)
+        assert remote_gauge(core, "remotestoragefailingpartitions") == 0
+        assert not rlm(core).failures.is_failing(str(TP))
+
+
 async def test_a_topic_that_is_not_tiered_is_left_alone(tmp_path: Path) -> None:
     async with tiered_broker(tmp_path) as core:
         await create(core, TOPIC, 1, **{"segment.bytes": SEGMENT_BYTES})

@@ -250,10 +250,12 @@ class RemoteLogManager:
         """Cancel ``tp``'s tasks as leader (copying, deleting: it is no longer led here), or all
         its tasks (no longer hosted here), without waiting: a hung remote call's thread is
         abandoned."""
-        for kind in (COPY, DELETE) if led_only else (COPY, EXPIRE, DELETE):
+        kinds = (COPY, DELETE) if led_only else (COPY, EXPIRE, DELETE)
+        for kind in kinds:
             task = self._running.get((tp, kind))
             if task is not None:
                 task.scope.cancel()
+        self._forget_failures(tp, kinds)
 
     def config_changed(self, partition: Partition) -> None:
         """The partition's topic configs changed: what local retention may delete follows at once
@@ -266,6 +268,7 @@ class RemoteLogManager:
                 task = self._running.get((partition.topic_partition, kind))
                 if task is not None:
                     task.scope.cancel()
+            self._forget_failures(partition.topic_partition, (COPY, EXPIRE))
         elif partition.remote is not None:
             _set_copied_end(partition, self._copied_end(partition))
         self.wake()
@@ -358,6 +361,18 @@ class RemoteLogManager:
     def _task_failed(self, tp: TopicPartition, kind: str, exc: BaseException) -> None:
         self._failing_tasks.setdefault(tp, set()).add(kind)
         self.failures.failed(str(tp), exc)
+
+    def _forget_failures(self, tp: TopicPartition, kinds: tuple[str, ...]) -> None:
+        """``tp``'s tasks of ``kinds`` will not run here any more (it moved away, or is no
+        longer led or tiered): their failures no longer count it as failing
+        (``remotestoragefailingpartitions``), nor does a later success log that it works again."""
+        failing = self._failing_tasks.get(tp)
+        if failing is None:
+            return
+        failing.difference_update(kinds)
+        if not failing:
+            del self._failing_tasks[tp]
+            self.failures.forget(str(tp))
 
     def _task_succeeded(self, tp: TopicPartition, kind: str) -> None:
         failing = self._failing_tasks.get(tp)

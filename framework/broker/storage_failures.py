@@ -109,5 +109,10 @@ class StorageFailureLog:
         if state is not None:
             self.logger.info("%s in %s work again (failed for %.0f s)", self.what, key, self.clock() - state.since)
 
+    def forget(self, key: str) -> None:
+        """Stop counting ``key`` as failing without saying it works again: its work stopped
+        here for another reason (the partition moved away, or is no longer led or tiered)."""
+        self._failing.pop(key, None)
+
 
 __all__ = ["FAILURE_LOG_INTERVAL_S", "StorageFailureLog", "describe_os_error", "one_line", "os_error_of"]
