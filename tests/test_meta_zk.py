@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import trio
 from kazoo.client import KazooClient
+from kazoo.exceptions import SessionMovedError, UnknownSessionError
 
 from odradek.config import load_config
 from odradek.interfaces import MetadataCompacted, MetadataStore, Put, SessionState, WatchEvent
@@ -59,6 +60,29 @@ def test_plugin_registers_zookeeper_and_config_keys(zookeeper_server: ZooKeeperS
 def test_split_connect() -> None:
     assert split_connect("a:1,b:2/odradek/prod/") == ("a:1,b:2", "/odradek/prod")
     assert split_connect("a:1") == ("a:1", "")
+
+
+@pytest.mark.parametrize("error", [UnknownSessionError, SessionMovedError])
+async def test_a_read_the_server_refused_for_the_session_is_retried(
+    zookeeper_server: ZooKeeperServer, error: type[Exception]
+) -> None:
+    """A restarted server (or one reached while the session is being expired) answers a request
+    with UNKNOWN_SESSION or SESSION_MOVED: nothing was applied, so a read is retried once the
+    session settles, as after a connection loss, instead of failing a watch or a listing."""
+    store = ZooKeeperMetadataStore(zookeeper_server.connect_string + unique_chroot("refused"))
+    await store.open(6000)
+    try:
+        calls: list[int] = []
+
+        def refused_once() -> str:
+            calls.append(1)
+            if len(calls) == 1:
+                raise error()
+            return "read"
+
+        assert await store._read(refused_once) == "read" and len(calls) == 2
+    finally:
+        await store.close()
 
 
 async def test_open_fails_clearly_without_server() -> None:

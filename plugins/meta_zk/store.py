@@ -41,6 +41,8 @@ from kazoo.exceptions import (
     NoNodeError,
     NotEmptyError,
     SessionExpiredError,
+    SessionMovedError,
+    UnknownSessionError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent
@@ -74,8 +76,18 @@ T = TypeVar("T")
 
 #: list() snapshots kept so that a watch from a list's revision knows what was deleted since.
 SNAPSHOT_CACHE = 32
-#: Errors meaning "no answer from the server right now".
-_UNAVAILABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError, KazooTimeoutError)
+#: Errors meaning "no answer from the server right now". A server that restarted, or that the
+#: client reached while its session was being expired, answers a request with UNKNOWN_SESSION (or
+#: SESSION_MOVED after a reconnect elsewhere): the request was not applied, and the session's end
+#: reaches the client next, so these are the same "not now" as an expired session.
+_UNAVAILABLE = (
+    ConnectionLoss,
+    SessionExpiredError,
+    UnknownSessionError,
+    SessionMovedError,
+    ConnectionClosedError,
+    KazooTimeoutError,
+)
 _STATES = {KazooState.CONNECTED: SessionState.CONNECTED, KazooState.SUSPENDED: SessionState.SUSPENDED}
 
 
