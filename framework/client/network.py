@@ -342,10 +342,12 @@ class NetworkClient:
         auto = self.allow_auto_create if allow_auto_create is None else allow_auto_create
 
         def build(conn: BrokerConnection) -> Any:
-            # v8 at most: odradek's client names topics, never ids, and needs no topic ids
-            version = conn.version(ApiKey.METADATA, max_version=8)
+            # v10+ answer with topic ids (KIP-516), which Fetch v13+ names topics by; the
+            # client asks by name (v12 could ask by id, which it never needs)
+            version = conn.version(ApiKey.METADATA, max_version=12)
             # "every topic" is an empty list in v0 and null later
-            names = ([] if version == 0 else None) if wanted is None else [{"name": t} for t in wanted]
+            every: list[Any] | None = [] if version == 0 else None
+            names = every if wanted is None else [{"name": t, "topic_id": None} for t in wanted]
             return make_request(
                 ApiKey.METADATA,
                 version,
@@ -358,6 +360,10 @@ class NetworkClient:
         async with self._refresh_lock:
             response = await self.send_any(build)
             update = snapshot_from_metadata(response)
+            for name, (was, now) in sorted(self.cluster.changed_topic_ids(update).items()):
+                # Java's Metadata logs it too, and takes the new topic's partitions whatever
+                # their leader epochs (a snapshot here always replaces the old one)
+                log.info("topic %s has a new topic id %s (was %s): it was deleted and created again", name, now, was)
             self.cluster = self.cluster.merged(update, wanted)
             self._install()
         return self.cluster
@@ -377,6 +383,17 @@ class NetworkClient:
                 listener()
         self.request_update()
         return moved
+
+    def follow_leader_hints(
+        self, hints: Mapping[TopicPartition, tuple[int, int]], node_endpoints: Iterable[Any]
+    ) -> set[TopicPartition]:
+        """:meth:`update_leaders` from a Produce (v10+) or Fetch (v16) answer's KIP-951 fields:
+        ``hints`` (partition -> current leader id and epoch, from NOT_LEADER_OR_FOLLOWER or
+        FENCED_LEADER_EPOCH answers) and the answer's ``node_endpoints``; nothing when no hint."""
+        if not hints:
+            return set()
+        nodes = [BrokerInfo(int(n.node_id), n.host, int(n.port), n.rack) for n in node_endpoints]
+        return self.update_leaders(hints, nodes)
 
     def _install(self) -> None:
         self.metadata_version += 1
