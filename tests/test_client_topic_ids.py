@@ -14,7 +14,7 @@ from typing import Any
 import trio
 from client_fakes import FakeFetchNetwork
 
-from odradek.client.cluster import BrokerInfo, ClusterSnapshot, PartitionInfo, TopicInfo
+from odradek.client.cluster import BrokerInfo, ClusterSnapshot, PartitionInfo, TopicInfo, changed_topic_ids
 from odradek.client.config import ClientConfig
 from odradek.client.fetch_session_handler import (
     INITIAL_EPOCH,
@@ -119,9 +119,9 @@ def snapshot(ids: dict[str, uuid.UUID | None], leader: int = 1, epoch: int = 0) 
 
 
 def test_a_topic_under_a_new_id_is_noticed_and_a_missing_id_is_not_a_change() -> None:
-    before = snapshot({"t": OLD, "u": OTHER, "v": None})
-    after = snapshot({"t": NEW, "u": OTHER, "v": NEW, "w": NEW})
-    assert before.changed_topic_ids(after) == {"t": (OLD, NEW)}
+    known = {"t": OLD, "u": OTHER, "x": OLD}  # x: seen before, missing from the last answer
+    after = snapshot({"t": NEW, "u": OTHER, "v": NEW, "w": None, "x": NEW})
+    assert changed_topic_ids(known, after) == {"t": (OLD, NEW), "x": (OLD, NEW)}
     assert after.topic_id("t") == NEW and after.topic_id("nope") is None
     assert after.leader_epoch(T0) == 0 and after.leader_epoch(TopicPartition("t", 5)) == -1
 

@@ -90,18 +90,6 @@ class ClusterSnapshot:
         info = self.topics.get(topic)
         return None if info is None else info.topic_id
 
-    def changed_topic_ids(self, update: ClusterSnapshot) -> dict[str, tuple[uuid.UUID, uuid.UUID]]:
-        """The topics ``update`` knows under another id than this snapshot: name -> (old id,
-        new id). A topic deleted and created again under its name keeps the name and gets a new
-        id; only the id tells the two apart (a topic seen without an id on either side is not
-        counted, as Java's ``Metadata`` does)."""
-        changed: dict[str, tuple[uuid.UUID, uuid.UUID]] = {}
-        for name, info in update.topics.items():
-            old = self.topic_id(name)
-            if old is not None and info.topic_id is not None and old != info.topic_id:
-                changed[name] = (old, info.topic_id)
-        return changed
-
     def partitions_for(self, topic: str) -> int:
         """Number of partitions of ``topic`` (0 when unknown or in error)."""
         return self.partition_counts.get(topic, 0)
@@ -139,6 +127,22 @@ class ClusterSnapshot:
         if not moved:
             return self, moved
         return ClusterSnapshot(brokers, topics, self.controller_id, self.cluster_id), moved
+
+
+def changed_topic_ids(
+    known: Mapping[str, uuid.UUID], update: ClusterSnapshot
+) -> dict[str, tuple[uuid.UUID, uuid.UUID]]:
+    """The topics ``update`` names under another id than the last one ``known`` for them:
+    name -> (old id, new id). A topic deleted and created again keeps its name and gets a new
+    id; only the id tells the two apart. ``known`` is every id seen so far, so a topic that
+    vanished from a Metadata answer meanwhile (deleted, not yet created again) still counts; a
+    topic seen without an id is not counted."""
+    changed: dict[str, tuple[uuid.UUID, uuid.UUID]] = {}
+    for name, info in update.topics.items():
+        old = known.get(name)
+        if old is not None and info.topic_id is not None and old != info.topic_id:
+            changed[name] = (old, info.topic_id)
+    return changed
 
 
 def snapshot_from_metadata(response: Any) -> ClusterSnapshot:
