@@ -14,6 +14,7 @@ before the response: the case that makes naive retries duplicate records).
 from __future__ import annotations
 
 import math
+import types
 from collections.abc import Iterable
 from typing import Any
 
@@ -205,3 +206,70 @@ class FakeConnector:
         await trio.lowlevel.checkpoint()
         self.broker.connections += 1
         return FakeConnection(self.broker)
+
+
+class FakeFetchNetwork:
+    """A ``NetworkClient`` stand-in for the consumer's :class:`~odradek.client.fetcher.Fetcher`:
+    answers every Fetch with the next of ``answers``, recording the requests (built at
+    ``max_version`` within the fetcher's bounds). An answer is a dict of partition fields over a
+    default one for partition 0 of the request's first topic, or a callable taking the request
+    and returning the whole response. ``cluster`` is the client's metadata (default: topic "t"
+    with one partition led by broker 1, no topic id)."""
+
+    def __init__(self, answers: list[Any], cluster: Any = None, max_version: int = 16) -> None:
+        from odradek.client.cluster import BrokerInfo, ClusterSnapshot, PartitionInfo, TopicInfo
+
+        self.answers = answers
+        self.requests: list[Any] = []
+        self.metadata_listeners: list[Any] = []
+        self.updates_requested = 0
+        self.max_version = max_version
+        self.retry_backoff = types.SimpleNamespace(seconds=lambda attempt: 0.0, max_ms=100)
+        if cluster is None:
+            partitions = {0: PartitionInfo("t", 0, 1, 0, (1,), (1,))}
+            topics = {"t": TopicInfo("t", ErrorCode.NONE, False, partitions)}
+            cluster = ClusterSnapshot({1: BrokerInfo(1, "h1", 9092)}, topics, 1, "c")
+        self.cluster = cluster
+
+    def request_update(self) -> None:
+        self.updates_requested += 1
+
+    def add_topics(self, topics: set[str]) -> None:
+        pass
+
+    def follow_leader_hints(self, hints: Any, node_endpoints: Any) -> set[TopicPartition]:
+        from odradek.client.network import NetworkClient
+
+        return NetworkClient.follow_leader_hints(self, hints, node_endpoints)  # type: ignore[arg-type]
+
+    def update_leaders(self, hints: Any, nodes: Any) -> set[TopicPartition]:
+        self.cluster, moved = self.cluster.with_leaders(hints, nodes)
+        self.request_update()
+        return moved
+
+    async def send(self, node: int, build: Any, timeout_s: float, channel: int) -> Any:
+        top = self.max_version
+        conn = types.SimpleNamespace(version=lambda key, min_version, max_version: min(max_version, top))
+        request = build(conn)
+        self.requests.append(request)
+        answer = self.answers.pop(0)
+        if callable(answer):
+            return answer(request)
+        fields = {
+            "partition_index": 0,
+            "error_code": 0,
+            "high_watermark": 100,
+            "last_stable_offset": 100,
+            "log_start_offset": 0,
+            "diverging_epoch": types.SimpleNamespace(epoch=-1, end_offset=-1),
+            "aborted_transactions": None,
+            "records": None,
+        } | answer
+        partition = types.SimpleNamespace(**fields)
+        first = request.topics[0]
+        topic = types.SimpleNamespace(partitions=[partition])
+        if hasattr(first, "topic_id"):  # v13+: by id only
+            topic.topic_id = first.topic_id
+        else:
+            topic.topic = first.topic
+        return types.SimpleNamespace(error_code=0, session_id=0, responses=[topic], node_endpoints=())

@@ -12,6 +12,21 @@ from odradek.testing import BrokerProcess, unique_topic
 TIMEOUT_S = 20
 
 
+def requests_by_version(broker: BrokerProcess, request: str) -> dict[int, float]:
+    """kafka_network_requestmetrics_requests_total of ``request`` (Produce, Fetch, ...) per version."""
+    counts: dict[int, float] = {}
+    for (name, labels), value in broker.metrics().items():
+        fields = dict(labels)
+        if name == "kafka_network_requestmetrics_requests_total" and fields["request"] == request:
+            counts[int(fields["version"])] = value
+    return counts
+
+
+def grown_versions(before: dict[int, float], after: dict[int, float]) -> set[int]:
+    """The versions whose request count grew from ``before`` to ``after``."""
+    return {v for v, n in after.items() if n > before.get(v, 0)}
+
+
 def produce(broker: BrokerProcess, topic: str, records: list[tuple[bytes, bytes]], **conf: Any) -> list[Any]:
     """Produce and return the delivery reports' messages (in delivery order); errors fail."""
     delivered: list[Any] = []

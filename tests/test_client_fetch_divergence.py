@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import trio
+from client_fakes import FakeFetchNetwork
 
 from odradek.client.config import ClientConfig
 from odradek.client.fetcher import Fetcher, LogTruncationError
@@ -21,43 +22,8 @@ from odradek.records import build_batch
 TP = TopicPartition("t", 0)
 
 
-class FakeNetwork:
-    """Answers every Fetch with the next of ``answers`` (partition fields), recording requests."""
-
-    def __init__(self, answers: list[dict[str, Any]]) -> None:
-        self.answers = answers
-        self.requests: list[Any] = []
-        self.metadata_listeners: list[Any] = []
-        self.retry_backoff = types.SimpleNamespace(seconds=lambda attempt: 0.0, max_ms=100)
-        self.cluster = types.SimpleNamespace(leader_for=lambda tp: 1)
-
-    def request_update(self) -> None:
-        pass
-
-    def add_topics(self, topics: set[str]) -> None:
-        pass
-
-    async def send(self, node: int, build: Any, timeout_s: float, channel: int) -> Any:
-        conn = types.SimpleNamespace(version=lambda key, min_version, max_version: max_version)
-        request = build(conn)
-        self.requests.append(request)
-        fields = {
-            "partition_index": 0,
-            "error_code": 0,
-            "high_watermark": 100,
-            "last_stable_offset": 100,
-            "log_start_offset": 0,
-            "diverging_epoch": types.SimpleNamespace(epoch=-1, end_offset=-1),
-            "aborted_transactions": None,
-            "records": None,
-        } | self.answers.pop(0)
-        partition = types.SimpleNamespace(**fields)
-        topic = types.SimpleNamespace(topic="t", partitions=[partition])
-        return types.SimpleNamespace(error_code=0, session_id=0, responses=[topic])
-
-
-def _fetcher(answers: list[dict[str, Any]], reset: str) -> tuple[Fetcher, FakeNetwork]:
-    network = FakeNetwork(answers)
+def _fetcher(answers: list[dict[str, Any]], reset: str) -> tuple[Fetcher, FakeFetchNetwork]:
+    network = FakeFetchNetwork(answers)
     subs = SubscriptionState(reset)
     subs.assign([TP])
     config = ClientConfig("consumer", {"bootstrap.servers": "fake:9092", "auto.offset.reset": reset})

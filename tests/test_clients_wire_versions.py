@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from client_helpers import consume, produce
+from client_helpers import consume, grown_versions, produce, requests_by_version
 
 from odradek.testing import BrokerProcess, start_broker, unique_topic
 
@@ -21,30 +21,16 @@ def broker() -> Iterator[BrokerProcess]:
         yield process
 
 
-def _requests_by_version(broker: BrokerProcess, request: str) -> dict[int, float]:
-    """kafka_network_requestmetrics_requests_total of ``request`` (Produce, Fetch) per version."""
-    counts: dict[int, float] = {}
-    for (name, labels), value in broker.metrics().items():
-        fields = dict(labels)
-        if name == "kafka_network_requestmetrics_requests_total" and fields["request"] == request:
-            counts[int(fields["version"])] = value
-    return counts
-
-
-def _grown(before: dict[int, float], after: dict[int, float]) -> set[int]:
-    return {v for v, n in after.items() if n > before.get(v, 0)}
-
-
 def test_librdkafka_produces_and_fetches_with_the_flexible_versions(broker: BrokerProcess) -> None:
     topic = unique_topic("flex")
-    produce_before = _requests_by_version(broker, "Produce")
-    fetch_before = _requests_by_version(broker, "Fetch")
+    produce_before = requests_by_version(broker, "Produce")
+    fetch_before = requests_by_version(broker, "Fetch")
     records = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(20)]
     produce(broker, topic, records)
     got = consume(broker, topic, 20)
     assert [(m.key(), m.value()) for m in got] == records
-    produced = _grown(produce_before, _requests_by_version(broker, "Produce"))
-    fetched = _grown(fetch_before, _requests_by_version(broker, "Fetch"))
+    produced = grown_versions(produce_before, requests_by_version(broker, "Produce"))
+    fetched = grown_versions(fetch_before, requests_by_version(broker, "Fetch"))
     # librdkafka 2.16 speaks Produce v10 and Fetch v16: the versions with KIP-951's leader fields
     assert produced and min(produced) >= 10, produced
     assert fetched and min(fetched) >= 16, fetched

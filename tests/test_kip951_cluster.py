@@ -7,7 +7,8 @@ with every record acknowledged.
 What librdkafka then does with the fields: it applies them to its metadata cache, which held no
 entry for the topic here ("Topic ... not found in cache"), so it also asks Metadata, as before
 KIP-951. The broker's side, the fields themselves, is checked field by field in
-tests/test_produce_flexible.py and tests/test_fetch_flexible.py."""
+tests/test_produce_flexible.py and tests/test_fetch_flexible.py. odradek's own producer (Produce
+v11) and consumer (Fetch v16) follow the hint on the same cluster."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ import pytest
 from confluent_kafka import ElectionType, Producer, TopicPartition
 from test_replication_cluster import partition_state, replicated_topic, three_brokers, wait_for
 
+from odradek.client import Consumer as OdradekConsumer
 from odradek.client import Producer as OdradekProducer
+from odradek.client import TopicPartition as OdradekTopicPartition
 from odradek.testing.servers import unique_chroot
 
 pytestmark = pytest.mark.integration
@@ -112,3 +115,38 @@ def test_odradek_producer_follows_the_current_leader_of_the_old_leaders_produce_
             assert [f.result(30).offset for f in second] == list(range(10, 20))
         hints = [r.getMessage() for r in caplog.records if "KIP-951" in r.getMessage()]
         assert hints and f"{topic}-0 led by {preferred} " in hints[0], hints
+
+
+def test_odradek_consumer_follows_the_current_leader_of_the_old_leaders_fetch_answer(
+    tmp_path: Path, zookeeper_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """odradek's consumer (Fetch v16, by topic id) reading from the leader when leadership
+    moves: the old leader's NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH answer names the new
+    leader, which the consumer takes into its metadata at once (its log says the hint moved the
+    partition, not a Metadata answer: Metadata is not refreshed on its own here) and fetches
+    from: every record read once, in order. librdkafka produces, so that the only odradek
+    client in the test is the consumer."""
+    with _leader_off_the_preferred_replica(tmp_path, zookeeper_server) as (bootstrap, admin, topic, preferred):
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+        config = {"bootstrap.servers": bootstrap, "metadata.max.age.ms": 600000, "auto.offset.reset": "earliest"}
+        with OdradekConsumer(config) as consumer, caplog.at_level(logging.INFO, logger="odradek.client"):
+            consumer.assign([OdradekTopicPartition(topic, 0)])
+
+            def send_and_read(tag: bytes, first: int) -> None:
+                for i in range(10):
+                    producer.produce(topic, tag + b"%d" % i, partition=0)
+                assert producer.flush(30) == 0
+                got: list[tuple[int, bytes | None]] = []
+                wait_for("10 records", lambda: got.extend(_offsets_values(consumer.poll(0.5))) or len(got) >= 10, 30)
+                assert got == [(first + i, tag + b"%d" % i) for i in range(10)]
+
+            send_and_read(b"a", 0)
+            assert not [r for r in caplog.records if "KIP-951" in r.getMessage()]
+            _elect_preferred(admin, topic, preferred)
+            send_and_read(b"b", 10)
+        hints = [r.getMessage() for r in caplog.records if "KIP-951" in r.getMessage()]
+        assert hints and f"{topic}-0 led by {preferred} " in hints[0], hints
+
+
+def _offsets_values(polled: dict[Any, list[Any]]) -> list[tuple[int, bytes | None]]:
+    return [(r.offset, r.value) for records in polled.values() for r in records]

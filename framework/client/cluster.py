@@ -6,6 +6,7 @@ cheap to share between the producer's send path, the sender task and the fetcher
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -47,7 +48,8 @@ class TopicInfo:
     error: ErrorCode
     is_internal: bool
     partitions: Mapping[int, PartitionInfo] = field(default_factory=dict)
-    topic_id: Any = None
+    #: the topic's id (KIP-516; Metadata v10+), None when the broker gave none
+    topic_id: uuid.UUID | None = None
 
     @property
     def num_partitions(self) -> int:
@@ -76,6 +78,17 @@ class ClusterSnapshot:
             return -1
         p = topic.partitions.get(tp.partition)
         return -1 if p is None else p.leader
+
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        """``tp``'s leader epoch as Metadata (or a KIP-951 hint) told it, -1 when unknown."""
+        topic = self.topics.get(tp.topic)
+        p = None if topic is None else topic.partitions.get(tp.partition)
+        return -1 if p is None else p.leader_epoch
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """``topic``'s id (KIP-516), None when unknown (no id from Metadata, or no such topic)."""
+        info = self.topics.get(topic)
+        return None if info is None else info.topic_id
 
     def partitions_for(self, topic: str) -> int:
         """Number of partitions of ``topic`` (0 when unknown or in error)."""
@@ -116,8 +129,25 @@ class ClusterSnapshot:
         return ClusterSnapshot(brokers, topics, self.controller_id, self.cluster_id), moved
 
 
+def changed_topic_ids(
+    known: Mapping[str, uuid.UUID], update: ClusterSnapshot
+) -> dict[str, tuple[uuid.UUID, uuid.UUID]]:
+    """The topics ``update`` names under another id than the last one ``known`` for them:
+    name -> (old id, new id). A topic deleted and created again keeps its name and gets a new
+    id; only the id tells the two apart. ``known`` is every id seen so far, so a topic that
+    vanished from a Metadata answer meanwhile (deleted, not yet created again) still counts; a
+    topic seen without an id is not counted."""
+    changed: dict[str, tuple[uuid.UUID, uuid.UUID]] = {}
+    for name, info in update.topics.items():
+        old = known.get(name)
+        if old is not None and info.topic_id is not None and old != info.topic_id:
+            changed[name] = (old, info.topic_id)
+    return changed
+
+
 def snapshot_from_metadata(response: Any) -> ClusterSnapshot:
-    """A snapshot from a kio Metadata response (any version 0-12)."""
+    """A snapshot from a kio Metadata response (any version 0-12; v10+ carry topic ids, kio
+    reads the all-zero id of a topic without one as None)."""
     brokers = {
         int(b.node_id): BrokerInfo(int(b.node_id), b.host, int(b.port), getattr(b, "rack", None))
         for b in response.brokers

@@ -12,12 +12,21 @@ now into what the next request states, and :meth:`FetchSessionHandler.handle_res
 :meth:`FetchSessionHandler.handle_error` move the session on. The broker's side is
 :mod:`odradek.broker.fetch_session`.
 
+Fetch v13+ names topics by id (KIP-516). Each partition's :class:`PartitionData` carries the
+topic id the fetcher knows (None: unknown), and a request can name topics by id only when every
+partition it fetches has one -- else the fetcher stays at v12, by name (Java's rule,
+:attr:`FetchRequestData.can_use_topic_ids`). A partition whose topic id changed (its topic was
+deleted and created again under the same name) is *replaced* in the session: the next request
+forgets it under the old id and adds it under the new one. A session that switches between names
+and ids is the broker's to refuse (FETCH_SESSION_TOPIC_ID_ERROR), which ends it like any
+session error.
+
 Recovery follows Kafka. A session error in the answer (FETCH_SESSION_ID_NOT_FOUND: the broker
 evicted it or restarted; INVALID_FETCH_SESSION_EPOCH: a request was lost), an answer naming a
-partition outside the session, or a failed request (a broken connection: the broker may or may
-not have taken the request in) all end in a full fetch: with the old session id and epoch 0 where
-the broker may still hold the session, which closes it there and opens a new one, with no id when
-the broker said it has none.
+partition outside the session (or a topic id the request did not name), or a failed request (a
+broken connection: the broker may or may not have taken the request in) all end in a full
+fetch: with the old session id and epoch 0 where the broker may still hold the session, which
+closes it there and opens a new one, with no id when the broker said it has none.
 """
 
 from __future__ import annotations
@@ -68,10 +77,22 @@ def forgotten_topics(
     partitions: Iterable[TopicPartition], topic_ids: Mapping[str, uuid.UUID] | None = None
 ) -> list[dict[str, Any]]:
     """A Fetch request's ``forgotten_topics_data`` for ``partitions`` (by id too with ``topic_ids``)."""
-    by_topic: dict[str, list[int]] = {}
-    for tp in partitions:
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
-    return [{**_named(topic, topic_ids), "partitions": ps} for topic, ps in by_topic.items()]
+    if topic_ids is None:
+        return forgotten_by_id({tp: None for tp in partitions}, by_id=False)
+    return forgotten_by_id({tp: topic_ids[tp.topic] for tp in partitions}, by_id=True)
+
+
+def forgotten_by_id(partitions: Mapping[TopicPartition, uuid.UUID | None], *, by_id: bool) -> list[dict[str, Any]]:
+    """``forgotten_topics_data`` for ``partitions``, each under the topic id given with it (v13+,
+    ``by_id``): a replaced partition is forgotten under its old id while its topic's name is
+    fetched under the new one, so the entries group by (name, id)."""
+    by_topic: dict[tuple[str, uuid.UUID | None], list[int]] = {}
+    for tp, topic_id in partitions.items():
+        by_topic.setdefault((tp.topic, topic_id if by_id else None), []).append(tp.partition)
+    return [
+        {"topic": topic, "topic_id": topic_id, "partitions": ps} if by_id else {"topic": topic, "partitions": ps}
+        for (topic, topic_id), ps in by_topic.items()
+    ]
 
 
 def _named(topic: str, topic_ids: Mapping[str, uuid.UUID] | None) -> dict[str, Any]:
@@ -97,6 +118,8 @@ class PartitionData:
     #: Fetch v12+: the epoch of the fetcher's last record (-1: none); a follower's leader
     #: answers a diverging epoch when its own log disagrees (KIP-320)
     last_fetched_epoch: int = -1
+    #: the topic's id as the fetcher knows it (KIP-516; None: unknown, the request names it)
+    topic_id: uuid.UUID | None = None
 
 
 @dataclass(slots=True)
@@ -112,10 +135,35 @@ class FetchRequestData:
     #: every partition the request fetches, with the position the broker reads it from: the
     #: ones sent, and the session's unchanged ones the broker still holds
     fetched: dict[TopicPartition, PartitionData]
+    #: the session's partitions whose topic id changed, with the id the session knew (Java's
+    #: ``toReplace``): v13+ forgets them under it, and they are in ``to_send`` under the new one
+    replaced: dict[TopicPartition, uuid.UUID] = field(default_factory=dict)
+    #: the ids the session knew the ``forgotten`` partitions by
+    forgotten_ids: dict[TopicPartition, uuid.UUID | None] = field(default_factory=dict)
+    #: whether the request may name topics by id (Fetch v13+): every partition it fetches or
+    #: forgets has a known topic id (Java's ``canUseTopicIds``), else it must stay at v12
+    can_use_topic_ids: bool = False
 
     @property
     def incremental(self) -> bool:
         return self.epoch != INITIAL_EPOCH
+
+    @property
+    def topic_names(self) -> dict[uuid.UUID, str]:
+        """Topic id -> name for the topics the request fetches (resolving a v13+ answer)."""
+        return {data.topic_id: tp.topic for tp, data in self.fetched.items() if data.topic_id is not None}
+
+    def topic_ids(self) -> dict[str, uuid.UUID]:
+        """Topic name -> id for the partitions the request sends (``fetch_topics`` at v13+)."""
+        return {tp.topic: data.topic_id for tp, data in self.to_send.items() if data.topic_id is not None}
+
+    def forgotten_topics(self, by_id: bool) -> list[dict[str, Any]]:
+        """The request's ``forgotten_topics_data``: by id (v13+) the forgotten partitions and
+        the replaced ones, each under the id the session knew; by name only the forgotten
+        ones (a replaced partition is simply sent again)."""
+        if not by_id:
+            return forgotten_by_id(dict.fromkeys(self.forgotten), by_id=False)
+        return forgotten_by_id({**self.forgotten_ids, **self.replaced}, by_id=True)
 
 
 @dataclass(slots=True)
@@ -133,18 +181,53 @@ class FetchSessionHandler:
 
     def build(self, wanted: Mapping[TopicPartition, PartitionData]) -> FetchRequestData:
         """The request for fetching exactly ``wanted`` now (in the fetcher's order)."""
+        with_ids = all(data.topic_id is not None for data in wanted.values())
         if self.epoch == INITIAL_EPOCH:
-            request = FetchRequestData(self.session_id, INITIAL_EPOCH, dict(wanted), [], dict(wanted))
+            request = FetchRequestData(
+                self.session_id, INITIAL_EPOCH, dict(wanted), [], dict(wanted), can_use_topic_ids=with_ids
+            )
         else:
-            to_send = {tp: data for tp, data in wanted.items() if self.session.get(tp) != data}
-            forgotten = [tp for tp in self.session if tp not in wanted]
-            request = FetchRequestData(self.session_id, self.epoch, to_send, forgotten, dict(wanted))
+            to_send: dict[TopicPartition, PartitionData] = {}
+            replaced: dict[TopicPartition, uuid.UUID] = {}
+            for tp, data in wanted.items():
+                known = self.session.get(tp)
+                if known == data:
+                    continue
+                if known is not None and known.topic_id not in (None, data.topic_id) and data.topic_id is not None:
+                    replaced[tp] = known.topic_id
+                to_send[tp] = data
+            forgotten_ids = {tp: data.topic_id for tp, data in self.session.items() if tp not in wanted}
+            with_ids = with_ids and None not in forgotten_ids.values()
+            request = FetchRequestData(
+                self.session_id,
+                self.epoch,
+                to_send,
+                list(forgotten_ids),
+                dict(wanted),
+                replaced,
+                forgotten_ids,
+                with_ids,
+            )
+            if replaced:
+                log.info(
+                    "fetch session %d with %s: %s replaced (the topic id changed)",
+                    self.session_id,
+                    self.node,
+                    ", ".join(map(str, list(replaced)[:5])),
+                )
         self._pending = request
         return request
 
-    def handle_response(self, error: ErrorCode, session_id: int, partitions: Iterable[TopicPartition]) -> bool:
+    def handle_response(
+        self,
+        error: ErrorCode,
+        session_id: int,
+        partitions: Iterable[TopicPartition],
+        unknown_topic_ids: Iterable[uuid.UUID] = (),
+    ) -> bool:
         """Take the answer to the last built request; False when it cannot be used (a session
-        error, or partitions the request did not fetch): the next request is a full one."""
+        error, partitions the request did not fetch, or ``unknown_topic_ids``: v13+ topics the
+        request did not name): the next request is a full one."""
         request, self._pending = self._pending, None
         if request is None:
             raise RuntimeError("a fetch response without a request built for it")
@@ -156,7 +239,8 @@ class FetchSessionHandler:
                 log.info("fetch session %d with %s: %s; starting a new one", self.session_id, self.node, error.name)
                 self._restart(self.session_id)
             return False
-        stray = [tp for tp in partitions if tp not in request.fetched]
+        stray: list[Any] = [tp for tp in partitions if tp not in request.fetched]
+        stray += [f"topic id {topic_id}" for topic_id in unknown_topic_ids]
         if stray:
             log.warning(
                 "fetch session %d with %s: the answer names %s, which the request did not fetch; starting a new one",
@@ -197,6 +281,7 @@ __all__ = [
     "FetchSessionHandler",
     "PartitionData",
     "fetch_topics",
+    "forgotten_by_id",
     "forgotten_topics",
     "next_epoch",
 ]

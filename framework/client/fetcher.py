@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import uuid
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -34,10 +35,10 @@ from .connection import BrokerConnection
 from .decoding import ConsumerRecord, RecordCursor, records_section
 from .fetch_session_handler import (
     INVALID_SESSION_ID,
+    FetchRequestData,
     FetchSessionHandler,
     PartitionData,
     fetch_topics,
-    forgotten_topics,
 )
 from .network import FETCH_CHANNEL, NetworkClient
 from .offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
@@ -56,16 +57,56 @@ _LEADER_ERRORS = frozenset(
         ErrorCode.KAFKA_STORAGE_ERROR,
         ErrorCode.REPLICA_NOT_AVAILABLE,
         ErrorCode.OFFSET_NOT_AVAILABLE,
+        # Fetch v13+ (KIP-516): the broker knows no topic by that id, or the partition's topic
+        # has another one -- metadata is stale (the topic was deleted, or created again)
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.INCONSISTENT_TOPIC_ID,
     }
 )
+#: The partition errors whose answer (Fetch v16) may name the current leader (KIP-951).
+_HINTED_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
 
 
 #: Top-level Fetch errors that only end the fetch session (the next request opens another).
 _SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH})
 #: The first Fetch version with sessions (KIP-227); older ones fetch everything every time.
 SESSION_MIN_VERSION = 7
+#: The first Fetch version naming topics by id (KIP-516); without every topic's id, v12 at most.
+TOPIC_ID_MIN_VERSION = 13
+#: The newest Fetch version the consumer speaks (v16: KIP-951 leader hints).
+FETCH_MAX_VERSION = 16
 #: The epoch of a full fetch that opens no session.
 FINAL_EPOCH = -1
+
+
+def answered_topics(response: Any, fetch: FetchRequestData | None) -> tuple[list[tuple[str, Any]], list[uuid.UUID]]:
+    """A Fetch answer's topics with their names -- from v13 on the answer names them by id
+    only, resolved through the ids the request (``fetch``) named -- and the ids it could not
+    resolve (an answer about a topic the request did not name: unusable, as Java's
+    ``verifyFullFetchResponsePartitions`` says)."""
+    out: list[tuple[str, Any]] = []
+    unknown: list[uuid.UUID] = []
+    names = fetch.topic_names if fetch is not None else {}
+    for t in response.responses:
+        name = getattr(t, "topic", None)
+        if name is None:
+            name = names.get(t.topic_id)
+            if name is None:
+                unknown.append(t.topic_id)
+                continue
+        out.append((name, t))
+    return out, unknown
+
+
+def leader_hint(p: Any) -> tuple[int, int] | None:
+    """The current leader (id, epoch) a partition's Fetch v12+ answer names with
+    NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH (KIP-951, sent from v16), None without one (as
+    Java: both the id and the epoch must be set)."""
+    leader = getattr(p, "current_leader", None)
+    if leader is None or error_code(p.error_code) not in _HINTED_ERRORS:
+        return None
+    leader_id, epoch = int(leader.leader_id), int(leader.leader_epoch)
+    return (leader_id, epoch) if leader_id >= 0 and epoch >= 0 else None
 
 
 class NoOffsetForPartition(KafkaError):
@@ -293,23 +334,33 @@ class Fetcher:
         whose position moved since the session last heard of them, and the answer carries only
         the partitions with news, as the Java consumer does."""
         assignment_id = self.subs.assignment_id
+        cluster = self.network.cluster
         wanted = {
-            tp: PartitionData(offset, -1, self.partition_max_bytes, -1, epoch) for tp, (offset, epoch) in parts.items()
+            tp: PartitionData(
+                offset, -1, self.partition_max_bytes, cluster.leader_epoch(tp), epoch, cluster.topic_id(tp.topic)
+            )
+            for tp, (offset, epoch) in parts.items()
         }
         session = self._sessions.get(node)
         if session is None:
             session = self._sessions[node] = FetchSessionHandler(f"broker {node}")
         in_session = False
+        fetch: FetchRequestData | None = None
 
         def build(conn: BrokerConnection) -> Any:
-            nonlocal in_session
-            version = conn.version(ApiKey.FETCH, min_version=4, max_version=12)
+            nonlocal in_session, fetch
+            version = conn.version(ApiKey.FETCH, min_version=4, max_version=FETCH_MAX_VERSION)
             in_session = version >= SESSION_MIN_VERSION
             if in_session:
                 fetch = session.build(wanted)
-                session_id, epoch, to_send, forgotten = fetch.session_id, fetch.epoch, fetch.to_send, fetch.forgotten
+                if not fetch.can_use_topic_ids:  # Java's rule: by id only with every topic's id
+                    version = min(version, TOPIC_ID_MIN_VERSION - 1)
+                by_id = version >= TOPIC_ID_MIN_VERSION
+                session_id, epoch, to_send = fetch.session_id, fetch.epoch, fetch.to_send
+                topics = fetch_topics(to_send, fetch.topic_ids() if by_id else None)
+                forgotten = fetch.forgotten_topics(by_id)
             else:
-                session_id, epoch, to_send, forgotten = INVALID_SESSION_ID, FINAL_EPOCH, wanted, []
+                session_id, epoch, topics, forgotten = INVALID_SESSION_ID, FINAL_EPOCH, fetch_topics(wanted), []
             return make_request(
                 ApiKey.FETCH,
                 version,
@@ -320,8 +371,8 @@ class Fetcher:
                 isolation_level=self.isolation_level,
                 session_id=session_id,
                 session_epoch=epoch,
-                topics=fetch_topics(to_send),
-                forgotten_topics_data=forgotten_topics(forgotten),
+                topics=topics,
+                forgotten_topics_data=forgotten,
                 rack_id="",
             )
 
@@ -342,24 +393,36 @@ class Fetcher:
                     session.handle_error()
                 raise
             top = error_code(getattr(response, "error_code", 0))
+            answers, unknown_ids = answered_topics(response, fetch)
             if in_session:
-                answered = [
-                    TopicPartition(t.topic, int(p.partition_index)) for t in response.responses for p in t.partitions
-                ]
-                usable = session.handle_response(top, int(getattr(response, "session_id", 0)), answered)
+                answered = [TopicPartition(name, int(p.partition_index)) for name, t in answers for p in t.partitions]
+                usable = session.handle_response(top, int(getattr(response, "session_id", 0)), answered, unknown_ids)
+                if top is ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR:
+                    # the session and the request disagree on names and ids (Java: a metadata
+                    # update; the next fetch, a full one, opens a new session)
+                    self.network.request_update()
+                    return
                 if not usable and (top in _SESSION_ERRORS or top is ErrorCode.NONE):
                     return  # the next fetch, at once, is a full one that opens a new session
             if top is not ErrorCode.NONE:
                 log.debug("fetch from broker %d: %s", node, top.name)
                 await trio.sleep(self.network.retry_backoff.seconds(0))
                 return
-            for topic in response.responses:
+            hints: dict[TopicPartition, tuple[int, int]] = {}
+            for name, topic in answers:
                 for p in topic.partitions:
-                    tp = TopicPartition(topic.topic, int(p.partition_index))
+                    tp = TopicPartition(name, int(p.partition_index))
                     requested = parts.get(tp)
                     if requested is None:
                         continue
+                    hint = leader_hint(p)
+                    if hint is not None:
+                        hints[tp] = hint
                     got_data |= self._handle_partition(tp, requested, p, assignment_id)
+            # KIP-951 (v16): the leaders the answer names take over at once, without waiting
+            # for Metadata (the partitions' next fetch goes there; Java's
+            # updatePartitionLeadership, a Metadata refresh still asked in the background)
+            self.network.follow_leader_hints(hints, getattr(response, "node_endpoints", ()))
         finally:
             self._in_flight_nodes.discard(node)
             self._in_flight_partitions.difference_update(parts)
@@ -368,6 +431,7 @@ class Fetcher:
                 self._signal_data()
 
     def _handle_partition(self, tp: TopicPartition, at: tuple[int, int], p: Any, assignment_id: int) -> bool:
+        """Take one partition's answer; whether it gave ``poll()`` something (records or an error)."""
         st = self.subs.assignment.get(tp)
         if st is None or (assignment_id != self.subs.assignment_id and tp not in self.subs.assignment):
             return False

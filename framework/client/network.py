@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -32,7 +33,7 @@ from ..errors import ErrorCode, KafkaError
 from ..interfaces import Connector, TopicPartition, TransportFactory
 from ..manager import PluginError, Plugins, default_plugins
 from ..protocol import ApiKey
-from .cluster import BrokerInfo, ClusterSnapshot, snapshot_from_metadata
+from .cluster import BrokerInfo, ClusterSnapshot, changed_topic_ids, snapshot_from_metadata
 from .config import ClientConfig
 from .connection import BrokerConnection, NetworkError
 from .requests import error_code, make_request, request_builder
@@ -112,6 +113,9 @@ class NetworkClient:
         self.reconnect_backoff = Backoff(config["reconnect.backoff.ms"], config["reconnect.backoff.max.ms"])
         self.bootstrap = config.bootstrap_addresses()
         self.cluster = ClusterSnapshot()
+        #: the last topic id seen for each topic name (KIP-516), kept when a topic vanishes from
+        #: Metadata, so that one created again under its name is noticed by its new id
+        self.topic_ids: dict[str, uuid.UUID] = {}
         self.metadata_version = 0
         self._metadata_event = trio.Event()  # set (and replaced) on every metadata update
         #: the last refusal of this client's SASL credentials by a broker, None when none
@@ -342,10 +346,12 @@ class NetworkClient:
         auto = self.allow_auto_create if allow_auto_create is None else allow_auto_create
 
         def build(conn: BrokerConnection) -> Any:
-            # v8 at most: odradek's client names topics, never ids, and needs no topic ids
-            version = conn.version(ApiKey.METADATA, max_version=8)
+            # v10+ answer with topic ids (KIP-516), which Fetch v13+ names topics by; the
+            # client asks by name (v12 could ask by id, which it never needs)
+            version = conn.version(ApiKey.METADATA, max_version=12)
             # "every topic" is an empty list in v0 and null later
-            names = ([] if version == 0 else None) if wanted is None else [{"name": t} for t in wanted]
+            every: list[Any] | None = [] if version == 0 else None
+            names = every if wanted is None else [{"name": t, "topic_id": None} for t in wanted]
             return make_request(
                 ApiKey.METADATA,
                 version,
@@ -358,6 +364,12 @@ class NetworkClient:
         async with self._refresh_lock:
             response = await self.send_any(build)
             update = snapshot_from_metadata(response)
+            for name, (was, now) in sorted(changed_topic_ids(self.topic_ids, update).items()):
+                # Java's Metadata logs it too, and takes the new topic's partitions whatever
+                # their leader epochs (a snapshot here always replaces the old one); the
+                # fetcher's session replaces the topic's partitions (fetch_session_handler)
+                log.info("topic %s has a new topic id %s (was %s): it was deleted and created again", name, now, was)
+            self.topic_ids.update((n, t.topic_id) for n, t in update.topics.items() if t.topic_id is not None)
             self.cluster = self.cluster.merged(update, wanted)
             self._install()
         return self.cluster
@@ -377,6 +389,17 @@ class NetworkClient:
                 listener()
         self.request_update()
         return moved
+
+    def follow_leader_hints(
+        self, hints: Mapping[TopicPartition, tuple[int, int]], node_endpoints: Iterable[Any]
+    ) -> set[TopicPartition]:
+        """:meth:`update_leaders` from a Produce (v10+) or Fetch (v16) answer's KIP-951 fields:
+        ``hints`` (partition -> current leader id and epoch, from NOT_LEADER_OR_FOLLOWER or
+        FENCED_LEADER_EPOCH answers) and the answer's ``node_endpoints``; nothing when no hint."""
+        if not hints:
+            return set()
+        nodes = [BrokerInfo(int(n.node_id), n.host, int(n.port), n.rack) for n in node_endpoints]
+        return self.update_leaders(hints, nodes)
 
     def _install(self) -> None:
         self.metadata_version += 1

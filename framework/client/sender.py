@@ -32,7 +32,6 @@ from ..protocol import ApiKey
 from ..protocol.produce import PartitionProduceData, ProduceRequestData, TopicProduceData
 from ..records import build_batch
 from .accumulator import ProducerBatch, RecordAccumulator
-from .cluster import BrokerInfo
 from .connection import BrokerConnection, NetworkError
 from .network import NetworkClient
 from .requests import error_code, make_request
@@ -310,10 +309,7 @@ class Sender:
             and p.current_leader[0] >= 0
             and error_code(p.error_code) in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
         }
-        if not hints:
-            return set()
-        nodes = [BrokerInfo(n.node_id, n.host, n.port, n.rack) for n in response.node_endpoints]
-        return self.network.update_leaders(hints, nodes)
+        return self.network.follow_leader_hints(hints, response.node_endpoints)
 
     def _on_error(
         self,
