@@ -90,17 +90,25 @@ class TokenEndpoint:
     """An OAuth 2 authorization server on 127.0.0.1 (a port of its own) for OAUTHBEARER tests:
     ``POST /token`` runs the client-credentials grant (client id and secret by HTTP basic
     authentication, or as form fields) and answers a JWT ``issuer`` signs for the client id
-    (``audience``, the requested ``scope``, ``life_s`` seconds) with ``expires_in``; a wrong secret
+    (``audience``, the requested ``scope``, ``life_s`` seconds, or the client's own in ``lifetimes``)
+    with ``expires_in``; a wrong secret
     gets 401 ``invalid_client``, another grant 400. ``GET /jwks`` serves the issuer's JWKS, the
     broker's ``sasl.oauthbearer.jwks.endpoint.url``. ``issued`` counts tokens per client."""
 
     def __init__(
-        self, issuer: TokenIssuer, clients: dict[str, str], *, audience: str | None = "kafka", life_s: float = 3600
+        self,
+        issuer: TokenIssuer,
+        clients: dict[str, str],
+        *,
+        audience: str | None = "kafka",
+        life_s: float = 3600,
+        lifetimes: dict[str, float] | None = None,
     ) -> None:
         self.issuer = issuer
         self.clients = dict(clients)
         self.audience = audience
         self.life_s = life_s
+        self.lifetimes = dict(lifetimes or {})
         self.issued: Counter[str] = Counter()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -140,9 +148,10 @@ class TokenEndpoint:
                 return 400, {"error": "invalid_request"}
         if client_id not in self.clients or self.clients[client_id] != secret:
             return 401, {"error": "invalid_client", "error_description": "client authentication failed"}
-        token = self.issuer.token(client_id, life_s=self.life_s, audience=self.audience, scope=form.get("scope"))
+        life_s = self.lifetimes.get(client_id, self.life_s)
+        token = self.issuer.token(client_id, life_s=life_s, audience=self.audience, scope=form.get("scope"))
         self.issued[client_id] += 1
-        return 200, {"access_token": token, "token_type": "Bearer", "expires_in": int(self.life_s)}
+        return 200, {"access_token": token, "token_type": "Bearer", "expires_in": int(life_s)}
 
 
 def _handler(endpoint: TokenEndpoint) -> type[BaseHTTPRequestHandler]:
