@@ -25,6 +25,7 @@ start-up.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -107,8 +108,8 @@ def unsecured_login_provider(options: Mapping[str, str], where: str) -> Refreshi
     header = b64url_encode(json.dumps({"alg": "none"}).encode())
 
     async def mint() -> BearerToken:
-        now = time.time()
-        body = {**claims, "iat": round(now, 3), "exp": round(now + lifetime, 3)}
+        now = math.floor(time.time() * 1000) / 1000  # whole ms, never ahead of the validator's clock
+        body = {**claims, "iat": now, "exp": now + lifetime}
         token = f"{header}.{b64url_encode(json.dumps(body).encode())}."
         return BearerToken(token, now + lifetime, principal, extensions)
 

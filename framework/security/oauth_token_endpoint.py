@@ -197,11 +197,17 @@ def read_token_file(url: str) -> bytes:
         raise TokenEndpointError(f"cannot read the token file {url}: {exc.strerror}") from None
 
 
-Post = Callable[[str, bytes, Mapping[str, str], float], tuple[int, bytes]]
+async def post_in_thread(url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+    """:func:`post` in a worker thread (abandoned if the caller is cancelled)."""
+    return await trio.to_thread.run_sync(post, url, body, headers, timeout_s, abandon_on_cancel=True)
+
+
+#: how a token request is sent: (url, body, headers, timeout_s) -> (status, body)
+Post = Callable[[str, bytes, Mapping[str, str], float], Awaitable[tuple[int, bytes]]]
 
 
 async def fetch_token(
-    settings: TokenEndpointSettings, *, post: Post = post, now: Callable[[], float] = time.time
+    settings: TokenEndpointSettings, *, post: Post = post_in_thread, now: Callable[[], float] = time.time
 ) -> BearerToken:
     """A new token from the endpoint (see the module docstring for retries); TokenEndpointError."""
     if settings.url.lower().startswith("file:"):
@@ -214,9 +220,7 @@ async def fetch_token(
     while True:
         try:
             with trio.fail_after(settings.timeout_s + 1):
-                status, answer = await trio.to_thread.run_sync(
-                    post, settings.url, body, headers, settings.timeout_s, abandon_on_cancel=True
-                )
+                status, answer = await post(settings.url, body, headers, settings.timeout_s)
             return parse_token_response(status, answer, settings, now_s=now())
         except trio.TooSlowError:
             error = TokenEndpointError(
@@ -275,6 +279,7 @@ __all__ = [
     "jwt_claims",
     "parse_token_response",
     "post",
+    "post_in_thread",
     "token_endpoint_provider",
     "token_request",
 ]
