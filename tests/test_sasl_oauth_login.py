@@ -328,3 +328,19 @@ async def test_inter_broker_oauthbearer_client_config_logs_in_per_listener() -> 
 def test_inter_broker_oauthbearer_mistakes_stop_the_start(overrides: dict[str, str], why: str) -> None:
     with pytest.raises(ConfigError, match=why):
         check_security_config(_broker(overrides))
+
+
+async def test_logins_at_the_same_time_share_one_fetch(autojump_clock: trio.abc.Clock) -> None:
+    fetches = 0
+
+    async def fetch() -> BearerToken:
+        nonlocal fetches
+        fetches += 1
+        await trio.sleep(1)  # the endpoint is slow
+        return BearerToken("t", trio.current_time() + 100)
+
+    provider = RefreshingTokenProvider(fetch, now=trio.current_time)
+    async with trio.open_nursery() as nursery:
+        for _ in range(5):
+            nursery.start_soon(provider)
+    assert fetches == 1

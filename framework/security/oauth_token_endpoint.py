@@ -241,7 +241,8 @@ async def fetch_token(
 class RefreshingTokenProvider:
     """A token source for every login: the token ``fetch`` returned last, until
     :data:`REFRESH_FACTOR` of its remaining lifetime has passed, then a new one. A failed fetch
-    raises (the login fails with its message) and is tried again at the next login."""
+    raises (the login fails with its message) and is tried again at the next login. Logins at
+    the same time wait for one fetch (it belongs to one client's or broker's trio loop)."""
 
     def __init__(self, fetch: Callable[[], Awaitable[BearerToken]], *, now: Callable[[], float] = time.time) -> None:
         self._fetch = fetch
@@ -250,14 +251,16 @@ class RefreshingTokenProvider:
         self._refresh_at = 0.0
         #: how many tokens were fetched
         self.fetches = 0
+        self._lock = trio.Lock()
 
     async def __call__(self) -> BearerToken:
-        if self._token is None or self._now() >= self._refresh_at:
-            token = await self._fetch()
-            now = self._now()
-            self._token, self._refresh_at = token, now + REFRESH_FACTOR * (token.expires_at_s - now)
-            self.fetches += 1
-        return self._token
+        async with self._lock:
+            if self._token is None or self._now() >= self._refresh_at:
+                token = await self._fetch()
+                now = self._now()
+                self._token, self._refresh_at = token, now + REFRESH_FACTOR * (token.expires_at_s - now)
+                self.fetches += 1
+            return self._token
 
 
 def token_endpoint_provider(settings: TokenEndpointSettings) -> RefreshingTokenProvider:
