@@ -261,6 +261,7 @@ async def test_token_endpoint_login_from_jaas() -> None:
         ('clientId="b"', {}, 'needs clientSecret="..."'),
         ('clientId="b" clientSecret="pw"', {"sasl.oauthbearer.token.endpoint.url": "ftp://x/t"}, "must be a"),
         ('clientId="b" clientSecret="pw"', {"sasl.oauthbearer.allowed.urls": ["https://other/t"]}, "not allowed"),
+        ("", {"sasl.oauthbearer.token.endpoint.url": "file:/nonexistent/token"}, "no token file at"),
     ],
 )  # fmt: skip
 def test_token_endpoint_login_errors(options: str, settings: dict[str, Any], why: str) -> None:

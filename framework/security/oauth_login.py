@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -126,6 +129,8 @@ def token_endpoint_login_settings(
     except ValueError as exc:
         raise ConfigError(f"invalid value for {TOKEN_ENDPOINT_URL!r} ({where}): {exc}") from None
     is_file = url.lower().startswith("file:")
+    if is_file and not os.path.isfile(urllib.request.url2pathname(urllib.parse.urlparse(url).path)):
+        raise ConfigError(f"invalid value for {TOKEN_ENDPOINT_URL!r} ({where}): no token file at {url}")
     for option in ("clientId", "clientSecret"):
         if not is_file and not options.get(option, "").strip():
             raise ConfigError(f'{where}: the token endpoint login needs {option}="..." in the JAAS config')
