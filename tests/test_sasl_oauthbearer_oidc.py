@@ -102,3 +102,19 @@ def test_odradek_client_oidc_wrong_secret_says_what_failed(broker: BrokerProcess
     assert refused.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
     message = str(refused.value)
     assert endpoint.token_url in message and "HTTP 401" in message and "invalid_client" in message, message
+
+
+def test_odradek_client_waits_for_a_slow_token_endpoint_beyond_the_connect_timeout(
+    broker: BrokerProcess, endpoint: TokenEndpoint
+) -> None:
+    """The token is fetched before the login's connect timeout starts: an identity provider slower
+    than socket.connection.setup.timeout.ms delays the login, it does not fail it (the token
+    endpoint's own 20 s timeout bounds it)."""
+    topic = unique_topic("oidc-slow")
+    conf = {**_oidc(broker, endpoint), "socket.connection.setup.timeout.ms": 300}
+    endpoint.delay_s = 1.0
+    try:
+        with Producer(conf) as producer:
+            assert producer.send(topic, b"v").result(timeout=30) is not None
+    finally:
+        endpoint.delay_s = 0.0

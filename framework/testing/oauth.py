@@ -103,12 +103,15 @@ class TokenEndpoint:
         audience: str | None = "kafka",
         life_s: float = 3600,
         lifetimes: dict[str, float] | None = None,
+        delay_s: float = 0.0,
     ) -> None:
         self.issuer = issuer
         self.clients = dict(clients)
         self.audience = audience
         self.life_s = life_s
         self.lifetimes = dict(lifetimes or {})
+        #: how long each token request waits before its answer (a slow identity provider)
+        self.delay_s = delay_s
         self.issued: Counter[str] = Counter()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -176,6 +179,7 @@ def _handler(endpoint: TokenEndpoint) -> type[BaseHTTPRequestHandler]:
                 return
             length = int(self.headers.get("Content-Length") or 0)
             form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
+            time.sleep(endpoint.delay_s)
             self._answer(*endpoint.grant(self.headers.get("Authorization"), form))
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet
