@@ -172,6 +172,8 @@ class BrokerServer:
         self._session_lost = False
         #: one registration at a time: a new session's and one after a deleted registration
         self._registering = trio.Lock()
+        #: the inter-broker client's SASL settings, built once (an OAUTHBEARER login keeps its token)
+        self._inter_broker_sasl: dict[str, Any] | None = None
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run the broker until cancelled; reports the bound endpoints when it is serving."""
@@ -572,10 +574,9 @@ class BrokerServer:
         # over TLS the listener's keystore and truststore; over SASL the broker authenticates as
         # sasl.mechanism.inter.broker.protocol with the username/password of that mechanism's
         # JAAS config (both checked at start-up); SASL_SSL takes both
-        client_config = {
-            **self.config.inter_broker_client_config(),
-            **inter_broker_client_config(self.config, listener, self.plugins.sasl_mechanisms()),
-        }
+        if self._inter_broker_sasl is None:  # once: an OAUTHBEARER token is shared by every connection
+            self._inter_broker_sasl = inter_broker_client_config(self.config, listener, self.plugins.sasl_mechanisms())
+        client_config = {**self.config.inter_broker_client_config(), **self._inter_broker_sasl}
         return self.plugins.transport_for(listener.security_protocol, self.config["transport"]).connector(client_config)
 
     @staticmethod

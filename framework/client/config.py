@@ -76,6 +76,30 @@ COMMON_KEYS: tuple[ConfigKey, ...] = (
         "OAUTHBEARER without oauth_cb: log in with an unsecured JWT built from sasl.oauthbearer.config "
         "(development only; the broker must accept unsecured tokens).",
     ),
+    _k(
+        "sasl.oauthbearer.method",
+        str,
+        "default",
+        "OAUTHBEARER token source: default (oauth_cb or the unsecured JWT) or oidc (the client-credentials "
+        "grant at sasl.oauthbearer.token.endpoint.url, KIP-768; librdkafka's setting).",
+        choices=("default", "oidc"),
+    ),
+    _k(
+        "sasl.oauthbearer.token.endpoint.url",
+        str,
+        "",
+        "OAUTHBEARER oidc: the OAuth 2 token endpoint (http: or https:); the token is refreshed at 80% of its "
+        "lifetime (its exp claim, else expires_in).",
+    ),
+    _k("sasl.oauthbearer.client.id", str, "", "OAUTHBEARER oidc: the client id (HTTP basic authentication)."),
+    _k("sasl.oauthbearer.client.secret", str, "", "OAUTHBEARER oidc: the client secret."),
+    _k("sasl.oauthbearer.scope", str, "", "OAUTHBEARER oidc: the scope asked for (empty: none sent)."),
+    _k(
+        "sasl.oauthbearer.extensions",
+        str,
+        "",
+        "OAUTHBEARER oidc: SASL extensions sent with the token (KIP-342), comma-separated key=value pairs.",
+    ),
     _k("ssl.ca.location", str, "", "CA bundle for SSL (transport plugins that support TLS)."),
     _k("ssl.certificate.location", str, "", "Client certificate for SSL."),
     _k("ssl.key.location", str, "", "Client private key for SSL."),

@@ -102,10 +102,16 @@ class SaslSession:
 
 
 async def authenticate(
-    connection: Connection, settings: SaslClientSettings, available: Mapping[str, SaslMechanism], *, client_id: str
+    connection: Connection,
+    settings: SaslClientSettings,
+    available: Mapping[str, SaslMechanism],
+    *,
+    client_id: str,
+    client: SaslClient | None = None,
 ) -> int:
-    """Run the SASL exchange on a fresh ``connection``; the session lifetime the broker gave
-    (ms, 0: no limit). Raises AuthenticationFailed."""
+    """Run the SASL exchange on a fresh ``connection`` (with ``client`` when the caller already
+    made it, e.g. outside a timeout that should not count the token fetch); the session lifetime
+    the broker gave (ms, 0: no limit). Raises AuthenticationFailed."""
     correlation = 0
 
     async def call(api_key: int, version: int, **fields: object) -> object:
@@ -120,7 +126,7 @@ async def authenticate(
         _, response = decode_response(api_key, version, frame)
         return response
 
-    return await exchange(call, settings, available)
+    return await exchange(call, settings, available, client)
 
 
 async def reauthenticate(call: Call, session: SaslSession) -> int:
@@ -129,10 +135,13 @@ async def reauthenticate(call: Call, session: SaslSession) -> int:
     return await exchange(call, session.settings, session.available)
 
 
-async def exchange(call: Call, settings: SaslClientSettings, available: Mapping[str, SaslMechanism]) -> int:
-    """SaslHandshake v1 then SaslAuthenticate until the mechanism is done; the session lifetime
-    of the last answer (ms)."""
-    client = await settings.client_for(available)
+async def exchange(
+    call: Call, settings: SaslClientSettings, available: Mapping[str, SaslMechanism], client: SaslClient | None = None
+) -> int:
+    """SaslHandshake v1 then SaslAuthenticate until the mechanism is done (``client``: a new one
+    from ``settings`` unless given); the session lifetime of the last answer (ms)."""
+    if client is None:
+        client = await settings.client_for(available)
     handshake = await call(ApiKey.SASL_HANDSHAKE, HANDSHAKE_VERSION, mechanism=settings.mechanism)
     code = ErrorCode(int(handshake.error_code))
     if code != ErrorCode.NONE:

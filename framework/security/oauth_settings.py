@@ -21,6 +21,7 @@ from ..config import ConfigError
 from ..interfaces import ConfigKey
 from .mechanism import SaslMechanism, SaslServer, SaslServerContext
 from .oauth_jwt import JwksError, JwksSource, JwtValidator, parse_jwks, read_url
+from .oauth_login import ALLOWED_URLS, TOKEN_ENDPOINT_URL, check_allowed
 from .oauth_unsecured import UnsecuredValidator
 from .oauthbearer import LOGIN_MODULE, MECHANISM, BearerToken, OAuthBearerSaslServer, TokenValidator
 
@@ -55,6 +56,7 @@ def build_validator(context: SaslServerContext) -> TokenValidator:
             return UnsecuredValidator.from_jaas(jaas)
         except ValueError as exc:
             raise ConfigError(f"the JAAS config for {_where(context)}: {exc}") from None
+    check_allowed([url], list(_setting(context, ALLOWED_URLS, ["*"])), f"invalid value for {JWKS_URL!r}")
     try:
         source = JwksSource(url, int(_setting(context, "sasl.oauthbearer.jwks.endpoint.refresh.ms", 3_600_000)))
         if url.lower().startswith("file:"):
@@ -117,6 +119,34 @@ def config_keys() -> Sequence[ConfigKey]:
             "Empty: unsecured JWTs are accepted (Kafka's development default; options from the "
             "OAuthBearerLoginModule JAAS config)." + tail,
             extra=per,
+        ),
+        ConfigKey(
+            TOKEN_ENDPOINT_URL, str, "",
+            "OAUTHBEARER inter-broker login (sasl.mechanism.inter.broker.protocol=OAUTHBEARER): the OAuth 2 "
+            "token endpoint the broker gets its tokens from by the client-credentials grant, with clientId, "
+            "clientSecret and scope from the listener's OAuthBearerLoginModule JAAS config (Kafka's "
+            "OAuthBearerLoginCallbackHandler); http:, https:, or file: (a file holding the token). Empty: "
+            "Kafka's unsecured login (unsecuredLogin* JAAS options)." + tail,
+            extra=per,
+        ),
+        ConfigKey(
+            "sasl.login.retry.backoff.ms", int, 100,
+            "OAUTHBEARER token endpoint login: first wait before asking again after a failed request (5xx, "
+            "no answer); doubled up to sasl.login.retry.backoff.max.ms, 5 requests at most. A 4xx answer "
+            "(a wrong secret) is not retried." + tail,
+            minimum=0, extra=per,
+        ),
+        ConfigKey(
+            "sasl.login.retry.backoff.max.ms", int, 10_000,
+            "OAUTHBEARER token endpoint login: the longest wait between requests." + tail,
+            minimum=0, extra=per,
+        ),
+        ConfigKey(
+            ALLOWED_URLS, list, ["*"],
+            "OAUTHBEARER: the URLs sasl.oauthbearer.jwks.endpoint.url and sasl.oauthbearer.token.endpoint.url "
+            "may name (comma separated, exact match; * allows every URL), checked at start-up. Kafka's "
+            "JVM system property org.apache.kafka.sasl.oauthbearer.allowed.urls; its default is Kafka "
+            "3.9.1's (every URL), not 4.0's (none).",
         ),
         ConfigKey(
             "sasl.oauthbearer.jwks.endpoint.refresh.ms", int, 3_600_000,

@@ -145,7 +145,9 @@ def odradek_config_keys() -> Sequence[ConfigKey]:
             "",
             "SASL mechanism of the broker's own connections (replica fetchers, controller, transaction "
             "markers) when the first listener is a SASL one; empty: the listener's first enabled "
-            "mechanism. The username and password come from that mechanism's JAAS config.",
+            "mechanism. The username and password come from that mechanism's JAAS config; OAUTHBEARER "
+            "logs in as Kafka does: unsecuredLogin* JAAS options, or a token endpoint "
+            "(sasl.oauthbearer.token.endpoint.url with clientId/clientSecret/scope).",
         ),
         ConfigKey(
             "connection.failed.authentication.delay.ms",

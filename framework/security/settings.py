@@ -21,6 +21,8 @@ from ..config import Config, ConfigError
 from ..interfaces import Endpoint
 from .jaas import JaasConfigEntry, JaasError, parse_jaas_config
 from .mechanism import CredentialLookup, SaslMechanism, SaslServer, SaslServerContext
+from .oauth_login import login_provider
+from .oauthbearer import MECHANISM as OAUTHBEARER
 
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
@@ -151,12 +153,14 @@ def _factory(mechanism: SaslMechanism, context: SaslServerContext) -> Callable[[
 
 def inter_broker_client_config(
     config: Config, endpoint: Endpoint, available: Mapping[str, SaslMechanism]
-) -> dict[str, str]:
+) -> dict[str, Any]:
     """The client settings the broker's own connections use towards ``endpoint``'s listener on
     other brokers: ``security.protocol``, and for SASL the mechanism
     (``sasl.mechanism.inter.broker.protocol``, else the listener's first enabled one) with the
-    ``username`` and ``password`` options of its JAAS config, as Kafka takes them."""
-    out = {"security.protocol": endpoint.security_protocol}
+    ``username`` and ``password`` options of its JAAS config, as Kafka takes them; for
+    OAUTHBEARER the token source of :mod:`.oauth_login` as ``oauth_cb`` (build it once per broker:
+    it keeps the token its connections share)."""
+    out: dict[str, Any] = {"security.protocol": endpoint.security_protocol}
     if not is_sasl(endpoint):
         return out
     enabled = enabled_mechanisms(config, endpoint.name)
@@ -168,6 +172,15 @@ def inter_broker_client_config(
             f"invalid value for {key!r}: {mechanism or 'none'} is not enabled on the inter-broker listener "
             f"{endpoint.name} (sasl.enabled.mechanisms: {', '.join(enabled) or 'none'})"
         )
+    if mechanism == OAUTHBEARER:
+        where = f"inter-broker SASL/OAUTHBEARER on listener {endpoint.name}"
+
+        def setting(name: str, default: Any) -> Any:
+            return _setting(config, endpoint.name, name, default, "oauthbearer.")
+
+        provider = login_provider(jaas_for(config, endpoint.name, mechanism), setting, where)
+        out.update({"sasl.mechanism": mechanism, "oauth_cb": lambda _config: provider()})
+        return out
     plugin = available.get(mechanism)
     if plugin is None or plugin.client is None:
         raise ConfigError(

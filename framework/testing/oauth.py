@@ -3,13 +3,22 @@
 idp = TokenIssuer.rsa("key-1")
 idp.write_jwks(tmp_path / "jwks.json")          # the broker's sasl.oauthbearer.jwks.endpoint.url
 token = idp.token("alice", audience="kafka", life_s=60)
+
+with TokenEndpoint(idp, {"alice": "alice-secret"}) as endpoint:   # a local OAuth 2 server
+    endpoint.token_url, endpoint.jwks_url                           # client credentials, the JWKS
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import threading
 import time
+import urllib.parse
+from collections import Counter
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +26,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-__all__ = ["TokenIssuer", "jwks_document"]
+__all__ = ["TokenEndpoint", "TokenIssuer", "jwks_document"]
 
 
 @dataclass(frozen=True)
@@ -75,3 +84,105 @@ class TokenIssuer:
 
 def jwks_document(*issuers: TokenIssuer) -> dict[str, Any]:
     return {"keys": [i.jwk() for i in issuers]}
+
+
+class TokenEndpoint:
+    """An OAuth 2 authorization server on 127.0.0.1 (a port of its own) for OAUTHBEARER tests:
+    ``POST /token`` runs the client-credentials grant (client id and secret by HTTP basic
+    authentication, or as form fields) and answers a JWT ``issuer`` signs for the client id
+    (``audience``, the requested ``scope``, ``life_s`` seconds, or the client's own in ``lifetimes``)
+    with ``expires_in``; a wrong secret
+    gets 401 ``invalid_client``, another grant 400. ``GET /jwks`` serves the issuer's JWKS, the
+    broker's ``sasl.oauthbearer.jwks.endpoint.url``. ``issued`` counts tokens per client."""
+
+    def __init__(
+        self,
+        issuer: TokenIssuer,
+        clients: dict[str, str],
+        *,
+        audience: str | None = "kafka",
+        life_s: float = 3600,
+        lifetimes: dict[str, float] | None = None,
+        delay_s: float = 0.0,
+    ) -> None:
+        self.issuer = issuer
+        self.clients = dict(clients)
+        self.audience = audience
+        self.life_s = life_s
+        self.lifetimes = dict(lifetimes or {})
+        #: how long each token request waits before its answer (a slow identity provider)
+        self.delay_s = delay_s
+        self.issued: Counter[str] = Counter()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="token-endpoint", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def token_url(self) -> str:
+        return f"{self.base_url}/token"
+
+    @property
+    def jwks_url(self) -> str:
+        return f"{self.base_url}/jwks"
+
+    def __enter__(self) -> TokenEndpoint:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def grant(self, authorization: str | None, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """The answer (status, JSON) to a token request."""
+        if form.get("grant_type") != "client_credentials":
+            return 400, {"error": "unsupported_grant_type"}
+        client_id, secret = form.get("client_id", ""), form.get("client_secret", "")
+        if authorization and authorization.lower().startswith("basic "):
+            try:
+                client_id, _, secret = base64.b64decode(authorization[6:]).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                return 400, {"error": "invalid_request"}
+        if client_id not in self.clients or self.clients[client_id] != secret:
+            return 401, {"error": "invalid_client", "error_description": "client authentication failed"}
+        life_s = self.lifetimes.get(client_id, self.life_s)
+        token = self.issuer.token(client_id, life_s=life_s, audience=self.audience, scope=form.get("scope"))
+        self.issued[client_id] += 1
+        return 200, {"access_token": token, "token_type": "Bearer", "expires_in": int(life_s)}
+
+
+def _handler(endpoint: TokenEndpoint) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, status: int, body: dict[str, Any]) -> None:
+            raw = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_GET(self) -> None:
+            if self.path == "/jwks":
+                self._answer(200, jwks_document(endpoint.issuer))
+            else:
+                self._answer(404, {"error": "not_found"})
+
+        def do_POST(self) -> None:
+            if self.path != "/token":
+                self._answer(404, {"error": "not_found"})
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
+            time.sleep(endpoint.delay_s)
+            self._answer(*endpoint.grant(self.headers.get("Authorization"), form))
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            return
+
+    return Handler

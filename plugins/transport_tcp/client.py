@@ -81,13 +81,17 @@ async def sasl_login(
     connection: TcpConnection, sasl: SaslClientSettings | None, *, client_id: str, timeout_s: float
 ) -> None:
     """Authenticate a new connection with ``sasl`` (``security.protocol`` SASL_PLAINTEXT or
-    SASL_SSL; None: nothing to do) within ``timeout_s``; a failed login closes it and raises."""
+    SASL_SSL; None: nothing to do) within ``timeout_s`` (an OAUTHBEARER token is fetched before:
+    its endpoint's own timeouts bound it); a failed login closes it and raises."""
     if sasl is None:
         return
     available = _mechanisms()
     try:
+        # the client (OAUTHBEARER: its token) first, outside the login's timeout: a token endpoint
+        # has timeouts and retries of its own, and its error says more than a timeout would
+        client = await sasl.client_for(available)
         with trio.fail_after(timeout_s):
-            lifetime_ms = await authenticate(connection, sasl, available, client_id=client_id)
+            lifetime_ms = await authenticate(connection, sasl, available, client_id=client_id, client=client)
     except BaseException:
         await connection.aclose()
         raise
