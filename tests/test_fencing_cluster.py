@@ -1,0 +1,220 @@
+"""Fencing a leader that was paused past its metadata session, on three odradek brokers on the
+session ZooKeeper and etcd, driven by confluent-kafka.
+
+A SIGSTOPped process is what a long GC pause, a swapped-out host or a broker cut off from its
+metadata store looks like to the others: it holds its sockets, answers nothing, and resumes
+believing what it believed. The leader of an RF=3, min.insync.replicas=2 partition is paused
+while an idempotent acks=all producer keeps producing; its session expires and the controller
+elects another in-sync replica (a new leader epoch). While it is paused, a Produce with acks=all
+is written into a connection it accepted earlier; it reads that request the moment it runs again,
+still believing it leads. It must not acknowledge it: its followers fetch from the new leader, so
+its high watermark cannot move past what they had. It learns it was replaced (its session is
+gone, the partition state names a newer leader epoch), answers that request with an error,
+truncates the record it appended and rejoins the ISR as a follower; a Produce sent to it
+afterwards is NOT_LEADER_OR_FOLLOWER. The producer moves to the new leader by itself, and a
+consumer reads every acknowledged record exactly once and in order, and never the refused one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import signal
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from client_helpers import read_response
+from confluent_kafka import Producer
+from test_replication_cluster import (
+    SESSION_MS,
+    consume_all,
+    metadata_settings,
+    replicated_topic,
+    three_brokers,
+    wait_for,
+)
+
+from odradek import records
+from odradek.errors import ErrorCode
+from odradek.protocol import ApiKey, decode_response, encode_request, request_type
+from odradek.testing.broker import BrokerProcess, sample
+
+PRODUCE_VERSION = 9
+
+
+def produce_frame(topic: str, value: bytes, correlation_id: int) -> bytes:
+    """A size-prefixed Produce (acks=all) of one record to partition 0 of ``topic``."""
+    cls = request_type(ApiKey.PRODUCE, PRODUCE_VERSION)
+    m = __import__(cls.__module__, fromlist=["x"])
+    batch = bytes(records.build_batch([(None, value, [], None)]))
+    request = cls(
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(milliseconds=5000),
+        topic_data=(m.TopicProduceData(name=topic, partition_data=(m.PartitionProduceData(index=0, records=batch),)),),
+    )
+    frame = encode_request(request, correlation_id=correlation_id, client_id="fencing-test")
+    return struct.pack(">i", len(frame)) + bytes(frame)
+
+
+def produce_error(sock: socket.socket, correlation_id: int) -> ErrorCode:
+    """The error code of the one partition a :func:`produce_frame` request named."""
+    cid, response = decode_response(ApiKey.PRODUCE, PRODUCE_VERSION, read_response(sock))
+    assert cid == correlation_id
+    (topic,) = response.responses
+    (partition,) = topic.partition_responses
+    return ErrorCode(partition.error_code)
+
+
+def connect(broker: BrokerProcess, timeout_s: float = 30) -> socket.socket:
+    host, port = broker.bootstrap.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=timeout_s)
+
+
+def state_on(broker: BrokerProcess, topic: str) -> tuple[int, int, list[int]] | None:
+    """(leader, leader epoch, ISR) of partition 0 in ``broker``'s own Metadata answer, or None
+    (no answer, no leader). Asked of that broker alone: a librdkafka admin client may send its
+    request to any broker it knows, the paused one included."""
+    cls = request_type(ApiKey.METADATA, 12)
+    m = __import__(cls.__module__, fromlist=["x"])
+    request = cls(
+        topics=(m.MetadataRequestTopic(topic_id=None, name=topic),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    frame = encode_request(request, correlation_id=5, client_id="fencing-test")
+    try:
+        with connect(broker, 2) as sock:
+            sock.sendall(struct.pack(">i", len(frame)) + bytes(frame))
+            _, response = decode_response(ApiKey.METADATA, 12, read_response(sock))
+    except OSError:
+        return None
+    (t,) = response.topics
+    partitions = [p for p in t.partitions if p.partition_index == 0]
+    if t.error_code != 0 or not partitions or partitions[0].leader_id < 0:
+        return None
+    p = partitions[0]
+    return p.leader_id, p.leader_epoch, sorted(p.isr_nodes)
+
+
+@contextmanager
+def producing(bootstrap: str, topic: str) -> Iterator[list[int]]:
+    """An idempotent acks=all producer sending 0, 1, 2, ... to partition 0 until the block ends;
+    yields the acknowledged numbers, in the order they were acknowledged."""
+    acked: list[int] = []
+    failed: list[str] = []
+    stop = threading.Event()
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append(int(msg.value()))
+        else:
+            failed.append(str(err))
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            # a paused broker holds its connections open and answers nothing: without these
+            # librdkafka waits out socket.timeout.ms (60 s) on the requests it sent there
+            "request.timeout.ms": 3000,
+            "socket.timeout.ms": 3000,
+            "message.timeout.ms": 60000,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+
+    def run() -> None:
+        n = 0
+        while not stop.is_set():
+            producer.produce(topic, b"%08d" % n, partition=0, on_delivery=on_delivery)
+            n += 1
+            producer.poll(0.01)
+        producer.flush(60)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield acked
+    finally:
+        stop.set()
+        thread.join(90)
+    assert not thread.is_alive(), "the producer did not flush"
+    assert not failed, failed[:5]
+
+
+@contextmanager
+def paused(broker: BrokerProcess) -> Iterator[None]:
+    """``broker``'s process stopped (SIGSTOP) for the block, then continued."""
+    process = broker.process
+    assert process is not None
+    process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        process.send_signal(signal.SIGCONT)
+
+
+@pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
+def test_a_leader_paused_past_its_session_is_fenced_and_rejoins_as_a_follower(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    metadata = {**metadata_settings(kind, request, "paused"), "auto.leader.rebalance.enable": "false"}
+    with three_brokers(tmp_path, metadata) as brokers:
+        bootstrap, _, topic, leader = replicated_topic(brokers, "paused")
+        old = brokers[leader]
+        other = next(b for i, b in brokers.items() if i != leader)
+        stale = connect(old)  # accepted while it runs; written to while it is paused
+        try:
+            with producing(bootstrap, topic) as acked:
+                wait_for("records acknowledged by the first leader", lambda: len(acked) >= 200)
+                with paused(old):
+                    new_leader, epoch, isr = wait_for(
+                        "another leader elected",
+                        lambda: (s := state_on(other, topic)) and s[0] != leader and s,
+                        timeout_s=SESSION_MS * 5 / 1000,
+                    )
+                    assert epoch > 0
+                    assert leader not in isr
+                    stale.sendall(produce_frame(topic, b"ghost", 11))
+                    before = len(acked)
+                    wait_for("records acknowledged by the new leader", lambda: len(acked) >= before + 200)
+                # the request it read on waking up, as the leader it believed itself to be
+                error = produce_error(stale, 11)
+                assert error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH), error
+                wait_for(
+                    "the former leader back in the ISR",
+                    lambda: (s := state_on(other, topic)) and s == (new_leader, epoch, sorted(brokers)),
+                    timeout_s=30,
+                )
+                assert state_on(old, topic) == (new_leader, epoch, sorted(brokers))  # it knows it follows
+                before = len(acked)
+                wait_for("more records acknowledged", lambda: len(acked) >= before + 100)
+            stale.sendall(produce_frame(topic, b"ghost2", 12))
+            assert produce_error(stale, 12) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        finally:
+            stale.close()
+
+        values = consume_all(bootstrap, topic, acked[-1] + 1)
+        assert b"ghost" not in values and b"ghost2" not in values
+        got = [int(v) for v in values]
+        assert got == sorted(set(got)), "records out of order or twice"
+        assert set(acked) <= set(got), f"lost {len(set(acked) - set(got))} acknowledged records"
+        assert got == list(range(len(got)))  # nothing missing in between either
+
+        wait_for(
+            "the former leader's log equal to the leader's",
+            lambda: (
+                sample(old.metrics(), "kafka_log_log_logendoffset", topic=topic, partition="0")
+                == sample(brokers[new_leader].metrics(), "kafka_log_log_logendoffset", topic=topic, partition="0")
+            ),
+        )
+        for b in brokers.values():
+            assert not b.log_problems(), b.log_problems()
