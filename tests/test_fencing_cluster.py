@@ -22,6 +22,7 @@ import signal
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,9 +30,11 @@ from typing import Any
 
 import pytest
 from client_helpers import read_response
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from test_replication_cluster import (
     SESSION_MS,
+    all_brokers_seen,
     consume_all,
     metadata_settings,
     replicated_topic,
@@ -42,9 +45,10 @@ from test_replication_cluster import (
 from odradek import records
 from odradek.errors import ErrorCode
 from odradek.protocol import ApiKey, decode_response, encode_request, request_type
-from odradek.testing.broker import BrokerProcess, sample
+from odradek.testing.broker import BrokerProcess, sample, unique_topic
 
 PRODUCE_VERSION = 9
+PARTITIONS = 48
 
 
 def produce_frame(topic: str, value: bytes, correlation_id: int) -> bytes:
@@ -76,10 +80,10 @@ def connect(broker: BrokerProcess, timeout_s: float = 30) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=timeout_s)
 
 
-def state_on(broker: BrokerProcess, topic: str) -> tuple[int, int, list[int]] | None:
-    """(leader, leader epoch, ISR) of partition 0 in ``broker``'s own Metadata answer, or None
-    (no answer, no leader). Asked of that broker alone: a librdkafka admin client may send its
-    request to any broker it knows, the paused one included."""
+def metadata_on(broker: BrokerProcess, topic: str) -> tuple[int, dict[int, tuple[int, int, list[int]]]] | None:
+    """``broker``'s own Metadata answer for ``topic``: (controller id, {partition: (leader,
+    leader epoch, ISR)}), or None when it does not answer. Asked of that broker alone: a
+    librdkafka admin client may send its request to any broker it knows, a paused one included."""
     cls = request_type(ApiKey.METADATA, 12)
     m = __import__(cls.__module__, fromlist=["x"])
     request = cls(
@@ -95,11 +99,19 @@ def state_on(broker: BrokerProcess, topic: str) -> tuple[int, int, list[int]] | 
     except OSError:
         return None
     (t,) = response.topics
-    partitions = [p for p in t.partitions if p.partition_index == 0]
-    if t.error_code != 0 or not partitions or partitions[0].leader_id < 0:
-        return None
-    p = partitions[0]
-    return p.leader_id, p.leader_epoch, sorted(p.isr_nodes)
+    if t.error_code != 0:
+        return response.controller_id, {}
+    return response.controller_id, {
+        p.partition_index: (p.leader_id, p.leader_epoch, sorted(p.isr_nodes)) for p in t.partitions
+    }
+
+
+def state_on(broker: BrokerProcess, topic: str) -> tuple[int, int, list[int]] | None:
+    """(leader, leader epoch, ISR) of partition 0 in ``broker``'s Metadata, or None (no answer,
+    no leader)."""
+    answer = metadata_on(broker, topic)
+    state = answer and answer[1].get(0)
+    return state if state and state[0] >= 0 else None
 
 
 @contextmanager
@@ -216,5 +228,108 @@ def test_a_leader_paused_past_its_session_is_fenced_and_rejoins_as_a_follower(
                 == sample(brokers[new_leader].metrics(), "kafka_log_log_logendoffset", topic=topic, partition="0")
             ),
         )
+        for b in brokers.values():
+            assert not b.log_problems(), b.log_problems()
+
+
+def produce_to_each(bootstrap: str, topic: str, partitions: int, count: int) -> dict[int, list[bytes]]:
+    """``count`` records to each partition with acks=all (idempotent); the acknowledged values
+    of each partition, in the order acknowledged."""
+    acked: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            acked[msg.partition()].append(msg.value())
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
+    for i in range(count):
+        for p in range(partitions):
+            producer.produce(topic, b"%d-%d" % (p, i), partition=p, on_delivery=on_delivery)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    return acked
+
+
+def read_each(bootstrap: str, topic: str, expected: dict[int, int]) -> dict[int, list[bytes]]:
+    """Every partition read from offset 0 until it gave ``expected[p]`` records (or 20 s passed)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fencing-test", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in expected])
+    got: dict[int, list[bytes]] = {p: [] for p in expected}
+    deadline = time.monotonic() + 20
+    try:
+        while not all(len(got[p]) >= n for p, n in expected.items()):
+            if time.monotonic() > deadline:
+                pytest.fail(f"read {sum(map(len, got.values()))} of {sum(expected.values())} records")
+            for msg in consumer.consume(500, 0.2):
+                if msg.error() is None:
+                    got[msg.partition()].append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+@pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
+def test_a_controller_killed_while_it_elects_leaves_no_partition_leaderless(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A broker leading many partitions is killed; the controller starts electing their new
+    leaders and is killed (SIGKILL) as soon as the first election shows, with its pass
+    over the others most likely unfinished. The third broker becomes controller, elects itself
+    for every partition (the only live in-sync replica), each exactly once (one new leader
+    epoch), and serves every record acknowledged with acks=all before the crashes. Once the two
+    are back, they catch up and every ISR is full again."""
+    metadata = {**metadata_settings(kind, request, "ctlkill"), "auto.leader.rebalance.enable": "false"}
+    with three_brokers(tmp_path, metadata) as brokers:
+        bootstrap = ",".join(b.bootstrap for b in brokers.values())
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        wait_for("three live brokers", lambda: all_brokers_seen(brokers))
+        controller = admin.list_topics(timeout=5).controller_id
+        leader, survivor = (i for i in brokers if i != controller)
+        topic = unique_topic("ctlkill")
+        assignment = [[leader, survivor, controller]] * PARTITIONS
+        new = NewTopic(topic, num_partitions=PARTITIONS, replica_assignment=assignment)
+        admin.create_topics([new])[topic].result(15)
+        full = sorted(brokers)
+        wait_for(
+            "every ISR full",
+            lambda: (
+                (a := metadata_on(brokers[survivor], topic))
+                and len(a[1]) == PARTITIONS
+                and all(s == (leader, 0, full) for s in a[1].values())
+            ),
+        )
+        acked = produce_to_each(bootstrap, topic, PARTITIONS, 20)
+        assert all(len(v) == 20 for v in acked.values())
+
+        brokers[leader].kill()
+        wait_for(
+            "the controller's first election",
+            lambda: (a := metadata_on(brokers[survivor], topic)) and any(s[0] != leader for s in a[1].values()),
+        )
+        brokers[controller].kill()
+
+        def finished() -> bool:
+            answer = metadata_on(brokers[survivor], topic)
+            return (
+                answer is not None
+                and answer[0] == survivor
+                and all(s == (survivor, 1, [survivor]) for s in answer[1].values())
+            )
+
+        wait_for("the survivor controller and leading everything, each at epoch 1", finished, SESSION_MS * 5 / 1000)
+        got = read_each(brokers[survivor].bootstrap, topic, {p: len(v) for p, v in acked.items()})
+        assert got == acked, "acknowledged records lost, reordered or doubled"
+
+        brokers[leader].start()
+        brokers[controller].start()
+        wait_for(
+            "every ISR full again",
+            lambda: (
+                (a := metadata_on(brokers[survivor], topic))
+                and all(s[0] == survivor and s[2] == full for s in a[1].values())
+            ),
+            timeout_s=30,
+        )
+        assert read_each(bootstrap, topic, {p: len(v) for p, v in acked.items()}) == acked
         for b in brokers.values():
             assert not b.log_problems(), b.log_problems()
