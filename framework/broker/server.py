@@ -303,7 +303,7 @@ class BrokerServer:
                     )
                     self.broker_epoch = await self._register(store, info)
                     registered = True
-                    self.controller = Controller(config, store, core.metadata_cache)
+                    self.controller = Controller(config, store, core.metadata_cache, core.dynamic_config)
                     core.controller = self.controller
                     await self._start(background, scopes, self.controller.run)
                     controller = self.controller
