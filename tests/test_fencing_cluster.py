@@ -162,6 +162,12 @@ def producing(bootstrap: str, topic: str) -> Iterator[list[int]]:
     assert not failed, failed[:5]
 
 
+def fixed_leaders(kind: str, request: pytest.FixtureRequest, prefix: str) -> dict[str, str]:
+    """Settings for three brokers on the session ZooKeeper or etcd without the controller's
+    leader rebalancing, so that only the faults a test makes move leadership."""
+    return {**metadata_settings(kind, request, prefix), "auto.leader.rebalance.enable": "false"}
+
+
 @contextmanager
 def paused(broker: BrokerProcess) -> Iterator[None]:
     """``broker``'s process stopped (SIGSTOP) for the block, then continued."""
@@ -178,8 +184,7 @@ def paused(broker: BrokerProcess) -> Iterator[None]:
 def test_a_leader_paused_past_its_session_is_fenced_and_rejoins_as_a_follower(
     tmp_path: Path, kind: str, request: pytest.FixtureRequest
 ) -> None:
-    metadata = {**metadata_settings(kind, request, "paused"), "auto.leader.rebalance.enable": "false"}
-    with three_brokers(tmp_path, metadata) as brokers:
+    with three_brokers(tmp_path, fixed_leaders(kind, request, "paused")) as brokers:
         bootstrap, _, topic, leader = replicated_topic(brokers, "paused")
         old = brokers[leader]
         other = next(b for i, b in brokers.items() if i != leader)
@@ -278,8 +283,7 @@ def test_a_controller_killed_while_it_elects_leaves_no_partition_leaderless(
     for every partition (the only live in-sync replica), each exactly once (one new leader
     epoch), and serves every record acknowledged with acks=all before the crashes. Once the two
     are back, they catch up and every ISR is full again."""
-    metadata = {**metadata_settings(kind, request, "ctlkill"), "auto.leader.rebalance.enable": "false"}
-    with three_brokers(tmp_path, metadata) as brokers:
+    with three_brokers(tmp_path, fixed_leaders(kind, request, "ctlkill")) as brokers:
         bootstrap = ",".join(b.bootstrap for b in brokers.values())
         admin = AdminClient({"bootstrap.servers": bootstrap})
         wait_for("three live brokers", lambda: all_brokers_seen(brokers))
