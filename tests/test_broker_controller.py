@@ -18,7 +18,9 @@ from odradek.broker.api import (
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
+    ConfigResource,
     ConfigResourceType,
+    ConfigSource,
     CreatableTopic,
 )
 from odradek.broker.controller_view import WATCHED_PREFIX
@@ -180,6 +182,15 @@ async def test_enabling_unclean_election_elects_a_leader_of_a_leaderless_partiti
             while not partition.is_leader:
                 await trio.sleep(0.01)
         assert (partition.leader_epoch, partition.isr) == (1, {0})
+        # the topic describes the value in force and where it comes from
+        (described,) = await core.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "t", [unclean.name])])
+        (entry,) = described.configs
+        source = (
+            ConfigSource.DYNAMIC_TOPIC_CONFIG
+            if resource_type == ConfigResourceType.TOPIC
+            else ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        )
+        assert (entry.value, entry.source) == ("true", source)
 
 
 async def test_a_start_takes_every_topic_from_one_listing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
