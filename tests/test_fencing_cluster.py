@@ -32,6 +32,8 @@ import pytest
 from client_helpers import read_response
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import TopicPartition as KTopicPartition
+from kafka.admin import KafkaAdminClient
 from test_replication_cluster import (
     SESSION_MS,
     all_brokers_seen,
@@ -80,14 +82,14 @@ def connect(broker: BrokerProcess, timeout_s: float = 30) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=timeout_s)
 
 
-def metadata_on(broker: BrokerProcess, topic: str) -> tuple[int, dict[int, tuple[int, int, list[int]]]] | None:
-    """``broker``'s own Metadata answer for ``topic``: (controller id, {partition: (leader,
-    leader epoch, ISR)}), or None when it does not answer. Asked of that broker alone: a
-    librdkafka admin client may send its request to any broker it knows, a paused one included."""
+def metadata_response(broker: BrokerProcess, topics: list[str]) -> Any:
+    """``broker``'s own Metadata (v12) answer for ``topics``, or None when it does not answer.
+    Asked of that broker alone: a librdkafka admin client may send its request to any broker
+    it knows, a paused or killed one included."""
     cls = request_type(ApiKey.METADATA, 12)
     m = __import__(cls.__module__, fromlist=["x"])
     request = cls(
-        topics=(m.MetadataRequestTopic(topic_id=None, name=topic),),
+        topics=tuple(m.MetadataRequestTopic(topic_id=None, name=t) for t in topics),
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
@@ -95,14 +97,36 @@ def metadata_on(broker: BrokerProcess, topic: str) -> tuple[int, dict[int, tuple
     try:
         with connect(broker, 2) as sock:
             sock.sendall(struct.pack(">i", len(frame)) + bytes(frame))
-            _, response = decode_response(ApiKey.METADATA, 12, read_response(sock))
+            return decode_response(ApiKey.METADATA, 12, read_response(sock))[1]
     except OSError:
+        return None
+
+
+def metadata_on(broker: BrokerProcess, topic: str) -> tuple[int, dict[int, tuple[int, int, list[int]]]] | None:
+    """:func:`metadata_response` for ``topic``: (controller id, {partition: (leader, leader
+    epoch, ISR)}), or None."""
+    response = metadata_response(broker, [topic])
+    if response is None:
         return None
     (t,) = response.topics
     if t.error_code != 0:
         return response.controller_id, {}
     return response.controller_id, {
         p.partition_index: (p.leader_id, p.leader_epoch, sorted(p.isr_nodes)) for p in t.partitions
+    }
+
+
+def replicas_on(broker: BrokerProcess, topics: list[str]) -> dict[str, tuple[list[int], list[int]]]:
+    """(replicas, ISR) of each topic's partition 0 that ``broker``'s Metadata names."""
+    response = metadata_response(broker, topics)
+    if response is None:
+        return {}
+    return {
+        t.name: (list(p.replica_nodes), sorted(p.isr_nodes))
+        for t in response.topics
+        if t.error_code == 0
+        for p in t.partitions
+        if p.partition_index == 0
     }
 
 
@@ -237,37 +261,44 @@ def test_a_leader_paused_past_its_session_is_fenced_and_rejoins_as_a_follower(
             assert not b.log_problems(), b.log_problems()
 
 
-def produce_to_each(bootstrap: str, topic: str, partitions: int, count: int) -> dict[int, list[bytes]]:
-    """``count`` records to each partition with acks=all (idempotent); the acknowledged values
-    of each partition, in the order acknowledged."""
-    acked: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+#: a topic's partition, as the tests here key the records they produced and read
+Place = tuple[str, int]
+
+
+def produce_to_each(bootstrap: str, places: list[Place], count: int, padding: int = 0) -> dict[Place, list[bytes]]:
+    """``count`` records (of ``padding`` more bytes each) to each partition with acks=all
+    (idempotent); the acknowledged values of each, in the order acknowledged."""
+    acked: dict[Place, list[bytes]] = {place: [] for place in places}
 
     def on_delivery(err: Any, msg: Any) -> None:
         if err is None:
-            acked[msg.partition()].append(msg.value())
+            acked[msg.topic(), msg.partition()].append(msg.value())
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
     for i in range(count):
-        for p in range(partitions):
-            producer.produce(topic, b"%d-%d" % (p, i), partition=p, on_delivery=on_delivery)
+        for topic, p in places:
+            value = b"%s-%d-%d" % (topic.encode(), p, i) + b"." * padding
+            producer.produce(topic, value, partition=p, on_delivery=on_delivery)
         producer.poll(0)
     assert producer.flush(30) == 0
+    assert all(len(v) == count for v in acked.values())
     return acked
 
 
-def read_each(bootstrap: str, topic: str, expected: dict[int, int]) -> dict[int, list[bytes]]:
-    """Every partition read from offset 0 until it gave ``expected[p]`` records (or 20 s passed)."""
+def read_each(bootstrap: str, acked: dict[Place, list[bytes]]) -> dict[Place, list[bytes]]:
+    """Every partition ``acked`` names read from offset 0 until it gave as many records as
+    acknowledged there (or 20 s passed)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fencing-test", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, 0) for p in expected])
-    got: dict[int, list[bytes]] = {p: [] for p in expected}
+    consumer.assign([TopicPartition(topic, p, 0) for topic, p in acked])
+    got: dict[Place, list[bytes]] = {place: [] for place in acked}
     deadline = time.monotonic() + 20
     try:
-        while not all(len(got[p]) >= n for p, n in expected.items()):
+        while not all(len(got[place]) >= len(v) for place, v in acked.items()):
             if time.monotonic() > deadline:
-                pytest.fail(f"read {sum(map(len, got.values()))} of {sum(expected.values())} records")
+                pytest.fail(f"read {sum(map(len, got.values()))} of {sum(map(len, acked.values()))} records")
             for msg in consumer.consume(500, 0.2):
                 if msg.error() is None:
-                    got[msg.partition()].append(msg.value())
+                    got[msg.topic(), msg.partition()].append(msg.value())
     finally:
         consumer.close()
     return got
@@ -302,8 +333,7 @@ def test_a_controller_killed_while_it_elects_leaves_no_partition_leaderless(
                 and all(s == (leader, 0, full) for s in a[1].values())
             ),
         )
-        acked = produce_to_each(bootstrap, topic, PARTITIONS, 20)
-        assert all(len(v) == 20 for v in acked.values())
+        acked = produce_to_each(bootstrap, [(topic, p) for p in range(PARTITIONS)], 20)
 
         brokers[leader].kill()
         wait_for(
@@ -321,7 +351,7 @@ def test_a_controller_killed_while_it_elects_leaves_no_partition_leaderless(
             )
 
         wait_for("the survivor controller and leading everything, each at epoch 1", finished, SESSION_MS * 5 / 1000)
-        got = read_each(brokers[survivor].bootstrap, topic, {p: len(v) for p, v in acked.items()})
+        got = read_each(brokers[survivor].bootstrap, acked)
         assert got == acked, "acknowledged records lost, reordered or doubled"
 
         brokers[leader].start()
@@ -334,6 +364,74 @@ def test_a_controller_killed_while_it_elects_leaves_no_partition_leaderless(
             ),
             timeout_s=30,
         )
-        assert read_each(bootstrap, topic, {p: len(v) for p, v in acked.items()}) == acked
+        assert read_each(bootstrap, acked) == acked
         for b in brokers.values():
             assert not b.log_problems(), b.log_problems()
+
+
+def all_on(broker: BrokerProcess, topics: list[str], replicas: list[int]) -> bool:
+    """Whether ``broker``'s Metadata gives each topic's partition 0 ``replicas``, all in sync."""
+    found = replicas_on(broker, topics)
+    return sorted(found) == sorted(topics) and all(r == (replicas, sorted(replicas)) for r in found.values())
+
+
+@pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
+def test_a_controller_killed_while_its_replicas_are_moved_away_is_succeeded_by_one_that_completes(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """Four topics on [controller, a] move to [a, b] (AlterPartitionReassignments): b starts
+    copying from the controller's broker, their leader, and that broker is killed (SIGKILL)
+    while b copies. The next controller elects a, b goes on copying from it, and every
+    reassignment completes as the dead controller started it ([a, b], ISR [a, b], none listed);
+    every acknowledged record is on both. The former controller, restarted, deletes the logs
+    of the partitions it no longer hosts."""
+    with three_brokers(tmp_path, fixed_leaders(kind, request, "ctlmove")) as brokers:
+        bootstrap = ",".join(b.bootstrap for b in brokers.values())
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        wait_for("three live brokers", lambda: all_brokers_seen(brokers))
+        controller = admin.list_topics(timeout=5).controller_id
+        a, b = (i for i in sorted(brokers) if i != controller)
+        topics = [unique_topic("ctlmove") for _ in range(4)]
+        futures = admin.create_topics(
+            [NewTopic(t, num_partitions=1, replica_assignment=[[controller, a]]) for t in topics]
+        )
+        for future in futures.values():
+            future.result(15)
+        wait_for(
+            "full ISRs",
+            lambda: (
+                all(r == ([controller, a], sorted([controller, a])) for r in replicas_on(brokers[a], topics).values())
+                and len(replicas_on(brokers[a], topics)) == 4
+            ),
+        )
+        acked = produce_to_each(bootstrap, [(t, 0) for t in topics], 500, padding=2000)  # 1 MB each
+
+        client = KafkaAdminClient(bootstrap_servers=brokers[a].bootstrap, request_timeout_ms=15000)
+        try:
+            moves = {KTopicPartition(t, 0): [a, b] for t in topics}
+            assert client.alter_partition_reassignments(moves) == dict.fromkeys(moves)
+        finally:
+            client.close()
+        brokers[controller].kill()
+        wait_for(
+            "every reassignment completed under the next controller",
+            lambda: all_on(brokers[a], topics, [a, b]),
+            timeout_s=SESSION_MS * 10 / 1000,
+        )
+        client = KafkaAdminClient(bootstrap_servers=brokers[a].bootstrap, request_timeout_ms=15000)
+        try:  # it finds the new controller
+            assert client.list_partition_reassignments() == {}
+        finally:
+            client.close()
+        answer = metadata_on(brokers[a], topics[0])
+        assert answer is not None and answer[0] in (a, b)
+        for i in (a, b):
+            assert read_each(brokers[i].bootstrap, acked) == acked
+
+        brokers[controller].start()
+        wait_for(
+            "the former controller's logs of the moved partitions deleted",
+            lambda: not any(any(brokers[controller].data_dir.rglob(f"{t}-0")) for t in topics),
+        )
+        for broker in brokers.values():
+            assert not broker.log_problems(), broker.log_problems()
