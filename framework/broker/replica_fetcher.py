@@ -256,7 +256,12 @@ class ReplicaFetcher:
         if not wanted:
             return False
         fetch = self.session.build(wanted)
-        topic_ids = self._topic_ids([*fetch.to_send, *fetch.forgotten]) if version >= TOPIC_ID_VERSION else None
+        # every topic of the session, not only those this request names: the answer of an
+        # incremental fetch carries partitions it did not name (news at a position unchanged),
+        # by id, and an id the request did not map read as a partition never asked for, so the
+        # round's records were dropped and the session started again
+        in_session = [*fetch.fetched, *fetch.forgotten]
+        topic_ids = self._topic_ids(in_session) if version >= TOPIC_ID_VERSION else None
         if topic_ids is None:
             version = min(version, TOPIC_ID_VERSION - 1)
         request = make_request(
