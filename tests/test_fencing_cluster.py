@@ -1,18 +1,25 @@
-"""Fencing a leader that was paused past its metadata session, on three odradek brokers on the
-session ZooKeeper and etcd, driven by confluent-kafka.
+"""Fencing on three odradek brokers on the session ZooKeeper and etcd, driven by confluent-kafka
+(kafka-python for reassignments), with requests asked of one broker at a time where it matters.
 
-A SIGSTOPped process is what a long GC pause, a swapped-out host or a broker cut off from its
-metadata store looks like to the others: it holds its sockets, answers nothing, and resumes
-believing what it believed. The leader of an RF=3, min.insync.replicas=2 partition is paused
-while an idempotent acks=all producer keeps producing; its session expires and the controller
-elects another in-sync replica (a new leader epoch). While it is paused, a Produce with acks=all
-is written into a connection it accepted earlier; it reads that request the moment it runs again,
-still believing it leads. It must not acknowledge it: its followers fetch from the new leader, so
-its high watermark cannot move past what they had. It learns it was replaced (its session is
-gone, the partition state names a newer leader epoch), answers that request with an error,
-truncates the record it appended and rejoins the ISR as a follower; a Produce sent to it
-afterwards is NOT_LEADER_OR_FOLLOWER. The producer moves to the new leader by itself, and a
-consumer reads every acknowledged record exactly once and in order, and never the refused one.
+A leader paused past its metadata session. A SIGSTOPped process is what a long GC pause, a
+swapped-out host or a broker cut off from its metadata store looks like to the others: it holds
+its sockets, answers nothing, and resumes believing what it believed. The leader of an RF=3,
+min.insync.replicas=2 partition is paused while an idempotent acks=all producer keeps producing;
+its session expires and the controller elects another in-sync replica (a new leader epoch).
+While it is paused, a Produce with acks=all is written into a connection it accepted earlier; it
+reads that request the moment it runs again, still believing it leads. It must not acknowledge
+it: its followers fetch from the new leader, so its high watermark cannot move past what they
+had. It learns it was replaced (its session is gone, the partition state names a newer leader
+epoch), answers that request NOT_LEADER_OR_FOLLOWER, truncates what it appended and rejoins the
+ISR as a follower; a Produce or Fetch sent to it afterwards is NOT_LEADER_OR_FOLLOWER, a Fetch
+naming the old epoch to the new leader FENCED_LEADER_EPOCH. The producer moves to the new
+leader by itself, and a consumer reads every acknowledged record exactly once and in order, and
+never the refused one.
+
+The controller killed (SIGKILL) in the middle of its work: electing the new leaders of a dead
+broker's 48 partitions, and moving four partitions off its own broker. The next controller
+finishes: no partition is left leaderless while a live in-sync replica exists, each gets one new
+leader epoch, every reassignment completes, and no acknowledged record is lost.
 """
 
 from __future__ import annotations
@@ -75,6 +82,28 @@ def produce_error(sock: socket.socket, correlation_id: int) -> ErrorCode:
     (topic,) = response.responses
     (partition,) = topic.partition_responses
     return ErrorCode(partition.error_code)
+
+
+def fetch_error(broker: BrokerProcess, topic: str, leader_epoch: int) -> ErrorCode:
+    """The error of a consumer's Fetch (v12) of ``topic``-0 at offset 0 that names
+    ``leader_epoch`` as the leader epoch it knows, sent to ``broker``."""
+    cls = request_type(ApiKey.FETCH, 12)
+    m = __import__(cls.__module__, fromlist=["x"])
+    partition = m.FetchPartition(
+        partition=0, current_leader_epoch=leader_epoch, fetch_offset=0, partition_max_bytes=1024
+    )
+    request = cls(
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        topics=(m.FetchTopic(topic=topic, partitions=(partition,)),),
+        forgotten_topics_data=(),
+    )
+    frame = encode_request(request, correlation_id=9, client_id="fencing-test")
+    with connect(broker) as sock:
+        sock.sendall(struct.pack(">i", len(frame)) + bytes(frame))
+        _, response = decode_response(ApiKey.FETCH, 12, read_response(sock))
+    ((answer,),) = [t.partitions for t in response.responses]
+    return ErrorCode(answer.error_code)
 
 
 def connect(broker: BrokerProcess, timeout_s: float = 30) -> socket.socket:
@@ -236,6 +265,10 @@ def test_a_leader_paused_past_its_session_is_fenced_and_rejoins_as_a_follower(
                     timeout_s=30,
                 )
                 assert state_on(old, topic) == (new_leader, epoch, sorted(brokers))  # it knows it follows
+                # a client that still names the epoch the old leader led is fenced by the new one,
+                # and the old leader, a follower now, sends it on to the leader
+                assert fetch_error(brokers[new_leader], topic, epoch - 1) == ErrorCode.FENCED_LEADER_EPOCH
+                assert fetch_error(old, topic, epoch) == ErrorCode.NOT_LEADER_OR_FOLLOWER
                 before = len(acked)
                 wait_for("more records acknowledged", lambda: len(acked) >= before + 100)
             stale.sendall(produce_frame(topic, b"ghost2", 12))
