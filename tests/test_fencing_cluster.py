@@ -46,7 +46,6 @@ from test_replication_cluster import (
     all_brokers_seen,
     consume_all,
     metadata_settings,
-    replicated_topic,
     three_brokers,
     wait_for,
 )
@@ -233,12 +232,24 @@ def paused(broker: BrokerProcess) -> Iterator[None]:
         process.send_signal(signal.SIGCONT)
 
 
+@pytest.mark.parametrize("controls", [True, False], ids=["controller", "not-controller"])
 @pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
 def test_a_leader_paused_past_its_session_is_fenced_and_rejoins_as_a_follower(
-    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+    tmp_path: Path, kind: str, controls: bool, request: pytest.FixtureRequest
 ) -> None:
+    """The paused leader is the controller too (its writes, when it runs again, must be fenced
+    by the newer controller epoch as well), or another broker."""
     with three_brokers(tmp_path, fixed_leaders(kind, request, "paused")) as brokers:
-        bootstrap, _, topic, leader = replicated_topic(brokers, "paused")
+        bootstrap = ",".join(b.bootstrap for b in brokers.values())
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        wait_for("three live brokers", lambda: all_brokers_seen(brokers))
+        controller = admin.list_topics(timeout=5).controller_id
+        leader = controller if controls else min(i for i in brokers if i != controller)
+        topic = unique_topic("paused")
+        assignment = [[leader, *(i for i in sorted(brokers) if i != leader)]]
+        config = {"min.insync.replicas": "2"}
+        admin.create_topics([NewTopic(topic, 1, replica_assignment=assignment, config=config)])[topic].result(15)
+        wait_for("a full ISR", lambda: state_on(brokers[leader], topic) == (leader, 0, sorted(brokers)))
         old = brokers[leader]
         other = next(b for i, b in brokers.items() if i != leader)
         stale = connect(old)  # accepted while it runs; written to while it is paused
