@@ -686,3 +686,22 @@ async def test_an_incremental_fetch_takes_news_of_a_partition_it_did_not_name(tm
         assert p.log_end_offset == 2
         assert await fetcher._fetch(conn)  # the session goes on
         assert (conn.requests[2].session_id, conn.requests[2].session_epoch) == (5, 2)
+
+
+async def test_a_follower_fetch_names_the_epoch_of_its_latest_registration(tmp_path: Path) -> None:
+    """After a lost session the broker registers again and knows its new epoch at once, while
+    its metadata cache still holds the previous registration until the watch brings the new
+    one. Its fetches (v15 ReplicaState, KIP-903) name the newer: the leader refuses a fetch
+    naming the previous one, which cost the follower's partitions a back-off of a second."""
+    async with running_broker(tmp_path) as core, _broker_7(core, tmp_path):
+        created = await core.create_topics([CreatableTopic("t", assignments={0: [7, 0]})], 1000, False)
+        assert created["t"].error == ErrorCode.NONE
+        p = core.replica_manager.get_partition(TP)
+        assert p is not None
+        cached = core.metadata_cache.brokers[0].epoch
+        core.metadata_cache.registered_epoch = cached + 1000  # registered again, not yet watched
+        fetcher = _fetcher_from_7(core, p)
+        conn = _TopicIdLeader([types.SimpleNamespace(error_code=0, session_id=5, responses=[])])
+        await fetcher._truncate(conn)
+        await fetcher._fetch(conn)
+        assert conn.requests[0].replica_state.replica_epoch == cached + 1000

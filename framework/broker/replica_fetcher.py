@@ -399,10 +399,14 @@ class ReplicaFetcher:
         return ids
 
     def _broker_epoch(self) -> int:
-        """This broker's epoch as its metadata cache sees its registration (-1 before it does),
-        sent in v15's ReplicaState: a leader that knows a newer one refuses the fetch (KIP-903)."""
-        reg = self.manager.cache.brokers.get(self.manager.broker_id)
-        return -1 if reg is None else int(reg.epoch)
+        """This broker's epoch, sent in v15's ReplicaState: a leader that knows a newer one
+        refuses the fetch (KIP-903). The newer of what its own registration returned and what
+        its metadata cache holds (-1 before either): after a lost session the cache held the
+        previous registration's for a moment, so the first fetches were refused and the
+        partitions backed off a second before rejoining."""
+        cache = self.manager.cache
+        reg = cache.brokers.get(self.manager.broker_id)
+        return max(-1 if reg is None else int(reg.epoch), cache.registered_epoch)
 
     def _truncate_on_diverging(
         self, tp: TopicPartition, state: FetchState, sent: PartitionData, diverging: tuple[int, int]
