@@ -453,7 +453,10 @@ BROKER_KEYS: tuple[ConfigKey, ...] = (
         "unclean.leader.election.enable",
         bool,
         False,
-        "Allow an out-of-sync replica to become leader.",
+        "Allow an out-of-sync replica to become leader of a partition whose in-sync replicas are all "
+        "gone (records only they had are lost). Dynamic (a broker's or the cluster default, "
+        "IncrementalAlterConfigs), under a topic's own override; turning it on makes the controller "
+        "elect every leaderless partition it now allows at once, as Kafka's does.",
         topic_key="unclean.leader.election.enable",
     ),
     # -- log segments and indexes

@@ -18,7 +18,9 @@ from odradek.broker.api import (
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsResource,
+    ConfigResource,
     ConfigResourceType,
+    ConfigSource,
     CreatableTopic,
 )
 from odradek.broker.controller_view import WATCHED_PREFIX
@@ -147,14 +149,16 @@ async def test_the_controller_follows_changes_without_listing_the_store_again(
         assert WATCHED_PREFIX not in listed, listed
 
 
+@pytest.mark.parametrize(("resource_type", "name"), [(ConfigResourceType.TOPIC, "t"), (ConfigResourceType.BROKER, "")])
 async def test_enabling_unclean_election_elects_a_leader_of_a_leaderless_partition(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, resource_type: ConfigResourceType, name: str
 ) -> None:
     """Broker 7 led t-0 with only itself in the ISR, then went: this broker's replica is out of
-    sync, so t-0 is left without a leader. Setting the topic's unclean.leader.election.enable
-    (AlterConfigs) elects this broker right away, as Kafka's controller does when that config
-    changes. The controller decides again only the topics a change under ``/brokers/`` touched
-    (every topic on a broker change), so nothing elected t-0 until some broker came or went."""
+    sync, so t-0 is left without a leader. Setting unclean.leader.election.enable on the topic,
+    or as the cluster-wide dynamic broker default (resource name ""), elects this broker right
+    away, as Kafka's controller does when either changes. The controller decides again only the
+    topics a change under ``/brokers/`` touched (every topic on a broker change), so nothing
+    elected t-0 until some broker came or went; and the broker-level key was static."""
     caplog.set_level(logging.WARNING, logger="odradek.broker.controller")
     async with running_broker(tmp_path) as core:
         other, partition = await _led_by_broker_7(core, tmp_path)
@@ -172,12 +176,21 @@ async def test_enabling_unclean_election_elects_a_leader_of_a_leaderless_partiti
                 await trio.sleep(0.01)
 
         unclean = AlterableConfig("unclean.leader.election.enable", AlterConfigOp.SET, "true")
-        resource = AlterConfigsResource(ConfigResourceType.TOPIC, "t", [unclean])
+        resource = AlterConfigsResource(resource_type, name, [unclean])
         assert (await core.incremental_alter_configs([resource], False))[0].error == ErrorCode.NONE
         with trio.fail_after(5):
             while not partition.is_leader:
                 await trio.sleep(0.01)
         assert (partition.leader_epoch, partition.isr) == (1, {0})
+        # the topic describes the value in force and where it comes from
+        (described,) = await core.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "t", [unclean.name])])
+        (entry,) = described.configs
+        source = (
+            ConfigSource.DYNAMIC_TOPIC_CONFIG
+            if resource_type == ConfigResourceType.TOPIC
+            else ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        )
+        assert (entry.value, entry.source) == ("true", source)
 
 
 async def test_a_start_takes_every_topic_from_one_listing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import types
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -644,3 +645,63 @@ async def test_delete_records_waits_for_the_followers_log_start(tmp_path: Path) 
             (ErrorCode.REQUEST_TIMED_OUT, -1)
         ]
         assert p.log_start_offset == 4
+
+
+class _TopicIdLeader(_FakeConnection):
+    """A leader offering Fetch v15 (topic ids, KIP-516), with canned answers."""
+
+    def version(self, api_key: int, *, min_version: int | None = None, max_version: int | None = None) -> int:
+        return {1: 15, 23: 4}[int(api_key)]
+
+
+async def test_an_incremental_fetch_takes_news_of_a_partition_it_did_not_name(tmp_path: Path) -> None:
+    """In a fetch session by topic id, a partition whose position did not move is not named
+    again, yet the leader answers it (by id) once it has records. The follower maps every
+    topic of its session to its id, so those records are appended and the session goes on:
+    it used to map only the topics the request named, read the answer as naming a partition
+    it never asked for, drop the records and start a new session (a WARNING each time, and a
+    round trip lost on every idle partition that got data)."""
+    async with running_broker(tmp_path) as core, _broker_7(core, tmp_path):
+        created = await core.create_topics([CreatableTopic("t", assignments={0: [7, 0]})], 1000, False)
+        assert created["t"].error == ErrorCode.NONE
+        p = core.replica_manager.get_partition(TP)
+        assert p is not None and p.leader_id == 7
+        topic_id = uuid.UUID(hex=core.metadata_cache.topics["t"].topic_id)
+        fetcher = _fetcher_from_7(core, p)
+
+        def answer(data: bytes | None) -> Any:
+            """Session 5's answer: t-0 with ``data`` (None: no records yet)."""
+            part = types.SimpleNamespace(
+                partition_index=0, error_code=0, high_watermark=0, log_start_offset=0, records=data
+            )
+            topic = types.SimpleNamespace(topic_id=topic_id, partitions=[part])
+            return types.SimpleNamespace(error_code=0, session_id=5, responses=[topic])
+
+        nothing_new = types.SimpleNamespace(error_code=0, session_id=5, responses=[])
+        conn = _TopicIdLeader([answer(None), answer(_epoch_batch([b"a", b"b"], 0, 0)), nothing_new])
+        await fetcher._truncate(conn)  # a v12+ leader: the fetch itself checks the epoch, no request
+        assert await fetcher._fetch(conn)  # full: opens session 5, no records yet
+        assert await fetcher._fetch(conn)  # incremental, names nothing: the news of t-0 comes anyway
+        assert [t.topic_id for t in conn.requests[1].topics] == []
+        assert p.log_end_offset == 2
+        assert await fetcher._fetch(conn)  # the session goes on
+        assert (conn.requests[2].session_id, conn.requests[2].session_epoch) == (5, 2)
+
+
+async def test_a_follower_fetch_names_the_epoch_of_its_latest_registration(tmp_path: Path) -> None:
+    """After a lost session the broker registers again and knows its new epoch at once, while
+    its metadata cache still holds the previous registration until the watch brings the new
+    one. Its fetches (v15 ReplicaState, KIP-903) name the newer: the leader refuses a fetch
+    naming the previous one, which cost the follower's partitions a back-off of a second."""
+    async with running_broker(tmp_path) as core, _broker_7(core, tmp_path):
+        created = await core.create_topics([CreatableTopic("t", assignments={0: [7, 0]})], 1000, False)
+        assert created["t"].error == ErrorCode.NONE
+        p = core.replica_manager.get_partition(TP)
+        assert p is not None
+        cached = core.metadata_cache.brokers[0].epoch
+        core.metadata_cache.registered_epoch = cached + 1000  # registered again, not yet watched
+        fetcher = _fetcher_from_7(core, p)
+        conn = _TopicIdLeader([types.SimpleNamespace(error_code=0, session_id=5, responses=[])])
+        await fetcher._truncate(conn)
+        await fetcher._fetch(conn)
+        assert conn.requests[0].replica_state.replica_epoch == cached + 1000

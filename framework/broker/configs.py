@@ -82,6 +82,13 @@ def config_type(name: str, value: Any, broker_name: str | None = None) -> Config
     return ConfigType.STRING
 
 
+#: where a dynamic broker value comes from, as DescribeConfigs names it
+_DYNAMIC_SOURCES = {
+    PER_BROKER: ConfigSource.DYNAMIC_BROKER_CONFIG,
+    CLUSTER_DEFAULT: ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+}
+
+
 class ConfigManager:
     """Describes and alters configs; topic changes go through the store and the cache."""
 
@@ -118,8 +125,13 @@ class ConfigManager:
                 continue
             value = config[name]
             broker_key = self._broker_key_for.get(name)
+            # a broker key set dynamically (unclean.leader.election.enable) is the default under
+            # a topic's override, as Kafka's DynamicLogConfig: its layers, most specific first
+            layers = self._dynamic_layers(broker_key.name) if broker_key is not None else []
             if name in overrides:
                 source = ConfigSource.DYNAMIC_TOPIC_CONFIG
+            elif layers:
+                value, source = layers[0][1], layers[0][2]
             elif broker_key is not None and self.config.source(broker_key.name) != "default":
                 source = ConfigSource.STATIC_BROKER_CONFIG
             else:
@@ -128,6 +140,7 @@ class ConfigManager:
             if include_synonyms:
                 if name in overrides:
                     synonyms.append((name, render(value), ConfigSource.DYNAMIC_TOPIC_CONFIG))
+                synonyms += [(key, render(v), where) for key, v, where in layers]
                 if broker_key is not None:
                     synonyms += self._broker_synonyms(broker_key.name)
             doc = None
@@ -146,6 +159,13 @@ class ConfigManager:
                 )
             )
         return out
+
+    def _dynamic_layers(self, name: str) -> list[tuple[str, Any, ConfigSource]]:
+        """The dynamic layers that set the broker key ``name`` (this broker's, then the cluster
+        default): (key, value, source); empty for a key that is not dynamic."""
+        if self.dynamic is None or dynamic_base(name) != name:
+            return []
+        return [(name, v, _DYNAMIC_SOURCES[where]) for where, v in self.dynamic.synonyms(name)]
 
     def _broker_source(self, key: str) -> ConfigSource:
         return (
@@ -181,10 +201,7 @@ class ConfigManager:
             layers = [(where, v) for where, v in layers if where == CLUSTER_DEFAULT]
             if not layers:
                 return None
-        sources = {
-            PER_BROKER: ConfigSource.DYNAMIC_BROKER_CONFIG,
-            CLUSTER_DEFAULT: ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
-        }
+        sources = _DYNAMIC_SOURCES
         value = layers[0][1] if layers else self.config[name]
         source = sources[layers[0][0]] if layers else self._broker_source(name)
         synonyms: list[tuple[str, str | None, ConfigSource]] = []

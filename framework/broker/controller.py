@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -72,6 +72,7 @@ from .controller_view import (
     covers,
     topics_view,
 )
+from .dynamic_config import DynamicBrokerConfig
 from .election import decide_election, elect_leader, leader_imbalance_moves, shrink_dead_from_isr
 from .in_flight import each_in_flight
 from .metadata_cache import (
@@ -98,15 +99,22 @@ STATE_WRITES_IN_FLIGHT = 16
 #: how often an ElectLeaders request's elections are decided again after losing a
 #: compare-and-set to a concurrent change before the partition is answered REQUEST_TIMED_OUT
 REQUESTED_ELECTION_ROUNDS = 5
+#: the setting that lets a leaderless partition elect an out-of-sync replica (topic and broker)
+UNCLEAN = "unclean.leader.election.enable"
 
 
 class Controller:
     """Campaigns for controllership and, while holding it, elects leaders of offline partitions."""
 
-    def __init__(self, config: Config, store: MetadataStore, cache: MetadataCache) -> None:
+    def __init__(
+        self, config: Config, store: MetadataStore, cache: MetadataCache, dynamic: DynamicBrokerConfig | None = None
+    ) -> None:
         self.config = config
         self.store = store
         self.cache = cache
+        #: the dynamic broker configs, for the cluster-wide ``unclean.leader.election.enable``
+        #: (None: the static config alone)
+        self.dynamic = dynamic
         self.leadership: Leadership | None = None
         self._term: trio.CancelScope | None = None
         #: one decision pass at a time (Kafka's controller is one event thread): the pass on a
@@ -176,6 +184,9 @@ class Controller:
             view = FollowedView(self.store, dict(items), revision)
             # a topic's config lives outside /brokers/: the cache says when one changed
             self.cache.topic_config_listeners.append(view.topic_config_changed)
+            unclean_turned_on = self._unclean_default_listener(view)
+            if self.dynamic is not None:
+                self.dynamic.listeners.append(unclean_turned_on)
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(view.follow)
@@ -191,6 +202,8 @@ class Controller:
                     nursery.cancel_scope.cancel()
             finally:
                 self.cache.topic_config_listeners.remove(view.topic_config_changed)
+                if self.dynamic is not None:
+                    self.dynamic.listeners.remove(unclean_turned_on)
             if not view.compacted:
                 return  # fenced (another broker controls) or the session ended
 
@@ -243,7 +256,7 @@ class Controller:
         leaderless: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         completed: dict[str, dict[int, tuple[ReplicaAssignment, PartitionState, PartitionState]]] = {}
         for name, (assignment, states) in sorted(topics.items()):
-            unclean = bool(self._topic_setting(name, "unclean.leader.election.enable"))
+            unclean = self._unclean_allowed(name)
             assigned = items.get(topic_key(name))
             moving = reassignments_in(assigned.value) if assigned is not None else {}
             for p, state in sorted(states.items()):
@@ -659,9 +672,38 @@ class Controller:
             return _Write.STALE
         return _Write.WRITTEN
 
-    def _topic_setting(self, topic: str, name: str) -> object:
+    def _unclean_default(self) -> bool:
+        """The broker-level ``unclean.leader.election.enable`` in force: its dynamic value (this
+        broker's, else the cluster default), else the static config."""
+        if self.dynamic is not None:
+            return bool(self.dynamic.value(UNCLEAN))
+        return bool(self.config[UNCLEAN])
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        """Whether ``topic``'s leaderless partitions may elect an out-of-sync replica: the
+        topic's own override, else the broker-level value in force. Kafka's controller reads
+        the dynamic broker value the same way (``DynamicLogConfig``: the dynamic default sits
+        under topic overrides), so setting it with IncrementalAlterConfigs needs no restart."""
         config = self.cache.topic_config(topic)
-        return config[name] if config is not None else self.config.topic_config()[name]
+        if config is not None and UNCLEAN in config.overrides:
+            return bool(config.overrides[UNCLEAN])
+        return self._unclean_default()
+
+    def _unclean_default_listener(self, view: FollowedView) -> Callable[[], None]:
+        """A dynamic-config listener for this term: when the broker-level unclean election
+        setting turns on, every partition is decided again (Kafka's controller runs its
+        ``UncleanLeaderElectionEnable`` event then); turning it off needs nothing."""
+        enabled = self._unclean_default()
+
+        def changed() -> None:
+            nonlocal enabled
+            now = self._unclean_default()
+            if now and not enabled:
+                log.info("unclean.leader.election.enable turned on: deciding every partition again")
+                view.everything_changed()
+            enabled = now
+
+        return changed
 
 
 class _Write(Enum):

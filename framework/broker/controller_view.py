@@ -76,6 +76,13 @@ class FollowedView:
         self._note_change(topic, None)
         self._changed.set()
 
+    def everything_changed(self) -> None:
+        """Every partition is decided again by the next pass: a cluster-wide setting the
+        elections read changed (the dynamic ``unclean.leader.election.enable`` default was
+        turned on, on which Kafka's controller elects every leaderless partition it allows)."""
+        self._changed_partitions = None
+        self._changed.set()
+
     def _note_change(self, topic: str, partition: int | None) -> None:
         """Record a change of ``topic``'s ``partition`` (None: of the whole topic)."""
         changed = self._changed_partitions

@@ -17,7 +17,9 @@ after each change (the replication quotas take their new rates from them).
 The dynamic keys today are the replication throttle rates (KIP-73), the broker's connection
 creation rate (KIP-612), its ``max.connections``, ``max.connections.per.ip`` and
 ``max.connections.per.ip.overrides`` (Kafka's ``DynamicConnectionQuota``), tiered storage's copy
-and fetch rates (KIP-956), and per listener (KIP-402)
+and fetch rates (KIP-956), ``unclean.leader.election.enable`` (read by the controller at each
+election, under a topic's own override, as Kafka's ``DynamicLogConfig`` has it; turning it on
+makes the controller decide every partition again), and per listener (KIP-402)
 ``listener.name.<listener>.max.connections`` and ``.max.connection.creation.rate``
 (:data:`LISTENER_DYNAMIC_KEYS`; a listener's value, wherever set, overrides the broker-wide one:
 :meth:`DynamicBrokerConfig.listener_value`). A key joins the list only when every place that
@@ -55,6 +57,7 @@ DYNAMIC_KEYS: tuple[str, ...] = (
     "max.connections.per.ip.overrides",
     "remote.log.manager.copy.max.bytes.per.second",
     "remote.log.manager.fetch.max.bytes.per.second",
+    "unclean.leader.election.enable",
 )
 #: the keys a listener may override at run time (Kafka's ``ListenerReconfigurableConfigs``), as
 #: ``listener.name.<listener>.<key>``

@@ -205,6 +205,10 @@ class MetadataCache:
         self.local_endpoints: dict[str, tuple[str, int, str]] = {}
         #: the listener brokers reach each other on (``inter.broker.listener.name``); None: the first
         self.inter_broker_listener: str | None = None
+        #: this broker's epoch as its own registration returned it (-1 before): known before the
+        #: watch brings the registration back, so a follower's fetch after a re-registration
+        #: does not name the epoch of its previous session (KIP-903 refuses that)
+        self.registered_epoch = -1
         self.controller_id = -1
         #: set once any broker is known to be the controller
         self.controller_known = trio.Event()

@@ -256,7 +256,12 @@ class ReplicaFetcher:
         if not wanted:
             return False
         fetch = self.session.build(wanted)
-        topic_ids = self._topic_ids([*fetch.to_send, *fetch.forgotten]) if version >= TOPIC_ID_VERSION else None
+        # every topic of the session, not only those this request names: the answer of an
+        # incremental fetch carries partitions it did not name (news at a position unchanged),
+        # by id, and an id the request did not map read as a partition never asked for, so the
+        # round's records were dropped and the session started again
+        in_session = [*fetch.fetched, *fetch.forgotten]
+        topic_ids = self._topic_ids(in_session) if version >= TOPIC_ID_VERSION else None
         if topic_ids is None:
             version = min(version, TOPIC_ID_VERSION - 1)
         request = make_request(
@@ -394,10 +399,14 @@ class ReplicaFetcher:
         return ids
 
     def _broker_epoch(self) -> int:
-        """This broker's epoch as its metadata cache sees its registration (-1 before it does),
-        sent in v15's ReplicaState: a leader that knows a newer one refuses the fetch (KIP-903)."""
-        reg = self.manager.cache.brokers.get(self.manager.broker_id)
-        return -1 if reg is None else int(reg.epoch)
+        """This broker's epoch, sent in v15's ReplicaState: a leader that knows a newer one
+        refuses the fetch (KIP-903). The newer of what its own registration returned and what
+        its metadata cache holds (-1 before either): after a lost session the cache held the
+        previous registration's for a moment, so the first fetches were refused and the
+        partitions backed off a second before rejoining."""
+        cache = self.manager.cache
+        reg = cache.brokers.get(self.manager.broker_id)
+        return max(-1 if reg is None else int(reg.epoch), cache.registered_epoch)
 
     def _truncate_on_diverging(
         self, tp: TopicPartition, state: FetchState, sent: PartitionData, diverging: tuple[int, int]

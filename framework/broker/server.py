@@ -304,8 +304,9 @@ class BrokerServer:
                         config["broker.rack"] or None,
                     )
                     self.broker_epoch = await self._register(store, info)
+                    core.metadata_cache.registered_epoch = self.broker_epoch
                     registered = True
-                    self.controller = Controller(config, store, core.metadata_cache)
+                    self.controller = Controller(config, store, core.metadata_cache, core.dynamic_config)
                     core.controller = self.controller
                     await self._start(background, scopes, self.controller.run)
                     controller = self.controller
@@ -559,6 +560,8 @@ class BrokerServer:
                     log.warning("re-registering broker %d failed (%s); retrying", self.config.broker_id, exc)
                 await trio.sleep(REREGISTER_BACKOFF_S)
                 continue
+            if self.core is not None:
+                self.core.metadata_cache.registered_epoch = self.broker_epoch
             log.info("broker %d registered again (broker epoch %d)", self.config.broker_id, self.broker_epoch)
             return
 
