@@ -7,6 +7,7 @@ session broker, in-process through ``odradek.cli.main`` and once as a real subpr
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -72,7 +73,8 @@ def test_topics_lifecycle(odradek_broker: BrokerProcess, capsys: pytest.CaptureF
     )
     assert main(["topics", "describe", *boot, "--topic", topic]) == 0
     out = capsys.readouterr().out
-    assert f"Topic: {topic}\tPartitionCount: 3\tReplicationFactor: 1\t" in out
+    # the topic id as Kafka's tools print it (22 URL-safe base64 characters)
+    assert re.search(rf"Topic: {topic}\tTopicId: [A-Za-z0-9_-]{{22}}\tPartitionCount: 3\tReplicationFactor: 1\t", out)
     assert "cleanup.policy=compact" in out and "retention.ms=90000" in out
     assert f"\tTopic: {topic}\tPartition: 2\tLeader: 0\tReplicas: 0\tIsr: 0" in out
     assert main(["topics", "alter", *boot, "--topic", topic, "--delete-config", "retention.ms"]) == 0

@@ -10,7 +10,9 @@ scripts that parse them keep working.
 from __future__ import annotations
 
 import argparse
+import base64
 import sys
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +22,13 @@ from .client_args import add_admin_arguments
 
 class TopicsCommandError(OdradekError):
     """A topics command cannot do what was asked (the message says why)."""
+
+
+def kafka_uuid(value: uuid.UUID | str) -> str:
+    """A topic id as Kafka's tools print it (``Uuid.toString``: URL-safe base64 of its 16 bytes,
+    unpadded, e.g. ``3VBw7oBHTTi8b5bu7z-sSg``), so scripts that read kafka-topics' output match."""
+    raw = value.bytes if isinstance(value, uuid.UUID) else uuid.UUID(str(value)).bytes
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -150,7 +159,7 @@ def run_describe(args: argparse.Namespace) -> int:
             else ""
         )
         rf = len(desc.partitions[0].replicas) if desc.partitions else 0
-        topic_id = f"\tTopicId: {desc.topic_id}" if desc.topic_id is not None else ""
+        topic_id = f"\tTopicId: {kafka_uuid(desc.topic_id)}" if desc.topic_id is not None else ""
         count = len(desc.partitions)
         print(f"Topic: {name}{topic_id}\tPartitionCount: {count}\tReplicationFactor: {rf}\tConfigs: {changed}")
         for p in desc.partitions:
