@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
-from typing import Any
 
 from ..errors import KafkaError
 from ..security.acl import (
@@ -48,8 +47,7 @@ from ..security.acl import (
     ResourcePatternFilter,
     ResourceType,
 )
-from .client_args import add_admin_arguments
-from .topics import parse_key_values
+from .client_args import add_admin_arguments, admin_client
 
 #: what --operation accepts: Kafka's names in any case, with or without underscores
 OPERATIONS = {op.name.replace("_", "").lower(): op for op in AclOperation if op > AclOperation.ANY}
@@ -158,14 +156,6 @@ def _fail(message: str) -> int:
     return 1
 
 
-def _admin(args: argparse.Namespace) -> Any:
-    from ..client import Admin
-
-    config = {"bootstrap.servers": args.bootstrap_server, "client.id": "odradek-acls"}
-    config.update(parse_key_values(args.command_config, "--command-config"))
-    return Admin(config)
-
-
 def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
     out = [(ResourceType.TOPIC, t) for t in args.topic]
     out += [(ResourceType.GROUP, g) for g in args.group]
@@ -232,7 +222,7 @@ def run_add(args: argparse.Namespace) -> int:
             "name principals (--allow-principal/--deny-principal) and operations (--operation, --producer, --consumer)"
         )
     _print_grouped(bindings, "Adding ACLs for resource")
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-acls") as admin:
         results: dict[AclBinding, KafkaError | None] = admin.create_acls(bindings, timeout=args.timeout)
     failed = [(b, e) for b, e in results.items() if e is not None]
     for binding, error in failed:
@@ -251,7 +241,7 @@ def _filters(args: argparse.Namespace, entry_filters: list[AccessControlEntryFil
 def run_list(args: argparse.Namespace) -> int:
     filters = _filters(args, [AccessControlEntryFilter(principal=args.principal)])
     found: list[AclBinding] = []
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-acls") as admin:
         for acl_filter in filters:
             try:
                 found += admin.describe_acls(acl_filter, timeout=args.timeout)
@@ -280,7 +270,7 @@ def run_remove(args: argparse.Namespace) -> int:
         for op in operations
     ] or [AccessControlEntryFilter(operation=op) for op in operations]
     status = 0
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-acls") as admin:
         results = admin.delete_acls(_filters(args, entry_filters), timeout=args.timeout)
     removed: list[AclBinding] = []
     for outcome in results.values():

@@ -4,6 +4,7 @@ cluster is, how long a call may take and, for commands that take them, extra cli
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -22,3 +23,14 @@ def add_admin_arguments(parser: argparse.ArgumentParser, *, command_config: bool
             help="admin client property (repeatable)",
         )
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds (default 30)")
+
+
+def admin_client(args: argparse.Namespace, client_id: str) -> Any:
+    """odradek's ``Admin`` for a command's ``--bootstrap-server`` and ``--command-config``
+    (the client is imported here, not at the top, so ``odradek --help`` stays quick)."""
+    from ..client import Admin
+    from .topics import parse_key_values
+
+    config = {"bootstrap.servers": args.bootstrap_server, "client.id": client_id}
+    config.update(parse_key_values(args.command_config, "--command-config"))
+    return Admin(config)

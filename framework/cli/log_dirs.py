@@ -16,8 +16,7 @@ import time
 from typing import Any
 
 from ..interfaces import TopicPartition
-from .client_args import add_admin_arguments
-from .topics import parse_key_values
+from .client_args import add_admin_arguments, admin_client
 
 #: how often ``move --wait`` asks whether the copy is done
 WAIT_POLL_S = 0.5
@@ -42,19 +41,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     move.set_defaults(func=run_move)
 
 
-def _admin(args: argparse.Namespace) -> Any:
-    from ..client import Admin
-
-    config = {"bootstrap.servers": args.bootstrap_server, "client.id": "odradek-log-dirs"}
-    config.update(parse_key_values(args.command_config, "--command-config"))
-    return Admin(config)
-
-
 def run_describe(args: argparse.Namespace) -> int:
     from ..client import KafkaError
 
     status = 0
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-log-dirs") as admin:
         answers = admin.describe_log_dirs(args.broker, timeout=args.timeout)
     for broker in dict.fromkeys(args.broker):
         dirs = answers[broker]
@@ -92,7 +83,7 @@ def run_move(args: argparse.Namespace) -> int:
 
     partitions = [TopicPartition(args.topic, p) for p in dict.fromkeys(args.partition)]
     status = 0
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-log-dirs") as admin:
         moves = {TopicPartitionReplica(tp.topic, tp.partition, args.broker): args.dir for tp in partitions}
         results = admin.alter_replica_log_dirs(moves, timeout=args.timeout)
         started = []

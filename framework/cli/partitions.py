@@ -22,8 +22,7 @@ import time
 from typing import Any
 
 from ..interfaces import TopicPartition
-from .client_args import add_admin_arguments
-from .topics import parse_key_values
+from .client_args import add_admin_arguments, admin_client
 
 #: how often ``reassign --wait`` asks whether the reassignment is still running
 WAIT_POLL_S = 0.5
@@ -81,14 +80,6 @@ def parse_replicas(text: str) -> list[int]:
     return replicas
 
 
-def _admin(args: argparse.Namespace) -> Any:
-    from ..client import Admin
-
-    config = {"bootstrap.servers": args.bootstrap_server, "client.id": "odradek-partitions"}
-    config.update(parse_key_values(args.command_config, "--command-config"))
-    return Admin(config)
-
-
 def run_reassign(args: argparse.Namespace) -> int:
     target: list[int] | None = None if args.cancel else args.replicas
     partitions = [TopicPartition(args.topic, p) for p in dict.fromkeys(args.partition)]
@@ -96,7 +87,7 @@ def run_reassign(args: argparse.Namespace) -> int:
         print("Error: --throttle takes a number of bytes >= 0, with --replicas", file=sys.stderr)
         return 1
     status = 0
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-partitions") as admin:
         if args.throttle is not None:
             assert target is not None
             problem = _throttle(admin, args, partitions, target)
@@ -190,7 +181,7 @@ def _unthrottle(admin: Any, args: argparse.Namespace, topics: list[str]) -> str 
 
 
 def run_unthrottle(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-partitions") as admin:
         problem = _unthrottle(admin, args, list(dict.fromkeys(args.topic)))
     if problem:
         print(f"Error: {problem}", file=sys.stderr)
@@ -200,7 +191,7 @@ def run_unthrottle(args: argparse.Namespace) -> int:
 
 
 def run_reassignments(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-partitions") as admin:
         ongoing = admin.list_partition_reassignments(timeout=args.timeout)
     if args.topic:  # filtered here: the request names partitions, which would take a Metadata call
         ongoing = {tp: r for tp, r in ongoing.items() if tp.topic in args.topic}

@@ -22,9 +22,8 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-from .client_args import add_admin_arguments
+from .client_args import add_admin_arguments, admin_client
 from .topics import parse_key_values
 
 USER = "user"
@@ -69,14 +68,6 @@ def _add_entity_arguments(parser: argparse.ArgumentParser) -> None:
     ip = parser.add_mutually_exclusive_group()
     ip.add_argument("--ip", help="a client IP address (its connection_creation_rate)")
     ip.add_argument("--ip-defaults", action="store_true", help="the default ip entity (<default>)")
-
-
-def _admin(args: argparse.Namespace) -> Any:
-    from ..client import Admin
-
-    config = {"bootstrap.servers": args.bootstrap_server, "client.id": "odradek-quotas"}
-    config.update(parse_key_values(args.command_config, "--command-config"))
-    return Admin(config)
 
 
 def _entity(args: argparse.Namespace) -> tuple[tuple[str, str | None], ...]:
@@ -124,7 +115,7 @@ def run_alter(args: argparse.Namespace) -> int:
         ops[key] = None
     if not ops:
         return _fail("nothing to change: give --add and/or --delete")
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-quotas") as admin:
         results = admin.alter_client_quotas(
             [ClientQuotaAlteration(entity, ops)], validate_only=args.validate_only, timeout=args.timeout
         )
@@ -148,7 +139,7 @@ def run_describe(args: argparse.Namespace) -> int:
             components.append(ClientQuotaFilterComponent.of_default_entity(entity_type))
         else:
             components.append(ClientQuotaFilterComponent.of_entity(entity_type, name))
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-quotas") as admin:
         described = admin.describe_client_quotas(components, strict=bool(components), timeout=args.timeout)
     for entity, values in sorted(described.items(), key=lambda item: repr(item[0])):
         configs = ",".join(f"{k}={float(v)}" for k, v in sorted(values.items()))

@@ -14,10 +14,9 @@ import base64
 import sys
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 from ..errors import ErrorCode, KafkaError, OdradekError
-from .client_args import add_admin_arguments
+from .client_args import add_admin_arguments, admin_client
 
 
 class TopicsCommandError(OdradekError):
@@ -95,14 +94,6 @@ def parse_key_values(items: Sequence[str], flag: str) -> dict[str, str]:
     return out
 
 
-def _admin(args: argparse.Namespace) -> Any:
-    from ..client import Admin
-
-    config = {"bootstrap.servers": args.bootstrap_server, "client.id": "odradek-topics"}
-    config.update(parse_key_values(args.command_config, "--command-config"))
-    return Admin(config)
-
-
 def _fail(message: str) -> int:
     print(f"Error: {message}", file=sys.stderr)
     return 1
@@ -112,7 +103,7 @@ def run_create(args: argparse.Namespace) -> int:
     from ..client import NewTopic
 
     configs = parse_key_values(args.config, "--config")
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-topics") as admin:
         result = admin.create_topics(
             [NewTopic(args.topic, args.partitions, args.replication_factor, configs)], timeout=args.timeout
         )
@@ -126,7 +117,7 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-topics") as admin:
         topics = admin.list_topics(include_internal=not args.exclude_internal, timeout=args.timeout)
     for name in sorted(topics):
         print(name)
@@ -137,7 +128,7 @@ def run_describe(args: argparse.Namespace) -> int:
     from ..client import ConfigResourceType
 
     status = 0
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-topics") as admin:
         names = args.topic or sorted(
             admin.list_topics(include_internal=not args.exclude_internal, timeout=args.timeout)
         )
@@ -171,7 +162,7 @@ def run_describe(args: argparse.Namespace) -> int:
 
 
 def run_delete(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-topics") as admin:
         results = admin.delete_topics(args.topic, timeout=args.timeout)
     status = 0
     for name in args.topic:
@@ -190,7 +181,7 @@ def run_alter(args: argparse.Namespace) -> int:
     sets = parse_key_values(args.config, "--config")
     if args.partitions is None and not sets and not args.delete_config:
         raise TopicsCommandError("alter needs --partitions, --config or --delete-config")
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-topics") as admin:
         if args.partitions is not None:
             error = admin.create_partitions({args.topic: args.partitions}, timeout=args.timeout).get(args.topic)
             if error is not None:
@@ -235,7 +226,7 @@ def run_offsets(args: argparse.Namespace) -> int:
         wanted = [int(p) for p in args.partitions.split(",")] if args.partitions else None
     except ValueError:
         raise TopicsCommandError(f"--partitions expects numbers separated by commas, got {args.partitions!r}") from None
-    with _admin(args) as admin:
+    with admin_client(args, "odradek-topics") as admin:
         desc = admin.describe_topics([args.topic], timeout=args.timeout).get(args.topic)
         if desc is None or isinstance(desc, KafkaError):
             missing = desc is None or desc.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

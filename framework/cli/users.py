@@ -15,8 +15,7 @@ import sys
 
 from ..errors import KafkaError
 from ..security.scram import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_MECHANISMS
-from .client_args import add_admin_arguments
-from .topics import parse_key_values
+from .client_args import add_admin_arguments, admin_client
 
 MECHANISMS = tuple(SCRAM_MECHANISMS)
 
@@ -51,14 +50,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     describe.set_defaults(func=run_describe)
 
 
-def _admin(args: argparse.Namespace) -> object:
-    from ..client import Admin
-
-    config = {"bootstrap.servers": args.bootstrap_server, "client.id": "odradek-users"}
-    config.update(parse_key_values(args.command_config, "--command-config"))
-    return Admin(config)
-
-
 def _password(args: argparse.Namespace) -> str:
     if args.password is not None:
         return str(args.password)
@@ -87,13 +78,13 @@ def run_set(args: argparse.Namespace) -> int:
         return 1
     mechanisms = args.mechanism or list(MECHANISMS)
     upsertions = [UserScramCredentialUpsertion(args.user, m, password, args.iterations) for m in mechanisms]
-    with _admin(args) as admin:  # type: ignore[attr-defined]
+    with admin_client(args, "odradek-users") as admin:
         results = admin.alter_user_scram_credentials(upsertions, timeout=args.timeout)
     return _report(results, "Set")
 
 
 def run_delete(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:  # type: ignore[attr-defined]
+    with admin_client(args, "odradek-users") as admin:
         mechanisms = args.mechanism
         if not mechanisms:
             described = admin.describe_user_scram_credentials([args.user], timeout=args.timeout)
@@ -109,7 +100,7 @@ def run_delete(args: argparse.Namespace) -> int:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:  # type: ignore[attr-defined]
+    with admin_client(args, "odradek-users") as admin:
         described = admin.describe_user_scram_credentials(args.user, timeout=args.timeout)
     status = 0
     for user, infos in described.items():
