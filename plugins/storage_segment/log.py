@@ -319,8 +319,9 @@ class SegmentLog:
         size = len(data)
         if seg.should_roll(size, len(batches), last_offsets[-1], max_ts, self._segment_bytes, self._segment_ms):
             seg = self._roll(first)
-        if seg.size + size > seg.reserved_to:
-            seg.reserve_ahead(seg.size + size, self._segment_bytes)
+        end = seg.size + size
+        if end > seg.reserved_to:
+            seg.reserve_ahead(end, self._segment_bytes)
         try:
             seg.append(data, batches, last_offsets)
         except OSError as exc:
